@@ -1,0 +1,55 @@
+"""dpcalib accounting core: Rényi DP of Gaussian mechanisms, subsampling amplification,
+RDP -> (eps, delta) conversion and exact Gaussian (GDP) composition.
+
+Pure numpy/scipy: importing this package never imports torch (dp-accounting is imported only
+inside :meth:`PrivacyAccountant.cross_check` and ``to_dp_event``).  See docs/accounting.md for
+the lemma behind every function.
+"""
+
+from .accountant import DEFAULT_ORDERS, EpsilonReport, PrivacyAccountant
+from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
+from .events import (
+    ADD_REMOVE,
+    REPLACE_ONE,
+    GaussianEvent,
+    PoissonSampledGaussianEvent,
+    WORSampledGaussianEvent,
+)
+from .gaussian import gaussian_rdp
+from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
+from .poisson import poisson_gaussian_rdp
+from .subsampling import (
+    LemmaB8Conditions,
+    SubsamplingConditionWarning,
+    lemma_b8_conditions,
+    subsampled_gaussian_rdp_wor,
+    subsampled_rdp_wor,
+    subsampled_rdp_wor_simple,
+)
+
+__all__ = [
+    "gaussian_rdp",
+    "subsampled_rdp_wor",
+    "subsampled_rdp_wor_simple",
+    "lemma_b8_conditions",
+    "LemmaB8Conditions",
+    "SubsamplingConditionWarning",
+    "subsampled_gaussian_rdp_wor",
+    "poisson_gaussian_rdp",
+    "rdp_to_dp",
+    "best_epsilon",
+    "best_epsilon_linear",
+    "CONVERSIONS",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_mu",
+    "gdp_log_delta",
+    "GaussianEvent",
+    "WORSampledGaussianEvent",
+    "PoissonSampledGaussianEvent",
+    "REPLACE_ONE",
+    "ADD_REMOVE",
+    "PrivacyAccountant",
+    "EpsilonReport",
+    "DEFAULT_ORDERS",
+]

@@ -1,0 +1,122 @@
+"""Input validation shared by the whole accountant (one place, one message format).
+
+Every public function of :mod:`accountant` checks its arguments here and raises a
+``ValueError`` that names the argument, the value received and the allowed range, e.g.
+``ValueError: noise_multiplier=-1.0 is not allowed: expected a number in (0, inf).``
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "real",
+    "in_range",
+    "integer",
+    "orders_array",
+    "probability",
+    "positive",
+    "delta",
+]
+
+
+def _fail(name: str, value, allowed: str) -> ValueError:
+    if isinstance(value, np.generic):
+        value = value.item()
+    return ValueError(f"{name}={value!r} is not allowed: expected {allowed}.")
+
+
+def real(value, name: str) -> float:
+    """Return ``value`` as a float; reject bools, strings, NaN and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise _fail(name, value, "a real number")
+    x = float(value)
+    if math.isnan(x):
+        raise _fail(name, value, "a real number (got NaN)")
+    return x
+
+
+def in_range(value, name: str, low: float, high: float, *, low_open: bool = False,
+             high_open: bool = False) -> float:
+    """Check ``low <(=) value <(=) high`` and return the value as a float."""
+    x = real(value, name)
+    ok_low = x > low if low_open else x >= low
+    ok_high = x < high if high_open else x <= high
+    if not (ok_low and ok_high):
+        lb = "(" if low_open else "["
+        rb = ")" if high_open else "]"
+        raise _fail(name, value, f"a number in {lb}{_fmt(low)}, {_fmt(high)}{rb}")
+    return x
+
+
+def positive(value, name: str, *, allow_inf: bool = False) -> float:
+    """A strictly positive number (finite unless ``allow_inf``)."""
+    return in_range(value, name, 0.0, math.inf, low_open=True, high_open=not allow_inf)
+
+
+def probability(value, name: str) -> float:
+    """A sampling probability / ratio in [0, 1]."""
+    return in_range(value, name, 0.0, 1.0)
+
+
+def delta(value, name: str = "delta") -> float:
+    """A target delta in the open interval (0, 1)."""
+    return in_range(value, name, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
+    """An integer (int, numpy integer or integral float) in [low, high]."""
+    if isinstance(value, bool):
+        raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        k = int(value)
+    elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(float(value)) \
+            and float(value).is_integer():
+        k = int(value)
+    else:
+        raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
+    if not (low <= k <= high):
+        raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
+    return k
+
+
+def orders_array(alpha, name: str = "alpha", *, integer_only: bool = False,
+                 low: float = 1.0, max_order: float = math.inf) -> np.ndarray:
+    """Validate one order or an array of Rényi orders (> ``low``; integers >= 2 if asked)."""
+    try:
+        arr = np.asarray(alpha, dtype=float)
+    except (TypeError, ValueError):
+        raise _fail(name, alpha, "a real number or an array of real numbers") from None
+    if arr.size == 0:
+        raise _fail(name, alpha, "at least one order")
+    if np.isnan(arr).any():
+        raise _fail(name, alpha, "orders without NaN")
+    if integer_only:
+        bad = (arr != np.round(arr)) | (arr < 2) | ~np.isfinite(arr) | (arr > max_order)
+        if bad.any():
+            v = arr[bad].flat[0]
+            raise _fail(name, _scalar(v), f"an integer order in [2, {_fmt(max_order)}]")
+    else:
+        bad = (arr <= low) | ~np.isfinite(arr) | (arr > max_order)
+        if bad.any():
+            v = arr[bad].flat[0]
+            raise _fail(name, _scalar(v), f"an order in ({_fmt(low)}, {_fmt(max_order)}]")
+    return arr
+
+
+def _scalar(v):
+    v = float(v)
+    return int(v) if v.is_integer() else v
+
+
+def _fmt(x: float) -> str:
+    if x == math.inf:
+        return "inf"
+    if x == -math.inf:
+        return "-inf"
+    if float(x).is_integer():
+        return str(int(x))
+    return repr(float(x))

@@ -1,0 +1,218 @@
+"""A privacy accountant that composes heterogeneous Gaussian events and reports eps(delta).
+
+Composition is adaptive (DIFF2 Lemma B.3 / Mironov 2017 Prop. 1: RDP adds at every order).
+``get_epsilon`` answers with the tightest sound method available:
+
+* every event a full-batch Gaussian -> exact GDP (Balle & Wang 2018): ``mu = sqrt(sum 1/z_i^2)``;
+* otherwise RDP: the total curve on a grid of orders, converted with the chosen conversion, and,
+  when every event allows real orders (Gaussian, Poisson), refined over the real order around
+  the best grid order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize
+
+from . import _validate
+from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
+from .events import (
+    ADD_REMOVE,
+    REPLACE_ONE,
+    GaussianEvent,
+    PoissonSampledGaussianEvent,
+    WORSampledGaussianEvent,
+)
+from .gdp import gdp_epsilon
+
+__all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
+
+#: Integer orders used by default (fractional orders are reached by refinement).
+DEFAULT_ORDERS = tuple(float(a) for a in
+                       list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
+                                             320, 384, 448, 512, 640, 768, 1024])
+
+_EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent)
+
+
+@dataclass(frozen=True)
+class EpsilonReport:
+    """The answer to "what eps do these events spend at this delta", with how it was obtained."""
+
+    epsilon: float
+    delta: float
+    method: str            # "gdp" (exact) or "rdp"
+    conversion: str | None  # RDP -> DP conversion, None for gdp
+    order: float | None     # optimal RDP order, None for gdp
+    notes: tuple = field(default=())
+
+
+class PrivacyAccountant:
+    """Compose privacy events; report ``eps(delta)``.
+
+    >>> acc = PrivacyAccountant()
+    >>> acc.compose(GaussianEvent(10.0), count=100)  # doctest: +ELLIPSIS
+    <accountant.accountant.PrivacyAccountant object at ...>
+    >>> round(acc.get_epsilon(1e-5), 6)   # exact: 1-GDP
+    4.377178
+    """
+
+    def __init__(self, orders=None):
+        if orders is None:
+            orders = DEFAULT_ORDERS
+        self._orders = np.unique(_validate.orders_array(orders, "orders").ravel())
+        self._events: list[tuple[object, int]] = []
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def events(self) -> tuple:
+        """The composed ``(event, count)`` pairs, in order."""
+        return tuple(self._events)
+
+    @property
+    def neighboring_relation(self) -> str | None:
+        rels = {e.neighboring_relation for e, _ in self._events} - {None}
+        return rels.pop() if rels else None
+
+    @property
+    def is_full_batch_gaussian(self) -> bool:
+        """True when every event is a full-batch Gaussian (then GDP is exact)."""
+        return all(isinstance(e, GaussianEvent) for e, _ in self._events)
+
+    def compose(self, event, count: int = 1) -> "PrivacyAccountant":
+        """Add ``count`` adaptive repetitions of ``event``.
+
+        The whole request is validated before any state changes: an invalid event or count, or an
+        event whose neighbouring relation differs from the events already composed (Poisson
+        sampling is analysed under add/remove, sampling without replacement under replace-one),
+        raises ``ValueError`` and leaves the accountant as it was.
+        """
+        if not isinstance(event, _EVENT_TYPES):
+            raise ValueError(f"event={event!r} is not allowed: expected one of "
+                             f"{', '.join(t.__name__ for t in _EVENT_TYPES)}.")
+        k = _validate.integer(count, "count", low=0)
+        current = self.neighboring_relation
+        if event.neighboring_relation is not None and current is not None \
+                and event.neighboring_relation != current:
+            raise ValueError(f"event={event!r} is not allowed: its neighbouring relation "
+                             f"({event.neighboring_relation}) differs from the composed events' "
+                             f"({current}); guarantees under different relations do not compose.")
+        if k:
+            self._events.append((event, k))
+        return self
+
+    # -- analysis -----------------------------------------------------------------------------
+    def rdp(self, orders=None) -> np.ndarray:
+        """Total RDP at ``orders`` (default: the accountant's orders)."""
+        a = self._orders if orders is None else np.atleast_1d(_validate.orders_array(orders, "orders"))
+        total = np.zeros(a.shape, dtype=float)
+        for ev, k in self._events:
+            total = total + k * ev.rdp(a)
+        return total
+
+    def gdp_mu(self) -> float:
+        """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions)."""
+        if not self.is_full_batch_gaussian:
+            raise ValueError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
+        return math.sqrt(sum(k / e.noise_multiplier ** 2 for e, k in self._events))
+
+    def _linear_slope(self) -> float:
+        return sum(k / (2.0 * e.noise_multiplier ** 2) for e, k in self._events)
+
+    def get_epsilon(self, delta, method: str = "auto", conversion: str = "improved") -> float:
+        """``eps`` spent at ``delta`` (see :meth:`epsilon_report`)."""
+        return self.epsilon_report(delta, method, conversion).epsilon
+
+    def epsilon_report(self, delta, method: str = "auto", conversion: str = "improved") -> EpsilonReport:
+        """``eps(delta)`` with the method, order and conversion that produced it.
+
+        Args:
+          delta: target delta in (0, 1).
+          method: ``"auto"`` (GDP when exact, else RDP), ``"gdp"`` or ``"rdp"``.
+          conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
+        """
+        d = _validate.delta(delta)
+        if method not in ("auto", "gdp", "rdp"):
+            raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'gdp' or 'rdp'.")
+        if conversion not in CONVERSIONS:
+            raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
+        if not self._events:
+            return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
+        if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):
+            mu = self.gdp_mu()
+            return EpsilonReport(gdp_epsilon(mu, d), d, "gdp", None, None, (f"mu={mu:.12g}",))
+        if self.is_full_batch_gaussian:
+            eps, order = best_epsilon_linear(self._linear_slope(), d, conversion)
+            return EpsilonReport(eps, d, "rdp", conversion, order,
+                                 ("linear RDP curve: optimum over real orders",))
+        eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
+        notes = []
+        if order == self._orders.max():
+            notes.append("optimal order at the top of the grid: pass larger orders for a tighter eps")
+        integer_only = any(e.integer_orders_only for e, _ in self._events)
+        if not integer_only and math.isfinite(eps):
+            eps, order = self._refine(eps, order, d, conversion)
+            notes.append("order refined over real values")
+        return EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
+
+    def _refine(self, eps0: float, order0: float, d: float, conversion: str):
+        """Minimise eps over real orders in the grid cell around ``order0`` (bounded Brent)."""
+        grid = self._orders
+        i = int(np.searchsorted(grid, order0))
+        lo = grid[i - 1] if i > 0 else 1.0 + (order0 - 1.0) * 1e-3
+        hi = grid[i + 1] if i + 1 < grid.size else order0
+        if hi <= lo:
+            return eps0, order0
+
+        def f(a):
+            return float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))
+
+        res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded",
+                                       options={"xatol": 1e-6 * max(1.0, order0)})
+        if res.success and res.fun < eps0:
+            return float(res.fun), float(res.x)
+        return eps0, order0
+
+    # -- interoperability ---------------------------------------------------------------------
+    def to_dp_event(self):
+        """The composition as a dp-accounting ``ComposedDpEvent`` (imports dp_accounting lazily)."""
+        import dp_accounting
+
+        return dp_accounting.ComposedDpEvent(
+            [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in self._events])
+
+    def cross_check(self, delta) -> dict:
+        """Our eps beside dp-accounting's (RDP, and PLD where it supports the events).
+
+        Returns a dict with keys ``ours`` (the :meth:`epsilon_report` value), ``ours_method``,
+        ``ours_rdp`` (our RDP answer with the improved conversion), ``dp_accounting_rdp``,
+        ``dp_accounting_pld`` (None where unsupported) and ``notes``.
+        """
+        import dp_accounting
+        from dp_accounting.pld import pld_privacy_accountant
+        from dp_accounting.rdp import rdp_privacy_accountant
+
+        d = _validate.delta(delta)
+        ours = self.epsilon_report(d)
+        ours_rdp = self.epsilon_report(d, method="rdp")
+        rel = self.neighboring_relation
+        nr = dp_accounting.NeighboringRelation
+        relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
+        event = self.to_dp_event()
+        notes = []
+        rdp_acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
+        rdp_acc.compose(event)
+        dpa_rdp = float(rdp_acc.get_epsilon(d))
+        dpa_pld = None
+        if rel == REPLACE_ONE:
+            notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
+        else:
+            pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=nr.ADD_OR_REMOVE_ONE)
+            pld.compose(event)
+            dpa_pld = float(pld.get_epsilon(d))
+        return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
+                "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld,
+                "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

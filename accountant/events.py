@@ -1,0 +1,147 @@
+"""Privacy events: small frozen descriptions of what a mechanism releases.
+
+Events only describe; :class:`accountant.PrivacyAccountant` analyses.  Every event validates
+itself at construction, so an accountant never holds an invalid event.
+
+Noise multipliers are always ``noise std / L2-sensitivity`` of the released vector under the
+event's neighbouring relation (replace-one for sampling without replacement, add/remove for
+Poisson sampling; a full-batch Gaussian only needs its sensitivity to be the one of the
+relation the user reports under).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from . import _validate
+from .gaussian import gaussian_rdp
+from .poisson import poisson_gaussian_rdp
+from .subsampling import subsampled_gaussian_rdp_wor
+
+__all__ = [
+    "GaussianEvent",
+    "WORSampledGaussianEvent",
+    "PoissonSampledGaussianEvent",
+    "REPLACE_ONE",
+    "ADD_REMOVE",
+]
+
+REPLACE_ONE = "replace-one"
+ADD_REMOVE = "add/remove"
+
+
+@dataclass(frozen=True)
+class GaussianEvent:
+    """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6)."""
+
+    noise_multiplier: float
+
+    #: a full-batch Gaussian composes under either relation
+    neighboring_relation = None
+    #: RDP is linear in alpha and real orders are allowed
+    integer_orders_only = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "noise_multiplier",
+                           _validate.positive(self.noise_multiplier, "noise_multiplier"))
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
+
+    def to_dp_event(self):
+        import dp_accounting
+
+        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class WORSampledGaussianEvent:
+    """Gaussian release on a subsample of fixed size drawn WITHOUT replacement (replace-one).
+
+    ``sampling_ratio = b / n``.  ``bound`` selects WBK19 Thm 27 (default, Gaussian-specific) or
+    Thm 9 (= DIFF2 Lemma B.7).  The accountant also caps the result by the un-subsampled
+    Gaussian RDP ``alpha / (2 z^2)`` (subsampling never hurts: joint convexity of
+    ``exp((alpha-1) D_alpha)`` over the coupling of the two subsamples).
+    Only integer orders are used (Thm 9 and Thm 27 are stated for integer alpha).
+    """
+
+    sampling_ratio: float
+    noise_multiplier: float
+    bound: str = "thm27"
+    sample_size: int | None = None
+    dataset_size: int | None = None
+
+    neighboring_relation = REPLACE_ONE
+    integer_orders_only = True
+
+    def __post_init__(self):
+        g = _validate.probability(self.sampling_ratio, "sampling_ratio")
+        z = _validate.positive(self.noise_multiplier, "noise_multiplier")
+        if self.bound not in ("thm27", "thm9"):
+            raise ValueError(f"bound={self.bound!r} is not allowed: expected 'thm27' or 'thm9'.")
+        if (self.sample_size is None) != (self.dataset_size is None):
+            raise ValueError("sample_size and dataset_size must be given together (or neither).")
+        if self.sample_size is not None:
+            n = _validate.integer(self.dataset_size, "dataset_size", low=1)
+            b = _validate.integer(self.sample_size, "sample_size", low=0, high=n)
+            if not math.isclose(b / n, g, rel_tol=1e-12, abs_tol=0.0) and not (b == 0 and g == 0):
+                raise ValueError(f"sampling_ratio={g!r} is not allowed: expected sample_size/dataset_size="
+                                 f"{b}/{n}={b / n!r}.")
+            object.__setattr__(self, "sample_size", b)
+            object.__setattr__(self, "dataset_size", n)
+        object.__setattr__(self, "sampling_ratio", g)
+        object.__setattr__(self, "noise_multiplier", z)
+
+    @classmethod
+    def from_sizes(cls, sample_size: int, dataset_size: int, noise_multiplier: float,
+                   bound: str = "thm27") -> "WORSampledGaussianEvent":
+        n = _validate.integer(dataset_size, "dataset_size", low=1)
+        b = _validate.integer(sample_size, "sample_size", low=0, high=n)
+        return cls(b / n, noise_multiplier, bound, b, n)
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        sub = np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio,
+                                                     self.noise_multiplier, self.bound), dtype=float)
+        return np.minimum(sub, np.asarray(orders, dtype=float) / (2.0 * self.noise_multiplier ** 2))
+
+    def to_dp_event(self):
+        import dp_accounting
+
+        if self.sample_size is not None:
+            b, n = self.sample_size, self.dataset_size
+        else:
+            fr = Fraction(self.sampling_ratio).limit_denominator(10 ** 9)
+            b, n = fr.numerator, fr.denominator
+        return dp_accounting.SampledWithoutReplacementDpEvent(
+            n, b, dp_accounting.GaussianDpEvent(self.noise_multiplier))
+
+
+@dataclass(frozen=True)
+class PoissonSampledGaussianEvent:
+    """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove)."""
+
+    sampling_probability: float
+    noise_multiplier: float
+
+    neighboring_relation = ADD_REMOVE
+    integer_orders_only = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "sampling_probability",
+                           _validate.probability(self.sampling_probability, "sampling_probability"))
+        object.__setattr__(self, "noise_multiplier",
+                           _validate.positive(self.noise_multiplier, "noise_multiplier"))
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        return np.asarray(poisson_gaussian_rdp(orders, self.sampling_probability,
+                                               self.noise_multiplier), dtype=float)
+
+    def to_dp_event(self):
+        import dp_accounting
+
+        return dp_accounting.PoissonSampledDpEvent(
+            self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))

@@ -1,0 +1,1 @@
+"""PyTorch reference optimizers driven by the calibrated noise (built on :mod:`mechanisms`)."""

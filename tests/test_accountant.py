@@ -1,0 +1,65 @@
+"""The composing accountant against dp-accounting and closed forms."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+from dp_accounting import NeighboringRelation
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from accountant import (
+    GaussianEvent,
+    PoissonSampledGaussianEvent,
+    PrivacyAccountant,
+    WORSampledGaussianEvent,
+    gdp_epsilon,
+)
+
+
+def test_full_batch_gaussian_is_exact_gdp():
+    acc = PrivacyAccountant().compose(GaussianEvent(10.0), 100)  # mu = 1
+    rep = acc.epsilon_report(1e-5)
+    assert rep.method == "gdp"
+    assert rep.epsilon == pytest.approx(gdp_epsilon(1.0, 1e-5), rel=1e-15)
+    assert acc.get_epsilon(1e-5, method="rdp") > rep.epsilon
+
+
+def test_heterogeneous_gaussians_mu():
+    acc = PrivacyAccountant().compose(GaussianEvent(2.0), 3).compose(GaussianEvent(5.0), 50)
+    assert acc.gdp_mu() == pytest.approx(math.sqrt(3 / 4 + 50 / 25), rel=1e-15)
+
+
+def test_poisson_matches_dp_accounting_and_is_not_looser():
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 10_000)
+    cc = acc.cross_check(1e-5)
+    assert cc["ours"] <= cc["dp_accounting_rdp"] + 1e-9
+    assert cc["ours"] == pytest.approx(cc["dp_accounting_rdp"], rel=1e-3)
+    assert cc["dp_accounting_pld"] < cc["ours"]  # PLD is tighter than any RDP bound
+
+
+def test_wor_matches_dp_accounting_rdp():
+    ev = WORSampledGaussianEvent.from_sizes(10, 1000, 1.0)
+    acc = PrivacyAccountant().compose(ev, 1000)
+    dpa = rdp_privacy_accountant.RdpAccountant(orders=list(range(2, 65)),
+                                               neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    dpa.compose(acc.to_dp_event())
+    cc = acc.cross_check(1e-5)
+    assert cc["dp_accounting_pld"] is None and cc["notes"]
+    assert cc["ours"] == pytest.approx(dpa.get_epsilon(1e-5), rel=1e-9)
+
+
+def test_mixed_gaussian_and_poisson():
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.02, 1.1), 150).compose(GaussianEvent(20.0), 4)
+    cc = acc.cross_check(1e-5)
+    assert cc["ours_method"] == "rdp"
+    assert cc["ours"] <= cc["dp_accounting_rdp"] * (1 + 1e-9)
+
+
+def test_empty_accountant_spends_nothing():
+    assert PrivacyAccountant().get_epsilon(1e-5) == 0.0
+
+
+def test_importing_accountant_does_not_import_torch():
+    code = "import sys, accountant; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

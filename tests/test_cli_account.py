@@ -1,0 +1,42 @@
+"""`dpcalib account` run as a subprocess."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from accountant import PoissonSampledGaussianEvent, PrivacyAccountant, gdp_epsilon
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "dpcalib", *args], capture_output=True, text=True)
+
+
+def test_account_json_equals_api():
+    r = run("account", "--poisson", "0.01:1.0:1000", "--delta", "1e-5", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    api = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 1000).get_epsilon(1e-5)
+    assert out["epsilon"] == pytest.approx(api, rel=1e-12)
+    assert out["method"] == "rdp"
+
+
+def test_account_gaussian_is_exact():
+    r = run("account", "--gaussian", "10:100", "--delta", "1e-5", "--json")
+    assert json.loads(r.stdout)["epsilon"] == pytest.approx(gdp_epsilon(1.0, 1e-5), rel=1e-12)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["account", "--poisson", "1.5:1:3", "--delta", "1e-5"], "sampling_probability=1.5"),
+    (["account", "--poisson", "a:1:3", "--delta", "1e-5"], "--poisson='a:1:3'"),
+    (["account", "--gaussian", "1:10", "--delta", "1"], "delta=1.0"),
+    (["account", "--delta", "1e-5"], "at least one of"),
+    (["account", "--gaussian", "1:10"], "--delta"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_one_line_exit_2(args, fragment):
+    r = run(*args)
+    assert r.returncode == 2
+    assert fragment in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
