@@ -117,22 +117,26 @@ class PrivacyAccountant:
         """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions)."""
         if not self.is_full_batch_gaussian:
             raise ValueError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
-        return math.sqrt(sum(k / e.noise_multiplier ** 2 for e, k in self._events))
+        return math.sqrt(sum(k / (e.noise_multiplier * e.noise_multiplier) for e, k in self._events))
 
     def _linear_slope(self) -> float:
-        return sum(k / (2.0 * e.noise_multiplier ** 2) for e, k in self._events)
+        return sum(k / (2.0 * e.noise_multiplier * e.noise_multiplier) for e, k in self._events)
 
-    def get_epsilon(self, delta, method: str = "auto", conversion: str = "improved") -> float:
+    def get_epsilon(self, delta, method: str = "auto", conversion: str = "improved",
+                    refine: bool = True) -> float:
         """``eps`` spent at ``delta`` (see :meth:`epsilon_report`)."""
-        return self.epsilon_report(delta, method, conversion).epsilon
+        return self.epsilon_report(delta, method, conversion, refine).epsilon
 
-    def epsilon_report(self, delta, method: str = "auto", conversion: str = "improved") -> EpsilonReport:
+    def epsilon_report(self, delta, method: str = "auto", conversion: str = "improved",
+                       refine: bool = True) -> EpsilonReport:
         """``eps(delta)`` with the method, order and conversion that produced it.
 
         Args:
           delta: target delta in (0, 1).
           method: ``"auto"`` (GDP when exact, else RDP), ``"gdp"`` or ``"rdp"``.
           conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
+          refine: refine the optimal order over real values when every event allows it
+            (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
         """
         d = _validate.delta(delta)
         if method not in ("auto", "gdp", "rdp"):
@@ -153,7 +157,7 @@ class PrivacyAccountant:
         if order == self._orders.max():
             notes.append("optimal order at the top of the grid: pass larger orders for a tighter eps")
         integer_only = any(e.integer_orders_only for e, _ in self._events)
-        if not integer_only and math.isfinite(eps):
+        if refine and not integer_only and math.isfinite(eps):
             eps, order = self._refine(eps, order, d, conversion)
             notes.append("order refined over real values")
         return EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))

@@ -1,0 +1,346 @@
+"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (Murata & Suzuki, ICML 2023): privacy events and calibration.
+
+Noise levels follow the paper: ``sigma1`` (restart rounds), ``sigma2`` (difference rounds),
+``sigma3`` (BVR-L-SGD local steps) are noise std divided by the clipping radius (``C1``,
+``C_{2,r}``, ``C_{3,k,r}``).  With replace-one sensitivity ``2C/(n_min P)`` (Lemma C.1) the
+noise multipliers are ``z1 = sigma1 n_min P / 2``, ``z2 = sigma2 n_min P / 2`` and, for the local
+steps (sensitivity ``2 C_{3,k,r} / b``, Lemma E.1), ``z3 = sigma3 b / 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent, best_epsilon
+from accountant import _validate as v
+from accountant import gdp_mu, subsampled_rdp_wor
+
+from ._report import CalibrationReport, METHODS, paper_warning
+from ._solve import smallest_scale
+
+__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+
+SIGMA4_NOTE = ("Algorithm 4 lists sigma4 but never adds noise with it: its outputs are "
+               "post-processing of already-private releases (spec 3 E1); no sigma4 is needed.")
+SIGMA3_NOTE = "no local steps in DIFF2-GD / DP-GD (sigma3 belongs to DIFF2-BVR-L-SGD)"
+
+
+def _check_target(epsilon, delta, method):
+    e = v.positive(epsilon, "epsilon")
+    d = v.delta(delta)
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not allowed: expected one of {METHODS}.")
+    return e, d
+
+
+def _paper_alpha(eps: float, delta: float) -> int:
+    """DIFF2 Prop. 4.1 / E.2: alpha = 1 + ceil(2 log(1/delta) / eps)."""
+    return 1 + math.ceil(2.0 * math.log(1.0 / delta) / eps)
+
+
+@dataclass(frozen=True)
+class DIFF2GD:
+    """DIFF2-GD (Algorithms 1-3): ``R`` rounds, restart every ``T``, ``P`` clients, smallest local
+    dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch)."""
+
+    rounds: int
+    restart_interval: int
+    clients: int
+    n_min: int
+
+    name = "diff2-gd"
+
+    def __post_init__(self):
+        r = v.integer(self.rounds, "rounds", low=1)
+        v.integer(self.restart_interval, "restart_interval", low=1)
+        if self.restart_interval > r:
+            raise ValueError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
+                             f"in [1, rounds={r}] (T > R leaves no restart after the first round).")
+        v.integer(self.clients, "clients", low=1)
+        v.integer(self.n_min, "n_min", low=1)
+
+    # -- shape --------------------------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        """Restart rounds r = 1, T+1, 2T+1, ...: ceil(R/T)."""
+        return -(-self.rounds // self.restart_interval)
+
+    @property
+    def differences(self) -> int:
+        return self.rounds - self.restarts
+
+    def _z(self, sigma: float) -> float:
+        return sigma * self.n_min * self.clients / 2.0
+
+    # -- accounting ---------------------------------------------------------------------------
+    def accountant(self, sigma1, sigma2=None) -> PrivacyAccountant:
+        """The privacy events of a run with these noise levels (Lemma C.1, adaptive composition)."""
+        s1 = v.positive(sigma1, "sigma1")
+        acc = PrivacyAccountant().compose(GaussianEvent(self._z(s1)), self.restarts)
+        if self.differences:
+            s2 = v.positive(sigma2, "sigma2")
+            acc.compose(GaussianEvent(self._z(s2)), self.differences)
+        return acc
+
+    def epsilon(self, delta, sigma1, sigma2=None, method="auto", conversion="improved"):
+        """eps spent at ``delta`` by these noise levels (exact GDP by default)."""
+        return self.accountant(sigma1, sigma2).epsilon_report(delta, method, conversion)
+
+    def _slope(self, s1, s2) -> float:
+        """RDP(alpha) = alpha * slope (Prop. 4.1's expression with n_min)."""
+        c = 2.0 / (self.n_min * self.clients) ** 2
+        out = c * self.restarts / s1 ** 2
+        if self.differences:
+            out += c * self.differences / s2 ** 2
+        return out
+
+    # -- calibration --------------------------------------------------------------------------
+    def paper_sigmas(self, epsilon, delta, u=1.25):
+        """DIFF2 Prop. 4.1 as printed: ``(alpha, sigma1, sigma2)``."""
+        e, d = _check_target(epsilon, delta, "paper")
+        uu = self._check_u(u)
+        a = _paper_alpha(e, d)
+        n2p2 = (self.n_min * self.clients) ** 2
+        s1 = math.sqrt(4.0 * uu * a * self.restarts / (n2p2 * e))
+        s2 = math.sqrt(4.0 * uu / (uu - 1.0) * a * self.differences / (n2p2 * e)) if self.differences else None
+        return a, s1, s2
+
+    def _check_u(self, u) -> float:
+        if self.differences == 0:  # T = 1: DP-GD, u -> 1 is exact (spec 2 E5)
+            uu = v.in_range(u, "u", 1.0, math.inf, high_open=True)
+            return uu if uu > 1.0 else 1.0
+        return v.in_range(u, "u", 1.0, math.inf, low_open=True, high_open=True)
+
+    def calibrate(self, epsilon, delta, method="tight", u=1.25, shares=None) -> CalibrationReport:
+        """Noise levels ``sigma1, sigma2`` for an ``(epsilon, delta)`` target.
+
+        Split of the budget: ``u`` as in Prop. 4.1 (restart rounds get ``1/u`` of the RDP budget,
+        difference rounds ``(u-1)/u``), or ``shares=(s1, s2)`` with ``s1 + s2 = 1``, which is
+        ``u = 1/s1``.  ``"paper"``: Prop. 4.1 verbatim (alpha = 1 + ceil(2 log(1/delta)/eps)).
+        ``"tight"``: the same ratio sigma1/sigma2, scaled down until the exact GDP eps equals the
+        target (never above it).
+        """
+        e, d = _check_target(epsilon, delta, method)
+        if shares is not None:
+            u = self._u_from_shares(shares)
+        a, p1, p2 = self.paper_sigmas(e, d, u)
+        warns = []
+        if method == "paper":
+            s1, s2 = p1, p2
+            slope = self._slope(s1, s2)
+            achieved = a * slope + math.log(1.0 / d) / (a - 1.0)
+            order, conv, accounting = float(a), "mironov", "rdp (Prop. 4.1 at the paper's alpha, Lemma B.4)"
+        else:
+            # GDP: mu scales as 1/noise, so the common factor is closed-form; then verified.
+            t = math.sqrt(2.0 * self._slope(p1, p2)) / gdp_mu(e, d)
+
+            def eps_at(k):
+                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k).epsilon
+            if eps_at(t) > e:  # rounding: step to the feasible side
+                t = smallest_scale(eps_at, e, start=t, rtol=1e-12)
+            s1, s2 = p1 * t, (None if p2 is None else p2 * t)
+            achieved, order, conv, accounting = None, None, None, "gdp (exact)"
+        certified = self.epsilon(d, s1, s2).epsilon
+        if achieved is None:
+            achieved = certified
+        noise = {"sigma1": s1, "sigma2": s2, "sigma3": None, "sigma4": None}
+        notes = {"sigma3": SIGMA3_NOTE, "sigma4": "no local steps in DIFF2-GD (sigma4 is unused even in Algorithm 4)",
+                 "z1": self._z(s1), "z2": None if s2 is None else self._z(s2), "u": u}
+        if s2 is None:
+            notes["sigma2"] = "T = 1: every round is a restart round (DP-GD); no difference rounds"
+        return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
+                                 accounting, tuple(warns), notes)
+
+    @staticmethod
+    def _u_from_shares(shares) -> float:
+        try:
+            s1, s2 = (float(x) for x in shares)
+        except (TypeError, ValueError):
+            raise ValueError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.") from None
+        if not (s1 > 0 and s2 > 0 and abs(s1 + s2 - 1.0) < 1e-9):
+            raise ValueError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.")
+        return 1.0 / s1
+
+
+@dataclass(frozen=True)
+class DPGD:
+    """DP-GD, the DIFF2 baseline (= DIFF2-GD with T = 1, u -> 1): ``sigma1`` only."""
+
+    rounds: int
+    clients: int
+    n_min: int
+
+    name = "dp-gd"
+
+    def __post_init__(self):
+        v.integer(self.rounds, "rounds", low=1)
+        v.integer(self.clients, "clients", low=1)
+        v.integer(self.n_min, "n_min", low=1)
+
+    @property
+    def _as_diff2(self) -> DIFF2GD:
+        return DIFF2GD(self.rounds, 1, self.clients, self.n_min)
+
+    def accountant(self, sigma1) -> PrivacyAccountant:
+        return self._as_diff2.accountant(sigma1)
+
+    def epsilon(self, delta, sigma1, method="auto", conversion="improved"):
+        return self._as_diff2.epsilon(delta, sigma1, None, method, conversion)
+
+    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+        """``"paper"``: sigma1^2 = 4 alpha R / (n_min^2 P^2 eps) (Prop. 4.1, T = 1, u -> 1);
+        ``"tight"``: exact GDP."""
+        rep = self._as_diff2.calibrate(epsilon, delta, method, u=1.0)
+        notes = dict(rep.notes)
+        notes["sigma2"] = "DP-GD has no difference rounds"
+        return CalibrationReport(self.name, rep.method, rep.epsilon, rep.delta, rep.noise, rep.achieved_epsilon,
+                                 rep.certified_epsilon, rep.order, rep.conversion, rep.accounting, rep.warnings, notes)
+
+
+@dataclass(frozen=True)
+class DIFF2BVR:
+    """DIFF2-BVR-L-SGD (Algorithm 4): DIFF2-GD plus, each round, ``K`` local steps on ONE client
+    (round robin, ``p_r = 1 + r % P``) with minibatches of ``b`` records drawn without replacement.
+
+    Privacy events per client (Prop. E.2): the DIFF2 rounds, and ``ceil(R/P)`` rounds of local
+    steps each with a subsampled Gaussian (``gamma = b / n_min``, replace-one).  The paper counts
+    ``K`` local noisy steps per round; the algorithm adds noise at k = 2..K, i.e. ``K - 1`` steps
+    (spec 3(c)): paper mode uses ``K``, tight mode ``K - 1``.
+    """
+
+    rounds: int
+    restart_interval: int
+    clients: int
+    n_min: int
+    local_steps: int
+    batch_size: int
+
+    name = "diff2-bvr"
+
+    def __post_init__(self):
+        DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)
+        v.integer(self.local_steps, "local_steps", low=1)
+        v.integer(self.batch_size, "batch_size", low=1)
+        if self.batch_size > self.n_min:
+            raise ValueError(f"batch_size={self.batch_size!r} is not allowed: expected an integer in "
+                             f"[1, n_min={self.n_min}] (b > n_min: a minibatch larger than the local dataset).")
+
+    @property
+    def _gd(self) -> DIFF2GD:
+        return DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)
+
+    @property
+    def local_rounds(self) -> int:
+        """Rounds in which one client does local work: ceil(R/P)."""
+        return -(-self.rounds // self.clients)
+
+    @property
+    def gamma(self) -> float:
+        return self.batch_size / self.n_min
+
+    def _z3(self, sigma3: float) -> float:
+        return sigma3 * self.batch_size / 2.0
+
+    def accountant(self, sigma1, sigma2, sigma3, *, noisy_steps=None, bound="thm27") -> PrivacyAccountant:
+        """Events of a run.  ``noisy_steps`` per local round defaults to the true ``K - 1``."""
+        s3 = v.positive(sigma3, "sigma3")
+        k = self.local_steps - 1 if noisy_steps is None else noisy_steps
+        acc = self._gd.accountant(sigma1, sigma2)
+        if k:
+            acc.compose(WORSampledGaussianEvent.from_sizes(self.batch_size, self.n_min, self._z3(s3), bound),
+                        k * self.local_rounds)
+        return acc
+
+    def epsilon(self, delta, sigma1, sigma2, sigma3, conversion="improved"):
+        return self.accountant(sigma1, sigma2, sigma3).epsilon_report(delta, "rdp", conversion)
+
+    # -- paper --------------------------------------------------------------------------------
+    def paper_rdp(self, alpha: int, sigma1, sigma2, sigma3) -> float:
+        """Prop. E.2's RDP at integer ``alpha``, with ``eps'`` from Lemma B.7 (exact sum) and K steps."""
+        gd = self._gd.accountant(sigma1, sigma2).rdp([alpha])[0]
+        b2s = self.batch_size ** 2 * sigma3 ** 2
+        local = subsampled_rdp_wor(alpha, self.gamma, lambda j: 2.0 * np.asarray(j) / b2s)
+        return gd + self.local_steps * self.local_rounds * local
+
+    def simple_sigma3(self, epsilon, delta):
+        """The explicit sigma3 of Prop. E.2's proof (Lemma B.8 with c = 1):
+        ``sigma3^2 = max{(8/3)(4+e) alpha^2/(alpha-1) * 6 K ceil(R/P)/(n_min^2 eps), 6 alpha/b^2}``.
+        Returns ``(sigma3, term1, term2, conditions_ok, largest_feasible_b)``."""
+        e, d = _check_target(epsilon, delta, "paper")
+        a = _paper_alpha(e, d)
+        n = self.n_min
+        term1 = (8.0 / 3.0) * (4.0 + math.e) * a * a / (a - 1.0) * 6.0 * self.local_steps * self.local_rounds / (n * n * e)
+        term2 = 6.0 * a / self.batch_size ** 2
+        s3sq = max(term1, term2)
+        ok = self._b_conditions(self.batch_size, a, s3sq)
+        best_b = max((bb for bb in range(1, n + 1)
+                      if self._b_conditions(bb, a, max(term1, 6.0 * a / bb ** 2))), default=None)
+        return math.sqrt(s3sq), term1, term2, ok, best_b
+
+    def _b_conditions(self, b: int, a: int, s3sq: float) -> bool:
+        n = self.n_min
+        return b <= n / (2.0 * math.e * a) and b <= (4.0 * n / (a * s3sq)) ** (1.0 / 3.0)
+
+    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0) -> CalibrationReport:
+        """``sigma1..sigma3`` (``sigma4`` reported as not needed).
+
+        ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, spec 3 E4; the simple
+        sigma3 bound needs 1/u1 + 1/u2 <= 2/3, spec 3 E5, else sigma3 solves Prop. E.2's condition
+        ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
+        ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
+        until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the target.
+        """
+        e, d = _check_target(epsilon, delta, method)
+        uu1 = v.in_range(u1, "u1", 1.0, math.inf, low_open=True, high_open=True)
+        uu2 = v.in_range(u2, "u2", 1.0, math.inf, low_open=True, high_open=True)
+        slack = 1.0 - 1.0 / uu1 - 1.0 / uu2
+        if slack <= 0:
+            raise ValueError(f"u1={u1!r}, u2={u2!r} are not allowed: Prop. E.2 needs 1/u1 + 1/u2 < 1 "
+                             f"(here 1 - 1/u1 - 1/u2 = {slack:.6g}, so no sigma3 exists; spec 3 E4). "
+                             "The u = 1.25 of the DIFF2-GD experiments is not usable here; e.g. u1 = u2 = 3.")
+        emit = method == "paper"
+        warns = []
+        a = _paper_alpha(e, d)
+        n2p2 = (self.n_min * self.clients) ** 2
+        gd = self._gd
+        p1 = math.sqrt(4.0 * uu1 * a * gd.restarts / (n2p2 * e))
+        p2 = math.sqrt(4.0 * uu2 * a * gd.differences / (n2p2 * e)) if gd.differences else None
+        p3, term1, term2, ok, best_b = self.simple_sigma3(e, d)
+        if slack < 1.0 / 3.0 - 1e-12:
+            warns.append(paper_warning("3 E5", f"the simple sigma3 bound assumes 1/u1 + 1/u2 <= 2/3 (here "
+                                       f"{1 / uu1 + 1 / uu2:.6g}); sigma3 solved from Prop. E.2's condition "
+                                       "with the exact Lemma B.7 instead", emit=emit))
+            target_local = slack * e / (2.0 * self.local_steps * self.local_rounds)
+            b2 = self.batch_size ** 2
+
+            def local_eps(s3):
+                return subsampled_rdp_wor(a, self.gamma, lambda j: 2.0 * np.asarray(j) / (b2 * s3 * s3))
+            p3 = smallest_scale(local_eps, target_local, start=p3)
+        elif not ok:
+            warns.append(paper_warning("3 E7", f"b={self.batch_size} violates the simple sigma3 bound's conditions "
+                                       f"b <= n_min/(2 e alpha) and b <= (4 n_min/(alpha sigma3^2))^(1/3) "
+                                       f"(largest b that satisfies them: {best_b}); Lemma B.8 is not certified "
+                                       "here, eps is recomputed with the exact Lemma B.7", emit=emit))
+        if method == "paper":
+            s1, s2, s3 = p1, p2, p3
+            rdp = self.paper_rdp(a, s1, s2, s3)
+            achieved = rdp + math.log(1.0 / d) / (a - 1.0)
+            order, conv, accounting = float(a), "mironov", "rdp (Prop. E.2 at the paper's alpha, Lemma B.7, Lemma B.4)"
+        else:
+            def eps_at(t):
+                return self.epsilon(d, p1 * t, None if p2 is None else p2 * t, p3 * t).epsilon
+            t = smallest_scale(eps_at, e, start=1.0, rtol=1e-7)
+            s1, s2, s3 = p1 * t, (None if p2 is None else p2 * t), p3 * t
+            achieved = None
+        rep = self.epsilon(d, s1, s2, s3)
+        certified = rep.epsilon
+        if achieved is None:
+            achieved, order, conv, accounting = certified, rep.order, rep.conversion, "rdp (WBK19 Thm 27, K-1 noisy steps)"
+        noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
+        notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
+                 "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}
+        return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
+                                 accounting, tuple(warns), notes)
