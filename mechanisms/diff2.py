@@ -19,7 +19,7 @@ from accountant import _validate as v
 from accountant import gdp_mu, subsampled_rdp_wor
 
 from ._report import CalibrationReport, METHODS, paper_warning
-from ._solve import smallest_scale
+from ._solve import smallest_scale, tight_scale
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -330,9 +330,8 @@ class DIFF2BVR:
             achieved = rdp + math.log(1.0 / d) / (a - 1.0)
             order, conv, accounting = float(a), "mironov", "rdp (Prop. E.2 at the paper's alpha, Lemma B.7, Lemma B.4)"
         else:
-            def eps_at(t):
-                return self.epsilon(d, p1 * t, None if p2 is None else p2 * t, p3 * t).epsilon
-            t = smallest_scale(eps_at, e, start=1.0, rtol=1e-7)
+            t = tight_scale(lambda k: self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k), e, d,
+                            rtol=1e-9)
             s1, s2, s3 = p1 * t, (None if p2 is None else p2 * t), p3 * t
             achieved = None
         rep = self.epsilon(d, s1, s2, s3)

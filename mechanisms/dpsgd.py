@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accountant import PoissonSampledGaussianEvent, PrivacyAccountant, poisson_gaussian_rdp, rdp_to_dp
+from accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
-from ._solve import smallest_scale
+from ._solve import smallest_scale, tight_scale
 from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS"]
@@ -19,38 +19,19 @@ __all__ = ["DPSGD", "ABADI_ORDERS"]
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
 
 
-#: a short grid for the first, coarse solve (the fine answer is found at a real order afterwards)
-_COARSE_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256, 512, 1024)
-
-
 def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, conversion: str,
                       orders=None, refine: bool, rtol: float) -> float:
     """Smallest noise multiplier with ``eps(z) <= eps`` for ``steps`` Poisson(q) Gaussian steps.
 
-    ``refine=False``: eps is the minimum over ``orders`` (the solve is done on exactly that).
-    ``refine=True``: a coarse solve on a short integer grid, then the optimal real order at that
-    noise is fixed and z solved at that order (one exact fractional-order RDP per step); this is
-    repeated once.  Any fixed order gives a valid eps, so the answer is sound by construction and
-    the final eps is re-checked with the full accountant.
+    ``refine=False``: eps is the minimum over ``orders`` exactly (the paper's grid).
+    ``refine=True``: real orders, through :func:`tight_scale`.
     """
-
-    def acc(z, o=None):
-        return PrivacyAccountant(orders=o).compose(PoissonSampledGaussianEvent(q, z), steps)
-
     if not refine:
-        return smallest_scale(lambda z: acc(z, orders).get_epsilon(delta, conversion=conversion, refine=False),
-                              eps, start=1.0, rtol=rtol)
-    z = smallest_scale(lambda t: acc(t, _COARSE_ORDERS).get_epsilon(delta, conversion=conversion, refine=False),
-                       eps, start=1.0, rtol=1e-3)
-    for _ in range(2):
-        alpha = acc(z).epsilon_report(delta, conversion=conversion).order
-
-        def at_alpha(t, a=alpha):
-            return float(rdp_to_dp(a, steps * poisson_gaussian_rdp(a, q, t), delta, conversion))
-        z = smallest_scale(at_alpha, eps, start=z, rtol=rtol, log_step=1e-2)
-    while acc(z).get_epsilon(delta, conversion=conversion) > eps:  # cannot happen; kept as a guard
-        z *= 1.0 + rtol
-    return z
+        return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(
+            PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, conversion=conversion, refine=False),
+            eps, start=1.0, rtol=rtol)
+    return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
+                       eps, delta, conversion, rtol=rtol)
 
 
 @dataclass(frozen=True)

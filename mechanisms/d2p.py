@@ -1,0 +1,129 @@
+"""AdaD2P, ConstD2P and ClipD2P (anonymous ICLR 2024 submission; spec 7).
+
+Every node adds Gaussian noise to ONE sampled example's gradient per iteration, K iterations,
+J examples per node.  Only ClipD2P is accountable: its noise is ``sigma C`` on a gradient clipped
+to ``C``.  Prop. 2's constants are unspecified (spec 7 E3), so its "paper" calibration is a
+numerical accountant.  Two readings of the sampling (spec 7 E4): ``"add/remove"`` = Poisson with
+q = 1/J and multiplier sigma (Abadi's setting, what Prop. 2 cites); ``"replace-one"`` = exactly one
+example without replacement (gamma = 1/J) with sensitivity 2C, multiplier sigma/2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
+from accountant import _validate as v
+
+from ._report import CalibrationReport, paper_warning
+from ._solve import tight_scale
+from .diff2 import _check_target
+from .dpsgd import calibrate_poisson
+
+__all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
+
+RELATIONS = ("add/remove", "replace-one")
+
+
+class NoPrivacyGuaranteeError(ValueError):
+    """The mechanism has no finite (eps, delta) guarantee; no eps or noise can be produced."""
+
+
+@dataclass(frozen=True)
+class ClipD2P:
+    """ClipD2P: ``J`` examples per node, ``iterations`` = K, noise multiplier ``sigma`` (std sigma C)."""
+
+    samples_per_node: int
+    iterations: int
+    relation: str = "add/remove"
+
+    name = "clipd2p"
+
+    def __post_init__(self):
+        v.integer(self.samples_per_node, "samples_per_node", low=1)
+        v.integer(self.iterations, "iterations", low=1)
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation={self.relation!r} is not allowed: expected one of {RELATIONS}.")
+
+    def accountant(self, sigma) -> PrivacyAccountant:
+        s = v.positive(sigma, "sigma")
+        J = self.samples_per_node
+        if self.relation == "add/remove":
+            ev = PoissonSampledGaussianEvent(1.0 / J, s)
+        else:
+            ev = WORSampledGaussianEvent.from_sizes(1, J, s / 2.0)
+        return PrivacyAccountant().compose(ev, self.iterations)
+
+    def epsilon(self, delta, sigma, conversion="improved"):
+        return self.accountant(sigma).epsilon_report(delta, conversion=conversion)
+
+    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+        """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, spec 7 E3): a numerical
+        accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
+        improved conversion (and real orders for add/remove)."""
+        e, d = _check_target(epsilon, delta, method)
+        J, K = self.samples_per_node, self.iterations
+        warns = []
+        conv = "mironov" if method == "paper" else "improved"
+        if method == "paper":
+            warns.append(paper_warning("7 E3", "Prop. 2 has unspecified constants c1, c2: sigma comes from a numerical "
+                                       f"accountant ({self.relation}, Lemma B.4)"))
+            if self.relation == "add/remove":
+                warns.append(paper_warning("7 E4", "the algorithm samples exactly one example (fixed size) under "
+                                           "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
+                                           "add/remove; relation='replace-one' accounts the algorithm as written"))
+        if self.relation == "add/remove":
+            s = calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=1e-9)
+        else:
+            s = tight_scale(self.accountant, e, d, conv, rtol=1e-9)
+        rep = self.epsilon(d, s, conv)
+        certified = self.epsilon(d, s).epsilon
+        accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
+        notes = {"noise_std": "sigma * C", "relation": self.relation}
+        return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, certified, rep.order,
+                                 rep.conversion, accounting, tuple(warns), notes)
+
+
+@dataclass(frozen=True)
+class ConstD2P(ClipD2P):
+    """ConstD2P: noise ``sigma G`` with G an ESTIMATED gradient bound that is not enforced (spec 7 E2).
+
+    Accounted as ClipD2P with C = G, which is valid only if every per-example gradient norm really
+    is <= G; every calibration and epsilon carries that warning."""
+
+    name = "constd2p"
+
+    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+        paper_warning("7 E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
+                      "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
+        rep = super().calibrate(epsilon, delta, method)
+        w = rep.warnings + ("[spec 7 E2] G is estimated and not enforced; the eps holds only if ||grad|| <= G "
+                            "for every example and iterate (use ClipD2P with C = G)",)
+        return CalibrationReport(self.name, rep.method, rep.epsilon, rep.delta, rep.noise, rep.achieved_epsilon,
+                                 rep.certified_epsilon, rep.order, rep.conversion, rep.accounting, w, rep.notes)
+
+
+ADAD2P_REASON = (
+    "AdaD2P has no finite (eps, delta) guarantee (spec 7 E1): its noise N(0, sigma^2 ||g||^2 I) is scaled by the "
+    "norm of the very record's gradient, without clipping, so a record with zero gradient is released without noise "
+    "while its neighbour's is noisy (infinite privacy loss), and different norms give Gaussians with different "
+    "covariances. Prop. 2 cannot hold for it. Use ClipD2P (noise sigma*C on a gradient clipped to C) instead.")
+
+
+@dataclass(frozen=True)
+class AdaD2P:
+    """AdaD2P: refused.  Kept so that every algorithm of the papers has an entry that explains itself."""
+
+    samples_per_node: int = 1
+    iterations: int = 1
+
+    name = "adad2p"
+
+    def accountant(self, *args, **kwargs):
+        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
+
+    def epsilon(self, *args, **kwargs):
+        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
+
+    def calibrate(self, *args, **kwargs):
+        raise NoPrivacyGuaranteeError(ADAD2P_REASON)

@@ -1,0 +1,159 @@
+"""DiceSGD (Zhang, Bu, Wu & Hong; arXiv 2311.14632v2) and its automatic variant.
+
+Noise ``w^t ~ N(0, sigma1^2 I)`` is added to the AVERAGE-scale update ``v^t`` (clipped-gradient
+mean + clipped error feedback).  Only ``x^t`` is released; the error state ``e^t`` is hidden.
+
+Two accountants:
+* the paper's own bound (Thm 3.7 / A.3, spec 6(b)-(c)): total RDP ``16 alpha T G~/(sigma1^2 N^2)``,
+  which rests on Assumptions 3.4/3.5 and the conditions of Lemma A.10 (spec P7);
+* the assumption-free accountant of spec 6(c'): given the sampling randomness each release is a
+  Gaussian mechanism with sensitivity ``Delta_0 = C1/B`` (t = 0, e^0 = 0) and
+  ``Delta = 2 C2 + C1/B`` (t >= 1), with no amplification by sampling (the hidden e carries each
+  record forward).  The composition is then accounted exactly by GDP:
+  ``mu^2 = (Delta_0^2 + (T-1) Delta^2) / sigma1^2``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accountant import GaussianEvent, PrivacyAccountant, gdp_mu
+from accountant import _validate as v
+
+from ._report import CalibrationReport, paper_warning
+from .diff2 import _check_target
+
+__all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp"]
+
+
+def dice_const_needed(epsilon, delta) -> float:
+    """The constant c that the paper's own RDP bound needs in place of 32 (spec 6 E3):
+    ``c = (32 eps/L / (sqrt(64 + 64 eps/L) - 8))^2``, ``L = log(1/delta)``."""
+    e = v.positive(epsilon, "epsilon")
+    L = math.log(1.0 / v.delta(delta))
+    return (32.0 * e / L / (math.sqrt(64.0 + 64.0 * e / L) - 8.0)) ** 2
+
+
+def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
+    """Spec 6(c') / 9.3 T12 as written: RDP with every step at ``Delta = 2 C2 + C1/B`` and
+    Lemma B.4 at the best real order: ``sigma1 = Delta sqrt(T / (2 S_max))``,
+    ``S_max = (sqrt(L + eps) - sqrt(L))^2``.  (The GDP accountant used by ``calibrate`` is tighter.)"""
+    e = v.positive(epsilon, "epsilon")
+    L = math.log(1.0 / v.delta(delta))
+    s_max = (math.sqrt(L + e) - math.sqrt(L)) ** 2
+    delta_t = 2.0 * v.positive(C2, "C2") + v.positive(C1, "C1") / v.integer(batch_size, "batch_size", low=1)
+    return delta_t * math.sqrt(v.integer(steps, "steps", low=1) / (2.0 * s_max))
+
+
+@dataclass(frozen=True)
+class DiceSGD:
+    """DiceSGD on ``N`` records, batch ``B`` (Poisson rate B/N in the proof), ``steps`` = T.
+
+    ``C1``: per-example clip; ``C2``: error-feedback clip (average scale); ``C``: the constant with
+    ``B C2 <= C`` of Thm 3.7 (default ``B C2``); ``G_prime``: G' = max{0, G + sigma - C1} if known
+    (default inf, i.e. min{C^2, G'^2} = C^2).  ``automatic=True``: Algorithm 4, C1 = C2 = C = 1
+    (the learning rate absorbs C).
+    """
+
+    N: int
+    batch_size: int
+    steps: int
+    C1: float = 1.0
+    C2: float = 1.0
+    C: float | None = None
+    G_prime: float = math.inf
+    automatic: bool = False
+
+    name = "dicesgd"
+
+    def __post_init__(self):
+        n = v.integer(self.N, "N", low=1)
+        v.integer(self.batch_size, "batch_size", low=1, high=n)
+        v.integer(self.steps, "steps", low=1)
+        v.positive(self.C1, "C1")
+        v.positive(self.C2, "C2")
+        if self.C is not None:
+            v.positive(self.C, "C")
+        v.in_range(self.G_prime, "G_prime", 0.0, math.inf)
+
+    @property
+    def clips(self):
+        """(C1, C2, C) actually in force (automatic variant: 1, 1, 1)."""
+        if self.automatic:
+            return 1.0, 1.0, 1.0
+        return float(self.C1), float(self.C2), float(self.C if self.C is not None else self.batch_size * self.C2)
+
+    @property
+    def G_tilde(self) -> float:
+        """G~ = C1^2 + 2 min{C^2, G'^2} (spec 6 E1: C, not C2)."""
+        c1, _, c = self.clips
+        return c1 * c1 + 2.0 * min(c * c, self.G_prime ** 2)
+
+    @property
+    def sensitivities(self):
+        c1, c2, _ = self.clips
+        return c1 / self.batch_size, 2.0 * c2 + c1 / self.batch_size
+
+    def accountant(self, sigma1) -> PrivacyAccountant:
+        """Assumption-free events (spec 6(c')): full-batch Gaussian releases, no amplification."""
+        s = v.positive(sigma1, "sigma1")
+        d0, dt = self.sensitivities
+        acc = PrivacyAccountant().compose(GaussianEvent(s / d0), 1)
+        if self.steps > 1:
+            acc.compose(GaussianEvent(s / dt), self.steps - 1)
+        return acc
+
+    def epsilon(self, delta, sigma1, method="auto", conversion="improved"):
+        return self.accountant(sigma1).epsilon_report(delta, method, conversion)
+
+    def paper_epsilon(self, delta, sigma1) -> float:
+        """eps by the paper's own RDP bound (16 alpha T G~/(sigma1^2 N^2)) at the best real order, Lemma B.4."""
+        S = 16.0 * self.steps * self.G_tilde / (sigma1 ** 2 * self.N ** 2)
+        return S + 2.0 * math.sqrt(S * math.log(1.0 / delta))
+
+    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+        """``"paper"``: Thm 3.7, ``sigma1^2 = 32 T G~ log(1/delta) / (N^2 eps^2)`` (automatic variant:
+        ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
+        ``"tight"``: the assumption-free accountant (spec 6(c')), exact by GDP; the paper's sigma1
+        is reported beside it in ``notes``."""
+        e, d = _check_target(epsilon, delta, method)
+        L = math.log(1.0 / d)
+        c1, c2, c = self.clips
+        B, N, T = self.batch_size, self.N, self.steps
+        paper_s1 = math.sqrt(32.0 * T * self.G_tilde * L / (N * N * e * e))
+        d0, dt = self.sensitivities
+        tight_s1 = math.sqrt(d0 * d0 + (T - 1) * dt * dt) / gdp_mu(e, d)
+        while self.epsilon(d, tight_s1).epsilon > e:  # rounding guard: stay on the feasible side
+            tight_s1 *= 1.0 + 1e-12
+        warns = []
+        notes = {"noise_multiplier": None, "paper_sigma1": paper_s1, "assumption_free_sigma1": tight_s1,
+                 "G_tilde": self.G_tilde, "constant_needed": dice_const_needed(e, d)}
+        if method == "paper":
+            s1 = paper_s1
+            achieved = self.paper_epsilon(d, s1)
+            warns.append(paper_warning("6 E3", f"the constant 32 does not deliver the target even by the paper's own "
+                                       f"RDP bound: it gives eps = {achieved:.6g} > {e:g}; the bound needs "
+                                       f"c = {dice_const_needed(e, d):.6g}"))
+            z = s1 * B / c1
+            if z <= 8.0:
+                warns.append(paper_warning("6 E4", f"Lemma A.10 needs sigma1 > 8 C1/B (noise multiplier > 8 on the "
+                                           f"2C1/B sensitivity); here sigma1 B/C1 = {z:.6g}"))
+            if B / N > 0.2:
+                warns.append(paper_warning("6 E4", f"Lemma A.10 needs the sampling rate B/N <= 1/5; here {B / N:.6g}"))
+            if not (c1 <= c2 <= c / B * (1 + 1e-12)):
+                warns.append(paper_warning("6 E2", f"Thm 3.7 needs 0 < C1 <= C2 <= C/B; here C1 = {c1:g}, C2 = {c2:g}, "
+                                           f"C/B = {c / B:g}"))
+            if self.automatic and self.G_prime > 1.0:
+                warns.append(paper_warning("6 E2", "the automatic variant's 96 = 32 * 3 assumes G' <= C; G' is not "
+                                           "bounded here"))
+            order, conv, accounting = None, "mironov", "rdp (the paper's Thm 3.7 bound, best real order, Lemma B.4)"
+        else:
+            s1 = tight_s1
+            achieved = None
+        certified = self.epsilon(d, s1).epsilon
+        if achieved is None:
+            achieved, order, conv, accounting = certified, None, None, "gdp (assumption-free, spec 6(c'))"
+        notes["noise_multiplier"] = s1 * B / c1
+        return CalibrationReport(self.name, method, e, d, {"sigma1": s1}, achieved, certified, order, conv,
+                                 accounting, tuple(warns), notes)

@@ -1,0 +1,129 @@
+"""DP-SRM (Wang, Jayaraman, Evans & Gu; supplement only, Algorithm 1 reconstructed: spec 4, R1-R3).
+
+Releases ``v_p^t`` for t = 0..T-1 with ABSOLUTE noise stds ``sigma0`` (t = 0, batch ``b0``) and
+``sigma`` (t > 0, batch ``b``), minibatches drawn without replacement, replace-one.
+Sensitivities (S3 eqs. 2.2, 2.4; the practical clipped variant replaces G by C1 and zeta/n0 by C2):
+``Delta_0 = 2 G / b0`` and ``Delta_t = 2 ((1 - gamma) zeta/n0 + gamma G) / b``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accountant import PrivacyAccountant, WORSampledGaussianEvent
+from accountant import _validate as v
+
+from ._report import CalibrationReport, paper_warning
+from ._solve import tight_scale
+from .diff2 import _check_target
+
+__all__ = ["DPSRM"]
+
+
+@dataclass(frozen=True)
+class DPSRM:
+    """DP-SRM on ``n`` records for ``steps`` = T iterations, batches ``b0`` then ``b``.
+
+    ``lipschitz`` is G (or the clip C1), ``step_bound`` is zeta/n0 (or the clip C2), ``momentum``
+    is gamma in (0, 1], ``beta`` in (0, 1) splits the budget (RDP ``beta eps``, conversion
+    ``(1 - beta) eps``) in the paper's calibration.
+    """
+
+    n: int
+    steps: int
+    b0: int
+    b: int
+    lipschitz: float = 1.0
+    step_bound: float = 0.01
+    momentum: float = 0.01
+
+    name = "dp-srm"
+
+    def __post_init__(self):
+        n = v.integer(self.n, "n", low=1)
+        v.integer(self.steps, "steps", low=1)
+        for name in ("b0", "b"):
+            val = getattr(self, name)
+            v.integer(val, name, low=1)
+            if val > n:
+                raise ValueError(f"{name}={val!r} is not allowed: expected an integer in [1, n={n}] "
+                                 "(a batch larger than the dataset).")
+        v.positive(self.lipschitz, "lipschitz")
+        v.positive(self.step_bound, "step_bound")
+        v.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True)
+
+    @property
+    def sensitivities(self):
+        d0 = 2.0 * self.lipschitz / self.b0
+        dt = 2.0 * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) / self.b
+        return d0, dt
+
+    def accountant(self, sigma0, sigma) -> PrivacyAccountant:
+        s0 = v.positive(sigma0, "sigma0")
+        d0, dt = self.sensitivities
+        acc = PrivacyAccountant().compose(WORSampledGaussianEvent.from_sizes(self.b0, self.n, s0 / d0), 1)
+        if self.steps > 1:
+            acc.compose(WORSampledGaussianEvent.from_sizes(self.b, self.n, v.positive(sigma, "sigma") / dt),
+                        self.steps - 1)
+        return acc
+
+    def epsilon(self, delta, sigma0, sigma, conversion="improved"):
+        return self.accountant(sigma0, sigma).epsilon_report(delta, "rdp", conversion)
+
+    def paper_sigmas(self, epsilon, delta, beta=0.5):
+        """S3 (2.3)/(2.5) with alpha rounded up (spec 4 E3): ``(alpha, sigma0, sigma)``."""
+        e, d = _check_target(epsilon, delta, "paper")
+        bb = v.in_range(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
+        a = math.ceil(math.log(1.0 / d) / ((1.0 - bb) * e)) + 1
+        c = 14.0 * self.steps * a / (bb * self.n ** 2 * e)
+        s0 = math.sqrt(c * self.lipschitz ** 2)
+        st = math.sqrt(c * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) ** 2)
+        return a, s0, st
+
+    @staticmethod
+    def lemma37_holds(ratio2: float, tau: float, alpha: int) -> bool:
+        """Reconstructed Lemma 3.7 (spec P10, corrected per 4 E1/E2): ratio^2 >= 0.7 and
+        alpha - 1 <= (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))."""
+        x = tau * alpha * (1.0 + ratio2)
+        if ratio2 < 0.7 or x >= 1.0:
+            return False
+        return alpha - 1.0 <= (2.0 / 3.0) * ratio2 * math.log(1.0 / x)
+
+    def calibrate(self, epsilon, delta, method="tight", beta=0.5) -> CalibrationReport:
+        """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
+        RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
+        Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail
+        (spec 4 E7); ``certified_epsilon`` then shows what the paper's noise really buys.
+        ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
+        improved conversion hits the target."""
+        e, d = _check_target(epsilon, delta, method)
+        a, p0, pt = self.paper_sigmas(e, d, beta)
+        d0, dt = self.sensitivities
+        warns = []
+        if method == "paper":
+            total = 0.0
+            for label, s, delta_, bsz, count in (("t = 0", p0, d0, self.b0, 1), ("t > 0", pt, dt, self.b, self.steps - 1)):
+                if count == 0:
+                    continue
+                r2 = (s / delta_) ** 2
+                tau = bsz / self.n
+                total += count * 3.5 * a * tau * tau / r2
+                if not self.lemma37_holds(r2, tau, a):
+                    warns.append(paper_warning("4 E7", f"Lemma 3.7's conditions fail at {label} (ratio^2 = {r2:.6g}, "
+                                               f"tau = {tau:.6g}, alpha = {a}): the paper's per-step RDP is not "
+                                               "certified; see certified_epsilon (exact WBK19 accountant)"))
+            s0, st = p0, pt
+            achieved = total + math.log(1.0 / d) / (a - 1.0)
+            order, conv, accounting = float(a), "mironov", "rdp (reconstructed Lemma 3.7, Lemma B.4)"
+        else:
+            t = tight_scale(lambda k: self.accountant(p0 * k, pt * k), e, d, rtol=1e-9)
+            s0, st = p0 * t, pt * t
+            achieved = None
+        rep = self.epsilon(d, s0, st)
+        if achieved is None:
+            achieved, order, conv, accounting = rep.epsilon, rep.order, rep.conversion, "rdp (WBK19 Thm 27)"
+        notes = {"alpha_paper": a, "z0": s0 / d0, "z": st / dt,
+                 "ratio2_t0": (s0 / d0) ** 2, "ratio2_t": (st / dt) ** 2, "beta": beta}
+        return CalibrationReport(self.name, method, e, d, {"sigma0": s0, "sigma": st}, achieved, rep.epsilon,
+                                 order, conv, accounting, tuple(warns), notes)
