@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _validate
-from ._logmath import log1p_exp, log_comb, log_expm1, logsumexp
+from scipy import special
+
+from ._logmath import log1p_exp, log_expm1, logsumexp
 
 __all__ = [
     "subsampled_rdp_wor",
@@ -59,23 +61,43 @@ def _base_values(base_rdp, js: np.ndarray) -> np.ndarray:
     return vals
 
 
-def _thm9_log_moment(a: int, log_gamma: float, eps: np.ndarray, eps_inf: float) -> float:
-    """log(1 + sum of WBK19 Thm 9 terms) for one integer order ``a``; ``eps[j-2] = eps(j)``."""
-    js = np.arange(2, a + 1, dtype=float)
+def _log1p_binomial_sums(orders: np.ndarray, log_gamma: float, t: np.ndarray) -> np.ndarray:
+    """``log(1 + sum_{j=2}^{a} C(a, j) gamma^j e^{t[j]})`` for every integer order ``a`` at once.
+
+    The Thm 9 / Thm 27 terms of index j do not depend on the order, so all orders share ``t``;
+    the terms of every order are laid end to end and reduced with ``reduceat``.
+    """
+    a_int = orders.astype(np.int64)
+    amax = int(a_int.max())
+    log_fact = special.gammaln(np.arange(amax + 1, dtype=float) + 1.0)
+    lengths = a_int - 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    a_rep = np.repeat(a_int, lengths)
+    k = np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2
+    terms = log_fact[a_rep] - log_fact[k] - log_fact[a_rep - k] + k * log_gamma + t[k]
+    m = np.maximum.reduceat(terms, starts)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore", over="ignore"):
+        lse = np.log(np.add.reduceat(np.exp(terms - np.repeat(m_safe, lengths)), starts)) + m_safe
+    return np.asarray(log1p_exp(lse), dtype=float)
+
+
+def _thm9_terms(eps: np.ndarray, eps_inf: float) -> np.ndarray:
+    """Order-independent part of WBK19 Thm 9's j-th term, ``t[j]`` for j = 0..len(eps)+1
+    (``eps[j-2] = eps(j)``; t[0], t[1] unused)."""
+    n = eps.size + 2
+    js = np.arange(n, dtype=float)
     log_cap = math.log(2.0)
     if eps_inf != math.inf:
-        # min{2, (e^{eps_inf} - 1)^j} in log space
-        lcap_j = np.minimum(log_cap, js * log_expm1(eps_inf)) if eps_inf > 0 else np.full_like(js, -np.inf)
+        lcap_j = np.minimum(log_cap, js * log_expm1(eps_inf)) if eps_inf > 0 else np.full(n, -np.inf)
     else:
-        lcap_j = np.full_like(js, log_cap)
+        lcap_j = np.full(n, log_cap)
+    t = np.full(n, -np.inf)
     e2 = eps[0]
     with np.errstate(divide="ignore"):
-        t2 = min(math.log(4.0) + log_expm1(e2) if e2 > 0 else -math.inf, e2 + lcap_j[0])
-    terms = np.empty_like(js)
-    terms[0] = t2
-    terms[1:] = (js[1:] - 1.0) * eps[1:] + lcap_j[1:]
-    terms = terms + js * log_gamma + log_comb(a, js)
-    return float(log1p_exp(logsumexp(terms)))
+        t[2] = min(math.log(4.0) + log_expm1(e2) if e2 > 0 else -math.inf, e2 + lcap_j[2])
+    t[3:] = (js[3:] - 1.0) * eps[1:] + lcap_j[3:]
+    return t
 
 
 def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
@@ -113,9 +135,7 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
     out = np.zeros(flat.shape, dtype=float)
     if g > 0.0:
         eps = _base_values(base_rdp, np.arange(2, int(flat.max()) + 1))
-        lg = math.log(g)
-        for idx, ai in enumerate(flat):
-            out[idx] = _thm9_log_moment(int(ai), lg, eps[: ai - 1], e_inf) / (ai - 1.0)
+        out = _log1p_binomial_sums(flat, math.log(g), _thm9_terms(eps, e_inf)) / (flat - 1.0)
     out = out.reshape(a.shape)
     return float(out) if out.ndim == 0 else out
 
@@ -225,24 +245,29 @@ def _log_forward_diffs(half_inv_var: float, max_order: int) -> np.ndarray:
     out[0] = 0.0
     i = np.arange(L + 1, dtype=ld)
     log_h = (i - 1) * i * ld(half_inv_var)
-    # log C(l, i) built by exact recurrences in extended precision
     log_int = np.concatenate([[ld(0)], np.log(np.arange(1, L + 1, dtype=ld))])
     cum = np.cumsum(log_int)  # log i!
-    for l in range(2, L + 1, 2):
-        idx = np.arange(l + 1)
-        lt = cum[l] - cum[idx] - cum[l - idx] + log_h[: l + 1]
-        m = lt.max()
-        w = np.exp(lt - m)
-        sign = np.where((l - idx) % 2 == 0, ld(1), ld(-1))
-        s = np.sum(sign * w)
-        abs_sum = np.sum(w)
-        # rounding of the terms (log error ~ u * |lt|) and of the summation (~ l u)
-        err = abs_sum * ld(u) * (ld(4 * (l + 2)) + np.max(np.abs(lt)) * 4)
-        up = s + err
-        if up > 0 and err <= ld(1e-11) * up:
-            out[l] = float(np.log(up) + m)
-        else:  # cancellation too large for the alternating sum: integrate the moment instead
-            out[l] = _log_even_moment_quadrature(half_inv_var, l)
+    ls = np.arange(2, L + 1, 2)
+    idx = np.arange(L + 1)
+    valid = idx[None, :] <= ls[:, None]
+    lcl = np.where(valid, ls[:, None] - idx[None, :], 0)
+    lt = cum[ls][:, None] - cum[idx][None, :] - cum[lcl] + log_h[None, :]
+    lt = np.where(valid, lt, ld(-np.inf))
+    m = lt.max(axis=1)
+    w = np.exp(lt - m[:, None])
+    sign = np.where((ls[:, None] - idx[None, :]) % 2 == 0, ld(1), ld(-1))
+    ssum = np.sum(sign * w, axis=1)
+    abs_sum = np.sum(w, axis=1)
+    absmax = np.max(np.where(valid, np.abs(lt), ld(0)), axis=1)
+    # rounding of the terms (log error ~ u |lt|) and of the summation (~ l u), added as a bound
+    err = abs_sum * ld(u) * (ld(4) * (ls + 2) + absmax * 4)
+    up = ssum + err
+    good = (up > 0) & (err <= ld(1e-11) * up)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vals = np.log(np.where(good, up, ld(1))) + m
+    for k, l in enumerate(ls):
+        # cancellation too large for the alternating sum: integrate the moment instead
+        out[l] = float(vals[k]) if good[k] else _log_even_moment_quadrature(half_inv_var, int(l))
     return out
 
 
@@ -266,26 +291,24 @@ def _log_even_moment_quadrature(half_inv_var: float, l: int) -> float:
     return val + 1e-9
 
 
-def _thm27_log_moment(a: int, log_gamma: float, z: float) -> float:
-    """log(1 + sum of WBK19 Thm 27 terms) at integer order ``a`` (dp-accounting's reading)."""
+def _thm27_terms(z: float, amax: int) -> np.ndarray:
+    """Order-independent part of WBK19 Thm 27's j-th term, ``t[j]`` for j = 0..amax
+    (dp-accounting's reading; forward differences up to order 256, Thm 9's term above)."""
     s2 = 1.0 / (2.0 * z * z)
-    js = np.arange(2, a + 1, dtype=float)
-    cgf = (js - 1.0) * js * s2          # (j-1) eps(j) = log h(j)
+    js = np.arange(amax + 1, dtype=float)
+    t = np.full(amax + 1, -np.inf)
     e2 = 2.0 * s2
-    terms = np.empty_like(js)
-    terms[0] = min(math.log(4.0) + log_expm1(e2), e2 + math.log(2.0))
-    thm9 = math.log(2.0) + cgf[1:]
-    lim = min(a, THM27_MAX_FORWARD_DIFFERENCE)
-    if lim >= 3:
-        fd = _log_forward_diffs(s2, THM27_MAX_FORWARD_DIFFERENCE)
-        jj = np.arange(3, lim + 1)
-        lo = fd[2 * (jj // 2)]
-        hi = fd[2 * ((jj + 1) // 2)]
-        t27 = math.log(4.0) + 0.5 * (lo + hi)
-        thm9[: lim - 2] = np.minimum(thm9[: lim - 2], t27)
-    terms[1:] = thm9
-    terms = terms + js * log_gamma + log_comb(a, js)
-    return float(log1p_exp(logsumexp(terms)))
+    t[2] = min(math.log(4.0) + log_expm1(e2), e2 + math.log(2.0))
+    if amax >= 3:
+        t[3:] = math.log(2.0) + (js[3:] - 1.0) * js[3:] * s2   # 2 e^{(j-1) eps(j)}
+        lim = min(amax, THM27_MAX_FORWARD_DIFFERENCE)
+        if lim >= 3:
+            L = lim + (lim % 2)
+            fd = _log_forward_diffs(s2, L)
+            jj = np.arange(3, lim + 1)
+            t27 = math.log(4.0) + 0.5 * (fd[2 * (jj // 2)] + fd[2 * ((jj + 1) // 2)])
+            t[3:lim + 1] = np.minimum(t[3:lim + 1], t27)
+    return t
 
 
 def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
@@ -324,11 +347,11 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
         ints = np.unique(np.concatenate([np.floor(flat), np.ceil(flat)]).astype(np.int64))
         ints = ints[ints >= 2]
         if bound == "thm9":
-            s2 = 1.0 / (2.0 * z * z)
-            eps = np.arange(2, int(ints.max()) + 1, dtype=float) * s2
-            logm = {int(k): _thm9_log_moment(int(k), lg, eps[: k - 1], math.inf) for k in ints}
+            eps = np.arange(2, int(ints.max()) + 1, dtype=float) / (2.0 * z * z)
+            t = _thm9_terms(eps, math.inf)
         else:
-            logm = {int(k): _thm27_log_moment(int(k), lg, z) for k in ints}
+            t = _thm27_terms(z, int(ints.max()))
+        logm = dict(zip(ints.tolist(), _log1p_binomial_sums(ints, lg, t).tolist()))
         logm[1] = 0.0
         out = np.empty(flat.shape)
         for idx, x in enumerate(flat):

@@ -1,26 +1,28 @@
-"""The ``dpcalib`` command line.
+"""The ``dpcalib`` command line: budgets, noise levels and comparisons in one call.
 
-    dpcalib account --poisson 0.01:1.0:10000 --delta 1e-5
-    dpcalib account --gaussian 10:100 --wor 0.01:1.2:500 --delta 1e-5 --json
+    dpcalib list
+    dpcalib calibrate ALGORITHM --epsilon E --delta D [shape options] [--method paper|tight|both] [--json]
+    dpcalib epsilon ALGORITHM --delta D [noise and shape options] [--curve] [--plot FILE.png] [--json]
+    dpcalib compare ALGORITHM --epsilon E --delta D [shape options] [--json]
+    dpcalib account --poisson Q:Z:COUNT --gaussian Z:COUNT --wor GAMMA:Z:COUNT --delta D [--json]
 
 Bad input gives one line on stderr naming the option, the value and what is allowed, and exit
-code 2 -- never a traceback.  Importing this module does not import torch.
+code 2 -- never a traceback.  Importing this module (and every command) never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import warnings
+
+from ._algorithms import SPECS
 
 __all__ = ["main"]
 
-ACCOUNT_EXAMPLE = """example:
-  dpcalib account --poisson 0.01:1.0:10000 --delta 1e-5
-      eps of 10 000 Poisson-subsampled Gaussian steps (q = 0.01, noise multiplier 1.0)
-  dpcalib account --gaussian 10:100 --delta 1e-5 --json
-      100 full-batch Gaussian releases, noise multiplier 10: exact (GDP) eps
-"""
+SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
 
 
 class _UsageError(Exception):
@@ -32,6 +34,240 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+# ---- helpers ---------------------------------------------------------------------------------
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
+    spec = SPECS[algorithm]
+    from mechanisms import ALGORITHMS
+
+    p = _Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
+                epilog="example:\n  " + _example(command, algorithm),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    if command in ("calibrate", "compare"):
+        p.add_argument("--epsilon", type=float, required=True, help="target epsilon > 0")
+    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    if command == "calibrate":
+        p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
+                       help="paper: closed form as printed; tight: smallest noise, same split (default)")
+    if command == "epsilon":
+        for name in spec.noise:
+            p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
+                           help=f"noise level {name}")
+        p.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
+        p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
+        p.add_argument("--plot", metavar="FILE.png", help="draw the curve (needs matplotlib)")
+    for o in spec.options:
+        if o.type is bool:
+            p.add_argument(o.flag, dest=o.field, action="store_true", help=o.help)
+        else:
+            p.add_argument(o.flag, dest=o.field, type=o.type, required=o.default is None and o.field != "C",
+                           default=o.default, help=o.help + ("" if o.default is None else f" (default {o.default})"))
+    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
+    return p
+
+
+def _example(command: str, algorithm: str) -> str:
+    ex = SPECS[algorithm].example
+    if command == "calibrate":
+        return ex
+    if command == "compare":
+        return ex.replace("calibrate", "compare").split(" --method")[0]
+    noise = " ".join(f"--{n.replace('_', '-')} 1.0" for n in SPECS[algorithm].noise)
+    parts = ex.replace("calibrate", "epsilon").split(" --method")[0].split()
+    out, skip = [], False
+    for tok in parts:  # drop --epsilon E
+        if skip:
+            skip = False
+            continue
+        if tok == "--epsilon":
+            skip = True
+            continue
+        out.append(tok)
+    return " ".join(out) + " " + noise
+
+
+def _build(algorithm: str, args):
+    from mechanisms import ALGORITHMS
+
+    cls = ALGORITHMS[algorithm][0]
+    shape = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "shape"}
+    split = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "split"}
+    return cls(**shape), split
+
+
+def _report_dict(rep) -> dict:
+    from mechanisms import ALGORITHMS  # noqa: F401  (mechanisms imported by the caller anyway)
+
+    notes = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in rep.notes.items()}
+    out = {"algorithm": rep.algorithm, "method": rep.method, "epsilon": rep.epsilon, "delta": rep.delta}
+    for s in SIGMAS:
+        out[s] = rep.noise.get(s)
+        if out[s] is None and s not in notes:
+            notes[s] = (f"not a noise level of {rep.algorithm} (its noise: {', '.join(rep.noise)})"
+                        if s not in rep.noise else "not needed")
+    out.update({"noise": dict(rep.noise), "achieved_epsilon": rep.achieved_epsilon,
+                "certified_epsilon": rep.certified_epsilon, "order": rep.order, "conversion": rep.conversion,
+                "accounting": rep.accounting, "warnings": list(rep.warnings), "notes": notes})
+    return out
+
+
+def _print_report(d: dict) -> None:
+    print(f"algorithm   {d['algorithm']}")
+    print(f"method      {d['method']}")
+    print(f"target      epsilon={_fmt(d['epsilon'])} delta={_fmt(d['delta'])}")
+    for name, val in d["noise"].items():
+        note = "" if val is not None else f"   ({d['notes'].get(name, '')})"
+        print(f"{name:11s} {_fmt(val)}{note}")
+    for s in SIGMAS:
+        if s not in d["noise"] and d["algorithm"].startswith(("diff2", "dp-gd")):
+            print(f"{s:11s} -   ({d['notes'].get(s, '')})")
+    how = f"order {_fmt(d['order'])}, conversion {d['conversion']}; " if d["order"] is not None else ""
+    print(f"achieved    epsilon={_fmt(d['achieved_epsilon'])} ({how}{d['accounting']})")
+    print(f"certified   epsilon={_fmt(d['certified_epsilon'])} (best sound accountant for this noise)")
+    for w in d["warnings"]:
+        print(f"warning     {w}")
+
+
+# ---- commands --------------------------------------------------------------------------------
+def _cmd_list(_args) -> int:
+    from mechanisms import ALGORITHMS
+
+    for name, (cls, source) in ALGORITHMS.items():
+        spec = SPECS[name]
+        opts = " ".join(o.flag + ("" if o.default is None else f"[={o.default}]") for o in spec.options)
+        print(f"{name:10s} {source}")
+        print(f"{'':10s} options: {opts}")
+        print(f"{'':10s} noise:   {', '.join(spec.noise)}")
+    return 0
+
+
+def _cmd_calibrate(algorithm: str, args) -> int:
+    mech, split = _build(algorithm, args)
+    methods = ["paper", "tight"] if args.method == "both" else [args.method]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # every warning is in the report
+        reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split)) for m in methods]
+    if args.json:
+        print(json.dumps(reports if len(reports) > 1 else reports[0]))
+    else:
+        for i, d in enumerate(reports):
+            if i:
+                print()
+            _print_report(d)
+    return 0
+
+
+def _noise_args(algorithm: str, args) -> list:
+    return [getattr(args, "noise_" + n) for n in SPECS[algorithm].noise]
+
+
+def _cmd_epsilon(algorithm: str, args) -> int:
+    mech, _ = _build(algorithm, args)
+    noise = _noise_args(algorithm, args)
+    acc = mech.accountant(*noise)
+    rep = acc.epsilon_report(args.delta, conversion=args.conversion)
+    out = {"algorithm": algorithm, "delta": rep.delta, "epsilon": rep.epsilon, "method": rep.method,
+           "order": rep.order, "conversion": rep.conversion,
+           "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
+    if algorithm == "constd2p":
+        out["warnings"] = ["[spec 7 E2] G is estimated and not enforced; the eps holds only if every gradient norm <= G"]
+    else:
+        out["warnings"] = []
+    if args.curve or args.plot:
+        out["curve"] = _curve(algorithm, args, noise)
+    if args.plot:
+        _plot(out["curve"], args.plot, algorithm, args.delta)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"algorithm   {algorithm}")
+        print(f"epsilon     {_fmt(rep.epsilon)}   (delta {_fmt(rep.delta)})")
+        print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
+        if rep.order is not None:
+            print(f"order       {_fmt(rep.order)}")
+            print(f"conversion  {rep.conversion}")
+        for w in out["warnings"]:
+            print(f"warning     {w}")
+        for pt in out.get("curve", []):
+            print(f"curve       {pt['rounds']:>8d}  {_fmt(pt['epsilon'])}")
+    return 0
+
+
+def _curve(algorithm: str, args, noise) -> list:
+    field = SPECS[algorithm].rounds_field
+    total = getattr(args, field)
+    pts = sorted({max(1, round(total * k / 10)) for k in range(1, 11)})
+    out = []
+    for r in pts:
+        ns = argparse.Namespace(**vars(args))
+        setattr(ns, field, r)
+        if hasattr(ns, "restart_interval"):
+            ns.restart_interval = min(ns.restart_interval, r)
+        mech, _ = _build(algorithm, ns)
+        out.append({"rounds": r, "epsilon": mech.accountant(*noise).get_epsilon(args.delta,
+                                                                                 conversion=args.conversion)})
+    return out
+
+
+def _plot(curve, path, algorithm, delta) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise _UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([p["rounds"] for p in curve], [p["epsilon"] for p in curve], marker="o")
+    ax.set_xlabel("rounds")
+    ax.set_ylabel(f"epsilon (delta = {delta:g})")
+    ax.set_title(algorithm)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _cmd_compare(algorithm: str, args) -> int:
+    mech, split = _build(algorithm, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        paper = mech.calibrate(args.epsilon, args.delta, method="paper", **split)
+        tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
+    rows = []
+    for label, rep in (("paper", paper), ("tight", tight)):
+        noise = [rep.noise[n] for n in SPECS[algorithm].noise]
+        acc = mech.accountant(*noise)
+        cc = acc.cross_check(args.delta)
+        rows.append({"noise_from": label, "noise": dict(rep.noise),
+                     "paper_closed_form_epsilon": paper.achieved_epsilon if label == "paper" else None,
+                     "tight_epsilon": cc["ours"], "tight_method": cc["ours_method"],
+                     "rdp_improved_epsilon": acc.get_epsilon(args.delta, "rdp", "improved"),
+                     "rdp_mironov_epsilon": acc.get_epsilon(args.delta, "rdp", "mironov"),
+                     "dp_accounting_rdp_epsilon": cc["dp_accounting_rdp"],
+                     "dp_accounting_pld_epsilon": cc["dp_accounting_pld"], "notes": list(cc["notes"])})
+    if args.json:
+        print(json.dumps({"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
+                          "warnings": list(paper.warnings)}))
+        return 0
+    print(f"algorithm {algorithm}, target epsilon={_fmt(args.epsilon)} delta={_fmt(args.delta)}")
+    cols = ["paper_closed_form_epsilon", "tight_epsilon", "rdp_improved_epsilon", "rdp_mironov_epsilon",
+            "dp_accounting_rdp_epsilon", "dp_accounting_pld_epsilon"]
+    for row in rows:
+        print(f"noise from {row['noise_from']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in row["noise"].items()))
+        for c in cols:
+            print(f"  {c:28s} {_fmt(row[c])}")
+    for w in paper.warnings:
+        print(f"warning   {w}")
+    return 0
+
+
+# ---- account (raw events) ----------------------------------------------------------------------
 def _event_spec(kind: str, n_fields: int):
     def parse(text: str):
         parts = text.split(":")
@@ -39,19 +275,24 @@ def _event_spec(kind: str, n_fields: int):
             raise argparse.ArgumentTypeError(
                 f"--{kind}={text!r} is not allowed: expected {n_fields} numbers separated by ':'")
         try:
-            nums = [float(p) for p in parts[:-1]] + [int(parts[-1])]
+            return [float(p) for p in parts[:-1]] + [int(parts[-1])]
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"--{kind}={text!r} is not allowed: expected numbers, the last one an integer count") from None
-        return nums
     return parse
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dpcalib", description="Privacy accounting and noise calibration for DP optimizers.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    acc = sub.add_parser("account", help="eps(delta) of a composition of Gaussian events",
-                         epilog=ACCOUNT_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+ACCOUNT_EXAMPLE = """example:
+  dpcalib account --poisson 0.01:1.0:10000 --delta 1e-5
+      eps of 10 000 Poisson-subsampled Gaussian steps (q = 0.01, noise multiplier 1.0)
+  dpcalib account --gaussian 10:100 --delta 1e-5 --json
+      100 full-batch Gaussian releases, noise multiplier 10: exact (GDP) eps
+"""
+
+
+def _account_parser() -> argparse.ArgumentParser:
+    acc = _Parser(prog="dpcalib account", description="eps(delta) of a composition of Gaussian events",
+                  epilog=ACCOUNT_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     acc.add_argument("--gaussian", action="append", default=[], type=_event_spec("gaussian", 2),
                      metavar="Z:COUNT", help="full-batch Gaussian, noise multiplier Z, COUNT times")
     acc.add_argument("--poisson", action="append", default=[], type=_event_spec("poisson", 3),
@@ -62,10 +303,10 @@ def _build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default="auto")
     acc.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
     acc.add_argument("--json", action="store_true", help="machine-readable output")
-    return p
+    return acc
 
 
-def _account(args) -> int:
+def _cmd_account(args) -> int:
     from accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 
     if not (args.gaussian or args.poisson or args.wor):
@@ -94,16 +335,52 @@ def _account(args) -> int:
     return 0
 
 
+TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account} ...
+
+Privacy accounting and noise calibration for DP nonconvex optimizers.
+
+commands:
+  list        the algorithms, their options and the paper each comes from
+  calibrate   the noise levels for a target (epsilon, delta)
+  epsilon     epsilon spent for given noise levels (--curve, --plot)
+  compare     paper closed form, tight accountant, RDP conversions and dp-accounting side by side
+  account     epsilon of a raw composition of Gaussian events
+
+'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.
+  dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 --clients 10 --n-min 1651 --u 1.25 --method paper --json
+"""
+
+
 def main(argv=None) -> int:
-    parser = _build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
+        if not argv or argv[0] in ("-h", "--help"):
+            print(TOP_HELP, end="")
             return 0
-        return _account(args)
+        command, rest = argv[0], argv[1:]
+        if command == "list":
+            return _cmd_list(None)
+        if command == "account":
+            return _cmd_account(_account_parser().parse_args(rest))
+        if command not in ("calibrate", "epsilon", "compare"):
+            raise _UsageError(f"command {command!r} is not allowed: expected one of list, calibrate, epsilon, "
+                              "compare, account")
+        if not rest or rest[0].startswith("-"):
+            if any(a in ("-h", "--help") for a in rest):
+                print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
+                      f"example:\n  {_example(command, 'diff2-gd')}\n\n"
+                      f"'dpcalib {command} ALGORITHM --help' lists the algorithm's options.")
+                return 0
+            raise _UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
+        algorithm = rest[0]
+        if algorithm not in SPECS:
+            raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
+        args = _algo_parser(command, algorithm).parse_args(rest[1:])
+        handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare}[command]
+        return handler(algorithm, args)
     except (_UsageError, ValueError) as exc:
-        print(f"dpcalib: error: {exc}", file=sys.stderr)
+        msg = " ".join(str(exc).split())
+        print(f"dpcalib: error: {msg}", file=sys.stderr)
         return 2
 
 
