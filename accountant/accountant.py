@@ -15,8 +15,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
-
 from . import _validate
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
@@ -170,6 +168,8 @@ class PrivacyAccountant:
         hi = grid[i + 1] if i + 1 < grid.size else order0
         if hi <= lo:
             return eps0, order0
+
+        from scipy import optimize  # imported here: it costs ~0.4 s and only this path needs it
 
         def f(a):
             return float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from . import _validate
+from ._roots import brentq
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_log_delta"]
 
@@ -57,7 +58,7 @@ def gdp_epsilon(mu, delta):
     hi = m * m / 2.0 + m * math.sqrt(2.0 * -ld) + 1.0
     while f(hi) > 0:
         hi *= 2.0
-    root = optimize.brentq(f, 0.0, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
+    root = brentq(f, 0.0, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
     return float(_conservative_side(f, root, +1.0))
 
 
@@ -75,7 +76,7 @@ def gdp_mu(eps, delta):
         lo -= 2.0
     while f(hi) < 0:
         hi += 2.0
-    root = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
+    root = brentq(f, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
     return float(math.exp(_conservative_side(lambda x: f(x), root, -1.0)))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from scipy import optimize
+from accountant._roots import brentq
 
 __all__ = ["smallest_scale"]
 
@@ -30,7 +30,7 @@ def smallest_scale(eps_of: Callable[[float], float], target: float, start: float
             hi, lo = lo, lo - log_step
             if lo < -700:
                 return math.exp(hi)
-    root = optimize.brentq(f, lo, hi, xtol=rtol / 4, rtol=1e-15, maxiter=200)
+    root = brentq(f, lo, hi, xtol=rtol / 4, rtol=1e-15, maxiter=200)
     t = math.exp(root)
     step = rtol / 8
     while eps_of(t) > target:

@@ -33,7 +33,7 @@ def test_account_gaussian_is_exact():
     (["account", "--gaussian", "1:10", "--delta", "1"], "delta=1.0"),
     (["account", "--delta", "1e-5"], "at least one of"),
     (["account", "--gaussian", "1:10"], "--delta"),
-    (["frobnicate"], "invalid choice"),
+    (["frobnicate"], "command 'frobnicate'"),
 ])
 def test_bad_input_one_line_exit_2(args, fragment):
     r = run(*args)
