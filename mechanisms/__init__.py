@@ -8,9 +8,9 @@ See docs/calibration.md.
 
 from ._report import METHODS, CalibrationReport, PaperConditionWarning
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
-from .dicesgd import DiceSGD, dice_const_needed, dice_safe_sigma1_rdp
+from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
-from .dpsgd import ABADI_ORDERS, DPSGD
+from .dpsgd import ABADI_ORDERS, DPSGD, classical_gaussian_multiplier
 from .dpsrm import DPSRM
 
 #: name -> (class, source)
@@ -29,5 +29,5 @@ ALGORITHMS = {
 __all__ = [
     "ALGORITHMS", "METHODS", "CalibrationReport", "PaperConditionWarning", "NoPrivacyGuaranteeError",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",
-    "dice_safe_sigma1_rdp", "ClipD2P", "ConstD2P", "AdaD2P",
+    "dice_safe_sigma1_rdp", "dice_code_multiplier", "classical_gaussian_multiplier", "ClipD2P", "ConstD2P", "AdaD2P",
 ]

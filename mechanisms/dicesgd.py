@@ -24,7 +24,7 @@ from accountant import _validate as v
 from ._report import CalibrationReport, paper_warning
 from .diff2 import _check_target
 
-__all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp"]
+__all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
 
 def dice_const_needed(epsilon, delta) -> float:
@@ -44,6 +44,17 @@ def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
     s_max = (math.sqrt(L + e) - math.sqrt(L)) ** 2
     delta_t = 2.0 * v.positive(C2, "C2") + v.positive(C1, "C1") / v.integer(batch_size, "batch_size", low=1)
     return delta_t * math.sqrt(v.integer(steps, "steps", low=1) / (2.0 * s_max))
+
+
+def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> float:
+    """The authors' code's calibration (spec 6(d) X1, E11): the DP-SGD noise multiplier for
+    (q, T, eps, delta) times ``sqrt(1 + 2 ratio)``, ratio = C2/C1 (1.92943 for CIFAR, spec 6(f)).
+    Reported for comparison only: it is not the paper's Thm 3.7 and not certified here."""
+    from .dpsgd import DPSGD
+
+    r = v.positive(ratio, "ratio")
+    z = DPSGD(sampling_rate, steps).calibrate(epsilon, delta, method="paper")["noise_multiplier"]
+    return z * math.sqrt(1.0 + 2.0 * r)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from ._report import CalibrationReport, paper_warning
 from ._solve import smallest_scale, tight_scale
 from .diff2 import _check_target
 
-__all__ = ["DPSGD", "ABADI_ORDERS"]
+__all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
 
 #: integer orders of spec 5(f) / 9.3 T9 (the numerical stand-in for Abadi's unspecified constants)
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
@@ -32,6 +32,19 @@ def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, convers
             eps, start=1.0, rtol=rtol)
     return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
                        eps, delta, conversion, rtol=rtol)
+
+
+def classical_gaussian_multiplier(epsilon, delta) -> float:
+    """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; spec P9):
+    ``sigma >= sqrt(2 log(1.25/delta)) / eps`` for ONE release.  Valid only for eps < 1 (the papers
+    state it for all eps > 0): a ``PaperConditionWarning`` (spec P9) is issued for eps >= 1."""
+    import math
+
+    e = v.positive(epsilon, "epsilon")
+    d = v.delta(delta)
+    if e >= 1.0:
+        paper_warning("0.3 P9", f"the classical Gaussian mechanism bound is proven only for eps < 1 (got eps={e:g})")
+    return math.sqrt(2.0 * math.log(1.25 / d)) / e
 
 
 @dataclass(frozen=True)

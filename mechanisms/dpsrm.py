@@ -82,6 +82,23 @@ class DPSRM:
         return a, s0, st
 
     @staticmethod
+    def lemma37_rhs(ratio2: float, tau: float, alpha: int) -> float:
+        """Right-hand side of Lemma 3.7's order condition, ``alpha <= 1 + (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))``
+        (spec 4(f) prints this value)."""
+        return 1.0 + (2.0 / 3.0) * ratio2 * math.log(1.0 / (tau * alpha * (1.0 + ratio2)))
+
+    @staticmethod
+    def corollary53_min_steps(epsilon, delta, beta=0.5):
+        """Corollary 5.3 regime (b0^2 = b^2 = n^2 eps/T, corrected ratio^2 = 7 alpha, spec 4 E1): the
+        smallest T for which Lemma 3.7's order condition holds.  Returns ``(alpha, ratio2, tau, T_min)``."""
+        e = v.positive(epsilon, "epsilon")
+        d = v.delta(delta)
+        a = math.ceil(math.log(1.0 / d) / ((1.0 - beta) * e)) + 1
+        r2 = 7.0 * a
+        tau = math.exp(-(a - 1.0) * 1.5 / r2) / (a * (1.0 + r2))
+        return a, r2, tau, e / (tau * tau)
+
+    @staticmethod
     def lemma37_holds(ratio2: float, tau: float, alpha: int) -> bool:
         """Reconstructed Lemma 3.7 (spec P10, corrected per 4 E1/E2): ratio^2 >= 0.7 and
         alpha - 1 <= (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))."""

@@ -6,8 +6,8 @@ import pytest
 
 from tests import oracles
 from mechanisms import (
-    DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD, PaperConditionWarning, dice_const_needed,
-    dice_safe_sigma1_rdp,
+    DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD, PaperConditionWarning, classical_gaussian_multiplier,
+    dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::mechanisms.PaperConditionWarning")
@@ -111,6 +111,25 @@ def test_section4_dp_srm(eps, T, s0, st, r0, rt, eps_dp):
     assert rep.notes["alpha_paper"] == (117 if eps == 0.2 else 48)
 
 
+@pytest.mark.parametrize("eps,T,rhs0,rhst", [(0.2, 100, -12.9658, 1.61973), (0.2, 1000, -297.799, 0.354547),
+                                            (0.5, 100, 1.45483, 1.19716), (0.5, 1000, -16.8722, 2.50301)])
+def test_section4_lemma37_condition_values(eps, T, rhs0, rhst):
+    rep = DPSRM(49990, T, 256, 64).calibrate(eps, 1e-5, "paper")
+    a = rep.notes["alpha_paper"]
+    assert DPSRM.lemma37_rhs(rep.notes["ratio2_t0"], 256 / 49990, a) == pytest.approx(rhs0, **R6)
+    assert DPSRM.lemma37_rhs(rep.notes["ratio2_t"], 64 / 49990, a) == pytest.approx(rhst, **R6)
+    assert rhs0 < a and rhst < a  # both fail, as the warnings say
+
+
+@pytest.mark.parametrize("eps,alpha,r2,T_min,tau", [(0.5, 48, 336, 1.99049e+08, 5.01193e-05),
+                                                    (2.0, 13, 91, 4.24914e+06, 6.86064e-04),
+                                                    (8.0, 4, 28, 1.48457e+05, 7.34082e-03)])
+def test_section4_corollary_5_3_minimal_steps(eps, alpha, r2, T_min, tau):
+    a, ratio2, t, tm = DPSRM.corollary53_min_steps(eps, 1e-5)
+    assert (a, ratio2) == (alpha, r2)
+    assert t == pytest.approx(tau, **R6) and tm == pytest.approx(T_min, **R6)
+
+
 def test_section4_paper_noise_can_fail_its_claim():
     # eps = 0.5, T = 100: Lemma 3.7 fails and the exact WBK19 accountant shows the paper's noise
     # buys eps ~ 12.9, not 0.5 (spec 4 E7: "certify eps numerically")
@@ -124,6 +143,12 @@ def test_section5_dp_sgd():
     assert rep["noise_multiplier"] == pytest.approx(1.11396, **R6) and rep.order == 9
     rep = DPSGD(1000 / 42000, 420).calibrate(8, 8e-6, method="paper")
     assert rep["noise_multiplier"] == pytest.approx(0.759097, **R6) and rep.order == 3
+
+
+def test_section5_classical_gaussian():
+    assert classical_gaussian_multiplier(0.5, 1e-5) == pytest.approx(9.68961, **R6)
+    with pytest.warns(PaperConditionWarning, match="P9"):
+        assert classical_gaussian_multiplier(1.0, 1e-5) == pytest.approx(4.84481, **R6)
 
 
 # ---- 6(f) DiceSGD ------------------------------------------------------------------------
@@ -152,6 +177,13 @@ def test_section6_automatic_variant_and_constant():
     # E3: with c = 32 the paper's own bound gives 3.00214 for (2, 1e-5) and 14.0403 for (8, 8e-6)
     assert DiceSGD(50000, 1000, 150, 1, 1, 1).calibrate(2, 1e-5, "paper").achieved_epsilon == pytest.approx(3.00214, **R6)
     assert DiceSGD(42000, 1000, 420, 1, 1, 1).calibrate(8, 8e-6, "paper").achieved_epsilon == pytest.approx(14.0403, **R6)
+
+
+def test_section6_code_calibration_and_dp_sgd_reference():
+    # spec 6(f): DP-SGD z = 1.11396, code's multiplier z sqrt(1 + 2) = 1.92943 (CIFAR);
+    # GPT-2: 0.759097 -> 1.31479
+    assert dice_code_multiplier(0.02, 150, 2, 1e-5) == pytest.approx(1.92943, **R6)
+    assert dice_code_multiplier(1000 / 42000, 420, 8, 8e-6) == pytest.approx(1.31479, **R6)
 
 
 def test_section6c_assumption_free_numbers():
