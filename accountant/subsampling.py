@@ -262,12 +262,15 @@ def _log_forward_diffs(half_inv_var: float, max_order: int) -> np.ndarray:
     # rounding of the terms (log error ~ u |lt|) and of the summation (~ l u), added as a bound
     err = abs_sum * ld(u) * (ld(4) * (ls + 2) + absmax * 4)
     up = ssum + err
-    good = (up > 0) & (err <= ld(1e-11) * up)
+    # Integrate instead only where the alternating sum really cancels (|sum| << sum of |terms|,
+    # i.e. large z) and the bound is not sharp; elsewhere (small z: huge exponents, no
+    # cancellation) the sum plus its error bound is already a sharp, sound upper bound.
+    cancels = abs_sum > ld(1e3) * np.abs(ssum)
+    use_sum = (up > 0) & ((err <= ld(1e-11) * up) | ~cancels)
     with np.errstate(divide="ignore", invalid="ignore"):
-        vals = np.log(np.where(good, up, ld(1))) + m
+        vals = np.log(np.where(use_sum, up, ld(1))) + m
     for k, l in enumerate(ls):
-        # cancellation too large for the alternating sum: integrate the moment instead
-        out[l] = float(vals[k]) if good[k] else _log_even_moment_quadrature(half_inv_var, int(l))
+        out[l] = float(vals[k]) if use_sum[k] else _log_even_moment_quadrature(half_inv_var, int(l))
     return out
 
 
