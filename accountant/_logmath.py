@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-__all__ = ["log_comb", "log1p_exp", "logsumexp", "log_expm1"]
+__all__ = ["log_comb", "log1p_exp", "logsumexp", "log_expm1", "log_binomial_sums"]
 
 
 def log_comb(n, k):
@@ -45,3 +45,24 @@ def log_expm1(x):
     with np.errstate(divide="ignore"):
         out = np.where(x > 30.0, x + np.log1p(-np.exp(-np.abs(x))), np.log(np.expm1(np.minimum(x, 30.0))))
     return out if out.ndim else float(out)
+
+
+def log_binomial_sums(orders, log_x: float, t) -> np.ndarray:
+    """``log sum_{k=2}^{a} C(a, k) x^k e^{t[k]}`` for every integer order ``a`` at once.
+
+    The terms of every order are laid end to end (ragged), binomials come from one table of
+    log-factorials, and the per-order log-sum-exp uses ``reduceat``: one numpy pass for the whole
+    order grid instead of a Python loop over orders.  ``t`` must have length >= max(orders) + 1.
+    """
+    a_int = np.asarray(orders).astype(np.int64)
+    amax = int(a_int.max())
+    log_fact = special.gammaln(np.arange(amax + 1, dtype=float) + 1.0)
+    lengths = a_int - 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    a_rep = np.repeat(a_int, lengths)
+    k = np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2
+    terms = log_fact[a_rep] - log_fact[k] - log_fact[a_rep - k] + k * log_x + np.asarray(t)[k]
+    m = np.maximum.reduceat(terms, starts)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.log(np.add.reduceat(np.exp(terms - np.repeat(m_safe, lengths)), starts)) + m_safe

@@ -20,34 +20,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
 from . import _validate
-from ._logmath import log1p_exp, log_comb, log_expm1, logsumexp
+from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = ["poisson_gaussian_rdp"]
 
 
 def _log_a_minus_1_int(orders: np.ndarray, q: float, z: float) -> np.ndarray:
-    """log(A_alpha - 1) at integer orders, all at once.
-
-    The terms k = 2..alpha of every order are laid end to end (ragged), binomials come from one
-    table of log-factorials, and the per-order log-sum-exp uses ``reduceat``.
-    """
-    a_int = orders.astype(np.int64)
-    amax = int(a_int.max())
-    log_fact = special.gammaln(np.arange(amax + 1, dtype=float) + 1.0)
-    lengths = a_int - 1                      # k = 2..a
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    a_rep = np.repeat(a_int, lengths)
-    k = np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2
-    kf = k.astype(float)
-    terms = log_fact[a_rep] - log_fact[k] - log_fact[a_rep - k] + kf * math.log(q) \
-        + (a_rep - kf) * math.log1p(-q) + log_expm1(kf * (kf - 1.0) / (2.0 * z * z))
-    m = np.maximum.reduceat(terms, starts)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore", over="ignore"):
-        return np.log(np.add.reduceat(np.exp(terms - np.repeat(m_safe, lengths)), starts)) + m_safe
+    """log(A_alpha - 1) at integer orders, all at once:
+    ``(1-q)^alpha sum_{k>=2} C(alpha,k) (q/(1-q))^k (e^{k(k-1)/(2z^2)} - 1)``."""
+    k = np.arange(int(orders.max()) + 1, dtype=float)
+    with np.errstate(divide="ignore"):
+        t = log_expm1(k * (k - 1.0) / (2.0 * z * z))
+    log1mq = math.log1p(-q)
+    return log_binomial_sums(orders, math.log(q) - log1mq, t) + orders.astype(float) * log1mq
 
 
 def _log_bernoulli_gap(a: float, t: np.ndarray) -> np.ndarray:

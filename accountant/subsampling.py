@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _validate
-from scipy import special
-
-from ._logmath import log1p_exp, log_expm1, logsumexp
+from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = [
     "subsampled_rdp_wor",
@@ -62,24 +60,9 @@ def _base_values(base_rdp, js: np.ndarray) -> np.ndarray:
 
 
 def _log1p_binomial_sums(orders: np.ndarray, log_gamma: float, t: np.ndarray) -> np.ndarray:
-    """``log(1 + sum_{j=2}^{a} C(a, j) gamma^j e^{t[j]})`` for every integer order ``a`` at once.
-
-    The Thm 9 / Thm 27 terms of index j do not depend on the order, so all orders share ``t``;
-    the terms of every order are laid end to end and reduced with ``reduceat``.
-    """
-    a_int = orders.astype(np.int64)
-    amax = int(a_int.max())
-    log_fact = special.gammaln(np.arange(amax + 1, dtype=float) + 1.0)
-    lengths = a_int - 1
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    a_rep = np.repeat(a_int, lengths)
-    k = np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2
-    terms = log_fact[a_rep] - log_fact[k] - log_fact[a_rep - k] + k * log_gamma + t[k]
-    m = np.maximum.reduceat(terms, starts)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore", over="ignore"):
-        lse = np.log(np.add.reduceat(np.exp(terms - np.repeat(m_safe, lengths)), starts)) + m_safe
-    return np.asarray(log1p_exp(lse), dtype=float)
+    """``log(1 + sum_{j=2}^{a} C(a, j) gamma^j e^{t[j]})`` for every integer order ``a`` at once
+    (the Thm 9 / Thm 27 terms of index j do not depend on the order, so all orders share ``t``)."""
+    return np.asarray(log1p_exp(log_binomial_sums(orders, log_gamma, t)), dtype=float)
 
 
 def _thm9_terms(eps: np.ndarray, eps_inf: float) -> np.ndarray:
