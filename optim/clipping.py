@@ -1,0 +1,182 @@
+"""Per-sample clipping of gradients and of gradient DIFFERENCES, without a Python loop over samples.
+
+``clip(v, C) = min{1, C/||v||} v`` with ``clip(0, C) = 0`` and ``clip(v, 0) = 0`` (spec 0.1).
+
+Two paths, same results:
+
+* general: ``torch.func.vmap(torch.func.grad(...))`` over the batch, in chunks to bound memory;
+  works for any ``nn.Module`` whose loss is a per-example function of its output.
+* ghost (fast): for ``nn.Sequential`` stacks of ``nn.Linear`` and elementwise activations, the
+  per-sample gradient of a Linear layer is the outer product ``g_i a_i^T`` of the back-propagated
+  signal and the layer input, so ``||grad_i||^2 = ||g_i||^2 ||a_i||^2 (+ ||g_i||^2 for the bias)`` and
+  the clipped sum is ``(c * G)^T A``: per-sample gradients are never materialised.  For a
+  difference of gradients at two parameter points (DIFF2, DP-SRM),
+  ``||g a^T - g' a'^T||^2 = ||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')``.
+
+``method="auto"`` uses the ghost path when the model allows it and the general path otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+__all__ = ["supports_ghost", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors"]
+
+_ELEMENTWISE = (nn.ReLU, nn.Softplus, nn.Tanh, nn.Sigmoid, nn.Identity, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU)
+
+
+def supports_ghost(model: nn.Module) -> bool:
+    """True for ``nn.Sequential`` models made of ``nn.Linear`` and elementwise activations only."""
+    return isinstance(model, nn.Sequential) and len(model) > 0 and \
+        all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model)
+
+
+def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``min{1, C/||v||}``, with 0 where the norm is 0 or C = 0 (the clipped vector is 0 there)."""
+    if max_norm == math.inf:
+        return torch.ones_like(norms)
+    safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+    f = torch.clamp(max_norm / safe, max=1.0)
+    return torch.where(norms > 0, f, torch.zeros_like(norms))
+
+
+def _check(max_norm, method):
+    c = float(max_norm)
+    if not (c >= 0) or math.isnan(c):
+        raise ValueError(f"max_norm={max_norm!r} is not allowed: expected a number in [0, inf].")
+    if method not in ("auto", "ghost", "vmap"):
+        raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
+    return c
+
+
+def _params(model, params):
+    return dict(model.named_parameters()) if params is None else params
+
+
+# ---- ghost path -------------------------------------------------------------------------------
+def _ghost_signals(model: nn.Sequential, params: dict, loss_fn, x, y):
+    """Per Linear layer: (name prefix, input a [B, d_in], back-prop signal g [B, d_out], has_bias)."""
+    h = x
+    records = []
+    for idx, m in enumerate(model):
+        if isinstance(m, nn.Linear):
+            w = params[f"{idx}.weight"]
+            b = params.get(f"{idx}.bias")
+            z = h @ w.detach().T   # the graph stays connected through h; weights are constants
+            if b is not None:
+                z = z + b.detach()
+            if not z.requires_grad:  # first layer: z is a leaf
+                z.requires_grad_(True)
+            records.append((str(idx), h.detach(), z, b is not None))
+            h = z
+        else:
+            h = m(h)
+    losses = loss_fn(h, y)
+    gs = torch.autograd.grad(losses.sum(), [r[2] for r in records])
+    return [(name, a, g, has_b) for (name, a, _, has_b), g in zip(records, gs)]
+
+
+def _ghost_sum(sig, factors):
+    out = {}
+    for name, a, g, has_b in sig:
+        cg = g * factors[:, None]
+        out[f"{name}.weight"] = cg.T @ a
+        if has_b:
+            out[f"{name}.bias"] = cg.sum(0)
+    return out
+
+
+# ---- general path -----------------------------------------------------------------------------
+def _per_sample_grads(model, params, loss_fn, x, y):
+    def one(p, xi, yi):
+        out = functional_call(model, p, (xi.unsqueeze(0),))
+        return loss_fn(out, yi.unsqueeze(0)).sum()
+
+    detached = {k: v.detach() for k, v in params.items()}
+    return vmap(grad(one), in_dims=(None, 0, 0))(detached, x, y)
+
+
+def _flat_norms(per_sample: dict) -> torch.Tensor:
+    return torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in per_sample.values()))
+
+
+# ---- public -----------------------------------------------------------------------------------
+def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
+                     params: dict | None = None, *, method: str = "auto", chunk_size: int = 1024):
+    """``(sum_i clip(grad l(params; x_i, y_i), C), per-sample norms)``.
+
+    ``loss_fn(output, target)`` must return one loss per example (no reduction).  Returns a dict
+    with the model's parameter names and a tensor of the unclipped per-sample gradient norms.
+    Formal guarantee: every summand has norm <= ``max_norm`` (L2 sensitivity of the sum: C under
+    add/remove, 2C under replace-one).
+    """
+    c = _check(max_norm, method)
+    params = _params(model, params)
+    use_ghost = method == "ghost" or (method == "auto" and supports_ghost(model))
+    if use_ghost:
+        if not supports_ghost(model):
+            raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
+                             "nn.Linear and elementwise activations.")
+        sig = _ghost_signals(model, params, loss_fn, x, y)
+        norms2 = sum((g.pow(2).sum(1) * (a.pow(2).sum(1) + (1.0 if hb else 0.0))) for _, a, g, hb in sig)
+        norms = torch.sqrt(norms2)
+        return _ghost_sum(sig, clip_factors(norms, c)), norms
+    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    all_norms = []
+    for s in range(0, x.shape[0], chunk_size):
+        ps = _per_sample_grads(model, params, loss_fn, x[s:s + chunk_size], y[s:s + chunk_size])
+        n = _flat_norms(ps)
+        f = clip_factors(n, c)
+        for k, v in ps.items():
+            total[k] += torch.einsum("b,b...->...", f, v)
+        all_norms.append(n)
+    return total, torch.cat(all_norms)
+
+
+def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
+                          params: dict, params_prev: dict, *, method: str = "auto", chunk_size: int = 1024):
+    """``(sum_i clip(grad l(params; z_i) - grad l(params_prev; z_i), C), per-sample difference norms)``.
+
+    The per-sample gradient differences that DIFF2 (``x_{r-1}`` vs ``x_{r-2}``) and DP-SRM
+    (``theta^t`` vs ``theta^{t-1}``) clip.  Same contract as :func:`clipped_grad_sum`.
+    """
+    c = _check(max_norm, method)
+    use_ghost = method == "ghost" or (method == "auto" and supports_ghost(model))
+    if use_ghost:
+        if not supports_ghost(model):
+            raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
+                             "nn.Linear and elementwise activations.")
+        s1 = _ghost_signals(model, params, loss_fn, x, y)
+        s0 = _ghost_signals(model, params_prev, loss_fn, x, y)
+        norms2 = 0.0
+        for (_, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+            gg, g0g0, gg0 = g.pow(2).sum(1), g0.pow(2).sum(1), (g * g0).sum(1)
+            norms2 = norms2 + gg * a.pow(2).sum(1) + g0g0 * a0.pow(2).sum(1) - 2.0 * gg0 * (a * a0).sum(1)
+            if hb:
+                norms2 = norms2 + (g - g0).pow(2).sum(1)
+        norms = torch.sqrt(torch.clamp(norms2, min=0.0))
+        f = clip_factors(norms, c)
+        out = {}
+        for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+            cg, cg0 = g * f[:, None], g0 * f[:, None]
+            out[f"{name}.weight"] = cg.T @ a - cg0.T @ a0
+            if hb:
+                out[f"{name}.bias"] = (cg - cg0).sum(0)
+        return out, norms
+    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    all_norms = []
+    for s in range(0, x.shape[0], chunk_size):
+        xs, ys = x[s:s + chunk_size], y[s:s + chunk_size]
+        p1 = _per_sample_grads(model, params, loss_fn, xs, ys)
+        p0 = _per_sample_grads(model, params_prev, loss_fn, xs, ys)
+        d = {k: p1[k] - p0[k] for k in p1}
+        n = _flat_norms(d)
+        f = clip_factors(n, c)
+        for k, v in d.items():
+            total[k] += torch.einsum("b,b...->...", f, v)
+        all_norms.append(n)
+    return total, torch.cat(all_norms)

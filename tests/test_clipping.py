@@ -1,0 +1,113 @@
+"""Per-sample clipping: ghost vs vmap vs a naive per-sample loop (gradients and differences)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from optim.clipping import clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
+
+ACTS = [nn.Softplus, nn.ReLU, nn.Tanh, nn.Sigmoid]
+
+
+def sq_loss(out, y):
+    return 0.5 * (out.squeeze(-1) - y) ** 2
+
+
+def make(seed, widths, act, bias):
+    torch.manual_seed(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(a, b, bias=bias))
+        if i < len(widths) - 2:
+            layers.append(act())
+    return nn.Sequential(*layers).double()
+
+
+def naive(model, params, x, y, C, params_prev=None):
+    """Obviously-correct oracle: one backward pass per example."""
+    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    norms = []
+    for i in range(x.shape[0]):
+        def g_at(p):
+            out = torch.func.functional_call(model, p, (x[i:i + 1],))
+            return torch.autograd.grad(sq_loss(out, y[i:i + 1]).sum(), list(p.values()))
+        p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        gs = g_at(p)
+        if params_prev is not None:
+            p0 = {k: v.detach().requires_grad_(True) for k, v in params_prev.items()}
+            gs = [a - b for a, b in zip(gs, g_at(p0))]
+        n = math.sqrt(sum(float(t.pow(2).sum()) for t in gs))
+        f = 0.0 if n == 0 or C == 0 else min(1.0, C / n)
+        for k, t in zip(params, gs):
+            total[k] += f * t
+        norms.append(n)
+    return total, torch.tensor(norms, dtype=torch.float64)
+
+
+def assert_close(a, b):
+    for k in b:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-10)
+
+
+shapes = st.lists(st.integers(1, 12), min_size=2, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), hidden=shapes, batch=st.integers(1, 12), C=st.floats(1e-3, 20.0),
+       act=st.sampled_from(ACTS), bias=st.booleans())
+def test_gradient_paths_agree(seed, hidden, batch, C, act, bias):
+    widths = hidden + [1]
+    model = make(seed, widths, act, bias)
+    assert supports_ghost(model)
+    x = torch.randn(batch, widths[0], dtype=torch.float64)
+    y = torch.randn(batch, dtype=torch.float64)
+    params = dict(model.named_parameters())
+    ref, nref = naive(model, params, x, y, C)
+    for method in ("ghost", "vmap"):
+        got, n = clipped_grad_sum(model, sq_loss, x, y, C, method=method, chunk_size=5)
+        assert_close(got, ref)
+        torch.testing.assert_close(n, nref, rtol=1e-6, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), hidden=shapes, batch=st.integers(1, 12), C=st.floats(1e-4, 5.0),
+       act=st.sampled_from(ACTS), bias=st.booleans(), step=st.floats(1e-4, 1.0))
+def test_difference_paths_agree(seed, hidden, batch, C, act, bias, step):
+    widths = hidden + [1]
+    model = make(seed, widths, act, bias)
+    x = torch.randn(batch, widths[0], dtype=torch.float64)
+    y = torch.randn(batch, dtype=torch.float64)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    prev = {k: v + step * torch.randn_like(v) for k, v in params.items()}
+    ref, nref = naive(model, params, x, y, C, params_prev=prev)
+    for method in ("ghost", "vmap"):
+        got, n = clipped_grad_diff_sum(model, sq_loss, x, y, C, params, prev, method=method, chunk_size=4)
+        assert_close(got, ref)
+        torch.testing.assert_close(n, nref, rtol=1e-6, atol=1e-9)
+
+
+def test_edge_cases_and_fallback():
+    model = make(0, [3, 4, 1], nn.Softplus, True)
+    x, y = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    p = {k: v.detach() for k, v in model.named_parameters()}
+    zero, _ = clipped_grad_sum(model, sq_loss, x, y, 0.0)                 # C = 0 -> 0
+    assert all(float(v.abs().max()) == 0.0 for v in zero.values())
+    same, n = clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, p)      # equal points -> 0
+    assert float(n.max()) < 1e-7 and all(float(v.abs().max()) < 1e-9 for v in same.values())
+    unclipped, _ = clipped_grad_sum(model, sq_loss, x, y, math.inf)       # C = inf -> full gradient
+    model.zero_grad()
+    sq_loss(model(x), y).sum().backward()
+    for k, v in model.named_parameters():
+        torch.testing.assert_close(unclipped[k], v.grad)
+    conv = nn.Sequential(nn.Linear(3, 2), nn.LayerNorm(2), nn.Linear(2, 1)).double()
+    assert not supports_ghost(conv)
+    g, _ = clipped_grad_sum(conv, sq_loss, x, y, 1.0)                     # auto falls back to vmap
+    assert set(g) == {k for k, _ in conv.named_parameters()}
+    with pytest.raises(ValueError, match="method='ghost' is not allowed"):
+        clipped_grad_sum(conv, sq_loss, x, y, 1.0, method="ghost")
+    with pytest.raises(ValueError, match=r"max_norm=-1\.0"):
+        clipped_grad_sum(model, sq_loss, x, y, -1.0)
