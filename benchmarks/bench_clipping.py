@@ -1,0 +1,57 @@
+"""Per-sample clipping cost on the 54 -> 256 -> 256 -> 1 MLP, n = 16 000 (one run; read the ratios).
+
+    python benchmarks/bench_clipping.py
+
+Ratios to a non-private full-batch gradient step (forward + backward of the summed loss) for:
+clipped gradient sum (ghost, vmap) and clipped gradient-difference sum (ghost, vmap).
+"""
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
+
+
+def sq_loss(out, y):
+    return 0.5 * (out.squeeze(-1) - y) ** 2
+
+
+def timeit(fn, repeats):
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(54, 256), nn.Softplus(), nn.Linear(256, 256), nn.Softplus(), nn.Linear(256, 1))
+    x, y = torch.randn(16_000, 54), torch.randn(16_000)
+    p = {k: v.detach() for k, v in model.named_parameters()}
+    prev = {k: v + 1e-3 * torch.randn_like(v) for k, v in p.items()}
+
+    def plain():
+        model.zero_grad()
+        sq_loss(model(x), y).sum().backward()
+
+    base = timeit(plain, 5)
+    rows = [("non-private full-batch gradient", base)]
+    rows.append(("clipped grad sum, ghost", timeit(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="ghost"), 5)))
+    rows.append(("clipped grad sum, vmap", timeit(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="vmap",
+                                                                         chunk_size=4000), 2)))
+    rows.append(("clipped diff sum, ghost", timeit(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
+                                                                                 method="ghost"), 5)))
+    rows.append(("clipped diff sum, vmap", timeit(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
+                                                                                method="vmap", chunk_size=4000), 2)))
+    for name, t in rows:
+        print(f"{name:34s} {t * 1e3:9.1f} ms   {t / base:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
