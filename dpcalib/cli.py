@@ -118,6 +118,16 @@ def _report_dict(rep) -> dict:
     return out
 
 
+def _print_epsilon(rep) -> None:
+    """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
+    print(f"epsilon     {_fmt(rep.epsilon)}")
+    print(f"delta       {_fmt(rep.delta)}")
+    print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
+    if rep.order is not None:
+        print(f"order       {_fmt(rep.order)}")
+        print(f"conversion  {rep.conversion}")
+
+
 def _print_report(d: dict) -> None:
     print(f"algorithm   {d['algorithm']}")
     print(f"method      {d['method']}")
@@ -188,11 +198,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
         print(json.dumps(out))
     else:
         print(f"algorithm   {algorithm}")
-        print(f"epsilon     {_fmt(rep.epsilon)}   (delta {_fmt(rep.delta)})")
-        print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
-        if rep.order is not None:
-            print(f"order       {_fmt(rep.order)}")
-            print(f"conversion  {rep.conversion}")
+        _print_epsilon(rep)
         for w in out["warnings"]:
             print(f"warning     {w}")
         for pt in out.get("curve", []):
@@ -324,14 +330,9 @@ def _cmd_account(args) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"epsilon    {rep.epsilon:.6g}")
-        print(f"delta      {rep.delta:.6g}")
-        print(f"method     {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
-        if rep.order is not None:
-            print(f"order      {rep.order:.6g}")
-            print(f"conversion {rep.conversion}")
+        _print_epsilon(rep)
         for n in rep.notes:
-            print(f"note       {n}")
+            print(f"note        {n}")
     return 0
 
 

@@ -44,13 +44,31 @@ def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
     return torch.where(norms > 0, f, torch.zeros_like(norms))
 
 
-def _check(max_norm, method):
+def _check(max_norm, method, model):
+    """Validate; return ``(C, use_ghost)``."""
     c = float(max_norm)
     if not (c >= 0) or math.isnan(c):
         raise ValueError(f"max_norm={max_norm!r} is not allowed: expected a number in [0, inf].")
     if method not in ("auto", "ghost", "vmap"):
         raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
-    return c
+    if method == "ghost" and not supports_ghost(model):
+        raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
+                         "nn.Linear and elementwise activations.")
+    return c, method == "ghost" or (method == "auto" and supports_ghost(model))
+
+
+def _vmap_clipped_sum(per_sample, like: dict, n: int, c: float, chunk_size: int):
+    """Chunked general path: ``per_sample(start, stop)`` gives the per-sample vectors of a chunk."""
+    total = {k: torch.zeros_like(v) for k, v in like.items()}
+    all_norms = []
+    for s in range(0, n, chunk_size):
+        ps = per_sample(s, s + chunk_size)
+        norms = _flat_norms(ps)
+        f = clip_factors(norms, c)
+        for k, v in ps.items():
+            total[k] += torch.einsum("b,b...->...", f, v)
+        all_norms.append(norms)
+    return total, torch.cat(all_norms)
 
 
 def _params(model, params):
@@ -114,27 +132,15 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
     Formal guarantee: every summand has norm <= ``max_norm`` (L2 sensitivity of the sum: C under
     add/remove, 2C under replace-one).
     """
-    c = _check(max_norm, method)
+    c, use_ghost = _check(max_norm, method, model)
     params = _params(model, params)
-    use_ghost = method == "ghost" or (method == "auto" and supports_ghost(model))
     if use_ghost:
-        if not supports_ghost(model):
-            raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
-                             "nn.Linear and elementwise activations.")
         sig = _ghost_signals(model, params, loss_fn, x, y)
         norms2 = sum((g.pow(2).sum(1) * (a.pow(2).sum(1) + (1.0 if hb else 0.0))) for _, a, g, hb in sig)
         norms = torch.sqrt(norms2)
         return _ghost_sum(sig, clip_factors(norms, c)), norms
-    total = {k: torch.zeros_like(v) for k, v in params.items()}
-    all_norms = []
-    for s in range(0, x.shape[0], chunk_size):
-        ps = _per_sample_grads(model, params, loss_fn, x[s:s + chunk_size], y[s:s + chunk_size])
-        n = _flat_norms(ps)
-        f = clip_factors(n, c)
-        for k, v in ps.items():
-            total[k] += torch.einsum("b,b...->...", f, v)
-        all_norms.append(n)
-    return total, torch.cat(all_norms)
+    return _vmap_clipped_sum(lambda i, j: _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j]),
+                             params, x.shape[0], c, chunk_size)
 
 
 def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
@@ -144,12 +150,8 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     The per-sample gradient differences that DIFF2 (``x_{r-1}`` vs ``x_{r-2}``) and DP-SRM
     (``theta^t`` vs ``theta^{t-1}``) clip.  Same contract as :func:`clipped_grad_sum`.
     """
-    c = _check(max_norm, method)
-    use_ghost = method == "ghost" or (method == "auto" and supports_ghost(model))
+    c, use_ghost = _check(max_norm, method, model)
     if use_ghost:
-        if not supports_ghost(model):
-            raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
-                             "nn.Linear and elementwise activations.")
         s1 = _ghost_signals(model, params, loss_fn, x, y)
         s0 = _ghost_signals(model, params_prev, loss_fn, x, y)
         norms2 = 0.0
@@ -167,16 +169,10 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
             if hb:
                 out[f"{name}.bias"] = (cg - cg0).sum(0)
         return out, norms
-    total = {k: torch.zeros_like(v) for k, v in params.items()}
-    all_norms = []
-    for s in range(0, x.shape[0], chunk_size):
-        xs, ys = x[s:s + chunk_size], y[s:s + chunk_size]
-        p1 = _per_sample_grads(model, params, loss_fn, xs, ys)
-        p0 = _per_sample_grads(model, params_prev, loss_fn, xs, ys)
-        d = {k: p1[k] - p0[k] for k in p1}
-        n = _flat_norms(d)
-        f = clip_factors(n, c)
-        for k, v in d.items():
-            total[k] += torch.einsum("b,b...->...", f, v)
-        all_norms.append(n)
-    return total, torch.cat(all_norms)
+
+    def diffs(i, j):
+        g1 = _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j])
+        g0 = _per_sample_grads(model, params_prev, loss_fn, x[i:j], y[i:j])
+        return {k: g1[k] - g0[k] for k in g1}
+
+    return _vmap_clipped_sum(diffs, params, x.shape[0], c, chunk_size)
