@@ -6,14 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-__all__ = ["log_comb", "log1p_exp", "logsumexp", "log_expm1", "log_binomial_sums"]
-
-
-def log_comb(n, k):
-    """log C(n, k) through log-gamma (vectorised; exact to ~1e-15 relative in the log)."""
-    n = np.asarray(n, dtype=float)
-    k = np.asarray(k, dtype=float)
-    return special.gammaln(n + 1.0) - special.gammaln(k + 1.0) - special.gammaln(n - k + 1.0)
+__all__ = ["log1p_exp", "logsumexp", "log_expm1", "log_binomial_sums"]
 
 
 def logsumexp(x, axis=None):

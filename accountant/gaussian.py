@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import _validate
 
 __all__ = ["gaussian_rdp"]

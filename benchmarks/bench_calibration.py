@@ -50,7 +50,7 @@ def main() -> None:
         z_theirs = theirs(1e-6 * z_ours)
         tt.append(time.perf_counter() - t0)
     mo, mt = statistics.median(to), statistics.median(tt)
-    print(f"DP-SGD tight calibration (q=0.01, 10000 steps, eps=3, delta=1e-5, rtol 1e-6):")
+    print("DP-SGD tight calibration (q=0.01, 10000 steps, eps=3, delta=1e-5, rtol 1e-6):")
     print(f"  dpcalib      z = {z_ours:.8f}  median {mo * 1e3:.1f} ms")
     print(f"  dp-accounting z = {z_theirs:.8f}  median {mt * 1e3:.1f} ms")
     print(f"  speed ratio dp-accounting / dpcalib = {mt / mo:.1f}x; sigma ours <= theirs: {z_ours <= z_theirs}")

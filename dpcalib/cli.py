@@ -103,8 +103,6 @@ def _build(algorithm: str, args):
 
 
 def _report_dict(rep) -> dict:
-    from mechanisms import ALGORITHMS  # noqa: F401  (mechanisms imported by the caller anyway)
-
     notes = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in rep.notes.items()}
     out = {"algorithm": rep.algorithm, "method": rep.method, "epsilon": rep.epsilon, "delta": rep.delta}
     for s in SIGMAS:

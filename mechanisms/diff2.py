@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent, best_epsilon
+from accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from accountant import _validate as v
 from accountant import gdp_mu, subsampled_rdp_wor
 

@@ -1,7 +1,6 @@
 """The `dpcalib` CLI as a subprocess: every algorithm x {calibrate, epsilon} x {table, --json}."""
 
 import json
-import math
 import subprocess
 import sys
 
