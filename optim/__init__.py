@@ -1,1 +1,29 @@
-"""PyTorch reference optimizers driven by the calibrated noise (built on :mod:`mechanisms`)."""
+"""PyTorch reference optimizers driven by the calibrated noise (built on :mod:`mechanisms`).
+
+Each optimizer is built from a ``mechanisms`` description of the run (its shape) and that
+mechanism's calibration (its noise levels)::
+
+    import mechanisms as M, optim as O
+    mech = M.DIFF2GD(rounds=2000, restart_interval=20, clients=10, n_min=1651)
+    opt = O.DIFF2GD(model, O.squared_loss, shards, mech, mech.calibrate(3.0, 1e-5), C1=1.0, C2=3.0, lr=0.5)
+    opt.run()                      # metrics, progress bar, optional checkpoints
+
+See docs/optimizers.md for every update rule, where its noise enters and what it releases.
+"""
+
+from . import data, graph
+from ._core import NoiseSource, PrivateOptimizer, Release, squared_loss
+from .checks import noise_std_test
+from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
+from .d2p import AdaD2P, ClipD2P, ConstD2P
+from .diff2 import DIFF2BVR, DIFF2GD, DPGD
+from .sgd import DPSGD, DPSRM, DiceSGD
+
+#: registry name -> optimizer class (same names as mechanisms.ALGORITHMS)
+OPTIMIZERS = {c.name: c for c in (DPGD, DIFF2GD, DIFF2BVR, DPSGD, DPSRM, DiceSGD, ClipD2P, ConstD2P, AdaD2P)}
+
+__all__ = [
+    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test",
+    "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
+    "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "data", "graph",
+]

@@ -35,8 +35,14 @@ def supports_ghost(model: nn.Module) -> bool:
         all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model)
 
 
-def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """``min{1, C/||v||}``, with 0 where the norm is 0 or C = 0 (the clipped vector is 0 there)."""
+def clip_factors(norms: torch.Tensor, max_norm: float, stabilizer: float | None = None) -> torch.Tensor:
+    """``min{1, C/||v||}``, with 0 where the norm is 0 or C = 0 (the clipped vector is 0 there).
+
+    With ``stabilizer=g`` (automatic clipping, Bu et al.; DiceSGD Algorithm 4): ``C/(||v|| + g)``,
+    so every scaled vector has norm < C and ``v = 0`` maps to 0.
+    """
+    if stabilizer is not None:
+        return max_norm / (norms + stabilizer)
     if max_norm == math.inf:
         return torch.ones_like(norms)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))
@@ -57,18 +63,24 @@ def _check(max_norm, method, model):
     return c, method == "ghost" or (method == "auto" and supports_ghost(model))
 
 
-def _vmap_clipped_sum(per_sample, like: dict, n: int, c: float, chunk_size: int):
+def _vmap_clipped_sum(per_sample, like: dict, n: int, c: float, chunk_size: int, weights=None, stabilizer=None):
     """Chunked general path: ``per_sample(start, stop)`` gives the per-sample vectors of a chunk."""
     total = {k: torch.zeros_like(v) for k, v in like.items()}
     all_norms = []
     for s in range(0, n, chunk_size):
         ps = per_sample(s, s + chunk_size)
         norms = _flat_norms(ps)
-        f = clip_factors(norms, c)
+        f = clip_factors(norms, c, stabilizer)
+        if weights is not None:
+            f = f * weights[s:s + chunk_size]
         for k, v in ps.items():
             total[k] += torch.einsum("b,b...->...", f, v)
         all_norms.append(norms)
     return total, torch.cat(all_norms)
+
+
+def _weighted(factors, weights):
+    return factors if weights is None else factors * weights
 
 
 def _params(model, params):
@@ -124,11 +136,14 @@ def _flat_norms(per_sample: dict) -> torch.Tensor:
 
 # ---- public -----------------------------------------------------------------------------------
 def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
-                     params: dict | None = None, *, method: str = "auto", chunk_size: int = 1024):
-    """``(sum_i clip(grad l(params; x_i, y_i), C), per-sample norms)``.
+                     params: dict | None = None, *, method: str = "auto", chunk_size: int = 1024,
+                     weights: torch.Tensor | None = None, stabilizer: float | None = None):
+    """``(sum_i w_i clip(grad l(params; x_i, y_i), C), per-sample norms)``.
 
     ``loss_fn(output, target)`` must return one loss per example (no reduction).  Returns a dict
     with the model's parameter names and a tensor of the unclipped per-sample gradient norms.
+    ``weights`` (default 1) lets several clients' clipped MEANS be summed in one pass
+    (``w_i = 1/(P n_p)`` for DIFF2).  ``stabilizer``: automatic clipping (see :func:`clip_factors`).
     Formal guarantee: every summand has norm <= ``max_norm`` (L2 sensitivity of the sum: C under
     add/remove, 2C under replace-one).
     """
@@ -138,13 +153,14 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
         sig = _ghost_signals(model, params, loss_fn, x, y)
         norms2 = sum((g.pow(2).sum(1) * (a.pow(2).sum(1) + (1.0 if hb else 0.0))) for _, a, g, hb in sig)
         norms = torch.sqrt(norms2)
-        return _ghost_sum(sig, clip_factors(norms, c)), norms
+        return _ghost_sum(sig, _weighted(clip_factors(norms, c, stabilizer), weights)), norms
     return _vmap_clipped_sum(lambda i, j: _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j]),
-                             params, x.shape[0], c, chunk_size)
+                             params, x.shape[0], c, chunk_size, weights, stabilizer)
 
 
 def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
-                          params: dict, params_prev: dict, *, method: str = "auto", chunk_size: int = 1024):
+                          params: dict, params_prev: dict, *, method: str = "auto", chunk_size: int = 1024,
+                          weights: torch.Tensor | None = None):
     """``(sum_i clip(grad l(params; z_i) - grad l(params_prev; z_i), C), per-sample difference norms)``.
 
     The per-sample gradient differences that DIFF2 (``x_{r-1}`` vs ``x_{r-2}``) and DP-SRM
@@ -161,7 +177,7 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
             if hb:
                 norms2 = norms2 + (g - g0).pow(2).sum(1)
         norms = torch.sqrt(torch.clamp(norms2, min=0.0))
-        f = clip_factors(norms, c)
+        f = _weighted(clip_factors(norms, c), weights)
         out = {}
         for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
             cg, cg0 = g * f[:, None], g0 * f[:, None]
@@ -175,4 +191,4 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
         g0 = _per_sample_grads(model, params_prev, loss_fn, x[i:j], y[i:j])
         return {k: g1[k] - g0[k] for k in g1}
 
-    return _vmap_clipped_sum(diffs, params, x.shape[0], c, chunk_size)
+    return _vmap_clipped_sum(diffs, params, x.shape[0], c, chunk_size, weights)

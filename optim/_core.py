@@ -1,0 +1,373 @@
+"""What every reference optimizer shares: the noise source, release records, the run loop with
+metrics, progress bar and checkpoints, and the privacy spent so far.
+
+Randomness is split into three independent ``torch.Generator`` streams derived from one seed
+(``numpy.random.SeedSequence(seed).spawn(3)``):
+
+* ``data``   -- minibatch / Poisson sampling (public randomness of the mechanism),
+* ``noise``  -- the DP noise, owned by :class:`NoiseSource` and never used for anything else,
+* ``output`` -- the data-independent choice of the returned iterate (``x^out``).
+
+A checkpoint holds the model, the algorithm's state tensors, the three generator states, the
+round, the events composed so far, the metrics and the recorded releases, so a resumed run makes
+exactly the same draws as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from accountant import PrivacyAccountant
+from mechanisms import CalibrationReport
+
+__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
+
+
+def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-example squared error ``||f(x) - y||^2`` (regression, DIFF2 experiments)."""
+    return (output.reshape(output.shape[0], -1) - target.reshape(target.shape[0], -1)).pow(2).sum(1)
+
+
+def flat(tensors: dict) -> torch.Tensor:
+    """Concatenate a dict of tensors into one vector (dict order)."""
+    return torch.cat([t.reshape(-1) for t in tensors.values()])
+
+
+def unflat(vec: torch.Tensor, like: dict) -> dict:
+    """Inverse of :func:`flat` for tensors shaped like ``like``."""
+    out, i = {}, 0
+    for k, t in like.items():
+        out[k] = vec[i:i + t.numel()].view_as(t)
+        i += t.numel()
+    return out
+
+
+@dataclass
+class Release:
+    """One noisy release as the algorithm performs it.
+
+    ``std`` is the per-coordinate noise std actually requested, ``sensitivity`` the L2
+    sensitivity the algorithm claims for the noiseless query (``None``: no claim, e.g. AdaD2P),
+    ``relation`` the neighbouring relation of that claim, ``noise`` the added noise (float64, CPU)
+    when noise recording is on.  ``std / sensitivity`` is the noise multiplier.
+    """
+
+    round: int
+    name: str
+    std: float
+    sensitivity: float | None
+    relation: str
+    noise: torch.Tensor | None = None
+
+
+class NoiseSource:
+    """Gaussian noise from a dedicated, seedable generator; optionally records every release."""
+
+    def __init__(self, seed: int, device, dtype, record: bool = False, record_noise: bool = True):
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(int(seed))
+        self.device, self.dtype = device, dtype
+        self.record = bool(record)
+        self.record_noise = bool(record_noise)
+        self.releases: list[Release] = []
+
+    def _standard(self, shape) -> torch.Tensor:
+        return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
+
+    def gaussian(self, numel: int, std: float, *, round: int, name: str, sensitivity, relation: str):
+        """A vector of ``numel`` i.i.d. N(0, std^2) draws (zeros, without a draw, when std = 0)."""
+        if std < 0 or math.isnan(std):
+            raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+        if std == 0:
+            noise = torch.zeros(numel, device=self.device, dtype=self.dtype)
+        else:
+            noise = std * self._standard((numel,))
+        self._log(round, name, std, sensitivity, relation, noise)
+        return noise
+
+    def gaussian_rows(self, rows: int, numel: int, stds: torch.Tensor, *, round: int, names, sensitivity,
+                      relation: str):
+        """``rows`` independent vectors, row i with std ``stds[i]`` (one release per row: D2P nodes)."""
+        noise = stds.reshape(rows, 1).to(self.dtype) * self._standard((rows, numel))
+        for i in range(rows):
+            self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i])
+        return noise
+
+    def _log(self, round, name, std, sensitivity, relation, noise):
+        if self.record:
+            kept = noise.detach().to("cpu", torch.float64).clone() if self.record_noise else None
+            self.releases.append(Release(round, name, float(std), sensitivity, relation, kept))
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state(), "releases": list(self.releases)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.releases = list(state["releases"])
+
+
+def _move(obj, device):
+    """Tensors of a (nested) checkpoint entry onto ``device`` (generator states stay on the CPU)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _move(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_move(v, device) for v in obj)
+    return obj
+
+
+def _seeds(seed: int) -> list[int]:
+    return [int(s.generate_state(1, dtype=np.uint64)[0] % (2 ** 63)) for s in np.random.SeedSequence(int(seed)).spawn(3)]
+
+
+def _noise_levels(noise) -> dict:
+    if isinstance(noise, CalibrationReport):
+        return {k: v for k, v in noise.noise.items() if v is not None}
+    if isinstance(noise, dict):
+        out = {}
+        for k, v in noise.items():
+            if v is None:
+                continue
+            f = float(v)
+            if not (f >= 0) or math.isinf(f):
+                raise ValueError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
+            out[k] = f
+        return out
+    raise ValueError(f"noise={noise!r} is not allowed: expected a CalibrationReport or a dict of noise levels.")
+
+
+def _check_clip(value, name: str, allow_inf: bool = True) -> float:
+    c = float(value)
+    if math.isnan(c) or c < 0 or (c == math.inf and not allow_inf):
+        rng = "[0, inf]" if allow_inf else "[0, inf)"
+        raise ValueError(f"{name}={value!r} is not allowed: expected a number in {rng}.")
+    return c
+
+
+def _check_lr(value, name: str = "lr") -> float:
+    f = float(value)
+    if not (f > 0) or math.isinf(f):
+        raise ValueError(f"{name}={value!r} is not allowed: expected a finite number > 0.")
+    return f
+
+
+class PrivateOptimizer:
+    """Base class.  Subclasses set ``mechanism``, ``total_rounds`` and implement ``_step(r)``,
+    ``_events()``, ``_state()`` / ``_load_state()`` and ``_objective()``."""
+
+    name = "private-optimizer"
+
+    def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
+                 record_noise: bool = True, clip_method: str = "auto", chunk_size: int = 1024):
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
+        if not callable(loss_fn):
+            raise ValueError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
+                             "per-example losses.")
+        if clip_method not in ("auto", "ghost", "vmap"):
+            raise ValueError(f"clip_method={clip_method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
+        self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
+        first = next(model.parameters(), None)
+        if first is None:
+            raise ValueError("model is not allowed: it has no parameters.")
+        self.device, self.dtype = first.device, first.dtype
+        self.levels = _noise_levels(noise)
+        self.delta = noise.delta if isinstance(noise, CalibrationReport) else None
+        if isinstance(noise, CalibrationReport) and noise.algorithm != getattr(mechanism, "name", None):
+            raise ValueError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
+                             f"{getattr(mechanism, 'name', mechanism)!r}.")
+        s_data, s_noise, s_out = _seeds(seed)
+        self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
+        self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
+        self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise)
+        self.clip_method, self.chunk_size = clip_method, int(chunk_size)
+        self.round = 0
+        self.counts: Counter = Counter()
+        self.metrics: list[dict] = []
+        self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
+        self._n_candidates = 0
+
+    # -- helpers for subclasses ----------------------------------------------------------------
+    def _need(self, key: str) -> float:
+        if key not in self.levels:
+            raise ValueError(f"noise is not allowed: it has no {key!r} (got {sorted(self.levels)}).")
+        return self.levels[key]
+
+    def _to(self, t) -> torch.Tensor:
+        t = torch.as_tensor(t)
+        return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
+
+    def params(self) -> dict:
+        return {k: p.detach() for k, p in self.model.named_parameters()}
+
+    def _set_params(self, new: dict) -> None:
+        with torch.no_grad():
+            for k, p in self.model.named_parameters():
+                p.copy_(new[k])
+
+    def _offer_output(self, candidate: dict) -> None:
+        """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""
+        self._n_candidates += 1
+        u = torch.rand((), generator=self.output_generator).item()
+        if self._out is None or u < 1.0 / self._n_candidates:
+            self._out = {k: v.detach().clone() for k, v in candidate.items()}
+
+    def output(self) -> dict:
+        """The iterate the paper returns (uniform among the candidates; the last one if none)."""
+        return self._out if self._out is not None else self.params()
+
+    # -- privacy ---------------------------------------------------------------------------------
+    def _events(self) -> list:
+        """``[(event, count)]`` of the releases made so far (worst-case client / node)."""
+        raise NotImplementedError
+
+    def accountant(self) -> PrivacyAccountant:
+        acc = PrivacyAccountant()
+        for ev, k in self._events():
+            if k:
+                acc.compose(ev, k)
+        return acc
+
+    def epsilon_spent(self, delta: float | None = None) -> float:
+        """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise."""
+        d = self.delta if delta is None else delta
+        if d is None:
+            raise ValueError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
+        if self.round == 0:
+            return 0.0
+        if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):
+            return math.inf
+        return float(self.accountant().get_epsilon(d))
+
+    def _noise_keys(self) -> tuple:
+        return tuple(self.levels)
+
+    def _epsilon_metric(self, delta) -> float:
+        return self.epsilon_spent(delta) if delta is not None else math.nan
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def _objective(self):
+        """``(x, y, weights)`` with f = sum_i w_i l(x_i, y_i) the training objective."""
+        raise NotImplementedError
+
+    def _eval_params(self) -> dict:
+        return self.params()
+
+    def evaluate(self, params: dict | None = None) -> dict:
+        """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private."""
+        p = {k: v.detach().requires_grad_(True) for k, v in (params or self._eval_params()).items()}
+        x, y, w = self._objective()
+        out = functional_call(self.model, p, (x,))
+        loss = (self.loss_fn(out, y) * w).sum()
+        g = torch.autograd.grad(loss, list(p.values()))
+        return {"loss": float(loss.detach()), "grad_norm": float(torch.sqrt(sum(t.pow(2).sum() for t in g)))}
+
+    # -- run loop --------------------------------------------------------------------------------
+    def _step(self, r: int) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """One round (one release of the mechanism)."""
+        if self.round >= self.total_rounds:
+            raise RuntimeError(f"the run is complete: {self.total_rounds} rounds were calibrated "
+                               "(running further would spend more privacy than the calibration covers).")
+        self.round += 1
+        self._step(self.round)
+
+    def run(self, rounds: int | None = None, *, log_every: int | None = None, progress: bool | None = None,
+            checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+            delta: float | None = None) -> list[dict]:
+        """Run ``rounds`` more rounds (default: to the calibrated total).
+
+        Every ``log_every`` rounds (default ``max(1, total // 100)``) and at the end, appends
+        ``{"round", "loss", "grad_norm", "epsilon"}`` to :attr:`metrics`.  ``progress``: tqdm bar
+        (``None``: shown on a terminal).  ``checkpoint``/``checkpoint_every``: save the whole state
+        there every that many rounds and at the end; :meth:`load_checkpoint` resumes exactly.
+        """
+        left = self.total_rounds - self.round
+        n = left if rounds is None else int(rounds)
+        if n < 0 or n > left:
+            raise ValueError(f"rounds={rounds!r} is not allowed: expected an integer in [0, {left}] "
+                             f"({self.round} of {self.total_rounds} calibrated rounds are done).")
+        every = max(1, self.total_rounds // 100) if log_every is None else int(log_every)
+        if every < 1:
+            raise ValueError(f"log_every={log_every!r} is not allowed: expected an integer >= 1.")
+        if checkpoint_every is not None and int(checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc=self.name, disable=(None if progress is None else not progress), leave=False)
+        try:
+            for i in range(n):
+                self.step()
+                bar.update(1)
+                if self.round % every == 0 or i == n - 1:
+                    self._log_metrics(delta)
+                    bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.4g}", eps=f"{self.metrics[-1]['epsilon']:.3g}")
+                if checkpoint is not None and (
+                        (checkpoint_every is not None and self.round % int(checkpoint_every) == 0) or i == n - 1):
+                    self.save_checkpoint(checkpoint)
+        finally:
+            bar.close()
+        return self.metrics
+
+    def _log_metrics(self, delta=None) -> None:
+        m = {"round": self.round, **self.evaluate()}
+        d = self.delta if delta is None else delta
+        m["epsilon"] = self._epsilon_metric(d)
+        if self.metrics and self.metrics[-1]["round"] == self.round:
+            self.metrics[-1] = m
+        else:
+            self.metrics.append(m)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {}
+
+    def _load_state(self, state: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {
+            "algorithm": self.name, "round": self.round, "total_rounds": self.total_rounds,
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "state": self._state(), "counts": dict(self.counts), "metrics": list(self.metrics),
+            "rng": {"data": self.data_generator.get_state(), "output": self.output_generator.get_state()},
+            "noise": self.noise.state_dict(), "out": self._out, "n_candidates": self._n_candidates,
+            "levels": dict(self.levels),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("algorithm") != self.name or state.get("total_rounds") != self.total_rounds:
+            raise ValueError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
+                             f"{state.get('total_rounds')} rounds; this is {self.name!r} with {self.total_rounds}.")
+        if state.get("levels") != self.levels:
+            raise ValueError(f"checkpoint is not allowed: its noise levels {state.get('levels')} differ from "
+                             f"this run's {self.levels}.")
+        self.model.load_state_dict(state["model"])
+        self._load_state(_move(state["state"], self.device))
+        self.round = int(state["round"])
+        self.counts = Counter(state["counts"])
+        self.metrics = list(state["metrics"])
+        self.data_generator.set_state(state["rng"]["data"])
+        self.output_generator.set_state(state["rng"]["output"])
+        self.noise.load_state_dict(state["noise"])
+        self._out, self._n_candidates = _move(state["out"], self.device), int(state["n_candidates"])
+
+    def save_checkpoint(self, path) -> None:
+        """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""
+        tmp = f"{os.fspath(path)}.tmp"
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load_checkpoint(self, path) -> None:
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))

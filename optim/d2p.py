@@ -1,0 +1,228 @@
+"""AdaD2P, ConstD2P and ClipD2P (spec 7; S2 Algorithms 1-3): decentralised push-sum SGD with
+Gaussian noise over the time-varying directed exponential graph (spec 8).
+
+The n nodes are simulated in one process with their parameters stacked along dimension 0
+(``X`` is n x d); per-node, per-sample gradients come from one nested ``torch.func.vmap``, the
+mixing is one matrix product ``X <- P^k X_half``.  Node i's iteration k:
+
+  g_i = grad l(z_i; xi_i)                         (ClipD2P: clipped to C)
+  x_i^{k+1/2} = x_i - lr (g_i + N_i),   N_i ~ N(0, s_i^2 I)
+      s_i = sigma C (ClipD2P), sigma G (ConstD2P), sigma ||g_i|| (AdaD2P: NO valid guarantee)
+  x^{k+1} = P^k x^{k+1/2},  w^{k+1} = P^k w^k,  z = x / w.
+
+Sampling follows the accountant: ONE example per node, uniformly (replace-one; the algorithm as
+written), or -- when the calibration is under add/remove, whose accountant assumes Poisson
+sampling (spec 7 E4) -- every example independently with probability 1/J.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+import mechanisms as M
+from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
+
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat
+from .clipping import clip_factors
+from .graph import VARIANTS, mixing_matrix
+
+__all__ = ["ClipD2P", "ConstD2P", "AdaD2P"]
+
+
+class _Decentralized(PrivateOptimizer):
+    _mechanism_type = None
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, lr: float, graph: str = "paper",
+                 **kwargs):
+        if not isinstance(mechanism, self._mechanism_type):
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+                             f"mechanisms.{self._mechanism_type.__name__}.")
+        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, **kwargs)
+        if graph not in VARIANTS:
+            raise ValueError(f"graph={graph!r} is not allowed: expected one of {VARIANTS}.")
+        if not isinstance(node_data, (list, tuple)) or not node_data:
+            raise ValueError("node_data is not allowed: expected a non-empty list of (x, y) pairs, one per node.")
+        xs, ys = zip(*((self._to(a), self._to(b)) for a, b in node_data))
+        sizes = {x.shape[0] for x in xs} | {y.shape[0] for y in ys}
+        if len(sizes) != 1:
+            raise ValueError(f"node_data is not allowed: nodes hold {sorted(sizes)} records; expected the same J "
+                             "everywhere (equal shards).")
+        self.J = sizes.pop()
+        J_cal = getattr(mechanism, "samples_per_node", self.J)
+        if self.J < J_cal:
+            raise ValueError(f"node_data has J={self.J} records per node, which is not allowed: the calibration "
+                             f"assumes J >= samples_per_node={J_cal} (a larger sampling rate than calibrated).")
+        self.xs, self.ys = torch.stack(xs), torch.stack(ys)          # [n, J, ...]
+        self.nodes, self.graph, self.lr = len(xs), graph, _check_lr(lr)
+        self.total_rounds = mechanism.iterations
+        self.relation = getattr(mechanism, "relation", "replace-one")
+        self.poisson = self.relation == "add/remove"
+        self.like = {k: v.clone() for k, v in self.params().items()}
+        x0 = flat(self.like)
+        self.X = x0.unsqueeze(0).repeat(self.nodes, 1)                # x_i^0 = z_i^0 = model's parameters
+        self.w = torch.ones(self.nodes, device=self.device, dtype=self.dtype)
+
+        def one(pflat, xi, yi):
+            p, i = {}, 0
+            for k, t in self.like.items():
+                p[k] = pflat[i:i + t.numel()].reshape(t.shape)
+                i += t.numel()
+            return self.loss_fn(functional_call(self.model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)).sum()
+
+        self._grads = vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+
+    def _sample(self):
+        """``(x [n, M, ...], y [n, M], mask [n, M])``: the examples each node uses this iteration."""
+        n, J = self.nodes, self.J
+        if not self.poisson:
+            idx = torch.randint(J, (n, 1), generator=self.data_generator, device=self.device)
+            mask = torch.ones(n, 1, device=self.device, dtype=self.dtype)
+        else:
+            keep = torch.rand(n, J, generator=self.data_generator, device=self.device) < 1.0 / J
+            m = max(1, int(keep.sum(1).max()))
+            order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)   # kept indices first
+            idx = order[:, :m]
+            mask = torch.gather(keep, 1, idx).to(self.dtype)
+        rows = torch.arange(n, device=self.device).unsqueeze(1)
+        return self.xs[rows, idx], self.ys[rows, idx], mask
+
+    def _node_grads(self, Z):
+        xs, ys, mask = self._sample()
+        g = self._grads(Z, xs, ys)                                   # [n, M, d]
+        return g, mask
+
+    def _combine(self, g, mask):
+        raise NotImplementedError
+
+    def _stds(self, g_nodes) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _step(self, r: int) -> None:
+        k = r - 1
+        Z = self.X / self.w.unsqueeze(1)
+        g, mask = self._node_grads(Z)
+        g_nodes = self._combine(g, mask)                              # [n, d]
+        N = self.noise.gaussian_rows(self.nodes, g_nodes.shape[1], self._stds(g_nodes), round=r,
+                                     names=[f"node {i}: x^(k+1/2)" for i in range(self.nodes)],
+                                     sensitivity=self._sensitivity(), relation=self.relation)
+        half = self.X - self.lr * (g_nodes + N)
+        P = mixing_matrix(self.nodes, k, self.graph, dtype=self.dtype, device=self.device)
+        self.X, self.w = P @ half, P @ self.w
+        self.counts["iteration"] += 1
+        self._sync_model()
+
+    def _sync_model(self):
+        xbar = self.X.mean(0)
+        p, i = {}, 0
+        for name, t in self.like.items():
+            p[name] = xbar[i:i + t.numel()].reshape(t.shape)
+            i += t.numel()
+        self._set_params(p)
+
+    def average(self) -> torch.Tensor:
+        """The network average x-bar (flat)."""
+        return self.X.mean(0)
+
+    def _sensitivity(self):
+        return None
+
+    def _objective(self):
+        n, J = self.nodes, self.J
+        w = torch.full((n * J,), 1.0 / (n * J), device=self.device, dtype=self.dtype)
+        return self.xs.reshape(n * J, *self.xs.shape[2:]), self.ys.reshape(n * J, *self.ys.shape[2:]), w
+
+    def _state(self) -> dict:
+        return {"X": self.X, "w": self.w}
+
+    def _load_state(self, state: dict) -> None:
+        self.X, self.w = state["X"], state["w"]
+
+    def _events(self) -> list:
+        sigma, J = self.levels["sigma"], self.mechanism.samples_per_node
+        ev = PoissonSampledGaussianEvent(1.0 / J, sigma) if self.poisson else \
+            WORSampledGaussianEvent.from_sizes(1, J, sigma / 2.0)
+        return [(ev, self.counts["iteration"])]
+
+
+class ClipD2P(_Decentralized):
+    """ClipD2P (S2 Algorithm 3): per-example gradients clipped to C, noise ``N(0, sigma^2 C^2 I)``.
+    Claimed sensitivity per node and iteration: C (add/remove) or 2C (replace-one).
+    ``mechanism``: :class:`mechanisms.ClipD2P`; ``noise``: its calibration (``sigma``)."""
+
+    name = "clipd2p"
+    _mechanism_type = M.ClipD2P
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, C: float, lr: float, **kwargs):
+        super().__init__(model, loss_fn, node_data, mechanism, noise, lr=lr, **kwargs)
+        self.C, self.sigma = _check_clip(C, "C"), self._need("sigma")
+        if self.C == math.inf and self.sigma > 0:
+            raise ValueError(f"C=inf is not allowed with sigma={self.sigma}: unclipped gradients have unbounded "
+                             "sensitivity.")
+
+    def _combine(self, g, mask):
+        f = clip_factors(torch.linalg.vector_norm(g, dim=2), self.C) * mask
+        return torch.einsum("nm,nmd->nd", f, g)
+
+    def _stds(self, g_nodes):
+        s = 0.0 if self.sigma == 0.0 else self.sigma * self.C
+        return torch.full((self.nodes,), s, device=self.device, dtype=self.dtype)
+
+    def _sensitivity(self):
+        return self.C if self.poisson else 2.0 * self.C
+
+
+class ConstD2P(ClipD2P):
+    """ConstD2P (S2 Algorithm 2): NO clipping, noise ``N(0, sigma^2 G^2 I)`` with G an estimated
+    gradient bound.  The claimed sensitivity (G or 2G) holds only if every per-example gradient
+    norm is <= G (spec 7 E2); the run counts the violations in ``bound_violations``."""
+
+    name = "constd2p"
+    _mechanism_type = M.ConstD2P
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, G: float, lr: float, **kwargs):
+        super().__init__(model, loss_fn, node_data, mechanism, noise, C=G, lr=lr, **kwargs)
+        self.bound_violations = 0
+
+    def _combine(self, g, mask):
+        norms = torch.linalg.vector_norm(g, dim=2)
+        self.bound_violations += int(((norms > self.C) & (mask > 0)).sum())
+        return torch.einsum("nm,nmd->nd", mask, g)
+
+    def _state(self) -> dict:
+        return {**super()._state(), "violations": self.bound_violations}
+
+    def _load_state(self, state: dict) -> None:
+        super()._load_state(state)
+        self.bound_violations = int(state["violations"])
+
+
+class AdaD2P(_Decentralized):
+    """AdaD2P (S2 Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
+    own norm, no clipping.  It has NO finite (eps, delta) guarantee (spec 7 E1): provided as the
+    paper's algorithm and as an audit target; :meth:`epsilon_spent` is inf and :meth:`accountant`
+    raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``."""
+
+    name = "adad2p"
+    _mechanism_type = M.AdaD2P
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, lr: float, **kwargs):
+        super().__init__(model, loss_fn, node_data, mechanism, noise, lr=lr, **kwargs)
+        self.sigma = self._need("sigma")
+
+    def _combine(self, g, mask):
+        return torch.einsum("nm,nmd->nd", mask, g)
+
+    def _stds(self, g_nodes):
+        return self.sigma * torch.linalg.vector_norm(g_nodes, dim=1)
+
+    def accountant(self):
+        return self.mechanism.accountant()
+
+    def epsilon_spent(self, delta=None) -> float:
+        return math.inf if self.round else 0.0
+
+    def _epsilon_metric(self, delta) -> float:
+        return self.epsilon_spent()

@@ -1,0 +1,223 @@
+"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (spec sections 1-3; DIFF2 Algorithms 1-4).
+
+P clients are simulated in one process: their datasets are concatenated and each record carries
+the weight ``1/(P n_p)``, so one clipping pass gives ``(1/P) sum_p ClippedMean(D_p)`` without a
+loop over clients or samples.  The server adds ``N(0, sigma^2 C^2 I)`` to the client average
+(Algorithm 1 line 11) from the run's dedicated noise generator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import mechanisms as M
+from accountant import GaussianEvent, WORSampledGaussianEvent
+
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
+from .clipping import clipped_grad_diff_sum, clipped_grad_sum
+
+__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+
+
+def _shards(shards, clients: int, n_min: int, to):
+    if not isinstance(shards, (list, tuple)) or not shards:
+        raise ValueError("shards is not allowed: expected a non-empty list of (x, y) pairs, one per client.")
+    if len(shards) != clients:
+        raise ValueError(f"shards has {len(shards)} clients, which is not allowed: the calibration is for "
+                         f"clients={clients}.")
+    out = []
+    for p, pair in enumerate(shards):
+        x, y = (to(t) for t in pair)
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"shards[{p}] is not allowed: {x.shape[0]} inputs but {y.shape[0]} targets.")
+        if x.shape[0] < n_min:
+            raise ValueError(f"shards[{p}] has n_p={x.shape[0]} records, which is not allowed: the calibration "
+                             f"assumes every client has at least n_min={n_min} (fewer records means a larger "
+                             "sensitivity than calibrated).")
+        out.append((x, y))
+    return out
+
+
+class DIFF2GD(PrivateOptimizer):
+    """DIFF2-GD (Algorithms 1-3).  Restart rounds ``r = 1, T+1, ...`` release
+    ``v~_r = (1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``; difference
+    rounds release ``v~_r = (1/P) sum_p ClippedMean(grad l(x_{r-1}, .) - grad l(x_{r-2}, .), C_{2,r})
+    + v~_{r-1} + N(0, sigma2^2 C_{2,r}^2 I)`` with ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``; then
+    ``x_r = x_{r-1} - lr v~_r``.  Claimed sensitivity per release: ``2 C / (n_min P)`` (Lemma C.1).
+
+    ``mechanism``: a :class:`mechanisms.DIFF2GD` (or :class:`mechanisms.DPGD`, i.e. T = 1);
+    ``noise``: its :class:`~mechanisms.CalibrationReport` (or a dict ``{"sigma1", "sigma2"}``;
+    zeros give the non-private algorithm).
+    """
+
+    name = "diff2-gd"
+    _mechanism_types = (M.DIFF2GD,)
+
+    def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
+                 seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
+                 chunk_size: int = 1024):
+        if not isinstance(mechanism, self._mechanism_types):
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+                             f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
+        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
+                         record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size)
+        m = mechanism
+        self.T = getattr(m, "restart_interval", 1)
+        self.P, self.n_min, self.total_rounds = m.clients, m.n_min, m.rounds
+        self.C1, self.C2 = _check_clip(C1, "C1"), _check_clip(C2, "C2")
+        self.lr = _check_lr(lr)
+        self.sigma1 = self._need("sigma1")
+        self.sigma2 = self._need("sigma2") if self.T > 1 else 0.0
+        for c, s, cn, sn in ((self.C1, self.sigma1, "C1", "sigma1"), (self.C2, self.sigma2, "C2", "sigma2")):
+            if c == math.inf and s > 0:
+                raise ValueError(f"{cn}=inf is not allowed with {sn}={s}: unclipped queries have unbounded "
+                                 "sensitivity (use inf only for the non-private run, with zero noise).")
+        self.shards = _shards(shards, self.P, self.n_min, self._to)
+        self.x = torch.cat([s[0] for s in self.shards])
+        self.y = torch.cat([s[1] for s in self.shards])
+        self.w = torch.cat([torch.full((s[0].shape[0],), 1.0 / (self.P * s[0].shape[0]), device=self.device,
+                                       dtype=self.dtype) for s in self.shards])
+        self.prev = None   # x_{r-2}
+        self.v = None      # v~_{r-1}
+
+    # -- one round -------------------------------------------------------------------------------
+    def _restart(self, r: int) -> bool:
+        return (r - 1) % self.T == 0
+
+    def _diff2_round(self, r: int) -> dict:
+        """Lines 2-12 of Algorithm 1: returns x_r (does not change the model)."""
+        cur = self.params()
+        if self._restart(r):
+            sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x, self.y, self.C1, cur,
+                                       method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
+            v, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
+        else:
+            dx = float(torch.linalg.vector_norm(flat(cur) - flat(self.prev)))
+            c = 0.0 if dx == 0.0 else self.C2 * dx
+            sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x, self.y, c, cur, self.prev,
+                                            method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
+            v, s, kind = flat({k: sums[k] for k in cur}) + self.v, self.sigma2, "difference"
+        std = 0.0 if s == 0.0 or c == 0.0 else s * c
+        vt = v + self.noise.gaussian(v.numel(), std, round=r, name=f"v~ ({kind})",
+                                     sensitivity=2.0 * c / (self.n_min * self.P), relation="replace-one")
+        self.counts[kind] += 1
+        self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
+        return unflat(flat(cur) - self.lr * vt, cur)
+
+    def _step(self, r: int) -> None:
+        self._offer_output(self.params())      # x^out = x_{r^-1}, r^ ~ Unif[R]  (x_0^out := x_0)
+        self._set_params(self._diff2_round(r))
+
+    # -- privacy and state -----------------------------------------------------------------------
+    def _z(self, sigma: float) -> float:
+        return sigma * self.n_min * self.P / 2.0
+
+    def _events(self) -> list:
+        out = []
+        if self.counts["restart"]:
+            out.append((GaussianEvent(self._z(self.sigma1)), self.counts["restart"]))
+        if self.counts["difference"]:
+            out.append((GaussianEvent(self._z(self.sigma2)), self.counts["difference"]))
+        return out
+
+    def _noise_keys(self) -> tuple:
+        return ("sigma1", "sigma2") if self.counts["difference"] else ("sigma1",)
+
+    def _objective(self):
+        return self.x, self.y, self.w
+
+    def _state(self) -> dict:
+        return {"prev": self.prev, "v": self.v}
+
+    def _load_state(self, state: dict) -> None:
+        self.prev, self.v = state["prev"], state["v"]
+
+
+class DPGD(DIFF2GD):
+    """DP-GD (spec 1): DIFF2-GD with T = 1; every round releases
+    ``(1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``.
+    ``mechanism``: :class:`mechanisms.DPGD` (or a :class:`mechanisms.DIFF2GD` with T = 1)."""
+
+    name = "dp-gd"
+    _mechanism_types = (M.DPGD, M.DIFF2GD)
+
+    def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, lr: float, **kwargs):
+        if isinstance(mechanism, M.DIFF2GD) and mechanism.restart_interval != 1:
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: DP-GD is DIFF2-GD with restart_interval=1.")
+        if isinstance(mechanism, M.DIFF2GD):   # a DIFF2-GD calibration with T = 1 drives DP-GD too
+            mechanism = M.DPGD(mechanism.rounds, mechanism.clients, mechanism.n_min)
+            if hasattr(noise, "algorithm"):
+                noise = dict(noise.noise)
+        super().__init__(model, loss_fn, shards, mechanism, noise, C1=C1, lr=lr, **kwargs)
+
+
+class DIFF2BVR(DIFF2GD):
+    """DIFF2-BVR-L-SGD (Algorithm 4): each DIFF2 round, then ``K - 1`` local steps on client
+    ``p_r = 1 + (r mod P)`` with minibatches of ``b`` records drawn WITHOUT replacement:
+    ``v~_k = ClippedMean(grad l(x_{k-1}, I_k) - grad l(x_{k-2}, I_k), C_{3,k}) + v~_{k-1}
+    + N(0, sigma3^2 C_{3,k}^2 I)``, ``C_{3,k} = C3 ||x_{k-1} - x_{k-2}||``, ``x_k = x_{k-1} - lr v~_k``.
+    Claimed sensitivity of a local release: ``2 C_{3,k} / b`` (Lemma E.1).  Returned iterate:
+    ``x_{k^-1, r-1}`` with ``k^ ~ Unif[K]`` (spec 3 E3).  ``C3`` defaults to ``C2`` (Thm 5.3)."""
+
+    name = "diff2-bvr"
+    _mechanism_types = (M.DIFF2BVR,)
+
+    def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf,
+                 C3: float | None = None, lr: float, **kwargs):
+        if not isinstance(mechanism, M.DIFF2BVR):
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.DIFF2BVR.")
+        self.K, self.b = mechanism.local_steps, mechanism.batch_size
+        super().__init__(model, loss_fn, shards, mechanism, noise, C1=C1, C2=C2, lr=lr, **kwargs)
+        self.C3 = _check_clip(self.C2 if C3 is None else C3, "C3")
+        self.sigma3 = self._need("sigma3") if self.K > 1 else 0.0
+        if self.C3 == math.inf and self.sigma3 > 0:
+            raise ValueError(f"C3=inf is not allowed with sigma3={self.sigma3}: unclipped queries have unbounded "
+                             "sensitivity.")
+        self.local = [0] * self.P           # noisy local steps done by each client
+        self.x_out = None                    # x^out_{r-1}
+
+    def _step(self, r: int) -> None:
+        self._offer_output(self.x_out if self.x_out is not None else self.params())
+        x0 = self.params()
+        x1 = self._diff2_round(r)            # x_{1,r-1} = x_{0,r-1} - lr v~_r
+        p = r % self.P                       # p_r = 1 + (r mod P), 0-based here
+        xp, yp = self.shards[p]
+        before, cur, vt = x0, x1, self.v
+        keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
+        for k in range(2, self.K + 1):
+            seen += 1
+            if torch.rand((), generator=self.output_generator).item() < 1.0 / seen:
+                keep = cur
+            idx = torch.randperm(xp.shape[0], generator=self.data_generator, device=self.device)[:self.b]
+            dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
+            c = 0.0 if dx == 0.0 else self.C3 * dx
+            sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, xp[idx], yp[idx], c, cur, before,
+                                            method=self.clip_method, chunk_size=self.chunk_size)
+            v = flat({n: sums[n] for n in cur}) / self.b + vt
+            std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.sigma3 * c
+            vt = v + self.noise.gaussian(v.numel(), std, round=r, name=f"v~ (local k={k}, client {p})",
+                                         sensitivity=2.0 * c / self.b, relation="replace-one")
+            before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
+            self.local[p] += 1
+        self.x_out = {n: t.clone() for n, t in keep.items()}
+        self._set_params(cur)
+
+    def _events(self) -> list:
+        out = super()._events()
+        worst = max(self.local)
+        if worst:
+            z3 = self.sigma3 * self.b / 2.0
+            out.append((WORSampledGaussianEvent.from_sizes(self.b, self.n_min, z3, "thm27"), worst))
+        return out
+
+    def _noise_keys(self) -> tuple:
+        return super()._noise_keys() + (("sigma3",) if max(self.local) else ())
+
+    def _state(self) -> dict:
+        return {**super()._state(), "local": list(self.local), "x_out": self.x_out}
+
+    def _load_state(self, state: dict) -> None:
+        super()._load_state(state)
+        self.local, self.x_out = list(state["local"]), state["x_out"]

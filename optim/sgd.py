@@ -1,0 +1,269 @@
+"""Minibatch optimizers on one dataset: DP-SGD / DPSGD-GC (spec 5), DP-SRM (spec 4, practical
+clipped variant) and DiceSGD with its Adam and automatic variants (spec 6).
+
+Sampling is exactly what each accountant assumes: Poisson (every record independently with
+probability q) for DP-SGD and DiceSGD, fixed-size without replacement for DP-SRM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call
+
+import mechanisms as M
+from accountant import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
+from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum
+
+__all__ = ["DPSGD", "DPSRM", "DiceSGD"]
+
+
+class _OneDataset(PrivateOptimizer):
+    _mechanism_type = None
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, **kwargs):
+        if not isinstance(mechanism, self._mechanism_type):
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+                             f"mechanisms.{self._mechanism_type.__name__}.")
+        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, **kwargs)
+        if not isinstance(data, (list, tuple)) or len(data) != 2:
+            raise ValueError("data is not allowed: expected a pair (x, y) of tensors.")
+        self.x, self.y = (self._to(t) for t in data)
+        if self.x.shape[0] != self.y.shape[0] or self.x.shape[0] == 0:
+            raise ValueError(f"data is not allowed: {self.x.shape[0]} inputs and {self.y.shape[0]} targets "
+                             "(expected the same positive number).")
+        self.n = self.x.shape[0]
+        self.w = torch.full((self.n,), 1.0 / self.n, device=self.device, dtype=self.dtype)
+
+    def _poisson(self, q: float) -> torch.Tensor:
+        """Indices of a Poisson sample: every record independently with probability q."""
+        keep = torch.rand(self.n, generator=self.data_generator, device=self.device) < q
+        return keep.nonzero().flatten()
+
+    def _without_replacement(self, size: int) -> torch.Tensor:
+        return torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
+
+    def _clipped(self, idx, c, cur, stabilizer=None):
+        if idx.numel() == 0:
+            return torch.zeros_like(flat(cur))
+        sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], c, cur,
+                                   method=self.clip_method, chunk_size=self.chunk_size, stabilizer=stabilizer)
+        return flat({k: sums[k] for k in cur})
+
+    def _objective(self):
+        return self.x, self.y, self.w
+
+
+class DPSGD(_OneDataset):
+    """DP-SGD with gradient clipping (Abadi et al.; DPSGD-GC, S4 Algorithm 1):
+    ``x <- x - (lr/B) (sum_{i in B_t} clip(grad l(x, z_i), C) + N(0, z^2 C^2 I))`` with ``B_t`` a
+    Poisson sample at rate ``q`` and ``B = q n`` the expected batch size (the noise is on the SUM,
+    std ``z C``; claimed sensitivity ``C`` under add/remove).  ``mechanism``:
+    :class:`mechanisms.DPSGD`; ``noise``: its calibration (``noise_multiplier``)."""
+
+    name = "dp-sgd"
+    _mechanism_type = M.DPSGD
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, C: float, lr: float, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        self.C, self.lr = _check_clip(C, "C"), _check_lr(lr)
+        self.q, self.total_rounds = mechanism.sampling_rate, mechanism.steps
+        self.z = self._need("noise_multiplier")
+        if self.C == math.inf and self.z > 0:
+            raise ValueError(f"C=inf is not allowed with noise_multiplier={self.z}: unclipped gradients have "
+                             "unbounded sensitivity.")
+        self.B = self.q * self.n
+
+    def _step(self, r: int) -> None:
+        cur = self.params()
+        self._offer_output(cur)
+        s = self._clipped(self._poisson(self.q), self.C, cur)
+        std = 0.0 if self.z == 0.0 else self.z * self.C
+        noisy = s + self.noise.gaussian(s.numel(), std, round=r, name="clipped gradient sum",
+                                        sensitivity=self.C, relation="add/remove")
+        self.counts["step"] += 1
+        self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
+
+    def _events(self) -> list:
+        return [(PoissonSampledGaussianEvent(self.q, self.z), self.counts["step"])]
+
+
+class DPSRM(_OneDataset):
+    """DP-SRM, practical clipped variant (spec 4(a), reconstructed R1/R2).
+
+    ``t = 0``: ``v^0 = (1/b0) sum_{B_0} clip(grad l(theta^0), C1) + N(0, sigma0^2 I)``.
+    ``t >= 1``: ``theta^t = theta^{t-1} - eta_{t-1} v^{t-1}`` and
+    ``v^t = (1/b) sum_{B_t} [(1-gamma) clip(grad l(theta^t) - grad l(theta^{t-1}), C2)
+    + gamma clip(grad l(theta^t), C1)] + (1-gamma) v^{t-1} + N(0, sigma^2 I)``, with ``B_0, B_t`` drawn
+    WITHOUT replacement (sizes b0, b).  ``eta = lr``, or ``min(lr, max_step/||v||)`` when
+    ``max_step`` is given (the paper's normalised step, which caps ``||theta^t - theta^{t-1}||``).
+    C1, C2, gamma are the mechanism's ``lipschitz``, ``step_bound``, ``momentum``; the noise stds
+    ``sigma0``, ``sigma`` are ABSOLUTE (spec 9.2)."""
+
+    name = "dp-srm"
+    _mechanism_type = M.DPSRM
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, max_step: float | None = None,
+                 C1: float | None = None, C2: float | None = None, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        m = mechanism
+        if self.n != m.n:
+            raise ValueError(f"data has {self.n} records, which is not allowed: the calibration is for n={m.n} "
+                             "(the sampling rates b0/n, b/n would differ).")
+        self.sigma0, self.sigma = self._need("sigma0"), self._need("sigma")
+        self.C1 = _check_clip(m.lipschitz if C1 is None else C1, "C1")
+        self.C2 = _check_clip(m.step_bound if C2 is None else C2, "C2")
+        if (self.sigma0 > 0 or self.sigma > 0) and (self.C1 > m.lipschitz or self.C2 > m.step_bound):
+            raise ValueError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+                             f"assumes C1 <= lipschitz={m.lipschitz} and C2 <= step_bound={m.step_bound}.")
+        self.gamma, self.b0, self.b = m.momentum, m.b0, m.b
+        self.lr = _check_lr(lr)
+        self.max_step = None if max_step is None else _check_lr(max_step, "max_step")
+        self.total_rounds = m.steps
+        self.d0, self.dt = m.sensitivities
+        self.v = None
+
+    def _eta(self, v) -> float:
+        if self.max_step is None:
+            return self.lr
+        nv = float(torch.linalg.vector_norm(v))
+        return self.lr if nv == 0.0 else min(self.lr, self.max_step / nv)
+
+    def _step(self, r: int) -> None:
+        prev = self.params()
+        if r == 1:
+            cur = prev
+            self._offer_output(cur)
+            v = self._clipped(self._without_replacement(self.b0), self.C1, cur) / self.b0
+            std, sens, kind = self.sigma0, self.d0, "v^0"
+        else:
+            cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
+            self._set_params(cur)
+            self._offer_output(cur)
+            idx = self._without_replacement(self.b)
+            diff, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], self.C2, cur, prev,
+                                            method=self.clip_method, chunk_size=self.chunk_size)
+            g = self._clipped(idx, self.C1, cur)
+            v = ((1.0 - self.gamma) * flat({k: diff[k] for k in cur}) + self.gamma * g) / self.b \
+                + (1.0 - self.gamma) * self.v
+            std, sens, kind = self.sigma, self.dt, "v^t"
+        self.v = v + self.noise.gaussian(v.numel(), std, round=r, name=kind, sensitivity=sens,
+                                         relation="replace-one")
+        self.counts[kind] += 1
+
+    def _events(self) -> list:
+        out = []
+        if self.counts["v^0"]:
+            out.append((WORSampledGaussianEvent.from_sizes(self.b0, self.n, self.sigma0 / self.d0), 1))
+        if self.counts["v^t"]:
+            out.append((WORSampledGaussianEvent.from_sizes(self.b, self.n, self.sigma / self.dt),
+                        self.counts["v^t"]))
+        return out
+
+    def _noise_keys(self) -> tuple:
+        return ("sigma0", "sigma") if self.counts["v^t"] else ("sigma0",)
+
+    def _state(self) -> dict:
+        return {"v": self.v}
+
+    def _load_state(self, state: dict) -> None:
+        self.v = state["v"]
+
+
+class DiceSGD(_OneDataset):
+    """DiceSGD (S4 Algorithms 2-4): clipping with error feedback.
+
+    ``v^t = (1/B) sum_{B_t} clip(g_i, C1) + clip(e^t, C2)`` (B_t Poisson at rate B/N, divided by
+    the nominal B); ``x <- x - lr (v^t + w^t)``, ``w^t ~ N(0, sigma1^2 I)`` (noise on the AVERAGE);
+    ``e^{t+1} = e^t + (1/B) sum_{B_t} g_i - v^t`` (noise-free; e is never released).
+    ``optimizer="adam"``: Algorithm 3, Adam on ``v^t + w^t`` with bias corrections
+    ``1 - beta^(t+1)`` (spec 6 E-Adam).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
+    x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free, spec
+    6(c')): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
+
+    name = "dicesgd"
+    _mechanism_type = M.DiceSGD
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, optimizer: str = "sgd",
+                 betas=(0.9, 0.999), eps: float = 1e-8, stabilizer: float = 0.01, C1: float | None = None,
+                 C2: float | None = None, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        m = mechanism
+        if self.n != m.N:
+            raise ValueError(f"data has {self.n} records, which is not allowed: the calibration is for N={m.N} "
+                             "(the Poisson rate B/N would differ).")
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer={optimizer!r} is not allowed: expected 'sgd' or 'adam'.")
+        c1, c2, _ = m.clips
+        self.sigma1 = self._need("sigma1")
+        self.C1 = _check_clip(c1 if C1 is None else C1, "C1")
+        self.C2 = _check_clip(c2 if C2 is None else C2, "C2")
+        if self.sigma1 > 0 and (self.C1 > c1 or self.C2 > c2):
+            raise ValueError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+                             f"assumes C1 <= {c1} and C2 <= {c2}.")
+        self.automatic = bool(m.automatic)
+        self.stabilizer = float(stabilizer) if self.automatic else None
+        if self.automatic and not (self.stabilizer > 0):
+            raise ValueError(f"stabilizer={stabilizer!r} is not allowed: expected a number > 0.")
+        self.lr, self.opt = _check_lr(lr), optimizer
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        for name, b in (("betas[0]", self.beta1), ("betas[1]", self.beta2)):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"{name}={b!r} is not allowed: expected a number in [0, 1).")
+        self.adam_eps = float(eps)
+        self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
+        self.d0, self.dt = (self.C1 / self.B, 2.0 * self.C2 + self.C1 / self.B)
+        d = sum(p.numel() for p in self.model.parameters())
+        self.e = torch.zeros(d, device=self.device, dtype=self.dtype)
+        self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
+
+    def _plain_sum(self, idx, cur):
+        if idx.numel() == 0:
+            return torch.zeros_like(self.e)
+        p = {k: v.detach().requires_grad_(True) for k, v in cur.items()}
+        loss = self.loss_fn(functional_call(self.model, p, (self.x[idx],)), self.y[idx]).sum()
+        return flat(dict(zip(p, torch.autograd.grad(loss, list(p.values())))))
+
+    def _clip_e(self):
+        ne = torch.linalg.vector_norm(self.e).reshape(1)
+        return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
+
+    def _step(self, r: int) -> None:
+        t = r - 1
+        cur = self.params()
+        self._offer_output(cur)
+        idx = self._poisson(self.q)
+        clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
+        v = clipped / self.B + self._clip_e()
+        sens = self.d0 if t == 0 else self.dt
+        w = self.noise.gaussian(v.numel(), self.sigma1, round=r, name="x update (v^t + w^t)", sensitivity=sens,
+                                relation="add/remove")
+        self.counts["first" if t == 0 else "later"] += 1
+        if self.opt == "sgd":
+            step = v + w
+        else:
+            vt = v + w
+            self.m1 = self.beta1 * self.m1 + (1.0 - self.beta1) * vt
+            self.m2 = self.beta2 * self.m2 + (1.0 - self.beta2) * vt * vt
+            m1h = self.m1 / (1.0 - self.beta1 ** (t + 1))
+            m2h = self.m2 / (1.0 - self.beta2 ** (t + 1))
+            step = m1h / (torch.sqrt(m2h) + self.adam_eps)
+        self.e = self.e + self._plain_sum(idx, cur) / self.B - v
+        self._set_params(unflat(flat(cur) - self.lr * step, cur))
+
+    def _events(self) -> list:
+        out = []
+        if self.counts["first"]:
+            out.append((GaussianEvent(self.sigma1 / self.d0), 1))
+        if self.counts["later"]:
+            out.append((GaussianEvent(self.sigma1 / self.dt), self.counts["later"]))
+        return out
+
+    def _state(self) -> dict:
+        return {"e": self.e, "m1": self.m1, "m2": self.m2}
+
+    def _load_state(self, state: dict) -> None:
+        self.e, self.m1, self.m2 = state["e"], state["m1"], state["m2"]
