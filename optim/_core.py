@@ -207,7 +207,8 @@ class PrivateOptimizer:
         return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
 
     def params(self) -> dict:
-        return {k: p.detach() for k, p in self.model.named_parameters()}
+        """A copy of the current parameters (never a view: the model is updated in place)."""
+        return {k: p.detach().clone() for k, p in self.model.named_parameters()}
 
     def _set_params(self, new: dict) -> None:
         with torch.no_grad():

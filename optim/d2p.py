@@ -168,7 +168,7 @@ class ClipD2P(_Decentralized):
 
     def _stds(self, g_nodes):
         s = 0.0 if self.sigma == 0.0 else self.sigma * self.C
-        return torch.full((self.nodes,), s, device=self.device, dtype=self.dtype)
+        return torch.full((self.nodes,), s, device=self.device, dtype=torch.float64)
 
     def _sensitivity(self):
         return self.C if self.poisson else 2.0 * self.C
@@ -216,7 +216,7 @@ class AdaD2P(_Decentralized):
         return torch.einsum("nm,nmd->nd", mask, g)
 
     def _stds(self, g_nodes):
-        return self.sigma * torch.linalg.vector_norm(g_nodes, dim=1)
+        return self.sigma * torch.linalg.vector_norm(g_nodes, dim=1).to(torch.float64)
 
     def accountant(self):
         return self.mechanism.accountant()

@@ -111,3 +111,33 @@ def test_edge_cases_and_fallback():
         clipped_grad_sum(conv, sq_loss, x, y, 1.0, method="ghost")
     with pytest.raises(ValueError, match=r"max_norm=-1\.0"):
         clipped_grad_sum(model, sq_loss, x, y, -1.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 10), C=st.floats(1e-3, 5.0),
+       stab=st.one_of(st.none(), st.floats(1e-3, 1.0)), diff=st.booleans())
+def test_weighted_and_automatic_clipping_agree_with_the_naive_loop(seed, batch, C, stab, diff):
+    """``weights`` (DIFF2's 1/(P n_p)) and ``stabilizer`` (automatic clipping, DiceSGD Alg. 4)."""
+    model = make(seed, [3, 5, 1], nn.Softplus, True)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(batch, generator=g, dtype=torch.float64)
+    w = torch.rand(batch, generator=g, dtype=torch.float64)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    prev = {k: v + 0.1 * torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in params.items()}
+    if diff:
+        stab = None  # automatic clipping is only used for gradients
+    # oracle: per-example loop, each term scaled by its weight
+    expected = {k: torch.zeros_like(v) for k, v in params.items()}
+    for i in range(batch):
+        one, norms = naive(model, params, x[i:i + 1], y[i:i + 1], math.inf, prev if diff else None)
+        n = float(norms[0])
+        f = (C / (n + stab)) if stab is not None else (0.0 if n == 0 else min(1.0, C / n))
+        for k in expected:
+            expected[k] += w[i] * f * one[k]
+    for method in ("ghost", "vmap"):
+        if diff:
+            got, _ = clipped_grad_diff_sum(model, sq_loss, x, y, C, params, prev, method=method, weights=w)
+        else:
+            got, _ = clipped_grad_sum(model, sq_loss, x, y, C, params, method=method, weights=w, stabilizer=stab)
+        assert_close(got, expected)
