@@ -24,6 +24,7 @@ from torch.func import functional_call, grad, vmap
 
 import mechanisms as M
 from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from mechanisms._report import paper_warning
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat
 from .clipping import clip_factors
@@ -188,7 +189,12 @@ class ConstD2P(ClipD2P):
 
     def _combine(self, g, mask):
         norms = torch.linalg.vector_norm(g, dim=2)
-        self.bound_violations += int(((norms > self.C) & (mask > 0)).sum())
+        new = int(((norms > self.C) & (mask > 0)).sum())
+        if new and not self.bound_violations:
+            paper_warning("7 E2", f"a per-example gradient norm {float(norms.max()):.4g} exceeds ConstD2P's assumed "
+                          f"bound G={self.C:g} (round {self.round}): the claimed sensitivity and the epsilon do not "
+                          "hold for this run; clip at G (ClipD2P) to make them hold")
+        self.bound_violations += new
         return torch.einsum("nm,nmd->nd", mask, g)
 
     def _state(self) -> dict:

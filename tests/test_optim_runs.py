@@ -226,7 +226,8 @@ def test_constd2p_counts_gradients_above_its_assumed_bound():
     opt, _ = build("constd2p", mlp())
     opt.G = None
     opt.C = 1e-6   # every gradient exceeds this "bound"
-    opt.run(progress=False)
+    with pytest.warns(M.PaperConditionWarning, match="7 E2"):
+        opt.run(progress=False)
     assert opt.bound_violations == 5 * 12
 
 

@@ -1,0 +1,52 @@
+"""The CUDA path (skipped on machines without a GPU): device and dtype follow the model, and
+with zero noise a CUDA run reproduces the CPU run."""
+
+import pytest
+import torch
+from torch import nn
+
+import mechanisms as M
+import optim as O
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Softplus(), nn.Linear(8, 1)).double()
+
+
+def shards(P, n):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(n, 4, generator=g, dtype=torch.float64),
+             torch.randn(n, generator=g, dtype=torch.float64)) for _ in range(P)]
+
+
+def _run(cls, device, mech, noise, data, **kw):
+    model = mlp().to(device)
+    opt = cls(model, O.squared_loss, data, mech, noise, **kw)
+    opt.run(progress=False, delta=1e-5)
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]), opt
+
+
+@cuda
+def test_diff2_gd_on_cuda_matches_cpu_without_noise():
+    mech = M.DIFF2GD(10, 5, 3, 30)
+    noise = {"sigma1": 0.0, "sigma2": 0.0}
+    a, _ = _run(O.DIFF2GD, "cpu", mech, noise, shards(3, 30), C1=1.0, C2=2.0, lr=0.1)
+    b, opt = _run(O.DIFF2GD, "cuda", mech, noise, shards(3, 30), C1=1.0, C2=2.0, lr=0.1)
+    assert opt.x.device.type == "cuda" and opt.noise.generator.device.type == "cuda"
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+@cuda
+def test_noisy_runs_on_cuda_have_the_calibrated_noise():
+    mech = M.ClipD2P(10, 20, "replace-one")
+    rep = mech.calibrate(8.0, 1e-5)
+    _, opt = _run(O.ClipD2P, "cuda", mech, rep, shards(4, 10), C=1.0, lr=0.05, record=True)
+    assert O.noise_std_test(opt.noise.releases).passed
+    mech = M.DPSGD(0.2, 20)
+    x = torch.cat([s[0] for s in shards(4, 30)])
+    y = torch.cat([s[1] for s in shards(4, 30)])
+    _, opt = _run(O.DPSGD, "cuda", mech, mech.calibrate(2.0, 1e-5), (x, y), C=1.0, lr=0.1, record=True)
+    assert O.noise_std_test(opt.noise.releases).passed
