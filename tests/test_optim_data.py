@@ -1,0 +1,66 @@
+"""Data preparation of the papers (DIFF2 sec. 6): standardise, y / max|y|, 80/20, equal shards."""
+
+import numpy as np
+import pytest
+import torch
+
+from optim import data as D
+
+
+def test_prepare_standardises_scales_target_and_splits_80_20():
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 5.0, size=(1000, 4))
+    x[:, 3] = 7.0                                   # a constant column stays finite
+    y = rng.normal(10.0, 2.0, size=1000)
+    d = D.prepare(x, y, seed=1)
+    assert len(d.x_train) == 800 and len(d.x_test) == 200
+    allx = torch.cat([d.x_train, d.x_test]).double()
+    np.testing.assert_allclose(allx.mean(0).numpy(), 0.0, atol=1e-6)
+    np.testing.assert_allclose(allx[:, :3].std(0, unbiased=False).numpy(), 1.0, rtol=1e-5)
+    assert torch.all(allx[:, 3] == 0)
+    ally = torch.cat([d.y_train, d.y_test]).double()
+    assert float(ally.abs().max()) == pytest.approx(1.0)
+    np.testing.assert_allclose(sorted(ally.numpy() * np.abs(y).max()), sorted(y), rtol=1e-5)
+
+
+def test_equal_shards_of_the_california_shape():
+    x, y = D.synthetic("california")
+    assert x.shape == (20640, 8) and y.shape == (20640,)
+    d = D.prepare(x, y)
+    shards = d.shards(10)
+    sizes = [len(s[0]) for s in shards]
+    assert sum(sizes) == 16512 and min(sizes) == 1651 and max(sizes) == 1652
+    assert d.n_min(10) == 1651
+    assert torch.equal(torch.cat([s[0] for s in shards]), d.x_train)
+
+
+def test_synthetic_shapes_are_the_papers_and_deterministic():
+    x, y = D.synthetic("covtype", n=500)
+    assert x.shape == (500, 54) and set(np.unique(y)) <= set(range(7))
+    a, b = D.synthetic("gas_turbine", n=300, seed=4), D.synthetic("gas_turbine", n=300, seed=4)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    d = D.prepare(*D.synthetic("ijcnn1", n=200), task="classification")
+    assert d.y_train.dtype == torch.long
+
+
+def test_load_csv_reads_a_local_table(tmp_path):
+    p = tmp_path / "t.csv"
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(50, 3))
+    np.savetxt(p, a, delimiter=",", header="a,b,y", comments="")
+    d = D.load_csv(p, target=-1, skip_header=1, test_fraction=0.2)
+    assert d.x_train.shape == (40, 2)
+    assert float(torch.cat([d.y_train, d.y_test]).abs().max()) == pytest.approx(1.0)
+
+
+def test_bad_data_input_is_refused():
+    with pytest.raises(ValueError, match="parts=0"):
+        D.equal_shards(np.zeros((3, 1)), np.zeros(3), 0)
+    with pytest.raises(ValueError, match="test_fraction"):
+        D.prepare(np.zeros((4, 1)), np.zeros(4), test_fraction=1.5)
+    with pytest.raises(ValueError, match="NaN"):
+        D.prepare(np.array([[1.0], [np.nan]]), np.zeros(2))
+    with pytest.raises(ValueError, match="name="):
+        D.synthetic("mnist")
+    with pytest.raises(ValueError, match="x, y"):
+        D.prepare(np.zeros((4, 1)), np.zeros(3))
