@@ -28,7 +28,7 @@ from torch.func import functional_call
 from accountant import PrivacyAccountant
 from mechanisms import CalibrationReport
 
-__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
+__all__ = ["Release", "NoiseSource", "FollowerSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,9 @@ class Release:
     ``std`` is the per-coordinate noise std actually requested, ``sensitivity`` the L2
     sensitivity the algorithm claims for the noiseless query (``None``: no claim, e.g. AdaD2P),
     ``relation`` the neighbouring relation of that claim, ``noise`` the added noise (float64, CPU)
-    when noise recording is on.  ``std / sensitivity`` is the noise multiplier.
+    when noise recording is on.  ``std / sensitivity`` is the noise multiplier.  With
+    ``record_values`` (audits) also ``value``, the noiseless query (float64, CPU), and
+    ``released`` = value + noise exactly as returned to the algorithm.
     """
 
     round: int
@@ -66,45 +68,56 @@ class Release:
     sensitivity: float | None
     relation: str
     noise: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+    released: torch.Tensor | None = None
 
 
 class NoiseSource:
-    """Gaussian noise from a dedicated, seedable generator; optionally records every release."""
+    """Adds Gaussian noise to the algorithm's queries from a dedicated, seedable generator, and
+    optionally records every release (see :class:`Release`)."""
 
-    def __init__(self, seed: int, device, dtype, record: bool = False, record_noise: bool = True):
+    def __init__(self, seed: int, device, dtype, record: bool = False, record_noise: bool = True,
+                 record_values: bool = False):
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(int(seed))
         self.device, self.dtype = device, dtype
-        self.record = bool(record)
+        self.record = bool(record) or bool(record_values)
         self.record_noise = bool(record_noise)
+        self.record_values = bool(record_values)
         self.releases: list[Release] = []
 
     def _standard(self, shape) -> torch.Tensor:
         return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
 
-    def gaussian(self, numel: int, std: float, *, round: int, name: str, sensitivity, relation: str):
-        """A vector of ``numel`` i.i.d. N(0, std^2) draws (zeros, without a draw, when std = 0)."""
+    def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str):
+        """``value + N(0, std^2 I)`` (no draw when std = 0): one release."""
         if std < 0 or math.isnan(std):
             raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
         if std == 0:
-            noise = torch.zeros(numel, device=self.device, dtype=self.dtype)
+            noise = torch.zeros_like(value)
         else:
-            noise = std * self._standard((numel,))
-        self._log(round, name, std, sensitivity, relation, noise)
-        return noise
+            noise = std * self._standard(value.shape)
+        out = value + noise
+        self._log(round, name, std, sensitivity, relation, noise, value, out)
+        return out
 
-    def gaussian_rows(self, rows: int, numel: int, stds: torch.Tensor, *, round: int, names, sensitivity,
-                      relation: str):
-        """``rows`` independent vectors, row i with std ``stds[i]`` (one release per row: D2P nodes)."""
-        noise = stds.reshape(rows, 1).to(self.dtype) * self._standard((rows, numel))
+    def privatize_rows(self, values: torch.Tensor, stds: torch.Tensor, *, round: int, names, sensitivity,
+                       relation: str):
+        """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
+        rows = values.shape[0]
+        noise = stds.reshape(rows, 1).to(self.dtype) * self._standard(values.shape)
+        out = values + noise
         for i in range(rows):
-            self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i])
-        return noise
+            self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i], values[i], out[i])
+        return out
 
-    def _log(self, round, name, std, sensitivity, relation, noise):
+    def _log(self, round, name, std, sensitivity, relation, noise, value, out):
         if self.record:
-            kept = noise.detach().to("cpu", torch.float64).clone() if self.record_noise else None
-            self.releases.append(Release(round, name, float(std), sensitivity, relation, kept))
+            cpu = lambda t: t.detach().to("cpu", torch.float64).clone()  # noqa: E731
+            self.releases.append(Release(
+                round, name, float(std), sensitivity, relation, cpu(noise) if self.record_noise else None,
+                cpu(value) if self.record_values else None,
+                out.detach().clone() if self.record_values else None))
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state(), "releases": list(self.releases)}
@@ -112,6 +125,36 @@ class NoiseSource:
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
         self.releases = list(state["releases"])
+
+
+class FollowerSource(NoiseSource):
+    """For audits: instead of adding noise, return the LEADER run's released values in order, so
+    that a twin run on a neighbouring dataset follows the leader's public history while its own
+    data (and hidden state) stay its own.  Records the twin's own noiseless values and stds."""
+
+    def __init__(self, leader: NoiseSource, device, dtype):
+        super().__init__(0, device, dtype, record=True, record_noise=False, record_values=True)
+        if not leader.record_values:
+            raise ValueError("leader is not allowed: its releases were not recorded with values (record_values).")
+        self.leader, self.cursor = leader, 0
+
+    def _next(self):
+        if self.cursor >= len(self.leader.releases):
+            raise RuntimeError("the follower is ahead of its leader: step the leader first.")
+        rel = self.leader.releases[self.cursor]
+        self.cursor += 1
+        return rel
+
+    def privatize(self, value, std, *, round, name, sensitivity, relation):
+        out = self._next().released
+        self._log(round, name, std, sensitivity, relation, out - value, value, out)
+        return out
+
+    def privatize_rows(self, values, stds, *, round, names, sensitivity, relation):
+        out = torch.stack([self._next().released for _ in range(values.shape[0])])
+        for i in range(values.shape[0]):
+            self._log(round, names[i], float(stds[i]), sensitivity, relation, out[i] - values[i], values[i], out[i])
+        return out
 
 
 def _move(obj, device):
@@ -167,7 +210,8 @@ class PrivateOptimizer:
     name = "private-optimizer"
 
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
-                 record_noise: bool = True, clip_method: str = "auto", chunk_size: int = 1024):
+                 record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
+                 chunk_size: int = 1024):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
@@ -188,7 +232,7 @@ class PrivateOptimizer:
         s_data, s_noise, s_out = _seeds(seed)
         self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
         self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
-        self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise)
+        self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
         self.round = 0
         self.counts: Counter = Counter()

@@ -106,10 +106,10 @@ class _Decentralized(PrivateOptimizer):
         Z = self.X / self.w.unsqueeze(1)
         g, mask = self._node_grads(Z)
         g_nodes = self._combine(g, mask)                              # [n, d]
-        N = self.noise.gaussian_rows(self.nodes, g_nodes.shape[1], self._stds(g_nodes), round=r,
-                                     names=[f"node {i}: x^(k+1/2)" for i in range(self.nodes)],
-                                     sensitivity=self._sensitivity(), relation=self.relation)
-        half = self.X - self.lr * (g_nodes + N)
+        noisy = self.noise.privatize_rows(g_nodes, self._stds(g_nodes), round=r,
+                                          names=[f"node {i}: g + N" for i in range(self.nodes)],
+                                          sensitivity=self._sensitivity(), relation=self.relation)
+        half = self.X - self.lr * noisy
         P = mixing_matrix(self.nodes, k, self.graph, dtype=self.dtype, device=self.device)
         self.X, self.w = P @ half, P @ self.w
         self.counts["iteration"] += 1

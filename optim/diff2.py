@@ -100,7 +100,7 @@ class DIFF2GD(PrivateOptimizer):
                                             method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
             v, s, kind = flat({k: sums[k] for k in cur}) + self.v, self.sigma2, "difference"
         std = 0.0 if s == 0.0 or c == 0.0 else s * c
-        vt = v + self.noise.gaussian(v.numel(), std, round=r, name=f"v~ ({kind})",
+        vt = self.noise.privatize(v, std, round=r, name=f"v~ ({kind})",
                                      sensitivity=2.0 * c / (self.n_min * self.P), relation="replace-one")
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
@@ -197,7 +197,7 @@ class DIFF2BVR(DIFF2GD):
                                             method=self.clip_method, chunk_size=self.chunk_size)
             v = flat({n: sums[n] for n in cur}) / self.b + vt
             std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.sigma3 * c
-            vt = v + self.noise.gaussian(v.numel(), std, round=r, name=f"v~ (local k={k}, client {p})",
+            vt = self.noise.privatize(v, std, round=r, name=f"v~ (local k={k}, client {p})",
                                          sensitivity=2.0 * c / self.b, relation="replace-one")
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
             self.local[p] += 1

@@ -82,7 +82,7 @@ class DPSGD(_OneDataset):
         self._offer_output(cur)
         s = self._clipped(self._poisson(self.q), self.C, cur)
         std = 0.0 if self.z == 0.0 else self.z * self.C
-        noisy = s + self.noise.gaussian(s.numel(), std, round=r, name="clipped gradient sum",
+        noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
                                         sensitivity=self.C, relation="add/remove")
         self.counts["step"] += 1
         self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
@@ -150,7 +150,7 @@ class DPSRM(_OneDataset):
             v = ((1.0 - self.gamma) * flat({k: diff[k] for k in cur}) + self.gamma * g) / self.b \
                 + (1.0 - self.gamma) * self.v
             std, sens, kind = self.sigma, self.dt, "v^t"
-        self.v = v + self.noise.gaussian(v.numel(), std, round=r, name=kind, sensitivity=sens,
+        self.v = self.noise.privatize(v, std, round=r, name=kind, sensitivity=sens,
                                          relation="replace-one")
         self.counts[kind] += 1
 
@@ -239,13 +239,13 @@ class DiceSGD(_OneDataset):
         clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
         v = clipped / self.B + self._clip_e()
         sens = self.d0 if t == 0 else self.dt
-        w = self.noise.gaussian(v.numel(), self.sigma1, round=r, name="x update (v^t + w^t)", sensitivity=sens,
-                                relation="add/remove")
+        vw = self.noise.privatize(v, self.sigma1, round=r, name="v^t + w^t", sensitivity=sens,
+                                  relation="add/remove")
         self.counts["first" if t == 0 else "later"] += 1
         if self.opt == "sgd":
-            step = v + w
+            step = vw
         else:
-            vt = v + w
+            vt = vw
             self.m1 = self.beta1 * self.m1 + (1.0 - self.beta1) * vt
             self.m2 = self.beta2 * self.m2 + (1.0 - self.beta2) * vt * vt
             m1h = self.m1 / (1.0 - self.beta1 ** (t + 1))
