@@ -11,9 +11,9 @@ mechanism's calibration (its noise levels)::
 See docs/optimizers.md for every update rule, where its noise enters and what it releases.
 """
 
-from . import data, graph
+from . import audit, data, graph
 from ._core import NoiseSource, PrivateOptimizer, Release, squared_loss
-from .checks import noise_std_test
+from .checks import noise_ks_test, noise_std_test
 from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
 from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
@@ -23,7 +23,7 @@ from .sgd import DPSGD, DPSRM, DiceSGD
 OPTIMIZERS = {c.name: c for c in (DPGD, DIFF2GD, DIFF2BVR, DPSGD, DPSRM, DiceSGD, ClipD2P, ConstD2P, AdaD2P)}
 
 __all__ = [
-    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test",
+    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test", "noise_ks_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
-    "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "data", "graph",
+    "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "audit", "data", "graph",
 ]

@@ -28,6 +28,8 @@ from torch.func import functional_call
 from accountant import PrivacyAccountant
 from mechanisms import CalibrationReport
 
+from .clipping import clip_factors
+
 __all__ = ["Release", "NoiseSource", "FollowerSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
 
 
@@ -239,6 +241,44 @@ class PrivateOptimizer:
         self.metrics: list[dict] = []
         self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
         self._n_candidates = 0
+        self.canary = None        # audits: see set_canary
+        self.canary_forced = False  # audits: the canary is in every sample (Poisson-sampled optimizers)
+        self.point = 0            # id of the parameter point the model holds (visit order)
+
+    # -- audits ----------------------------------------------------------------------------------
+    def set_canary(self, gradient, holder: int = 0) -> None:
+        """White-box gradient canary: record 0 of the ``holder``'s data (client, node; 0 for one
+        dataset) is replaced by a record whose per-example gradient at the j-th parameter point
+        visited is ``gradient(j)`` (a flat tensor of the model's size; a tensor means the same
+        vector at every point).  ``None`` removes it.  Used by :mod:`optim.audit`."""
+        if gradient is None:
+            self.canary = None
+            return
+        d = sum(p.numel() for p in self.model.parameters())
+        fn = gradient if callable(gradient) else (lambda j, g=gradient: g)
+        g0 = torch.as_tensor(fn(0))
+        if g0.shape != (d,):
+            raise ValueError(f"gradient is not allowed: expected a flat vector of the model's {d} parameters, "
+                             f"got shape {tuple(g0.shape)}.")
+        if isinstance(holder, bool) or not isinstance(holder, int) or not 0 <= holder < self._holders():
+            raise ValueError(f"holder={holder!r} is not allowed: expected an integer in [0, {self._holders() - 1}].")
+        self.canary = (fn, holder)
+        self._canary_changed()
+
+    def _holders(self) -> int:
+        return 1
+
+    def _canary_changed(self) -> None:
+        pass
+
+    def _cg(self, j: int) -> torch.Tensor:
+        return torch.as_tensor(self.canary[0](j)).to(self.device, self.dtype)
+
+    def _canary_clip(self, j: int, c: float, j_prev: int | None = None, stabilizer=None) -> torch.Tensor:
+        """clip of the canary's gradient at point j (or of its difference between points j and j_prev)."""
+        g = self._cg(j) if j_prev is None else self._cg(j) - self._cg(j_prev)
+        n = torch.linalg.vector_norm(g).reshape(1)
+        return clip_factors(n, c, stabilizer)[0] * g
 
     # -- helpers for subclasses ----------------------------------------------------------------
     def _need(self, key: str) -> float:
@@ -388,7 +428,7 @@ class PrivateOptimizer:
             "state": self._state(), "counts": dict(self.counts), "metrics": list(self.metrics),
             "rng": {"data": self.data_generator.get_state(), "output": self.output_generator.get_state()},
             "noise": self.noise.state_dict(), "out": self._out, "n_candidates": self._n_candidates,
-            "levels": dict(self.levels),
+            "levels": dict(self.levels), "point": self.point,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -407,6 +447,7 @@ class PrivateOptimizer:
         self.output_generator.set_state(state["rng"]["output"])
         self.noise.load_state_dict(state["noise"])
         self._out, self._n_candidates = _move(state["out"], self.device), int(state["n_candidates"])
+        self.point = int(state["point"])
 
     def save_checkpoint(self, path) -> None:
         """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from scipy import stats
 
-__all__ = ["NoiseStdTest", "noise_std_test"]
+__all__ = ["NoiseStdTest", "noise_std_test", "NoiseKSTest", "noise_ks_test"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,35 @@ def noise_std_test(releases, level: float = 1e-3) -> NoiseStdTest:
     p = min(1.0, 2.0 * min(cdf, float(stats.chi2.sf(S, k))))
     lo, hi = stats.chi2.ppf(level / 2, k), stats.chi2.isf(level / 2, k)
     return NoiseStdTest(S, k, p, math.sqrt(S / k), (math.sqrt(S / hi), math.sqrt(S / lo)), float(level), m)
+
+
+@dataclass(frozen=True)
+class NoiseKSTest:
+    p_values: tuple       # one per release (KS of noise/std against N(0, 1))
+    level: float
+
+    @property
+    def min_p(self) -> float:
+        return min(self.p_values)
+
+    @property
+    def passed(self) -> bool:
+        """Bonferroni over the releases: every p-value >= level / (number of releases)."""
+        return self.min_p >= self.level / len(self.p_values)
+
+
+def noise_ks_test(releases, level: float = 1e-3) -> NoiseKSTest:
+    """Per-release Kolmogorov-Smirnov tests of ``noise / std`` against N(0, 1) (std 0 skipped):
+    catches a wrong noise SHAPE or a std that is right on average but wrong in some steps."""
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level={level!r} is not allowed: expected a number in (0, 1).")
+    ps = []
+    for r in releases:
+        if r.std == 0.0:
+            continue
+        if r.noise is None:
+            raise ValueError("releases are not allowed: they were recorded without the noise (record_noise=False).")
+        ps.append(float(stats.kstest((r.noise / r.std).numpy(), "norm").pvalue))
+    if not ps:
+        raise ValueError("releases are not allowed: no release with a non-zero std was recorded.")
+    return NoiseKSTest(tuple(ps), float(level))

@@ -88,11 +88,20 @@ class _Decentralized(PrivateOptimizer):
             idx = order[:, :m]
             mask = torch.gather(keep, 1, idx).to(self.dtype)
         rows = torch.arange(n, device=self.device).unsqueeze(1)
-        return self.xs[rows, idx], self.ys[rows, idx], mask
+        return self.xs[rows, idx], self.ys[rows, idx], mask, idx
+
+    def _holders(self) -> int:
+        return self.nodes
 
     def _node_grads(self, Z):
-        xs, ys, mask = self._sample()
+        xs, ys, mask, idx = self._sample()
         g = self._grads(Z, xs, ys)                                   # [n, M, d]
+        if self.canary is not None:                                  # record 0 of the holder is the canary
+            h = self.canary[1]
+            hit = (idx[h] == 0) & (mask[h] > 0)
+            if bool(hit.any()):
+                g = g.clone()
+                g[h, hit] = self._cg(self.point)
         return g, mask
 
     def _combine(self, g, mask):
@@ -113,6 +122,7 @@ class _Decentralized(PrivateOptimizer):
         P = mixing_matrix(self.nodes, k, self.graph, dtype=self.dtype, device=self.device)
         self.X, self.w = P @ half, P @ self.w
         self.counts["iteration"] += 1
+        self.point += 1
         self._sync_model()
 
     def _sync_model(self):

@@ -79,8 +79,23 @@ class DIFF2GD(PrivateOptimizer):
         self.y = torch.cat([s[1] for s in self.shards])
         self.w = torch.cat([torch.full((s[0].shape[0],), 1.0 / (self.P * s[0].shape[0]), device=self.device,
                                        dtype=self.dtype) for s in self.shards])
+        self.w_all = self.w
+        self.offsets = [0]
+        for xs, _ in self.shards:
+            self.offsets.append(self.offsets[-1] + xs.shape[0])
         self.prev = None   # x_{r-2}
         self.v = None      # v~_{r-1}
+        self.prev_point = -1
+
+    def _holders(self) -> int:
+        return self.P
+
+    def _canary_changed(self) -> None:
+        """The canary replaces record 0 of its client: that record's weight moves to the canary term."""
+        self.w = self.w_all.clone()
+        h = self.canary[1]
+        self.w_canary = float(self.w_all[self.offsets[h]])
+        self.w[self.offsets[h]] = 0.0
 
     # -- one round -------------------------------------------------------------------------------
     def _restart(self, r: int) -> bool:
@@ -93,12 +108,16 @@ class DIFF2GD(PrivateOptimizer):
             sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x, self.y, self.C1, cur,
                                        method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
             v, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
+            if self.canary is not None:
+                v = v + self.w_canary * self._canary_clip(self.point, c)
         else:
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(self.prev)))
             c = 0.0 if dx == 0.0 else self.C2 * dx
             sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x, self.y, c, cur, self.prev,
                                             method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
             v, s, kind = flat({k: sums[k] for k in cur}) + self.v, self.sigma2, "difference"
+            if self.canary is not None:
+                v = v + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
         std = 0.0 if s == 0.0 or c == 0.0 else s * c
         vt = self.noise.privatize(v, std, round=r, name=f"v~ ({kind})",
                                      sensitivity=2.0 * c / (self.n_min * self.P), relation="replace-one")
@@ -106,9 +125,13 @@ class DIFF2GD(PrivateOptimizer):
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
 
+    def _advance(self, new_point: int) -> None:
+        self.prev_point, self.point = self.point, new_point
+
     def _step(self, r: int) -> None:
         self._offer_output(self.params())      # x^out = x_{r^-1}, r^ ~ Unif[R]  (x_0^out := x_0)
         self._set_params(self._diff2_round(r))
+        self._advance(self.point + 1)
 
     # -- privacy and state -----------------------------------------------------------------------
     def _z(self, sigma: float) -> float:
@@ -129,10 +152,10 @@ class DIFF2GD(PrivateOptimizer):
         return self.x, self.y, self.w
 
     def _state(self) -> dict:
-        return {"prev": self.prev, "v": self.v}
+        return {"prev": self.prev, "v": self.v, "prev_point": self.prev_point}
 
     def _load_state(self, state: dict) -> None:
-        self.prev, self.v = state["prev"], state["v"]
+        self.prev, self.v, self.prev_point = state["prev"], state["v"], int(state["prev_point"])
 
 
 class DPGD(DIFF2GD):
@@ -185,6 +208,8 @@ class DIFF2BVR(DIFF2GD):
         p = r % self.P                       # p_r = 1 + (r mod P), 0-based here
         xp, yp = self.shards[p]
         before, cur, vt = x0, x1, self.v
+        j0 = self.point                      # ids of the parameter points, in visit order
+        j_before, j_cur = j0, j0 + 1
         keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
         for k in range(2, self.K + 1):
             seen += 1
@@ -193,16 +218,25 @@ class DIFF2BVR(DIFF2GD):
             idx = torch.randperm(xp.shape[0], generator=self.data_generator, device=self.device)[:self.b]
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
             c = 0.0 if dx == 0.0 else self.C3 * dx
+            extra = None
+            if self.canary is not None and self.canary[1] == p and bool((idx == 0).any()):
+                idx = idx[idx != 0]                  # record 0 of this client is the canary
+                extra = self._canary_clip(j_cur, c, j_before)
             sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, xp[idx], yp[idx], c, cur, before,
                                             method=self.clip_method, chunk_size=self.chunk_size)
-            v = flat({n: sums[n] for n in cur}) / self.b + vt
+            v = flat({n: sums[n] for n in cur})
+            if extra is not None:
+                v = v + extra
+            v = v / self.b + vt
             std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.sigma3 * c
             vt = self.noise.privatize(v, std, round=r, name=f"v~ (local k={k}, client {p})",
                                          sensitivity=2.0 * c / self.b, relation="replace-one")
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
+            j_before, j_cur = j_cur, j_cur + 1
             self.local[p] += 1
         self.x_out = {n: t.clone() for n, t in keep.items()}
         self._set_params(cur)
+        self.prev_point, self.point = j0, j_cur
 
     def _events(self) -> list:
         out = super()._events()

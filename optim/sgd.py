@@ -46,6 +46,13 @@ class _OneDataset(PrivateOptimizer):
     def _without_replacement(self, size: int) -> torch.Tensor:
         return torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
 
+    def _split_canary(self, idx):
+        """``(indices of real records, canary sampled?)``: with a canary, record 0 is the canary."""
+        if self.canary is None:
+            return idx, False
+        hit = self.canary_forced or bool((idx == 0).any())
+        return (idx[idx != 0] if hit else idx), hit
+
     def _clipped(self, idx, c, cur, stabilizer=None):
         if idx.numel() == 0:
             return torch.zeros_like(flat(cur))
@@ -80,12 +87,16 @@ class DPSGD(_OneDataset):
     def _step(self, r: int) -> None:
         cur = self.params()
         self._offer_output(cur)
-        s = self._clipped(self._poisson(self.q), self.C, cur)
+        idx, hit = self._split_canary(self._poisson(self.q))
+        s = self._clipped(idx, self.C, cur)
+        if hit:
+            s = s + self._canary_clip(self.point, self.C)
         std = 0.0 if self.z == 0.0 else self.z * self.C
         noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
                                         sensitivity=self.C, relation="add/remove")
         self.counts["step"] += 1
         self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
+        self.point += 1
 
     def _events(self) -> list:
         return [(PoissonSampledGaussianEvent(self.q, self.z), self.counts["step"])]
@@ -137,18 +148,29 @@ class DPSRM(_OneDataset):
         if r == 1:
             cur = prev
             self._offer_output(cur)
-            v = self._clipped(self._without_replacement(self.b0), self.C1, cur) / self.b0
+            idx, hit = self._split_canary(self._without_replacement(self.b0))
+            v = self._clipped(idx, self.C1, cur)
+            if hit:
+                v = v + self._canary_clip(self.point, self.C1)
+            v = v / self.b0
             std, sens, kind = self.sigma0, self.d0, "v^0"
         else:
             cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
             self._set_params(cur)
+            self.point += 1
             self._offer_output(cur)
-            idx = self._without_replacement(self.b)
-            diff, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], self.C2, cur, prev,
-                                            method=self.clip_method, chunk_size=self.chunk_size)
+            idx, hit = self._split_canary(self._without_replacement(self.b))
+            if idx.numel():
+                diff, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], self.C2, cur,
+                                                prev, method=self.clip_method, chunk_size=self.chunk_size)
+                dsum = flat({k: diff[k] for k in cur})
+            else:
+                dsum = torch.zeros_like(self.v)
             g = self._clipped(idx, self.C1, cur)
-            v = ((1.0 - self.gamma) * flat({k: diff[k] for k in cur}) + self.gamma * g) / self.b \
-                + (1.0 - self.gamma) * self.v
+            if hit:
+                dsum = dsum + self._canary_clip(self.point, self.C2, self.point - 1)
+                g = g + self._canary_clip(self.point, self.C1)
+            v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b + (1.0 - self.gamma) * self.v
             std, sens, kind = self.sigma, self.dt, "v^t"
         self.v = self.noise.privatize(v, std, round=r, name=kind, sensitivity=sens,
                                          relation="replace-one")
@@ -235,8 +257,12 @@ class DiceSGD(_OneDataset):
         t = r - 1
         cur = self.params()
         self._offer_output(cur)
-        idx = self._poisson(self.q)
+        idx, hit = self._split_canary(self._poisson(self.q))
         clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
+        plain = self._plain_sum(idx, cur)
+        if hit:
+            clipped = clipped + self._canary_clip(self.point, self.C1, stabilizer=self.stabilizer)
+            plain = plain + self._cg(self.point)
         v = clipped / self.B + self._clip_e()
         sens = self.d0 if t == 0 else self.dt
         vw = self.noise.privatize(v, self.sigma1, round=r, name="v^t + w^t", sensitivity=sens,
@@ -251,8 +277,9 @@ class DiceSGD(_OneDataset):
             m1h = self.m1 / (1.0 - self.beta1 ** (t + 1))
             m2h = self.m2 / (1.0 - self.beta2 ** (t + 1))
             step = m1h / (torch.sqrt(m2h) + self.adam_eps)
-        self.e = self.e + self._plain_sum(idx, cur) / self.B - v
+        self.e = self.e + plain / self.B - v
         self._set_params(unflat(flat(cur) - self.lr * step, cur))
+        self.point += 1
 
     def _events(self) -> list:
         out = []

@@ -1,0 +1,449 @@
+"""Empirical checks of the calibrated noise: sensitivity probes and white-box privacy audits.
+
+Both run the real optimizers twice in lockstep: a **leader** on dataset D (one record replaced
+by a gradient canary A) and a **twin** on the neighbouring dataset D' (canary B) whose noise
+source is a :class:`~optim._core.FollowerSource`: the twin receives the leader's releases
+instead of adding its own noise, so it walks the same public history (same sampling, same
+iterates) while its data and hidden state (DIFF2 differences, DP-SRM momentum, DiceSGD error
+feedback) are its own.  At every release this gives both noiseless queries ``q_D``, ``q_D'`` and
+both requested stds at the state actually visited.
+
+* **Sensitivity probe**: ``||q_D - q_D'||`` against the sensitivity the algorithm claims, for
+  adversarial canaries (zero, huge, opposite gradients); and ``std_D == std_D'`` (the noise scale
+  must not depend on private data -- AdaD2P fails this).
+* **Privacy audit**: the log-likelihood ratio ``S = sum_r log N(o_r; q_D, s_D^2) / N(o_r; q_D', s_D'^2)``
+  of all releases, N runs with D the truth and N with D' the truth; 95 %-confidence lower bounds on
+  eps from Clopper-Pearson intervals on the false positive / negative rates at thresholds fixed
+  before looking (from the claimed GDP mu and N): the direct bound and the GDP bound.  For a
+  full-batch Gaussian mechanism and a canary at the claimed sensitivity, ``S`` is exactly
+  N(+mu^2/2, mu^2) vs N(-mu^2/2, mu^2).  The LLR conditions on the sampling, so the audit is valid
+  for claims that do not rely on amplification by sampling (full batches, J = 1, DiceSGD's
+  assumption-free accountant); see docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from scipy import stats
+
+from accountant import gdp_epsilon, gdp_mu
+
+from ._core import FollowerSource
+
+__all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
+           "epsilon_lower_bounds", "heldout_lower_bound", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
+           "harness"]
+
+
+# ---- canaries ----------------------------------------------------------------------------------
+def _unit(d: int, direction=None) -> torch.Tensor:
+    u = torch.ones(d, dtype=torch.float64) if direction is None else torch.as_tensor(direction, dtype=torch.float64)
+    return u / torch.linalg.vector_norm(u)
+
+
+def zero(d: int):
+    """A record with zero gradient everywhere (under add/remove: the same as no record)."""
+    z = torch.zeros(d, dtype=torch.float64)
+    return lambda j: z
+
+
+def constant(d: int, norm: float, direction=None):
+    """The same gradient ``norm * u`` at every point."""
+    g = norm * _unit(d, direction)
+    return lambda j: g
+
+
+def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
+    """``sign * (-1)^j * norm * u`` at the j-th point: its differences between consecutive points
+    are ``2 norm`` long, so DIFF2's difference rounds carry it too."""
+    g = sign * norm * _unit(d, direction)
+    return lambda j: g if j % 2 == 0 else -g
+
+
+# ---- lockstep runs -----------------------------------------------------------------------------
+def _leader_twin(build, seed, canary_a, canary_b, holder):
+    leader, twin = build(seed), build(seed)
+    leader.noise.record = leader.noise.record_values = True
+    leader.set_canary(canary_a, holder)
+    twin.set_canary(canary_b, holder)
+    twin.noise = FollowerSource(leader.noise, twin.device, twin.dtype)
+    return leader, twin
+
+
+def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: int | None = None):
+    """Leader (canary A) and twin (canary B) stepped in lockstep; returns both optimizers."""
+    leader, twin = _leader_twin(build, seed, canary_a, canary_b, holder)
+    n = leader.total_rounds if rounds is None else int(rounds)
+    for _ in range(n):
+        leader.step()
+        twin.step()
+    return leader, twin
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    rows: tuple            # (pair, release name, max observed / claimed sensitivity, releases)
+    max_ratio: float       # over all pairs and releases with a claim
+    exceeded: int          # releases whose change exceeds the claim beyond floating-point rounding
+    std_mismatches: int    # releases where the requested std differs between D and D'
+    unclaimed: int         # releases without a claimed sensitivity (AdaD2P)
+
+    @property
+    def passed(self) -> bool:
+        return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
+
+
+def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
+                      seed: int = 0) -> ProbeReport:
+    """Replace the ``holder``'s record 0 by each pair of candidate canaries and measure, at every
+    release of the visited trajectory, ``||q_A - q_B||`` against the claimed sensitivity.
+
+    ``build(seed)`` returns a fresh optimizer (same configuration every call).  Default candidates:
+    zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
+    Under add/remove only pairs with the zero candidate (= the record removed) are compared.
+    """
+    probe = build(seed)
+    d = sum(p.numel() for p in probe.model.parameters())
+    if candidates is None:
+        candidates = {"zero": zero(d), "huge": constant(d, 1e6), "opposite": constant(d, -1e6),
+                      "alternating": alternating(d, 1e6)}
+    names = list(candidates)
+    rows, worst, mism, unclaimed, exceeded = [], 0.0, 0, 0, 0
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
+            rl, rt = leader.noise.releases, twin.noise.releases
+            if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
+                continue
+            per_name: dict = {}
+            for x, y in zip(rl, rt):
+                if x.std != y.std:
+                    mism += 1
+                if x.sensitivity is None:
+                    unclaimed += 1
+                    continue
+                dist = float(torch.linalg.vector_norm(x.value - y.value))
+                ulp = torch.finfo(leader.dtype).eps
+                slack = 1e-9 + 8 * ulp * float(torch.linalg.vector_norm(x.value) + torch.linalg.vector_norm(y.value))
+                exceeded += dist > x.sensitivity * (1 + 1e-9) + slack
+                ratio = dist / x.sensitivity if x.sensitivity > 0 else (math.inf if dist > 1e-12 else 0.0)
+                key = x.name.split(" (")[0] if "client" not in x.name else "v~ (local)"
+                prev = per_name.get(key, (0.0, 0))
+                per_name[key] = (max(prev[0], ratio), prev[1] + 1)
+            for key, (ratio, count) in per_name.items():
+                rows.append((f"{a} -> {b}", key, ratio, count))
+                worst = max(worst, ratio)
+    return ProbeReport(tuple(rows), worst, exceeded, mism, unclaimed)
+
+
+# ---- likelihood ratio --------------------------------------------------------------------------
+def _log_density(o, q, s):
+    """log N(o; q, s^2 I) without the 2 pi term; a point mass when s = 0 (+inf at q, -inf elsewhere)."""
+    if s == 0.0:
+        return math.inf if torch.equal(o, q) else -math.inf
+    return float(-torch.sum((o - q) ** 2) / (2.0 * s * s)) - o.numel() * math.log(s)
+
+
+def release_llr(o, q_a, s_a, q_b, s_b) -> float:
+    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0)."""
+    la, lb = _log_density(o, q_a, s_a), _log_density(o, q_b, s_b)
+    if math.isinf(la) and math.isinf(lb):
+        return 0.0 if la == lb else la
+    return la - lb
+
+
+def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
+    """S = log p_D(transcript) - log p_D'(transcript) (D carries canary A)."""
+    total = 0.0
+    for x, y in zip(leader.noise.releases, twin.noise.releases):
+        o = x.released.detach().to("cpu", torch.float64)
+        q_t, s_t, q_o, s_o = x.value, x.std, y.value, y.std
+        llr = release_llr(o, q_t, s_t, q_o, s_o) if truth_is_a else release_llr(o, q_o, s_o, q_t, s_t)
+        total += llr
+        if math.isinf(total):
+            return total
+    return total
+
+
+# ---- epsilon lower bounds ----------------------------------------------------------------------
+def _cp_upper(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson upper bound on a binomial rate at confidence 1 - alpha."""
+    return 1.0 if k >= n else float(stats.beta.ppf(1.0 - alpha, k + 1, n - k))
+
+
+def _direct(fpr_hi, fnr_hi, delta):
+    best = 0.0
+    for a, b in ((fnr_hi, fpr_hi), (fpr_hi, fnr_hi)):
+        num = 1.0 - delta - a
+        if num > 0 and b < 1.0:
+            best = max(best, math.log(num / b) if b > 0 else math.inf)
+    return best
+
+
+def _gdp_from_rates(fpr_hi, fnr_hi, delta):
+    mu = float(stats.norm.isf(fpr_hi) - stats.norm.ppf(fnr_hi))
+    return (0.0, 0.0) if not mu > 0 else (mu, gdp_epsilon(mu, delta) if math.isfinite(mu) else math.inf)
+
+
+def _expected_direct(t, mu, n, delta, alpha):
+    """The direct bound a correct mechanism would give at threshold t (T-units), for choosing t."""
+    fpr = float(stats.norm.sf(t))
+    fnr = float(stats.norm.cdf(t - mu))
+    return _direct(_cp_upper(int(round(fpr * n)), n, alpha), _cp_upper(int(round(fnr * n)), n, alpha), delta)
+
+
+def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confidence: float = 0.95) -> dict:
+    """95 %-confidence lower bounds on eps from LLR samples under D (``s_d``) and D' (``s_dprime``).
+
+    Statistics are standardised with the claimed mu, ``T = S/mu + mu/2`` (N(mu, 1) vs N(0, 1) for
+    a full-batch Gaussian mechanism).  Thresholds, fixed from ``mu_claimed`` and N before the
+    samples are looked at: ``mu/2`` for the GDP bound, the maximiser of the expected direct bound
+    for the direct bound.  Each bound uses two one-sided Clopper-Pearson intervals at
+    ``1 - (1 - confidence)/2`` (Bonferroni), so it holds with probability >= ``confidence``.
+    """
+    n0, n1 = len(s_d), len(s_dprime)
+    if min(n0, n1) < 1:
+        raise ValueError("samples are not allowed: expected at least one run per dataset.")
+    alpha = (1.0 - confidence) / 2.0
+    mu = float(mu_claimed)
+    std = (lambda s: s / mu + mu / 2.0) if mu > 0 else (lambda s: s)  # noqa: E731
+    t_d = [std(s) for s in s_d]
+    t_p = [std(s) for s in s_dprime]
+
+    def rates(t):
+        fnr = sum(1 for v in t_d if not v >= t)
+        fpr = sum(1 for v in t_p if v >= t)
+        return fpr, fnr
+
+    n = min(n0, n1)
+    grid = [mu / 2.0 + 0.05 * i for i in range(-80, 121)] if mu > 0 else [0.0]
+    t_direct = max(grid, key=lambda t: _expected_direct(t, mu, n, delta, alpha)) if mu > 0 else 0.0
+    fpr, fnr = rates(t_direct)
+    direct = _direct(_cp_upper(fpr, n1, alpha), _cp_upper(fnr, n0, alpha), delta)
+    t_gdp = mu / 2.0
+    fpr_g, fnr_g = rates(t_gdp)
+    mu_lo, eps_gdp = _gdp_from_rates(_cp_upper(fpr_g, n1, alpha), _cp_upper(fnr_g, n0, alpha), delta)
+    return {"direct": direct, "gdp": eps_gdp, "mu_lo": mu_lo, "threshold_direct": t_direct,
+            "threshold_gdp": t_gdp, "fpr_direct": fpr / n1, "fnr_direct": fnr / n0,
+            "fpr_gdp": fpr_g / n1, "fnr_gdp": fnr_g / n0}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    algorithm: str
+    claimed_epsilon: float
+    delta: float
+    runs: int
+    epsilon_lo_direct: float
+    epsilon_lo_gdp: float
+    mu_claimed: float
+    mu_lo: float
+    gdp_exact: bool        # the claim is a full-batch Gaussian composition (its trade-off curve is GDP)
+    details: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """"violation" when a lower bound exceeds the claimed eps (the GDP bound counts only when the
+        claim is exactly GDP), else "consistent"."""
+        tol = 1e-9
+        if self.epsilon_lo_direct > self.claimed_epsilon + tol:
+            return "violation"
+        if self.gdp_exact and self.epsilon_lo_gdp > self.claimed_epsilon + tol:
+            return "violation"
+        return "consistent"
+
+    def as_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+                "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
+                "epsilon_lo_gdp": self.epsilon_lo_gdp, "mu_claimed": self.mu_claimed, "mu_lo": self.mu_lo,
+                "verdict": self.verdict, **self.details}
+
+
+def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
+          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
+          seed: int = 0, name: str | None = None) -> AuditReport:
+    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
+    (``canary_dprime``); returns the eps lower bounds and the verdict against ``claimed_epsilon``.
+
+    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
+    e = float(claimed_epsilon)
+    if not e > 0 or math.isinf(e):
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
+    d = float(delta)
+    if not 0 < d < 1:
+        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    from tqdm.auto import tqdm
+
+    mu = gdp_mu(e, d)
+    s_d, s_p = [], []
+    bar = tqdm(total=2 * runs, desc="audit", disable=(None if progress is None else not progress), leave=False)
+    try:
+        for i in range(runs):
+            leader, twin = run_pair(build, seed + 2 * i, canary_d, canary_dprime, holder=holder)
+            s_d.append(_llr_of_pair(leader, twin, truth_is_a=True))
+            bar.update(1)
+            leader, twin = run_pair(build, seed + 2 * i + 1, canary_dprime, canary_d, holder=holder)
+            s_p.append(_llr_of_pair(leader, twin, truth_is_a=False))
+            bar.update(1)
+    finally:
+        bar.close()
+    b = epsilon_lower_bounds(s_d, s_p, d, mu, confidence)
+    finite = [v for v in s_d + s_p if math.isfinite(v)]
+    details = {k: b[k] for k in ("threshold_direct", "threshold_gdp", "fpr_direct", "fnr_direct", "fpr_gdp",
+                                 "fnr_gdp")}
+    details["mean_llr_d"] = sum(v for v in s_d if math.isfinite(v)) / max(1, len([v for v in s_d if math.isfinite(v)]))
+    details["infinite_llr"] = len(s_d) + len(s_p) - len(finite)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
+                       details)
+
+
+def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -> dict:
+    """Direct eps lower bound with the threshold chosen on a held-out half of the runs: the first
+    half picks the threshold (the best direct bound there, among the first half's values), the
+    second half is evaluated at it with Clopper-Pearson (valid for ANY statistic)."""
+    h0, h1 = len(s_d) // 2, len(s_dprime) // 2
+    if min(h0, h1) < 1:
+        raise ValueError("samples are not allowed: expected at least two runs per dataset.")
+    alpha = (1.0 - confidence) / 2.0
+    a_d, a_p, b_d, b_p = s_d[:h0], s_dprime[:h1], s_d[h0:], s_dprime[h1:]
+    cands = sorted(set(v for v in a_d + a_p if math.isfinite(v))) or [0.0]
+
+    def bound(t, xs_d, xs_p):
+        fnr = sum(1 for v in xs_d if not v >= t)
+        fpr = sum(1 for v in xs_p if v >= t)
+        return _direct(_cp_upper(fpr, len(xs_p), alpha), _cp_upper(fnr, len(xs_d), alpha), delta), fpr, fnr
+
+    t = max(cands, key=lambda c: bound(c, a_d, a_p)[0])
+    eps, fpr, fnr = bound(t, b_d, b_p)
+    return {"direct": eps, "threshold": t, "fpr": fpr / len(b_p), "fnr": fnr / len(b_d)}
+
+
+def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
+                  confidence: float = 0.95, progress: bool | None = None, seed: int = 0,
+                  name: str | None = None) -> AuditReport:
+    """Audit of a Poisson-sampled optimizer under add/remove (D: with the canary record, D': without).
+
+    The canary's inclusion is the mechanism's secret, so the statistic must not use it: two
+    followers walk the leader's public history, one with the canary FORCED into every sample
+    (``q_in``) and one without it (``q_out``); the others' sampling is shared.  Per release,
+    ``log((1 - rate) + rate * p_in(o)/p_out(o))`` -- the exact LLR of a Poisson-subsampled Gaussian
+    step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
+    carry hidden record-dependent state).  Direct bound only, threshold on a held-out half.
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 2.")
+    q = float(rate)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
+    e, d = float(claimed_epsilon), float(delta)
+    if not e > 0 or math.isinf(e) or not 0 < d < 1:
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
+                         "eps > 0 finite and delta in (0, 1).")
+    from tqdm.auto import tqdm
+
+    dim = sum(p.numel() for p in build(seed).model.parameters())
+    absent = zero(dim)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+
+    def one(s, truth_has_canary):
+        leader = build(s)
+        leader.noise.record = leader.noise.record_values = True
+        leader.set_canary(canary if truth_has_canary else absent)
+        f_in, f_out = build(s), build(s)
+        f_in.set_canary(canary)
+        f_in.canary_forced = True
+        f_out.set_canary(absent)
+        for f in (f_in, f_out):
+            f.noise = FollowerSource(leader.noise, f.device, f.dtype)
+        for _ in range(leader.total_rounds):
+            leader.step()
+            f_in.step()
+            f_out.step()
+        total = 0.0
+        for x, a, b in zip(leader.noise.releases, f_in.noise.releases, f_out.noise.releases):
+            o = x.released.detach().to("cpu", torch.float64)
+            llr = release_llr(o, a.value, a.std, b.value, b.std)
+            total += float(torch.logaddexp(torch.tensor(log_keep), torch.tensor(math.log(q) + llr)))
+        return total
+
+    s_d, s_p = [], []
+    bar = tqdm(total=2 * runs, desc="audit", disable=(None if progress is None else not progress), leave=False)
+    try:
+        for i in range(runs):
+            s_d.append(one(seed + 2 * i, True))
+            s_p.append(one(seed + 2 * i + 1, False))
+            bar.update(2)
+    finally:
+        bar.close()
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": "Poisson mixture LLR, held-out threshold"}
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details)
+
+
+# ---- standard harnesses (CLI and docs) ------------------------------------------------------------
+AUDITABLE = ("dp-gd", "diff2-gd", "dicesgd", "clipd2p", "constd2p", "adad2p")
+
+
+def harness(algorithm: str, mechanism, noise):
+    """``(build, canary_d, canary_dprime, holder, gdp_exact)`` for a standard white-box audit of
+    ``algorithm`` at the run shape ``mechanism`` and noise levels ``noise``: a one-layer linear
+    model on 2 synthetic features, ``n_min`` records per client / N records / one record per node.
+
+    The LLR conditions on the sampling, so only claims without amplification by sampling are
+    auditable: full-batch DP-GD / DIFF2-GD, DiceSGD's assumption-free accountant, and the D2P
+    family with one record per node (J = 1).
+    """
+    from torch import nn
+
+    import mechanisms as M
+    import optim as O
+
+    if algorithm not in AUDITABLE:
+        raise ValueError(f"algorithm={algorithm!r} is not allowed for an audit: expected one of {AUDITABLE} "
+                         "(claims that rely on amplification by sampling need a mixture statistic, not "
+                         "implemented).")
+    g = torch.Generator().manual_seed(12345)
+    d_model = 3
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(2, 1))
+
+    def table(n):
+        return torch.randn(n, 2, generator=g), torch.randn(n, generator=g)
+
+    if algorithm in ("dp-gd", "diff2-gd"):
+        shards = [table(mechanism.n_min) for _ in range(mechanism.clients)]
+        cls = O.DPGD if algorithm == "dp-gd" else O.DIFF2GD
+        kw = {"C1": 1.0} if algorithm == "dp-gd" else {"C1": 1.0, "C2": 1.0}
+        build = lambda s: cls(model(), O.squared_loss, shards, mechanism, noise, lr=0.1, seed=s, **kw)  # noqa: E731
+        return build, alternating(d_model, 1e6), alternating(d_model, 1e6, sign=-1.0), 0, True
+    if algorithm == "dicesgd":
+        data = table(mechanism.N)
+        build = lambda s: O.DiceSGD(model(), O.squared_loss, data, mechanism, noise, lr=0.1, seed=s)  # noqa: E731
+        return build, constant(d_model, 1e6), zero(d_model), 0, False
+    if mechanism.samples_per_node != 1:
+        raise ValueError(f"samples_per_node={mechanism.samples_per_node} is not allowed for an audit: expected 1 "
+                         "(with J > 1 the claim relies on amplification by sampling; see docs/audit.md).")
+    nodes = [table(1) for _ in range(4)]
+    if algorithm == "clipd2p":
+        build = lambda s: O.ClipD2P(model(), O.squared_loss, nodes, mechanism, noise, C=1.0, lr=0.1,  # noqa: E731
+                                    seed=s)
+    elif algorithm == "constd2p":
+        build = lambda s: O.ConstD2P(model(), O.squared_loss, nodes, mechanism, noise, G=1.0,  # noqa: E731
+                                     lr=0.1, seed=s)
+    else:
+        mech = M.AdaD2P(1, mechanism.iterations)
+        build = lambda s: O.AdaD2P(model(), O.squared_loss, nodes, mech, noise, lr=0.1, seed=s)  # noqa: E731
+    # "a record with gradient norm C vs a zero-gradient record" (ConstD2P: norm 100 G, far above its bound)
+    norm = 100.0 if algorithm == "constd2p" else 1.0
+    return build, constant(d_model, norm), zero(d_model), 0, False
