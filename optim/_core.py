@@ -87,9 +87,17 @@ class NoiseSource:
         self.record_noise = bool(record_noise)
         self.record_values = bool(record_values)
         self.releases: list[Release] = []
+        self.row_generators: list | None = None
 
-    def _standard(self, shape) -> torch.Tensor:
-        return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
+    def use_rows(self, seeds) -> None:
+        """One generator per row of :meth:`privatize_rows` (per D2P node), so that node i's noise is
+        the same stream whether the nodes are simulated together or run as separate processes."""
+        self.row_generators = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+
+    def _standard(self, shape, generator=None) -> torch.Tensor:
+        """Standard normal draws (every noise draw goes through here)."""
+        g = self.generator if generator is None else generator
+        return torch.randn(shape, generator=g, device=self.device, dtype=self.dtype)
 
     def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str):
         """``value + N(0, std^2 I)`` (no draw when std = 0): one release."""
@@ -107,7 +115,14 @@ class NoiseSource:
                        relation: str):
         """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
         rows = values.shape[0]
-        noise = stds.reshape(rows, 1).to(self.dtype) * self._standard(values.shape)
+        if self.row_generators is None:
+            z = self._standard(values.shape)
+        else:
+            if len(self.row_generators) != rows:
+                raise ValueError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
+                                 "generators were set.")
+            z = torch.stack([self._standard(values.shape[1:], g) for g in self.row_generators])
+        noise = stds.reshape(rows, 1).to(self.dtype) * z
         out = values + noise
         for i in range(rows):
             self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i], values[i], out[i])
@@ -122,11 +137,15 @@ class NoiseSource:
                 out.detach().clone() if self.record_values else None))
 
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state(), "releases": list(self.releases)}
+        rows = None if self.row_generators is None else [g.get_state() for g in self.row_generators]
+        return {"generator": self.generator.get_state(), "releases": list(self.releases), "rows": rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
         self.releases = list(state["releases"])
+        if state.get("rows") is not None:
+            for g, st in zip(self.row_generators, state["rows"]):
+                g.set_state(st)
 
 
 class FollowerSource(NoiseSource):
@@ -170,8 +189,20 @@ def _move(obj, device):
     return obj
 
 
+def _seed_of(ss) -> int:
+    return int(ss.generate_state(1, dtype=np.uint64)[0] % (2 ** 63))
+
+
 def _seeds(seed: int) -> list[int]:
-    return [int(s.generate_state(1, dtype=np.uint64)[0] % (2 ** 63)) for s in np.random.SeedSequence(int(seed)).spawn(3)]
+    """(data, noise, output) seeds of a run."""
+    return [_seed_of(s) for s in np.random.SeedSequence(int(seed)).spawn(3)]
+
+
+def node_seeds(seed: int, nodes: int) -> tuple[list[int], list[int]]:
+    """Per-node (data, noise) seeds of a decentralised run: node i's streams are the same in the
+    one-process simulation and on rank i of a multi-process run."""
+    data, noise, _ = np.random.SeedSequence(int(seed)).spawn(3)
+    return [_seed_of(s) for s in data.spawn(nodes)], [_seed_of(s) for s in noise.spawn(nodes)]
 
 
 def _noise_levels(noise) -> dict:

@@ -26,7 +26,7 @@ import mechanisms as M
 from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from mechanisms._report import paper_warning
 
-from ._core import PrivateOptimizer, _check_clip, _check_lr, flat
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds
 from .clipping import clip_factors
 from .graph import VARIANTS, mixing_matrix
 
@@ -62,6 +62,9 @@ class _Decentralized(PrivateOptimizer):
         self.relation = getattr(mechanism, "relation", "replace-one")
         self.poisson = self.relation == "add/remove"
         self.like = {k: v.clone() for k, v in self.params().items()}
+        data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.nodes)
+        self.node_generators = [torch.Generator(device=self.device).manual_seed(s) for s in data_seeds]
+        self.noise.use_rows(noise_seeds)
         x0 = flat(self.like)
         self.X = x0.unsqueeze(0).repeat(self.nodes, 1)                # x_i^0 = z_i^0 = model's parameters
         self.w = torch.ones(self.nodes, device=self.device, dtype=self.dtype)
@@ -78,11 +81,12 @@ class _Decentralized(PrivateOptimizer):
     def _sample(self):
         """``(x [n, M, ...], y [n, M], mask [n, M])``: the examples each node uses this iteration."""
         n, J = self.nodes, self.J
+        gens = self.node_generators       # node i samples with its own generator (as rank i would)
         if not self.poisson:
-            idx = torch.randint(J, (n, 1), generator=self.data_generator, device=self.device)
+            idx = torch.stack([torch.randint(J, (1,), generator=g, device=self.device) for g in gens])
             mask = torch.ones(n, 1, device=self.device, dtype=self.dtype)
         else:
-            keep = torch.rand(n, J, generator=self.data_generator, device=self.device) < 1.0 / J
+            keep = torch.stack([torch.rand(J, generator=g, device=self.device) for g in gens]) < 1.0 / J
             m = max(1, int(keep.sum(1).max()))
             order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)   # kept indices first
             idx = order[:, :m]
@@ -146,10 +150,12 @@ class _Decentralized(PrivateOptimizer):
         return self.xs.reshape(n * J, *self.xs.shape[2:]), self.ys.reshape(n * J, *self.ys.shape[2:]), w
 
     def _state(self) -> dict:
-        return {"X": self.X, "w": self.w}
+        return {"X": self.X, "w": self.w, "node_rng": [g.get_state() for g in self.node_generators]}
 
     def _load_state(self, state: dict) -> None:
         self.X, self.w = state["X"], state["w"]
+        for g, st in zip(self.node_generators, state["node_rng"]):
+            g.set_state(st.cpu())
 
     def _events(self) -> list:
         sigma, J = self.levels["sigma"], self.mechanism.samples_per_node

@@ -107,23 +107,33 @@ class DIFF2GD(PrivateOptimizer):
         if self._restart(r):
             sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x, self.y, self.C1, cur,
                                        method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
-            v, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
+            part, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
             if self.canary is not None:
-                v = v + self.w_canary * self._canary_clip(self.point, c)
+                part = part + self.w_canary * self._canary_clip(self.point, c)
+            v = self._aggregate(part)
         else:
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(self.prev)))
             c = 0.0 if dx == 0.0 else self.C2 * dx
             sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x, self.y, c, cur, self.prev,
                                             method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
-            v, s, kind = flat({k: sums[k] for k in cur}) + self.v, self.sigma2, "difference"
+            part, s, kind = flat({k: sums[k] for k in cur}), self.sigma2, "difference"
             if self.canary is not None:
-                v = v + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
+                part = part + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
+            v = self._aggregate(part) + self.v
         std = 0.0 if s == 0.0 or c == 0.0 else s * c
-        vt = self.noise.privatize(v, std, round=r, name=f"v~ ({kind})",
-                                     sensitivity=2.0 * c / (self.n_min * self.P), relation="replace-one")
+        vt = self._release(v, std, round=r, name=f"v~ ({kind})", sensitivity=2.0 * c / (self.n_min * self.P),
+                           relation="replace-one")
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
+
+    def _aggregate(self, part: torch.Tensor) -> torch.Tensor:
+        """(1/P) sum_p ClippedMean(D_p): here all clients are in ``part`` already (one process)."""
+        return part
+
+    def _release(self, v, std, **kw) -> torch.Tensor:
+        """The server adds the noise (one process: this process is the server)."""
+        return self.noise.privatize(v, std, **kw)
 
     def _advance(self, new_point: int) -> None:
         self.prev_point, self.point = self.point, new_point

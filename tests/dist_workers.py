@@ -1,0 +1,69 @@
+"""Worker processes for tests/test_distributed.py (module-level so that 'spawn' can import them)."""
+
+import os
+import sys
+import traceback
+
+import torch
+from torch import nn
+
+import mechanisms as M
+import optim as O
+from optim import distributed as D
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)).double()
+
+
+def diff2_setup(P, rounds=8):
+    g = torch.Generator().manual_seed(1)
+    shards = [(torch.randn(12 + p, 3, generator=g, dtype=torch.float64),
+               torch.randn(12 + p, generator=g, dtype=torch.float64)) for p in range(P)]
+    mech = M.DIFF2GD(rounds, 3, P, 12)
+    return shards, mech, mech.calibrate(2.0, 1e-5)
+
+
+def d2p_setup(n, relation="replace-one", iterations=7):
+    g = torch.Generator().manual_seed(2)
+    nodes = [(torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64))
+             for _ in range(n)]
+    mech = M.ClipD2P(6, iterations, relation)
+    return nodes, mech, mech.calibrate(8.0, 1e-5)
+
+
+def run(kind, rank, world, port, outdir, opts):
+    """kind: 'diff2' | 'd2p'.  opts: rounds (how many to run now), resume, checkpoint, die_at, graph, relation."""
+    try:
+        D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                             timeout_s=opts.get("timeout", 20))
+        if kind == "diff2":
+            shards, mech, rep = diff2_setup(world)
+            opt = D.DistributedDIFF2GD(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
+                                       seed=5)
+        else:
+            nodes, mech, rep = d2p_setup(world, opts.get("relation", "replace-one"))
+            opt = D.DistributedClipD2P(model(), O.squared_loss, nodes[rank], mech, rep, C=1.0, lr=0.2, seed=5,
+                                       graph=opts.get("graph", "paper"))
+        if opts.get("resume"):
+            opt.load_checkpoint(os.path.join(outdir, "ck"))
+        n = opts.get("rounds")
+        for _ in range(opt.total_rounds - opt.round if n is None else n):
+            opt.step()
+            if opts.get("die_at") == (rank, opt.round):
+                os._exit(3)                      # a worker crashes mid-run
+        if opts.get("checkpoint"):
+            opt.save_checkpoint(os.path.join(outdir, "ck"))
+        state = opt.x_local if kind == "d2p" else torch.cat([p.detach().reshape(-1) for p in opt.model.parameters()])
+        torch.save({"x": state, "w": getattr(opt, "w_local", None), "eps": opt.epsilon_spent(1e-5),
+                    "metrics": opt.evaluate()}, os.path.join(outdir, f"out{rank}.pt"))
+        D.dist.destroy_process_group()
+    except D.DistributedRunError as exc:
+        with open(os.path.join(outdir, f"err{rank}.txt"), "w") as f:
+            f.write(str(exc))
+        sys.exit(1)
+    except Exception:
+        with open(os.path.join(outdir, f"err{rank}.txt"), "w") as f:
+            f.write(traceback.format_exc())
+        sys.exit(2)
