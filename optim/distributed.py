@@ -32,7 +32,8 @@ from .clipping import clipped_grad_sum
 from .diff2 import DIFF2GD
 from .graph import VARIANTS, send_offset
 
-__all__ = ["DistributedRunError", "init_process_group", "DistributedDIFF2GD", "DistributedClipD2P"]
+__all__ = ["DistributedRunError", "init_process_group", "DistributedDIFF2GD", "DistributedClipD2P",
+           "DistributedConstD2P", "DistributedAdaD2P"]
 
 
 class DistributedRunError(RuntimeError):
@@ -138,11 +139,13 @@ class DistributedClipD2P(PrivateOptimizer):
     are this node's push-sum state; the model holds ``z = x / w``."""
 
     name = "clipd2p"
+    _mechanism_type = M.ClipD2P
 
     def __init__(self, model, loss_fn, node_data, mechanism, noise, *, C: float, lr: float, graph: str = "paper",
                  seed: int = 0, record: bool = False, **kwargs):
-        if not isinstance(mechanism, M.ClipD2P) or isinstance(mechanism, M.ConstD2P):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.ClipD2P.")
+        if type(mechanism) is not self._mechanism_type:
+            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+                             f"mechanisms.{self._mechanism_type.__name__}.")
         if not dist.is_initialized():
             _world(0, "nodes")
         self.rank, self.nodes = dist.get_rank(), dist.get_world_size()
@@ -151,7 +154,7 @@ class DistributedClipD2P(PrivateOptimizer):
             raise ValueError(f"graph={graph!r} is not allowed: expected one of {VARIANTS}.")
         self.graph, self.lr, self.C = graph, _check_lr(lr), _check_clip(C, "C")
         self.sigma = self._need("sigma")
-        if self.C == math.inf and self.sigma > 0:
+        if self._mechanism_type is M.ClipD2P and self.C == math.inf and self.sigma > 0:
             raise ValueError(f"C=inf is not allowed with sigma={self.sigma}: unclipped gradients have unbounded "
                              "sensitivity.")
         self.xs, self.ys = (self._to(t) for t in node_data)
@@ -160,7 +163,7 @@ class DistributedClipD2P(PrivateOptimizer):
             raise ValueError(f"node_data has J={self.J} records, which is not allowed: expected as many targets and "
                              f"J >= samples_per_node={mechanism.samples_per_node}.")
         self.total_rounds = mechanism.iterations
-        self.relation = mechanism.relation
+        self.relation = getattr(mechanism, "relation", "replace-one")
         self.poisson = self.relation == "add/remove"
         data_seeds, noise_seeds = node_seeds(seed, self.nodes)
         self.node_generator = torch.Generator(device=self.device).manual_seed(data_seeds[self.rank])
@@ -178,14 +181,13 @@ class DistributedClipD2P(PrivateOptimizer):
         else:
             idx = torch.randint(self.J, (1,), generator=self.node_generator, device=self.device)
         if idx.numel():
-            sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.xs[idx], self.ys[idx], self.C, z,
+            sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.xs[idx], self.ys[idx], self._clip, z,
                                        method="vmap")
             g = flat({n: sums[n] for n in self.like})
         else:
             g = torch.zeros_like(self.x_local)
-        std = 0.0 if self.sigma == 0.0 else self.sigma * self.C
-        noisy = self.noise.privatize(g, std, round=r, name=f"node {self.rank}: g + N",
-                                     sensitivity=self.C if self.poisson else 2.0 * self.C, relation=self.relation)
+        noisy = self.noise.privatize(g, self._std(g), round=r, name=f"node {self.rank}: g + N",
+                                     sensitivity=self._sensitivity(), relation=self.relation)
         half = self.x_local - self.lr * noisy
         o = send_offset(self.nodes, k, self.graph)
         if o == 0:
@@ -203,6 +205,17 @@ class DistributedClipD2P(PrivateOptimizer):
         self.counts["iteration"] += 1
         self.point += 1
         self._set_params(unflat(self.x_local / self.w_local, self.like))
+
+    # ClipD2P: clip at C, std sigma C, claimed sensitivity C (add/remove) or 2C (replace-one)
+    @property
+    def _clip(self) -> float:
+        return self.C
+
+    def _std(self, g) -> float:
+        return 0.0 if self.sigma == 0.0 else self.sigma * self.C
+
+    def _sensitivity(self):
+        return self.C if self.poisson else 2.0 * self.C
 
     def evaluate(self, params=None) -> dict:
         """Loss and ||grad f|| at the network average x-bar over all nodes' data (collective)."""
@@ -237,3 +250,46 @@ class DistributedClipD2P(PrivateOptimizer):
 
     def load_checkpoint(self, path) -> None:
         super().load_checkpoint(f"{path}.rank{self.rank}")
+
+
+class DistributedConstD2P(DistributedClipD2P):
+    """ConstD2P on processes: no clipping, std sigma G with an estimated, NOT enforced G (spec 7 E2)."""
+
+    name = "constd2p"
+    _mechanism_type = M.ConstD2P
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, G: float, lr: float, **kwargs):
+        super().__init__(model, loss_fn, node_data, mechanism, noise, C=G, lr=lr, **kwargs)
+
+    @property
+    def _clip(self) -> float:
+        return math.inf
+
+
+class DistributedAdaD2P(DistributedClipD2P):
+    """AdaD2P on processes: std sigma ||g|| -- NO valid privacy guarantee (spec 7 E1)."""
+
+    name = "adad2p"
+    _mechanism_type = M.AdaD2P
+
+    def __init__(self, model, loss_fn, node_data, mechanism, noise, *, lr: float, **kwargs):
+        super().__init__(model, loss_fn, node_data, mechanism, noise, C=math.inf, lr=lr, **kwargs)
+
+    @property
+    def _clip(self) -> float:
+        return math.inf
+
+    def _std(self, g) -> float:
+        return self.sigma * float(torch.linalg.vector_norm(g))
+
+    def _sensitivity(self):
+        return None
+
+    def accountant(self):
+        return self.mechanism.accountant()
+
+    def epsilon_spent(self, delta=None) -> float:
+        return math.inf if self.round else 0.0
+
+    def _epsilon_metric(self, delta) -> float:
+        return self.epsilon_spent()

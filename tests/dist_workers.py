@@ -42,6 +42,10 @@ def run(kind, rank, world, port, outdir, opts):
             shards, mech, rep = diff2_setup(world)
             opt = D.DistributedDIFF2GD(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
                                        seed=5)
+        elif kind == "ada":
+            nodes, _, _ = d2p_setup(world)
+            opt = D.DistributedAdaD2P(model(), O.squared_loss, nodes[rank], M.AdaD2P(6, 7), {"sigma": 0.3}, lr=0.2,
+                                      seed=5, graph=opts.get("graph", "paper"))
         else:
             nodes, mech, rep = d2p_setup(world, opts.get("relation", "replace-one"))
             opt = D.DistributedClipD2P(model(), O.squared_loss, nodes[rank], mech, rep, C=1.0, lr=0.2, seed=5,
@@ -55,7 +59,7 @@ def run(kind, rank, world, port, outdir, opts):
                 os._exit(3)                      # a worker crashes mid-run
         if opts.get("checkpoint"):
             opt.save_checkpoint(os.path.join(outdir, "ck"))
-        state = opt.x_local if kind == "d2p" else torch.cat([p.detach().reshape(-1) for p in opt.model.parameters()])
+        state = opt.x_local if kind in ("d2p", "ada") else torch.cat([p.detach().reshape(-1) for p in opt.model.parameters()])
         torch.save({"x": state, "w": getattr(opt, "w_local", None), "eps": opt.epsilon_spent(1e-5),
                     "metrics": opt.evaluate()}, os.path.join(outdir, f"out{rank}.pt"))
         D.dist.destroy_process_group()

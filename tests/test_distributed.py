@@ -80,6 +80,19 @@ def test_clipd2p_on_several_processes_matches_the_simulation(tmp_path, graph, re
         assert float(out["w"]) == pytest.approx(float(sim.w[r]))
 
 
+def test_adad2p_on_three_processes_matches_the_simulation(tmp_path):
+    import mechanisms as M
+
+    codes, _ = launch("ada", 3, tmp_path)
+    assert codes == [0, 0, 0], errors(tmp_path, 3)
+    nodes, _, _ = W.d2p_setup(3)
+    sim = O.AdaD2P(W.model(), O.squared_loss, nodes, M.AdaD2P(6, 7), {"sigma": 0.3}, lr=0.2, seed=5)
+    sim.run(progress=False)
+    for r, out in enumerate(outputs(tmp_path, 3)):
+        torch.testing.assert_close(out["x"], sim.X[r], rtol=1e-6, atol=1e-12)
+        assert out["eps"] == float("inf")
+
+
 def test_a_dead_worker_stops_the_others_with_a_clear_error(tmp_path):
     timeout = 10
     codes, elapsed = launch("diff2", 3, tmp_path, {"timeout": timeout}, per_rank={2: {"die_at": (2, 3)}}, wait=90)
