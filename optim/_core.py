@@ -111,6 +111,16 @@ class NoiseSource:
         self._log(round, name, std, sensitivity, relation, noise, value, out)
         return out
 
+    def privatize_row(self, i: int, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity,
+                      relation: str):
+        """``value + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
+        if std < 0 or math.isnan(std):
+            raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+        noise = torch.zeros_like(value) if std == 0 else std * self._standard(value.shape, self.row_generators[i])
+        out = value + noise
+        self._log(round, name, std, sensitivity, relation, noise, value, out)
+        return out
+
     def privatize_rows(self, values: torch.Tensor, stds: torch.Tensor, *, round: int, names, sensitivity,
                        relation: str):
         """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
@@ -170,6 +180,9 @@ class FollowerSource(NoiseSource):
         out = self._next().released
         self._log(round, name, std, sensitivity, relation, out - value, value, out)
         return out
+
+    def privatize_row(self, i, value, std, *, round, name, sensitivity, relation):
+        return self.privatize(value, std, round=round, name=name, sensitivity=sensitivity, relation=relation)
 
     def privatize_rows(self, values, stds, *, round, names, sensitivity, relation):
         out = torch.stack([self._next().released for _ in range(values.shape[0])])

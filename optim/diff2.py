@@ -15,7 +15,7 @@ import torch
 import mechanisms as M
 from accountant import GaussianEvent, WORSampledGaussianEvent
 
-from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
@@ -210,22 +210,38 @@ class DIFF2BVR(DIFF2GD):
                              "sensitivity.")
         self.local = [0] * self.P           # noisy local steps done by each client
         self.x_out = None                    # x^out_{r-1}
+        data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.P)
+        self.client_generators = [torch.Generator(device=self.device).manual_seed(s) for s in data_seeds]
+        self.noise.use_rows(noise_seeds)
 
     def _step(self, r: int) -> None:
         self._offer_output(self.x_out if self.x_out is not None else self.params())
         x0 = self.params()
         x1 = self._diff2_round(r)            # x_{1,r-1} = x_{0,r-1} - lr v~_r
         p = r % self.P                       # p_r = 1 + (r mod P), 0-based here
-        xp, yp = self.shards[p]
+        cur, keep, j_end = self._local_phase(r, p, self.shards[p], x0, x1, self.client_noise_source())
+        self.local[p] += self.K - 1
+        self.x_out = {n: t.clone() for n, t in keep.items()}
+        self._set_params(cur)
+        self.prev_point, self.point = self.point, j_end
+
+    def client_noise_source(self):
+        return self.noise
+
+    def _local_phase(self, r, p, shard, x0, x1, noise):
+        """Algorithm 4 lines 4-9 on client p: K - 1 noisy local steps from x_{1,r-1} = x1.  The
+        client samples with its own generator and draws its local noise from its own stream (row p
+        of the noise source), as it would as a separate process.  Returns (x_K, x^out_r, id of x_K)."""
+        xp, yp = shard
+        gen = self.client_generators[p]
         before, cur, vt = x0, x1, self.v
-        j0 = self.point                      # ids of the parameter points, in visit order
-        j_before, j_cur = j0, j0 + 1
+        j_before, j_cur = self.point, self.point + 1     # ids of the parameter points, in visit order
         keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
         for k in range(2, self.K + 1):
             seen += 1
-            if torch.rand((), generator=self.output_generator).item() < 1.0 / seen:
+            if torch.rand((), generator=gen, device=self.device).item() < 1.0 / seen:
                 keep = cur
-            idx = torch.randperm(xp.shape[0], generator=self.data_generator, device=self.device)[:self.b]
+            idx = torch.randperm(xp.shape[0], generator=gen, device=self.device)[:self.b]
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
             c = 0.0 if dx == 0.0 else self.C3 * dx
             extra = None
@@ -239,14 +255,11 @@ class DIFF2BVR(DIFF2GD):
                 v = v + extra
             v = v / self.b + vt
             std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.sigma3 * c
-            vt = self.noise.privatize(v, std, round=r, name=f"v~ (local k={k}, client {p})",
-                                         sensitivity=2.0 * c / self.b, relation="replace-one")
+            vt = noise.privatize_row(p, v, std, round=r, name=f"v~ (local k={k}, client {p})",
+                                     sensitivity=2.0 * c / self.b, relation="replace-one")
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
             j_before, j_cur = j_cur, j_cur + 1
-            self.local[p] += 1
-        self.x_out = {n: t.clone() for n, t in keep.items()}
-        self._set_params(cur)
-        self.prev_point, self.point = j0, j_cur
+        return cur, keep, j_cur
 
     def _events(self) -> list:
         out = super()._events()
@@ -260,8 +273,11 @@ class DIFF2BVR(DIFF2GD):
         return super()._noise_keys() + (("sigma3",) if max(self.local) else ())
 
     def _state(self) -> dict:
-        return {**super()._state(), "local": list(self.local), "x_out": self.x_out}
+        return {**super()._state(), "local": list(self.local), "x_out": self.x_out,
+                "client_rng": [g.get_state() for g in self.client_generators]}
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
         self.local, self.x_out = list(state["local"]), state["x_out"]
+        for g, st in zip(self.client_generators, state["client_rng"]):
+            g.set_state(st.cpu())

@@ -29,10 +29,11 @@ from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 from ._core import NoiseSource, PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_sum
-from .diff2 import DIFF2GD
+from .diff2 import DIFF2BVR, DIFF2GD
 from .graph import VARIANTS, send_offset
 
-__all__ = ["DistributedRunError", "init_process_group", "DistributedDIFF2GD", "DistributedClipD2P",
+__all__ = ["DistributedRunError", "init_process_group", "DistributedDIFF2GD", "DistributedDIFF2BVR",
+           "DistributedClipD2P",
            "DistributedConstD2P", "DistributedAdaD2P"]
 
 
@@ -131,6 +132,34 @@ class DistributedDIFF2GD(DIFF2GD):
 
     def load_checkpoint(self, path) -> None:
         super().load_checkpoint(f"{path}.rank{self.rank}")
+
+
+class DistributedDIFF2BVR(DistributedDIFF2GD, DIFF2BVR):
+    """DIFF2-BVR-L-SGD with one client per rank: the DIFF2 round as :class:`DistributedDIFF2GD`,
+    then client ``p_r = 1 + (r mod P)`` alone runs the K - 1 noisy local steps on its shard -- its
+    own minibatch sampling and its own local noise stream -- and broadcasts ``x_{K,r-1}`` and
+    ``x^out_r`` to the others."""
+
+    name = "diff2-bvr"
+    _mechanism_types = (M.DIFF2BVR,)
+
+    def _step(self, r: int) -> None:
+        self._offer_output(self.x_out if self.x_out is not None else self.params())
+        x0 = self.params()
+        x1 = self._diff2_round(r)
+        p = r % self.P
+        d = flat(x0).numel()
+        if self.rank == p:
+            cur, keep, j_end = self._local_phase(r, p, self.shards[0], x0, x1, self.noise)
+            buf = torch.cat([flat(cur), flat(keep), torch.tensor([float(j_end)], dtype=self.dtype,
+                                                                 device=self.device)])
+        else:
+            buf = torch.empty(2 * d + 1, dtype=self.dtype, device=self.device)
+        _guard(f"broadcast of client {p}'s local steps", dist.broadcast, buf, src=p)
+        self.local[p] += self.K - 1
+        self.x_out = unflat(buf[d:2 * d].clone(), x0)
+        self._set_params(unflat(buf[:d].clone(), x0))
+        self.prev_point, self.point = self.point, int(round(float(buf[-1])))
 
 
 class DistributedClipD2P(PrivateOptimizer):

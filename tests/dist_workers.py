@@ -25,6 +25,14 @@ def diff2_setup(P, rounds=8):
     return shards, mech, mech.calibrate(2.0, 1e-5)
 
 
+def bvr_setup(P, rounds=7):
+    g = torch.Generator().manual_seed(3)
+    shards = [(torch.randn(12, 3, generator=g, dtype=torch.float64), torch.randn(12, generator=g, dtype=torch.float64))
+              for _ in range(P)]
+    mech = M.DIFF2BVR(rounds, 3, P, 12, 3, 4)
+    return shards, mech, mech.calibrate(4.0, 1e-5)
+
+
 def d2p_setup(n, relation="replace-one", iterations=7):
     g = torch.Generator().manual_seed(2)
     nodes = [(torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64))
@@ -42,6 +50,10 @@ def run(kind, rank, world, port, outdir, opts):
             shards, mech, rep = diff2_setup(world)
             opt = D.DistributedDIFF2GD(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
                                        seed=5)
+        elif kind == "bvr":
+            shards, mech, rep = bvr_setup(world)
+            opt = D.DistributedDIFF2BVR(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
+                                        seed=5)
         elif kind == "ada":
             nodes, _, _ = d2p_setup(world)
             opt = D.DistributedAdaD2P(model(), O.squared_loss, nodes[rank], M.AdaD2P(6, 7), {"sigma": 0.3}, lr=0.2,

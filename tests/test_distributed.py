@@ -68,6 +68,18 @@ def test_diff2_gd_on_three_processes_matches_the_simulation(tmp_path):
         assert out["metrics"]["loss"] == pytest.approx(sim.evaluate()["loss"], rel=1e-6)
 
 
+def test_diff2_bvr_on_three_processes_matches_the_simulation(tmp_path):
+    codes, _ = launch("bvr", 3, tmp_path)
+    assert codes == [0, 0, 0], errors(tmp_path, 3)
+    shards, mech, rep = W.bvr_setup(3)
+    sim_model = W.model()
+    sim = O.DIFF2BVR(sim_model, O.squared_loss, shards, mech, rep, C1=1.0, C2=2.0, lr=0.2, seed=5)
+    sim.run(progress=False)
+    for out in outputs(tmp_path, 3):
+        torch.testing.assert_close(out["x"], _flat(sim_model), rtol=1e-6, atol=1e-12)
+        assert out["eps"] == pytest.approx(sim.epsilon_spent(), rel=1e-12)
+
+
 @pytest.mark.parametrize("graph,relation,world", [("paper", "replace-one", 4), ("sgp", "add/remove", 3)])
 def test_clipd2p_on_several_processes_matches_the_simulation(tmp_path, graph, relation, world):
     codes, _ = launch("d2p", world, tmp_path, {"graph": graph, "relation": relation})
