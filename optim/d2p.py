@@ -221,7 +221,20 @@ class ConstD2P(ClipD2P):
         self.bound_violations = int(state["violations"])
 
 
-class AdaD2P(_Decentralized):
+class NoGuarantee:
+    """Mixin for AdaD2P runs: no (eps, delta) exists -- eps spent is inf, the accountant raises."""
+
+    def accountant(self):
+        return self.mechanism.accountant()
+
+    def epsilon_spent(self, delta=None) -> float:
+        return math.inf if self.round else 0.0
+
+    def _epsilon_metric(self, delta) -> float:
+        return self.epsilon_spent()
+
+
+class AdaD2P(NoGuarantee, _Decentralized):
     """AdaD2P (S2 Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
     own norm, no clipping.  It has NO finite (eps, delta) guarantee (spec 7 E1): provided as the
     paper's algorithm and as an audit target; :meth:`epsilon_spent` is inf and :meth:`accountant`
@@ -240,11 +253,4 @@ class AdaD2P(_Decentralized):
     def _stds(self, g_nodes):
         return self.sigma * torch.linalg.vector_norm(g_nodes, dim=1).to(torch.float64)
 
-    def accountant(self):
-        return self.mechanism.accountant()
 
-    def epsilon_spent(self, delta=None) -> float:
-        return math.inf if self.round else 0.0
-
-    def _epsilon_metric(self, delta) -> float:
-        return self.epsilon_spent()

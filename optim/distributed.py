@@ -29,6 +29,7 @@ from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 from ._core import NoiseSource, PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_sum
+from .d2p import NoGuarantee
 from .diff2 import DIFF2BVR, DIFF2GD
 from .graph import VARIANTS, send_offset
 
@@ -295,7 +296,7 @@ class DistributedConstD2P(DistributedClipD2P):
         return math.inf
 
 
-class DistributedAdaD2P(DistributedClipD2P):
+class DistributedAdaD2P(NoGuarantee, DistributedClipD2P):
     """AdaD2P on processes: std sigma ||g|| -- NO valid privacy guarantee (spec 7 E1)."""
 
     name = "adad2p"
@@ -313,12 +314,3 @@ class DistributedAdaD2P(DistributedClipD2P):
 
     def _sensitivity(self):
         return None
-
-    def accountant(self):
-        return self.mechanism.accountant()
-
-    def epsilon_spent(self, delta=None) -> float:
-        return math.inf if self.round else 0.0
-
-    def _epsilon_metric(self, delta) -> float:
-        return self.epsilon_spent()
