@@ -411,6 +411,7 @@ commands:
   compare     paper closed form, tight accountant, RDP conversions and dp-accounting side by side
   account     epsilon of a raw composition of Gaussian events
   audit       run the reference optimizer with its calibrated noise and lower-bound its epsilon
+  train       DIFF2-GD / DP-GD with one client per local process (torch.distributed, gloo)
 
 'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.
   dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 --clients 10 --n-min 1651 --u 1.25 --method paper --json
@@ -428,9 +429,13 @@ def main(argv=None) -> int:
             return _cmd_list(None)
         if command == "account":
             return _cmd_account(_account_parser().parse_args(rest))
+        if command == "train":
+            from .train import run
+
+            return run(rest, _UsageError)
         if command not in ("calibrate", "epsilon", "compare", "audit"):
             raise _UsageError(f"command {command!r} is not allowed: expected one of list, calibrate, epsilon, "
-                              "compare, account, audit")
+                              "compare, account, audit, train")
         if not rest or rest[0].startswith("-"):
             if any(a in ("-h", "--help") for a in rest):
                 print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"

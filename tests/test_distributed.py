@@ -128,3 +128,40 @@ def test_distributed_resume_equals_an_uninterrupted_run(tmp_path):
     assert codes == [0, 0], errors(part, 2)
     for a, b in zip(outputs(full, 2), outputs(part, 2)):
         assert torch.equal(a["x"], b["x"])
+
+
+def test_dpcalib_train_spawns_the_clients_and_matches_the_simulation(capsys):
+    import json
+
+    import mechanisms as M
+    from dpcalib.cli import main
+    from torch import nn
+
+    rc = main(["train", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "12", "--restart-interval", "4",
+               "--world-size", "2", "--log-every", "12", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["epsilon_spent"] <= 3.0 + 1e-9
+    # the same run in one process
+    data = O.data.prepare(*O.data.synthetic("california", seed=0), seed=0)
+    mech = M.DIFF2GD(12, 4, 2, data.n_min(2))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 10), nn.Softplus(), nn.Linear(10, 1))
+    sim = O.DIFF2GD(model, O.squared_loss, data.shards(2), mech, mech.calibrate(3.0, 1e-5), C1=1.0, C2=10.0,
+                    lr=0.125, seed=0)
+    sim.run(progress=False, log_every=12)
+    assert res["metrics"][-1]["loss"] == pytest.approx(sim.metrics[-1]["loss"], rel=1e-4)
+    assert res["metrics"][-1]["grad_norm"] == pytest.approx(sim.metrics[-1]["grad_norm"], rel=1e-3)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["train", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "5", "--world-size", "0"], "--world-size=0"),
+    (["train", "sgd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "5", "--world-size", "2"], "invalid choice"),
+    (["train", "dp-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "5", "--world-size", "2", "--resume"],
+     "--resume"),
+])
+def test_dpcalib_train_errors_are_one_line(argv, needle, capsys):
+    from dpcalib.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1

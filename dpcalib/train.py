@@ -1,0 +1,164 @@
+"""``dpcalib train``: DIFF2-GD / DP-GD with one client per local process (torch.distributed).
+
+Spawns ``--world-size`` processes on this machine (gloo on CPU); each is a client holding its
+shard of the data (synthetic data of a paper's shape, or a local CSV prepared as in the DIFF2
+paper), the calibration is the tight one for (``--epsilon``, ``--delta``), rank 0 is the server
+and reports the metrics.  For several machines use ``torchrun`` (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import traceback
+
+
+def _parser(error_cls):
+    class P(argparse.ArgumentParser):
+        def error(self, message):
+            raise error_cls(message)
+
+    p = P(prog="dpcalib train", description=__doc__.splitlines()[0],
+          epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
+                 "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("algorithm", choices=["dp-gd", "diff2-gd"])
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--restart-interval", type=int, default=1, help="T (diff2-gd; default 1)")
+    p.add_argument("--world-size", type=int, required=True, help="clients = local processes")
+    p.add_argument("--backend", choices=["gloo"], default="gloo", help="gloo (CPU); NCCL runs go through torchrun")
+    p.add_argument("--data", default="california", help="a synthetic shape (california, gas_turbine, "
+                   "blogfeedback) or the path of a numeric CSV whose last column is the target")
+    p.add_argument("--hidden", type=int, default=10, help="hidden softplus units (default 10)")
+    p.add_argument("--c1", type=float, default=1.0)
+    p.add_argument("--c2", type=float, default=10.0)
+    p.add_argument("--lr", type=float, default=0.125)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a dead or hung peer stops the run")
+    p.add_argument("--checkpoint", help="PATH: checkpoints PATH.rank<r> every --checkpoint-every rounds")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--log-every", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
+    import torch
+    from torch import nn
+
+    import mechanisms as M
+    import optim as O
+    from optim import distributed as D
+
+    try:
+        D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                             timeout_s=cfg["timeout"])
+        if os.path.exists(cfg["data"]):
+            data = O.data.load_csv(cfg["data"], skip_header=cfg["skip_header"], seed=cfg["seed"])
+        else:
+            data = O.data.prepare(*O.data.synthetic(cfg["data"], seed=0), seed=cfg["seed"])
+        shard = data.shards(world)[rank]
+        n_min = data.n_min(world)
+        if cfg["algorithm"] == "dp-gd":
+            mech = M.DPGD(cfg["rounds"], world, n_min)
+        else:
+            mech = M.DIFF2GD(cfg["rounds"], cfg["restart_interval"], world, n_min)
+        rep = mech.calibrate(cfg["epsilon"], cfg["delta"], method="tight")
+        torch.manual_seed(cfg["seed"])
+        d_in = shard[0].shape[1]
+        model = nn.Sequential(nn.Linear(d_in, cfg["hidden"]), nn.Softplus(), nn.Linear(cfg["hidden"], 1))
+        opt = D.DistributedDIFF2GD(model, O.squared_loss, shard, mech, rep, C1=cfg["c1"], C2=cfg["c2"], lr=cfg["lr"],
+                                   seed=cfg["seed"])
+        if cfg["resume"]:
+            opt.load_checkpoint(cfg["checkpoint"])
+        opt.run(log_every=cfg["log_every"], progress=False, checkpoint=cfg["checkpoint"],
+                checkpoint_every=cfg["checkpoint_every"] if cfg["checkpoint"] else None)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump({"algorithm": cfg["algorithm"], "noise": {k: v for k, v in rep.noise.items() if v is not None},
+                           "epsilon_spent": opt.epsilon_spent(), "delta": cfg["delta"], "metrics": opt.metrics}, f)
+        D.dist.destroy_process_group()
+    except D.DistributedRunError as exc:
+        with open(f"{out}.err{rank}", "w") as f:
+            f.write(str(exc))
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent as one line
+        with open(f"{out}.err{rank}", "w") as f:
+            f.write(" ".join(str(exc).split()) or traceback.format_exc().splitlines()[-1])
+        sys.exit(2)
+
+
+def run(argv, error_cls) -> int:
+    a = _parser(error_cls).parse_args(argv)
+    if a.world_size < 1:
+        raise ValueError(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
+    if a.resume and not a.checkpoint:
+        raise ValueError("--resume is not allowed without --checkpoint PATH")
+    if a.algorithm == "dp-gd" and a.restart_interval != 1:
+        raise ValueError(f"--restart-interval={a.restart_interval} is not allowed for dp-gd: expected 1")
+    import multiprocessing as mp
+
+    import mechanisms as M
+    from optim.data import SHAPES
+
+    M.DIFF2GD(a.rounds, a.restart_interval, a.world_size, 1)     # validate the run's shape before spawning
+    if not os.path.exists(a.data) and a.data not in SHAPES:
+        raise ValueError(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
+                         f"{sorted(SHAPES)}")
+
+    cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
+                                      "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
+                                      "resume", "log_every")}
+    cfg["skip_header"] = 0
+    if os.path.exists(a.data):
+        with open(a.data) as f:
+            first = f.readline()
+        cfg["skip_header"] = 0 if all(_is_number(t) for t in first.strip().split(",")) else 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_worker, args=(r, a.world_size, port, cfg, out)) for r in range(a.world_size)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        errs = []
+        for r in range(a.world_size):
+            path = f"{out}.err{r}"
+            if os.path.exists(path):
+                with open(path) as f:
+                    msg = f.read()
+                msg = msg if msg.startswith("rank") else f"rank {r}: {msg}"
+                if msg.split(": ", 1)[-1] not in [e.split(": ", 1)[-1] for e in errs]:
+                    errs.append(msg)
+        if errs or not os.path.exists(out):
+            raise ValueError("the run stopped: " + ("; ".join(errs) if errs else
+                                                   f"exit codes {[p.exitcode for p in procs]}"))
+        with open(out) as f:
+            res = json.load(f)
+    if a.json:
+        print(json.dumps(res))
+        return 0
+    print(f"algorithm   {res['algorithm']} on {a.world_size} processes ({a.backend})")
+    print("noise       " + ", ".join(f"{k}={v:.6g}" for k, v in res["noise"].items()))
+    for m in res["metrics"]:
+        print(f"round {m['round']:6d}  loss {m['loss']:.6g}  grad norm {m['grad_norm']:.6g}  eps {m['epsilon']:.6g}")
+    print(f"spent       epsilon={res['epsilon_spent']:.6g} delta={res['delta']:g}")
+    return 0
+
+
+def _is_number(t: str) -> bool:
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return False
