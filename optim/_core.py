@@ -234,11 +234,10 @@ def _noise_levels(noise) -> dict:
     raise ValueError(f"noise={noise!r} is not allowed: expected a CalibrationReport or a dict of noise levels.")
 
 
-def _check_clip(value, name: str, allow_inf: bool = True) -> float:
+def _check_clip(value, name: str) -> float:
     c = float(value)
-    if math.isnan(c) or c < 0 or (c == math.inf and not allow_inf):
-        rng = "[0, inf]" if allow_inf else "[0, inf)"
-        raise ValueError(f"{name}={value!r} is not allowed: expected a number in {rng}.")
+    if math.isnan(c) or c < 0:
+        raise ValueError(f"{name}={value!r} is not allowed: expected a number in [0, inf].")
     return c
 
 
@@ -391,14 +390,17 @@ class PrivateOptimizer:
     def _eval_params(self) -> dict:
         return self.params()
 
+    def _loss_and_grad(self, params: dict, x, y, w) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sum_i w_i l(params; x_i, y_i), its gradient as one flat vector)`` by plain autograd."""
+        p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        loss = (self.loss_fn(functional_call(self.model, p, (x,)), y) * w).sum()
+        g = torch.autograd.grad(loss, list(p.values()))
+        return loss.detach(), flat(dict(zip(p, g)))
+
     def evaluate(self, params: dict | None = None) -> dict:
         """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private."""
-        p = {k: v.detach().requires_grad_(True) for k, v in (params or self._eval_params()).items()}
-        x, y, w = self._objective()
-        out = functional_call(self.model, p, (x,))
-        loss = (self.loss_fn(out, y) * w).sum()
-        g = torch.autograd.grad(loss, list(p.values()))
-        return {"loss": float(loss.detach()), "grad_norm": float(torch.sqrt(sum(t.pow(2).sum() for t in g)))}
+        loss, g = self._loss_and_grad(params or self._eval_params(), *self._objective())
+        return {"loss": float(loss), "grad_norm": float(torch.linalg.vector_norm(g))}
 
     # -- run loop --------------------------------------------------------------------------------
     def _step(self, r: int) -> None:

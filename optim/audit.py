@@ -64,13 +64,25 @@ def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
 
 
 # ---- lockstep runs -----------------------------------------------------------------------------
-def _leader_twin(build, seed, canary_a, canary_b, holder):
-    leader, twin = build(seed), build(seed)
+def _leader(build, seed, canary, holder=0):
+    """A run that records its releases with their values (the truth of an experiment)."""
+    leader = build(seed)
     leader.noise.record = leader.noise.record_values = True
-    leader.set_canary(canary_a, holder)
-    twin.set_canary(canary_b, holder)
-    twin.noise = FollowerSource(leader.noise, twin.device, twin.dtype)
-    return leader, twin
+    leader.set_canary(canary, holder)
+    return leader
+
+
+def _follower(build, seed, leader, canary, holder=0):
+    """A run on another dataset that walks ``leader``'s public history (see FollowerSource)."""
+    f = build(seed)
+    f.set_canary(canary, holder)
+    f.noise = FollowerSource(leader.noise, f.device, f.dtype)
+    return f
+
+
+def _leader_twin(build, seed, canary_a, canary_b, holder):
+    leader = _leader(build, seed, canary_a, holder)
+    return leader, _follower(build, seed, leader, canary_b, holder)
 
 
 def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: int | None = None):
@@ -354,15 +366,9 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     log_keep = math.log1p(-q) if q < 1.0 else -math.inf
 
     def one(s, truth_has_canary):
-        leader = build(s)
-        leader.noise.record = leader.noise.record_values = True
-        leader.set_canary(canary if truth_has_canary else absent)
-        f_in, f_out = build(s), build(s)
-        f_in.set_canary(canary)
+        leader = _leader(build, s, canary if truth_has_canary else absent)
+        f_in, f_out = _follower(build, s, leader, canary), _follower(build, s, leader, absent)
         f_in.canary_forced = True
-        f_out.set_canary(absent)
-        for f in (f_in, f_out):
-            f.noise = FollowerSource(leader.noise, f.device, f.dtype)
         for _ in range(leader.total_rounds):
             leader.step()
             f_in.step()

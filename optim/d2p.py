@@ -26,7 +26,7 @@ import mechanisms as M
 from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from mechanisms._report import paper_warning
 
-from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds
+from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clip_factors
 from .graph import VARIANTS, mixing_matrix
 
@@ -130,12 +130,7 @@ class _Decentralized(PrivateOptimizer):
         self._sync_model()
 
     def _sync_model(self):
-        xbar = self.X.mean(0)
-        p, i = {}, 0
-        for name, t in self.like.items():
-            p[name] = xbar[i:i + t.numel()].reshape(t.shape)
-            i += t.numel()
-        self._set_params(p)
+        self._set_params(unflat(self.X.mean(0), self.like))
 
     def average(self) -> torch.Tensor:
         """The network average x-bar (flat)."""

@@ -69,6 +69,13 @@ def _guard(what: str, fn, *args, **kwargs):
                                   f"lost its connection; stopping the run ({' '.join(str(exc).split())[:300]})") from None
 
 
+def _global_metrics(loss: torch.Tensor, grad: torch.Tensor) -> dict:
+    """Sum this rank's share of the loss and of the gradient over all ranks."""
+    buf = torch.cat([loss.reshape(1), grad])
+    _guard("all_reduce of the metrics", dist.all_reduce, buf, op=dist.ReduceOp.SUM)
+    return {"loss": float(buf[0]), "grad_norm": float(torch.linalg.vector_norm(buf[1:]))}
+
+
 def _world(expected: int, what: str) -> tuple[int, int]:
     if not dist.is_initialized():
         raise ValueError("torch.distributed is not initialised: call optim.distributed.init_process_group first "
@@ -119,14 +126,8 @@ class DistributedDIFF2GD(DIFF2GD):
         return vt
 
     def evaluate(self, params=None) -> dict:
-        p = {k: v.detach().requires_grad_(True) for k, v in (params or self.params()).items()}
-        from torch.func import functional_call
-
-        loss = (self.loss_fn(functional_call(self.model, p, (self.x,)), self.y) * self.w).sum()
-        g = torch.autograd.grad(loss, list(p.values()))
-        buf = torch.cat([loss.detach().reshape(1), flat(dict(zip(p, g)))])
-        _guard("all_reduce of the metrics", dist.all_reduce, buf, op=dist.ReduceOp.SUM)
-        return {"loss": float(buf[0]), "grad_norm": float(torch.linalg.vector_norm(buf[1:]))}
+        """Loss and ||grad f|| of the global objective (collective: every rank adds its clients' part)."""
+        return _global_metrics(*self._loss_and_grad(params or self.params(), self.x, self.y, self.w))
 
     def save_checkpoint(self, path) -> None:
         super().save_checkpoint(f"{path}.rank{self.rank}")
@@ -252,15 +253,8 @@ class DistributedClipD2P(PrivateOptimizer):
         xbar = self.x_local.clone()
         _guard("all_reduce of the average", dist.all_reduce, xbar, op=dist.ReduceOp.SUM)
         xbar = xbar / self.nodes
-        p = {k: v.detach().requires_grad_(True) for k, v in unflat(xbar, self.like).items()}
-        from torch.func import functional_call
-
-        w = 1.0 / (self.nodes * self.J)
-        loss = (self.loss_fn(functional_call(self.model, p, (self.xs,)), self.ys) * w).sum()
-        g = torch.autograd.grad(loss, list(p.values()))
-        buf = torch.cat([loss.detach().reshape(1), flat(dict(zip(p, g)))])
-        _guard("all_reduce of the metrics", dist.all_reduce, buf, op=dist.ReduceOp.SUM)
-        return {"loss": float(buf[0]), "grad_norm": float(torch.linalg.vector_norm(buf[1:]))}
+        w = torch.full((self.J,), 1.0 / (self.nodes * self.J), device=self.device, dtype=self.dtype)
+        return _global_metrics(*self._loss_and_grad(unflat(xbar, self.like), self.xs, self.ys, w))
 
     def _events(self) -> list:
         J = self.mechanism.samples_per_node
