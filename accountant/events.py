@@ -104,9 +104,8 @@ class WORSampledGaussianEvent:
         return cls(b / n, noise_multiplier, bound, b, n)
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
-        sub = np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio,
-                                                     self.noise_multiplier, self.bound), dtype=float)
-        return np.minimum(sub, np.asarray(orders, dtype=float) / (2.0 * self.noise_multiplier * self.noise_multiplier))
+        return np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier,
+                                                      self.bound), dtype=float)
 
     def to_dp_event(self):
         import dp_accounting

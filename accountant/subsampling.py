@@ -107,6 +107,10 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
     Returns:
       float for a scalar ``alpha``, else an array.
 
+    Subsampling never hurts: the value returned is ``min(RHS, eps(alpha))`` -- the mixture over
+    coupled batches that differ in at most one record is, by joint convexity of
+    ``exp((alpha-1) D_alpha)``, no more distinguishable than the base mechanism itself.
+
     Edge cases: ``gamma = 0`` gives 0; ``eps(j) = inf`` gives inf.
     """
     a = _validate.orders_array(alpha, "alpha", integer_only=True)
@@ -119,6 +123,7 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
     if g > 0.0:
         eps = _base_values(base_rdp, np.arange(2, int(flat.max()) + 1))
         out = _log1p_binomial_sums(flat, math.log(g), _thm9_terms(eps, e_inf)) / (flat - 1.0)
+        out = np.minimum(out, eps[flat - 2])          # subsampling never hurts
     out = out.reshape(a.shape)
     return float(out) if out.ndim == 0 else out
 
@@ -310,7 +315,8 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
 
     Non-integer orders use WBK19 Corollary 10: ``(alpha - 1) eps'(alpha)`` is convex in alpha, so
     the linear interpolation of the integer neighbours' values is an upper bound.  ``gamma = 1``
-    returns the exact un-subsampled ``alpha / (2 z^2)``.
+    returns the exact un-subsampled ``alpha / (2 z^2)``, and no order ever returns more than that
+    (subsampling never hurts: see :func:`subsampled_rdp_wor`).
 
     Args:
       alpha: order(s) > 1 (scalar or array).
@@ -344,5 +350,6 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
             lo, hi = math.floor(x), math.ceil(x)
             t = x - lo
             out[idx] = ((1.0 - t) * logm[lo] + t * logm[hi]) / (x - 1.0)
+        out = np.minimum(out, flat / (2.0 * z * z))   # subsampling never hurts
     out = out.reshape(a.shape)
     return float(out) if out.ndim == 0 else out

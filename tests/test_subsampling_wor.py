@@ -25,7 +25,8 @@ ALPHAS = [2, 3, 8, 32, 256, 1024]
 @pytest.mark.parametrize("z", ZS)
 def test_lemma_b7_gaussian_matches_mpmath(gamma, z):
     ours = subsampled_rdp_wor(ALPHAS, gamma, lambda j: j / (2 * z * z))
-    ref = np.array([float(oracles.wbk_thm9_gaussian(a, gamma, z)) for a in ALPHAS])
+    # the lemma's right-hand side, capped at the un-subsampled alpha / (2 z^2) (subsampling never hurts)
+    ref = np.array([min(float(oracles.wbk_thm9_gaussian(a, gamma, z)), a / (2 * z * z)) for a in ALPHAS])
     np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=0)
     # the Gaussian specialisation with bound="thm9" is the same function
     np.testing.assert_allclose(subsampled_gaussian_rdp_wor(ALPHAS, gamma, z, bound="thm9"), ours,
@@ -47,7 +48,7 @@ def test_lemma_b7_general_base_with_finite_eps_inf_matches_mpmath():
 def test_thm27_matches_dp_accounting(gamma, z):
     alphas = [a for a in ALPHAS if a <= 256]
     ours = subsampled_gaussian_rdp_wor(alphas, gamma, z, bound="thm27")
-    ref = _compute_rdp_sample_wor_gaussian(gamma, z, alphas)
+    ref = np.minimum(_compute_rdp_sample_wor_gaussian(gamma, z, alphas), np.array(alphas) / (2 * z * z))
     np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=0)
 
 
@@ -135,3 +136,20 @@ def test_gamma_edge_cases():
     assert subsampled_gaussian_rdp_wor(5, 0.0, 1.0) == 0.0
     assert subsampled_gaussian_rdp_wor(5, 1.0, 2.0) == pytest.approx(5 / 8, rel=1e-15)
     assert subsampled_rdp_wor(5, 0.5, lambda j: math.inf) == math.inf
+
+
+@pytest.mark.parametrize("alpha,gamma,z", [(2, 0.9, 0.3), (3, 0.99, 0.2), (2.5, 0.95, 0.25), (8, 0.5, 0.1)])
+@pytest.mark.parametrize("bound", ["thm27", "thm9"])
+def test_subsampling_never_hurts(alpha, gamma, z, bound):
+    # Without the cap, Thm 9 at (2, 0.9, 0.3) gives 11.59 > 11.11 = alpha / (2 z^2), the RDP of the
+    # Gaussian on the whole dataset (closed form).  The function itself returns the minimum.
+    full = alpha / (2 * z * z)
+    assert subsampled_gaussian_rdp_wor(alpha, gamma, z, bound=bound) <= full * (1 + 1e-15)
+    if float(alpha).is_integer():
+        assert subsampled_rdp_wor(int(alpha), gamma, lambda j: j / (2 * z * z)) <= full * (1 + 1e-15)
+
+
+def test_uncapped_thm9_really_exceeds_the_base_curve_there():
+    # the regime the cap matters in (checked with the independent mpmath implementation)
+    assert float(oracles.wbk_thm9_gaussian(2, 0.9, 0.3)) == pytest.approx(11.5935, abs=1e-4)
+    assert subsampled_gaussian_rdp_wor(2, 0.9, 0.3, bound="thm9") == pytest.approx(2 / (2 * 0.09), rel=1e-14)
