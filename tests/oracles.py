@@ -51,3 +51,20 @@ def gdp_delta(eps, mu, dps: int = 60):
     with mp.workdps(dps):
         e, m = mp.mpf(eps), mp.mpf(mu)
         return mp.ncdf(-e / m + m / 2) - mp.e ** e * mp.ncdf(-e / m - m / 2)
+
+
+def gdp_epsilon(mu, delta, dps: int = 60):
+    """The eps with delta(eps) = delta for mu-GDP: a bracketed root of :func:`gdp_delta` (mpmath)."""
+    with mp.workdps(dps):
+        d = mp.mpf(delta)
+        if gdp_delta(0, mu, dps) <= d:
+            return mp.mpf(0)
+        lo, hi = mp.mpf(0), mp.mpf(1)
+        while gdp_delta(hi, mu, dps) > d:
+            lo, hi = hi, 2 * hi
+        for _ in range(200):                       # bisection: delta(eps) is decreasing
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if gdp_delta(mid, mu, dps) > d else (lo, mid)
+            if hi - lo < mp.mpf(10) ** (-dps // 2) * hi:
+                break
+        return hi

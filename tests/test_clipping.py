@@ -56,7 +56,7 @@ def assert_close(a, b):
 shapes = st.lists(st.integers(1, 12), min_size=2, max_size=4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), hidden=shapes, batch=st.integers(1, 12), C=st.floats(1e-3, 20.0),
        act=st.sampled_from(ACTS), bias=st.booleans())
 def test_gradient_paths_agree(seed, hidden, batch, C, act, bias):
@@ -73,7 +73,7 @@ def test_gradient_paths_agree(seed, hidden, batch, C, act, bias):
         torch.testing.assert_close(n, nref, rtol=1e-6, atol=1e-12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), hidden=shapes, batch=st.integers(1, 12), C=st.floats(1e-4, 5.0),
        act=st.sampled_from(ACTS), bias=st.booleans(), step=st.floats(1e-4, 1.0))
 def test_difference_paths_agree(seed, hidden, batch, C, act, bias, step):
@@ -113,7 +113,7 @@ def test_edge_cases_and_fallback():
         clipped_grad_sum(model, sq_loss, x, y, -1.0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), batch=st.integers(1, 10), C=st.floats(1e-3, 5.0),
        stab=st.one_of(st.none(), st.floats(1e-3, 1.0)), diff=st.booleans())
 def test_weighted_and_automatic_clipping_agree_with_the_naive_loop(seed, batch, C, stab, diff):

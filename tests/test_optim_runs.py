@@ -150,26 +150,43 @@ def test_adad2p_has_no_epsilon():
 
 
 def test_constd2p_counts_gradients_above_its_assumed_bound():
-    opt, _ = build("constd2p", mlp())
-    opt.G = None
-    opt.C = 1e-6   # every gradient exceeds this "bound"
-    with pytest.warns(M.PaperConditionWarning, match="7 E2"):
+    mech = M.ConstD2P(10, 12, "replace-one")
+    with pytest.warns(M.PaperConditionWarning):
+        rep = mech.calibrate(8.0, DELTA)
+
+    def run(G, noise=rep):
+        opt = O.ConstD2P(mlp(), O.squared_loss, shards(5, 10), mech, noise, G=G, lr=0.05, seed=0, record=False)
         opt.run(progress=False)
-    assert opt.bound_violations == 5 * 12
+        return opt
+
+    with pytest.warns(M.PaperConditionWarning, match="E2"):
+        tiny = run(1e-6)          # every per-example gradient of this MLP has norm > 1e-6
+    assert tiny.bound_violations == 5 * 12      # 5 nodes x 12 iterations, one record each
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", M.PaperConditionWarning)
+        huge = run(100.0, {"sigma": 0.0})   # noiseless, this MLP's gradients stay far below 100
+    assert huge.bound_violations == 0
 
 
 def test_seeds_split_data_and_noise_streams():
-    # same data seed stream, different noise draws would need different seeds; here: the noise
-    # generator is not the data generator and a run is reproducible from its seed.
+    # A run is reproducible from its seed, and the noise stream is independent of the data stream:
+    # disturbing the data generator changes which records are sampled but not one noise draw.
     a, _ = build("dp-sgd", mlp(), seed=11)
     b, _ = build("dp-sgd", mlp(), seed=11)
     a.run(progress=False)
     b.run(progress=False)
     assert torch.equal(flat(a.model), flat(b.model))
-    assert a.noise.generator is not a.data_generator
+    d, _ = build("dp-sgd", mlp(), seed=11)
+    torch.rand(1000, generator=d.data_generator)        # a different sampling history
+    d.run(progress=False)
+    assert not torch.equal(flat(a.model), flat(d.model))
+    assert len(d.noise.releases) == len(a.noise.releases)
+    assert all(torch.equal(r.noise, s.noise) for r, s in zip(a.noise.releases, d.noise.releases))
     c, _ = build("dp-sgd", mlp(), seed=12)
     c.run(progress=False)
     assert not torch.equal(flat(a.model), flat(c.model))
+    assert not torch.equal(a.noise.releases[0].noise, c.noise.releases[0].noise)
 
 
 def test_output_is_one_of_the_candidate_iterates():
