@@ -11,6 +11,8 @@ Composition is adaptive (DIFF2 Lemma B.3 / Mironov 2017 Prop. 1: RDP adds at eve
 
 from __future__ import annotations
 
+import logging
+
 import math
 from dataclasses import dataclass, field
 
@@ -46,6 +48,44 @@ class EpsilonReport:
     conversion: str | None  # RDP -> DP conversion, None for gdp
     order: float | None     # optimal RDP order, None for gdp
     notes: tuple = field(default=())
+
+
+def _dpa_rdp(event, relation, delta) -> float:
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def _dpa_pld(event, interval, delta) -> float:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=interval)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def _second_opinion(notes: list, what: str, fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - an anchor's failure is reported, not raised
+        notes.append(f"dp-accounting's {what} accountant failed here ({type(exc).__name__}: "
+                     f"{' '.join(str(exc).split())[:160]})")
+        return None
+
+
+class _Collect(logging.Handler):
+    """Keeps the messages of a logger (dp-accounting's absl warnings) instead of printing them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(" ".join(record.getMessage().split())[:200])
 
 
 class PrivacyAccountant:
@@ -196,8 +236,6 @@ class PrivacyAccountant:
         ``dp_accounting_pld`` (None where unsupported) and ``notes``.
         """
         import dp_accounting
-        from dp_accounting.pld import pld_privacy_accountant
-        from dp_accounting.rdp import rdp_privacy_accountant
 
         d = _validate.delta(delta)
         ours = self.epsilon_report(d)
@@ -207,16 +245,32 @@ class PrivacyAccountant:
         relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
         event = self.to_dp_event()
         notes = []
-        rdp_acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
-        rdp_acc.compose(event)
-        dpa_rdp = float(rdp_acc.get_epsilon(d))
-        dpa_pld = None
-        if rel == REPLACE_ONE:
-            notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
-        else:
-            pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=nr.ADD_OR_REMOVE_ONE)
-            pld.compose(event)
-            dpa_pld = float(pld.get_epsilon(d))
+        # dp-accounting is a second opinion: its numerical warnings (absl logging, stderr) and its
+        # failures become notes and a None value, never an error of ours.
+        absl = logging.getLogger("absl")
+        caught = _Collect()
+        absl.addHandler(caught)
+        old_propagate, absl.propagate = absl.propagate, False
+        try:
+            dpa_rdp = _second_opinion(notes, "RDP", lambda: _dpa_rdp(event, relation, d))
+            dpa_pld = None
+            if rel == REPLACE_ONE:
+                notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
+            else:
+                # dp-accounting discretises each event's loss over about 20 / z in steps of the
+                # interval (1e-4 by default), in Python: a small noise multiplier z would take
+                # minutes, so the interval is widened to keep about 2e5 points per event.
+                z_min = min(e.noise_multiplier for e, _ in self._events)
+                interval = max(1e-4, 20.0 / (z_min * 2e5))
+                if interval > 1e-4:
+                    notes.append(f"dp-accounting's PLD at value_discretization_interval={interval:.3g} (noise "
+                                 f"multiplier {z_min:.3g} < 1; 1e-4 would need over 2e5 points per event)")
+                dpa_pld = _second_opinion(notes, "PLD", lambda: _dpa_pld(event, interval, d))
+        finally:
+            absl.removeHandler(caught)
+            absl.propagate = old_propagate
+        if caught.messages:
+            notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
         return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
                 "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld,
                 "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

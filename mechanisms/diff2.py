@@ -36,9 +36,18 @@ def _check_target(epsilon, delta, method):
     return e, d
 
 
+def paper_order(x: float, epsilon: float) -> int:
+    """``1 + ceil(x)``, the integer Renyi order the papers fix from the budget (x grows like
+    log(1/delta)/eps); a clear error where it is not a usable number (eps of order 1e-300)."""
+    if not x <= 1e12:
+        raise ValueError(f"epsilon={epsilon!r} is not allowed: the paper's Renyi order 1 + ceil({x:.6g}) is not a "
+                         "usable number; expected a larger epsilon.")
+    return 1 + math.ceil(x)
+
+
 def _paper_alpha(eps: float, delta: float) -> int:
     """DIFF2 Prop. 4.1 / E.2: alpha = 1 + ceil(2 log(1/delta) / eps)."""
-    return 1 + math.ceil(2.0 * math.log(1.0 / delta) / eps)
+    return paper_order(2.0 * math.log(1.0 / delta) / eps, eps)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
 from ._solve import tight_scale
-from .diff2 import _check_target
+from .diff2 import _check_target, paper_order
 
 __all__ = ["DPSRM"]
 
@@ -75,7 +75,7 @@ class DPSRM:
         """S3 (2.3)/(2.5) with alpha rounded up (spec 4 E3): ``(alpha, sigma0, sigma)``."""
         e, d = _check_target(epsilon, delta, "paper")
         bb = v.in_range(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
-        a = math.ceil(math.log(1.0 / d) / ((1.0 - bb) * e)) + 1
+        a = paper_order(math.log(1.0 / d) / ((1.0 - bb) * e), e)
         c = 14.0 * self.steps * a / (bb * self.n ** 2 * e)
         s0 = math.sqrt(c * self.lipschitz ** 2)
         st = math.sqrt(c * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) ** 2)
@@ -93,7 +93,7 @@ class DPSRM:
         smallest T for which Lemma 3.7's order condition holds.  Returns ``(alpha, ratio2, tau, T_min)``."""
         e = v.positive(epsilon, "epsilon")
         d = v.delta(delta)
-        a = math.ceil(math.log(1.0 / d) / ((1.0 - beta) * e)) + 1
+        a = paper_order(math.log(1.0 / d) / ((1.0 - beta) * e), e)
         r2 = 7.0 * a
         tau = math.exp(-(a - 1.0) * 1.5 / r2) / (a * (1.0 + r2))
         return a, r2, tau, e / (tau * tau)
