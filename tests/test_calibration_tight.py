@@ -1,7 +1,8 @@
 """Tight mode never overshoots and is tight: eps recomputed through a SECOND path is <= target and
 >= 0.999 x target (hypothesis, 100 examples per mechanism).
 
-Second paths: exact GDP from a hand-computed mu (full-batch mechanisms); dp-accounting's
+Second paths: the exact GDP delta (Balle & Wang, mpmath) at a hand-computed mu (full-batch
+mechanisms); dp-accounting's
 RdpAccountant at our optimal order (sampling without replacement: its own Thm 27 code); for
 Poisson sampling at a real order, the mpmath quadrature oracle of tests/oracles.py.
 """
@@ -13,7 +14,6 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accountant import gdp_epsilon
 from tests import oracles
 from mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
 
@@ -22,6 +22,13 @@ TIGHT = settings(max_examples=int(__import__("os").environ.get("TIGHT_EXAMPLES",
                  derandomize=True)
 targets = st.floats(0.3, 8.0)
 deltas = st.sampled_from([1e-5, 1e-6, 1e-8, 1e-3])
+
+
+def _check_gdp(mu, delta, target):
+    """The exact delta(eps) of mu-GDP (mpmath): <= delta at the target (never overshoots), and
+    > delta at 0.999 x the target (tight)."""
+    assert oracles.gdp_delta(target, mu, dps=40) <= delta * (1 + 1e-9), (mu, delta, target)
+    assert oracles.gdp_delta(0.999 * target, mu, dps=40) > delta, (mu, delta, target)
 
 
 def _check(eps2, target):
@@ -47,7 +54,7 @@ def _poisson_eps_mpmath(q, z, steps, alpha, delta):
 def test_dp_gd_tight(eps, delta, R, P, n):
     s1 = DPGD(R, P, n).calibrate(eps, delta)["sigma1"]
     mu = math.sqrt(R) / (s1 * n * P / 2)
-    _check(gdp_epsilon(mu, delta), eps)
+    _check_gdp(mu, delta, eps)
 
 
 @TIGHT
@@ -60,7 +67,7 @@ def test_diff2_gd_tight(eps, delta, R, Tfrac, P, n, u):
     s1, s2 = rep["sigma1"], rep["sigma2"]
     restarts = math.ceil(R / T)
     mu2 = restarts / (s1 * n * P / 2) ** 2 + ((R - restarts) / (s2 * n * P / 2) ** 2 if s2 else 0.0)
-    _check(gdp_epsilon(math.sqrt(mu2), delta), eps)
+    _check_gdp(math.sqrt(mu2), delta, eps)
 
 
 @TIGHT
@@ -98,7 +105,7 @@ def test_dicesgd_tight(eps, delta, N, B, T, C1, ratio):
     m = DiceSGD(N, B, T, C1=C1, C2=ratio * C1 / B)
     s = m.calibrate(eps, delta)["sigma1"]
     d0, dt = C1 / B, 2 * ratio * C1 / B + C1 / B
-    _check(gdp_epsilon(math.sqrt(d0 ** 2 + (T - 1) * dt ** 2) / s, delta), eps)
+    _check_gdp(math.sqrt(d0 ** 2 + (T - 1) * dt ** 2) / s, delta, eps)
 
 
 @TIGHT
