@@ -251,7 +251,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
            "order": rep.order, "conversion": rep.conversion,
            "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
     if algorithm == "constd2p":
-        out["warnings"] = ["[spec 7 E2] G is estimated and not enforced; the eps holds only if every gradient norm <= G"]
+        out["warnings"] = ["[AdaD2P-E2] G is estimated and not enforced; the eps holds only if every gradient norm <= G"]
     else:
         out["warnings"] = []
     if args.curve or args.plot:

@@ -15,8 +15,8 @@ class PaperConditionWarning(UserWarning):
 
 
 def paper_warning(erratum: str, reason: str, *, emit: bool = True) -> str:
-    """Format ``[spec <erratum>] <reason>`` and (optionally) emit it as a :class:`PaperConditionWarning`."""
-    msg = f"[spec {erratum}] {reason}"
+    """Format ``[<erratum id>] <reason>`` (ids: docs/errata.md) and (optionally) emit it as a :class:`PaperConditionWarning`."""
+    msg = f"[{erratum}] {reason}"
     if emit:
         warnings.warn(msg, PaperConditionWarning, stacklevel=3)
     return msg

@@ -1,9 +1,9 @@
-"""AdaD2P, ConstD2P and ClipD2P (anonymous ICLR 2024 submission; spec 7).
+"""AdaD2P, ConstD2P and ClipD2P (anonymous ICLR 2024 submission).
 
 Every node adds Gaussian noise to ONE sampled example's gradient per iteration, K iterations,
 J examples per node.  Only ClipD2P is accountable: its noise is ``sigma C`` on a gradient clipped
-to ``C``.  Prop. 2's constants are unspecified (spec 7 E3), so its "paper" calibration is a
-numerical accountant.  Two readings of the sampling (spec 7 E4): ``"add/remove"`` = Poisson with
+to ``C``.  Prop. 2's constants are unspecified (AdaD2P-E3), so its "paper" calibration is a
+numerical accountant.  Two readings of the sampling (AdaD2P-E4): ``"add/remove"`` = Poisson with
 q = 1/J and multiplier sigma (Abadi's setting, what Prop. 2 cites); ``"replace-one"`` = exactly one
 example without replacement (gamma = 1/J) with sensitivity 2C, multiplier sigma/2.
 """
@@ -58,7 +58,7 @@ class ClipD2P:
         return self.accountant(sigma).epsilon_report(delta, conversion=conversion)
 
     def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
-        """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, spec 7 E3): a numerical
+        """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
         improved conversion (and real orders for add/remove)."""
         e, d = _check_target(epsilon, delta, method)
@@ -66,10 +66,10 @@ class ClipD2P:
         warns = []
         conv = "mironov" if method == "paper" else "improved"
         if method == "paper":
-            warns.append(paper_warning("7 E3", "Prop. 2 has unspecified constants c1, c2: sigma comes from a numerical "
+            warns.append(paper_warning("AdaD2P-E3", "Prop. 2 has unspecified constants c1, c2: sigma comes from a numerical "
                                        f"accountant ({self.relation}, Lemma B.4)"))
             if self.relation == "add/remove":
-                warns.append(paper_warning("7 E4", "the algorithm samples exactly one example (fixed size) under "
+                warns.append(paper_warning("AdaD2P-E4", "the algorithm samples exactly one example (fixed size) under "
                                            "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
                                            "add/remove; relation='replace-one' accounts the algorithm as written"))
         if self.relation == "add/remove":
@@ -86,7 +86,7 @@ class ClipD2P:
 
 @dataclass(frozen=True)
 class ConstD2P(ClipD2P):
-    """ConstD2P: noise ``sigma G`` with G an ESTIMATED gradient bound that is not enforced (spec 7 E2).
+    """ConstD2P: noise ``sigma G`` with G an ESTIMATED gradient bound that is not enforced (AdaD2P-E2).
 
     Accounted as ClipD2P with C = G, which is valid only if every per-example gradient norm really
     is <= G; every calibration and epsilon carries that warning."""
@@ -94,17 +94,17 @@ class ConstD2P(ClipD2P):
     name = "constd2p"
 
     def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
-        paper_warning("7 E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
+        paper_warning("AdaD2P-E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
                       "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
         rep = super().calibrate(epsilon, delta, method)
-        w = rep.warnings + ("[spec 7 E2] G is estimated and not enforced; the eps holds only if ||grad|| <= G "
+        w = rep.warnings + ("[AdaD2P-E2] G is estimated and not enforced; the eps holds only if ||grad|| <= G "
                             "for every example and iterate (use ClipD2P with C = G)",)
         return CalibrationReport(self.name, rep.method, rep.epsilon, rep.delta, rep.noise, rep.achieved_epsilon,
                                  rep.certified_epsilon, rep.order, rep.conversion, rep.accounting, w, rep.notes)
 
 
 ADAD2P_REASON = (
-    "AdaD2P has no finite (eps, delta) guarantee (spec 7 E1): its noise N(0, sigma^2 ||g||^2 I) is scaled by the "
+    "AdaD2P has no finite (eps, delta) guarantee (AdaD2P-E1): its noise N(0, sigma^2 ||g||^2 I) is scaled by the "
     "norm of the very record's gradient, without clipping, so a record with zero gradient is released without noise "
     "while its neighbour's is noisy (infinite privacy loss), and different norms give Gaussians with different "
     "covariances. Prop. 2 cannot hold for it. Use ClipD2P (noise sigma*C on a gradient clipped to C) instead.")

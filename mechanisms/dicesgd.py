@@ -4,9 +4,9 @@ Noise ``w^t ~ N(0, sigma1^2 I)`` is added to the AVERAGE-scale update ``v^t`` (c
 mean + clipped error feedback).  Only ``x^t`` is released; the error state ``e^t`` is hidden.
 
 Two accountants:
-* the paper's own bound (Thm 3.7 / A.3, spec 6(b)-(c)): total RDP ``16 alpha T G~/(sigma1^2 N^2)``,
-  which rests on Assumptions 3.4/3.5 and the conditions of Lemma A.10 (spec P7);
-* the assumption-free accountant of spec 6(c'): given the sampling randomness each release is a
+* the paper's own bound (Thm 3.7 / A.3, Step III of its proof): total RDP ``16 alpha T G~/(sigma1^2 N^2)``,
+  which rests on Assumptions 3.4/3.5 and the conditions of Lemma A.10 (DiceSGD-E4);
+* the assumption-free accountant (DiceSGD-E5): given the sampling randomness each release is a
   Gaussian mechanism with sensitivity ``Delta_0 = C1/B`` (t = 0, e^0 = 0) and
   ``Delta = 2 C2 + C1/B`` (t >= 1), with no amplification by sampling (the hidden e carries each
   record forward).  The composition is then accounted exactly by GDP:
@@ -28,7 +28,7 @@ __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_mu
 
 
 def dice_const_needed(epsilon, delta) -> float:
-    """The constant c that the paper's own RDP bound needs in place of 32 (spec 6 E3):
+    """The constant c that the paper's own RDP bound needs in place of 32 (DiceSGD-E3):
     ``c = (32 eps/L / (sqrt(64 + 64 eps/L) - 8))^2``, ``L = log(1/delta)``."""
     e = v.positive(epsilon, "epsilon")
     L = math.log(1.0 / v.delta(delta))
@@ -47,8 +47,8 @@ def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
 
 
 def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> float:
-    """The authors' code's calibration (spec 6(d) X1, E11): the DP-SGD noise multiplier for
-    (q, T, eps, delta) times ``sqrt(1 + 2 ratio)``, ratio = C2/C1 (1.92943 for CIFAR, spec 6(f)).
+    """The authors' code's calibration (DiceSGD-E6): the DP-SGD noise multiplier for
+    (q, T, eps, delta) times ``sqrt(1 + 2 ratio)``, ratio = C2/C1 (1.92943 for CIFAR).
     Reported for comparison only: it is not the paper's Thm 3.7 and not certified here."""
     from .dpsgd import DPSGD
 
@@ -97,7 +97,7 @@ class DiceSGD:
 
     @property
     def G_tilde(self) -> float:
-        """G~ = C1^2 + 2 min{C^2, G'^2} (spec 6 E1: C, not C2)."""
+        """G~ = C1^2 + 2 min{C^2, G'^2} (DiceSGD-E1: C, not C2)."""
         c1, _, c = self.clips
         return c1 * c1 + 2.0 * min(c * c, self.G_prime ** 2)
 
@@ -107,7 +107,7 @@ class DiceSGD:
         return c1 / self.batch_size, 2.0 * c2 + c1 / self.batch_size
 
     def accountant(self, sigma1) -> PrivacyAccountant:
-        """Assumption-free events (spec 6(c')): full-batch Gaussian releases, no amplification."""
+        """Assumption-free events (DiceSGD-E5): full-batch Gaussian releases, no amplification."""
         s = v.positive(sigma1, "sigma1")
         d0, dt = self.sensitivities
         acc = PrivacyAccountant().compose(GaussianEvent(s / d0), 1)
@@ -126,7 +126,7 @@ class DiceSGD:
     def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
         """``"paper"``: Thm 3.7, ``sigma1^2 = 32 T G~ log(1/delta) / (N^2 eps^2)`` (automatic variant:
         ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
-        ``"tight"``: the assumption-free accountant (spec 6(c')), exact by GDP; the paper's sigma1
+        ``"tight"``: the assumption-free accountant (DiceSGD-E5), exact by GDP; the paper's sigma1
         is reported beside it in ``notes``."""
         e, d = _check_target(epsilon, delta, method)
         L = math.log(1.0 / d)
@@ -143,20 +143,20 @@ class DiceSGD:
         if method == "paper":
             s1 = paper_s1
             achieved = self.paper_epsilon(d, s1)
-            warns.append(paper_warning("6 E3", f"the constant 32 does not deliver the target even by the paper's own "
+            warns.append(paper_warning("DiceSGD-E3", f"the constant 32 does not deliver the target even by the paper's own "
                                        f"RDP bound: it gives eps = {achieved:.6g} > {e:g}; the bound needs "
                                        f"c = {dice_const_needed(e, d):.6g}"))
             z = s1 * B / c1
             if z <= 8.0:
-                warns.append(paper_warning("6 E4", f"Lemma A.10 needs sigma1 > 8 C1/B (noise multiplier > 8 on the "
+                warns.append(paper_warning("DiceSGD-E4", f"Lemma A.10 needs sigma1 > 8 C1/B (noise multiplier > 8 on the "
                                            f"2C1/B sensitivity); here sigma1 B/C1 = {z:.6g}"))
             if B / N > 0.2:
-                warns.append(paper_warning("6 E4", f"Lemma A.10 needs the sampling rate B/N <= 1/5; here {B / N:.6g}"))
+                warns.append(paper_warning("DiceSGD-E4", f"Lemma A.10 needs the sampling rate B/N <= 1/5; here {B / N:.6g}"))
             if not (c1 <= c2 <= c / B * (1 + 1e-12)):
-                warns.append(paper_warning("6 E2", f"Thm 3.7 needs 0 < C1 <= C2 <= C/B; here C1 = {c1:g}, C2 = {c2:g}, "
+                warns.append(paper_warning("DiceSGD-E2", f"Thm 3.7 needs 0 < C1 <= C2 <= C/B; here C1 = {c1:g}, C2 = {c2:g}, "
                                            f"C/B = {c / B:g}"))
             if self.automatic and self.G_prime > 1.0:
-                warns.append(paper_warning("6 E2", "the automatic variant's 96 = 32 * 3 assumes G' <= C; G' is not "
+                warns.append(paper_warning("DiceSGD-E2", "the automatic variant's 96 = 32 * 3 assumes G' <= C; G' is not "
                                            "bounded here"))
             order, conv, accounting = None, "mironov", "rdp (the paper's Thm 3.7 bound, best real order, Lemma B.4)"
         else:
@@ -164,7 +164,7 @@ class DiceSGD:
             achieved = None
         certified = self.epsilon(d, s1).epsilon
         if achieved is None:
-            achieved, order, conv, accounting = certified, None, None, "gdp (assumption-free, spec 6(c'))"
+            achieved, order, conv, accounting = certified, None, None, "gdp (assumption-free, DiceSGD-E5)"
         notes["noise_multiplier"] = s1 * B / c1
         return CalibrationReport(self.name, method, e, d, {"sigma1": s1}, achieved, certified, order, conv,
                                  accounting, tuple(warns), notes)

@@ -24,7 +24,7 @@ from ._solve import smallest_scale, tight_scale
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
 SIGMA4_NOTE = ("Algorithm 4 lists sigma4 but never adds noise with it: its outputs are "
-               "post-processing of already-private releases (spec 3 E1); no sigma4 is needed.")
+               "post-processing of already-private releases (DIFF2-E4); no sigma4 is needed.")
 SIGMA3_NOTE = "no local steps in DIFF2-GD / DP-GD (sigma3 belongs to DIFF2-BVR-L-SGD)"
 
 
@@ -118,7 +118,7 @@ class DIFF2GD:
         return a, s1, s2
 
     def _check_u(self, u) -> float:
-        if self.differences == 0:  # T = 1: DP-GD, u -> 1 is exact (spec 2 E5)
+        if self.differences == 0:  # T = 1: DP-GD, u -> 1 is exact (DIFF2-E3)
             uu = v.in_range(u, "u", 1.0, math.inf, high_open=True)
             return uu if uu > 1.0 else 1.0
         return v.in_range(u, "u", 1.0, math.inf, low_open=True, high_open=True)
@@ -217,7 +217,7 @@ class DIFF2BVR:
     Privacy events per client (Prop. E.2): the DIFF2 rounds, and ``ceil(R/P)`` rounds of local
     steps each with a subsampled Gaussian (``gamma = b / n_min``, replace-one).  The paper counts
     ``K`` local noisy steps per round; the algorithm adds noise at k = 2..K, i.e. ``K - 1`` steps
-    (spec 3(c)): paper mode uses ``K``, tight mode ``K - 1``.
+    (DIFF2-E9): paper mode uses ``K``, tight mode ``K - 1``.
     """
 
     rounds: int
@@ -296,8 +296,8 @@ class DIFF2BVR:
     def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0) -> CalibrationReport:
         """``sigma1..sigma3`` (``sigma4`` reported as not needed).
 
-        ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, spec 3 E4; the simple
-        sigma3 bound needs 1/u1 + 1/u2 <= 2/3, spec 3 E5, else sigma3 solves Prop. E.2's condition
+        ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, DIFF2-E6; the simple
+        sigma3 bound needs 1/u1 + 1/u2 <= 2/3, DIFF2-E7, else sigma3 solves Prop. E.2's condition
         ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
         ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
         until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the target.
@@ -308,7 +308,7 @@ class DIFF2BVR:
         slack = 1.0 - 1.0 / uu1 - 1.0 / uu2
         if slack <= 0:
             raise ValueError(f"u1={u1!r}, u2={u2!r} are not allowed: Prop. E.2 needs 1/u1 + 1/u2 < 1 "
-                             f"(here 1 - 1/u1 - 1/u2 = {slack:.6g}, so no sigma3 exists; spec 3 E4). "
+                             f"(here 1 - 1/u1 - 1/u2 = {slack:.6g}, so no sigma3 exists; DIFF2-E6). "
                              "The u = 1.25 of the DIFF2-GD experiments is not usable here; e.g. u1 = u2 = 3.")
         emit = method == "paper"
         warns = []
@@ -319,7 +319,7 @@ class DIFF2BVR:
         p2 = math.sqrt(4.0 * uu2 * a * gd.differences / (n2p2 * e)) if gd.differences else None
         p3, term1, term2, ok, best_b = self.simple_sigma3(e, d)
         if slack < 1.0 / 3.0 - 1e-12:
-            warns.append(paper_warning("3 E5", f"the simple sigma3 bound assumes 1/u1 + 1/u2 <= 2/3 (here "
+            warns.append(paper_warning("DIFF2-E7", f"the simple sigma3 bound assumes 1/u1 + 1/u2 <= 2/3 (here "
                                        f"{1 / uu1 + 1 / uu2:.6g}); sigma3 solved from Prop. E.2's condition "
                                        "with the exact Lemma B.7 instead", emit=emit))
             target_local = slack * e / (2.0 * self.local_steps * self.local_rounds)
@@ -329,7 +329,7 @@ class DIFF2BVR:
                 return subsampled_rdp_wor(a, self.gamma, lambda j: 2.0 * np.asarray(j) / (b2 * s3 * s3))
             p3 = smallest_scale(local_eps, target_local, start=p3)
         elif not ok:
-            warns.append(paper_warning("3 E7", f"b={self.batch_size} violates the simple sigma3 bound's conditions "
+            warns.append(paper_warning("DIFF2-E8", f"b={self.batch_size} violates the simple sigma3 bound's conditions "
                                        f"b <= n_min/(2 e alpha) and b <= (4 n_min/(alpha sigma3^2))^(1/3) "
                                        f"(largest b that satisfies them: {best_b}); Lemma B.8 is not certified "
                                        "here, eps is recomputed with the exact Lemma B.7", emit=emit))

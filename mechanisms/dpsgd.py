@@ -15,7 +15,7 @@ from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
 
-#: integer orders of spec 5(f) / 9.3 T9 (the numerical stand-in for Abadi's unspecified constants)
+#: integer orders of DPSGD-E2 (the numerical stand-in for Abadi's unspecified constants)
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
 
 
@@ -35,15 +35,15 @@ def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, convers
 
 
 def classical_gaussian_multiplier(epsilon, delta) -> float:
-    """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; spec P9):
+    """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; GAUSS-E1):
     ``sigma >= sqrt(2 log(1.25/delta)) / eps`` for ONE release.  Valid only for eps < 1 (the papers
-    state it for all eps > 0): a ``PaperConditionWarning`` (spec P9) is issued for eps >= 1."""
+    state it for all eps > 0): a ``PaperConditionWarning`` (GAUSS-E1) is issued for eps >= 1."""
     import math
 
     e = v.positive(epsilon, "epsilon")
     d = v.delta(delta)
     if e >= 1.0:
-        paper_warning("0.3 P9", f"the classical Gaussian mechanism bound is proven only for eps < 1 (got eps={e:g})")
+        paper_warning("GAUSS-E1", f"the classical Gaussian mechanism bound is proven only for eps < 1 (got eps={e:g})")
     return math.sqrt(2.0 * math.log(1.25 / d)) / e
 
 
@@ -68,14 +68,14 @@ class DPSGD:
         return self.accountant(noise_multiplier).epsilon_report(delta, conversion=conversion)
 
     def calibrate(self, epsilon, delta, method="tight", rtol=1e-9) -> CalibrationReport:
-        """``"paper"``: Abadi's Theorem 1 (S4 Thm 2.3) has unspecified constants (spec 5 E3), so the
-        paper's calibration is the numerical Poisson accountant of spec 5(f): integer orders
+        """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
+        paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
         2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at
         real orders and the improved conversion."""
         e, d = _check_target(epsilon, delta, method)
         warns = []
         if method == "paper":
-            warns.append(paper_warning("5 E3", "Abadi et al. Thm 1 (S4 Thm 2.3) has unspecified constants c1, c2; "
+            warns.append(paper_warning("DPSGD-E2", "Abadi et al. Thm 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants c1, c2; "
                                        "the noise comes from the numerical Poisson-SGM accountant instead"))
             z = calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="mironov",
                                   orders=ABADI_ORDERS, refine=False, rtol=rtol)
@@ -90,7 +90,7 @@ class DPSGD:
             accounting = "rdp (exact Poisson SGM, real order, improved conversion)"
         certified = self.epsilon(d, z).epsilon
         notes = {"noise_std_on_sum": "noise_multiplier * C",
-                 "noise_std_on_average": "noise_multiplier * C / B (S4 Thm 2.3 is missing this B^2 for noise "
-                                         "on the sum: spec 5 E1)"}
+                 "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
+                                         "on the sum: DPSGD-E1)"}
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, certified,
                                  rep.order, rep.conversion, accounting, tuple(warns), notes)

@@ -1,8 +1,8 @@
-"""DP-SRM (Wang, Jayaraman, Evans & Gu; supplement only, Algorithm 1 reconstructed: spec 4, R1-R3).
+"""DP-SRM (Wang, Jayaraman, Evans & Gu; supplement only, Algorithm 1 reconstructed: DPSRM-E4).
 
 Releases ``v_p^t`` for t = 0..T-1 with ABSOLUTE noise stds ``sigma0`` (t = 0, batch ``b0``) and
 ``sigma`` (t > 0, batch ``b``), minibatches drawn without replacement, replace-one.
-Sensitivities (S3 eqs. 2.2, 2.4; the practical clipped variant replaces G by C1 and zeta/n0 by C2):
+Sensitivities (supplement eqs. 2.2, 2.4; the practical clipped variant replaces G by C1 and zeta/n0 by C2):
 ``Delta_0 = 2 G / b0`` and ``Delta_t = 2 ((1 - gamma) zeta/n0 + gamma G) / b``.
 """
 
@@ -72,7 +72,7 @@ class DPSRM:
         return self.accountant(sigma0, sigma).epsilon_report(delta, "rdp", conversion)
 
     def paper_sigmas(self, epsilon, delta, beta=0.5):
-        """S3 (2.3)/(2.5) with alpha rounded up (spec 4 E3): ``(alpha, sigma0, sigma)``."""
+        """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``."""
         e, d = _check_target(epsilon, delta, "paper")
         bb = v.in_range(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
         a = paper_order(math.log(1.0 / d) / ((1.0 - bb) * e), e)
@@ -84,12 +84,12 @@ class DPSRM:
     @staticmethod
     def lemma37_rhs(ratio2: float, tau: float, alpha: int) -> float:
         """Right-hand side of Lemma 3.7's order condition, ``alpha <= 1 + (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))``
-        (spec 4(f) prints this value)."""
+        (the value docs/calibration.md shows)."""
         return 1.0 + (2.0 / 3.0) * ratio2 * math.log(1.0 / (tau * alpha * (1.0 + ratio2)))
 
     @staticmethod
     def corollary53_min_steps(epsilon, delta, beta=0.5):
-        """Corollary 5.3 regime (b0^2 = b^2 = n^2 eps/T, corrected ratio^2 = 7 alpha, spec 4 E1): the
+        """Corollary 5.3 regime (b0^2 = b^2 = n^2 eps/T, corrected ratio^2 = 7 alpha, DPSRM-E1): the
         smallest T for which Lemma 3.7's order condition holds.  Returns ``(alpha, ratio2, tau, T_min)``."""
         e = v.positive(epsilon, "epsilon")
         d = v.delta(delta)
@@ -100,7 +100,7 @@ class DPSRM:
 
     @staticmethod
     def lemma37_holds(ratio2: float, tau: float, alpha: int) -> bool:
-        """Reconstructed Lemma 3.7 (spec P10, corrected per 4 E1/E2): ratio^2 >= 0.7 and
+        """Reconstructed Lemma 3.7 (the supplement's Lemma 3.7, corrected per DPSRM-E1, DPSRM-E3): ratio^2 >= 0.7 and
         alpha - 1 <= (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))."""
         x = tau * alpha * (1.0 + ratio2)
         if ratio2 < 0.7 or x >= 1.0:
@@ -111,7 +111,7 @@ class DPSRM:
         """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
         RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
         Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail
-        (spec 4 E7); ``certified_epsilon`` then shows what the paper's noise really buys.
+        (DPSRM-E3); ``certified_epsilon`` then shows what the paper's noise really buys.
         ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
         improved conversion hits the target."""
         e, d = _check_target(epsilon, delta, method)
@@ -127,7 +127,7 @@ class DPSRM:
                 tau = bsz / self.n
                 total += count * 3.5 * a * tau * tau / r2
                 if not self.lemma37_holds(r2, tau, a):
-                    warns.append(paper_warning("4 E7", f"Lemma 3.7's conditions fail at {label} (ratio^2 = {r2:.6g}, "
+                    warns.append(paper_warning("DPSRM-E3", f"Lemma 3.7's conditions fail at {label} (ratio^2 = {r2:.6g}, "
                                                f"tau = {tau:.6g}, alpha = {a}): the paper's per-step RDP is not "
                                                "certified; see certified_epsilon (exact WBK19 accountant)"))
             s0, st = p0, pt

@@ -1,6 +1,6 @@
 """Per-sample clipping of gradients and of gradient DIFFERENCES, without a Python loop over samples.
 
-``clip(v, C) = min{1, C/||v||} v`` with ``clip(0, C) = 0`` and ``clip(v, 0) = 0`` (spec 0.1).
+``clip(v, C) = min{1, C/||v||} v`` with ``clip(0, C) = 0`` and ``clip(v, 0) = 0`` .
 
 Two paths, same results:
 

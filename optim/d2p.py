@@ -1,5 +1,5 @@
-"""AdaD2P, ConstD2P and ClipD2P (spec 7; S2 Algorithms 1-3): decentralised push-sum SGD with
-Gaussian noise over the time-varying directed exponential graph (spec 8).
+"""AdaD2P, ConstD2P and ClipD2P (AdaD2P paper, Algorithms 1-3): decentralised push-sum SGD with
+Gaussian noise over the time-varying directed exponential graph (AdaD2P paper App. C).
 
 The n nodes are simulated in one process with their parameters stacked along dimension 0
 (``X`` is n x d); per-node, per-sample gradients come from one nested ``torch.func.vmap``, the
@@ -12,7 +12,7 @@ mixing is one matrix product ``X <- P^k X_half``.  Node i's iteration k:
 
 Sampling follows the accountant: ONE example per node, uniformly (replace-one; the algorithm as
 written), or -- when the calibration is under add/remove, whose accountant assumes Poisson
-sampling (spec 7 E4) -- every example independently with probability 1/J.
+sampling (AdaD2P-E4) -- every example independently with probability 1/J.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class _Decentralized(PrivateOptimizer):
 
 
 class ClipD2P(_Decentralized):
-    """ClipD2P (S2 Algorithm 3): per-example gradients clipped to C, noise ``N(0, sigma^2 C^2 I)``.
+    """ClipD2P (AdaD2P paper, Algorithm 3): per-example gradients clipped to C, noise ``N(0, sigma^2 C^2 I)``.
     Claimed sensitivity per node and iteration: C (add/remove) or 2C (replace-one).
     ``mechanism``: :class:`mechanisms.ClipD2P`; ``noise``: its calibration (``sigma``)."""
 
@@ -187,9 +187,9 @@ class ClipD2P(_Decentralized):
 
 
 class ConstD2P(ClipD2P):
-    """ConstD2P (S2 Algorithm 2): NO clipping, noise ``N(0, sigma^2 G^2 I)`` with G an estimated
+    """ConstD2P (AdaD2P paper, Algorithm 2): NO clipping, noise ``N(0, sigma^2 G^2 I)`` with G an estimated
     gradient bound.  The claimed sensitivity (G or 2G) holds only if every per-example gradient
-    norm is <= G (spec 7 E2); the run counts the violations in ``bound_violations``."""
+    norm is <= G (AdaD2P-E2); the run counts the violations in ``bound_violations``."""
 
     name = "constd2p"
     _mechanism_type = M.ConstD2P
@@ -202,7 +202,7 @@ class ConstD2P(ClipD2P):
         norms = torch.linalg.vector_norm(g, dim=2)
         new = int(((norms > self.C) & (mask > 0)).sum())
         if new and not self.bound_violations:
-            paper_warning("7 E2", f"a per-example gradient norm {float(norms.max()):.4g} exceeds ConstD2P's assumed "
+            paper_warning("AdaD2P-E2", f"a per-example gradient norm {float(norms.max()):.4g} exceeds ConstD2P's assumed "
                           f"bound G={self.C:g} (round {self.round}): the claimed sensitivity and the epsilon do not "
                           "hold for this run; clip at G (ClipD2P) to make them hold")
         self.bound_violations += new
@@ -230,8 +230,8 @@ class NoGuarantee:
 
 
 class AdaD2P(NoGuarantee, _Decentralized):
-    """AdaD2P (S2 Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
-    own norm, no clipping.  It has NO finite (eps, delta) guarantee (spec 7 E1): provided as the
+    """AdaD2P (AdaD2P paper, Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
+    own norm, no clipping.  It has NO finite (eps, delta) guarantee (AdaD2P-E1): provided as the
     paper's algorithm and as an audit target; :meth:`epsilon_spent` is inf and :meth:`accountant`
     raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``."""
 

@@ -1,6 +1,6 @@
 """Data for the reference optimizers: the papers' preprocessing and synthetic data of their shapes.
 
-Preprocessing (DIFF2 sec. 6 / App. A, spec 2(d)): standardise every feature to mean 0, std 1;
+Preprocessing (DIFF2 Sec. 6 / App. A): standardise every feature to mean 0, std 1;
 regression targets divided by max |y| over the whole dataset; random 80 % / 20 % train/test split;
 the training set cut into P equal i.i.d. shards (sizes differ by at most one record).
 
@@ -17,7 +17,7 @@ import torch
 
 __all__ = ["SHAPES", "TabularData", "prepare", "load_csv", "equal_shards", "synthetic"]
 
-#: name -> (rows, features, task, classes): the datasets of the papers (spec 2(d), 4(d), 7(d)).
+#: name -> (rows, features, task, classes): the datasets of the papers (DIFF2 Sec. 6, DP-SRM and AdaD2P experiments).
 SHAPES = {
     "california": (20640, 8, "regression", None),
     "gas_turbine": (36733, 9, "regression", None),

@@ -1,4 +1,4 @@
-"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (spec sections 1-3; DIFF2 Algorithms 1-4).
+"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (DIFF2 Algorithms 1-4).
 
 P clients are simulated in one process: their datasets are concatenated and each record carries
 the weight ``1/(P n_p)``, so one clipping pass gives ``(1/P) sum_p ClippedMean(D_p)`` without a
@@ -169,7 +169,7 @@ class DIFF2GD(PrivateOptimizer):
 
 
 class DPGD(DIFF2GD):
-    """DP-GD (spec 1): DIFF2-GD with T = 1; every round releases
+    """DP-GD (DIFF2's baseline): DIFF2-GD with T = 1; every round releases
     ``(1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``.
     ``mechanism``: :class:`mechanisms.DPGD` (or a :class:`mechanisms.DIFF2GD` with T = 1)."""
 
@@ -192,7 +192,7 @@ class DIFF2BVR(DIFF2GD):
     ``v~_k = ClippedMean(grad l(x_{k-1}, I_k) - grad l(x_{k-2}, I_k), C_{3,k}) + v~_{k-1}
     + N(0, sigma3^2 C_{3,k}^2 I)``, ``C_{3,k} = C3 ||x_{k-1} - x_{k-2}||``, ``x_k = x_{k-1} - lr v~_k``.
     Claimed sensitivity of a local release: ``2 C_{3,k} / b`` (Lemma E.1).  Returned iterate:
-    ``x_{k^-1, r-1}`` with ``k^ ~ Unif[K]`` (spec 3 E3).  ``C3`` defaults to ``C2`` (Thm 5.3)."""
+    ``x_{k^-1, r-1}`` with ``k^ ~ Unif[K]`` (DIFF2-E5).  ``C3`` defaults to ``C2`` (Thm 5.3)."""
 
     name = "diff2-bvr"
     _mechanism_types = (M.DIFF2BVR,)

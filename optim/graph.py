@@ -1,6 +1,6 @@
-"""Time-varying directed exponential graph and push-sum mixing (spec section 8; S2 App. C; SGP).
+"""Time-varying directed exponential graph and push-sum mixing (AdaD2P paper App. C; SGP of Assran et al. 2019).
 
-``variant="paper"`` (S2's text): node j sends to ``j + 2^(k mod (m+1))`` at iteration k, with
+``variant="paper"`` (the AdaD2P paper's text): node j sends to ``j + 2^(k mod (m+1))`` at iteration k, with
 ``m = floor(log2(n-1))``.  ``variant="sgp"`` (SGP reference code): rank j cycles through the
 peers ``j+1, j-1, j+2, j-2, ..., j+2^m, j-2^m`` (mod n, duplicates removed), one per iteration.
 Every node keeps weight 1/2 and sends 1/2 (SGP's uniform mixing), so each ``P^k`` is column
@@ -25,7 +25,7 @@ def _check(n: int, variant: str) -> int:
 
 
 def exponential_hops(n: int) -> list[int]:
-    """``[2^0, ..., 2^m]``, ``m = floor(log2(n - 1))`` by integer bit length (spec 8 E4); [] for n = 1.
+    """``[2^0, ..., 2^m]``, ``m = floor(log2(n - 1))`` by integer bit length (AdaD2P-E5); [] for n = 1.
 
     >>> exponential_hops(20)
     [1, 2, 4, 8, 16]

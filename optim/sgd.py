@@ -1,5 +1,5 @@
-"""Minibatch optimizers on one dataset: DP-SGD / DPSGD-GC (spec 5), DP-SRM (spec 4, practical
-clipped variant) and DiceSGD with its Adam and automatic variants (spec 6).
+"""Minibatch optimizers on one dataset: DP-SGD / DPSGD-GC (Abadi et al. 2016; DiceSGD paper Algorithm 1), DP-SRM (practical
+clipped variant, DPSRM-E4) and DiceSGD with its Adam and automatic variants (DiceSGD paper Algorithms 2-4).
 
 Sampling is exactly what each accountant assumes: Poisson (every record independently with
 probability q) for DP-SGD and DiceSGD, fixed-size without replacement for DP-SRM.
@@ -65,7 +65,7 @@ class _OneDataset(PrivateOptimizer):
 
 
 class DPSGD(_OneDataset):
-    """DP-SGD with gradient clipping (Abadi et al.; DPSGD-GC, S4 Algorithm 1):
+    """DP-SGD with gradient clipping (Abadi et al.; DPSGD-GC, Algorithm 1 of the DiceSGD paper):
     ``x <- x - (lr/B) (sum_{i in B_t} clip(grad l(x, z_i), C) + N(0, z^2 C^2 I))`` with ``B_t`` a
     Poisson sample at rate ``q`` and ``B = q n`` the expected batch size (the noise is on the SUM,
     std ``z C``; claimed sensitivity ``C`` under add/remove).  ``mechanism``:
@@ -103,7 +103,7 @@ class DPSGD(_OneDataset):
 
 
 class DPSRM(_OneDataset):
-    """DP-SRM, practical clipped variant (spec 4(a), reconstructed R1/R2).
+    """DP-SRM, practical clipped variant (reconstructed: DPSRM-E4).
 
     ``t = 0``: ``v^0 = (1/b0) sum_{B_0} clip(grad l(theta^0), C1) + N(0, sigma0^2 I)``.
     ``t >= 1``: ``theta^t = theta^{t-1} - eta_{t-1} v^{t-1}`` and
@@ -112,7 +112,7 @@ class DPSRM(_OneDataset):
     WITHOUT replacement (sizes b0, b).  ``eta = lr``, or ``min(lr, max_step/||v||)`` when
     ``max_step`` is given (the paper's normalised step, which caps ``||theta^t - theta^{t-1}||``).
     C1, C2, gamma are the mechanism's ``lipschitz``, ``step_bound``, ``momentum``; the noise stds
-    ``sigma0``, ``sigma`` are ABSOLUTE (spec 9.2)."""
+    ``sigma0``, ``sigma`` are ABSOLUTE stds."""
 
     name = "dp-srm"
     _mechanism_type = M.DPSRM
@@ -196,13 +196,13 @@ class DPSRM(_OneDataset):
 
 
 class DiceSGD(_OneDataset):
-    """DiceSGD (S4 Algorithms 2-4): clipping with error feedback.
+    """DiceSGD (Algorithms 2-4 of the DiceSGD paper): clipping with error feedback.
 
     ``v^t = (1/B) sum_{B_t} clip(g_i, C1) + clip(e^t, C2)`` (B_t Poisson at rate B/N, divided by
     the nominal B); ``x <- x - lr (v^t + w^t)``, ``w^t ~ N(0, sigma1^2 I)`` (noise on the AVERAGE);
     ``e^{t+1} = e^t + (1/B) sum_{B_t} g_i - v^t`` (noise-free; e is never released).
     ``optimizer="adam"``: Algorithm 3, Adam on ``v^t + w^t`` with bias corrections
-    ``1 - beta^(t+1)`` (spec 6 E-Adam).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
+    ``1 - beta^(t+1)`` (Adam's bias correction at step t + 1).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
     x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free, spec
     6(c')): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
 

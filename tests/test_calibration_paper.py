@@ -88,9 +88,9 @@ def test_section3_simple_sigma3_terms_T6():
 
 
 def test_section3_infeasible_u_and_b_warning():
-    with pytest.raises(ValueError, match=r"1/u1 \+ 1/u2 < 1.*spec 3 E4"):
+    with pytest.raises(ValueError, match=r"1/u1 \+ 1/u2 < 1.*DIFF2-E6"):
         DIFF2BVR(2000, 20, 10, 1651, 5, 13).calibrate(3, 1e-5, "paper", u1=1.25, u2=1.25)
-    with pytest.warns(PaperConditionWarning, match="3 E7"):
+    with pytest.warns(PaperConditionWarning, match="DIFF2-E8"):
         DIFF2BVR(2000, 20, 10, 1651, 5, 30).calibrate(3, 1e-5, "paper")
 
 
@@ -103,7 +103,7 @@ def test_section3_infeasible_u_and_b_warning():
 ])
 def test_section4_dp_srm(eps, T, s0, st, r0, rt, eps_dp):
     m = DPSRM(49990, T, 256, 64, lipschitz=1.0, step_bound=0.01, momentum=0.01)
-    with pytest.warns(PaperConditionWarning, match="4 E7"):
+    with pytest.warns(PaperConditionWarning, match="DPSRM-E3"):
         rep = m.calibrate(eps, 1e-5, method="paper", beta=0.5)
     assert rep["sigma0"] ** 2 == pytest.approx(s0, **R6) and rep["sigma"] ** 2 == pytest.approx(st, **R6)
     assert rep.notes["ratio2_t0"] == pytest.approx(r0, **R6) and rep.notes["ratio2_t"] == pytest.approx(rt, **R6)
@@ -147,7 +147,7 @@ def test_section5_dp_sgd():
 
 def test_section5_classical_gaussian():
     assert classical_gaussian_multiplier(0.5, 1e-5) == pytest.approx(9.68961, **R6)
-    with pytest.warns(PaperConditionWarning, match="P9"):
+    with pytest.warns(PaperConditionWarning, match="GAUSS-E1"):
         assert classical_gaussian_multiplier(1.0, 1e-5) == pytest.approx(4.84481, **R6)
 
 
@@ -160,11 +160,11 @@ def test_section5_classical_gaussian():
 ])
 def test_section6_dicesgd_theorem_3_7(N, T, eps, delta, C, sigma1):
     m = DiceSGD(N, 1000, T, C1=C, C2=C, C=C)   # the paper's configuration C1 = C2 = C
-    with pytest.warns(PaperConditionWarning, match="6 E3"):
+    with pytest.warns(PaperConditionWarning, match="DiceSGD-E3"):
         rep = m.calibrate(eps, delta, method="paper")
     assert rep["sigma1"] == pytest.approx(sigma1, **R6)
     assert rep.notes["noise_multiplier"] == pytest.approx(sigma1 * 1000 / C, **R6)
-    assert any("6 E4" in w for w in rep.warnings)   # sigma1 B / C1 < 8 in every experiment
+    assert any("DiceSGD-E4" in w for w in rep.warnings)   # sigma1 B / C1 < 8 in every experiment
 
 
 def test_section6_automatic_variant_and_constant():

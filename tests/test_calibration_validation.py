@@ -48,12 +48,12 @@ def test_invalid_requests(call, pattern):
 
 def test_adad2p_is_refused_with_reason():
     for call in (lambda: AdaD2P().calibrate(1, 1e-5), lambda: AdaD2P().epsilon(1e-5, 0.1)):
-        with pytest.raises(NoPrivacyGuaranteeError, match=r"no finite \(eps, delta\) guarantee.*spec 7 E1.*ClipD2P"):
+        with pytest.raises(NoPrivacyGuaranteeError, match=r"no finite \(eps, delta\) guarantee.*AdaD2P-E1.*ClipD2P"):
             call()
 
 
 def test_constd2p_warns_that_g_is_not_enforced():
-    with pytest.warns(PaperConditionWarning, match="7 E2"):
+    with pytest.warns(PaperConditionWarning, match="AdaD2P-E2"):
         rep = ConstD2P(2500, 3500).calibrate(1, 1e-5)
-    assert any("7 E2" in w for w in rep.warnings)
+    assert any("AdaD2P-E2" in w for w in rep.warnings)
     assert rep["sigma"] == pytest.approx(ClipD2P(2500, 3500).calibrate(1, 1e-5)["sigma"], rel=1e-12)

@@ -159,7 +159,7 @@ def test_constd2p_counts_gradients_above_its_assumed_bound():
         opt.run(progress=False)
         return opt
 
-    with pytest.warns(M.PaperConditionWarning, match="E2"):
+    with pytest.warns(M.PaperConditionWarning, match="AdaD2P-E2"):
         tiny = run(1e-6)          # every per-example gradient of this MLP has norm > 1e-6
     assert tiny.bound_violations == 5 * 12      # 5 nodes x 12 iterations, one record each
     import warnings
