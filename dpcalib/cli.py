@@ -148,8 +148,6 @@ def _print_report(d: dict) -> None:
     how = f"order {_fmt(d['order'])}, conversion {d['conversion']}; " if d["order"] is not None else ""
     print(f"achieved    epsilon={_fmt(d['achieved_epsilon'])} ({how}{d['accounting']})")
     print(f"certified   epsilon={_fmt(d['certified_epsilon'])} (best sound accountant for this noise)")
-    for w in d["warnings"]:
-        print(f"warning     {w}")
 
 
 AUDIT_EXAMPLES = {
@@ -179,22 +177,20 @@ def _cmd_audit(algorithm: str, args) -> int:
     if args.runs < 1:
         raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
     mech, split = _build(algorithm, args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
-            rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
-                args.epsilon, args.delta, method=args.method)
-            noise = dict(rep.noise)
-        else:
-            if algorithm == "dicesgd" and args.method == "paper":
-                raise ValueError("--method=paper is not allowed for dicesgd: Thm 3.7's claim relies on amplification "
-                                 "by sampling, which this audit's statistic (conditioned on the sampling) cannot "
-                                 "test; audit the assumption-free (tight) calibration")
-            rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
-            noise = rep
-        build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
-        r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                    gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm)
+    if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
+        rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
+            args.epsilon, args.delta, method=args.method)
+        noise = dict(rep.noise)
+    else:
+        if algorithm == "dicesgd" and args.method == "paper":
+            raise ValueError("--method=paper is not allowed for dicesgd: Thm 3.7's claim relies on amplification "
+                             "by sampling, which this audit's statistic (conditioned on the sampling) cannot "
+                             "test; audit the assumption-free (tight) calibration")
+        rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
+        noise = rep
+    build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
+    r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
+                gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm)
     d = r.as_dict()
     d["noise"] = dict(rep.noise)
     if args.json:
@@ -225,9 +221,7 @@ def _cmd_list(_args) -> int:
 def _cmd_calibrate(algorithm: str, args) -> int:
     mech, split = _build(algorithm, args)
     methods = ["paper", "tight"] if args.method == "both" else [args.method]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # every warning is in the report
-        reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split)) for m in methods]
+    reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split)) for m in methods]
     if args.json:
         print(json.dumps(reports if len(reports) > 1 else reports[0]))
     else:
@@ -250,10 +244,12 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     out = {"algorithm": algorithm, "delta": rep.delta, "epsilon": rep.epsilon, "method": rep.method,
            "order": rep.order, "conversion": rep.conversion,
            "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
+    out["warnings"] = []
     if algorithm == "constd2p":
-        out["warnings"] = ["[AdaD2P-E2] G is estimated and not enforced; the eps holds only if every gradient norm <= G"]
-    else:
-        out["warnings"] = []
+        from mechanisms._report import paper_warning
+
+        out["warnings"].append(paper_warning("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every "
+                                             "gradient norm <= G"))
     if args.curve or args.plot:
         out["curve"] = _curve(algorithm, args, noise)
     if args.plot:
@@ -263,8 +259,6 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     else:
         print(f"algorithm   {algorithm}")
         _print_epsilon(rep)
-        for w in out["warnings"]:
-            print(f"warning     {w}")
         for pt in out.get("curve", []):
             print(f"curve       {pt['rounds']:>8d}  {_fmt(pt['epsilon'])}")
     return 0
@@ -305,10 +299,8 @@ def _plot(curve, path, algorithm, delta) -> None:
 
 def _cmd_compare(algorithm: str, args) -> int:
     mech, split = _build(algorithm, args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        paper = mech.calibrate(args.epsilon, args.delta, method="paper", **split)
-        tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
+    paper = mech.calibrate(args.epsilon, args.delta, method="paper", **split)
+    tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
     rows = []
     for label, rep in (("paper", paper), ("tight", tight)):
         noise = [rep.noise[n] for n in SPECS[algorithm].noise]
@@ -332,8 +324,6 @@ def _cmd_compare(algorithm: str, args) -> int:
         print(f"noise from {row['noise_from']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in row["noise"].items()))
         for c in cols:
             print(f"  {c:28s} {_fmt(row[c])}")
-    for w in paper.warnings:
-        print(f"warning   {w}")
     return 0
 
 
@@ -400,6 +390,17 @@ def _cmd_account(args) -> int:
     return 0
 
 
+def _show_warnings(caught) -> None:
+    """The paper conditions that failed (PaperConditionWarning, and any other warning of the
+    command), one line each on stderr, each message once.  Only after the command succeeded, so
+    that an error stays one line."""
+    msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in caught))
+    for msg in msgs[:20]:
+        print(f"dpcalib: warning: {msg}", file=sys.stderr)
+    if len(msgs) > 20:
+        print(f"dpcalib: warning: ... and {len(msgs) - 20} more warnings", file=sys.stderr)
+
+
 TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account} ...
 
 Privacy accounting and noise calibration for DP nonconvex optimizers.
@@ -449,7 +450,11 @@ def main(argv=None) -> int:
         args = _algo_parser(command, algorithm).parse_args(rest[1:])
         handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
                    "audit": _cmd_audit}[command]
-        return handler(algorithm, args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rc = handler(algorithm, args)
+        _show_warnings(caught)
+        return rc
     except (_UsageError, ValueError) as exc:
         msg = " ".join(str(exc).split())
         print(f"dpcalib: error: {msg}", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from dpcalib._algorithms import SPECS
+from dpcalib.cli import main
 from mechanisms import ALGORITHMS
 
 SHAPES = {
@@ -156,3 +157,23 @@ def test_help_and_calibrate_do_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "example:" in r.stdout and "--restart-interval" in r.stdout
+
+
+def test_failed_paper_conditions_are_warned_on_stderr_and_in_python(capsys):
+    import warnings as W
+
+    from mechanisms import DiceSGD, PaperConditionWarning
+
+    argv = ["calibrate", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "50000", "--batch-size", "1000",
+            "--steps", "150", "--c1", "1", "--c2", "1", "--c", "1", "--method", "paper"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert any(line.startswith("dpcalib: warning: [DiceSGD-E3]") for line in lines)
+    assert all(line.startswith("dpcalib: warning: [") for line in lines)
+    with W.catch_warnings(record=True) as caught:
+        W.simplefilter("always")
+        rep = DiceSGD(50000, 1000, 150, C1=1.0, C2=1.0, C=1.0).calibrate(2.0, 1e-5, method="paper")
+    py = [str(w.message) for w in caught if issubclass(w.category, PaperConditionWarning)]
+    assert py and py == list(rep.warnings)
+    assert {f"dpcalib: warning: {m}" for m in py} == set(lines)
