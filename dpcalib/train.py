@@ -83,7 +83,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
             with open(out, "w") as f:
                 json.dump({"algorithm": cfg["algorithm"], "noise": {k: v for k, v in rep.noise.items() if v is not None},
                            "epsilon_spent": opt.epsilon_spent(), "delta": cfg["delta"], "metrics": opt.metrics}, f)
-        D.dist.destroy_process_group()
+        D.shutdown()
     except D.DistributedRunError as exc:
         with open(f"{out}.err{rank}", "w") as f:
             f.write(str(exc))

@@ -66,7 +66,7 @@ def main(argv=None):
         for m in opt.metrics:
             print(f"round {m['round']:5d}  loss {m['loss']:.5f}  grad norm {m['grad_norm']:.5f}  "
                   f"eps {m['epsilon']:.4f}")
-    D.dist.destroy_process_group()
+    D.shutdown()
     return 0
 
 

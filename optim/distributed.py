@@ -33,7 +33,7 @@ from .d2p import NoGuarantee
 from .diff2 import DIFF2BVR, DIFF2GD
 from .graph import VARIANTS, send_offset
 
-__all__ = ["DistributedRunError", "init_process_group", "DistributedDIFF2GD", "DistributedDIFF2BVR",
+__all__ = ["DistributedRunError", "init_process_group", "shutdown", "DistributedDIFF2GD", "DistributedDIFF2BVR",
            "DistributedClipD2P",
            "DistributedConstD2P", "DistributedAdaD2P"]
 
@@ -58,6 +58,21 @@ def init_process_group(backend: str = "gloo", *, timeout_s: float = 60.0, init_m
     if rank is not None:
         kw["rank"], kw["world_size"] = int(rank), int(world_size)
     dist.init_process_group(backend, **kw)
+
+
+def shutdown() -> None:
+    """End a distributed run on this rank: a barrier, so that no rank tears down its connections
+    while a peer still communicates with it, then ``destroy_process_group`` (which joins the
+    backend's worker threads while the interpreter is fully alive).  Call it on every rank after
+    the last collective, before the process exits; a no-op when no process group is initialised.
+    A peer that died or hangs makes the barrier raise :class:`DistributedRunError` within the
+    timeout."""
+    if not dist.is_initialized():
+        return
+    try:
+        _guard("barrier before shutdown", dist.barrier)
+    finally:
+        dist.destroy_process_group()
 
 
 def _guard(what: str, fn, *args, **kwargs):
@@ -277,7 +292,7 @@ class DistributedClipD2P(PrivateOptimizer):
 
 
 class DistributedConstD2P(DistributedClipD2P):
-    """ConstD2P on processes: no clipping, std sigma G with an estimated, NOT enforced G (spec 7 E2)."""
+    """ConstD2P on processes: no clipping, std sigma G with an estimated, NOT enforced G (AdaD2P-E2)."""
 
     name = "constd2p"
     _mechanism_type = M.ConstD2P
@@ -291,7 +306,7 @@ class DistributedConstD2P(DistributedClipD2P):
 
 
 class DistributedAdaD2P(NoGuarantee, DistributedClipD2P):
-    """AdaD2P on processes: std sigma ||g|| -- NO valid privacy guarantee (spec 7 E1)."""
+    """AdaD2P on processes: std sigma ||g|| -- NO valid privacy guarantee (AdaD2P-E1)."""
 
     name = "adad2p"
     _mechanism_type = M.AdaD2P

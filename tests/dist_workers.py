@@ -74,7 +74,7 @@ def run(kind, rank, world, port, outdir, opts):
         state = opt.x_local if kind in ("d2p", "ada") else torch.cat([p.detach().reshape(-1) for p in opt.model.parameters()])
         torch.save({"x": state, "w": getattr(opt, "w_local", None), "eps": opt.epsilon_spent(1e-5),
                     "metrics": opt.evaluate()}, os.path.join(outdir, f"out{rank}.pt"))
-        D.dist.destroy_process_group()
+        D.shutdown()                             # barrier, then destroy_process_group
     except D.DistributedRunError as exc:
         with open(os.path.join(outdir, f"err{rank}.txt"), "w") as f:
             f.write(str(exc))

@@ -22,6 +22,9 @@ def _port():
 
 
 def launch(kind, world, outdir, opts=None, per_rank=None, wait=120):
+    """Start ``world`` worker processes and return their exit codes.  A worker still alive after
+    ``wait`` seconds (a hang) is killed and reads -9: hangs fail by a generous timeout, never by a
+    wall-clock assertion."""
     ctx = mp.get_context("spawn")
     port = _port()
     procs = []
@@ -38,7 +41,7 @@ def launch(kind, world, outdir, opts=None, per_rank=None, wait=120):
     for p in procs:
         if p.is_alive():
             p.kill()
-    return [p.exitcode for p in procs], time.monotonic() - t0
+    return [p.exitcode for p in procs]
 
 
 def outputs(outdir, world):
@@ -55,7 +58,7 @@ def _flat(model):
 
 
 def test_diff2_gd_on_three_processes_matches_the_simulation(tmp_path):
-    codes, _ = launch("diff2", 3, tmp_path)
+    codes = launch("diff2", 3, tmp_path)
     assert codes == [0, 0, 0], errors(tmp_path, 3)
     shards, mech, rep = W.diff2_setup(3)
     sim_model = W.model()
@@ -69,7 +72,7 @@ def test_diff2_gd_on_three_processes_matches_the_simulation(tmp_path):
 
 
 def test_diff2_bvr_on_three_processes_matches_the_simulation(tmp_path):
-    codes, _ = launch("bvr", 3, tmp_path)
+    codes = launch("bvr", 3, tmp_path)
     assert codes == [0, 0, 0], errors(tmp_path, 3)
     shards, mech, rep = W.bvr_setup(3)
     sim_model = W.model()
@@ -82,7 +85,7 @@ def test_diff2_bvr_on_three_processes_matches_the_simulation(tmp_path):
 
 @pytest.mark.parametrize("graph,relation,world", [("paper", "replace-one", 4), ("sgp", "add/remove", 3)])
 def test_clipd2p_on_several_processes_matches_the_simulation(tmp_path, graph, relation, world):
-    codes, _ = launch("d2p", world, tmp_path, {"graph": graph, "relation": relation})
+    codes = launch("d2p", world, tmp_path, {"graph": graph, "relation": relation})
     assert codes == [0] * world, errors(tmp_path, world)
     nodes, mech, rep = W.d2p_setup(world, relation)
     sim = O.ClipD2P(W.model(), O.squared_loss, nodes, mech, rep, C=1.0, lr=0.2, seed=5, graph=graph)
@@ -95,7 +98,7 @@ def test_clipd2p_on_several_processes_matches_the_simulation(tmp_path, graph, re
 def test_adad2p_on_three_processes_matches_the_simulation(tmp_path):
     import mechanisms as M
 
-    codes, _ = launch("ada", 3, tmp_path)
+    codes = launch("ada", 3, tmp_path)
     assert codes == [0, 0, 0], errors(tmp_path, 3)
     nodes, _, _ = W.d2p_setup(3)
     sim = O.AdaD2P(W.model(), O.squared_loss, nodes, M.AdaD2P(6, 7), {"sigma": 0.3}, lr=0.2, seed=5)
@@ -106,25 +109,24 @@ def test_adad2p_on_three_processes_matches_the_simulation(tmp_path):
 
 
 def test_a_dead_worker_stops_the_others_with_a_clear_error(tmp_path):
-    timeout = 10
-    codes, elapsed = launch("diff2", 3, tmp_path, {"timeout": timeout}, per_rank={2: {"die_at": (2, 3)}}, wait=90)
+    # the survivors notice within the process group's 10 s timeout; 90 s bounds a silent hang
+    codes = launch("diff2", 3, tmp_path, {"timeout": 10}, per_rank={2: {"die_at": (2, 3)}}, wait=90)
     assert codes[2] == 3
     assert codes[0] == 1 and codes[1] == 1
     errs = errors(tmp_path, 3)
     for r in (0, 1):
         assert "peer process died" in errs[r] and f"rank {r}" in errs[r]
-    assert elapsed < 60    # start-up (imports) + at most the 10 s timeout, not a silent hang
 
 
 def test_distributed_resume_equals_an_uninterrupted_run(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     full.mkdir()
     part.mkdir()
-    codes, _ = launch("diff2", 2, full)
+    codes = launch("diff2", 2, full)
     assert codes == [0, 0], errors(full, 2)
-    codes, _ = launch("diff2", 2, part, {"rounds": 3, "checkpoint": True})
+    codes = launch("diff2", 2, part, {"rounds": 3, "checkpoint": True})
     assert codes == [0, 0], errors(part, 2)
-    codes, _ = launch("diff2", 2, part, {"resume": True})
+    codes = launch("diff2", 2, part, {"resume": True})
     assert codes == [0, 0], errors(part, 2)
     for a, b in zip(outputs(full, 2), outputs(part, 2)):
         assert torch.equal(a["x"], b["x"])
