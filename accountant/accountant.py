@@ -93,7 +93,7 @@ class PrivacyAccountant:
 
     >>> acc = PrivacyAccountant()
     >>> acc.compose(GaussianEvent(10.0), count=100)  # doctest: +ELLIPSIS
-    <accountant.accountant.PrivacyAccountant object at ...>
+    <...PrivacyAccountant object at ...>
     >>> round(acc.get_epsilon(1e-5), 6)   # exact: 1-GDP
     4.377178
     """

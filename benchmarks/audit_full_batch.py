@@ -12,17 +12,14 @@ the GDP lower bound on eps (95 % confidence) and the verdict.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as M  # noqa: E402
-import optim as O  # noqa: E402
-from optim import audit as A  # noqa: E402
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim import audit as A
 
 EPS, DELTA = 2.0, 1e-5
 

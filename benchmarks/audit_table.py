@@ -16,18 +16,15 @@ verdict.  Small models (one Linear layer, 2 -> 1), tiny datasets, claimed (eps, 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as M  # noqa: E402
-import optim as O  # noqa: E402
-from optim import audit as A  # noqa: E402
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim import audit as A
 
 EPS, DELTA = 2.0, 1e-5
 

@@ -19,8 +19,8 @@ import time
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-from accountant.subsampling import _log_forward_diffs
+from dpcalib.accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
+from dpcalib.accountant.subsampling import _log_forward_diffs
 
 DELTA = 1e-5
 

@@ -18,7 +18,7 @@ import dp_accounting
 from dp_accounting import mechanism_calibration
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from mechanisms import DIFF2GD, DPSGD
+from dpcalib.mechanisms import DIFF2GD, DPSGD
 
 
 def theirs(tol):

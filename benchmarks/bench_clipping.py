@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
+from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 
 def sq_loss(out, y):

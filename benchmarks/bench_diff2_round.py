@@ -12,16 +12,13 @@ read the ratios, which share the machine state.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as M  # noqa: E402
-import optim as O  # noqa: E402
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
 
 
 def mlp():

@@ -6,7 +6,7 @@ Prints a markdown table (used in docs/calibration.md): eps in {3, 5}, delta = 1e
 T in {6, 20, 60, 200}, P = 10, n_min = 1651, u = 1.25.
 """
 
-from mechanisms import DIFF2GD
+from dpcalib.mechanisms import DIFF2GD
 
 
 def main() -> None:

@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as M  # noqa: E402
-import optim as O  # noqa: E402
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
 
 EPS, DELTA, P = 3.0, 1e-5, 10
 

@@ -38,9 +38,7 @@ from collections import Counter
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import mechanisms as M  # noqa: E402
+import dpcalib.mechanisms as M
 
 RTOL, ATOL = 1e-6, 1e-12      # ATOL only for the numerical (FFT) oracle; GDP's is exact (mpmath)
 EXACT = ("dp-gd", "diff2-gd", "dicesgd")

@@ -8,7 +8,7 @@ accountant (exact GDP, or RDP with WBK19 Thm 27 / exact Poisson and the improved
 
 import warnings
 
-from mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
+from dpcalib.mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
 
 CASES = [
     ("dp-gd", "R=2000, P=10, n_min=1651", DPGD(2000, 10, 1651), 3.0, 1e-5, {}),

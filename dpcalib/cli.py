@@ -45,7 +45,7 @@ def _fmt(x) -> str:
 
 def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     spec = SPECS[algorithm]
-    from mechanisms import ALGORITHMS
+    from .mechanisms import ALGORITHMS
 
     p = _Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
                 epilog="example:\n  " + _example(command, algorithm),
@@ -103,7 +103,7 @@ def _example(command: str, algorithm: str) -> str:
 
 
 def _build(algorithm: str, args):
-    from mechanisms import ALGORITHMS
+    from .mechanisms import ALGORITHMS
 
     cls = ALGORITHMS[algorithm][0]
     shape = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "shape"}
@@ -166,9 +166,9 @@ AUDIT_EXAMPLES = {
 
 # ---- commands --------------------------------------------------------------------------------
 def _cmd_audit(algorithm: str, args) -> int:
-    from mechanisms import ClipD2P
+    from .mechanisms import ClipD2P
 
-    from optim import audit as A
+    from .optim import audit as A
 
     if algorithm not in A.AUDITABLE:
         raise ValueError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
@@ -207,7 +207,7 @@ def _cmd_audit(algorithm: str, args) -> int:
 
 
 def _cmd_list(_args) -> int:
-    from mechanisms import ALGORITHMS
+    from .mechanisms import ALGORITHMS
 
     for name, (cls, source) in ALGORITHMS.items():
         spec = SPECS[name]
@@ -246,7 +246,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
            "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
     out["warnings"] = []
     if algorithm == "constd2p":
-        from mechanisms._report import paper_warning
+        from .mechanisms._report import paper_warning
 
         out["warnings"].append(paper_warning("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every "
                                              "gradient norm <= G"))
@@ -367,7 +367,7 @@ def _account_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_account(args) -> int:
-    from accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
+    from .accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 
     if not (args.gaussian or args.poisson or args.wor):
         raise _UsageError("account: at least one of --gaussian, --poisson, --wor is required")
@@ -401,7 +401,7 @@ def _show_warnings(caught) -> None:
         print(f"dpcalib: warning: ... and {len(msgs) - 20} more warnings", file=sys.stderr)
 
 
-TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account} ...
+TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account,audit,train} ...
 
 Privacy accounting and noise calibration for DP nonconvex optimizers.
 
@@ -419,6 +419,16 @@ commands:
 """
 
 
+def _require_torch(command: str) -> None:
+    """audit and train run the PyTorch reference optimizers, which come with the [torch] extra;
+    everything else needs numpy and scipy only."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise _UsageError(f"{command} needs PyTorch, which is not installed ({exc}): "
+                          "pip install 'dpcalib[torch]'") from None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -431,6 +441,7 @@ def main(argv=None) -> int:
         if command == "account":
             return _cmd_account(_account_parser().parse_args(rest))
         if command == "train":
+            _require_torch("train")
             from .train import run
 
             return run(rest, _UsageError)
@@ -448,6 +459,8 @@ def main(argv=None) -> int:
         if algorithm not in SPECS:
             raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
         args = _algo_parser(command, algorithm).parse_args(rest[1:])
+        if command == "audit":
+            _require_torch("audit")
         handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
                    "audit": _cmd_audit}[command]
         with warnings.catch_warnings(record=True) as caught:

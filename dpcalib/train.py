@@ -52,9 +52,9 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
     import torch
     from torch import nn
 
-    import mechanisms as M
-    import optim as O
-    from optim import distributed as D
+    from . import mechanisms as M
+    from . import optim as O
+    from .optim import distributed as D
 
     try:
         D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
@@ -87,7 +87,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
     except D.DistributedRunError as exc:
         with open(f"{out}.err{rank}", "w") as f:
             f.write(str(exc))
-        sys.exit(1)
+        D.abandon(1)                             # the group cannot be torn down: a peer is gone
     except Exception as exc:  # noqa: BLE001 -- reported to the parent as one line
         with open(f"{out}.err{rank}", "w") as f:
             f.write(" ".join(str(exc).split()) or traceback.format_exc().splitlines()[-1])
@@ -104,8 +104,8 @@ def run(argv, error_cls) -> int:
         raise ValueError(f"--restart-interval={a.restart_interval} is not allowed for dp-gd: expected 1")
     import multiprocessing as mp
 
-    import mechanisms as M
-    from optim.data import SHAPES
+    from . import mechanisms as M
+    from .optim.data import SHAPES
 
     M.DIFF2GD(a.rounds, a.restart_interval, a.world_size, 1)     # validate the run's shape before spawning
     if not os.path.exists(a.data) and a.data not in SHAPES:

@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mechanisms as M  # noqa: E402
-import optim as O  # noqa: E402
-from optim import distributed as D  # noqa: E402
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim import distributed as D
 
 
 def main(argv=None):
@@ -61,7 +59,7 @@ def main(argv=None):
         opt.run(log_every=50, progress=False, checkpoint=a.checkpoint, checkpoint_every=50 if a.checkpoint else None)
     except D.DistributedRunError as exc:
         print(f"dpcalib: error: {exc}", file=sys.stderr)
-        return 1
+        D.abandon(1)                    # a peer is gone: the process group cannot be torn down
     if rank == 0:
         for m in opt.metrics:
             print(f"round {m['round']:5d}  loss {m['loss']:.5f}  grad norm {m['grad_norm']:.5f}  "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from accountant._roots import brentq
+from ..accountant._roots import brentq
 
 __all__ = ["smallest_scale"]
 
@@ -54,7 +54,7 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     """
     import numpy as np
 
-    from accountant import best_epsilon, rdp_to_dp
+    from ..accountant import best_epsilon, rdp_to_dp
 
     coarse = np.array(COARSE_ORDERS, dtype=float)
     t = smallest_scale(lambda s: best_epsilon(coarse, build(s).rdp(coarse), delta, conversion)[0],

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-from accountant import _validate as v
+from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
+from ..accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
 from ._solve import tight_scale

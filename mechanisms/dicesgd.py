@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accountant import GaussianEvent, PrivacyAccountant, gdp_mu
-from accountant import _validate as v
+from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
+from ..accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
 from .diff2 import _check_target

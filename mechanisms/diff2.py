@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-from accountant import _validate as v
-from accountant import gdp_mu, subsampled_rdp_wor
+from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
+from ..accountant import _validate as v
+from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._report import CalibrationReport, METHODS, paper_warning
 from ._solve import smallest_scale, tight_scale

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accountant import PoissonSampledGaussianEvent, PrivacyAccountant
-from accountant import _validate as v
+from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
+from ..accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
 from ._solve import smallest_scale, tight_scale

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accountant import PrivacyAccountant, WORSampledGaussianEvent
-from accountant import _validate as v
+from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
+from ..accountant import _validate as v
 
 from ._report import CalibrationReport, paper_warning
 from ._solve import tight_scale

@@ -3,7 +3,7 @@
 Each optimizer is built from a ``mechanisms`` description of the run (its shape) and that
 mechanism's calibration (its noise levels)::
 
-    import mechanisms as M, optim as O
+    import dpcalib.mechanisms as M, dpcalib.optim as O
     mech = M.DIFF2GD(rounds=2000, restart_interval=20, clients=10, n_min=1651)
     opt = O.DIFF2GD(model, O.squared_loss, shards, mech, mech.calibrate(3.0, 1e-5), C1=1.0, C2=3.0, lr=0.5)
     opt.run()                      # metrics, progress bar, optional checkpoints
@@ -11,7 +11,13 @@ mechanism's calibration (its noise levels)::
 See docs/optimizers.md for every update rule, where its noise enters and what it releases.
 """
 
-from . import audit, data, graph
+try:
+    import torch  # noqa: F401
+except ImportError as _exc:       # accounting, calibration and the CLI do not need it; this layer does
+    raise ImportError("dpcalib.optim (the reference optimizers, audits and distributed runs) needs PyTorch, "
+                      f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
+
+from . import audit, data, graph  # noqa: E402
 from ._core import NoiseSource, PrivateOptimizer, Release, squared_loss
 from .checks import noise_ks_test, noise_std_test
 from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum, supports_ghost

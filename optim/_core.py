@@ -10,7 +10,8 @@ Randomness is split into three independent ``torch.Generator`` streams derived f
 
 A checkpoint holds the model, the algorithm's state tensors, the three generator states, the
 round, the events composed so far, the metrics and the recorded releases, so a resumed run makes
-exactly the same draws as an uninterrupted one.
+exactly the same draws as an uninterrupted one.  It is plain data (tensors, numbers, strings,
+lists, dicts) and is read with ``torch.load(weights_only=True)``: loading never runs code.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from accountant import PrivacyAccountant
-from mechanisms import CalibrationReport
+from ..accountant import PrivacyAccountant
+from ..mechanisms import CalibrationReport
 
 from .clipping import clip_factors
 
@@ -147,12 +148,15 @@ class NoiseSource:
                 out.detach().clone() if self.record_values else None))
 
     def state_dict(self) -> dict:
+        """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``)."""
         rows = None if self.row_generators is None else [g.get_state() for g in self.row_generators]
-        return {"generator": self.generator.get_state(), "releases": list(self.releases), "rows": rows}
+        return {"generator": self.generator.get_state(),
+                "releases": [{f.name: getattr(r, f.name) for f in fields(Release)} for r in self.releases],
+                "rows": rows}
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
-        self.releases = list(state["releases"])
+        self.releases = [Release(**r) for r in state["releases"]]
         if state.get("rows") is not None:
             for g, st in zip(self.row_generators, state["rows"]):
                 g.set_state(st)
@@ -189,6 +193,19 @@ class FollowerSource(NoiseSource):
         for i in range(values.shape[0]):
             self._log(round, names[i], float(stds[i]), sensitivity, relation, out[i] - values[i], values[i], out[i])
         return out
+
+
+CHECKPOINT_FORMAT = "dpcalib-optimizer/2"      # /2: plain containers only (weights_only=True)
+
+
+def _shape(mechanism) -> dict:
+    """The run's shape as plain values: the mechanism's name and its dataclass fields."""
+    out = {"name": getattr(mechanism, "name", type(mechanism).__name__)}
+    if is_dataclass(mechanism):
+        for f in fields(mechanism):
+            v = getattr(mechanism, f.name)
+            out[f.name] = v if v is None or isinstance(v, (bool, int, float, str)) else repr(v)
+    return out
 
 
 def _move(obj, device):
@@ -474,16 +491,32 @@ class PrivateOptimizer:
             "state": self._state(), "counts": dict(self.counts), "metrics": list(self.metrics),
             "rng": {"data": self.data_generator.get_state(), "output": self.output_generator.get_state()},
             "noise": self.noise.state_dict(), "out": self._out, "n_candidates": self._n_candidates,
-            "levels": dict(self.levels), "point": self.point,
+            "levels": dict(self.levels), "point": self.point, "format": CHECKPOINT_FORMAT,
+            "mechanism": _shape(self.mechanism),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`.  A state of another algorithm, run shape, noise or
+        model is refused with a ``ValueError`` (resuming it would spend privacy that was never
+        accounted, or silently train another model)."""
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("checkpoint is not allowed: it is not a dpcalib optimizer checkpoint "
+                             f"(format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}, "
+                             f"expected {CHECKPOINT_FORMAT!r}).")
         if state.get("algorithm") != self.name or state.get("total_rounds") != self.total_rounds:
             raise ValueError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
                              f"{state.get('total_rounds')} rounds; this is {self.name!r} with {self.total_rounds}.")
+        if state.get("mechanism") != _shape(self.mechanism):
+            raise ValueError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
+                             f"this run's {_shape(self.mechanism)}.")
         if state.get("levels") != self.levels:
             raise ValueError(f"checkpoint is not allowed: its noise levels {state.get('levels')} differ from "
                              f"this run's {self.levels}.")
+        mine = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        theirs = {k: tuple(v.shape) for k, v in state["model"].items()}
+        if mine != theirs:
+            raise ValueError(f"checkpoint is not allowed: its model's parameters {theirs} differ from this "
+                             f"model's {mine}.")
         self.model.load_state_dict(state["model"])
         self._load_state(_move(state["state"], self.device))
         self.round = int(state["round"])
@@ -502,4 +535,15 @@ class PrivateOptimizer:
         os.replace(tmp, path)
 
     def load_checkpoint(self, path) -> None:
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        """Resume from a file written by :meth:`save_checkpoint`.  The file is read with
+        ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a
+        checkpoint from someone else cannot run code; anything else is refused (``ValueError``)."""
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: no such file.") from None
+        except Exception as exc:       # pickle.UnpicklingError (a forbidden global), a corrupt or foreign file
+            msg = " ".join(str(exc).split())[:300]
+            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: it is not a plain-tensor dpcalib "
+                             f"checkpoint loadable with weights_only=True ({type(exc).__name__}: {msg}).") from None
+        self.load_state_dict(state)

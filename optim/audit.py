@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from scipy import stats
 
-from accountant import gdp_epsilon, gdp_mu
+from ..accountant import gdp_epsilon, gdp_mu
 
 from ._core import FollowerSource
 
@@ -410,8 +410,8 @@ def harness(algorithm: str, mechanism, noise):
     """
     from torch import nn
 
-    import mechanisms as M
-    import optim as O
+    from .. import mechanisms as M
+    from .. import optim as O
 
     if algorithm not in AUDITABLE:
         raise ValueError(f"algorithm={algorithm!r} is not allowed for an audit: expected one of {AUDITABLE} "

@@ -22,9 +22,9 @@ import math
 import torch
 from torch.func import functional_call, grad, vmap
 
-import mechanisms as M
-from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
-from mechanisms._report import paper_warning
+from .. import mechanisms as M
+from ..accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from ..mechanisms._report import paper_warning
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clip_factors

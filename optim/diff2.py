@@ -12,8 +12,8 @@ import math
 
 import torch
 
-import mechanisms as M
-from accountant import GaussianEvent, WORSampledGaussianEvent
+from .. import mechanisms as M
+from ..accountant import GaussianEvent, WORSampledGaussianEvent
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_diff_sum, clipped_grad_sum

@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
+import sys
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 
-import mechanisms as M
-from accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
-
+from .. import mechanisms as M
+from ..accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from ._core import NoiseSource, PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_sum
 from .d2p import NoGuarantee
 from .diff2 import DIFF2BVR, DIFF2GD
 from .graph import VARIANTS, send_offset
 
-__all__ = ["DistributedRunError", "init_process_group", "shutdown", "DistributedDIFF2GD", "DistributedDIFF2BVR",
+__all__ = ["DistributedRunError", "init_process_group", "shutdown", "abandon", "DistributedDIFF2GD", "DistributedDIFF2BVR",
            "DistributedClipD2P",
            "DistributedConstD2P", "DistributedAdaD2P"]
 
@@ -73,6 +75,20 @@ def shutdown() -> None:
         _guard("barrier before shutdown", dist.barrier)
     finally:
         dist.destroy_process_group()
+
+
+def abandon(code: int = 1) -> NoReturn:
+    """Leave this process after a failed run (a :class:`DistributedRunError`): flush stdout and
+    stderr, then ``os._exit(code)``.  Once a peer has died the process group cannot be torn down
+    cleanly -- destroying it, or letting the interpreter exit normally, can abort the process
+    inside gloo ("terminate called without an active exception", exit -6) instead of exiting
+    with ``code``.  Write any error report (and close its file) before calling this."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 -- a closed stream must not keep the process alive
+            pass
+    os._exit(int(code))
 
 
 def _guard(what: str, fn, *args, **kwargs):

@@ -12,8 +12,8 @@ import math
 import torch
 from torch.func import functional_call
 
-import mechanisms as M
-from accountant import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from .. import mechanisms as M
+from ..accountant import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
 from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-import mechanisms as M
-import optim as O
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
 
 DELTA = 1e-5
 

@@ -7,9 +7,9 @@ import traceback
 import torch
 from torch import nn
 
-import mechanisms as M
-import optim as O
-from optim import distributed as D
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim import distributed as D
 
 
 def model():
@@ -78,7 +78,7 @@ def run(kind, rank, world, port, outdir, opts):
     except D.DistributedRunError as exc:
         with open(os.path.join(outdir, f"err{rank}.txt"), "w") as f:
             f.write(str(exc))
-        sys.exit(1)
+        D.abandon(1)                             # the group cannot be torn down: a peer is gone
     except Exception:
         with open(os.path.join(outdir, f"err{rank}.txt"), "w") as f:
             f.write(traceback.format_exc())

@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from accountant import (
+from dpcalib.accountant import (
     GaussianEvent,
     PoissonSampledGaussianEvent,
     PrivacyAccountant,
@@ -71,7 +71,7 @@ def test_importing_accountant_does_not_import_torch():
         "        if name == 'torch' or name.startswith('torch.'):\n"
         "            raise ImportError('accountant imported torch')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import accountant, mechanisms\n"
+        "import dpcalib.accountant as accountant, dpcalib.mechanisms as mechanisms, dpcalib.cli\n"
         "accountant.PrivacyAccountant().compose(accountant.GaussianEvent(1.0), 3).get_epsilon(1e-5)\n"
         "mechanisms.DPSGD(0.01, 100).calibrate(3, 1e-5)\n"
         "print('ok')\n")

@@ -9,10 +9,10 @@ import torch
 from scipy import stats
 from torch import nn
 
-import mechanisms as M
-import optim as O
-from optim import audit as A
-from optim._core import NoiseSource
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim import audit as A
+from dpcalib.optim._core import NoiseSource
 
 from tests import oracles
 from tests.builders import NAMES, build, mlp
@@ -135,7 +135,7 @@ class _Shrunk(NoiseSource):
 
 
 def test_audit_catches_noise_secretly_scaled_by_0_7(monkeypatch):
-    monkeypatch.setattr("optim._core.NoiseSource", _Shrunk)
+    monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Shrunk)
     b, rep = _full_batch("dp-gd")
     assert isinstance(b(0).noise, _Shrunk)
     r = A.audit(b, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), runs=1000,
@@ -252,7 +252,7 @@ class _Tiny(NoiseSource):
 
 
 def test_poisson_audit_catches_a_dp_sgd_with_a_fifth_of_its_noise(monkeypatch):
-    monkeypatch.setattr("optim._core.NoiseSource", _Tiny)
+    monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Tiny)
     r = A.audit_poisson(_dpsgd(), A.constant(3, 1e6), rate=0.5, runs=400, claimed_epsilon=2.0, delta=1e-5,
                         progress=False)
     assert r.verdict == "violation" and r.epsilon_lo_direct > 2.0

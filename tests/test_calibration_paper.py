@@ -5,12 +5,12 @@ import math
 import pytest
 
 from tests import oracles
-from mechanisms import (
+from dpcalib.mechanisms import (
     DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD, PaperConditionWarning, classical_gaussian_multiplier,
     dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore::mechanisms.PaperConditionWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::dpcalib.mechanisms.PaperConditionWarning")
 R6 = dict(rel=5e-6)  # the spec prints 6 significant digits
 
 

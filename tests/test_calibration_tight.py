@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import oracles
-from mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
+from dpcalib.mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
 
 # derandomize: CI runs exactly the examples that were checked; set TIGHT_EXAMPLES to explore more
 TIGHT = settings(max_examples=int(__import__("os").environ.get("TIGHT_EXAMPLES", 100)), deadline=None,

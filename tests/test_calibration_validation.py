@@ -2,7 +2,7 @@
 
 import pytest
 
-from mechanisms import (
+from dpcalib.mechanisms import (
     DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, AdaD2P, ClipD2P, ConstD2P, DiceSGD, NoPrivacyGuaranteeError,
     PaperConditionWarning,
 )

@@ -8,7 +8,7 @@ import pytest
 
 from dpcalib._algorithms import SPECS
 from dpcalib.cli import main
-from mechanisms import ALGORITHMS
+from dpcalib.mechanisms import ALGORITHMS
 
 SHAPES = {
     "dp-gd": (["--rounds", "200", "--clients", "10", "--n-min", "1651"], dict(rounds=200, clients=10, n_min=1651), {}),
@@ -162,7 +162,7 @@ def test_help_and_calibrate_do_not_import_torch():
 def test_failed_paper_conditions_are_warned_on_stderr_and_in_python(capsys):
     import warnings as W
 
-    from mechanisms import DiceSGD, PaperConditionWarning
+    from dpcalib.mechanisms import DiceSGD, PaperConditionWarning
 
     argv = ["calibrate", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "50000", "--batch-size", "1000",
             "--steps", "150", "--c1", "1", "--c2", "1", "--c", "1", "--method", "paper"]

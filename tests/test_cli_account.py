@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from accountant import PoissonSampledGaussianEvent, PrivacyAccountant
+from dpcalib.accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 
 
 def run(*args):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from optim.clipping import clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
+from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
 
 ACTS = [nn.Softplus, nn.ReLU, nn.Tanh, nn.Sigmoid]
 

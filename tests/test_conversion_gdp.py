@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as dpa_compute_epsilon
 
-from accountant import (
+from dpcalib.accountant import (
     best_epsilon,
     best_epsilon_linear,
     gdp_delta,

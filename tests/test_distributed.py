@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-import optim as O
+import dpcalib.optim as O
 from tests import dist_workers as W
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
@@ -96,7 +96,7 @@ def test_clipd2p_on_several_processes_matches_the_simulation(tmp_path, graph, re
 
 
 def test_adad2p_on_three_processes_matches_the_simulation(tmp_path):
-    import mechanisms as M
+    import dpcalib.mechanisms as M
 
     codes = launch("ada", 3, tmp_path)
     assert codes == [0, 0, 0], errors(tmp_path, 3)
@@ -135,7 +135,7 @@ def test_distributed_resume_equals_an_uninterrupted_run(tmp_path):
 def test_dpcalib_train_spawns_the_clients_and_matches_the_simulation(capsys):
     import json
 
-    import mechanisms as M
+    import dpcalib.mechanisms as M
     from dpcalib.cli import main
     from torch import nn
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-import mechanisms as M
-import optim as O
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

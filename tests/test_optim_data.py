@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from optim import data as D
+from dpcalib.optim import data as D
 
 
 def test_prepare_standardises_scales_target_and_splits_80_20():

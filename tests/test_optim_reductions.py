@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-import mechanisms as M
-import optim as O
-from optim.graph import exponential_hops, mixing_matrix, period, sgp_offsets
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+from dpcalib.optim.graph import exponential_hops, mixing_matrix, period, sgp_offsets
 
 INF = math.inf
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from accountant import poisson_gaussian_rdp
+from dpcalib.accountant import poisson_gaussian_rdp
 from tests import oracles
 
 

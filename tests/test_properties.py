@@ -9,7 +9,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsam
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from accountant import (
+from dpcalib.accountant import (
     GaussianEvent,
     PoissonSampledGaussianEvent,
     PrivacyAccountant,

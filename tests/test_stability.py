@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from accountant import (
+from dpcalib.accountant import (
     PoissonSampledGaussianEvent,
     PrivacyAccountant,
     poisson_gaussian_rdp,

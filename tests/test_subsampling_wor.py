@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_sample_wor_gaussian
 
-from accountant import (
+from dpcalib.accountant import (
     SubsamplingConditionWarning,
     lemma_b8_conditions,
     subsampled_gaussian_rdp_wor,

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from accountant import (
+from dpcalib.accountant import (
     GaussianEvent,
     PoissonSampledGaussianEvent,
     PrivacyAccountant,

@@ -1,0 +1,80 @@
+"""Checkpoints are plain data: readable with torch.load(weights_only=True), a file that would run
+code on load is refused without running it, and a checkpoint of another run is refused."""
+
+import os
+import pickle
+
+import pytest
+import torch
+
+import dpcalib.mechanisms as M
+import dpcalib.optim as O
+
+from tests.builders import NAMES, build, mlp, shards
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_is_plain_data(name, tmp_path):
+    opt, _ = build(name, mlp(), seed=3)
+    opt.run(4, progress=False)
+    opt.save_checkpoint(tmp_path / "ck.pt")
+    # torch's own restricted unpickler: tensors, numbers, strings, lists, dicts -- no classes
+    state = torch.load(tmp_path / "ck.pt", weights_only=True)
+    assert state["algorithm"] == opt.name and state["round"] == 4
+    assert len(state["noise"]["releases"]) == len(opt.noise.releases) > 0
+    assert all(isinstance(r, dict) for r in state["noise"]["releases"])
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(tmp_path):
+    target = tmp_path / "pwned"
+    payload = _Payload()
+    payload.path = str(target)
+    with open(tmp_path / "evil.pt", "wb") as f:
+        pickle.dump({"algorithm": "dp-gd", "x": payload}, f, protocol=2)
+    torch.save({"algorithm": "dp-gd", "x": payload}, tmp_path / "evil2.pt")
+    opt, _ = build("dp-gd", mlp())
+    for name in ("evil.pt", "evil2.pt"):
+        with pytest.raises(ValueError, match="weights_only=True"):
+            opt.load_checkpoint(tmp_path / name)
+    assert not target.exists()                       # the payload never ran
+    assert opt.round == 0
+
+
+def test_a_missing_or_foreign_checkpoint_is_a_clear_error(tmp_path):
+    opt, _ = build("dp-gd", mlp())
+    with pytest.raises(ValueError, match="no such file"):
+        opt.load_checkpoint(tmp_path / "missing.pt")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "foreign.pt")
+    with pytest.raises(ValueError, match="not a dpcalib optimizer checkpoint"):
+        opt.load_checkpoint(tmp_path / "foreign.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="checkpoint="):
+        opt.load_checkpoint(tmp_path / "junk.pt")
+
+
+def test_a_checkpoint_of_another_shape_noise_or_model_is_refused(tmp_path):
+    mech = M.DPGD(12, 3, 40)
+    rep = mech.calibrate(2.0, 1e-5)
+    a = O.DPGD(mlp(), O.squared_loss, shards(3, 40), mech, rep, C1=1.0, lr=0.1)
+    a.run(2, progress=False)
+    a.save_checkpoint(tmp_path / "a.pt")
+    # same algorithm and rounds, another run shape (n_min): its noise buys another epsilon
+    mech2 = M.DPGD(12, 3, 41)
+    b = O.DPGD(mlp(), O.squared_loss, shards(3, 41), mech2, mech2.calibrate(2.0, 1e-5), C1=1.0, lr=0.1)
+    with pytest.raises(ValueError, match="run shape"):
+        b.load_checkpoint(tmp_path / "a.pt")
+    # same shape, other noise
+    c = O.DPGD(mlp(), O.squared_loss, shards(3, 40), mech, mech.calibrate(3.0, 1e-5), C1=1.0, lr=0.1)
+    with pytest.raises(ValueError, match="noise levels"):
+        c.load_checkpoint(tmp_path / "a.pt")
+    # same shape and noise, another model
+    d = O.DPGD(torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)),
+               O.squared_loss, shards(3, 40), mech, rep, C1=1.0, lr=0.1)
+    with pytest.raises(ValueError, match="model's parameters"):
+        d.load_checkpoint(tmp_path / "a.pt")
+    assert b.round == c.round == d.round == 0
