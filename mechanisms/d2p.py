@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import _validate as v
 
+from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import tight_scale
 from .diff2 import _check_target
@@ -30,7 +31,7 @@ class NoPrivacyGuaranteeError(ValueError):
 
 
 @dataclass(frozen=True)
-class ClipD2P:
+class ClipD2P(Releases):
     """ClipD2P: ``J`` examples per node, ``iterations`` = K, noise multiplier ``sigma`` (std sigma C)."""
 
     samples_per_node: int
@@ -45,14 +46,26 @@ class ClipD2P:
         if self.relation not in RELATIONS:
             raise ValueError(f"relation={self.relation!r} is not allowed: expected one of {RELATIONS}.")
 
-    def accountant(self, sigma) -> PrivacyAccountant:
-        s = v.positive(sigma, "sigma")
+    @property
+    def releases(self):
+        sampling = "Poisson" if self.relation == "add/remove" else "fixed size without replacement"
+        return (ReleaseSpec("iteration", "sigma", self.relation, sampling, "clip", "K per node"),)
+
+    def sensitivity(self, release: str, clip=None) -> float:
+        """A node's sum of per-example gradients clipped to ``clip`` (one sampled example): ``clip``
+        under add/remove, ``2 clip`` under replace-one."""
+        self.release(release)
+        c = 1.0 if clip is None else float(clip)
+        return c if self.relation == "add/remove" else 2.0 * c
+
+    def _event(self, release: str, z: float):
         J = self.samples_per_node
         if self.relation == "add/remove":
-            ev = PoissonSampledGaussianEvent(1.0 / J, s)
-        else:
-            ev = WORSampledGaussianEvent.from_sizes(1, J, s / 2.0)
-        return PrivacyAccountant().compose(ev, self.iterations)
+            return PoissonSampledGaussianEvent(1.0 / J, z)
+        return WORSampledGaussianEvent.from_sizes(1, J, z)
+
+    def accountant(self, sigma) -> PrivacyAccountant:
+        return self._accountant_of({"sigma": v.positive(sigma, "sigma")}, {"iteration": self.iterations})
 
     def epsilon(self, delta, sigma, conversion="improved"):
         return self.accountant(sigma).epsilon_report(delta, conversion=conversion)
@@ -73,7 +86,7 @@ class ClipD2P:
                                            "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
                                            "add/remove; relation='replace-one' accounts the algorithm as written"))
         if self.relation == "add/remove":
-            s = calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=1e-9)
+            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=1e-9))
         else:
             s = tight_scale(self.accountant, e, d, conv, rtol=1e-9)
         rep = self.epsilon(d, s, conv)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
 from ..accountant import _validate as v
 
+from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from .diff2 import _check_target
 
@@ -58,7 +59,7 @@ def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> flo
 
 
 @dataclass(frozen=True)
-class DiceSGD:
+class DiceSGD(Releases):
     """DiceSGD on ``N`` records, batch ``B`` (Poisson rate B/N in the proof), ``steps`` = T.
 
     ``C1``: per-example clip; ``C2``: error-feedback clip (average scale); ``C``: the constant with
@@ -77,6 +78,8 @@ class DiceSGD:
     automatic: bool = False
 
     name = "dicesgd"
+    releases = (ReleaseSpec("first", "sigma1", "add/remove", "full batch", "absolute", "1 (t = 0)"),
+                ReleaseSpec("later", "sigma1", "add/remove", "full batch", "absolute", "T - 1 (t >= 1)"))
 
     def __post_init__(self):
         n = v.integer(self.N, "N", low=1)
@@ -101,19 +104,25 @@ class DiceSGD:
         c1, _, c = self.clips
         return c1 * c1 + 2.0 * min(c * c, self.G_prime ** 2)
 
+    def sensitivity(self, release: str, clip=None) -> float:
+        """Add/remove sensitivity of ``v^t + w^t`` (DiceSGD-E5, assumption-free): ``C1/B`` at t = 0
+        (no error feedback yet), ``2 C2 + C1/B`` after (the clipped feedback of both runs may differ
+        by 2 C2).  ``clip``: ``(C1, C2)`` actually used by a run (default: the mechanism's)."""
+        self.release(release)
+        c1, c2 = self.clips[:2] if clip is None else (float(clip[0]), float(clip[1]))
+        return c1 / self.batch_size if release == "first" else 2.0 * c2 + c1 / self.batch_size
+
+    def _event(self, release: str, z: float):
+        return GaussianEvent(z)
+
     @property
     def sensitivities(self):
-        c1, c2, _ = self.clips
-        return c1 / self.batch_size, 2.0 * c2 + c1 / self.batch_size
+        return self.sensitivity("first"), self.sensitivity("later")
 
     def accountant(self, sigma1) -> PrivacyAccountant:
         """Assumption-free events (DiceSGD-E5): full-batch Gaussian releases, no amplification."""
         s = v.positive(sigma1, "sigma1")
-        d0, dt = self.sensitivities
-        acc = PrivacyAccountant().compose(GaussianEvent(s / d0), 1)
-        if self.steps > 1:
-            acc.compose(GaussianEvent(s / dt), self.steps - 1)
-        return acc
+        return self._accountant_of({"sigma1": s}, {"first": 1, "later": self.steps - 1})
 
     def epsilon(self, delta, sigma1, method="auto", conversion="improved"):
         return self.accountant(sigma1).epsilon_report(delta, method, conversion)

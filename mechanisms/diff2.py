@@ -18,6 +18,7 @@ from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEve
 from ..accountant import _validate as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
+from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, METHODS, paper_warning
 from ._solve import smallest_scale, tight_scale
 
@@ -50,8 +51,12 @@ def _paper_alpha(eps: float, delta: float) -> int:
     return paper_order(2.0 * math.log(1.0 / delta) / eps, eps)
 
 
+_RESTART = ReleaseSpec("restart", "sigma1", "replace-one", "full batch", "clip", "ceil(R/T): rounds 1, T+1, ...")
+_DIFFERENCE = ReleaseSpec("difference", "sigma2", "replace-one", "full batch", "clip", "R - ceil(R/T)")
+
+
 @dataclass(frozen=True)
-class DIFF2GD:
+class DIFF2GD(Releases):
     """DIFF2-GD (Algorithms 1-3): ``R`` rounds, restart every ``T``, ``P`` clients, smallest local
     dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch)."""
 
@@ -61,6 +66,7 @@ class DIFF2GD:
     n_min: int
 
     name = "diff2-gd"
+    releases = (_RESTART, _DIFFERENCE)
 
     def __post_init__(self):
         r = v.integer(self.rounds, "rounds", low=1)
@@ -81,29 +87,37 @@ class DIFF2GD:
     def differences(self) -> int:
         return self.rounds - self.restarts
 
+    # -- releases -----------------------------------------------------------------------------
+    def sensitivity(self, release: str, clip=None) -> float:
+        """Lemma C.1: the average over P clients of each client's mean of gradients (or gradient
+        differences) clipped to ``clip`` moves by at most ``2 clip / (n_min P)`` when one record is
+        replaced.  Both releases (restart, difference) share the rule."""
+        self.release(release)
+        return 2.0 * (1.0 if clip is None else float(clip)) / (self.n_min * self.clients)
+
+    def _event(self, release: str, z: float):
+        return GaussianEvent(z)
+
     def _z(self, sigma: float) -> float:
-        return sigma * self.n_min * self.clients / 2.0
+        return self.noise_multiplier("restart", sigma)
 
     # -- accounting ---------------------------------------------------------------------------
     def accountant(self, sigma1, sigma2=None) -> PrivacyAccountant:
         """The privacy events of a run with these noise levels (Lemma C.1, adaptive composition)."""
-        s1 = v.positive(sigma1, "sigma1")
-        acc = PrivacyAccountant().compose(GaussianEvent(self._z(s1)), self.restarts)
+        noise, counts = {"sigma1": v.positive(sigma1, "sigma1")}, {"restart": self.restarts}
         if self.differences:
-            s2 = v.positive(sigma2, "sigma2")
-            acc.compose(GaussianEvent(self._z(s2)), self.differences)
-        return acc
+            noise["sigma2"], counts["difference"] = v.positive(sigma2, "sigma2"), self.differences
+        return self._accountant_of(noise, counts)
 
     def epsilon(self, delta, sigma1, sigma2=None, method="auto", conversion="improved"):
         """eps spent at ``delta`` by these noise levels (exact GDP by default)."""
         return self.accountant(sigma1, sigma2).epsilon_report(delta, method, conversion)
 
     def _slope(self, s1, s2) -> float:
-        """RDP(alpha) = alpha * slope (Prop. 4.1's expression with n_min)."""
-        c = 2.0 / (self.n_min * self.clients) ** 2
-        out = c * self.restarts / s1 ** 2
+        """RDP(alpha) = alpha * slope (Prop. 4.1's expression: 1/(2 z^2) per Gaussian release)."""
+        out = self.restarts / (2.0 * self._z(s1) ** 2)
         if self.differences:
-            out += c * self.differences / s2 ** 2
+            out += self.differences / (2.0 * self._z(s2) ** 2)
         return out
 
     # -- calibration --------------------------------------------------------------------------
@@ -175,7 +189,7 @@ class DIFF2GD:
 
 
 @dataclass(frozen=True)
-class DPGD:
+class DPGD(Releases):
     """DP-GD, the DIFF2 baseline (= DIFF2-GD with T = 1, u -> 1): ``sigma1`` only."""
 
     rounds: int
@@ -183,6 +197,7 @@ class DPGD:
     n_min: int
 
     name = "dp-gd"
+    releases = (ReleaseSpec("restart", "sigma1", "replace-one", "full batch", "clip", "R (every round)"),)
 
     def __post_init__(self):
         v.integer(self.rounds, "rounds", low=1)
@@ -192,6 +207,14 @@ class DPGD:
     @property
     def _as_diff2(self) -> DIFF2GD:
         return DIFF2GD(self.rounds, 1, self.clients, self.n_min)
+
+    def sensitivity(self, release: str, clip=None) -> float:
+        """DIFF2-GD's rule (Lemma C.1): ``2 clip / (n_min P)``."""
+        self.release(release)
+        return self._as_diff2.sensitivity(release, clip)
+
+    def _event(self, release: str, z: float):
+        return GaussianEvent(z)
 
     def accountant(self, sigma1) -> PrivacyAccountant:
         return self._as_diff2.accountant(sigma1)
@@ -210,7 +233,7 @@ class DPGD:
 
 
 @dataclass(frozen=True)
-class DIFF2BVR:
+class DIFF2BVR(Releases):
     """DIFF2-BVR-L-SGD (Algorithm 4): DIFF2-GD plus, each round, ``K`` local steps on ONE client
     (round robin, ``p_r = 1 + r % P``) with minibatches of ``b`` records drawn without replacement.
 
@@ -228,6 +251,9 @@ class DIFF2BVR:
     batch_size: int
 
     name = "diff2-bvr"
+    releases = (_RESTART, _DIFFERENCE,
+                ReleaseSpec("local", "sigma3", "replace-one", "fixed size without replacement", "clip",
+                            "(K - 1) ceil(R/P) per client"))
 
     def __post_init__(self):
         DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)
@@ -250,8 +276,20 @@ class DIFF2BVR:
     def gamma(self) -> float:
         return self.batch_size / self.n_min
 
+    def sensitivity(self, release: str, clip=None) -> float:
+        """Restart and difference rounds: DIFF2-GD's ``2 clip / (n_min P)``; a local step's minibatch
+        mean of ``b`` clipped differences: ``2 clip / b`` (Lemma E.1)."""
+        if self.release(release).name == "local":
+            return 2.0 * (1.0 if clip is None else float(clip)) / self.batch_size
+        return self._gd.sensitivity(release, clip)
+
+    def _event(self, release: str, z: float, bound: str = "thm27"):
+        if release == "local":
+            return WORSampledGaussianEvent.from_sizes(self.batch_size, self.n_min, z, bound)
+        return GaussianEvent(z)
+
     def _z3(self, sigma3: float) -> float:
-        return sigma3 * self.batch_size / 2.0
+        return self.noise_multiplier("local", sigma3)
 
     def accountant(self, sigma1, sigma2, sigma3, *, noisy_steps=None, bound="thm27") -> PrivacyAccountant:
         """Events of a run.  ``noisy_steps`` per local round defaults to the true ``K - 1``."""
@@ -259,8 +297,7 @@ class DIFF2BVR:
         k = self.local_steps - 1 if noisy_steps is None else noisy_steps
         acc = self._gd.accountant(sigma1, sigma2)
         if k:
-            acc.compose(WORSampledGaussianEvent.from_sizes(self.batch_size, self.n_min, self._z3(s3), bound),
-                        k * self.local_rounds)
+            acc.compose(self._event("local", self._z3(s3), bound), k * self.local_rounds)
         return acc
 
     def epsilon(self, delta, sigma1, sigma2, sigma3, conversion="improved"):

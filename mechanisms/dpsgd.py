@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from ..accountant import _validate as v
 
+from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import smallest_scale, tight_scale
 from .diff2 import _check_target
@@ -48,21 +49,30 @@ def classical_gaussian_multiplier(epsilon, delta) -> float:
 
 
 @dataclass(frozen=True)
-class DPSGD:
+class DPSGD(Releases):
     """DP-SGD with Poisson sampling rate ``q = B/N`` for ``steps`` iterations (add/remove)."""
 
     sampling_rate: float
     steps: int
 
     name = "dp-sgd"
+    releases = (ReleaseSpec("step", "noise_multiplier", "add/remove", "Poisson", "clip", "T steps"),)
 
     def __post_init__(self):
         v.in_range(self.sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)
         v.integer(self.steps, "steps", low=1)
 
-    def accountant(self, noise_multiplier) -> PrivacyAccountant:
-        return PrivacyAccountant().compose(PoissonSampledGaussianEvent(self.sampling_rate, noise_multiplier),
-                                           self.steps)
+    def sensitivity(self, release: str, clip=None) -> float:
+        """The sum of per-example gradients clipped to ``clip`` changes by at most ``clip`` when one
+        record is added or removed."""
+        self.release(release)
+        return 1.0 if clip is None else float(clip)
+
+    def _event(self, release: str, z: float):
+        return PoissonSampledGaussianEvent(self.sampling_rate, z)
+
+    def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
+        return self._accountant_of({"noise_multiplier": noise_multiplier}, {"step": self.steps}, **kwargs)
 
     def epsilon(self, delta, noise_multiplier, conversion="improved"):
         return self.accountant(noise_multiplier).epsilon_report(delta, conversion=conversion)
@@ -77,15 +87,13 @@ class DPSGD:
         if method == "paper":
             warns.append(paper_warning("DPSGD-E2", "Abadi et al. Thm 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants c1, c2; "
                                        "the noise comes from the numerical Poisson-SGM accountant instead"))
-            z = calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="mironov",
-                                  orders=ABADI_ORDERS, refine=False, rtol=rtol)
-            rep = PrivacyAccountant(orders=ABADI_ORDERS).compose(
-                PoissonSampledGaussianEvent(self.sampling_rate, z), self.steps).epsilon_report(
-                    d, conversion="mironov", refine=False)
+            z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="mironov",
+                                                     orders=ABADI_ORDERS, refine=False, rtol=rtol))
+            rep = self.accountant(z, orders=ABADI_ORDERS).epsilon_report(d, conversion="mironov", refine=False)
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
         else:
-            z = calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                  refine=True, rtol=rtol)
+            z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
+                                                     refine=True, rtol=rtol))
             rep = self.epsilon(d, z)
             accounting = "rdp (exact Poisson SGM, real order, improved conversion)"
         certified = self.epsilon(d, z).epsilon

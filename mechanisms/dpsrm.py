@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import _validate as v
 
+from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import tight_scale
 from .diff2 import _check_target, paper_order
@@ -22,7 +23,7 @@ __all__ = ["DPSRM"]
 
 
 @dataclass(frozen=True)
-class DPSRM:
+class DPSRM(Releases):
     """DP-SRM on ``n`` records for ``steps`` = T iterations, batches ``b0`` then ``b``.
 
     ``lipschitz`` is G (or the clip C1), ``step_bound`` is zeta/n0 (or the clip C2), ``momentum``
@@ -39,6 +40,9 @@ class DPSRM:
     momentum: float = 0.01
 
     name = "dp-srm"
+    releases = (ReleaseSpec("v^0", "sigma0", "replace-one", "fixed size without replacement", "absolute", "1 (t = 0)"),
+                ReleaseSpec("v^t", "sigma", "replace-one", "fixed size without replacement", "absolute",
+                            "T - 1 (t >= 1)"))
 
     def __post_init__(self):
         n = v.integer(self.n, "n", low=1)
@@ -53,20 +57,27 @@ class DPSRM:
         v.positive(self.step_bound, "step_bound")
         v.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True)
 
+    def sensitivity(self, release: str, clip=None) -> float:
+        """Replace-one sensitivity of the released estimator; the clip norms are the mechanism's
+        ``lipschitz`` (C1) and ``step_bound`` (C2), so ``clip`` is not used.  ``v^0``: the mean of
+        ``b0`` gradients clipped to L, ``2 L / b0``; ``v^t``: ``2 ((1 - gamma) C2 + gamma L) / b``."""
+        if self.release(release).name == "v^0":
+            return 2.0 * self.lipschitz / self.b0
+        return 2.0 * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) / self.b
+
+    def _event(self, release: str, z: float):
+        b = self.b0 if release == "v^0" else self.b
+        return WORSampledGaussianEvent.from_sizes(b, self.n, z)
+
     @property
     def sensitivities(self):
-        d0 = 2.0 * self.lipschitz / self.b0
-        dt = 2.0 * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) / self.b
-        return d0, dt
+        return self.sensitivity("v^0"), self.sensitivity("v^t")
 
     def accountant(self, sigma0, sigma) -> PrivacyAccountant:
-        s0 = v.positive(sigma0, "sigma0")
-        d0, dt = self.sensitivities
-        acc = PrivacyAccountant().compose(WORSampledGaussianEvent.from_sizes(self.b0, self.n, s0 / d0), 1)
+        noise, counts = {"sigma0": v.positive(sigma0, "sigma0")}, {"v^0": 1}
         if self.steps > 1:
-            acc.compose(WORSampledGaussianEvent.from_sizes(self.b, self.n, v.positive(sigma, "sigma") / dt),
-                        self.steps - 1)
-        return acc
+            noise["sigma"], counts["v^t"] = v.positive(sigma, "sigma"), self.steps - 1
+        return self._accountant_of(noise, counts)
 
     def epsilon(self, delta, sigma0, sigma, conversion="improved"):
         return self.accountant(sigma0, sigma).epsilon_report(delta, "rdp", conversion)

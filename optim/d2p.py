@@ -23,7 +23,6 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from .. import mechanisms as M
-from ..accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from ..mechanisms._report import paper_warning
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
@@ -153,10 +152,7 @@ class _Decentralized(PrivateOptimizer):
             g.set_state(st.cpu())
 
     def _events(self) -> list:
-        sigma, J = self.levels["sigma"], self.mechanism.samples_per_node
-        ev = PoissonSampledGaussianEvent(1.0 / J, sigma) if self.poisson else \
-            WORSampledGaussianEvent.from_sizes(1, J, sigma / 2.0)
-        return [(ev, self.counts["iteration"])]
+        return self.mechanism.events(self.levels, self.counts)
 
 
 class ClipD2P(_Decentralized):
@@ -179,11 +175,11 @@ class ClipD2P(_Decentralized):
         return torch.einsum("nm,nmd->nd", f, g)
 
     def _stds(self, g_nodes):
-        s = 0.0 if self.sigma == 0.0 else self.sigma * self.C
+        s = 0.0 if self.sigma == 0.0 else self.mechanism.std("iteration", self.sigma, self.C)
         return torch.full((self.nodes,), s, device=self.device, dtype=torch.float64)
 
     def _sensitivity(self):
-        return self.C if self.poisson else 2.0 * self.C
+        return self.mechanism.sensitivity("iteration", self.C)
 
 
 class ConstD2P(ClipD2P):

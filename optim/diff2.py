@@ -13,7 +13,6 @@ import math
 import torch
 
 from .. import mechanisms as M
-from ..accountant import GaussianEvent, WORSampledGaussianEvent
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_diff_sum, clipped_grad_sum
@@ -120,9 +119,9 @@ class DIFF2GD(PrivateOptimizer):
             if self.canary is not None:
                 part = part + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
             v = self._aggregate(part) + self.v
-        std = 0.0 if s == 0.0 or c == 0.0 else s * c
-        vt = self._release(v, std, round=r, name=f"v~ ({kind})", sensitivity=2.0 * c / (self.n_min * self.P),
-                           relation="replace-one")
+        std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
+        vt = self._release(v, std, round=r, name=f"v~ ({kind})", sensitivity=self.mechanism.sensitivity(kind, c),
+                           relation=self.mechanism.release(kind).relation)
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
@@ -144,16 +143,8 @@ class DIFF2GD(PrivateOptimizer):
         self._advance(self.point + 1)
 
     # -- privacy and state -----------------------------------------------------------------------
-    def _z(self, sigma: float) -> float:
-        return sigma * self.n_min * self.P / 2.0
-
     def _events(self) -> list:
-        out = []
-        if self.counts["restart"]:
-            out.append((GaussianEvent(self._z(self.sigma1)), self.counts["restart"]))
-        if self.counts["difference"]:
-            out.append((GaussianEvent(self._z(self.sigma2)), self.counts["difference"]))
-        return out
+        return self.mechanism.events(self.levels, self.counts)
 
     def _noise_keys(self) -> tuple:
         return ("sigma1", "sigma2") if self.counts["difference"] else ("sigma1",)
@@ -254,20 +245,17 @@ class DIFF2BVR(DIFF2GD):
             if extra is not None:
                 v = v + extra
             v = v / self.b + vt
-            std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.sigma3 * c
+            std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.mechanism.std("local", self.sigma3, c)
             vt = noise.privatize_row(p, v, std, round=r, name=f"v~ (local k={k}, client {p})",
-                                     sensitivity=2.0 * c / self.b, relation="replace-one")
+                                     sensitivity=self.mechanism.sensitivity("local", c),
+                                     relation=self.mechanism.release("local").relation)
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
             j_before, j_cur = j_cur, j_cur + 1
         return cur, keep, j_cur
 
     def _events(self) -> list:
-        out = super()._events()
-        worst = max(self.local)
-        if worst:
-            z3 = self.sigma3 * self.b / 2.0
-            out.append((WORSampledGaussianEvent.from_sizes(self.b, self.n_min, z3, "thm27"), worst))
-        return out
+        # every client's local releases are accounted by the busiest client's count
+        return self.mechanism.events(self.levels, {**self.counts, "local": max(self.local)})
 
     def _noise_keys(self) -> tuple:
         return super()._noise_keys() + (("sigma3",) if max(self.local) else ())

@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 
 from .. import mechanisms as M
-from ..accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from ._core import NoiseSource, PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clipped_grad_sum
 from .d2p import NoGuarantee
@@ -274,10 +273,10 @@ class DistributedClipD2P(PrivateOptimizer):
         return self.C
 
     def _std(self, g) -> float:
-        return 0.0 if self.sigma == 0.0 else self.sigma * self.C
+        return 0.0 if self.sigma == 0.0 else self.mechanism.std("iteration", self.sigma, self.C)
 
     def _sensitivity(self):
-        return self.C if self.poisson else 2.0 * self.C
+        return self.mechanism.sensitivity("iteration", self.C)
 
     def evaluate(self, params=None) -> dict:
         """Loss and ||grad f|| at the network average x-bar over all nodes' data (collective)."""
@@ -288,10 +287,7 @@ class DistributedClipD2P(PrivateOptimizer):
         return _global_metrics(*self._loss_and_grad(unflat(xbar, self.like), self.xs, self.ys, w))
 
     def _events(self) -> list:
-        J = self.mechanism.samples_per_node
-        ev = PoissonSampledGaussianEvent(1.0 / J, self.sigma) if self.poisson else \
-            WORSampledGaussianEvent.from_sizes(1, J, self.sigma / 2.0)
-        return [(ev, self.counts["iteration"])]
+        return self.mechanism.events(self.levels, self.counts)
 
     def _state(self) -> dict:
         return {"x": self.x_local, "w": self.w_local, "node_rng": self.node_generator.get_state()}

@@ -13,7 +13,6 @@ import torch
 from torch.func import functional_call
 
 from .. import mechanisms as M
-from ..accountant import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
 from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum
@@ -91,15 +90,16 @@ class DPSGD(_OneDataset):
         s = self._clipped(idx, self.C, cur)
         if hit:
             s = s + self._canary_clip(self.point, self.C)
-        std = 0.0 if self.z == 0.0 else self.z * self.C
+        std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
         noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
-                                        sensitivity=self.C, relation="add/remove")
+                                     sensitivity=self.mechanism.sensitivity("step", self.C),
+                                     relation=self.mechanism.release("step").relation)
         self.counts["step"] += 1
         self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
         self.point += 1
 
     def _events(self) -> list:
-        return [(PoissonSampledGaussianEvent(self.q, self.z), self.counts["step"])]
+        return self.mechanism.events(self.levels, self.counts)
 
 
 class DPSRM(_OneDataset):
@@ -134,7 +134,6 @@ class DPSRM(_OneDataset):
         self.lr = _check_lr(lr)
         self.max_step = None if max_step is None else _check_lr(max_step, "max_step")
         self.total_rounds = m.steps
-        self.d0, self.dt = m.sensitivities
         self.v = None
 
     def _eta(self, v) -> float:
@@ -153,7 +152,7 @@ class DPSRM(_OneDataset):
             if hit:
                 v = v + self._canary_clip(self.point, self.C1)
             v = v / self.b0
-            std, sens, kind = self.sigma0, self.d0, "v^0"
+            level, kind = self.sigma0, "v^0"
         else:
             cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
             self._set_params(cur)
@@ -171,19 +170,14 @@ class DPSRM(_OneDataset):
                 dsum = dsum + self._canary_clip(self.point, self.C2, self.point - 1)
                 g = g + self._canary_clip(self.point, self.C1)
             v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b + (1.0 - self.gamma) * self.v
-            std, sens, kind = self.sigma, self.dt, "v^t"
-        self.v = self.noise.privatize(v, std, round=r, name=kind, sensitivity=sens,
-                                         relation="replace-one")
+            level, kind = self.sigma, "v^t"
+        m = self.mechanism
+        self.v = self.noise.privatize(v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
+                                      relation=m.release(kind).relation)
         self.counts[kind] += 1
 
     def _events(self) -> list:
-        out = []
-        if self.counts["v^0"]:
-            out.append((WORSampledGaussianEvent.from_sizes(self.b0, self.n, self.sigma0 / self.d0), 1))
-        if self.counts["v^t"]:
-            out.append((WORSampledGaussianEvent.from_sizes(self.b, self.n, self.sigma / self.dt),
-                        self.counts["v^t"]))
-        return out
+        return self.mechanism.events(self.levels, self.counts)
 
     def _noise_keys(self) -> tuple:
         return ("sigma0", "sigma") if self.counts["v^t"] else ("sigma0",)
@@ -237,7 +231,6 @@ class DiceSGD(_OneDataset):
                 raise ValueError(f"{name}={b!r} is not allowed: expected a number in [0, 1).")
         self.adam_eps = float(eps)
         self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
-        self.d0, self.dt = (self.C1 / self.B, 2.0 * self.C2 + self.C1 / self.B)
         d = sum(p.numel() for p in self.model.parameters())
         self.e = torch.zeros(d, device=self.device, dtype=self.dtype)
         self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
@@ -264,10 +257,11 @@ class DiceSGD(_OneDataset):
             clipped = clipped + self._canary_clip(self.point, self.C1, stabilizer=self.stabilizer)
             plain = plain + self._cg(self.point)
         v = clipped / self.B + self._clip_e()
-        sens = self.d0 if t == 0 else self.dt
-        vw = self.noise.privatize(v, self.sigma1, round=r, name="v^t + w^t", sensitivity=sens,
-                                  relation="add/remove")
-        self.counts["first" if t == 0 else "later"] += 1
+        kind, m = ("first" if t == 0 else "later"), self.mechanism
+        vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name="v^t + w^t",
+                                  sensitivity=m.sensitivity(kind, (self.C1, self.C2)),
+                                  relation=m.release(kind).relation)
+        self.counts[kind] += 1
         if self.opt == "sgd":
             step = vw
         else:
@@ -282,12 +276,8 @@ class DiceSGD(_OneDataset):
         self.point += 1
 
     def _events(self) -> list:
-        out = []
-        if self.counts["first"]:
-            out.append((GaussianEvent(self.sigma1 / self.d0), 1))
-        if self.counts["later"]:
-            out.append((GaussianEvent(self.sigma1 / self.dt), self.counts["later"]))
-        return out
+        # the clips this run really uses (<= the calibration's): their sensitivity, the run's epsilon
+        return self.mechanism.events(self.levels, self.counts, (self.C1, self.C2))
 
     def _state(self) -> dict:
         return {"e": self.e, "m1": self.m1, "m2": self.m2}
