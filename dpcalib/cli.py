@@ -7,7 +7,9 @@
     dpcalib account --poisson Q:Z:COUNT --gaussian Z:COUNT --wor GAMMA:Z:COUNT --delta D [--json]
 
 Bad input gives one line on stderr naming the option, the value and what is allowed, and exit
-code 2 -- never a traceback.  Importing this module (and every command) never imports torch.
+code 2 -- never a traceback; a failed computation that is not a check of the input is reported
+as an internal error (exit 1).  Importing this module never imports torch; only ``audit`` and
+``train`` do.
 """
 
 from __future__ import annotations
@@ -429,6 +431,33 @@ def _require_torch(command: str) -> None:
                           "pip install 'dpcalib[torch]'") from None
 
 
+_PACKAGE_ROOTS = None
+
+
+def _raised_on_purpose(exc: BaseException) -> bool:
+    """True if ``exc`` came from a ``raise`` statement in dpcalib's own code (its argument checks:
+    bad input), False if it escaped from a computation (a math domain error, numpy, scipy): that
+    is a bug, not a usage error."""
+    import os
+    import traceback
+
+    global _PACKAGE_ROOTS
+    if _PACKAGE_ROOTS is None:
+        import dpcalib.accountant
+        import dpcalib.mechanisms
+        _PACKAGE_ROOTS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                               for m in (sys.modules[__package__], dpcalib.accountant, dpcalib.mechanisms))
+        if "dpcalib.optim" in sys.modules:
+            _PACKAGE_ROOTS += (os.path.dirname(os.path.abspath(sys.modules["dpcalib.optim"].__file__)) + os.sep,)
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return True
+    last = frames[-1]
+    if not os.path.abspath(last.filename).startswith(_PACKAGE_ROOTS):
+        return False
+    return (last.line or "").lstrip().startswith("raise")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -470,6 +499,13 @@ def main(argv=None) -> int:
         return rc
     except (_UsageError, ValueError) as exc:
         msg = " ".join(str(exc).split())
+        if isinstance(exc, ValueError) and not _raised_on_purpose(exc):
+            # not a check of the input: a computation failed -- a bug to report, not a usage error
+            import traceback
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            print(f"dpcalib: internal error: {type(exc).__name__}: {msg} (at {where.filename}:{where.lineno}); "
+                  "this is a bug in dpcalib, please report it with the command line", file=sys.stderr)
+            return 1
         print(f"dpcalib: error: {msg}", file=sys.stderr)
         return 2
 

@@ -177,3 +177,22 @@ def test_failed_paper_conditions_are_warned_on_stderr_and_in_python(capsys):
     py = [str(w.message) for w in caught if issubclass(w.category, PaperConditionWarning)]
     assert py and py == list(rep.warnings)
     assert {f"dpcalib: warning: {m}" for m in py} == set(lines)
+
+
+def test_a_failed_computation_is_an_internal_error_not_a_usage_error(monkeypatch, capsys):
+    import math as _math
+
+    import dpcalib.mechanisms as M
+
+    def broken(self, *args, **kwargs):
+        return _math.sqrt(-1.0)          # ValueError: math domain error, not a check of the input
+    monkeypatch.setattr(M.DPSGD, "calibrate", broken)
+    rc = main(["calibrate", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.02", "--steps", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    assert len(err) == 1 and err[0].startswith("dpcalib: internal error: ValueError: math domain error")
+    # a check of the input stays a usage error (exit 2)
+    monkeypatch.undo()
+    rc = main(["calibrate", "dp-sgd", "--epsilon", "-2", "--delta", "1e-5", "--sampling-rate", "0.02", "--steps", "10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("dpcalib: error:")

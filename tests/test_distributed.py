@@ -45,7 +45,7 @@ def launch(kind, world, outdir, opts=None, per_rank=None, wait=120):
 
 
 def outputs(outdir, world):
-    return [torch.load(os.path.join(outdir, f"out{r}.pt"), weights_only=False) for r in range(world)]
+    return [torch.load(os.path.join(outdir, f"out{r}.pt"), weights_only=True) for r in range(world)]
 
 
 def errors(outdir, world):
