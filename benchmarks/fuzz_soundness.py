@@ -81,6 +81,9 @@ def _trim(pmf: np.ndarray, off: int, drop: float = 1e-30):
     return pmf[lo:hi], off + lo
 
 
+MAX_POINTS = 2_000_000          # grid points of one release's loss pmf (about 16 MB per array)
+
+
 def _conv(a, oa, b, ob, drop):
     from scipy.signal import fftconvolve
 
@@ -147,6 +150,14 @@ def delta_lower(groups, eps: float, delta: float, h: float | None = None) -> flo
     n = sum(c for *_, c in groups)
     if h is None:
         h = min(2e-3, max(2e-5, 0.05 / max(1, n)))
+    # Memory cap: one release's loss spans about slope * span; with little noise (z << 1) that is
+    # huge, and a grid of spacing h would not fit in memory.  A coarser grid only loosens this
+    # lower bound (rounding down costs at most h per release), it never makes it unsound.
+    for kind, _, z, count in groups:
+        if count:
+            a = 1.0 / (2.0 * z) if kind == "replace" else 1.0 / z
+            slope, span = (2.0 * a, 2.0 * a + 26.0) if kind == "replace" else (a, a + 26.0)
+            h = max(h, slope * span / MAX_POINTS)
     drop = 1e-3 * delta / (4 * (len(groups) + 1) * (2 * max(1, n).bit_length() + 2))
     total, off = np.ones(1), 0
     for kind, gamma, z, count in groups:

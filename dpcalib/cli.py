@@ -76,7 +76,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         if o.type is bool:
             p.add_argument(o.flag, dest=o.field, action="store_true", help=o.help)
         else:
-            p.add_argument(o.flag, dest=o.field, type=o.type, required=o.default is None and o.field != "C",
+            p.add_argument(o.flag, dest=o.field, type=o.type, required=o.required,
                            default=o.default, help=o.help + ("" if o.default is None else f" (default {o.default})"))
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
     return p

@@ -39,6 +39,9 @@ class ClipD2P(Releases):
     relation: str = "add/remove"
 
     name = "clipd2p"
+    field_help = {"samples_per_node": "samples per node J", "iterations": "iterations K",
+                  "relation": "add/remove (Poisson) or replace-one"}
+    calibrate_options = {}
 
     def __post_init__(self):
         v.integer(self.samples_per_node, "samples_per_node", low=1)
@@ -131,6 +134,9 @@ class AdaD2P:
     iterations: int = 1
 
     name = "adad2p"
+    field_help = {"samples_per_node": "samples per node J", "iterations": "iterations K"}
+    calibrate_options = {}
+    noise_levels = ("sigma",)     # what the paper calls its noise (no release is accountable)
 
     def accountant(self, *args, **kwargs):
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)

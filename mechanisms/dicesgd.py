@@ -80,6 +80,10 @@ class DiceSGD(Releases):
     name = "dicesgd"
     releases = (ReleaseSpec("first", "sigma1", "add/remove", "full batch", "absolute", "1 (t = 0)"),
                 ReleaseSpec("later", "sigma1", "add/remove", "full batch", "absolute", "T - 1 (t >= 1)"))
+    field_help = {"N": "dataset size N", "batch_size": "batch B", "steps": "iterations T", "C1": "clip C1",
+                  "C2": "error-feedback clip C2 (average scale)", "C": "constant C with B*C2 <= C (default B*C2)",
+                  "G_prime": "G' if known (default inf)", "automatic": "automatic variant (Algorithm 4)"}
+    calibrate_options = {}
 
     def __post_init__(self):
         n = v.integer(self.N, "N", low=1)

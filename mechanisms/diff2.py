@@ -67,6 +67,10 @@ class DIFF2GD(Releases):
 
     name = "diff2-gd"
     releases = (_RESTART, _DIFFERENCE)
+    #: one line per field and per calibrate() option (the CLI's --help is built from these)
+    field_help = {"rounds": "rounds R", "restart_interval": "restart interval T", "clients": "clients P",
+                  "n_min": "smallest local dataset n_min"}
+    calibrate_options = {"u": "budget split u > 1 (Prop. 4.1)"}
 
     def __post_init__(self):
         r = v.integer(self.rounds, "rounds", low=1)
@@ -198,6 +202,8 @@ class DPGD(Releases):
 
     name = "dp-gd"
     releases = (ReleaseSpec("restart", "sigma1", "replace-one", "full batch", "clip", "R (every round)"),)
+    field_help = {"rounds": "rounds R", "clients": "clients P", "n_min": "smallest local dataset n_min"}
+    calibrate_options = {}
 
     def __post_init__(self):
         v.integer(self.rounds, "rounds", low=1)
@@ -254,6 +260,9 @@ class DIFF2BVR(Releases):
     releases = (_RESTART, _DIFFERENCE,
                 ReleaseSpec("local", "sigma3", "replace-one", "fixed size without replacement", "clip",
                             "(K - 1) ceil(R/P) per client"))
+    field_help = {**DIFF2GD.field_help, "local_steps": "local steps K",
+                  "batch_size": "local minibatch b (without replacement)"}
+    calibrate_options = {"u1": "budget split u1 (Prop. E.2)", "u2": "budget split u2 (Prop. E.2)"}
 
     def __post_init__(self):
         DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)

@@ -57,6 +57,8 @@ class DPSGD(Releases):
 
     name = "dp-sgd"
     releases = (ReleaseSpec("step", "noise_multiplier", "add/remove", "Poisson", "clip", "T steps"),)
+    field_help = {"sampling_rate": "Poisson sampling rate q = B/N", "steps": "steps T"}
+    calibrate_options = {}
 
     def __post_init__(self):
         v.in_range(self.sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)

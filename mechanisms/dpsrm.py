@@ -43,6 +43,10 @@ class DPSRM(Releases):
     releases = (ReleaseSpec("v^0", "sigma0", "replace-one", "fixed size without replacement", "absolute", "1 (t = 0)"),
                 ReleaseSpec("v^t", "sigma", "replace-one", "fixed size without replacement", "absolute",
                             "T - 1 (t >= 1)"))
+    field_help = {"n": "dataset size n", "steps": "iterations T", "b0": "first batch b0", "b": "batch b",
+                  "lipschitz": "G (or clip C1)", "step_bound": "zeta/n0 (or clip C2)",
+                  "momentum": "momentum gamma in (0, 1]"}
+    calibrate_options = {"beta": "budget split beta (paper mode)"}
 
     def __post_init__(self):
         n = v.integer(self.n, "n", low=1)

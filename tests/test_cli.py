@@ -196,3 +196,20 @@ def test_a_failed_computation_is_an_internal_error_not_a_usage_error(monkeypatch
     rc = main(["calibrate", "dp-sgd", "--epsilon", "-2", "--delta", "1e-5", "--sampling-rate", "0.02", "--steps", "10"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("dpcalib: error:")
+
+
+def test_cli_options_are_the_mechanisms_fields():
+    # one registry: every constructor field of every mechanism is an option, with its default
+    import dataclasses
+
+    for name, (cls, _) in ALGORITHMS.items():
+        spec = SPECS[name]
+        shape = {o.field: o for o in spec.options if o.target == "shape"}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(shape) == set(fields), name
+        for f in fields.values():
+            assert shape[f.name].required == (f.default is dataclasses.MISSING)
+            assert shape[f.name].required or shape[f.name].default == f.default
+        assert {o.field for o in spec.options if o.target == "split"} == set(cls.calibrate_options)
+    assert SPECS["diff2-bvr"].noise == ("sigma1", "sigma2", "sigma3")
+    assert SPECS["dicesgd"].options[0].flag == "--n" and SPECS["dp-srm"].options[-1].flag == "--beta"
