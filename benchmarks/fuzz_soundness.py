@@ -82,11 +82,18 @@ def _trim(pmf: np.ndarray, off: int, drop: float = 1e-30):
 
 
 MAX_POINTS = 2_000_000          # grid points of one release's loss pmf (about 16 MB per array)
+MAX_CONV = 8_000_000            # points of a composed pmf (an FFT convolution of ~1 GB at most)
+
+
+class _TooBig(Exception):
+    """A composed pmf would exceed MAX_CONV points: retry on a coarser grid."""
 
 
 def _conv(a, oa, b, ob, drop):
     from scipy.signal import fftconvolve
 
+    if len(a) + len(b) > MAX_CONV:
+        raise _TooBig
     out = fftconvolve(a, b) if min(len(a), len(b)) > 64 else np.convolve(a, b)
     # FFT round-off can leave values of order 1e-17 * max; negative ones are set to zero and
     # the positive ones are at most ATOL in total over the range that matters (see ATOL).
@@ -140,6 +147,16 @@ def _pair_pmf(kind: str, gamma: float, z: float, h: float, drop: float):
 
 
 def delta_lower(groups, eps: float, delta: float, h: float | None = None) -> float:
+    """See :func:`_delta_lower`; on a grid too fine for memory, retried on a 4x coarser one (a
+    coarser grid only loosens this lower bound)."""
+    while True:
+        try:
+            return _delta_lower(groups, eps, delta, h)
+        except _TooBig as exc:
+            h = 4.0 * exc.args[0]
+
+
+def _delta_lower(groups, eps: float, delta: float, h: float | None = None) -> float:
     """Lower bound on delta(eps) of the composition of ``groups`` = [(kind, gamma, z, count)]
     (kinds of :func:`_pair_pmf`) on one pair of neighbouring datasets.  For add/remove pass
     every group twice, once "remove" and once "add": see :func:`poisson_delta_lower`.
@@ -159,6 +176,13 @@ def delta_lower(groups, eps: float, delta: float, h: float | None = None) -> flo
             slope, span = (2.0 * a, 2.0 * a + 26.0) if kind == "replace" else (a, a + 26.0)
             h = max(h, slope * span / MAX_POINTS)
     drop = 1e-3 * delta / (4 * (len(groups) + 1) * (2 * max(1, n).bit_length() + 2))
+    try:
+        return _compose_delta(groups, eps, h, drop)
+    except _TooBig:
+        raise _TooBig(h) from None
+
+
+def _compose_delta(groups, eps, h, drop) -> float:
     total, off = np.ones(1), 0
     for kind, gamma, z, count in groups:
         if count == 0:
