@@ -30,6 +30,7 @@ from ..accountant import PrivacyAccountant
 from ..mechanisms import CalibrationReport
 
 from .clipping import clip_factors
+from .transport import ONE_PROCESS
 
 __all__ = ["Release", "NoiseSource", "FollowerSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
 
@@ -273,7 +274,7 @@ class PrivateOptimizer:
 
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
                  record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
-                 chunk_size: int = 1024):
+                 chunk_size: int = 1024, transport=None):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
@@ -282,6 +283,7 @@ class PrivateOptimizer:
         if clip_method not in ("auto", "ghost", "vmap"):
             raise ValueError(f"clip_method={clip_method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
         self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
+        self.transport = ONE_PROCESS if transport is None else transport
         first = next(model.parameters(), None)
         if first is None:
             raise ValueError("model is not allowed: it has no parameters.")
@@ -314,6 +316,9 @@ class PrivateOptimizer:
         if gradient is None:
             self.canary = None
             return
+        if not self.transport.canaries:
+            raise ValueError(f"set_canary is not allowed on the {self.transport.name} transport: audit the "
+                             "one-process optimizer.")
         d = sum(p.numel() for p in self.model.parameters())
         fn = gradient if callable(gradient) else (lambda j, g=gradient: g)
         g0 = torch.as_tensor(fn(0))
@@ -415,9 +420,9 @@ class PrivateOptimizer:
         return loss.detach(), flat(dict(zip(p, g)))
 
     def evaluate(self, params: dict | None = None) -> dict:
-        """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private."""
-        loss, g = self._loss_and_grad(params or self._eval_params(), *self._objective())
-        return {"loss": float(loss), "grad_norm": float(torch.linalg.vector_norm(g))}
+        """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private.
+        On a multi-process transport this is a collective: every process adds its share."""
+        return self.transport.metrics(*self._loss_and_grad(params or self._eval_params(), *self._objective()))
 
     # -- run loop --------------------------------------------------------------------------------
     def _step(self, r: int) -> None:
@@ -492,7 +497,7 @@ class PrivateOptimizer:
             "rng": {"data": self.data_generator.get_state(), "output": self.output_generator.get_state()},
             "noise": self.noise.state_dict(), "out": self._out, "n_candidates": self._n_candidates,
             "levels": dict(self.levels), "point": self.point, "format": CHECKPOINT_FORMAT,
-            "mechanism": _shape(self.mechanism),
+            "mechanism": _shape(self.mechanism), "transport": self.transport.name,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -506,6 +511,9 @@ class PrivateOptimizer:
         if state.get("algorithm") != self.name or state.get("total_rounds") != self.total_rounds:
             raise ValueError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
                              f"{state.get('total_rounds')} rounds; this is {self.name!r} with {self.total_rounds}.")
+        if state.get("transport", "one-process") != self.transport.name:
+            raise ValueError(f"checkpoint is not allowed: it was written on the {state.get('transport')!r} transport; "
+                             f"this run is on {self.transport.name!r}.")
         if state.get("mechanism") != _shape(self.mechanism):
             raise ValueError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
                              f"this run's {_shape(self.mechanism)}.")
@@ -530,7 +538,8 @@ class PrivateOptimizer:
 
     def save_checkpoint(self, path) -> None:
         """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""
-        tmp = f"{os.fspath(path)}.tmp"
+        path = self.transport.path(os.fspath(path))
+        tmp = f"{path}.tmp"
         torch.save(self.state_dict(), tmp)
         os.replace(tmp, path)
 
@@ -538,6 +547,7 @@ class PrivateOptimizer:
         """Resume from a file written by :meth:`save_checkpoint`.  The file is read with
         ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a
         checkpoint from someone else cannot run code; anything else is refused (``ValueError``)."""
+        path = self.transport.path(os.fspath(path))
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except FileNotFoundError:

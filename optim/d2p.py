@@ -3,7 +3,10 @@ Gaussian noise over the time-varying directed exponential graph (AdaD2P paper Ap
 
 The n nodes are simulated in one process with their parameters stacked along dimension 0
 (``X`` is n x d); per-node, per-sample gradients come from one nested ``torch.func.vmap``, the
-mixing is one matrix product ``X <- P^k X_half``.  Node i's iteration k:
+mixing is one matrix product ``X <- P^k X_half``.  The same code runs one node per process on
+torch.distributed: ``X`` then has the rank's one row and the mixing is a push-sum exchange
+(:class:`dpcalib.optim.distributed.NodesOnRanks`; see :mod:`dpcalib.optim.transport`).  Node i's
+iteration k:
 
   g_i = grad l(z_i; xi_i)                         (ClipD2P: clipped to C)
   x_i^{k+1/2} = x_i - lr (g_i + N_i),   N_i ~ N(0, s_i^2 I)
@@ -27,7 +30,7 @@ from ..mechanisms._report import paper_warning
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clip_factors
-from .graph import VARIANTS, mixing_matrix
+from .graph import VARIANTS
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P"]
 
@@ -45,6 +48,13 @@ class _Decentralized(PrivateOptimizer):
             raise ValueError(f"graph={graph!r} is not allowed: expected one of {VARIANTS}.")
         if not isinstance(node_data, (list, tuple)) or not node_data:
             raise ValueError("node_data is not allowed: expected a non-empty list of (x, y) pairs, one per node.")
+        here = self.transport.here(len(node_data))      # the nodes this process runs
+        if len(here) != len(node_data):
+            raise ValueError(f"node_data has {len(node_data)} nodes, which is not allowed: this process runs "
+                             f"{len(here)} on the {self.transport.name} transport.")
+        for i, pair in zip(here, node_data):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f"node_data[{i}] is not allowed: expected an (x, y) pair.")
         xs, ys = zip(*((self._to(a), self._to(b)) for a, b in node_data))
         sizes = {x.shape[0] for x in xs} | {y.shape[0] for y in ys}
         if len(sizes) != 1:
@@ -55,18 +65,21 @@ class _Decentralized(PrivateOptimizer):
         if self.J < J_cal:
             raise ValueError(f"node_data has J={self.J} records per node, which is not allowed: the calibration "
                              f"assumes J >= samples_per_node={J_cal} (a larger sampling rate than calibrated).")
-        self.xs, self.ys = torch.stack(xs), torch.stack(ys)          # [n, J, ...]
-        self.nodes, self.graph, self.lr = len(xs), graph, _check_lr(lr)
+        self.xs, self.ys = torch.stack(xs), torch.stack(ys)          # [nodes here, J, ...]
+        self.here = here
+        self.nodes = self.transport.total(len(xs))                    # nodes in the network
+        self.graph, self.lr = graph, _check_lr(lr)
         self.total_rounds = mechanism.iterations
         self.relation = getattr(mechanism, "relation", "replace-one")
         self.poisson = self.relation == "add/remove"
         self.like = {k: v.clone() for k, v in self.params().items()}
+        # node i's sampling and noise streams are the same whichever process runs it
         data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.nodes)
-        self.node_generators = [torch.Generator(device=self.device).manual_seed(s) for s in data_seeds]
-        self.noise.use_rows(noise_seeds)
+        self.node_generators = [torch.Generator(device=self.device).manual_seed(data_seeds[i]) for i in here]
+        self.noise.use_rows([noise_seeds[i] for i in here])
         x0 = flat(self.like)
-        self.X = x0.unsqueeze(0).repeat(self.nodes, 1)                # x_i^0 = z_i^0 = model's parameters
-        self.w = torch.ones(self.nodes, device=self.device, dtype=self.dtype)
+        self.X = x0.unsqueeze(0).repeat(len(here), 1)                 # x_i^0 = z_i^0 = model's parameters
+        self.w = torch.ones(len(here), device=self.device, dtype=self.dtype)
 
         def one(pflat, xi, yi):
             p, i = {}, 0
@@ -78,8 +91,8 @@ class _Decentralized(PrivateOptimizer):
         self._grads = vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
 
     def _sample(self):
-        """``(x [n, M, ...], y [n, M], mask [n, M])``: the examples each node uses this iteration."""
-        n, J = self.nodes, self.J
+        """``(x [n, M, ...], y [n, M], mask [n, M])``: the examples each node here uses this iteration."""
+        n, J = len(self.here), self.J
         gens = self.node_generators       # node i samples with its own generator (as rank i would)
         if not self.poisson:
             idx = torch.stack([torch.randint(J, (1,), generator=g, device=self.device) for g in gens])
@@ -119,29 +132,32 @@ class _Decentralized(PrivateOptimizer):
         g, mask = self._node_grads(Z)
         g_nodes = self._combine(g, mask)                              # [n, d]
         noisy = self.noise.privatize_rows(g_nodes, self._stds(g_nodes), round=r,
-                                          names=[f"node {i}: g + N" for i in range(self.nodes)],
+                                          names=[f"node {i}: g + N" for i in self.here],
                                           sensitivity=self._sensitivity(), relation=self.relation)
         half = self.X - self.lr * noisy
-        P = mixing_matrix(self.nodes, k, self.graph, dtype=self.dtype, device=self.device)
-        self.X, self.w = P @ half, P @ self.w
+        self.X, self.w = self.transport.mix(half, self.w, k, self.graph)
         self.counts["iteration"] += 1
         self.point += 1
         self._sync_model()
 
     def _sync_model(self):
-        self._set_params(unflat(self.X.mean(0), self.like))
+        self._set_params(unflat(self.transport.view(self.X, self.w), self.like))
 
     def average(self) -> torch.Tensor:
-        """The network average x-bar (flat)."""
-        return self.X.mean(0)
+        """The network average x-bar (flat; a collective on a multi-process transport)."""
+        return self.transport.average(self.X)
+
+    def _eval_params(self) -> dict:
+        return unflat(self.average(), self.like)
 
     def _sensitivity(self):
         return None
 
     def _objective(self):
-        n, J = self.nodes, self.J
-        w = torch.full((n * J,), 1.0 / (n * J), device=self.device, dtype=self.dtype)
-        return self.xs.reshape(n * J, *self.xs.shape[2:]), self.ys.reshape(n * J, *self.ys.shape[2:]), w
+        """The records of the nodes here, each weighted 1 / (nodes J) of the global objective."""
+        m, J = len(self.here), self.J
+        w = torch.full((m * J,), 1.0 / (self.nodes * J), device=self.device, dtype=self.dtype)
+        return self.xs.reshape(m * J, *self.xs.shape[2:]), self.ys.reshape(m * J, *self.ys.shape[2:]), w
 
     def _state(self) -> dict:
         return {"X": self.X, "w": self.w, "node_rng": [g.get_state() for g in self.node_generators]}
@@ -176,7 +192,7 @@ class ClipD2P(_Decentralized):
 
     def _stds(self, g_nodes):
         s = 0.0 if self.sigma == 0.0 else self.mechanism.std("iteration", self.sigma, self.C)
-        return torch.full((self.nodes,), s, device=self.device, dtype=torch.float64)
+        return torch.full((g_nodes.shape[0],), s, device=self.device, dtype=torch.float64)
 
     def _sensitivity(self):
         return self.mechanism.sensitivity("iteration", self.C)

@@ -3,7 +3,10 @@
 P clients are simulated in one process: their datasets are concatenated and each record carries
 the weight ``1/(P n_p)``, so one clipping pass gives ``(1/P) sum_p ClippedMean(D_p)`` without a
 loop over clients or samples.  The server adds ``N(0, sigma^2 C^2 I)`` to the client average
-(Algorithm 1 line 11) from the run's dedicated noise generator.
+(Algorithm 1 line 11) from the run's dedicated noise generator.  The same code runs one client
+per process on torch.distributed (:class:`dpcalib.optim.distributed.ClientsOnRanks`): the sum
+over clients becomes an all-reduce, the release a broadcast from the server rank (see
+:mod:`dpcalib.optim.transport`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from .clipping import clipped_grad_diff_sum, clipped_grad_sum
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
 
-def _shards(shards, clients: int, n_min: int, to):
+def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:
+    """``{client id: (x, y)}`` of the clients this process runs, validated."""
     if not isinstance(shards, (list, tuple)) or not shards:
         raise ValueError("shards is not allowed: expected a non-empty list of (x, y) pairs, one per client.")
-    if len(shards) != clients:
+    if len(shards) != len(here):
         raise ValueError(f"shards has {len(shards)} clients, which is not allowed: the calibration is for "
                          f"clients={clients}.")
-    out = []
-    for p, pair in enumerate(shards):
+    out = {}
+    for p, pair in zip(here, shards):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"shards[{p}] is not allowed: expected an (x, y) pair.")
         x, y = (to(t) for t in pair)
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"shards[{p}] is not allowed: {x.shape[0]} inputs but {y.shape[0]} targets.")
@@ -35,7 +41,7 @@ def _shards(shards, clients: int, n_min: int, to):
             raise ValueError(f"shards[{p}] has n_p={x.shape[0]} records, which is not allowed: the calibration "
                              f"assumes every client has at least n_min={n_min} (fewer records means a larger "
                              "sensitivity than calibrated).")
-        out.append((x, y))
+        out[p] = (x, y)
     return out
 
 
@@ -56,12 +62,13 @@ class DIFF2GD(PrivateOptimizer):
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
                  seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
-                 chunk_size: int = 1024):
+                 chunk_size: int = 1024, transport=None):
         if not isinstance(mechanism, self._mechanism_types):
             raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
-                         record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size)
+                         record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
+                         transport=transport)
         m = mechanism
         self.T = getattr(m, "restart_interval", 1)
         self.P, self.n_min, self.total_rounds = m.clients, m.n_min, m.rounds
@@ -73,14 +80,16 @@ class DIFF2GD(PrivateOptimizer):
             if c == math.inf and s > 0:
                 raise ValueError(f"{cn}=inf is not allowed with {sn}={s}: unclipped queries have unbounded "
                                  "sensitivity (use inf only for the non-private run, with zero noise).")
-        self.shards = _shards(shards, self.P, self.n_min, self._to)
-        self.x = torch.cat([s[0] for s in self.shards])
-        self.y = torch.cat([s[1] for s in self.shards])
+        # the clients this process runs (all P in one process; the rank's own on torch.distributed)
+        self.shards = _shards(shards, self.P, self.transport.here(self.P), self.n_min, self._to)
+        held = list(self.shards.values())
+        self.x = torch.cat([s[0] for s in held])
+        self.y = torch.cat([s[1] for s in held])
         self.w = torch.cat([torch.full((s[0].shape[0],), 1.0 / (self.P * s[0].shape[0]), device=self.device,
-                                       dtype=self.dtype) for s in self.shards])
+                                       dtype=self.dtype) for s in held])
         self.w_all = self.w
         self.offsets = [0]
-        for xs, _ in self.shards:
+        for xs, _ in held:
             self.offsets.append(self.offsets[-1] + xs.shape[0])
         self.prev = None   # x_{r-2}
         self.v = None      # v~_{r-1}
@@ -109,7 +118,7 @@ class DIFF2GD(PrivateOptimizer):
             part, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
             if self.canary is not None:
                 part = part + self.w_canary * self._canary_clip(self.point, c)
-            v = self._aggregate(part)
+            v = self.transport.aggregate(part)
         else:
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(self.prev)))
             c = 0.0 if dx == 0.0 else self.C2 * dx
@@ -118,21 +127,13 @@ class DIFF2GD(PrivateOptimizer):
             part, s, kind = flat({k: sums[k] for k in cur}), self.sigma2, "difference"
             if self.canary is not None:
                 part = part + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
-            v = self._aggregate(part) + self.v
+            v = self.transport.aggregate(part) + self.v
         std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
-        vt = self._release(v, std, round=r, name=f"v~ ({kind})", sensitivity=self.mechanism.sensitivity(kind, c),
+        vt = self.transport.release(self.noise, v, std, round=r, name=f"v~ ({kind})", sensitivity=self.mechanism.sensitivity(kind, c),
                            relation=self.mechanism.release(kind).relation)
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
-
-    def _aggregate(self, part: torch.Tensor) -> torch.Tensor:
-        """(1/P) sum_p ClippedMean(D_p): here all clients are in ``part`` already (one process)."""
-        return part
-
-    def _release(self, v, std, **kw) -> torch.Tensor:
-        """The server adds the noise (one process: this process is the server)."""
-        return self.noise.privatize(v, std, **kw)
 
     def _advance(self, new_point: int) -> None:
         self.prev_point, self.point = self.point, new_point
@@ -210,7 +211,8 @@ class DIFF2BVR(DIFF2GD):
         x0 = self.params()
         x1 = self._diff2_round(r)            # x_{1,r-1} = x_{0,r-1} - lr v~_r
         p = r % self.P                       # p_r = 1 + (r mod P), 0-based here
-        cur, keep, j_end = self._local_phase(r, p, self.shards[p], x0, x1, self.client_noise_source())
+        cur, keep, j_end = self.transport.run_on(
+            p, lambda: self._local_phase(r, p, self.shards[p], x0, x1, self.client_noise_source()), x0)
         self.local[p] += self.K - 1
         self.x_out = {n: t.clone() for n, t in keep.items()}
         self._set_params(cur)

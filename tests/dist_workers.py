@@ -25,6 +25,12 @@ def diff2_setup(P, rounds=8):
     return shards, mech, mech.calibrate(2.0, 1e-5)
 
 
+def dpgd_setup(P, rounds=6):
+    shards, _, _ = diff2_setup(P)
+    mech = M.DPGD(rounds, P, 12)
+    return shards, mech, mech.calibrate(2.0, 1e-5)
+
+
 def bvr_setup(P, rounds=7):
     g = torch.Generator().manual_seed(3)
     shards = [(torch.randn(12, 3, generator=g, dtype=torch.float64), torch.randn(12, generator=g, dtype=torch.float64))
@@ -50,6 +56,9 @@ def run(kind, rank, world, port, outdir, opts):
             shards, mech, rep = diff2_setup(world)
             opt = D.DistributedDIFF2GD(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
                                        seed=5)
+        elif kind == "dpgd":
+            shards, mech, rep = dpgd_setup(world)
+            opt = D.DistributedDIFF2GD(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, lr=0.2, seed=5)
         elif kind == "bvr":
             shards, mech, rep = bvr_setup(world)
             opt = D.DistributedDIFF2BVR(model(), O.squared_loss, shards[rank], mech, rep, C1=1.0, C2=2.0, lr=0.2,
@@ -72,7 +81,7 @@ def run(kind, rank, world, port, outdir, opts):
         if opts.get("checkpoint"):
             opt.save_checkpoint(os.path.join(outdir, "ck"))
         state = opt.x_local if kind in ("d2p", "ada") else torch.cat([p.detach().reshape(-1) for p in opt.model.parameters()])
-        torch.save({"x": state, "w": getattr(opt, "w_local", None), "eps": opt.epsilon_spent(1e-5),
+        torch.save({"x": state, "w": getattr(opt, "w_local", None), "eps": opt.epsilon_spent(),
                     "metrics": opt.evaluate()}, os.path.join(outdir, f"out{rank}.pt"))
         D.shutdown()                             # barrier, then destroy_process_group
     except D.DistributedRunError as exc:

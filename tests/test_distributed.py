@@ -71,6 +71,20 @@ def test_diff2_gd_on_three_processes_matches_the_simulation(tmp_path):
         assert out["metrics"]["loss"] == pytest.approx(sim.evaluate()["loss"], rel=1e-6)
 
 
+def test_dp_gd_on_two_processes_matches_the_simulation_and_spends_its_calibrated_epsilon(tmp_path):
+    codes = launch("dpgd", 2, tmp_path)
+    assert codes == [0, 0], errors(tmp_path, 2)
+    shards, mech, rep = W.dpgd_setup(2)
+    sim_model = W.model()
+    sim = O.DPGD(sim_model, O.squared_loss, shards, mech, rep, C1=1.0, lr=0.2, seed=5)
+    sim.run(progress=False)
+    for out in outputs(tmp_path, 2):
+        torch.testing.assert_close(out["x"], _flat(sim_model), rtol=1e-6, atol=1e-12)
+        # the calibration's delta travels with the report: eps spent at the end is the target
+        assert out["eps"] == pytest.approx(sim.epsilon_spent(), rel=1e-12)
+        assert out["eps"] == pytest.approx(2.0, rel=1e-3)
+
+
 def test_diff2_bvr_on_three_processes_matches_the_simulation(tmp_path):
     codes = launch("bvr", 3, tmp_path)
     assert codes == [0, 0, 0], errors(tmp_path, 3)
