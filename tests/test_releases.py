@@ -6,7 +6,7 @@ import pytest
 
 import dpcalib.mechanisms as M
 
-from tests.builders import DELTA, build, mlp
+from tests.builders import build, mlp
 
 # (builder name, mechanism class, the first release's sensitivity written from the paper, target eps)
 CASES = [
