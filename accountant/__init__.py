@@ -1,5 +1,6 @@
 """dpcalib accounting core: Rényi DP of Gaussian mechanisms, subsampling amplification,
-RDP -> (eps, delta) conversion and exact Gaussian (GDP) composition.
+RDP -> (eps, delta) conversion, exact Gaussian (GDP) composition, and privacy-loss
+distributions with a certified two-sided bracket on eps(delta) (:mod:`.pld`).
 
 Pure numpy/scipy: importing this package never imports torch (dp-accounting is imported only
 inside :meth:`PrivacyAccountant.cross_check` and ``to_dp_event``).  See docs/accounting.md for
@@ -17,6 +18,7 @@ from .events import (
 )
 from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
+from .pld import EpsilonBracket, pld_delta, pld_epsilon
 from .poisson import poisson_gaussian_rdp
 from .subsampling import (
     LemmaB8Conditions,
@@ -52,4 +54,7 @@ __all__ = [
     "PrivacyAccountant",
     "EpsilonReport",
     "DEFAULT_ORDERS",
+    "EpsilonBracket",
+    "pld_epsilon",
+    "pld_delta",
 ]

@@ -177,12 +177,17 @@ class PrivacyAccountant:
             (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
         """
         d = _validate.delta(delta)
-        if method not in ("auto", "gdp", "rdp"):
-            raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'gdp' or 'rdp'.")
+        if method not in ("auto", "gdp", "rdp", "pld", "best"):
+            raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
+                             f"'pld' or 'best'.")
         if conversion not in CONVERSIONS:
             raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
+        if method in ("pld", "best"):
+            b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
+            return EpsilonReport(b.upper, d, b.method, None, None,
+                                 (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + b.notes)
         if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):
             mu = self.gdp_mu()
             return EpsilonReport(gdp_epsilon(mu, d), d, "gdp", None, None, (f"mu={mu:.12g}",))
@@ -199,6 +204,47 @@ class PrivacyAccountant:
             eps, order = self._refine(eps, order, d, conversion)
             notes.append("order refined over real values")
         return EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
+
+    def epsilon_bracket(self, delta, rtol: float = 1e-3, methods=("gdp", "pld", "rdp")):
+        """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.
+
+        ``upper`` is the smallest of the sound answers in ``methods``: the exact GDP value (full
+        batch only; then ``lower = upper``), the privacy-loss-distribution upper bound
+        (:mod:`dpcalib.accountant.pld`) and the RDP value, so the bracket is never worse than
+        :meth:`epsilon_report`.  ``lower`` is the PLD lower bound for the same dominating pairs.
+        """
+        from .pld import EpsilonBracket, pld_epsilon
+
+        d = _validate.delta(delta)
+        bad = set(methods) - {"gdp", "pld", "rdp"}
+        if not methods or bad:
+            raise ValueError(f"methods={methods!r} is not allowed: expected a non-empty subset of "
+                             f"('gdp', 'pld', 'rdp').")
+        if not self._events:
+            return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",), "none")
+        if "gdp" in methods and self.is_full_batch_gaussian:
+            e = gdp_epsilon(self.gdp_mu(), d)
+            # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12
+            return EpsilonBracket(e * (1.0 - 1e-12), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
+        from .pld import MIN_DELTA
+
+        if "pld" in methods and d < MIN_DELTA and methods != ("pld",):
+            methods = tuple(m for m in methods if m != "pld")
+            skipped = (f"PLD skipped: delta below {MIN_DELTA:g}",)
+        else:
+            skipped = ()
+        if "pld" in methods:
+            b = pld_epsilon(self._events, d, rtol=rtol)
+            lower, upper, method, notes = b.lower, b.upper, "pld", b.notes
+            h, conv = b.discretization, b.converged
+        else:
+            lower, upper, method, notes, h, conv = 0.0, math.inf, "rdp", skipped, 0.0, False
+        if "rdp" in methods:
+            r = self.epsilon_report(d, method="rdp").epsilon
+            if r < upper:
+                upper, method = r, "rdp"
+                notes = notes + ("RDP gave the smaller certified eps",)
+        return EpsilonBracket(lower, upper, d, h, conv, notes, method)
 
     def _refine(self, eps0: float, order0: float, d: float, conversion: str):
         """Minimise eps over real orders in the grid cell around ``order0`` (bounded Brent)."""

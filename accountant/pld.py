@@ -1,0 +1,569 @@
+"""Privacy-loss distributions (PLD) with a certified two-sided bracket on ``eps(delta)``.
+
+Every event the papers use is a Gaussian release, possibly on a subsample.  In units of its
+noise multiplier ``z`` (noise std / L2 sensitivity) each step has a *dominating pair* ``(P, Q)``
+of one-dimensional Gaussian mixtures (all with std ``z``); its privacy loss ``L = log(dP/dQ)``
+under ``P`` and the hockey-stick profile ``delta(eps) = E_P[(1 - e^(eps - L))_+]`` describe the
+step completely (Dong, Roth & Su 2019; Zhu, Dong & Wang 2022).  Composition adds independent
+losses (the profile of a composition is ``E[delta_A(eps - L_B)]``, monotone in each factor).
+
+Dominating pairs (``N(m) = N(m, z^2)``):
+
+* ``GaussianEvent`` (full batch): ``(N(1), N(0))`` -- Balle & Wang 2018.  Symmetric.
+* ``PoissonSampledGaussianEvent`` (add/remove, probability ``q``): the *remove* pair
+  ``((1-q) N(0) + q N(1), N(0))`` and the *add* pair ``(N(0), (1-q) N(0) + q N(1))``
+  (Zhu, Dong & Wang 2022, Sec. 5, Poisson subsampling).  A neighbouring pair of datasets fixes
+  the direction for the whole run, so each direction is composed on its own and the worse one
+  is reported -- composing only one direction under-reports (Lebeda, Regehr, Kamath & Steinke
+  2024, Sec. 4).
+* ``WORSampledGaussianEvent`` (fixed size ``b`` of ``n`` without replacement, replace-one,
+  ``gamma = b/n``): ``(gamma P + (1-gamma) Q, Q)`` with ``(P, Q) = (N(1), N(0))`` dominates the
+  subsampled Gaussian under substitution (Zhu, Dong & Wang 2022, Sec. 5, sampling without
+  replacement; the (eps, delta) form is Balle, Barthe & Gaboardi 2018, Thm 10).  The
+  convention: dpcalib's noise multiplier of this event is noise std / *replace-one* sensitivity
+  (``2C`` for a sum of clipped terms), which is the shift ``1`` of the pair.  The pair is
+  attained: with every other record's contribution at ``-C`` and the replaced one going from
+  ``+C`` to ``-C`` the release is exactly ``((1-gamma) N(-bC) + gamma N(-bC + 2C), N(-bC))``
+  (tests/test_pld.py integrates that mechanism batch by batch).  Under replace-one the
+  *direction* can change from step to step (it depends on the other records' clipped values,
+  which the model chooses adaptively), so each step is charged ``max`` of the two directions'
+  profiles -- a convex profile, hence a valid one -- before composing.
+
+Discretisation (grid ``h``; losses at ``i*h``):
+
+* **upper** -- each step's loss is rounded to the two neighbouring grid points at random with
+  the probability that keeps ``E_P[e^-L]`` (the ``Q``-mass): this is exactly connect-the-dots
+  (Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022); its profile is the chord of the true
+  convex profile between grid points, hence pointwise larger: a dominating pair.  Mass above
+  the grid is charged as infinite loss, mass below is rounded up to the lowest grid point.
+* **lower** -- the rounding error ``e = L' - L`` of a step has, given ``L``, range exactly
+  ``h`` and mean in ``[0, g(h)]`` with ``g(h) = h/(1-e^-h) - 1 - log(h/(1-e^-h)) ~ h^2/8``.
+  Hoeffding's inequality over the ``K`` steps: ``sum e <= t + K g(h)`` except with probability
+  ``p = exp(-2 t^2 / (K h^2))``, so ``delta(eps) >= delta'(eps + t + K g) - p - (tail mass)``
+  (the argument of the PRV accountant, Gopi, Lee & Wutschitz 2021, Thm 5.1, with one-sided
+  rounding errors).  Both bounds use the same discrete distribution, so the bracket's width is
+  about ``2 t``, i.e. ``O(h sqrt(K))``, not ``O(h K)``.
+* **composition** -- one FFT: each step's pmf is folded onto a cyclic grid of ``N`` points,
+  the transforms are raised to the counts and multiplied.  ``N`` covers a window
+  ``[w_lo, w_hi]`` outside which the composed (discrete) loss has mass at most ``alpha`` on
+  each side by a Chernoff bound computed from the discrete steps' moment generating
+  functions; the wrapped-around mass (at most ``2 alpha``) is charged to the upper bound and
+  subtracted from the lower one.  Floating-point round-off of the FFT is estimated from the
+  largest negative value of the result and charged the same way.
+
+The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
+the best certified answer is returned with a note).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import fft as sfft
+from scipy import signal, special
+
+from . import _validate
+from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+
+__all__ = ["EpsilonBracket", "pld_epsilon", "pld_epsilon_at", "pld_delta"]
+
+_EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
+#: default memory cap of one composition (bytes)
+MEMORY_CAP = 1 << 30
+#: smallest delta the PLD answers: below it the FFT's round-off floor (about 1e-14 of total
+#: mass, summed over the window) is no longer small against delta
+MIN_DELTA = 1e-10
+
+
+@dataclass(frozen=True)
+class EpsilonBracket:
+    """``eps(delta)`` of a composition: ``lower <= true eps <= upper`` (``upper`` is certified)."""
+
+    lower: float
+    upper: float
+    delta: float
+    discretization: float
+    converged: bool
+    notes: tuple = field(default=())
+    #: the sound method that gave ``upper`` ("pld", or "gdp"/"rdp" when the accountant's
+    #: :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_bracket` found them smaller)
+    method: str = "pld"
+
+    @property
+    def width(self) -> float:
+        return self.upper - self.lower
+
+
+# -- one-dimensional Gaussian-mixture pairs ---------------------------------------------------
+
+def _norm_mass(a, b):
+    """P(a < X <= b) for X ~ N(0, 1), accurate in both tails (a <= b elementwise)."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    upper = special.ndtr(-a) - special.ndtr(-b)
+    lower = special.ndtr(b) - special.ndtr(a)
+    return np.maximum(np.where(a >= 0.0, upper, lower), 0.0)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """``P = sum w N(m, z^2)`` vs ``Q = sum w N(m, z^2)``; loss monotone in x.
+
+    ``kind``: "gauss" (P=N(1), Q=N(0)), "remove" (P=mix, Q=N(0)), "add" (P=N(0), Q=mix).
+    """
+
+    kind: str
+    z: float
+    q: float = 1.0
+
+    @property
+    def p_comps(self):
+        if self.kind == "gauss":
+            return ((1.0, 1.0),)
+        if self.kind == "remove":
+            return ((1.0 - self.q, 0.0), (self.q, 1.0))
+        return ((1.0, 0.0),)
+
+    @property
+    def q_comps(self):
+        if self.kind == "add":
+            return ((1.0 - self.q, 0.0), (self.q, 1.0))
+        return ((1.0, 0.0),)
+
+    def loss(self, x):
+        """Privacy loss at x."""
+        x = np.asarray(x, dtype=float)
+        s = (x - 0.5) / (self.z * self.z)
+        if self.kind == "gauss":
+            return s
+        with np.errstate(divide="ignore"):
+            mix = np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
+        return mix if self.kind == "remove" else -mix
+
+    def _x_of_mix(self, ell):
+        """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q))."""
+        ell = np.asarray(ell, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inner = np.log(np.maximum(np.expm1(ell) + self.q, 0.0)) - math.log(self.q)
+        return self.z * self.z * inner + 0.5
+
+    def mass(self, comps, lo, hi):
+        """Mixture mass of lo < x <= hi."""
+        out = 0.0
+        for w, m in comps:
+            if w > 0:
+                out = out + w * _norm_mass((lo - m) / self.z, (hi - m) / self.z)
+        return out
+
+    def bins(self, eps_edges):
+        """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
+        e = np.asarray(eps_edges, dtype=float)
+        if self.kind == "gauss":
+            x = self.z * self.z * e + 0.5
+            lo, hi = x[:-1], x[1:]
+            below = (-np.inf, x[0])
+            above = (x[-1], np.inf)
+        elif self.kind == "remove":
+            x = self._x_of_mix(e)
+            lo, hi = x[:-1], x[1:]
+            below = (-np.inf, x[0])
+            above = (x[-1], np.inf)
+        else:  # add: L > e  <=>  x < x_mix(-e); bins map to [x(-e_(i+1)), x(-e_i))
+            x = self._x_of_mix(-e)
+            lo, hi = x[1:], x[:-1]
+            below = (x[0], np.inf)
+            above = (-np.inf, x[-1])
+        P = self.mass(self.p_comps, lo, hi)
+        Q = self.mass(self.q_comps, lo, hi)
+        p_below = float(self.mass(self.p_comps, *below))
+        p_above = float(self.mass(self.p_comps, *above))
+        return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
+
+    def loss_range(self, tau):
+        """Losses beyond which each tail of P has mass at most tau."""
+        r = float(-special.ndtri(max(tau, 1e-300))) * self.z
+        ms = [m for _, m in self.p_comps]
+        a, b = self.loss(min(ms) - r), self.loss(max(ms) + r)
+        lo, hi = (a, b) if self.kind != "add" else (b, a)
+        if self.kind == "remove":
+            lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)
+        if self.kind == "add":
+            hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)
+        return float(lo), float(hi)
+
+
+@dataclass
+class _Step:
+    """A discretised step: finite masses at (i0 + j) * h, an infinite-loss mass, tail masses."""
+
+    i0: int
+    mass: np.ndarray
+    inf: float
+    bad: float     # mass of the true loss outside the grid (rounded up or sent to infinity)
+    count: int
+
+
+class _OverCap(Exception):
+    pass
+
+
+def _rounded_step(pair: _Pair, h: float, tau: float, count: int, cap_bytes: int) -> _Step:
+    lo, hi = pair.loss_range(tau)
+    if 10 * 8 * (hi - lo) / h > cap_bytes:
+        raise _OverCap
+    i0 = math.floor(lo / h) - 1
+    i1 = math.ceil(hi / h) + 1
+    edges = np.arange(i0, i1 + 1, dtype=float) * h
+    P, Q, p_below, p_above = pair.bins(edges)
+    # connect-the-dots = rounding that keeps E_P[e^-L]: up with probability r / P
+    r = (P - np.exp(edges[:-1]) * Q) / -math.expm1(-h)
+    r = np.clip(r, 0.0, P)
+    m = np.zeros(i1 - i0 + 1)
+    m[:-1] += P - r
+    m[1:] += r
+    m[0] += p_below
+    return _Step(i0, m, p_above, p_below + p_above, count)
+
+
+def _profile(m: np.ndarray, h: float) -> np.ndarray:
+    """delta at every grid point of the finite masses m (without infinite mass)."""
+    A = np.cumsum(m[::-1])[::-1]
+    B = signal.lfilter([1.0], [1.0, -math.exp(-h)], m[::-1])[::-1]
+    # delta(e_j) = sum_{s>j} m_s (1 - e^{(j-s)h}) = A_{j+1} - e^{-h} B_{j+1}
+    out = np.zeros_like(m)
+    out[:-1] = A[1:] - math.exp(-h) * B[1:]
+    return out
+
+
+def _symmetrised(a: _Step, b: _Step, h: float) -> _Step:
+    """The step whose profile is the chord interpolation of max(profile_a, profile_b)."""
+    i0 = min(a.i0, b.i0)
+    i1 = max(a.i0 + a.mass.size, b.i0 + b.mass.size)
+    ma = np.zeros(i1 - i0)
+    mb = np.zeros(i1 - i0)
+    ma[a.i0 - i0:a.i0 - i0 + a.mass.size] = a.mass
+    mb[b.i0 - i0:b.i0 - i0 + b.mass.size] = b.mass
+    D = np.maximum(_profile(ma, h) + a.inf, _profile(mb, h) + b.inf)
+    inf = max(a.inf, b.inf)
+    D[-1] = inf
+    up = (np.diff(D)) / math.expm1(h)          # u_j s_j
+    down = (np.diff(D)) / -math.expm1(-h)      # u_j s_(j-1), indexed by j-1
+    m = np.zeros_like(D)
+    m[:-1] += up
+    m[1:] -= down
+    m[0] += 1.0 - D[0]
+    m = np.maximum(m, 0.0)
+    return _Step(i0, m, inf, a.bad + b.bad, a.count)
+
+
+def _steps(events, h, tau, direction, cap):
+    out = []
+    for ev, k in events:
+        z = ev.noise_multiplier
+        if isinstance(ev, GaussianEvent):
+            out.append(_rounded_step(_Pair("gauss", z), h, tau, k, cap))
+        elif isinstance(ev, PoissonSampledGaussianEvent):
+            q = ev.sampling_probability
+            if q == 0.0:
+                continue
+            out.append(_rounded_step(_Pair(direction, z, q), h, tau, k, cap))
+        else:
+            g = ev.sampling_ratio
+            if g == 0.0:
+                continue
+            rem = _rounded_step(_Pair("remove", z, g), h, tau, k, cap)
+            add = _rounded_step(_Pair("add", z, g), h, tau, k, cap)
+            out.append(_symmetrised(rem, add, h))
+    return out
+
+
+# -- composition ------------------------------------------------------------------------------
+
+_LAMBDAS = 2.0 ** np.arange(-10, 9)
+
+
+def _log_mgf(step: _Step, h: float, lam: np.ndarray) -> np.ndarray:
+    idx = (step.i0 + np.arange(step.mass.size)) * h
+    with np.errstate(divide="ignore"):
+        lm = np.log(step.mass)
+    ok = np.isfinite(lm)
+    lm, idx = lm[ok], idx[ok]
+    out = np.empty(lam.size)
+    for j, t in enumerate(lam):
+        v = lm + t * idx
+        mx = v.max()
+        out[j] = mx + math.log(np.exp(v - mx).sum())
+    return out
+
+
+def _window(steps, h, log_alpha):
+    """Grid indices [lo, hi] outside which the composed finite loss has mass <= alpha per side."""
+    up = sum(s.count * _log_mgf(s, h, _LAMBDAS) for s in steps)
+    dn = sum(s.count * _log_mgf(s, h, -_LAMBDAS) for s in steps)
+    w_hi = float(np.min((up - log_alpha) / _LAMBDAS))
+    w_lo = float(np.max(-(dn - log_alpha) / _LAMBDAS))
+    lo_all = sum(s.count * s.i0 for s in steps)
+    hi_all = sum(s.count * (s.i0 + s.mass.size - 1) for s in steps)
+    lo = max(lo_all, math.floor(w_lo / h) - 1)
+    hi = min(hi_all, math.ceil(w_hi / h) + 1)
+    return lo, max(hi, lo)
+
+
+@dataclass
+class _Composed:
+    lo: int            # grid index of mass[0]
+    mass: np.ndarray   # composed finite pmf on the window (may hold round-off)
+    inf: float         # composed mass at +infinity
+    alias: float       # bound on the wrapped-around mass (both sides)
+    fp: float          # estimated round-off charge
+    bad: float         # total mass of the true losses outside the per-step grids
+    count: int         # number of steps K
+
+
+def _compose(steps, h, alpha, cap_bytes):
+    lo, hi = _window(steps, h, math.log(alpha))
+    n = hi - lo + 1
+    N = sfft.next_fast_len(max(n, 2), real=True)
+    if 6 * 8 * N > cap_bytes:
+        return None, N
+    F = None
+    for s in steps:
+        pos = (s.i0 + np.arange(s.mass.size)) % N
+        a = np.bincount(pos, weights=s.mass, minlength=N)
+        t = sfft.rfft(a)
+        t = t ** s.count if s.count != 1 else t
+        F = t if F is None else F * t
+    out = sfft.irfft(F, N)
+    del F
+    vals = out[np.arange(lo, hi + 1) % N]
+    # round-off floor of the FFT: the larger of the observed negative values and
+    # 2 u log2(N) max|pmf| per bin, charged on every bin of the window
+    neg = float(-min(vals.min(), 0.0))
+    floor = 2.0 * np.finfo(float).eps * math.log2(N) * float(np.abs(vals).max())
+    fp = max(neg, floor) * n + 1e-300
+    inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
+    bad = sum(s.count * s.bad for s in steps)
+    K = sum(s.count for s in steps)
+    return _Composed(lo, vals, inf, 2.0 * alpha, fp, bad, K), N
+
+
+def _suffix_sums(mass: np.ndarray, lo: int, h: float):
+    """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h}, in extended precision.
+
+    Both are cumulative sums over up to ~1e7 bins; in float64 their rounding (n u) would be
+    ~1e-10 of the total mass, more than a small delta can afford, so they run in long double
+    and the remaining rounding is charged by the caller (:func:`_sum_error`).
+    """
+    m = mass.astype(np.longdouble)
+    A = np.cumsum(m[::-1])[::-1]
+    x = np.arange(mass.size, dtype=np.longdouble) * np.longdouble(h)
+    ref = x[-1] / 2
+    w = m * np.exp(ref - x)
+    B = np.cumsum(w[::-1])[::-1] * np.exp(x - ref)
+    return A, B
+
+
+def _sum_error(mass: np.ndarray) -> float:
+    """Bound on the rounding of the suffix sums (n u_ld sum|m|, doubled for the second sum)."""
+    return 2.0 * mass.size * float(np.finfo(np.longdouble).eps) * float(np.abs(mass).sum()) + 1e-300
+
+
+def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float) -> float:
+    """Smallest eps with  sum_s mass_s (1 - e^(eps - (lo+s) h))_+ + c <= delta  (may be +-inf)."""
+    if c >= delta:
+        return math.inf
+    n = mass.size
+    A, B = _suffix_sums(mass, lo, h)
+    if A[0] - B[0] + c <= delta:          # reached at or below the window's first point
+        a, b, top = A[0], B[0], lo
+    else:
+        R = np.append(A[1:] - B[1:], 0.0) + c   # delta at grid point lo + k + 1
+        k = int(np.nonzero(R <= delta)[0][0])
+        if k + 1 >= n:
+            return (lo + n - 1) * h
+        a, b, top = A[k + 1], B[k + 1], lo + k + 1
+    if a + c - delta <= 0.0:
+        return -math.inf
+    return top * h + float(np.log((a + np.longdouble(c) - np.longdouble(delta)) / b))
+
+
+def _g(h: float) -> float:
+    r = h / -math.expm1(-h)
+    return r - 1.0 - math.log(r)
+
+
+def _bracket_one(steps, h, delta, cap_bytes):
+    """(lower, upper, N) of one direction at grid h; None if over the memory cap."""
+    if not steps:
+        return 0.0, 0.0, 0
+    alpha = 1e-10 * delta
+    comp, N = _compose(steps, h, alpha, cap_bytes)
+    if comp is None:
+        return None, None, N
+    clipped = np.maximum(comp.mass, 0.0)
+    c_up = comp.inf + comp.alias + comp.fp + _sum_error(clipped)
+    upper = _eps_at(clipped, comp.lo, h, c_up, delta)
+    p = 1e-6 * delta
+    K = comp.count
+    t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
+    shift = t + K * _g(h)
+    c_lo = comp.alias + comp.fp + comp.bad + p + _sum_error(comp.mass)
+    x = _eps_at(comp.mass, comp.lo, h, -c_lo, delta)
+    lower = x - shift
+    return max(lower, 0.0), max(upper, 0.0), N
+
+
+def _directions(events):
+    if any(isinstance(e, PoissonSampledGaussianEvent) for e, _ in events):
+        return ("remove", "add")
+    return ("remove",)
+
+
+def _delta(delta) -> float:
+    d = _validate.delta(delta)
+    if d < MIN_DELTA:
+        raise ValueError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
+                         f"privacy-loss-distribution accountant (below, its FFT round-off is not small "
+                         f"against delta); use the RDP or GDP accountant.")
+    return d
+
+
+def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int = MEMORY_CAP):
+    """``(lower, upper)`` bracket of ``eps(delta)`` at one grid size (None, None over the cap)."""
+    d = _delta(delta)
+    h = _validate.positive(discretization, "discretization")
+    ev = _check_events(events)
+    K = sum(k for _, k in ev)
+    tau = 1e-10 * d / max(K, 1)
+    lows, ups = [], []
+    for direction in _directions(ev):
+        try:
+            steps = _steps(ev, h, tau, direction, memory_cap)
+        except _OverCap:
+            return None, None
+        lo, up, _ = _bracket_one(steps, h, d, memory_cap)
+        if lo is None:
+            return None, None
+        lows.append(lo)
+        ups.append(up)
+    return max(lows), max(ups)
+
+
+def _check_events(events):
+    out = []
+    for item in events:
+        if isinstance(item, _EVENTS):
+            ev, k = item, 1
+        else:
+            try:
+                ev, k = item
+            except (TypeError, ValueError):
+                raise ValueError(f"events: {item!r} is not allowed: expected an event or an "
+                                 f"(event, count) pair.") from None
+        if not isinstance(ev, _EVENTS):
+            raise ValueError(f"event={ev!r} is not allowed: expected one of "
+                             f"{', '.join(t.__name__ for t in _EVENTS)}.")
+        k = _validate.integer(k, "count", low=0)
+        if k:
+            out.append((ev, k))
+    rels = {e.neighboring_relation for e, _ in out} - {None}
+    if len(rels) > 1:
+        raise ValueError("events mix neighbouring relations (add/remove and replace-one); "
+                         "guarantees under different relations do not compose.")
+    return out
+
+
+def pld_epsilon(events, delta: float, rtol: float = 1e-3, memory_cap: int = MEMORY_CAP,
+                discretization: float | None = None, atol: float = 1e-5) -> EpsilonBracket:
+    """Certified bracket ``[lower, upper]`` of ``eps(delta)`` for a composition.
+
+    Args:
+      events: an iterable of events or ``(event, count)`` pairs (Gaussian, Poisson-sampled
+        Gaussian, without-replacement-sampled Gaussian; one neighbouring relation).
+      delta: target delta in (0, 1).
+      rtol, atol: the grid is refined until ``upper - lower <= max(rtol * upper, atol)``.
+      memory_cap: bytes one composition may use; when the next refinement would exceed it the
+        best bracket so far is returned with ``converged=False`` and a note.
+      discretization: a fixed grid step instead of the automatic choice.
+    """
+    d = _delta(delta)
+    r = _validate.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
+    a_tol = _validate.in_range(atol, "atol", 0.0, math.inf, high_open=True)
+    def done(lo, up):
+        return up - lo <= max(r * up, a_tol)
+
+    cap = _validate.integer(memory_cap, "memory_cap", low=1 << 20)
+    ev = _check_events(events)
+    if not ev:
+        return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
+    K = sum(k for _, k in ev)
+    if discretization is not None:
+        h = _validate.positive(discretization, "discretization")
+        lo, up = pld_epsilon_at(ev, d, h, cap)
+        if lo is None:
+            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+                             f"memory_cap={cap} bytes; choose a coarser grid.")
+        return EpsilonBracket(lo, up, d, h, done(lo, up), ())
+    h = min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d)))
+    best = None
+    notes = []
+    for _ in range(12):
+        lo, up = pld_epsilon_at(ev, d, h, cap)
+        if lo is None:
+            notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
+                         f"is from the finest grid that fits")
+            break
+        best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
+        if best.converged or not math.isfinite(up):
+            break
+        gap = up - lo
+        h = h * min(0.5, max(1.0 / 16, 0.7 * max(r * up, a_tol) / gap)) if gap > 0 else h / 2
+    if best is None:
+        raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
+                         f"raise it.")
+    return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
+
+
+def _delta_fin(mass: np.ndarray, lo: int, h: float, eps: float) -> float:
+    """sum_s mass_s (1 - e^(eps - (lo+s) h))_+ (finite atoms only)."""
+    s = np.arange(mass.size)
+    j = math.floor(eps / h) - lo + 1            # first window index strictly above eps
+    j = max(j, 0)
+    if j >= mass.size:
+        return 0.0
+    m = mass[j:]
+    return float(np.sum(m) - np.sum(m * np.exp(eps - (lo + s[j:]) * h)))
+
+
+def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
+    """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``."""
+    e = _validate.real(epsilon, "epsilon")
+    h = _validate.positive(discretization, "discretization")
+    ev = _check_events(events)
+    if not ev:
+        return 0.0, 0.0
+    K = sum(k for _, k in ev)
+    tau = 1e-15 / K
+    lows, ups = [], []
+    for direction in _directions(ev):
+        try:
+            steps = _steps(ev, h, tau, direction, memory_cap)
+        except _OverCap:
+            steps = None
+        comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
+        if comp is None:
+            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
+        clipped = np.maximum(comp.mass, 0.0)
+        up = min(1.0, _delta_fin(clipped, comp.lo, h, e) + comp.inf + comp.alias + comp.fp
+                 + _sum_error(clipped))
+        p = max(1e-4 * up, 1e-300)
+        t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
+        shift = t + K * _g(h)
+        lo = (_delta_fin(comp.mass, comp.lo, h, e + shift) - comp.alias - comp.fp - comp.bad - p
+              - _sum_error(comp.mass))
+        lows.append(max(lo, 0.0))
+        ups.append(up)
+    return max(lows), max(ups)
