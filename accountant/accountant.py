@@ -44,10 +44,16 @@ class EpsilonReport:
 
     epsilon: float
     delta: float
-    method: str            # "gdp" (exact) or "rdp"
+    method: str            # "gdp" (exact), "rdp" or "pld" (certified upper end of the bracket)
     conversion: str | None  # RDP -> DP conversion, None for gdp
     order: float | None     # optimal RDP order, None for gdp
     notes: tuple = field(default=())
+
+    @classmethod
+    def from_bracket(cls, b) -> "EpsilonReport":
+        """The certified upper end of an :class:`~dpcalib.accountant.EpsilonBracket` as a report."""
+        return cls(b.upper, b.delta, b.method, None, None,
+                   (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + tuple(b.notes))
 
 
 def _dpa_rdp(event, relation, delta) -> float:
@@ -186,8 +192,7 @@ class PrivacyAccountant:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
-            return EpsilonReport(b.upper, d, b.method, None, None,
-                                 (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + b.notes)
+            return EpsilonReport.from_bracket(b)
         if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):
             mu = self.gdp_mu()
             return EpsilonReport(gdp_epsilon(mu, d), d, "gdp", None, None, (f"mu={mu:.12g}",))

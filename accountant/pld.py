@@ -48,8 +48,10 @@ Discretisation (grid ``h``; losses at ``i*h``):
   ``[w_lo, w_hi]`` outside which the composed (discrete) loss has mass at most ``alpha`` on
   each side by a Chernoff bound computed from the discrete steps' moment generating
   functions; the wrapped-around mass (at most ``2 alpha``) is charged to the upper bound and
-  subtracted from the lower one.  Floating-point round-off of the FFT is estimated from the
-  largest negative value of the result and charged the same way.
+  subtracted from the lower one.  When delta is small the composition is repeated with the
+  pmfs tilted by ``e^(lam L)`` toward the delta-quantile, so that the FFT's round-off stays
+  relative to delta (down to delta = 1e-300); the round-off is bounded per bin by a
+  floating-point error model (see :func:`_compose`) and added to / taken from the masses.
 
 The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
 the best certified answer is returned with a note).
@@ -72,9 +74,9 @@ __all__ = ["EpsilonBracket", "pld_epsilon", "pld_epsilon_at", "pld_delta"]
 _EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
 #: default memory cap of one composition (bytes)
 MEMORY_CAP = 1 << 30
-#: smallest delta the PLD answers: below it the FFT's round-off floor (about 1e-14 of total
-#: mass, summed over the window) is no longer small against delta
-MIN_DELTA = 1e-10
+#: smallest delta the PLD answers (the tilted composition keeps every charge relative to
+#: delta; below this, probabilities leave the double-precision range)
+MIN_DELTA = 1e-300
 
 
 @dataclass(frozen=True)
@@ -238,24 +240,44 @@ def _profile(m: np.ndarray, h: float) -> np.ndarray:
 
 
 def _symmetrised(a: _Step, b: _Step, h: float) -> _Step:
-    """The step whose profile is the chord interpolation of max(profile_a, profile_b)."""
-    i0 = min(a.i0, b.i0)
-    i1 = max(a.i0 + a.mass.size, b.i0 + b.mass.size)
+    """The connect-the-dots step of the pair whose profile is ``max(profile_a, profile_b)``.
+
+    ``a`` is the remove pair ``(M, Q)``, ``b`` the add pair ``(Q, M)`` with ``M = gamma P +
+    (1 - gamma) Q`` and ``(P, Q) = (N(1), N(0))``.
+
+    *For eps >= 0 the remove profile is the larger.*  With ``t = e^eps >= 1`` and
+    ``c = 1 - t (1 - gamma)`` (if ``c <= 0`` the add profile is 0): by the reflection
+    ``x -> 1 - x``, which swaps P and Q, ``H_t(Q || M) = sup_S c P(S) - t gamma Q(S)``, attained
+    on ``S = {p/q > t gamma / c}``, a set with ``P(S) >= Q(S)`` since the threshold is >= 1 when
+    ``t >= 1``.  On that S, ``H_t(M || Q) >= gamma P(S) - (t - 1 + gamma) Q(S)``, which exceeds
+    ``c P(S) - t gamma Q(S)`` by ``(t - 1)(1 - gamma)(P(S) - Q(S)) >= 0``.
+    The profiles are tied by ``delta_a(eps) = 1 - e^eps + e^eps delta_b(-eps)``, so for
+    ``eps <= 0`` the add profile is the larger, and both equal the total variation at 0.
+
+    The maximum is therefore a's losses above 0, b's losses below 0 and an atom at 0 carrying
+    the remaining mass -- built from the two rounded steps' own masses (connect-the-dots keeps
+    each profile exact at grid points), with no numerical differentiation (differencing
+    profiles loses ~1e-16/h of mass per bin).  The ordering is checked on the grid as a guard
+    against a programming error (``RuntimeError`` beyond float noise).
+    """
+    i0 = min(a.i0, b.i0, -1)
+    i1 = max(a.i0 + a.mass.size, b.i0 + b.mass.size, 2)
     ma = np.zeros(i1 - i0)
     mb = np.zeros(i1 - i0)
     ma[a.i0 - i0:a.i0 - i0 + a.mass.size] = a.mass
     mb[b.i0 - i0:b.i0 - i0 + b.mass.size] = b.mass
-    D = np.maximum(_profile(ma, h) + a.inf, _profile(mb, h) + b.inf)
-    inf = max(a.inf, b.inf)
-    D[-1] = inf
-    up = (np.diff(D)) / math.expm1(h)          # u_j s_j
-    down = (np.diff(D)) / -math.expm1(-h)      # u_j s_(j-1), indexed by j-1
-    m = np.zeros_like(D)
-    m[:-1] += up
-    m[1:] -= down
-    m[0] += 1.0 - D[0]
-    m = np.maximum(m, 0.0)
-    return _Step(i0, m, inf, a.bad + b.bad, a.count)
+    j0 = -i0                                   # index of the loss 0
+    Da = _profile(ma, h) + a.inf
+    Db = _profile(mb, h) + b.inf
+    noise = 1e-9 + 64 * ma.size * np.finfo(float).eps
+    if float(np.max(Db[j0:] - Da[j0:])) > noise:
+        raise RuntimeError("the add profile exceeds the remove profile at some eps >= 0 "
+                           "(a programming error: please report it)")
+    m = np.zeros(i1 - i0)
+    m[j0 + 1:] = ma[j0 + 1:]
+    m[:j0] = mb[:j0]
+    m[j0] = max(0.0, 1.0 - a.inf - float(np.sum(m[j0 + 1:])) - float(np.sum(m[:j0])))
+    return _Step(i0, m, a.inf, a.bad + b.bad, a.count)
 
 
 def _steps(events, h, tau, direction, cap):
@@ -298,95 +320,195 @@ def _log_mgf(step: _Step, h: float, lam: np.ndarray) -> np.ndarray:
     return out
 
 
-def _window(steps, h, log_alpha):
-    """Grid indices [lo, hi] outside which the composed finite loss has mass <= alpha per side."""
-    up = sum(s.count * _log_mgf(s, h, _LAMBDAS) for s in steps)
-    dn = sum(s.count * _log_mgf(s, h, -_LAMBDAS) for s in steps)
-    w_hi = float(np.min((up - log_alpha) / _LAMBDAS))
+def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
+    """Grid indices [lo, hi] of the composed finite loss for an FFT tilted by ``e^(lam L)``.
+
+    Below ``lo`` the mass is at most ``alpha`` (Chernoff).  Mass above ``hi`` wraps around to
+    the window's low end, where un-tilting multiplies it by up to ``e^(lam (L - r h))`` on a bin
+    ``r >= r_min`` (the only bins the caller reads; ``r_min = lo`` by default); ``hi``
+    is chosen so that even that magnified mass is at most ``alpha``:
+    ``E[e^(lam (L - r h)); L > x] <= exp(Lambda(l') - (l' - lam) x - lam r h)`` for ``l' > lam``.
+    """
+    up, dn = logm if logm is not None else _log_mgfs(steps, h)
     w_lo = float(np.max(-(dn - log_alpha) / _LAMBDAS))
     lo_all = sum(s.count * s.i0 for s in steps)
     hi_all = sum(s.count * (s.i0 + s.mass.size - 1) for s in steps)
     lo = max(lo_all, math.floor(w_lo / h) - 1)
+    ok = _LAMBDAS > lam
+    base = lo if r_min is None else max(lo, r_min)
+    w_hi = float(np.min((up[ok] - lam * base * h - log_alpha) / (_LAMBDAS[ok] - lam)))
     hi = min(hi_all, math.ceil(w_hi / h) + 1)
     return lo, max(hi, lo)
+
+
+def _log_mgfs(steps, h):
+    """log E[e^(l L)] of the composed discrete loss for l in +-_LAMBDAS (finite atoms only)."""
+    up = sum(s.count * _log_mgf(s, h, _LAMBDAS) for s in steps)
+    dn = sum(s.count * _log_mgf(s, h, -_LAMBDAS) for s in steps)
+    return up, dn
+
+
+def _tilt(up, log_delta):
+    """The Chernoff-optimal tilt for the delta-quantile of the composed loss (0 if none helps)."""
+    cand = _LAMBDAS[_LAMBDAS <= _LAMBDAS[-3]]
+    x = (up[:cand.size] - log_delta) / cand
+    return float(cand[int(np.argmin(x))])
 
 
 @dataclass
 class _Composed:
     lo: int            # grid index of mass[0]
     mass: np.ndarray   # composed finite pmf on the window (may hold round-off)
+    err: np.ndarray    # per-bin bound on the round-off of ``mass`` (estimate, see _compose)
     inf: float         # composed mass at +infinity
     alias: float       # bound on the wrapped-around mass (both sides)
-    fp: float          # estimated round-off charge
     bad: float         # total mass of the true losses outside the per-step grids
     count: int         # number of steps K
 
+    @property
+    def upper_mass(self):
+        return np.clip(self.mass + self.err, 0.0, 1.0)
 
-def _compose(steps, h, alpha, cap_bytes):
-    lo, hi = _window(steps, h, math.log(alpha))
+    @property
+    def lower_mass(self):
+        return np.clip(self.mass - self.err, 0.0, 1.0)
+
+
+def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
+    """Compose the steps with one FFT of the pmfs tilted by ``e^(lam L)``.
+
+    Tilting moves the ``delta``-quantile of the composed loss -- the part ``eps(delta)`` is read
+    from -- to the bulk of the tilted distribution, so the FFT's round-off, which is relative to
+    the largest value, stays relative there after un-tilting.  Each tilted pmf is normalised to
+    sum 1 (its powers cannot overflow).  Round-off: every Fourier coefficient then has modulus
+    at most 1 and a transform errs by about ``u log2 N`` per coefficient (Higham 2002,
+    Sec. 24.1); to first order the product of powers errs by ``K u log2 N prod |t_i|^(c_i - 1)``
+    at each frequency, and an output bin by at most the spectrum's mean of that plus the
+    inverse transform's own ``u log2 N rms|F|`` -- taken 4 times, or the most negative output
+    value if larger.  That per-bin bound is un-tilted bin by bin and added to
+    (upper) or taken from (lower) the masses.  It is a floating-point error *model*, not a
+    proof; it is checked against exact answers down to delta = 1e-30 in the tests.
+
+    With ``lam > 0`` the bins below ``r_min`` are not resolved (their error is set to 1): the
+    caller reads only bins above a known lower bound on eps.  Mass above the window wraps
+    around; it is magnified by un-tilting at most by ``e^(lam (L - r_min h))`` on the bins
+    read, and the window is sized so that this is at most ``alpha`` (:func:`_window`).
+    """
+    if len(steps) == 1 and steps[0].count == 1:      # nothing to compose: no FFT, no round-off
+        s = steps[0]
+        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, 0.0, s.bad, 1), s.mass.size
+    logm = _log_mgfs(steps, h)
+    lo, hi = _window(steps, h, math.log(alpha), lam, logm, r_min)
     n = hi - lo + 1
     N = sfft.next_fast_len(max(n, 2), real=True)
     if 6 * 8 * N > cap_bytes:
         return None, N
     F = None
+    logG = None                            # sum (count - 1) log|t|: bounds the powers' derivative
+    big = 0.0                              # log of the un-tilting constant, sum of count * log MGF
     for s in steps:
+        x = (s.i0 + np.arange(s.mass.size)) * h
+        with np.errstate(divide="ignore"):
+            lw = np.log(s.mass) + lam * x
+        mx = float(np.max(lw))
+        w = np.exp(lw - mx)
+        tot = float(w.sum())
+        w /= tot
+        big += s.count * (mx + math.log(tot))
         pos = (s.i0 + np.arange(s.mass.size)) % N
-        a = np.bincount(pos, weights=s.mass, minlength=N)
+        a = np.bincount(pos, weights=w, minlength=N)
         t = sfft.rfft(a)
+        with np.errstate(divide="ignore"):
+            g = (s.count - 1) * np.log(np.abs(t))
+        logG = g if logG is None else logG + g
         t = t ** s.count if s.count != 1 else t
         F = t if F is None else F * t
+    # mean over the full spectrum (the half spectrum counts twice except its ends)
+    wts = np.full(F.size, 2.0)
+    wts[0] = 1.0
+    if N % 2 == 0:
+        wts[-1] = 1.0
+    mean_G = float(np.sum(wts * np.exp(logG))) / N
+    rms_F = math.sqrt(float(np.sum(wts * np.abs(F) ** 2)) / N)
+    del logG
     out = sfft.irfft(F, N)
     del F
     vals = out[np.arange(lo, hi + 1) % N]
-    # round-off floor of the FFT: the larger of the observed negative values and
-    # 2 u log2(N) max|pmf| per bin, charged on every bin of the window
-    neg = float(-min(vals.min(), 0.0))
-    floor = 2.0 * np.finfo(float).eps * math.log2(N) * float(np.abs(vals).max())
-    fp = max(neg, floor) * n + 1e-300
+    # every tilted pmf sums to 1, so each coefficient t has |t| <= 1 and errs by at most
+    # ~u log2 N; the product of the powers then errs by at most K u log2 N G_k with
+    # G_k = prod |t_i|^(c_i - 1) (first order), and the inverse transform adds ~u log2 N |F|;
+    # an output bin errs by at most the mean over the spectrum of these (times 4 for safety)
+    K_all = sum(s.count for s in steps)
+    u = np.finfo(float).eps
+    level = max(float(-min(vals.min(), 0.0)),
+                4.0 * u * math.log2(N) * (K_all * mean_G + rms_F + 1e-300))
+    logu = big - lam * (lo + np.arange(n)) * h          # un-tilting factor per bin (log)
+    with np.errstate(over="ignore"):
+        scale = np.exp(np.minimum(logu, 700.0))
+        mass = vals * scale
+        err = np.minimum(level * scale, 1.0)
+    mass = np.where(np.isfinite(mass), mass, 0.0)
+    err = np.where(logu < 700.0, err, 1.0)
+    if lam > 0.0 and r_min is not None:
+        err[:max(0, min(n, r_min - lo))] = 1.0
+    mass = np.where(err >= 1.0, 0.0, mass)      # unresolved bins: anything in [0, 1]
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
-    return _Composed(lo, vals, inf, 2.0 * alpha, fp, bad, K), N
+    return _Composed(lo, mass, err, inf, 2.0 * alpha, bad, K), N
 
 
 def _suffix_sums(mass: np.ndarray, lo: int, h: float):
-    """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h}, in extended precision.
+    """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h} for non-negative masses.
 
-    Both are cumulative sums over up to ~1e7 bins; in float64 their rounding (n u) would be
-    ~1e-10 of the total mass, more than a small delta can afford, so they run in long double
-    and the remaining rounding is charged by the caller (:func:`_sum_error`).
+    A is a cumulative sum, B the recursion ``B_j = m_j + e^-h B_(j+1)``; both add non-negative
+    terms, so each carries a relative rounding error of at most ``~2 n u`` -- relative to the
+    suffix sum itself, hence to the tail delta is read from (:func:`_eps_at` charges it).
     """
-    m = mass.astype(np.longdouble)
-    A = np.cumsum(m[::-1])[::-1]
-    x = np.arange(mass.size, dtype=np.longdouble) * np.longdouble(h)
-    ref = x[-1] / 2
-    w = m * np.exp(ref - x)
-    B = np.cumsum(w[::-1])[::-1] * np.exp(x - ref)
+    A = np.cumsum(mass[::-1])[::-1]
+    B = signal.lfilter([1.0], [1.0, -math.exp(-h)], mass[::-1])[::-1]
     return A, B
 
 
-def _sum_error(mass: np.ndarray) -> float:
-    """Bound on the rounding of the suffix sums (n u_ld sum|m|, doubled for the second sum)."""
-    return 2.0 * mass.size * float(np.finfo(np.longdouble).eps) * float(np.abs(mass).sum()) + 1e-300
+def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: int) -> float:
+    """Smallest eps with  sum_s mass_s (1 - e^(eps - (lo+s) h))_+ + c <= delta  (may be +-inf).
 
-
-def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float) -> float:
-    """Smallest eps with  sum_s mass_s (1 - e^(eps - (lo+s) h))_+ + c <= delta  (may be +-inf)."""
-    if c >= delta:
-        return math.inf
+    ``mass >= 0``.  The suffix sums of non-negative terms carry a relative rounding error of at
+    most ``~2 n u``; the profile at a grid point, ``A - B``, is moved by ``4 (n + 2) u A``
+    toward the conservative side (``side=+1``: up, for the upper bound; ``-1``: down, for the
+    lower bound).
+    """
     n = mass.size
     A, B = _suffix_sums(mass, lo, h)
-    if A[0] - B[0] + c <= delta:          # reached at or below the window's first point
+    slack = 4.0 * (n + 2) * float(np.finfo(float).eps) * side
+    cl = float(c)
+    dl = float(delta)
+
+    def prof(Aj, Bj):
+        return Aj - Bj + slack * Aj + cl
+
+    if c >= delta and side > 0:
+        return math.inf
+    if prof(A[0], B[0]) <= dl:          # reached at or below the window's first point
         a, b, top = A[0], B[0], lo
     else:
-        R = np.append(A[1:] - B[1:], 0.0) + c   # delta at grid point lo + k + 1
-        k = int(np.nonzero(R <= delta)[0][0])
+        R = np.append(prof(A[1:], B[1:]), cl)   # delta at grid point lo + k + 1
+        hit = np.nonzero(R <= dl)[0]
+        if hit.size == 0:
+            return math.inf
+        k = int(hit[0])
         if k + 1 >= n:
             return (lo + n - 1) * h
         a, b, top = A[k + 1], B[k + 1], lo + k + 1
-    if a + c - delta <= 0.0:
+    num = a * (1 + slack) + cl - dl
+    if num <= 0.0:
         return -math.inf
-    return top * h + float(np.log((a + np.longdouble(c) - np.longdouble(delta)) / b))
+    return top * h + float(np.log(num / (b * (1 - slack))))
+
+
+def _sum_error(mass: np.ndarray) -> float:
+    """Bound on the rounding of a sum of n non-negative terms in double precision."""
+    return 2.0 * (mass.size + 2) * float(np.finfo(float).eps) * float(np.sum(mass)) + 1e-300
 
 
 def _g(h: float) -> float:
@@ -395,24 +517,59 @@ def _g(h: float) -> float:
 
 
 def _bracket_one(steps, h, delta, cap_bytes):
-    """(lower, upper, N) of one direction at grid h; None if over the memory cap."""
+    """(lower, upper, N) of one direction at grid h; None if over the memory cap.
+
+    A first composition without tilt gives a bracket; if its round-off charge above the lower
+    end is not small against delta (small delta, many steps), a second composition tilted
+    toward the delta-quantile, reading only bins above the first lower bound, gives another.
+    Both are valid: the result is their intersection.
+    """
     if not steps:
         return 0.0, 0.0, 0
     alpha = 1e-10 * delta
     comp, N = _compose(steps, h, alpha, cap_bytes)
     if comp is None:
         return None, None, N
-    clipped = np.maximum(comp.mass, 0.0)
-    c_up = comp.inf + comp.alias + comp.fp + _sum_error(clipped)
-    upper = _eps_at(clipped, comp.lo, h, c_up, delta)
+    lower, upper = _read_bracket(comp, h, delta)
+    r_min = math.floor(lower / h) - 1
+    j = max(0, r_min - comp.lo)
+    if float(np.sum(comp.err[j:])) > 1e-3 * delta and comp.count > 1:
+        logm = _log_mgfs(steps, h)
+        lam = _tilt(logm[0], math.log(delta))
+        # a steep tilt makes the wrapped-around tail expensive: take the largest tilt up to the
+        # Chernoff-optimal one whose window is at most 4 times the untilted one
+        n0 = comp.mass.size
+        for cand in _LAMBDAS[::-1]:
+            if cand <= lam:
+                a, b = _window(steps, h, math.log(alpha), float(cand), logm, r_min)
+                if b - a + 1 <= 4 * n0 + 16:
+                    lam = float(cand)
+                    break
+        else:
+            lam = 0.0
+        comp2, N2 = _compose(steps, h, alpha, cap_bytes, lam, r_min) if lam > 0 else (None, 0)
+        if comp2 is not None:
+            lo2, up2 = _read_bracket(comp2, h, delta)
+            lower, upper = max(lower, lo2), min(upper, up2)
+            N = max(N, N2)
+    return lower, upper, N
+
+
+def _read_bracket(comp, h, delta):
+    clipped = comp.upper_mass
+    c_up = comp.inf + comp.alias
+    upper = _eps_at(clipped, comp.lo, h, c_up, delta, +1)
     p = 1e-6 * delta
     K = comp.count
     t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
     shift = t + K * _g(h)
-    c_lo = comp.alias + comp.fp + comp.bad + p + _sum_error(comp.mass)
-    x = _eps_at(comp.mass, comp.lo, h, -c_lo, delta)
+    if K * h <= shift:        # each rounding error is below h: the sum is below K h surely
+        shift, p = K * h, 0.0
+    low = comp.lower_mass
+    c_lo = comp.alias + comp.bad + p
+    x = _eps_at(low, comp.lo, h, -c_lo, delta, -1)
     lower = x - shift
-    return max(lower, 0.0), max(upper, 0.0), N
+    return max(lower, 0.0), max(upper, 0.0)
 
 
 def _directions(events):
@@ -515,6 +672,8 @@ def pld_epsilon(events, delta: float, rtol: float = 1e-3, memory_cap: int = MEMO
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")
             break
+        if best is not None:      # every grid's bracket is valid: keep their intersection
+            lo, up = max(lo, best.lower), min(up, best.upper)
         best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
         if best.converged or not math.isfinite(up):
             break
@@ -556,14 +715,17 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         if comp is None:
             raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
-        clipped = np.maximum(comp.mass, 0.0)
-        up = min(1.0, _delta_fin(clipped, comp.lo, h, e) + comp.inf + comp.alias + comp.fp
+        clipped = comp.upper_mass
+        up = min(1.0, _delta_fin(clipped, comp.lo, h, e) + comp.inf + comp.alias
                  + _sum_error(clipped))
         p = max(1e-4 * up, 1e-300)
         t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
         shift = t + K * _g(h)
-        lo = (_delta_fin(comp.mass, comp.lo, h, e + shift) - comp.alias - comp.fp - comp.bad - p
-              - _sum_error(comp.mass))
+        if K * h <= shift:
+            shift, p = K * h, 0.0
+        low = comp.lower_mass
+        lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
+              - _sum_error(low))
         lows.append(max(lo, 0.0))
         ups.append(up)
     return max(lows), max(ups)

@@ -34,8 +34,9 @@ class CalibrationReport:
       achieved_epsilon: eps recomputed by an accountant for these noise levels: in paper mode with
         the paper's own accounting (order and conversion as printed); in tight mode with the best
         accountant (exact GDP, or RDP with the improved conversion at the optimal order).
-      certified_epsilon: eps of these noise levels under the best sound accountant (equal to
-        ``achieved_epsilon`` in tight mode; in paper mode it shows what the paper's noise really buys).
+      certified_epsilon: eps of these noise levels under the best sound accountant -- the smallest
+        of exact GDP, the PLD upper bound and RDP (equal to ``achieved_epsilon`` in tight mode; in
+        paper mode it shows what the paper's noise really buys).
       order, conversion, accounting: how ``achieved_epsilon`` was obtained.
       warnings: one line per failed paper condition, each citing the spec's erratum id.
       notes: name -> text (e.g. why sigma4 is not needed).
@@ -53,6 +54,17 @@ class CalibrationReport:
     accounting: str
     warnings: tuple = field(default=())
     notes: dict = field(default_factory=dict)
+    #: the PLD lower bound on the true eps of these noise levels (same dominating pairs); None
+    #: where the PLD does not apply
+    epsilon_lower: float | None = None
+    #: tight mode: the noise levels (same split) below which that lower bound already exceeds the
+    #: target -- no smaller noise can be certified with these pairs; the room left is the ratio
+    lower_bound_noise: dict | None = None
+
+    @property
+    def epsilon_upper(self) -> float:
+        """The certified upper end of the bracket (= ``certified_epsilon``)."""
+        return self.certified_epsilon
 
     def __getitem__(self, name: str) -> float:
         return self.noise[name]

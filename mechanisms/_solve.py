@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..accountant._roots import brentq
 
-__all__ = ["smallest_scale"]
+__all__ = ["smallest_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten"]
 
 
 def smallest_scale(eps_of: Callable[[float], float], target: float, start: float = 1.0,
@@ -70,3 +70,99 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     while build(t).get_epsilon(delta, "rdp", conversion) > target:  # guard; not expected to trigger
         t *= 1.0 + rtol
     return t
+
+
+def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-5) -> float:
+    """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``.
+
+    ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
+    is at most ``target`` too).  The root is found on a fixed grid (the upper bound on a fixed
+    grid is certified and continuous in the scale): 4 times coarser than the one the automatic
+    refinement picks at ``start``, since the upper end converges much faster than the bracket's
+    width (connect-the-dots is exact at grid points).  The answer is then re-checked with the
+    procedure the reports use (``epsilon_report(method="best")``) and nudged up until it holds:
+    never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller.
+    """
+    from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at
+
+    if delta < MIN_DELTA:
+        return start
+    b = pld_epsilon(build(start).events, delta)
+    if not b.upper < target or b.discretization <= 0.0:
+        return start
+    h = 4.0 * b.discretization
+
+    def eps_up(s):
+        up = pld_epsilon_at(build(s).events, delta, h)[1]
+        return math.inf if up is None else up
+
+    t = smallest_scale(eps_up, target, start=start, rtol=rtol, log_step=0.05) if eps_up(start) <= target else start
+    step = rtol
+    while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
+        t = min(start, t * (1.0 + step))
+        step *= 2.0
+    return t
+
+
+def lower_scale(build, target: float, delta: float, scale: float, h: float, lower: float,
+                rtol: float = 1e-5) -> float | None:
+    """The noise scale below which the PLD *lower* bound already exceeds ``target``.
+
+    No noise below it can meet the target with the same dominating pairs, so
+    ``scale / lower_scale - 1`` is the room left by a tight calibration at ``scale``.  Secant
+    steps on ``log scale`` from ``(scale, lower)`` on the grid ``h`` of the bracket, ending on
+    a scale whose lower bound is above the target (so the reported room is not overstated).
+    """
+    from ..accountant.pld import pld_epsilon_at
+
+    def eps_lo(s):
+        lo = pld_epsilon_at(build(s).events, delta, h)[0]
+        return math.inf if lo is None else lo
+
+    if not lower < target:
+        return scale
+    x0, f0 = math.log(scale), lower - target
+    x1 = x0 - 2.0 * (target - lower) / max(target, 1e-12)      # eps ~ 1/scale^2 at most
+    f1 = eps_lo(math.exp(x1)) - target
+    for _ in range(6):
+        if f1 > 0 and abs(f1) <= rtol * target:
+            break
+        if f1 == f0:
+            break
+        x2 = x1 - f1 * (x1 - x0) / (f1 - f0)
+        x0, f0, x1 = x1, f1, x2
+        f1 = eps_lo(math.exp(x1)) - target
+    step = rtol
+    while f1 <= 0:                      # make sure the lower bound there exceeds the target
+        x1 -= step
+        step *= 2.0
+        f1 = eps_lo(math.exp(x1)) - target
+    return math.exp(x1)
+
+
+def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-5):
+    """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
+
+    ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
+    "best")``: exact GDP, PLD upper or RDP, whichever is smallest) meets ``target``, never above
+    ``start``; ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
+    ``lower_scale`` the scale below which the PLD lower bound already exceeds the target (None
+    when the PLD does not apply).
+    """
+    t = pld_scale(build, target, delta, start, rtol)
+    b = build(t).epsilon_bracket(delta)  # what certify() reports
+    if b.method == "gdp":
+        return t, b, t
+    if b.discretization <= 0.0:
+        return t, b, None
+    return t, b, lower_scale(build, target, delta, t, b.discretization, b.lower, rtol)
+
+
+def certify(acc, delta):
+    """``(report, bracket)`` of an accountant under the best sound accountant -- the one owner of
+    every ``certified_epsilon``: the bracket's upper end is what ``epsilon_report(delta,
+    method="best")`` returns."""
+    from ..accountant.accountant import EpsilonReport
+
+    b = acc.epsilon_bracket(delta)
+    return EpsilonReport.from_bracket(b), b

@@ -17,7 +17,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import tight_scale
+from ._solve import certify, pld_tighten, tight_scale
 from .diff2 import _check_target
 from .dpsgd import calibrate_poisson
 
@@ -92,12 +92,23 @@ class ClipD2P(Releases):
             s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=1e-9))
         else:
             s = tight_scale(self.accountant, e, d, conv, rtol=1e-9)
-        rep = self.epsilon(d, s, conv)
-        certified = self.epsilon(d, s).epsilon
+        lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
+        if method == "tight":
+            s0 = s
+            s, _, s_lo = pld_tighten(self.accountant, e, d, s0)
+            lower_noise = None if s_lo is None else {"sigma": s_lo}
+        cert, br = certify(self.accountant(s), d)
+        if method == "tight":
+            rep = cert
+            accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; RDP-tight sigma {s0:.6g})"
+        else:
+            rep = self.epsilon(d, s, conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
-        return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, certified, rep.order,
-                                 rep.conversion, accounting, tuple(warns), notes)
+        if method == "tight":
+            notes["rdp_tight_noise"] = {"sigma": s0}
+        return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, cert.epsilon, rep.order,
+                                 rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, METHODS, paper_warning
-from ._solve import smallest_scale, tight_scale
+from ._solve import certify, pld_tighten, smallest_scale, tight_scale
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -346,7 +346,9 @@ class DIFF2BVR(Releases):
         sigma3 bound needs 1/u1 + 1/u2 <= 2/3, DIFF2-E7, else sigma3 solves Prop. E.2's condition
         ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
         ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
-        until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the target.
+        until the certified eps (PLD upper bound of the replace-one WOR pairs, or the RDP
+        accountant -- WBK19 Thm 27, improved conversion -- if smaller; K - 1 noisy steps) hits
+        the target.
         """
         e, d = _check_target(epsilon, delta, method)
         uu1 = v.in_range(u1, "u1", 1.0, math.inf, low_open=True, high_open=True)
@@ -384,17 +386,26 @@ class DIFF2BVR(Releases):
             rdp = self.paper_rdp(a, s1, s2, s3)
             achieved = rdp + math.log(1.0 / d) / (a - 1.0)
             order, conv, accounting = float(a), "mironov", "rdp (Prop. E.2 at the paper's alpha, Lemma B.7, Lemma B.4)"
+            lower_noise = None
         else:
-            t = tight_scale(lambda k: self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k), e, d,
-                            rtol=1e-9)
+            def build(k):
+                return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
+            t0 = tight_scale(build, e, d, rtol=1e-9)
+            t, _, t_lo = pld_tighten(build, e, d, t0)
             s1, s2, s3 = p1 * t, (None if p2 is None else p2 * t), p3 * t
+            lower_noise = None if t_lo is None else {"sigma1": p1 * t_lo, "sigma2": None if p2 is None else p2 * t_lo,
+                                                     "sigma3": p3 * t_lo}
             achieved = None
-        rep = self.epsilon(d, s1, s2, s3)
-        certified = rep.epsilon
+        cert, br = certify(self.accountant(s1, s2, s3), d)
+        certified = cert.epsilon
         if achieved is None:
-            achieved, order, conv, accounting = certified, rep.order, rep.conversion, "rdp (WBK19 Thm 27, K-1 noisy steps)"
+            achieved, order, conv = certified, cert.order, cert.conversion
+            accounting = (f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
+                          f"steps; RDP-tight (WBK19 Thm 27) scale {t0:.6g} of the paper's split)")
         noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
         notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
                  "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}
+        if method == "tight":
+            notes["rdp_tight_noise"] = {"sigma1": p1 * t0, "sigma2": None if p2 is None else p2 * t0, "sigma3": p3 * t0}
         return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
-                                 accounting, tuple(warns), notes)
+                                 accounting, tuple(warns), notes, br.lower, lower_noise)

@@ -11,7 +11,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import smallest_scale, tight_scale
+from ._solve import certify, pld_tighten, smallest_scale, tight_scale
 from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
@@ -82,8 +82,9 @@ class DPSGD(Releases):
     def calibrate(self, epsilon, delta, method="tight", rtol=1e-9) -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
-        2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at
-        real orders and the improved conversion."""
+        2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the smallest noise whose
+        certified eps (PLD upper bound of both directions, or RDP if smaller) meets the target,
+        starting from the exact Poisson RDP at real orders with the improved conversion."""
         e, d = _check_target(epsilon, delta, method)
         warns = []
         if method == "paper":
@@ -93,14 +94,22 @@ class DPSGD(Releases):
                                                      orders=ABADI_ORDERS, refine=False, rtol=rtol))
             rep = self.accountant(z, orders=ABADI_ORDERS).epsilon_report(d, conversion="mironov", refine=False)
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
+            lower_noise = None
         else:
-            z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                                     refine=True, rtol=rtol))
-            rep = self.epsilon(d, z)
-            accounting = "rdp (exact Poisson SGM, real order, improved conversion)"
-        certified = self.epsilon(d, z).epsilon
+            z0 = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
+                                                      refine=True, rtol=rtol))
+            z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
+            lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
+        cert, br = certify(self.accountant(z), d)
+        if method == "tight":
+            rep = cert
+            accounting = (f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
+                          f"directions; RDP-tight noise {z0:.6g})")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}
-        return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, certified,
-                                 rep.order, rep.conversion, accounting, tuple(warns), notes)
+        if method == "tight":
+            notes["rdp_tight_noise"] = {"noise_multiplier": z0}
+        return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
+                                 rep.order, rep.conversion, accounting, tuple(warns), notes,
+                                 br.lower, lower_noise)

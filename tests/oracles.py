@@ -68,3 +68,27 @@ def gdp_epsilon(mu, delta, dps: int = 60):
             if hi - lo < mp.mpf(10) ** (-dps // 2) * hi:
                 break
         return hi
+
+
+def _gauss_hockey(s, mu, dps: int = 60):
+    """H_s(N(mu, 1) || N(0, 1)) for s > 0 (closed form, mpmath)."""
+    with mp.workdps(dps):
+        s, mu = mp.mpf(s), mp.mpf(mu)
+        ls = mp.log(s)
+        return mp.ncdf(-ls / mu + mu / 2) - s * mp.ncdf(-ls / mu - mu / 2)
+
+
+def wor_profile(gamma, z, eps, direction, dps: int = 60):
+    """delta(eps) of the remove pair (gamma N(1) + (1-gamma) N(0) || N(0)) or of its reverse
+    (direction "add"), std z, from the two-point decomposition of the hockey-stick divergence
+    (Balle, Barthe & Gaboardi 2018, Thm 2 / Thm 10) and the Gaussian closed form (mpmath)."""
+    with mp.workdps(dps):
+        g, t, mu = mp.mpf(gamma), mp.e ** mp.mpf(eps), 1 / mp.mpf(z)
+        if direction == "remove":
+            if t <= 1 - g:
+                return 1 - t
+            return g * _gauss_hockey((t - 1 + g) / g, mu, dps)
+        c = 1 - t * (1 - g)
+        if c <= 0:
+            return mp.mpf(0)
+        return c * _gauss_hockey(t * g / c, mu, dps)

@@ -33,8 +33,8 @@ log_uniform = lambda lo, hi: st.floats(math.log(lo), math.log(hi)).map(math.exp)
 # -- full batch: the exact answer is known -------------------------------------------------
 
 @settings(max_examples=200, derandomize=True, deadline=None)
-@given(zs=st.lists(st.tuples(log_uniform(0.3, 30.0), st.integers(1, 2000)), min_size=1, max_size=3),
-       delta=log_uniform(1e-10, 1e-2))
+@given(zs=st.lists(st.tuples(log_uniform(0.8, 30.0), st.integers(1, 300)), min_size=1, max_size=3),
+       delta=log_uniform(1e-30, 1e-2))
 def test_full_batch_gaussian_bracket_contains_the_exact_gdp_epsilon(zs, delta):
     mu = math.sqrt(sum(k / (z * z) for z, k in zs))
     exact = float(oracles.gdp_epsilon(mu, delta))
@@ -43,6 +43,33 @@ def test_full_batch_gaussian_bracket_contains_the_exact_gdp_epsilon(zs, delta):
     assert b.lower <= exact * (1 + 1e-12) + 1e-12
     assert exact <= b.upper * (1 + 1e-12) + 1e-12
     assert b.upper - b.lower <= 1e-3 * b.upper + 1e-12
+
+
+@pytest.mark.parametrize("z, k, delta", [(1.0, 10, 1e-100), (5.0, 1000, 1e-30), (0.5, 3, 1e-200),
+                                         (20.0, 10000, 1e-12)])
+def test_small_delta_bracket_contains_the_exact_gdp_epsilon(z, k, delta):
+    """The tilted composition keeps the round-off relative to delta."""
+    exact = float(oracles.gdp_epsilon(math.sqrt(k) / z, delta))
+    b = pld_epsilon([(GaussianEvent(z), k)], delta)
+    assert b.converged
+    assert b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= 1e-3 * b.upper
+
+
+def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
+    """The envelope step: total mass 1 on every grid, and its profile is max of the two."""
+    from dpcalib.accountant import pld as P
+
+    for h in (1e-2, 1e-4, 1e-6):
+        pair = [P._rounded_step(P._Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
+                for d in ("remove", "add")]
+        sym = P._symmetrised(*pair, h)
+        assert abs(sym.mass.sum() + sym.inf - 1.0) <= 1e-12
+        for eps in (-0.3, -0.01, 0.0, 0.02, 0.5, 2.0):
+            j = round(eps / h) - sym.i0
+            got = P._profile(sym.mass, h)[j] + sym.inf
+            want = max(float(oracles.wor_profile(0.02, 0.9, eps, d)) for d in ("remove", "add"))
+            assert got == pytest.approx(want, rel=1e-7, abs=1e-13)
 
 
 @pytest.mark.parametrize("z, eps", [(0.5, 0.0), (1.0, 1.0), (3.0, 0.2), (0.8, 4.0)])
@@ -98,9 +125,9 @@ def test_poisson_bracket_is_consistent_with_dp_accounting_pld(q, z, k):
     assert b.lower <= anchors[True] + 1e-9
     assert anchors[False] <= b.upper + 1e-9
     # on the same grid our certified side is as tight as dp-accounting's pessimistic one (which
-    # drops its truncated tails; ours charges them, a few 1e-9 of eps)
+    # drops its truncated tails and FFT round-off; ours charges them, ~1e-7 of eps)
     same_grid = pld_epsilon([(PoissonSampledGaussianEvent(q, z), k)], delta, discretization=1e-4)
-    assert same_grid.upper <= anchors[True] * (1 + 1e-8)
+    assert same_grid.upper <= anchors[True] * (1 + 1e-6)
 
 
 # -- sampling without replacement, replace-one ---------------------------------------------
