@@ -18,6 +18,7 @@ from .events import (
 )
 from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
+from .interop import from_dp_event
 from .pld import EpsilonBracket, pld_delta, pld_epsilon
 from .poisson import poisson_gaussian_rdp
 from .subsampling import (
@@ -57,4 +58,5 @@ __all__ = [
     "EpsilonBracket",
     "pld_epsilon",
     "pld_delta",
+    "from_dp_event",
 ]

@@ -272,6 +272,16 @@ class PrivacyAccountant:
         return eps0, order0
 
     # -- interoperability ---------------------------------------------------------------------
+    @classmethod
+    def from_dp_event(cls, event, orders=None) -> "PrivacyAccountant":
+        """An accountant holding a dp-accounting ``DpEvent`` tree (see :mod:`.interop`)."""
+        from .interop import from_dp_event
+
+        acc = cls(orders)
+        for ev, k in from_dp_event(event):
+            acc.compose(ev, k)
+        return acc
+
     def to_dp_event(self):
         """The composition as a dp-accounting ``ComposedDpEvent`` (imports dp_accounting lazily)."""
         import dp_accounting
@@ -279,18 +289,41 @@ class PrivacyAccountant:
         return dp_accounting.ComposedDpEvent(
             [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in self._events])
 
+    def _opacus_prv(self, d, notes):
+        """Opacus's PRV accountant on the same Poisson/full-batch events (None if it cannot)."""
+        if self.neighboring_relation == REPLACE_ONE:
+            notes.append("Opacus's PRV accountant does not support sampling without replacement")
+            return None
+        try:
+            from opacus.accountants import PRVAccountant
+        except ImportError:
+            notes.append("Opacus is not installed (pip install opacus) -- no PRV column")
+            return None
+        acc = PRVAccountant()
+        for e, k in self._events:
+            q = getattr(e, "sampling_probability", 1.0)
+            acc.history.append((e.noise_multiplier, q, k))
+        try:
+            return float(acc.get_epsilon(delta=d))
+        except Exception as exc:  # a second opinion's failure is a note, never our error
+            notes.append(f"Opacus PRV failed: {type(exc).__name__}: {exc}")
+            return None
+
     def cross_check(self, delta) -> dict:
         """Our eps beside dp-accounting's (RDP, and PLD where it supports the events).
 
-        Returns a dict with keys ``ours`` (the :meth:`epsilon_report` value), ``ours_method``,
-        ``ours_rdp`` (our RDP answer with the improved conversion), ``dp_accounting_rdp``,
-        ``dp_accounting_pld`` (None where unsupported) and ``notes``.
+        Returns a dict with keys ``ours`` (the ``epsilon_report(method="best")`` value),
+        ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion),
+        ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
+        ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
+        add/remove only, None where unsupported or not installed) and ``notes``.
         """
         import dp_accounting
 
         d = _validate.delta(delta)
-        ours = self.epsilon_report(d)
+        ours = self.epsilon_report(d, method="best")
         ours_rdp = self.epsilon_report(d, method="rdp")
+        pld = self.epsilon_bracket(d, methods=("pld",))
         rel = self.neighboring_relation
         nr = dp_accounting.NeighboringRelation
         relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
@@ -322,6 +355,8 @@ class PrivacyAccountant:
             absl.propagate = old_propagate
         if caught.messages:
             notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
+        prv = self._opacus_prv(d, notes)
         return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
-                "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld,
+                "ours_pld_lower": pld.lower, "ours_pld_upper": pld.upper,
+                "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,
                 "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

@@ -59,6 +59,7 @@ the best certified answer is returned with a note).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -655,6 +656,16 @@ def pld_epsilon(events, delta: float, rtol: float = 1e-3, memory_cap: int = MEMO
     ev = _check_events(events)
     if not ev:
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
+    return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
+
+
+@functools.lru_cache(maxsize=256)
+def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
+    """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
+    calibration asks for the same bracket when it re-checks, reports and certifies)."""
+    def done(lo, up):
+        return up - lo <= max(r * up, a_tol)
+
     K = sum(k for _, k in ev)
     if discretization is not None:
         h = _validate.positive(discretization, "discretization")

@@ -32,6 +32,10 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, setting, m, eps, delta, split in CASES:
+            import inspect
+
+            if "accountant" in inspect.signature(m.calibrate).parameters:
+                split = dict(split, accountant="pld")
             p = m.calibrate(eps, delta, "paper", **split)
             t = m.calibrate(eps, delta, "tight", **split)
             for k, pv in p.noise.items():
@@ -39,9 +43,7 @@ def main() -> None:
                     continue
                 tv = t.noise[k]
                 rv = t.notes.get("rdp_tight_noise", {}).get(k)
-                rdp = "—" if rv is None else f"{rv:.6g} | {rv / tv:.3f}"
-                if rv is None:
-                    rdp = "— | —"
+                rdp = "— | —" if rv is None else f"{rv:.6g} | {rv / tv:.3f}"
                 br = (f"[{t.epsilon_lower:.5g}, {t.epsilon_upper:.5g}]" if t.epsilon_lower is not None
                       else f"{t.epsilon_upper:.5g} (exact)")
                 print(f"| {name} | {setting} | ({eps:g}, {delta:g}) | {k} | {pv:.6g} | {tv:.6g} | {pv / tv:.3f} "

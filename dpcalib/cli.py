@@ -45,6 +45,15 @@ def _fmt(x) -> str:
     return str(x)
 
 
+def _takes_accountant(algorithm: str) -> bool:
+    """Does this algorithm's calibrate() choose between the RDP and the PLD accountant?"""
+    import inspect
+
+    from .mechanisms import ALGORITHMS
+
+    return "accountant" in inspect.signature(ALGORITHMS[algorithm][0].calibrate).parameters
+
+
 def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     spec = SPECS[algorithm]
     from .mechanisms import ALGORITHMS
@@ -59,6 +68,10 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     if command == "calibrate":
         p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
                        help="paper: closed form as printed; tight: smallest noise, same split (default)")
+        if _takes_accountant(algorithm):
+            p.add_argument("--accountant", choices=["rdp", "pld"], default="rdp",
+                           help="what tight mode solves on: rdp (default, fast) or pld (the certified "
+                                "privacy-loss-distribution upper bound: less noise, seconds per calibration)")
     if command == "audit":
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
@@ -70,6 +83,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
             p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
                            help=f"noise level {name}")
         p.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
+        _accountant_argument(p)
         p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
         p.add_argument("--plot", metavar="FILE.png", help="draw the curve (needs matplotlib)")
     for o in spec.options:
@@ -122,7 +136,9 @@ def _report_dict(rep) -> dict:
             notes[s] = (f"not a noise level of {rep.algorithm} (its noise: {', '.join(rep.noise)})"
                         if s not in rep.noise else "not needed")
     out.update({"noise": dict(rep.noise), "achieved_epsilon": rep.achieved_epsilon,
-                "certified_epsilon": rep.certified_epsilon, "order": rep.order, "conversion": rep.conversion,
+                "certified_epsilon": rep.certified_epsilon, "epsilon_lower": rep.epsilon_lower,
+                "epsilon_upper": rep.epsilon_upper, "lower_bound_noise": rep.lower_bound_noise,
+                "order": rep.order, "conversion": rep.conversion,
                 "accounting": rep.accounting, "warnings": list(rep.warnings), "notes": notes})
     return out
 
@@ -130,6 +146,9 @@ def _report_dict(rep) -> dict:
 def _print_epsilon(rep) -> None:
     """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
     print(f"epsilon     {_fmt(rep.epsilon)}")
+    bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
+    if bracket:
+        print(f"            {bracket[0]} (lower: PLD lower bound; upper: certified)")
     print(f"delta       {_fmt(rep.delta)}")
     print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
     if rep.order is not None:
@@ -150,6 +169,11 @@ def _print_report(d: dict) -> None:
     how = f"order {_fmt(d['order'])}, conversion {d['conversion']}; " if d["order"] is not None else ""
     print(f"achieved    epsilon={_fmt(d['achieved_epsilon'])} ({how}{d['accounting']})")
     print(f"certified   epsilon={_fmt(d['certified_epsilon'])} (best sound accountant for this noise)")
+    if d.get("epsilon_lower") is not None:
+        print(f"bracket     [{_fmt(d['epsilon_lower'])}, {_fmt(d['epsilon_upper'])}] (PLD lower bound, certified upper)")
+    if d.get("lower_bound_noise"):
+        room = ", ".join(f"{k}={_fmt(v)}" for k, v in d["lower_bound_noise"].items() if v is not None)
+        print(f"floor       {room} (below this noise the lower bound already exceeds the target)")
 
 
 AUDIT_EXAMPLES = {
@@ -223,7 +247,8 @@ def _cmd_list(_args) -> int:
 def _cmd_calibrate(algorithm: str, args) -> int:
     mech, split = _build(algorithm, args)
     methods = ["paper", "tight"] if args.method == "both" else [args.method]
-    reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split)) for m in methods]
+    extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
+    reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra)) for m in methods]
     if args.json:
         print(json.dumps(reports if len(reports) > 1 else reports[0]))
     else:
@@ -242,8 +267,9 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
     acc = mech.accountant(*noise)
-    rep = acc.epsilon_report(args.delta, conversion=args.conversion)
+    rep, lower = _epsilon_of(acc, args)
     out = {"algorithm": algorithm, "delta": rep.delta, "epsilon": rep.epsilon, "method": rep.method,
+           "epsilon_lower": lower, "epsilon_upper": rep.epsilon,
            "order": rep.order, "conversion": rep.conversion,
            "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
     out["warnings"] = []
@@ -311,6 +337,9 @@ def _cmd_compare(algorithm: str, args) -> int:
         rows.append({"noise_from": label, "noise": dict(rep.noise),
                      "paper_closed_form_epsilon": paper.achieved_epsilon if label == "paper" else None,
                      "tight_epsilon": cc["ours"], "tight_method": cc["ours_method"],
+                     "epsilon_lower": cc["ours_pld_lower"], "epsilon_upper": cc["ours"],
+                     "pld_epsilon_lower": cc["ours_pld_lower"], "pld_epsilon_upper": cc["ours_pld_upper"],
+                     "opacus_prv_epsilon": cc["opacus_prv"],
                      "rdp_improved_epsilon": acc.get_epsilon(args.delta, "rdp", "improved"),
                      "rdp_mironov_epsilon": acc.get_epsilon(args.delta, "rdp", "mironov"),
                      "dp_accounting_rdp_epsilon": cc["dp_accounting_rdp"],
@@ -320,8 +349,9 @@ def _cmd_compare(algorithm: str, args) -> int:
                           "warnings": list(paper.warnings)}))
         return 0
     print(f"algorithm {algorithm}, target epsilon={_fmt(args.epsilon)} delta={_fmt(args.delta)}")
-    cols = ["paper_closed_form_epsilon", "tight_epsilon", "rdp_improved_epsilon", "rdp_mironov_epsilon",
-            "dp_accounting_rdp_epsilon", "dp_accounting_pld_epsilon"]
+    cols = ["paper_closed_form_epsilon", "tight_epsilon", "pld_epsilon_lower", "pld_epsilon_upper",
+            "rdp_improved_epsilon", "rdp_mironov_epsilon", "dp_accounting_rdp_epsilon", "dp_accounting_pld_epsilon",
+            "opacus_prv_epsilon"]
     for row in rows:
         print(f"noise from {row['noise_from']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in row["noise"].items()))
         for c in cols:
@@ -362,10 +392,31 @@ def _account_parser() -> argparse.ArgumentParser:
     acc.add_argument("--wor", action="append", default=[], type=_event_spec("wor", 3),
                      metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one)")
     acc.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
-    acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default="auto")
+    _accountant_argument(acc)
+    acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default="auto",
+                     help="(older spelling of --accountant: auto = exact GDP for full batch, else RDP)")
     acc.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
     acc.add_argument("--json", action="store_true", help="machine-readable output")
     return acc
+
+
+def _accountant_argument(p) -> None:
+    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default=None,
+                   help="best (default): the smallest certified eps of exact GDP, the PLD upper bound and "
+                        "RDP, with the PLD bracket; pld: the PLD bracket only; rdp; gdp (full batch only)")
+
+
+def _epsilon_of(acc, args) -> tuple:
+    """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD)."""
+    from .accountant import EpsilonReport
+
+    which = args.accountant or ("best" if getattr(args, "method", "auto") == "auto" else args.method)
+    if which in ("best", "pld"):
+        b = acc.epsilon_bracket(args.delta, methods=("gdp", "pld", "rdp") if which == "best" else ("pld",))
+        lower = b.lower if b.method != "rdp" or b.discretization > 0 else None
+        return EpsilonReport.from_bracket(b), lower
+    rep = acc.epsilon_report(args.delta, method=which, conversion=args.conversion)
+    return rep, (rep.epsilon if rep.method == "gdp" else None)
 
 
 def _cmd_account(args) -> int:
@@ -380,15 +431,17 @@ def _cmd_account(args) -> int:
         acc.compose(PoissonSampledGaussianEvent(q, z), k)
     for g, z, k in args.wor:
         acc.compose(WORSampledGaussianEvent(g, z), k)
-    rep = acc.epsilon_report(args.delta, method=args.method, conversion=args.conversion)
+    rep, lower = _epsilon_of(acc, args)
     out = {"epsilon": rep.epsilon, "delta": rep.delta, "method": rep.method,
+           "epsilon_lower": lower, "epsilon_upper": rep.epsilon,
            "order": rep.order, "conversion": rep.conversion, "notes": list(rep.notes)}
     if args.json:
         print(json.dumps(out))
     else:
         _print_epsilon(rep)
         for n in rep.notes:
-            print(f"note        {n}")
+            if not str(n).startswith("bracket ["):
+                print(f"note        {n}")
     return 0
 
 

@@ -158,11 +158,27 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
     return t, b, lower_scale(build, target, delta, t, b.discretization, b.lower, rtol)
 
 
-def certify(acc, delta):
-    """``(report, bracket)`` of an accountant under the best sound accountant -- the one owner of
-    every ``certified_epsilon``: the bracket's upper end is what ``epsilon_report(delta,
-    method="best")`` returns."""
+#: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``)
+ACCOUNTANTS = ("rdp", "pld")
+
+
+def check_accountant(accountant: str) -> str:
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant={accountant!r} is not allowed: expected one of {ACCOUNTANTS} "
+                         f"('pld': the certified privacy-loss-distribution upper bound, tighter and slower).")
+    return accountant
+
+
+def certify(acc, delta, accountant: str = "pld"):
+    """``(report, bracket)``: the one owner of every ``certified_epsilon``.
+
+    ``"pld"``: ``epsilon_report(delta, method="best")`` -- the smallest of exact GDP, the PLD
+    upper bound and RDP -- with its bracket.  ``"rdp"``: ``epsilon_report(delta)`` (exact GDP
+    for full batch, else RDP at the optimal real order, improved conversion), bracket None.
+    """
     from ..accountant.accountant import EpsilonReport
 
+    if accountant == "rdp":
+        return acc.epsilon_report(delta), None
     b = acc.epsilon_bracket(delta)
     return EpsilonReport.from_bracket(b), b

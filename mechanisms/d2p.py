@@ -17,7 +17,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, pld_tighten, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, tight_scale
 from .diff2 import _check_target
 from .dpsgd import calibrate_poisson
 
@@ -73,10 +73,12 @@ class ClipD2P(Releases):
     def epsilon(self, delta, sigma, conversion="improved"):
         return self.accountant(sigma).epsilon_report(delta, conversion=conversion)
 
-    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="rdp") -> CalibrationReport:
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
-        improved conversion (and real orders for add/remove)."""
+        improved conversion (and real orders for add/remove); with ``accountant="pld"`` the
+        smallest sigma whose certified PLD upper bound meets the target."""
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         J, K = self.samples_per_node, self.iterations
         warns = []
@@ -94,21 +96,22 @@ class ClipD2P(Releases):
             s = tight_scale(self.accountant, e, d, conv, rtol=1e-9)
         lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
-        if method == "tight":
-            s0 = s
+        s0 = s
+        if method == "tight" and accountant == "pld":
             s, _, s_lo = pld_tighten(self.accountant, e, d, s0)
             lower_noise = None if s_lo is None else {"sigma": s_lo}
-        cert, br = certify(self.accountant(s), d)
-        if method == "tight":
+        cert, br = certify(self.accountant(s), d, accountant)
+        if method == "tight" and br is not None:
             rep = cert
             accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; RDP-tight sigma {s0:.6g})"
         else:
             rep = self.epsilon(d, s, conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
-        if method == "tight":
+        if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = {"sigma": s0}
         return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, cert.epsilon, rep.order,
-                                 rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)
+                                 rep.conversion, accounting, tuple(warns), notes, None if br is None else br.lower,
+                                 lower_noise)
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,10 @@ class ConstD2P(ClipD2P):
 
     name = "constd2p"
 
-    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="rdp") -> CalibrationReport:
         paper_warning("AdaD2P-E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
                       "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
-        rep = super().calibrate(epsilon, delta, method)
+        rep = super().calibrate(epsilon, delta, method, accountant)
         w = rep.warnings + ("[AdaD2P-E2] G is estimated and not enforced; the eps holds only if ||grad|| <= G "
                             "for every example and iterate (use ClipD2P with C = G)",)
         return CalibrationReport(self.name, rep.method, rep.epsilon, rep.delta, rep.noise, rep.achieved_epsilon,

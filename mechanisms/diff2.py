@@ -20,7 +20,7 @@ from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, METHODS, paper_warning
-from ._solve import certify, pld_tighten, smallest_scale, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, smallest_scale, tight_scale
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -339,17 +339,18 @@ class DIFF2BVR(Releases):
         n = self.n_min
         return b <= n / (2.0 * math.e * a) and b <= (4.0 * n / (a * s3sq)) ** (1.0 / 3.0)
 
-    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0) -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0, accountant="rdp") -> CalibrationReport:
         """``sigma1..sigma3`` (``sigma4`` reported as not needed).
 
         ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, DIFF2-E6; the simple
         sigma3 bound needs 1/u1 + 1/u2 <= 2/3, DIFF2-E7, else sigma3 solves Prop. E.2's condition
         ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
         ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
-        until the certified eps (PLD upper bound of the replace-one WOR pairs, or the RDP
-        accountant -- WBK19 Thm 27, improved conversion -- if smaller; K - 1 noisy steps) hits
-        the target.
+        until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the
+        target; with ``accountant="pld"``, until the certified eps (PLD upper bound of the
+        replace-one WOR pairs, or RDP if smaller) does (and paper mode is certified by the PLD).
         """
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         uu1 = v.in_range(u1, "u1", 1.0, math.inf, low_open=True, high_open=True)
         uu2 = v.in_range(u2, "u2", 1.0, math.inf, low_open=True, high_open=True)
@@ -390,22 +391,25 @@ class DIFF2BVR(Releases):
         else:
             def build(k):
                 return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
-            t0 = tight_scale(build, e, d, rtol=1e-9)
-            t, _, t_lo = pld_tighten(build, e, d, t0)
+            t0 = t = tight_scale(build, e, d, rtol=1e-9)
+            t_lo = None
+            if accountant == "pld":
+                t, _, t_lo = pld_tighten(build, e, d, t0)
             s1, s2, s3 = p1 * t, (None if p2 is None else p2 * t), p3 * t
             lower_noise = None if t_lo is None else {"sigma1": p1 * t_lo, "sigma2": None if p2 is None else p2 * t_lo,
                                                      "sigma3": p3 * t_lo}
             achieved = None
-        cert, br = certify(self.accountant(s1, s2, s3), d)
+        cert, br = certify(self.accountant(s1, s2, s3), d, accountant)
         certified = cert.epsilon
         if achieved is None:
             achieved, order, conv = certified, cert.order, cert.conversion
-            accounting = (f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
+            accounting = ("rdp (WBK19 Thm 27, K-1 noisy steps)" if br is None else
+                          f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
                           f"steps; RDP-tight (WBK19 Thm 27) scale {t0:.6g} of the paper's split)")
         noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
         notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
                  "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}
-        if method == "tight":
+        if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = {"sigma1": p1 * t0, "sigma2": None if p2 is None else p2 * t0, "sigma3": p3 * t0}
         return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
-                                 accounting, tuple(warns), notes, br.lower, lower_noise)
+                                 accounting, tuple(warns), notes, None if br is None else br.lower, lower_noise)

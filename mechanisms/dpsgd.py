@@ -11,7 +11,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, pld_tighten, smallest_scale, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, smallest_scale, tight_scale
 from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
@@ -79,12 +79,15 @@ class DPSGD(Releases):
     def epsilon(self, delta, noise_multiplier, conversion="improved"):
         return self.accountant(noise_multiplier).epsilon_report(delta, conversion=conversion)
 
-    def calibrate(self, epsilon, delta, method="tight", rtol=1e-9) -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", rtol=1e-9, accountant="rdp") -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
-        2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the smallest noise whose
-        certified eps (PLD upper bound of both directions, or RDP if smaller) meets the target,
-        starting from the exact Poisson RDP at real orders with the improved conversion."""
+        2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at
+        real orders with the improved conversion (``accountant="rdp"``, the default), or, with
+        ``accountant="pld"``, the smallest noise whose certified eps (the PLD upper bound of both
+        directions, or RDP if smaller) meets the target (3-8 % less noise in the common regime, up to 25 % with few
+        steps; seconds per calibration) and then also certifies paper mode with the PLD."""
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         warns = []
         if method == "paper":
@@ -96,20 +99,24 @@ class DPSGD(Releases):
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
             lower_noise = None
         else:
-            z0 = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                                      refine=True, rtol=rtol))
-            z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
-            lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
-        cert, br = certify(self.accountant(z), d)
+            z0 = z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
+                                                          refine=True, rtol=rtol))
+            if accountant == "pld":
+                z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
+                lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
+            else:
+                lower_noise = None
+        cert, br = certify(self.accountant(z), d, accountant)
         if method == "tight":
             rep = cert
-            accounting = (f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
+            accounting = ("rdp (exact Poisson SGM, real order, improved conversion)" if br is None else
+                          f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
                           f"directions; RDP-tight noise {z0:.6g})")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}
-        if method == "tight":
+        if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = {"noise_multiplier": z0}
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
                                  rep.order, rep.conversion, accounting, tuple(warns), notes,
-                                 br.lower, lower_noise)
+                                 None if br is None else br.lower, lower_noise)

@@ -16,7 +16,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, pld_tighten, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, tight_scale
 from .diff2 import _check_target, paper_order
 
 __all__ = ["DPSRM"]
@@ -122,14 +122,16 @@ class DPSRM(Releases):
             return False
         return alpha - 1.0 <= (2.0 / 3.0) * ratio2 * math.log(1.0 / x)
 
-    def calibrate(self, epsilon, delta, method="tight", beta=0.5) -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", beta=0.5, accountant="rdp") -> CalibrationReport:
         """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
         RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
         Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail
         (DPSRM-E3); ``certified_epsilon`` then shows what the paper's noise really buys.
-        ``"tight"``: both noise levels scaled by one factor (same split) until the certified eps
-        (PLD upper bound of the replace-one WOR pair, or WBK19 Thm 27 RDP if smaller) hits the
-        target."""
+        ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
+        improved conversion hits the target (``accountant="rdp"``, default), or until the certified
+        eps (PLD upper bound of the replace-one WOR pair, or RDP if smaller) does
+        (``accountant="pld"``, which also certifies paper mode with the PLD)."""
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         a, p0, pt = self.paper_sigmas(e, d, beta)
         d0, dt = self.sensitivities
@@ -152,19 +154,23 @@ class DPSRM(Releases):
             lower_noise = None
         else:
             build = lambda k: self.accountant(p0 * k, pt * k)  # noqa: E731
-            t0 = tight_scale(build, e, d, rtol=1e-9)
-            t, _, t_lo = pld_tighten(build, e, d, t0)
+            t0 = t = tight_scale(build, e, d, rtol=1e-9)
+            t_lo = None
+            if accountant == "pld":
+                t, _, t_lo = pld_tighten(build, e, d, t0)
             s0, st = p0 * t, pt * t
             lower_noise = None if t_lo is None else {"sigma0": p0 * t_lo, "sigma": pt * t_lo}
             achieved = None
-        cert, br = certify(self.accountant(s0, st), d)
+        cert, br = certify(self.accountant(s0, st), d, accountant)
         if achieved is None:
             achieved, order, conv = cert.epsilon, cert.order, cert.conversion
-            accounting = (f"{br.method} (certified upper end of the bracket; fixed-size WOR, replace-one; "
+            accounting = ("rdp (WBK19 Thm 27)" if br is None else
+                          f"{br.method} (certified upper end of the bracket; fixed-size WOR, replace-one; "
                           f"RDP-tight (WBK19 Thm 27) scale {t0:.6g} of the paper's split)")
         notes = {"alpha_paper": a, "z0": s0 / d0, "z": st / dt,
                  "ratio2_t0": (s0 / d0) ** 2, "ratio2_t": (st / dt) ** 2, "beta": beta}
-        if method == "tight":
+        if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = {"sigma0": p0 * t0, "sigma": pt * t0}
         return CalibrationReport(self.name, method, e, d, {"sigma0": s0, "sigma": st}, achieved, cert.epsilon,
-                                 order, conv, accounting, tuple(warns), notes, br.lower, lower_noise)
+                                 order, conv, accounting, tuple(warns), notes, None if br is None else br.lower,
+                                 lower_noise)

@@ -201,3 +201,16 @@ def test_events_of_two_relations_are_refused():
         pld_epsilon([PoissonSampledGaussianEvent(0.1, 1.0), WORSampledGaussianEvent(0.1, 1.0)], 1e-5)
     with pytest.raises(ValueError, match="event="):
         pld_epsilon([("not an event", 3)], 1e-5)
+
+
+@pytest.mark.parametrize("q, z, k", [(0.01, 1.0, 1000), (0.05, 1.5, 200), (0.2, 3.0, 50)])
+def test_poisson_bracket_overlaps_prv_accountants_bracket(q, z, k):
+    """prv_accountant (Gopi, Lee & Wutschitz 2021) gives its own [eps_lower, eps_upper] of the
+    same Poisson-subsampled Gaussian composition: the two brackets must intersect."""
+    prv = pytest.importorskip("prv_accountant")
+    acc = prv.Accountant(noise_multiplier=z, sampling_probability=q, delta=1e-5, eps_error=0.01,
+                         max_compositions=k)
+    lo, _, up = acc.compute_epsilon(num_compositions=k)
+    b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), k)], 1e-5)
+    assert b.lower <= up and lo <= b.upper
+    assert b.upper - b.lower < up - lo      # and ours is the narrower one

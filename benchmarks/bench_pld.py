@@ -1,0 +1,106 @@
+"""Tight DP-SGD calibration against the anchors (one run, side by side; read the ratios).
+
+    python benchmarks/bench_pld.py [--skip-dp-accounting]
+
+For each (q, steps, eps) at delta = 1e-5:
+  * dpcalib: ``DPSGD(q, steps).calibrate(eps, 1e-5)`` -- the certified PLD upper bound; also the
+    noise its PLD *lower* bound would allow (``lower_bound_noise``) and the RDP-tight noise;
+  * dp-accounting: ``calibrate_dp_mechanism`` with ``PLDAccountant(value_discretization_interval=
+    1e-4)`` (tolerance 1e-4 x sigma);
+  * Opacus: ``get_noise_multiplier(accountant="prv", epsilon_tolerance=0.01)`` (its default).
+Then eps of 1e5 Poisson steps (q = 1e-3, z = 1.3648) by dpcalib's bracket vs prv_accountant's
+``[eps_lower, eps_upper]`` at ``eps_error=0.01``.  Times are wall-clock seconds on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+SETTINGS = [(0.01, 10_000, 3.0), (256 / 60000, 14_062, 3.0), (4096 / 50000, 2_500, 1.0),
+            (1e-3, 100_000, 1.0), (1e-3, 1_000, 1.0), (0.01, 100, 2.0)]
+DELTA = 1e-5
+
+
+def ours(q, steps, eps):
+    from dpcalib.mechanisms import DPSGD
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return DPSGD(q, steps).calibrate(eps, DELTA)
+
+
+def dp_accounting_pld(q, steps, eps, guess):
+    import dp_accounting
+    from dp_accounting import mechanism_calibration
+    from dp_accounting.pld import pld_privacy_accountant
+
+    return mechanism_calibration.calibrate_dp_mechanism(
+        lambda: pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4),
+        lambda z: dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps),
+        eps, DELTA, mechanism_calibration.LowerEndpointAndGuess(guess * 0.5, guess), tol=1e-4 * guess)
+
+
+def opacus_prv(q, steps, eps):
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return get_noise_multiplier(target_epsilon=eps, target_delta=DELTA, sample_rate=q, steps=steps,
+                                accountant="prv")
+
+
+def timed(f, *a):
+    t0 = time.perf_counter()
+    out = f(*a)
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-dp-accounting", action="store_true", help="skip the slow PLD anchor")
+    args = ap.parse_args()
+    print("| q, steps, eps | dpcalib sigma | lower-bound sigma | room | RDP-tight | dp-accounting PLD 1e-4 "
+          "| Opacus PRV | t dpcalib | t dp-acc. | t Opacus | dp-acc./dpcalib | Opacus/dpcalib |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    r_pld, r_prv = [], []
+    for q, steps, eps in SETTINGS:
+        rep, t_o = timed(ours, q, steps, eps)
+        z = rep["noise_multiplier"]
+        z_lo = rep.lower_bound_noise["noise_multiplier"]
+        z_rdp = rep.notes["rdp_tight_noise"]["noise_multiplier"]
+        z_p, t_p = timed(opacus_prv, q, steps, eps)
+        if args.skip_dp_accounting:
+            z_d, t_d = float("nan"), float("nan")
+        else:
+            z_d, t_d = timed(dp_accounting_pld, q, steps, eps, z_rdp)
+        r_pld.append(t_d / t_o)
+        r_prv.append(t_p / t_o)
+        print(f"| {q:.6g}, {steps}, {eps:g} | {z:.6g} | {z_lo:.6g} | {z / z_lo - 1:.2%} | {z_rdp:.6g} "
+              f"| {z_d:.6g} | {z_p:.6g} | {t_o:.2f} | {t_d:.2f} | {t_p:.2f} | {t_d / t_o:.2f}x "
+              f"| {t_p / t_o:.2f}x |", flush=True)
+    print(f"\nmedian speed ratio: dp-accounting PLD / dpcalib = {statistics.median(r_pld):.2f}x, "
+          f"Opacus PRV / dpcalib = {statistics.median(r_prv):.2f}x")
+
+    from prv_accountant import Accountant
+
+    from dpcalib.accountant import PoissonSampledGaussianEvent, pld_epsilon
+
+    q, z, k = 1e-3, 1.3648, 100_000
+    b, t_o = timed(pld_epsilon, [(PoissonSampledGaussianEvent(q, z), k)], DELTA)
+
+    def prv():
+        acc = Accountant(noise_multiplier=z, sampling_probability=q, delta=DELTA, eps_error=0.01,
+                         max_compositions=k)
+        return acc.compute_epsilon(num_compositions=k)
+
+    (lo, est, up), t_p = timed(prv)
+    print(f"\neps of {k} Poisson steps (q={q}, z={z}), delta={DELTA}:")
+    print(f"  dpcalib        [{b.lower:.6f}, {b.upper:.6f}] width {b.upper - b.lower:.2e}  {t_o:.2f} s")
+    print(f"  prv_accountant [{lo:.6f}, {up:.6f}] width {up - lo:.2e}  {t_p:.2f} s (estimate {est:.6f})")
+    print(f"  speed ratio prv_accountant / dpcalib = {t_p / t_o:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
