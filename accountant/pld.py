@@ -212,7 +212,18 @@ class _OverCap(Exception):
     pass
 
 
-def _rounded_step(pair: _Pair, h: float, tau: float, count: int, cap_bytes: int) -> _Step:
+@dataclass
+class _Bins:
+    """True masses of one step's loss on the bins ``(j h, (j+1) h]``, ``j = i0 .. i0+n-1``."""
+
+    i0: int
+    P: np.ndarray
+    Q: np.ndarray
+    p_below: float    # P(L <= i0 h)
+    p_above: float    # P(L > (i0 + n) h)
+
+
+def _bins_of(pair: _Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
     lo, hi = pair.loss_range(tau)
     if 10 * 8 * (hi - lo) / h > cap_bytes:
         raise _OverCap
@@ -220,14 +231,170 @@ def _rounded_step(pair: _Pair, h: float, tau: float, count: int, cap_bytes: int)
     i1 = math.ceil(hi / h) + 1
     edges = np.arange(i0, i1 + 1, dtype=float) * h
     P, Q, p_below, p_above = pair.bins(edges)
-    # connect-the-dots = rounding that keeps E_P[e^-L]: up with probability r / P
-    r = (P - np.exp(edges[:-1]) * Q) / -math.expm1(-h)
+    return _Bins(i0, P, Q, p_below, p_above)
+
+
+def _upper_step(b: _Bins, h: float, count: int) -> _Step:
+    """Connect-the-dots: each bin's mass is split between its two grid points so that the
+    ``Q``-mass is kept (pessimistic; the tails go to the lowest grid point and to +infinity)."""
+    i0, P, Q = b.i0, b.P, b.Q
+    edges = (i0 + np.arange(P.size)) * h
+    r = (P - np.exp(edges) * Q) / -math.expm1(-h)
     r = np.clip(r, 0.0, P)
-    m = np.zeros(i1 - i0 + 1)
+    m = np.zeros(P.size + 1)
     m[:-1] += P - r
     m[1:] += r
-    m[0] += p_below
-    return _Step(i0, m, p_above, p_below + p_above, count)
+    m[0] += b.p_below
+    return _Step(i0, m, b.p_above, b.p_below + b.p_above, count)
+
+
+def _rounded_step(pair: _Pair, h: float, tau: float, count: int, cap_bytes: int) -> _Step:
+    return _upper_step(_bins_of(pair, h, tau, cap_bytes), h, count)
+
+
+def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
+    """A grid measure whose hockey-stick profile lies below the step's true profile.
+
+    Write the profile as a function of ``t = e^eps``: ``f(t) = E_P[(1 - t e^-L)_+]``, convex
+    and decreasing, with right derivative ``-Q(L > log t)``.  Connect-the-dots interpolates
+    ``f`` at the grid points ``t_j = e^(jh)`` (a chord: above ``f``).  Here every grid value is
+    lowered by ``d_j = max(gap_(j-1), gap_j)``, where ``gap_j`` bounds how far the chord of
+    ``f`` on ``[t_j, t_(j+1)]`` rises above ``f``: ``f`` lies above both tangents at the ends
+    (slopes ``a = -Q(L > jh)``, ``b = -Q(L > (j+1)h)``), so with the chord slope ``s``,
+    ``chord - f <= (s - a)(b - s) / (b - a) * (t_(j+1) - t_j)``.  The piecewise-linear
+    interpolation of the lowered values is then below ``f`` on every segment; it is the
+    profile of the grid measure whose atom at ``jh`` carries ``t_j`` times the slope increase
+    at ``t_j`` (the tails beyond the grid are dropped, and the top is closed at the highest grid
+    point ``J`` where the profile still exceeds the last gap).  Negative atoms (where lowering
+    broke convexity, only in steep tails) are set to 0 and paid for by removing as much mass
+    from the atoms just above them: an atom at a higher loss adds more to the profile
+    everywhere, so the profile only goes down.
+
+    Why a pointwise-lower profile is enough: the profile of a composition is
+    ``int int (1 - e^(eps - l - l'))_+ dmu_A(l) dmu_B(l')`` (mu: the losses' distributions
+    under P), symmetric and monotone in each factor's profile, so composing measures whose
+    profiles are below the true ones gives a profile below the true composition -- a lower
+    bound on delta(eps), hence on eps(delta).  The error is ``O(h^2)`` per step (the chord's
+    gap), like connect-the-dots' own, so the bracket's width is ``O(K h^2)``.  Returns None
+    if the repair cannot be paid for (never seen; the caller keeps its other lower bound).
+    """
+    P = b.P
+    Q = b.Q
+    n = P.size
+    if n == 0:
+        return None
+    eh1 = math.expm1(h)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loglam = np.log(P) - np.log(Q) - (b.i0 + np.arange(n)) * h
+    ok = (P > 0.0) & (Q > 0.0) & np.isfinite(loglam)
+    Pe = np.where(ok, P, 0.0)                     # bins with an underflowed Q are dropped
+    loglam = np.where(ok, np.clip(loglam, 0.0, h), 0.0)
+    frac = np.expm1(loglam) / eh1                # r_j / Q_j in [0, 1]
+    inv_lam = np.exp(-loglam)
+    rho = Pe * frac * math.exp(h) * inv_lam      # P-mass connect-the-dots sends up
+    gap = Pe * eh1 * frac * (1.0 - frac) * inv_lam
+    # f at the grid points (tails dropped), from non-negative terms only:
+    # f_j = (1 - e^-h)(rho_j + B_(j+1)) + f_(j+1),  B_j = t_j Q(L > jh) = P_j/lam_j + e^-h B_(j+1)
+    Bq = np.zeros(n + 1)
+    Bq[:-1] = signal.lfilter([1.0], [1.0, -math.exp(-h)], (Pe * inv_lam)[::-1])[::-1]
+    terms = -math.expm1(-h) * (rho + Bq[1:])
+    f = np.zeros(n + 1)
+    f[:-1] = np.cumsum(terms[::-1])[::-1]
+    gp = np.zeros(n + 2)
+    gp[1:-1] = gap                                # gp[i] = gap_(i-1)
+    d = np.maximum(gp[:-1], gp[1:])               # d_i = max(gap_(i-1), gap_i), i = 0..n
+    # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f) and
+    # f_(J-1) >= d_(J-1) (the lowered value there is not negative)
+    cond = (f[1:] >= gp[1:-1]) & (f[:-1] >= d[:-1])
+    okJ = np.nonzero(cond)[0] + 1
+    # the highest admissible J first; if the repair of negative atoms cannot be paid for (a
+    # steep tail just below J), close lower down
+    for J in okJ[::-1][:32]:
+        m = _lower_masses(Pe, rho, d, f, int(J), h)
+        if m is not None:
+            return _Step(b.i0, m, 0.0, 0.0, count)
+    return None
+
+
+def _convexify(m, h):
+    """Replace the lowered polyline by its greatest convex minorant where it is not convex
+    (in place).
+
+    ``m_k`` is ``t_k`` times the slope increase at grid point ``k``; a negative one is a
+    concave kink.  Pool-adjacent-violators on the segment slopes (weights ``t_(k+1) - t_k``):
+    a block of segments from vertex ``a`` to ``b`` is replaced by the chord, whose slope is the
+    weighted mean of theirs -- the minorant lies below the polyline, hence below ``f``.  All
+    slopes are taken relative to the block's first one (``t_a (s_i - s_a) = sum_(a<k<=i)
+    m_k e^((a-k) h)``) so that tiny tail masses keep their precision.  The end vertices keep
+    their kinks; a negative kink at vertex 0 is left to the caller.
+    """
+    J = m.size - 1
+    j = 1
+    while j <= J:
+        if m[j] >= 0.0:
+            j += 1
+            continue
+        a, b = j - 1, j + 1                       # pool the two segments around vertex j
+        while True:
+            b = min(b, J)
+            k = np.arange(a + 1, b + 1)
+            rel = np.cumsum(m[a + 1:b + 1] * np.exp((a - k) * h))   # t_a (s_i - s_a), i = a+1..b
+            shat = np.concatenate(([0.0], rel[:-1]))                 # segments a..b-1
+            w = np.exp((np.arange(a, b) - a) * h)                    # segment widths / (t_a (e^h - 1))
+            pooled = float(np.sum(shat * w) / np.sum(w))
+            new_a = m[a] + pooled
+            new_b = math.exp((b - a) * h) * (rel[-1] - pooled)
+            if new_a < 0.0 and a > 0:
+                a -= 1
+                continue
+            if new_b < 0.0 and b < J:
+                b += 1
+                continue
+            m[a] = new_a
+            m[a + 1:b] = 0.0
+            m[b] = new_b
+            break
+        j = max(b, j + 1)
+
+
+def _lower_masses(Pe, rho, d, f, J, h):
+    """The atoms of :func:`_lower_step` closed at grid index ``J`` (None if the repair of
+    negative atoms cannot be paid for)."""
+    eh1 = math.expm1(h)
+    d = d[:J + 1].copy()
+    d[J] = f[J]                                   # the profile is 0 from t_J on
+    m = np.zeros(J + 1)
+    m[:J] = Pe[:J] - rho[:J]
+    m[1:J] += rho[:J - 1]
+    corr = np.diff(d)                             # d_(i+1) - d_i, i = 0..J-1
+    m[:J] -= corr / eh1
+    m[1:J] += math.exp(h) * corr[:J - 1] / eh1
+    m[J] = math.exp(h) * (f[J - 1] - d[J - 1]) / eh1
+    if np.any(m[1:] < 0.0):
+        _convexify(m, h)
+    neg = np.nonzero(m < 0.0)[0]
+    if neg.size:
+        debt = 0.0
+        i = int(neg[0])
+        while i <= J:
+            x = m[i]
+            if x < 0.0:
+                debt -= x
+                m[i] = 0.0
+            elif debt > 0.0:
+                pay = min(debt, x)
+                m[i] = x - pay
+                debt -= pay
+            if debt == 0.0:
+                nxt = neg[neg > i]
+                if nxt.size == 0:
+                    break
+                i = int(nxt[0])
+                continue
+            i += 1
+        if debt > 0.0:
+            return None
+    return m
 
 
 def _profile(m: np.ndarray, h: float) -> np.ndarray:
@@ -281,25 +448,53 @@ def _symmetrised(a: _Step, b: _Step, h: float) -> _Step:
     return _Step(i0, m, a.inf, a.bad + b.bad, a.count)
 
 
-def _steps(events, h, tau, direction, cap):
-    out = []
+def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
+    """True bins of the pair whose profile is ``max`` of the remove pair ``r`` and the add pair
+    ``a`` (see :func:`_symmetrised`): ``r``'s losses above 0, ``a``'s below 0, and an atom at 0
+    (loss 0: equal P- and Q-mass) in the bin ``(-h, 0]``."""
+    assert r.i0 <= 0 and a.i0 + a.P.size >= 0
+    i0 = min(r.i0, a.i0, -1)
+    i1 = max(r.i0 + r.P.size, a.i0 + a.P.size, 1)
+    P = np.zeros(i1 - i0)
+    Q = np.zeros(i1 - i0)
+    j0 = -i0                                       # index of the bin (0, h]
+    P[j0:r.i0 + r.P.size - i0] = r.P[-r.i0:]
+    Q[j0:r.i0 + r.P.size - i0] = r.Q[-r.i0:]
+    na = min(a.P.size, -a.i0)                      # a's bins below 0
+    P[a.i0 - i0:a.i0 - i0 + na] = a.P[:na]
+    Q[a.i0 - i0:a.i0 - i0 + na] = a.Q[:na]
+    atom = max(0.0, 1.0 - float(np.sum(P)) - r.p_above - a.p_below)
+    P[j0 - 1] += atom
+    Q[j0 - 1] += atom
+    return _Bins(i0, P, Q, a.p_below, r.p_above)
+
+
+def _steps(events, h, tau, direction, cap, lower=False):
+    """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
+    in the list where the lower construction failed)."""
+    ups, los = [], []
     for ev, k in events:
         z = ev.noise_multiplier
         if isinstance(ev, GaussianEvent):
-            out.append(_rounded_step(_Pair("gauss", z), h, tau, k, cap))
+            b = _bins_of(_Pair("gauss", z), h, tau, cap)
+            ups.append(_upper_step(b, h, k))
         elif isinstance(ev, PoissonSampledGaussianEvent):
             q = ev.sampling_probability
             if q == 0.0:
                 continue
-            out.append(_rounded_step(_Pair(direction, z, q), h, tau, k, cap))
+            b = _bins_of(_Pair(direction, z, q), h, tau, cap)
+            ups.append(_upper_step(b, h, k))
         else:
             g = ev.sampling_ratio
             if g == 0.0:
                 continue
-            rem = _rounded_step(_Pair("remove", z, g), h, tau, k, cap)
-            add = _rounded_step(_Pair("add", z, g), h, tau, k, cap)
-            out.append(_symmetrised(rem, add, h))
-    return out
+            rb = _bins_of(_Pair("remove", z, g), h, tau, cap)
+            ab = _bins_of(_Pair("add", z, g), h, tau, cap)
+            ups.append(_symmetrised(_upper_step(rb, h, k), _upper_step(ab, h, k), h))
+            b = _symmetrised_bins(rb, ab) if lower else None
+        if lower:
+            los.append(_lower_step(b, h, k))
+    return (ups, los) if lower else ups
 
 
 # -- composition ------------------------------------------------------------------------------
@@ -517,13 +712,41 @@ def _g(h: float) -> float:
     return r - 1.0 - math.log(r)
 
 
-def _bracket_one(steps, h, delta, cap_bytes):
+def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min):
+    """A second composition tilted toward the delta-quantile (reading only bins above
+    ``r_min``) when the first one's round-off charge there is not small against delta; None if
+    not needed or not possible."""
+    j = max(0, r_min - comp.lo)
+    if not (float(np.sum(comp.err[j:])) > 1e-3 * delta and comp.count > 1):
+        return None
+    logm = _log_mgfs(steps, h)
+    lam = _tilt(logm[0], math.log(delta))
+    # a steep tilt makes the wrapped-around tail expensive: take the largest tilt up to the
+    # Chernoff-optimal one whose window is at most 4 times the untilted one
+    n0 = comp.mass.size
+    for cand in _LAMBDAS[::-1]:
+        if cand <= lam:
+            a, b = _window(steps, h, math.log(alpha), float(cand), logm, r_min)
+            if b - a + 1 <= 4 * n0 + 16:
+                lam = float(cand)
+                break
+    else:
+        lam = 0.0
+    if lam <= 0.0:
+        return None
+    return _compose(steps, h, alpha, cap_bytes, lam, r_min)[0]
+
+
+def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
     """(lower, upper, N) of one direction at grid h; None if over the memory cap.
 
-    A first composition without tilt gives a bracket; if its round-off charge above the lower
-    end is not small against delta (small delta, many steps), a second composition tilted
-    toward the delta-quantile, reading only bins above the first lower bound, gives another.
-    Both are valid: the result is their intersection.
+    The upper end composes the connect-the-dots steps; the lower end is the larger of
+    Hoeffding's bound read from that same composition and, when ``lower_steps`` are given
+    (:func:`_lower_step`), the composition of the lower steps.  A first composition without
+    tilt gives a bracket; if its round-off charge above the lower end is not small against
+    delta (small delta, many steps), a composition tilted toward the delta-quantile, reading
+    only bins above the lower end found so far, gives another.  All are valid: the result is
+    their intersection.
     """
     if not steps:
         return 0.0, 0.0, 0
@@ -532,28 +755,31 @@ def _bracket_one(steps, h, delta, cap_bytes):
     if comp is None:
         return None, None, N
     lower, upper = _read_bracket(comp, h, delta)
+    lcomp = None
+    if lower_steps is not None and all(s is not None for s in lower_steps):
+        lcomp, N2 = _compose(lower_steps, h, alpha, cap_bytes)
+        if lcomp is None:
+            return None, None, N2
+        N = max(N, N2)
+        lower = max(lower, _read_lower(lcomp, h, delta))
     r_min = math.floor(lower / h) - 1
-    j = max(0, r_min - comp.lo)
-    if float(np.sum(comp.err[j:])) > 1e-3 * delta and comp.count > 1:
-        logm = _log_mgfs(steps, h)
-        lam = _tilt(logm[0], math.log(delta))
-        # a steep tilt makes the wrapped-around tail expensive: take the largest tilt up to the
-        # Chernoff-optimal one whose window is at most 4 times the untilted one
-        n0 = comp.mass.size
-        for cand in _LAMBDAS[::-1]:
-            if cand <= lam:
-                a, b = _window(steps, h, math.log(alpha), float(cand), logm, r_min)
-                if b - a + 1 <= 4 * n0 + 16:
-                    lam = float(cand)
-                    break
-        else:
-            lam = 0.0
-        comp2, N2 = _compose(steps, h, alpha, cap_bytes, lam, r_min) if lam > 0 else (None, 0)
-        if comp2 is not None:
-            lo2, up2 = _read_bracket(comp2, h, delta)
-            lower, upper = max(lower, lo2), min(upper, up2)
-            N = max(N, N2)
-    return lower, upper, N
+    comp2 = _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min)
+    if comp2 is not None:
+        lo2, up2 = _read_bracket(comp2, h, delta)
+        lower, upper = max(lower, lo2), min(upper, up2)
+        N = max(N, comp2.mass.size)
+    if lcomp is not None:
+        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, r_min)
+        if lcomp2 is not None:
+            lower = max(lower, _read_lower(lcomp2, h, delta))
+    return lower, max(upper, lower), N
+
+
+def _read_lower(comp, h, delta):
+    """Lower end from a composition of lower steps: their profile is below the true one, so
+    (minus the wrapped-around mass and the round-off) the eps it reads is a lower bound."""
+    x = _eps_at(comp.lower_mass, comp.lo, h, -comp.alias, delta, -1)
+    return max(x, 0.0)
 
 
 def _read_bracket(comp, h, delta):
@@ -598,10 +824,10 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     lows, ups = [], []
     for direction in _directions(ev):
         try:
-            steps = _steps(ev, h, tau, direction, memory_cap)
+            steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
         except _OverCap:
             return None, None
-        lo, up, _ = _bracket_one(steps, h, d, memory_cap)
+        lo, up, _ = _bracket_one(steps, h, d, memory_cap, lsteps)
         if lo is None:
             return None, None
         lows.append(lo)
@@ -689,7 +915,8 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
         if best.converged or not math.isfinite(up):
             break
         gap = up - lo
-        h = h * min(0.5, max(1.0 / 16, 0.7 * max(r * up, a_tol) / gap)) if gap > 0 else h / 2
+        # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
+        h = h * min(0.5, max(1.0 / 16, math.sqrt(0.7 * max(r * up, a_tol) / gap))) if gap > 0 else h / 2
     if best is None:
         raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
                          f"raise it.")
@@ -719,9 +946,9 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
     lows, ups = [], []
     for direction in _directions(ev):
         try:
-            steps = _steps(ev, h, tau, direction, memory_cap)
+            steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
         except _OverCap:
-            steps = None
+            steps, lsteps = None, None
         comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
         if comp is None:
             raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
@@ -737,6 +964,11 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         low = comp.lower_mass
         lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
               - _sum_error(low))
+        if lsteps and all(s is not None for s in lsteps):
+            lcomp = _compose(lsteps, h, 1e-16, memory_cap)[0]
+            if lcomp is not None:
+                low = lcomp.lower_mass
+                lo = max(lo, _delta_fin(low, lcomp.lo, h, e) - lcomp.alias - _sum_error(low))
         lows.append(max(lo, 0.0))
         ups.append(up)
     return max(lows), max(ups)

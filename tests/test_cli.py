@@ -75,10 +75,14 @@ def test_epsilon_json_and_table_equal_api(algo):
     r = run("epsilon", algo, "--delta", "1e-5", "--json", *flags, *nflags)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    api = ALGORITHMS[algo][0](**shape).accountant(*vals).get_epsilon(1e-5)
+    acc = ALGORITHMS[algo][0](**shape).accountant(*vals)
+    api = acc.get_epsilon(1e-5, "best")          # the CLI default: --accountant best
     assert out["epsilon"] == pytest.approx(api, rel=1e-12)
+    assert out["epsilon"] <= acc.get_epsilon(1e-5) * (1 + 1e-12)   # never worse than RDP/GDP
     t = run("epsilon", algo, "--delta", "1e-5", *flags, *nflags)
     assert t.returncode == 0 and f"{api:.6g}" in t.stdout
+    r = json.loads(run("epsilon", algo, "--delta", "1e-5", "--json", "--accountant", "rdp", *flags, *nflags).stdout)
+    assert r["epsilon"] == pytest.approx(acc.get_epsilon(1e-5, "rdp"), rel=1e-12)
 
 
 def test_issue_worked_invocation():
