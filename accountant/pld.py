@@ -305,11 +305,16 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     d = np.maximum(gp[:-1], gp[1:])               # d_i = max(gap_(i-1), gap_i), i = 0..n
     # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f) and
     # f_(J-1) >= d_(J-1) (the lowered value there is not negative)
+    # f_(J-1) >= d_(J-1) (the lowered value there is not negative); a convex decreasing
+    # profile that reaches 0 stays 0, so J is at most the first grid point where f < d
     cond = (f[1:] >= gp[1:-1]) & (f[:-1] >= d[:-1])
+    below = np.nonzero(f < d)[0]
+    if below.size:
+        cond[int(below[0]):] = False
     okJ = np.nonzero(cond)[0] + 1
     # the highest admissible J first; if the repair of negative atoms cannot be paid for (a
     # steep tail just below J), close lower down
-    for J in okJ[::-1][:32]:
+    for J in okJ[::-1][:4]:
         m = _lower_masses(Pe, rho, d, f, int(J), h)
         if m is not None:
             return _Step(b.i0, m, 0.0, 0.0, count)

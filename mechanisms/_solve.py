@@ -72,16 +72,63 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     return t
 
 
-def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-5) -> float:
+def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40) -> float:
+    """Smallest feasible ``x`` (``f(x) <= 0``) within ``rtol`` of the root of a decreasing ``f``.
+
+    ``f`` is nearly linear (log eps against log scale), so secant steps from ``(x0, f0)`` and
+    ``x1`` find it in a few evaluations; once the root is bracketed the steps stay inside the
+    bracket (Illinois-modified regula falsi).  The returned point was evaluated and is feasible.
+    """
+    lo = flo = hi = fhi = None                 # lo: infeasible (f > 0), hi: feasible
+    last = 0
+
+    def record(x, fx):
+        nonlocal lo, flo, hi, fhi, last
+        if fx <= 0:
+            if hi is None or x < hi:
+                if last == +1 and flo is not None:
+                    flo *= 0.5                  # Illinois: the same side moved twice
+                hi, fhi = x, fx
+            last = +1
+        else:
+            if lo is None or x > lo:
+                if last == -1 and fhi is not None:
+                    fhi *= 0.5
+                lo, flo = x, fx
+            last = -1
+
+    record(x0, f0)
+    xa, fa, xb = x0, f0, x1
+    for _ in range(maxiter):
+        fb = f(xb)
+        record(xb, fb)
+        if lo is not None and hi is not None and hi - lo <= rtol:
+            break
+        if lo is None or hi is None:              # not bracketed: secant, at most 0.5 per step
+            sec = xb - fb * (xb - xa) / (fb - fa) if math.isfinite(fb) and math.isfinite(fa) and fb != fa else None
+            if hi is None:                         # everything so far infeasible: go up
+                nxt = lo + 0.3 if sec is None else min(max(sec, lo + rtol / 2), lo + 0.3)
+            else:                                  # everything feasible: go down
+                nxt = hi - 0.3 if sec is None else max(min(sec, hi - rtol / 2), hi - 0.3)
+        else:
+            nxt = hi - fhi * (hi - lo) / (fhi - flo) if math.isfinite(flo) else 0.5 * (lo + hi)
+            nxt = min(max(nxt, lo + 0.25 * rtol), hi - 0.25 * rtol)
+        xa, fa, xb = xb, fb, nxt
+    if hi is None:
+        raise ValueError("no feasible noise level found (eps does not decrease with noise).")
+    return hi
+
+
+def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-4) -> float:
     """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``.
 
     ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
-    is at most ``target`` too).  The root is found on a fixed grid (the upper bound on a fixed
-    grid is certified and continuous in the scale): 4 times coarser than the one the automatic
-    refinement picks at ``start``, since the upper end converges much faster than the bracket's
-    width (connect-the-dots is exact at grid points).  The answer is then re-checked with the
-    procedure the reports use (``epsilon_report(method="best")``) and nudged up until it holds:
-    never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller.
+    is at most ``target`` too).  The root is found on the grid the automatic refinement picks
+    at ``start`` (the upper bound on a fixed grid is certified and continuous in the scale) by
+    secant steps in log-log coordinates (:func:`_loglog_root`, a few evaluations).  The answer
+    is then re-checked with the procedure the reports use (``epsilon_report(method="best")``)
+    and nudged up until it holds: never overshoots.  Returns ``start`` when the PLD does not
+    apply or is not smaller.
     """
     from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at
 
@@ -90,13 +137,19 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     b = pld_epsilon(build(start).events, delta)
     if not b.upper < target or b.discretization <= 0.0:
         return start
-    h = 4.0 * b.discretization
+    h = b.discretization
 
-    def eps_up(s):
-        up = pld_epsilon_at(build(s).events, delta, h)[1]
-        return math.inf if up is None else up
+    def f(x):
+        up = pld_epsilon_at(build(math.exp(x)).events, delta, h)[1]
+        return math.inf if up is None or not up > 0 else math.log(up / target)
 
-    t = smallest_scale(eps_up, target, start=start, rtol=rtol, log_step=0.05) if eps_up(start) <= target else start
+    x0 = math.log(start)
+    f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
+    # eps ~ 1/scale (Poisson, small eps) to 1/scale^2 (large eps): a first step with slope -1,
+    # at most 26 % down (PLD-tight noise is rarely further below RDP-tight; where it is, the
+    # secant steps go on)
+    x1 = x0 + max(f0, -0.3) if math.isfinite(f0) else x0 - 0.3
+    t = math.exp(_loglog_root(f, x0, f0, x1, rtol))
     step = rtol
     while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
         t = min(start, t * (1.0 + step))
@@ -105,42 +158,37 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
 
 
 def lower_scale(build, target: float, delta: float, scale: float, h: float, lower: float,
-                rtol: float = 1e-5) -> float | None:
+                rtol: float = 1e-4) -> float | None:
     """The noise scale below which the PLD *lower* bound already exceeds ``target``.
 
     No noise below it can meet the target with the same dominating pairs, so
     ``scale / lower_scale - 1`` is the room left by a tight calibration at ``scale``.  Secant
-    steps on ``log scale`` from ``(scale, lower)`` on the grid ``h`` of the bracket, ending on
-    a scale whose lower bound is above the target (so the reported room is not overstated).
+    steps in log-log coordinates from ``(scale, lower)`` on the grid ``h`` of the bracket,
+    ending on a scale whose lower bound is above the target (so the reported room is not
+    overstated).
     """
     from ..accountant.pld import pld_epsilon_at
 
     def eps_lo(s):
         lo = pld_epsilon_at(build(s).events, delta, h)[0]
-        return math.inf if lo is None else lo
+        return 0.0 if lo is None else lo          # over the memory cap: unknown, not large
 
     if not lower < target:
         return scale
-    x0, f0 = math.log(scale), lower - target
-    x1 = x0 - 2.0 * (target - lower) / max(target, 1e-12)      # eps ~ 1/scale^2 at most
-    f1 = eps_lo(math.exp(x1)) - target
-    for _ in range(6):
-        if f1 > 0 and abs(f1) <= rtol * target:
-            break
-        if f1 == f0:
-            break
-        x2 = x1 - f1 * (x1 - x0) / (f1 - f0)
-        x0, f0, x1 = x1, f1, x2
-        f1 = eps_lo(math.exp(x1)) - target
-    step = rtol
-    while f1 <= 0:                      # make sure the lower bound there exceeds the target
-        x1 -= step
-        step *= 2.0
-        f1 = eps_lo(math.exp(x1)) - target
-    return math.exp(x1)
+    if not lower > 0:
+        return None
+    # on y = -log(scale) the lower bound's log(eps/target) becomes increasing; its negative is
+    # decreasing, and "feasible" (<= 0) means the lower bound already exceeds the target
+    def f(y):
+        v = eps_lo(math.exp(-y))
+        return -math.log(v / target) if v > 0 else math.inf
+
+    y0 = -math.log(scale)
+    f0 = -math.log(lower / target)                 # > 0 at the tight scale
+    return math.exp(-_loglog_root(f, y0, f0, y0 + min(f0, 0.3), rtol))
 
 
-def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-5):
+def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-4):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
