@@ -148,7 +148,7 @@ class _Pair:
     def _x_of_mix(self, ell):
         """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q))."""
         ell = np.asarray(ell, dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             inner = np.log(np.maximum(np.expm1(ell) + self.q, 0.0)) - math.log(self.q)
         return self.z * self.z * inner + 0.5
 
@@ -238,8 +238,13 @@ def _upper_step(b: _Bins, h: float, count: int) -> _Step:
     """Connect-the-dots: each bin's mass is split between its two grid points so that the
     ``Q``-mass is kept (pessimistic; the tails go to the lowest grid point and to +infinity)."""
     i0, P, Q = b.i0, b.P, b.Q
-    edges = (i0 + np.arange(P.size)) * h
-    r = (P - np.exp(edges) * Q) / -math.expm1(-h)
+    # r = (P - e^(jh) Q) / (1 - e^-h), in log space (e^(jh) overflows for large losses); a bin
+    # whose Q-mass underflowed is sent up whole (its likelihood ratio is taken as e^((j+1)h))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loglam = np.log(P) - np.log(Q) - (i0 + np.arange(P.size)) * h
+    loglam = np.where(P > 0.0, np.where(Q > 0.0, np.nan_to_num(loglam, nan=h, posinf=h), h), 0.0)
+    loglam = np.clip(loglam, 0.0, h)
+    r = P * (np.expm1(loglam) / math.expm1(h)) * np.exp(h - loglam)
     r = np.clip(r, 0.0, P)
     m = np.zeros(P.size + 1)
     m[:-1] += P - r
@@ -595,6 +600,10 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     around; it is magnified by un-tilting at most by ``e^(lam (L - r_min h))`` on the bins
     read, and the window is sized so that this is at most ``alpha`` (:func:`_window`).
     """
+    inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
+    if any(not float(np.sum(s.mass)) > 0.0 for s in steps):   # all of a step's mass is infinite
+        K = sum(s.count for s in steps)
+        return _Composed(0, np.zeros(1), np.zeros(1), inf, 0.0, sum(s.count * s.bad for s in steps), K), 1
     if len(steps) == 1 and steps[0].count == 1:      # nothing to compose: no FFT, no round-off
         s = steps[0]
         return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, 0.0, s.bad, 1), s.mass.size
@@ -761,7 +770,7 @@ def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
         return None, None, N
     lower, upper = _read_bracket(comp, h, delta)
     lcomp = None
-    if lower_steps is not None and all(s is not None for s in lower_steps):
+    if _usable(lower_steps):
         lcomp, N2 = _compose(lower_steps, h, alpha, cap_bytes)
         if lcomp is None:
             return None, None, N2
@@ -778,6 +787,11 @@ def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
         if lcomp2 is not None:
             lower = max(lower, _read_lower(lcomp2, h, delta))
     return lower, max(upper, lower), N
+
+
+def _usable(lower_steps) -> bool:
+    """Lower steps exist for every event and none is empty (an empty one bounds nothing)."""
+    return bool(lower_steps) and all(s is not None and float(np.sum(s.mass)) > 0.0 for s in lower_steps)
 
 
 def _read_lower(comp, h, delta):
@@ -969,7 +983,7 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         low = comp.lower_mass
         lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
               - _sum_error(low))
-        if lsteps and all(s is not None for s in lsteps):
+        if _usable(lsteps):
             lcomp = _compose(lsteps, h, 1e-16, memory_cap)[0]
             if lcomp is not None:
                 low = lcomp.lower_mass

@@ -3,7 +3,7 @@
     python benchmarks/bench_pld.py [--skip-dp-accounting]
 
 For each (q, steps, eps) at delta = 1e-5:
-  * dpcalib: ``DPSGD(q, steps).calibrate(eps, 1e-5)`` -- the certified PLD upper bound; also the
+  * dpcalib: ``DPSGD(q, steps).calibrate(eps, 1e-5, accountant="pld")`` -- the certified PLD upper bound; also the
     noise its PLD *lower* bound would allow (``lower_bound_noise``) and the RDP-tight noise;
   * dp-accounting: ``calibrate_dp_mechanism`` with ``PLDAccountant(value_discretization_interval=
     1e-4)`` (tolerance 1e-4 x sigma);
@@ -25,11 +25,13 @@ DELTA = 1e-5
 
 
 def ours(q, steps, eps):
+    from dpcalib.accountant import pld
     from dpcalib.mechanisms import DPSGD
 
+    pld._pld_epsilon_cached.cache_clear()        # no answers carried over between settings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return DPSGD(q, steps).calibrate(eps, DELTA)
+        return DPSGD(q, steps).calibrate(eps, DELTA, accountant="pld")
 
 
 def dp_accounting_pld(q, steps, eps, guess):
@@ -88,6 +90,8 @@ def main() -> None:
     from dpcalib.accountant import PoissonSampledGaussianEvent, pld_epsilon
 
     q, z, k = 1e-3, 1.3648, 100_000
+    from dpcalib.accountant import pld
+    pld._pld_epsilon_cached.cache_clear()
     b, t_o = timed(pld_epsilon, [(PoissonSampledGaussianEvent(q, z), k)], DELTA)
 
     def prv():

@@ -17,9 +17,14 @@ def test_account_json_equals_api():
     r = run("account", "--poisson", "0.01:1.0:1000", "--delta", "1e-5", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    api = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 1000).get_epsilon(1e-5)
-    assert out["epsilon"] == pytest.approx(api, rel=1e-12)
-    assert out["method"] == "rdp"
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 1000)
+    b = acc.epsilon_bracket(1e-5)                       # the default: --accountant best
+    assert out["epsilon"] == pytest.approx(b.upper, rel=1e-12) and out["method"] == "pld"
+    assert out["epsilon_lower"] == pytest.approx(b.lower, rel=1e-12)
+    assert out["epsilon"] < acc.get_epsilon(1e-5)       # tighter than RDP
+    rdp = json.loads(run("account", "--poisson", "0.01:1.0:1000", "--delta", "1e-5", "--json",
+                         "--accountant", "rdp").stdout)
+    assert rdp["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12) and rdp["method"] == "rdp"
 
 
 def test_account_gaussian_is_exact():
