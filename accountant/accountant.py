@@ -238,8 +238,15 @@ class PrivacyAccountant:
             skipped = (f"PLD skipped: delta below {MIN_DELTA:g}",)
         else:
             skipped = ()
+        b = None
         if "pld" in methods:
-            b = pld_epsilon(self._events, d, rtol=rtol)
+            try:
+                b = pld_epsilon(self._events, d, rtol=rtol)
+            except ValueError as exc:          # no grid fits the memory cap: RDP answers
+                if methods == ("pld",):
+                    raise
+                skipped = (f"PLD skipped: {exc}",)
+        if b is not None:
             lower, upper, method, notes = b.lower, b.upper, "pld", b.notes
             h, conv = b.discretization, b.converged
         else:

@@ -326,7 +326,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     return None
 
 
-def _convexify(m, h):
+def _convexify(m, h, max_pools: int = 4096) -> bool:
     """Replace the lowered polyline by its greatest convex minorant where it is not convex
     (in place).
 
@@ -336,16 +336,26 @@ def _convexify(m, h):
     weighted mean of theirs -- the minorant lies below the polyline, hence below ``f``.  All
     slopes are taken relative to the block's first one (``t_a (s_i - s_a) = sum_(a<k<=i)
     m_k e^((a-k) h)``) so that tiny tail masses keep their precision.  The end vertices keep
-    their kinks; a negative kink at vertex 0 is left to the caller.
+    their kinks; a negative kink at vertex 0 is left to the caller.  Returns False (``m``
+    unusable) when more than ``max_pools`` concave kinks or too much pooling work would be
+    needed: the lower end then comes from the other bound, never from a long Python loop.
     """
     J = m.size - 1
-    j = 1
-    while j <= J:
-        if m[j] >= 0.0:
-            j += 1
+    work = steps = 0
+    negs = np.nonzero(m[1:] < 0.0)[0] + 1
+    if negs.size > max_pools:
+        return False
+    done = 0                                      # vertices below this are settled
+    for j in negs:                                # pooling only leaves negative kinks at 0 or J
+        j = int(j)
+        if j < done or m[j] >= 0.0:
             continue
         a, b = j - 1, j + 1                       # pool the two segments around vertex j
         while True:
+            work += b - a
+            steps += 1
+            if steps > 5 * max_pools or work > 5000 * max_pools:   # ~0.5 s at most
+                return False
             b = min(b, J)
             k = np.arange(a + 1, b + 1)
             rel = np.cumsum(m[a + 1:b + 1] * np.exp((a - k) * h))   # t_a (s_i - s_a), i = a+1..b
@@ -364,7 +374,8 @@ def _convexify(m, h):
             m[a + 1:b] = 0.0
             m[b] = new_b
             break
-        j = max(b, j + 1)
+        done = b
+    return True
 
 
 def _lower_masses(Pe, rho, d, f, J, h):
@@ -380,8 +391,8 @@ def _lower_masses(Pe, rho, d, f, J, h):
     m[:J] -= corr / eh1
     m[1:J] += math.exp(h) * corr[:J - 1] / eh1
     m[J] = math.exp(h) * (f[J - 1] - d[J - 1]) / eh1
-    if np.any(m[1:] < 0.0):
-        _convexify(m, h)
+    if np.any(m[1:] < 0.0) and not _convexify(m, h):
+        return None
     neg = np.nonzero(m < 0.0)[0]
     if neg.size:
         debt = 0.0
@@ -922,8 +933,11 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
     h = min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d)))
     best = None
     notes = []
-    for _ in range(12):
+    for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
+        if lo is None and best is None and h < 1e3:   # the first grid does not fit: coarser
+            h *= 4.0
+            continue
         if lo is None:
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")

@@ -233,6 +233,9 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
         bins = P._bins_of(P._Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
         true = lambda e: oracles.wor_profile(q, z, e, kind, dps=30)  # noqa: E731
     low = P._lower_step(bins, h, 1)
+    if low is None:     # allowed only when the grid does not resolve the loss's range (~q wide)
+        assert h > 0.2 * q
+        return
     losses = (low.i0 + np.arange(low.mass.size)) * h
     assert np.all(low.mass >= 0.0)
     lo_e, hi_e = (bins.i0 * h, (bins.i0 + bins.P.size) * h)
