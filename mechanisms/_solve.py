@@ -72,6 +72,11 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     return t
 
 
+#: memory cap of one composition during the search for the noise (each evaluation then takes
+#: at most a few seconds; the answer is certified by the report's own accountant afterwards)
+SEARCH_CAP = 1 << 27
+
+
 def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40) -> float:
     """Smallest feasible ``x`` (``f(x) <= 0``) within ``rtol`` of the root of a decreasing ``f``.
 
@@ -134,13 +139,13 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
 
     if delta < MIN_DELTA:
         return start
-    b = pld_epsilon(build(start).events, delta)
+    b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP)
     if not b.upper < target or b.discretization <= 0.0:
         return start
     h = b.discretization
 
     def f(x):
-        up = pld_epsilon_at(build(math.exp(x)).events, delta, h)[1]
+        up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP)[1]
         return math.inf if up is None or not up > 0 else math.log(up / target)
 
     x0 = math.log(start)
@@ -170,7 +175,7 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
     from ..accountant.pld import pld_epsilon_at
 
     def eps_lo(s):
-        lo = pld_epsilon_at(build(s).events, delta, h)[0]
+        lo = pld_epsilon_at(build(s).events, delta, h, SEARCH_CAP)[0]
         return 0.0 if lo is None else lo          # over the memory cap: unknown, not large
 
     if not lower < target:
@@ -185,7 +190,10 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
 
     y0 = -math.log(scale)
     f0 = -math.log(lower / target)                 # > 0 at the tight scale
-    return math.exp(-_loglog_root(f, y0, f0, y0 + min(f0, 0.3), rtol))
+    try:
+        return math.exp(-_loglog_root(f, y0, f0, y0 + min(f0, 0.3), rtol))
+    except ValueError:                  # the lower bound never reached the target (memory cap)
+        return None
 
 
 def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-4):

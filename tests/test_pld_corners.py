@@ -1,0 +1,76 @@
+"""The PLD accountant at the corners of its range: a finite bracket or a clear ValueError.
+
+Range: delta from 1e-300 to 0.1, q from 1e-7 to 1, noise multiplier from 0.1 to 1e4, up to 1e7
+steps, eps targets from 0.01 to 100.  Oracles: the exact GDP epsilon (a Poisson event with q = 1
+is the Gaussian mechanism) and the RDP accountant (the certified upper end is never above it).
+The full 36-corner sweep takes minutes and lives in benchmarks/pld_corners.py; here the corners
+that answer in about a second each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant
+from dpcalib.accountant.pld import pld_epsilon
+from dpcalib.mechanisms import DPSGD
+
+from tests import oracles
+
+
+@pytest.mark.parametrize("q, z, k, delta", [
+    (1e-7, 0.1, 1, 1e-300), (1e-7, 0.1, 1, 0.1), (1e-7, 1e4, 1, 1e-300), (1e-7, 1.0, 10**7, 0.1),
+    (1e-3, 1.0, 1, 1e-300), (1e-3, 0.1, 1, 1e-300), (1e-3, 1e4, 10**7, 0.1),
+    (1.0, 1.0, 1, 1e-300), (1.0, 1.0, 1, 0.1), (1.0, 1e4, 10**7, 0.1), (1.0, 0.1, 1, 0.1),
+])
+def test_corner_brackets_are_finite_and_below_rdp(q, z, k, delta):
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), k)
+    b = acc.epsilon_bracket(delta)
+    assert math.isfinite(b.upper) and 0.0 <= b.lower <= b.upper
+    assert b.upper <= acc.get_epsilon(delta, "rdp") * (1 + 1e-12)
+    if q == 1.0:    # Poisson with q = 1 is the Gaussian mechanism: the exact answer is known
+        exact = float(oracles.gdp_epsilon(math.sqrt(k) / z, delta))
+        assert b.lower <= exact * (1 + 1e-9) and exact <= b.upper * (1 + 1e-9)
+
+
+def test_full_batch_ten_million_steps_contains_the_exact_epsilon():
+    b = pld_epsilon([(GaussianEvent(1e4), 10**7)], 1e-12)
+    exact = float(oracles.gdp_epsilon(math.sqrt(1e7) / 1e4, 1e-12))
+    assert b.lower <= exact <= b.upper and b.converged
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(delta=0.0), "delta"), (dict(delta=1.0), "delta"), (dict(delta=1e-301), "delta"),
+    (dict(rtol=0.0), "rtol"), (dict(memory_cap=10), "memory_cap"),
+])
+def test_bad_arguments_name_the_argument(kwargs, name):
+    args = dict(events=[(PoissonSampledGaussianEvent(0.01, 1.0), 10)], delta=1e-5)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=name):
+        pld_epsilon(**args)
+
+
+@pytest.mark.parametrize("bad", [dict(q=1.5), dict(q=-0.1), dict(z=0.0), dict(z=math.nan)])
+def test_bad_events_are_refused_by_their_constructor(bad):
+    q, z = bad.get("q", 0.01), bad.get("z", 1.0)
+    with pytest.raises(ValueError):
+        PoissonSampledGaussianEvent(q, z)
+
+
+@pytest.mark.parametrize("q, steps, eps, delta", [
+    (0.01, 1000, 0.01, 1e-5),      # smallest target: noise ~77
+    (0.01, 100, 100.0, 1e-5),      # largest target: noise ~0.18
+    (1.0, 10, 100.0, 0.1),         # largest delta, full batch under add/remove
+])
+def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
+    rep = DPSGD(q, steps).calibrate(eps, delta, accountant="pld")
+    z = rep.noise["noise_multiplier"]
+    assert math.isfinite(z) and z > 0
+    assert rep.certified_epsilon <= eps                          # never overshoots
+    assert rep.epsilon_lower <= rep.certified_epsilon
+    assert rep.lower_bound_noise["noise_multiplier"] <= z <= rep.notes["rdp_tight_noise"]["noise_multiplier"]
+    # the certified value is the accountant's own: recompute it independently of the solver
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps)
+    assert acc.epsilon_bracket(delta).upper == pytest.approx(rep.certified_epsilon, rel=1e-12)
