@@ -458,7 +458,8 @@ def _symmetrised(a: _Step, b: _Step, h: float) -> _Step:
     j0 = -i0                                   # index of the loss 0
     Da = _profile(ma, h) + a.inf
     Db = _profile(mb, h) + b.inf
-    noise = 1e-9 + 64 * ma.size * np.finfo(float).eps
+    # float noise, and the tails each discretisation charges differently (as +infinity)
+    noise = 1e-9 + 64 * ma.size * np.finfo(float).eps + 2.0 * (a.bad + b.bad + a.inf + b.inf)
     if float(np.max(Db[j0:] - Da[j0:])) > noise:
         raise RuntimeError("the add profile exceeds the remove profile at some eps >= 0 "
                            "(a programming error: please report it)")
@@ -935,7 +936,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
     notes = []
     for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
-        if lo is None and best is None and h < 1e3:   # the first grid does not fit: coarser
+        if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
             h *= 4.0
             continue
         if lo is None:
