@@ -210,7 +210,7 @@ class PrivacyAccountant:
             notes.append("order refined over real values")
         return EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
 
-    def epsilon_bracket(self, delta, rtol: float = 1e-3, methods=("gdp", "pld", "rdp")):
+    def epsilon_bracket(self, delta, rtol: float = 1e-4, methods=("gdp", "pld", "rdp")):
         """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.
 
         ``upper`` is the smallest of the sound answers in ``methods``: the exact GDP value (full

@@ -890,7 +890,7 @@ def _check_events(events):
     return out
 
 
-def pld_epsilon(events, delta: float, rtol: float = 1e-3, memory_cap: int = MEMORY_CAP,
+def pld_epsilon(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMORY_CAP,
                 discretization: float | None = None, atol: float = 1e-5) -> EpsilonBracket:
     """Certified bracket ``[lower, upper]`` of ``eps(delta)`` for a composition.
 
@@ -916,6 +916,18 @@ def pld_epsilon(events, delta: float, rtol: float = 1e-3, memory_cap: int = MEMO
     return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
 
 
+def _on_ladder(h: float) -> float:
+    """The largest grid step ``0.05 * 2^(-k/4)`` (k integer) not above ``h``.
+
+    The automatic grids are taken from this fixed ladder, so that nearby compositions (a
+    calibration's noise levels) end on the *same* grid and their brackets vary continuously;
+    a calibration can then solve on the very grid its report will use."""
+    if h >= 0.05:
+        return h
+    k = math.ceil(-4.0 * math.log2(h / 0.05) - 1e-9)
+    return 0.05 * 2.0 ** (-k / 4.0)
+
+
 @functools.lru_cache(maxsize=256)
 def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
     """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
@@ -931,7 +943,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
             raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={cap} bytes; choose a coarser grid.")
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
-    h = min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d)))
+    h = _on_ladder(min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d))))
     best = None
     notes = []
     for _ in range(20):
@@ -950,7 +962,8 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
             break
         gap = up - lo
         # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
-        h = h * min(0.5, max(1.0 / 16, math.sqrt(0.7 * max(r * up, a_tol) / gap))) if gap > 0 else h / 2
+        h = _on_ladder(h * min(0.5, max(1.0 / 6, math.sqrt(0.7 * max(r * up, a_tol) / gap)))
+                       if gap > 0 else h / 2)
     if best is None:
         raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
                          f"raise it.")

@@ -124,7 +124,7 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
     return hi
 
 
-def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-4) -> float:
+def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-5) -> float:
     """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``.
 
     ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
@@ -154,7 +154,19 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     # at most 26 % down (PLD-tight noise is rarely further below RDP-tight; where it is, the
     # secant steps go on)
     x1 = x0 + max(f0, -0.3) if math.isfinite(f0) else x0 - 0.3
-    t = math.exp(_loglog_root(f, x0, f0, x1, rtol))
+    xt = _loglog_root(f, x0, f0, x1, rtol)
+    # the automatic grids come from a fixed ladder: solve again on the grid the report at the
+    # answer uses (its certified eps is then the search's own, up to the grids' intersection)
+    for _ in range(3):
+        hb = pld_epsilon(build(math.exp(xt)).events, delta).discretization   # = the report's
+        if hb == h or hb <= 0.0:
+            break
+        h = hb
+        ft = f(xt)
+        if not math.isfinite(ft):
+            break
+        xt = _loglog_root(f, xt, ft, xt + max(-0.3, min(0.3, ft)), rtol)
+    t = math.exp(xt)
     step = rtol
     while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
         t = min(start, t * (1.0 + step))
@@ -196,7 +208,7 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
         return None
 
 
-def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-4):
+def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-5):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
@@ -211,7 +223,7 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
         return t, b, t
     if b.discretization <= 0.0:
         return t, b, None
-    return t, b, lower_scale(build, target, delta, t, b.discretization, b.lower, rtol)
+    return t, b, lower_scale(build, target, delta, t, b.discretization, b.lower, max(rtol, 1e-4))
 
 
 #: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``)
