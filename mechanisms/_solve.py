@@ -72,9 +72,9 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     return t
 
 
-#: memory cap of one composition during the search for the noise (each evaluation then takes
-#: at most a few seconds; the answer is certified by the report's own accountant afterwards)
-SEARCH_CAP = 1 << 27
+#: memory cap of one composition during the search for the noise: the accountant's own, so that
+#: the search can always run on the grid its report uses
+SEARCH_CAP = 1 << 30
 
 
 def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40) -> float:
@@ -139,7 +139,8 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
 
     if delta < MIN_DELTA:
         return start
-    b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP)
+    # the grid that resolves eps to 1e-4 of the *target* (eps at start may be much smaller)
+    b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
     if not b.upper < target or b.discretization <= 0.0:
         return start
     h = b.discretization
