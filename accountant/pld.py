@@ -906,9 +906,6 @@ def pld_epsilon(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMO
     d = _delta(delta)
     r = _validate.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
     a_tol = _validate.in_range(atol, "atol", 0.0, math.inf, high_open=True)
-    def done(lo, up):
-        return up - lo <= max(r * up, a_tol)
-
     cap = _validate.integer(memory_cap, "memory_cap", low=1 << 20)
     ev = _check_events(events)
     if not ev:
