@@ -77,6 +77,11 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                        help="which calibration drives the audited runs (default tight)")
         p.add_argument("--runs", type=int, required=True, help="runs per neighbouring dataset")
         p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
+        p.add_argument("--batch", type=int, default=4096, metavar="RUNS",
+                       help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; "
+                            "default 4096)")
+        p.add_argument("--sequential", action="store_true",
+                       help="one run after another (the reference path; slow)")
         p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     if command == "epsilon":
         for name in spec.noise:
@@ -202,6 +207,8 @@ def _cmd_audit(algorithm: str, args) -> int:
                          "statistic, not implemented)")
     if args.runs < 1:
         raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
+    if args.batch < 1:
+        raise ValueError(f"--batch={args.batch} is not allowed: expected an integer >= 1 (runs per batch)")
     mech, split = _build(algorithm, args)
     if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
         rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
@@ -216,7 +223,8 @@ def _cmd_audit(algorithm: str, args) -> int:
         noise = rep
     build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
     r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm)
+                gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm,
+                batch=None if args.sequential else _audit_batch(build, args))
     d = r.as_dict()
     d["noise"] = dict(rep.noise)
     if args.json:
@@ -230,6 +238,13 @@ def _cmd_audit(algorithm: str, args) -> int:
           f"-- 95% confidence lower bounds")
     print(f"verdict     {r.verdict}")
     return 0
+
+
+def _audit_batch(build, args):
+    """``args.batch`` where the optimizer's runs can be batched, else None (one run after another)."""
+    from .optim.batched import supports_batching
+
+    return args.batch if supports_batching(build(args.seed)) else None
 
 
 def _cmd_list(_args) -> int:

@@ -61,9 +61,10 @@ class Releases:
         raise NotImplementedError
 
     def std(self, release: str, level: float, clip=None) -> float:
-        """The per-coordinate std injected for ``release`` at noise level ``level``."""
+        """The per-coordinate std injected for ``release`` at noise level ``level`` (``clip`` may be
+        an array of clips, one per batched audit run: the result is then an array too)."""
         if self.release(release).scale == "clip":
-            return level * (1.0 if clip is None else float(clip))
+            return level * (1.0 if clip is None else (clip if hasattr(clip, "shape") else float(clip)))
         return float(level)
 
     def noise_multiplier(self, release: str, level: float, clip=None) -> float:

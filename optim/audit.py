@@ -34,7 +34,7 @@ from ..accountant import gdp_epsilon, gdp_mu
 from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
-           "epsilon_lower_bounds", "heldout_lower_bound", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
+           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
            "harness"]
 
 
@@ -276,25 +276,33 @@ class AuditReport:
                 "verdict": self.verdict, **self.details}
 
 
-def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
-          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
-          seed: int = 0, name: str | None = None) -> AuditReport:
-    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
-    (``canary_dprime``); returns the eps lower bounds and the verdict against ``claimed_epsilon``.
+DEFAULT_BATCH = 4096
 
-    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
+
+def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, holder: int = 0,
+                batch: int | str | None = "auto", progress: bool | None = None) -> tuple[list, list]:
+    """``(S under D, S under D')``: the transcript log-likelihood ratio ``log p_D - log p_D'`` of
+    ``runs`` runs with D the truth (seeds ``seed + 2 i``) and ``runs`` with D' (``seed + 2 i + 1``).
+
+    ``batch``: ``None`` -- one leader/twin pair after another (the oracle); an integer -- that many
+    runs stacked along a tensor dimension (:mod:`optim.batched`; DP-GD and DIFF2-GD), same value
+    per run; ``"auto"`` -- batched (4096 runs per batch) where the optimizer supports it.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
-    e = float(claimed_epsilon)
-    if not e > 0 or math.isinf(e):
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
-    d = float(delta)
-    if not 0 < d < 1:
-        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    if batch == "auto":
+        from .batched import supports_batching
+
+        batch = DEFAULT_BATCH if supports_batching(build(seed)) else None
+    if batch is not None:
+        from .batched import batched_llr
+
+        seeds = [seed + i for i in range(2 * runs)]
+        s = batched_llr(build, canary_d, canary_dprime, seeds, [i % 2 == 0 for i in range(2 * runs)],
+                        holder=holder, batch=batch, progress=progress)
+        return s[0::2], s[1::2]
     from tqdm.auto import tqdm
 
-    mu = gdp_mu(e, d)
     s_d, s_p = [], []
     bar = tqdm(total=2 * runs, desc="audit", disable=(None if progress is None else not progress), leave=False)
     try:
@@ -307,6 +315,29 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
             bar.update(1)
     finally:
         bar.close()
+    return s_d, s_p
+
+
+def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
+          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
+          seed: int = 0, name: str | None = None, batch: int | str | None = "auto") -> AuditReport:
+    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
+    (``canary_dprime``); returns the eps lower bounds and the verdict against ``claimed_epsilon``.
+
+    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
+    ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
+    e = float(claimed_epsilon)
+    if not e > 0 or math.isinf(e):
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
+    d = float(delta)
+    if not 0 < d < 1:
+        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    mu = gdp_mu(e, d)
+    s_d, s_p = llr_samples(build, canary_d, canary_dprime, runs=runs, seed=seed, holder=holder, batch=batch,
+                           progress=progress)
     b = epsilon_lower_bounds(s_d, s_p, d, mu, confidence)
     finite = [v for v in s_d + s_p if math.isfinite(v)]
     details = {k: b[k] for k in ("threshold_direct", "threshold_gdp", "fpr_direct", "fnr_direct", "fpr_gdp",

@@ -38,12 +38,14 @@ def supports_ghost(model: nn.Module) -> bool:
 def clip_factors(norms: torch.Tensor, max_norm: float, stabilizer: float | None = None) -> torch.Tensor:
     """``min{1, C/||v||}``, with 0 where the norm is 0 or C = 0 (the clipped vector is 0 there).
 
+    ``max_norm`` may be a tensor broadcastable against ``norms`` (one C per batched run).
+
     With ``stabilizer=g`` (automatic clipping, Bu et al.; DiceSGD Algorithm 4): ``C/(||v|| + g)``,
     so every scaled vector has norm < C and ``v = 0`` maps to 0.
     """
     if stabilizer is not None:
         return max_norm / (norms + stabilizer)
-    if max_norm == math.inf:
+    if not isinstance(max_norm, torch.Tensor) and max_norm == math.inf:
         return torch.ones_like(norms)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))
     f = torch.clamp(max_norm / safe, max=1.0)

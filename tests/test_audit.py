@@ -216,6 +216,8 @@ def test_cli_audit_of_clipd2p_is_consistent(capsys):
       "--runs", "0"], "--runs=0"),
     (["audit", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "20", "--batch-size", "5", "--steps", "2",
       "--runs", "3", "--method", "paper"], "method=paper"),
+    (["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2", "--n-min", "3",
+      "--runs", "5", "--batch", "0"], "--batch=0"),
 ])
 def test_cli_audit_errors_are_one_line(argv, needle, capsys):
     from dpcalib.cli import main
