@@ -19,8 +19,9 @@ from .events import (
 from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
-from .pld import EpsilonBracket, pld_delta, pld_epsilon
+from .pld import EpsilonBracket, pld_delta, pld_epsilon, pld_profile
 from .poisson import poisson_gaussian_rdp
+from .tradeoff import TradeOffCurve, claimed_tradeoff, gdp_tradeoff, profile_tradeoff
 from .subsampling import (
     LemmaB8Conditions,
     SubsamplingConditionWarning,
@@ -58,5 +59,10 @@ __all__ = [
     "EpsilonBracket",
     "pld_epsilon",
     "pld_delta",
+    "pld_profile",
+    "TradeOffCurve",
+    "claimed_tradeoff",
+    "gdp_tradeoff",
+    "profile_tradeoff",
     "from_dp_event",
 ]

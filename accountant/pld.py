@@ -1016,3 +1016,33 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         lows.append(max(lo, 0.0))
         ups.append(up)
     return max(lows), max(ups)
+
+
+def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int = MEMORY_CAP) -> np.ndarray:
+    """Certified upper bounds on ``delta(eps)`` at every ``eps`` in ``epsilons`` from ONE composition
+    per direction (the worse direction at each eps): the privacy profile the trade-off curve of
+    :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end."""
+    eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
+    if eps.ndim != 1 or not np.all(np.isfinite(eps)):
+        raise ValueError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
+    h = _validate.positive(discretization, "discretization")
+    ev = _check_events(events)
+    if not ev:
+        return np.zeros(eps.shape)
+    K = sum(k for _, k in ev)
+    tau = 1e-15 / K
+    out = np.zeros(eps.shape)
+    for direction in _directions(ev):
+        try:
+            steps = _steps(ev, h, tau, direction, memory_cap)
+        except _OverCap:
+            steps = None
+        comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
+        if comp is None:
+            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
+        m = comp.upper_mass
+        extra = comp.inf + comp.alias + _sum_error(m)
+        d = np.array([min(1.0, _delta_fin(m, comp.lo, h, float(e)) + extra) for e in eps])
+        out = np.maximum(out, d)
+    return out

@@ -82,6 +82,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                             "default 4096)")
         p.add_argument("--sequential", action="store_true",
                        help="one run after another (the reference path; slow)")
+        p.add_argument("--plot", metavar="FILE.png",
+                       help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib)")
         p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     if command == "epsilon":
         for name in spec.noise:
@@ -222,11 +224,16 @@ def _cmd_audit(algorithm: str, args) -> int:
         rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
         noise = rep
     build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
+    if args.plot:
+        _need_matplotlib()
     r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
                 gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm,
                 batch=None if args.sequential else _audit_batch(build, args))
     d = r.as_dict()
     d["noise"] = dict(rep.noise)
+    if args.plot:
+        A.plot_audit(r, args.plot)
+        d["plot"] = args.plot
     if args.json:
         print(json.dumps(d))
         return 0
@@ -236,6 +243,13 @@ def _cmd_audit(algorithm: str, args) -> int:
     print(f"runs        {r.runs} per neighbouring dataset")
     print(f"eps_lo      direct {_fmt(r.epsilon_lo_direct)}   GDP {_fmt(r.epsilon_lo_gdp)} (mu_lo {_fmt(r.mu_lo)}) "
           f"-- 95% confidence lower bounds")
+    c = r.curve
+    worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
+    print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
+          f"(closest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
+          f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
+    if args.plot:
+        print(f"plot        {args.plot}")
     print(f"verdict     {r.verdict}")
     return 0
 
@@ -321,6 +335,13 @@ def _curve(algorithm: str, args, noise) -> list:
         out.append({"rounds": r, "epsilon": mech.accountant(*noise).get_epsilon(args.delta,
                                                                                  conversion=args.conversion)})
     return out
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise _UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
 
 
 def _plot(curve, path, algorithm, delta) -> None:

@@ -30,11 +30,13 @@ import torch
 from scipy import stats
 
 from ..accountant import gdp_epsilon, gdp_mu
+from ..accountant.tradeoff import TradeOffCurve
 
 from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
-           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
+           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples",
+           "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
            "harness"]
 
 
@@ -257,23 +259,159 @@ class AuditReport:
     mu_lo: float
     gdp_exact: bool        # the claim is a full-batch Gaussian composition (its trade-off curve is GDP)
     details: dict = field(default_factory=dict)
+    curve: "CurveCheck | None" = None   # measured (FPR, FNR) regions against the claimed trade-off curve
 
     @property
     def verdict(self) -> str:
         """"violation" when a lower bound exceeds the claimed eps (the GDP bound counts only when the
-        claim is exactly GDP), else "consistent"."""
+        claim is exactly GDP), or a measured (FPR, FNR) region lies entirely below the claimed
+        trade-off curve; else "consistent"."""
         tol = 1e-9
         if self.epsilon_lo_direct > self.claimed_epsilon + tol:
             return "violation"
         if self.gdp_exact and self.epsilon_lo_gdp > self.claimed_epsilon + tol:
             return "violation"
+        if self.curve is not None and self.curve.violation:
+            return "violation"
         return "consistent"
 
+    @property
+    def epsilon_verdict(self) -> str:
+        """The verdict of the eps lower bounds alone (without the trade-off curve)."""
+        tol = 1e-9
+        bad = self.epsilon_lo_direct > self.claimed_epsilon + tol or (
+            self.gdp_exact and self.epsilon_lo_gdp > self.claimed_epsilon + tol)
+        return "violation" if bad else "consistent"
+
     def as_dict(self) -> dict:
-        return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
-                "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
-                "epsilon_lo_gdp": self.epsilon_lo_gdp, "mu_claimed": self.mu_claimed, "mu_lo": self.mu_lo,
-                "verdict": self.verdict, **self.details}
+        out = {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+               "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
+               "epsilon_lo_gdp": self.epsilon_lo_gdp, "mu_claimed": self.mu_claimed, "mu_lo": self.mu_lo,
+               "verdict": self.verdict, **self.details}
+        if self.curve is not None:
+            out["curve"] = self.curve.as_dict()
+        return out
+
+
+# ---- the claimed trade-off curve against measured (FPR, FNR) regions -------------------------------
+def _cp_lower(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson lower bound on a binomial rate at confidence 1 - alpha."""
+    return 0.0 if k <= 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+
+
+@dataclass(frozen=True)
+class CurveCheck:
+    """Measured (FPR, FNR) of the tests "say D when S >= t" at fixed thresholds t, with
+    Clopper-Pearson regions that hold simultaneously at ``confidence`` (Bonferroni over the
+    thresholds and both rates), against the claimed trade-off curve ``f``.
+
+    A region lies entirely below ``f`` when its upper-right corner does (``f`` is non-increasing):
+    ``FNR_hi < f(FPR_hi)`` (or the same with the roles of D and D' exchanged).  Then no mechanism
+    with the claimed curve produces these rates, at the stated confidence: ``violation``."""
+
+    curve: TradeOffCurve
+    thresholds: tuple
+    fpr: tuple
+    fnr: tuple
+    fpr_lo: tuple
+    fpr_hi: tuple
+    fnr_lo: tuple
+    fnr_hi: tuple
+    claimed_fnr: tuple        # f(FPR_hi)
+    below: tuple
+    confidence: float
+    runs: tuple               # (runs under D, runs under D') the rates were measured on
+
+    @property
+    def violation(self) -> bool:
+        return any(self.below)
+
+    def as_dict(self) -> dict:
+        return {"claimed_curve": self.curve.label(), "confidence": self.confidence, "violation": self.violation,
+                "points": [{"threshold": t, "fpr": a, "fnr": b, "fpr_hi": ah, "fnr_hi": bh, "claimed_fnr_at_fpr_hi": c,
+                            "below": w}
+                           for t, a, b, ah, bh, c, w in zip(self.thresholds, self.fpr, self.fnr, self.fpr_hi,
+                                                             self.fnr_hi, self.claimed_fnr, self.below)]}
+
+
+def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: float = 0.95) -> CurveCheck:
+    """Compare the measured trade-off of the statistic (samples under D and D') with ``curve`` at
+    ``thresholds`` fixed before the samples were looked at (see :class:`CurveCheck`)."""
+    import numpy as np
+
+    ts = [float(t) for t in thresholds]
+    if not ts or not all(math.isfinite(t) for t in ts):
+        raise ValueError(f"thresholds={thresholds!r} is not allowed: expected at least one finite number.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r} is not allowed: expected a number in (0, 1).")
+    xd, xp = np.asarray(s_d, dtype=float), np.asarray(s_dprime, dtype=float)
+    n0, n1 = xd.size, xp.size
+    if min(n0, n1) < 1:
+        raise ValueError("samples are not allowed: expected at least one run per dataset.")
+    a = (1.0 - confidence) / (2.0 * len(ts))
+    rows = []
+    for t in ts:
+        k_p = int(np.sum(xp >= t))            # D' true, test says D: type I error (FPR)
+        k_d = int(np.sum(~(xd >= t)))         # D true, test says D': type II error (FNR)
+        fpr_hi, fnr_hi = _cp_upper(k_p, n1, a), _cp_upper(k_d, n0, a)
+        f_at = float(curve(fpr_hi))
+        below = fnr_hi < f_at or fpr_hi < float(curve(fnr_hi))
+        rows.append((t, k_p / n1, k_d / n0, _cp_lower(k_p, n1, a), fpr_hi, _cp_lower(k_d, n0, a), fnr_hi, f_at,
+                     bool(below)))
+    cols = list(zip(*rows))
+    return CurveCheck(curve, *cols, confidence=float(confidence), runs=(n0, n1))
+
+
+def plot_audit(report: AuditReport, path) -> None:
+    """Draw the claimed trade-off curve, the measured (FPR, FNR) points and their simultaneous
+    confidence regions (needs matplotlib: ``pip install 'dpcalib[plot]'``)."""
+    import numpy as np
+
+    if report.curve is None:
+        raise ValueError("report is not allowed: it carries no trade-off measurements (curve=None).")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
+    except ImportError as exc:
+        raise ValueError(f"plot is not available: matplotlib is not installed ({exc}); "
+                         "pip install 'dpcalib[plot]'") from None
+    c = report.curve
+    alpha = np.linspace(0.0, 1.0, 401)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 4.6))
+    ax.plot(alpha, 1.0 - alpha, color="0.75", lw=1, ls=":", label="perfect privacy (1 - FPR)")
+    ax.plot(alpha, c.curve(alpha), color="C0", lw=2, label=f"claimed: {c.curve.label()}")
+    for a, b, alo, ahi, blo, bhi, w in zip(c.fpr, c.fnr, c.fpr_lo, c.fpr_hi, c.fnr_lo, c.fnr_hi, c.below):
+        col = "C3" if w else "C2"
+        ax.add_patch(Rectangle((alo, blo), ahi - alo, bhi - blo, facecolor=col, alpha=0.25, edgecolor=col))
+        ax.plot([a], [b], "o", color=col, ms=4)
+    ax.plot([], [], "s", color="C2", alpha=0.5, label=f"measured, {c.confidence:.0%} simultaneous regions")
+    if c.violation:
+        ax.plot([], [], "s", color="C3", alpha=0.5, label="region entirely below the claim")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("FPR (type I: say D when D' is true)")
+    ax.set_ylabel("FNR (type II: say D' when D is true)")
+    ax.legend(loc="upper right", fontsize=7)
+    # the vertical gap to the claim over each region: [b_lo - f(a_lo), b_hi - f(a_hi)] (f non-increasing)
+    fa = np.asarray(c.fpr)
+    gap = np.asarray(c.fnr) - c.curve(fa)
+    lo = np.asarray(c.fnr_lo) - c.curve(np.asarray(c.fpr_lo))
+    hi = np.asarray(c.fnr_hi) - c.curve(np.asarray(c.fpr_hi))
+    cols = ["C3" if w else "C2" for w in c.below]
+    for x, g, l, h, col in zip(fa, gap, lo, hi, cols):
+        bx.errorbar([x], [g], yerr=[[g - l], [h - g]], fmt="o", color=col, capsize=4)
+    bx.axhline(0.0, color="C0", lw=2, label="claimed curve")
+    bx.set_xlabel("FPR")
+    bx.set_ylabel("FNR - claimed f(FPR)  (region's range)")
+    bx.set_title("below 0 everywhere in a region: violation", fontsize=8)
+    bx.legend(loc="best", fontsize=7)
+    fig.suptitle(f"{report.algorithm}: claimed eps={report.claimed_epsilon:g}, delta={report.delta:g}, "
+                 f"{c.runs[0]} runs/dataset -- verdict: {report.verdict}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 DEFAULT_BATCH = 4096
@@ -320,12 +458,18 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
 
 def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
           holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
-          seed: int = 0, name: str | None = None, batch: int | str | None = "auto") -> AuditReport:
+          seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
+          curve: TradeOffCurve | None = None) -> AuditReport:
     """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
-    (``canary_dprime``); returns the eps lower bounds and the verdict against ``claimed_epsilon``.
+    (``canary_dprime``); returns the eps lower bounds, the measured trade-off against the claimed
+    curve, and the verdict against ``claimed_epsilon``.
 
     ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
     ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
+    ``curve``: the claimed trade-off curve (:func:`dpcalib.accountant.claimed_tradeoff` of the
+    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the (eps, delta) curve.
+    Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
+    ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
@@ -344,8 +488,11 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
                                  "fnr_gdp")}
     details["mean_llr_d"] = sum(v for v in s_d if math.isfinite(v)) / max(1, len([v for v in s_d if math.isfinite(v)]))
     details["infinite_llr"] = len(s_d) + len(s_p) - len(finite)
+    if curve is None:
+        curve = TradeOffCurve.gdp(mu) if gdp_exact else TradeOffCurve.epsilon_delta(e, d)
+    check = curve_check(s_d, s_p, curve, [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)], confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
-                       details)
+                       details, check)
 
 
 def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -> dict:
@@ -369,9 +516,24 @@ def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -
     return {"direct": eps, "threshold": t, "fpr": fpr / len(b_p), "fnr": fnr / len(b_d)}
 
 
+def heldout_curve_check(s_d, s_dprime, curve: TradeOffCurve, confidence: float = 0.95,
+                        quantiles=(0.1, 0.3, 0.5, 0.7, 0.9)) -> CurveCheck:
+    """:func:`curve_check` with thresholds at ``quantiles`` of the first half of the runs (pooled,
+    finite values), evaluated on the second half -- for statistics whose law is not known ahead."""
+    import numpy as np
+
+    h0, h1 = len(s_d) // 2, len(s_dprime) // 2
+    if min(h0, h1) < 1:
+        raise ValueError("samples are not allowed: expected at least two runs per dataset.")
+    first = np.asarray(list(s_d[:h0]) + list(s_dprime[:h1]), dtype=float)
+    first = first[np.isfinite(first)]
+    ts = sorted(set(np.quantile(first, quantiles).tolist())) if first.size else [0.0]
+    return curve_check(list(s_d[h0:]), list(s_dprime[h1:]), curve, ts, confidence)
+
+
 def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
                   confidence: float = 0.95, progress: bool | None = None, seed: int = 0,
-                  name: str | None = None) -> AuditReport:
+                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
     """Audit of a Poisson-sampled optimizer under add/remove (D: with the canary record, D': without).
 
     The canary's inclusion is the mechanism's secret, so the statistic must not use it: two
@@ -423,7 +585,11 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     b = heldout_lower_bound(s_d, s_p, d, confidence)
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
                "statistic": "Poisson mixture LLR, held-out threshold"}
-    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details)
+    if curve is None:
+        curve = TradeOffCurve.epsilon_delta(e, d)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check)
 
 
 # ---- standard harnesses (CLI and docs) ------------------------------------------------------------
