@@ -305,6 +305,7 @@ class PrivateOptimizer:
         self._n_candidates = 0
         self.canary = None        # audits: see set_canary
         self.canary_forced = False  # audits: the canary is in every sample (Poisson-sampled optimizers)
+        self.wor_coupling = None  # audits: rewrites fixed-size samples (see optim.audit.WORCoupling)
         self.point = 0            # id of the parameter point the model holds (visit order)
 
     # -- audits ----------------------------------------------------------------------------------
@@ -332,6 +333,15 @@ class PrivateOptimizer:
 
     def _holders(self) -> int:
         return 1
+
+    def _wor_sample(self, idx: torch.Tensor, population: int, offset: int = 0) -> torch.Tensor:
+        """A fixed-size sample without replacement ``idx`` from a population whose record 0 is the
+        canary.  Unchanged unless an audit set :attr:`wor_coupling`, which may replace it by the
+        "canary in" or "canary out" batch of the coupling (for the release ``offset`` places after
+        the releases recorded so far)."""
+        if self.wor_coupling is None:
+            return idx
+        return self.wor_coupling(idx, population, len(self.noise.releases) + offset)
 
     def _canary_changed(self) -> None:
         pass

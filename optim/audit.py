@@ -36,7 +36,8 @@ from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
            "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples",
-           "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
+           "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve",
+           "WORCoupling", "wor_llr", "audit_wor", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
            "harness"]
 
 
@@ -570,7 +571,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         for x, a, b in zip(leader.noise.releases, f_in.noise.releases, f_out.noise.releases):
             o = x.released.detach().to("cpu", torch.float64)
             llr = release_llr(o, a.value, a.std, b.value, b.std)
-            total += float(torch.logaddexp(torch.tensor(log_keep), torch.tensor(math.log(q) + llr)))
+            total += _logaddexp(log_keep, math.log(q) + llr)
         return total
 
     s_d, s_p = [], []
@@ -650,3 +651,142 @@ def harness(algorithm: str, mechanism, noise):
     # "a record with gradient norm C vs a zero-gradient record" (ConstD2P: norm 100 G, far above its bound)
     norm = 100.0 if algorithm == "constd2p" else 1.0
     return build, constant(d_model, norm), zero(d_model), 0, False
+
+
+# ---- fixed-size sampling without replacement (replace-one) ----------------------------------------
+class WORCoupling:
+    """The coupling behind the replace-one amplification of fixed-size sampling without replacement.
+
+    A uniform b-subset B of a population {0, ..., n-1} whose record 0 differs between D and D' (the
+    canary) is drawn as: a uniform b-subset S' of the others, a uniform k in S', and with
+    probability gamma = b/n the batch is ``S' - {k} + {0}`` ("in"), else ``S'`` ("out").  Given
+    (S', k) each release is the mixture ``(1 - gamma) N(q(S'), s^2) + gamma N(q(S' - k + canary), s^2)``
+    under D and the same with the other canary under D' -- the pair the replace-one analysis of
+    sampling without replacement bounds (Balle, Barthe & Gaboardi 2018, Thm 10: the coupling that
+    gives amplification under the substitution relation), so a test that knows (S', k) tests the
+    claim itself.  From the batch B the run drew, (S', k) is completed with the auditor's own
+    randomness: if 0 in B, S' = B - {0} + {k} with k uniform among the others outside B; else
+    S' = B and k uniform in B.  Every follower of a run gets the same (S', k) for a release (its
+    randomness is keyed by the run's seed and the release's index); ``mode`` picks the batch it
+    computes: "in" (canary in) or "out".  ``gammas`` records b/n per release index."""
+
+    def __init__(self, seed: int, mode: str):
+        if mode not in ("in", "out"):
+            raise ValueError(f"mode={mode!r} is not allowed: expected 'in' or 'out'.")
+        self.seed, self.mode, self.gammas = int(seed), mode, {}
+
+    def __call__(self, idx: torch.Tensor, population: int, at: int) -> torch.Tensor:
+        import numpy as np
+
+        b = int(idx.numel())
+        self.gammas[at] = b / population
+        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, at])
+        chosen = idx.tolist()
+        if 0 in chosen:
+            others = [i for i in chosen if i != 0]
+            taken = set(chosen)
+            pool = [i for i in range(1, population) if i not in taken]
+            if self.mode == "in" or not pool:       # no "out" batch when b = n (gamma = 1: never used)
+                return idx
+            k = pool[int(rng.integers(len(pool)))]
+            return torch.tensor(others + [k], dtype=idx.dtype, device=idx.device)
+        if self.mode == "out":
+            return idx
+        drop = int(rng.integers(b))
+        return torch.tensor([i for j, i in enumerate(chosen) if j != drop] + [0], dtype=idx.dtype, device=idx.device)
+
+
+def _log_kernel(o, q, s: float) -> float:
+    """``-||o - q||^2 / (2 s^2)`` (the part of log N(o; q, s^2 I) that differs between means); a point
+    mass for s = 0 (0 at q, -inf elsewhere)."""
+    if s == 0.0:
+        return 0.0 if torch.equal(o, q) else -math.inf
+    return float(-torch.sum((o - q) ** 2) / (2.0 * s * s))
+
+
+def _logaddexp(x: float, y: float) -> float:
+    """``log(e^x + e^y)`` in double precision (either may be -inf)."""
+    m = max(x, y)
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log1p(math.exp(min(x, y) - m))
+
+
+def _mixture_llr(o, q_out, q_a, q_b, s: float, gamma: float) -> float:
+    """``log p_A(o) - log p_B(o)`` with ``p_X = (1 - gamma) N(q_out, s^2) + gamma N(q_X, s^2)``."""
+    la, lb, lo = _log_kernel(o, q_a, s), _log_kernel(o, q_b, s), _log_kernel(o, q_out, s)
+    if gamma < 1.0:
+        w_out, w_in = math.log1p(-gamma), math.log(gamma)
+        la, lb = _logaddexp(w_out + lo, w_in + la), _logaddexp(w_out + lo, w_in + lb)
+    if la == lb:
+        return 0.0
+    return la - lb
+
+
+def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int = 0) -> float:
+    """One run of the without-replacement statistic: the leader releases from D (canary A) or D'
+    (canary B); three followers walk its public history with the coupled batches -- "out", "in"
+    with canary A, "in" with canary B -- and each release contributes the exact mixture LLR
+    (:func:`_mixture_llr`, gamma = b/n of the sample that could hold the canary; a release whose
+    query holds the canary for sure -- a full batch -- has gamma = 1; one that cannot -- another
+    client's local step -- has equal queries and contributes 0)."""
+    leader = _leader(build, seed, canary_a if truth_is_a else canary_b, holder)
+    f_out = _follower(build, seed, leader, canary_a, holder)
+    f_a = _follower(build, seed, leader, canary_a, holder)
+    f_b = _follower(build, seed, leader, canary_b, holder)
+    for f, mode in ((f_out, "out"), (f_a, "in"), (f_b, "in")):
+        f.wor_coupling = WORCoupling(seed, mode)
+    for _ in range(leader.total_rounds):
+        leader.step()
+        for f in (f_out, f_a, f_b):
+            f.step()
+    gam = f_out.wor_coupling.gammas
+    if f_a.wor_coupling.gammas != gam or f_b.wor_coupling.gammas != gam:
+        raise RuntimeError("the followers sampled differently: the optimizer's sampling depends on private data.")
+    total = 0.0
+    for i, (x, u, a, b) in enumerate(zip(leader.noise.releases, f_out.noise.releases, f_a.noise.releases,
+                                         f_b.noise.releases)):
+        o = x.released.detach().to("cpu", torch.float64)
+        total += _mixture_llr(o, u.value, a.value, b.value, a.std, gam.get(i, 1.0))
+    return total
+
+
+def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,
+              curve: TradeOffCurve | None = None, confidence: float = 0.95, progress: bool | None = None,
+              seed: int = 0, name: str | None = None) -> AuditReport:
+    """Audit of a claim that relies on fixed-size sampling without replacement under replace-one
+    (DP-SRM with b < n, DIFF2-BVR-L-SGD's local steps, ClipD2P with J > 1): D holds canary A as
+    record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
+    trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
+    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
+    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends)."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 2.")
+    e, d = float(claimed_epsilon), float(delta)
+    if not e > 0 or math.isinf(e) or not 0 < d < 1:
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
+                         "eps > 0 finite and delta in (0, 1).")
+    from tqdm.auto import tqdm
+
+    s_d, s_p = [], []
+    bar = tqdm(total=2 * runs, desc="audit (w/o replacement)", disable=(None if progress is None else not progress),
+               leave=False)
+    try:
+        for i in range(runs):
+            s_d.append(wor_llr(build, seed + 2 * i, canary_a, canary_b, True, holder))
+            s_p.append(wor_llr(build, seed + 2 * i + 1, canary_a, canary_b, False, holder))
+            bar.update(2)
+    finally:
+        bar.close()
+    if curve is None:
+        from ..accountant import claimed_tradeoff
+
+        spent = build(seed)
+        spent.run(progress=False, log_every=spent.total_rounds)
+        curve = claimed_tradeoff(spent.accountant())
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check)

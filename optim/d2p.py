@@ -97,6 +97,10 @@ class _Decentralized(PrivateOptimizer):
         if not self.poisson:
             idx = torch.stack([torch.randint(J, (1,), generator=g, device=self.device) for g in gens])
             mask = torch.ones(n, 1, device=self.device, dtype=self.dtype)
+            if self.canary is not None and self.canary[1] in self.here:     # the holder's row is released
+                h = self.here.index(self.canary[1])                         # h rows after the recorded ones
+                idx = idx.clone()
+                idx[h] = self._wor_sample(idx[h], J, h)
         else:
             keep = torch.stack([torch.rand(J, generator=g, device=self.device) for g in gens]) < 1.0 / J
             m = max(1, int(keep.sum(1).max()))

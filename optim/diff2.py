@@ -235,6 +235,8 @@ class DIFF2BVR(DIFF2GD):
             if torch.rand((), generator=gen, device=self.device).item() < 1.0 / seen:
                 keep = cur
             idx = torch.randperm(xp.shape[0], generator=gen, device=self.device)[:self.b]
+            if self.canary is not None and self.canary[1] == p:
+                idx = self._wor_sample(idx, xp.shape[0])
             dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
             c = 0.0 if dx == 0.0 else self.C3 * dx
             extra = None

@@ -43,7 +43,8 @@ class _OneDataset(PrivateOptimizer):
         return keep.nonzero().flatten()
 
     def _without_replacement(self, size: int) -> torch.Tensor:
-        return torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
+        idx = torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
+        return idx if self.canary is None else self._wor_sample(idx, self.n)
 
     def _split_canary(self, idx):
         """``(indices of real records, canary sampled?)``: with a canary, record 0 is the canary."""
