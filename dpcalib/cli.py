@@ -75,7 +75,11 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     if command == "audit":
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
-        p.add_argument("--runs", type=int, required=True, help="runs per neighbouring dataset")
+        p.add_argument("--runs", type=int, default=None, help="runs per neighbouring dataset (required unless --one-run)")
+        p.add_argument("--one-run", action="store_true",
+                       help="one training run with --canaries gradient canaries, each included with probability 1/2 "
+                            "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")
+        p.add_argument("--canaries", type=int, default=1000, help="canaries of the one-run audit (default 1000)")
         p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
         p.add_argument("--batch", type=int, default=4096, metavar="RUNS",
                        help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; "
@@ -203,10 +207,14 @@ def _cmd_audit(algorithm: str, args) -> int:
 
     from .optim import audit as A
 
+    if args.one_run:
+        return _cmd_one_run(algorithm, args)
     if algorithm not in A.AUDITABLE:
         raise ValueError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
-                         f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling need a mixture "
-                         "statistic, not implemented)")
+                         f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
+                         "for dp-sgd and dicesgd)")
+    if args.runs is None:
+        raise ValueError("--runs is required (runs per neighbouring dataset), unless --one-run")
     if args.runs < 1:
         raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
     if args.batch < 1:
@@ -250,6 +258,35 @@ def _cmd_audit(algorithm: str, args) -> int:
           f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
     if args.plot:
         print(f"plot        {args.plot}")
+    print(f"verdict     {r.verdict}")
+    return 0
+
+
+def _cmd_one_run(algorithm: str, args) -> int:
+    from .optim import audit as A
+
+    if algorithm not in A.ONE_RUN:
+        raise ValueError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
+                         "(Poisson-sampled optimizers on one dataset)")
+    if args.canaries < 2:
+        raise ValueError(f"--canaries={args.canaries} is not allowed: expected an integer >= 2")
+    mech, split = _build(algorithm, args)
+    rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
+    build = A.one_run_harness(algorithm, mech, rep, args.canaries)
+    r = A.one_run_audit(build, canaries=args.canaries, claimed_epsilon=args.epsilon, delta=args.delta,
+                        seed=args.seed, progress=None if args.progress else False, name=algorithm)
+    d = r.as_dict()
+    d["noise"] = dict(rep.noise)
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    print(f"algorithm   {algorithm} (one-run audit)")
+    print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
+    print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
+    print(f"canaries    {r.canaries} ({r.included} included, each with probability 1/2), one training run")
+    for k, rr, correct, eps in r.guesses:
+        print(f"guesses     k={k} in + {k} out: {correct} of {rr} correct -> eps_lo {_fmt(eps)}")
+    print(f"eps_lo      {_fmt(r.epsilon_lo)} -- 95% confidence lower bound (Bonferroni over the guess counts)")
     print(f"verdict     {r.verdict}")
     return 0
 

@@ -37,7 +37,8 @@ from ._core import FollowerSource
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
            "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples",
            "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve",
-           "WORCoupling", "wor_llr", "audit_wor", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
+           "WORCoupling", "wor_llr", "audit_wor", "one_run_p_value", "one_run_epsilon", "OneRunReport",
+           "one_run_audit", "one_run_harness", "ONE_RUN", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
            "harness"]
 
 
@@ -790,3 +791,156 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
                "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
                        check)
+
+
+# ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
+def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """P[at least ``v`` of ``r`` guesses correct] for an (eps, delta)-DP mechanism whose ``m``
+    canaries are each included with probability 1/2 (Steinke, Nasr & Jagielski 2023, Thm 3 with
+    delta > 0, as in their Algorithm 2): ``P[Bin(r, p) >= v] + 2 m delta max_i P[v > Bin(r, p) >= v - i] / i``,
+    ``p = e^eps / (1 + e^eps)``."""
+    if not (0 <= v <= r <= m) or eps < 0 or not 0 <= delta <= 1:
+        raise ValueError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
+                         "0 <= v <= r <= m, eps >= 0, delta in [0, 1].")
+    p = 1.0 / (1.0 + math.exp(-eps))
+    beta = float(stats.binom.sf(v - 1, r, p))
+    alpha, acc = 0.0, 0.0
+    if delta > 0:
+        pmf = stats.binom.pmf(list(range(v - 1, -1, -1)), r, p)      # P[Bin = v - i], i = 1..v
+        for i, x in enumerate(pmf, start=1):
+            acc += float(x)
+            alpha = max(alpha, acc / i)
+    return min(1.0, beta + 2.0 * m * delta * alpha)
+
+
+def one_run_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+    """The largest eps the guesses refute at ``confidence``: p-value < 1 - confidence (bisection to
+    1e-6; 0 when not even eps = 0 is refuted)."""
+    a = 1.0 - confidence
+    if one_run_p_value(m, r, v, 0.0, delta) >= a:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while one_run_p_value(m, r, v, hi, delta) < a:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e3:
+            return lo
+    while hi - lo > 1e-6:
+        mid = 0.5 * (lo + hi)
+        if one_run_p_value(m, r, v, mid, delta) < a:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class OneRunReport:
+    algorithm: str
+    claimed_epsilon: float
+    delta: float
+    canaries: int
+    included: int
+    epsilon_lo: float              # max over the guess counts tried (Bonferroni-corrected)
+    guesses: tuple                 # (k, r, correct, eps_lo at the corrected level) per k
+    seed: int
+
+    @property
+    def verdict(self) -> str:
+        return "violation" if self.epsilon_lo > self.claimed_epsilon + 1e-9 else "consistent"
+
+    def as_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+                "canaries": self.canaries, "included": self.included, "epsilon_lo": self.epsilon_lo,
+                "verdict": self.verdict, "guesses": [dict(zip(("k", "r", "correct", "epsilon_lo"), g))
+                                                     for g in self.guesses]}
+
+
+def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
+                  confidence: float = 0.95, seed: int = 0, progress: bool | None = None,
+                  name: str | None = None) -> OneRunReport:
+    """One-run audit (Steinke, Nasr & Jagielski, NeurIPS 2023) of a Poisson-sampled optimizer
+    (DP-SGD, DiceSGD): ONE training run with ``canaries`` = m gradient canaries, each a record of
+    the dataset with probability 1/2; canary i's gradient is 1e6 along its own coordinate of the
+    model (distinct coordinates: m <= number of parameters), so it is clipped to exactly C.  The
+    auditor sees every release (white box) and scores canary i by the sum over releases of the
+    Poisson-subsampled Gaussian LLR of the released value's coordinate (in vs out, at the claimed
+    std and the canary's contribution; the optimal score of one canary); it guesses "in" for the k highest and "out" for the k lowest
+    scores.  The eps lower bound is their Theorem 3 (:func:`one_run_epsilon`), maximised over the
+    guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
+    ``1 - (1 - confidence)/len(ks)``), so the reported bound holds at ``confidence``.
+    """
+    import numpy as np
+
+    m = int(canaries)
+    opt = build(seed)
+    d = sum(p.numel() for p in opt.model.parameters())
+    if not hasattr(opt, "set_canaries"):
+        raise ValueError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
+                         "optimizer on one dataset (dp-sgd, dicesgd).")
+    if isinstance(canaries, bool) or not 2 <= m <= d:
+        raise ValueError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
+                         "of the model per canary).")
+    e, dl = float(claimed_epsilon), float(delta)
+    if not e > 0 or math.isinf(e) or not 0 < dl < 1:
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
+                         "eps > 0 finite and delta in (0, 1).")
+    ks = [max(1, m // 20), max(1, m // 10), max(1, m // 5)] if ks is None else [int(k) for k in ks]
+    if not ks or any(not 1 <= k <= m // 2 for k in ks):
+        raise ValueError(f"ks={ks!r} is not allowed: expected guess counts in [1, {m // 2}].")
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7])
+    coords = rng.permutation(d)[:m]
+    included = rng.random(m) < 0.5
+    grads = torch.zeros(m, d, dtype=torch.float64)
+    grads[torch.arange(m), torch.as_tensor(coords)] = 1e6
+    opt.set_canaries(grads, torch.as_tensor(included))
+    opt.noise.record, opt.noise.record_noise, opt.noise.record_values = True, False, True
+    opt.run(progress=progress, log_every=opt.total_rounds)
+    q, c = opt._one_run_signal()
+    scores = np.zeros(m)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+    for rel in opt.noise.releases:
+        x = rel.released.detach().to("cpu", torch.float64).reshape(-1).numpy()[coords]
+        s2 = rel.std * rel.std
+        if s2 == 0.0:
+            continue
+        # log((1 - q) + q N(x; c, s^2) / N(x; 0, s^2)): the canary's per-release LLR, in vs out
+        scores += np.logaddexp(log_keep, math.log(q) + (x * c - 0.5 * c * c) / s2)
+    order = np.argsort(scores, kind="stable")
+    a_each = (1.0 - confidence) / len(ks)
+    rows, best = [], 0.0
+    for k in ks:
+        guess_in, guess_out = order[-k:], order[:k]
+        correct = int(included[guess_in].sum() + (~included[guess_out]).sum())
+        eps_k = one_run_epsilon(m, 2 * k, correct, dl, 1.0 - a_each)
+        rows.append((k, 2 * k, correct, eps_k))
+        best = max(best, eps_k)
+    return OneRunReport(name or opt.name, e, dl, m, int(included.sum()), best, tuple(rows), int(seed))
+
+
+#: optimizers the one-run audit supports (Poisson-sampled, one dataset)
+ONE_RUN = ("dp-sgd", "dicesgd")
+
+
+def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
+    """``build(seed)`` for the standard one-run audit of ``algorithm`` (CLI and docs): an MLP
+    32 -> h -> 1 (ReLU) with h the smallest width >= 32 giving at least ``canaries`` parameters, on
+    synthetic records (100 for DP-SGD, N for DiceSGD), C = 1 (DiceSGD: its C1, C2)."""
+    from torch import nn
+
+    from .. import optim as O
+
+    if algorithm not in ONE_RUN:
+        raise ValueError(f"algorithm={algorithm!r} is not allowed for a one-run audit: expected one of {ONE_RUN}.")
+    m = int(canaries)
+    h = max(32, -(-(m - 1) // 34))
+    g = torch.Generator().manual_seed(12345)
+    n = 100 if algorithm == "dp-sgd" else mechanism.N
+    data = (torch.randn(n, 32, generator=g), torch.randn(n, generator=g))
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(32, h), nn.ReLU(), nn.Linear(h, 1))
+
+    if algorithm == "dp-sgd":
+        return lambda s: O.DPSGD(model(), O.squared_loss, data, mechanism, noise, C=1.0, lr=0.01, seed=s)
+    return lambda s: O.DiceSGD(model(), O.squared_loss, data, mechanism, noise, lr=0.01, seed=s)

@@ -36,6 +36,7 @@ class _OneDataset(PrivateOptimizer):
                              "(expected the same positive number).")
         self.n = self.x.shape[0]
         self.w = torch.full((self.n,), 1.0 / self.n, device=self.device, dtype=self.dtype)
+        self.canaries = None      # one-run audits: see set_canaries
 
     def _poisson(self, q: float) -> torch.Tensor:
         """Indices of a Poisson sample: every record independently with probability q."""
@@ -45,6 +46,36 @@ class _OneDataset(PrivateOptimizer):
     def _without_replacement(self, size: int) -> torch.Tensor:
         idx = torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
         return idx if self.canary is None else self._wor_sample(idx, self.n)
+
+    # -- one-run audits: many gradient canaries ------------------------------------------------------
+    def set_canaries(self, gradients, included) -> None:
+        """One-run audits (:func:`optim.audit.one_run_audit`): ``m`` gradient canaries, row i of
+        ``gradients`` being canary i's per-example gradient at every point; canary i is a record of
+        the dataset iff ``included[i]`` and is then Poisson-sampled like every record (its draws
+        come from the run's data generator, after the records').  ``None`` removes them."""
+        if gradients is None:
+            self.canaries = None
+            return
+        g = self._to(gradients)
+        d = sum(p.numel() for p in self.model.parameters())
+        if g.ndim != 2 or g.shape[1] != d or g.shape[0] < 1:
+            raise ValueError(f"gradients is not allowed: expected a [m, {d}] tensor (one row per canary), got shape "
+                             f"{tuple(g.shape)}.")
+        inc = torch.as_tensor(included, dtype=torch.bool, device=self.device).reshape(-1)
+        if inc.shape[0] != g.shape[0]:
+            raise ValueError(f"included is not allowed: {inc.shape[0]} flags for {g.shape[0]} canaries.")
+        self.canaries = (g, inc)
+
+    def _many_canaries(self, c: float, stabilizer=None):
+        """``(sum of the clipped gradients, sum of the raw gradients)`` of the included canaries this
+        step's Poisson sample holds (zeros without canaries)."""
+        if self.canaries is None:
+            return 0.0, 0.0
+        g, inc = self.canaries
+        keep = (torch.rand(g.shape[0], generator=self.data_generator, device=self.device) < self.q) & inc
+        rows = g[keep]
+        f = clip_factors(torch.linalg.vector_norm(rows, dim=1), c, stabilizer)
+        return (f[:, None] * rows).sum(0), rows.sum(0)
 
     def _split_canary(self, idx):
         """``(indices of real records, canary sampled?)``: with a canary, record 0 is the canary."""
@@ -84,6 +115,10 @@ class DPSGD(_OneDataset):
                              "unbounded sensitivity.")
         self.B = self.q * self.n
 
+    def _one_run_signal(self):
+        """(sampling rate, what one sampled canary of norm >= C adds to a release's coordinate)."""
+        return self.q, self.C
+
     def _step(self, r: int) -> None:
         cur = self.params()
         self._offer_output(cur)
@@ -91,6 +126,7 @@ class DPSGD(_OneDataset):
         s = self._clipped(idx, self.C, cur)
         if hit:
             s = s + self._canary_clip(self.point, self.C)
+        s = s + self._many_canaries(self.C)[0]
         std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
         noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
                                      sensitivity=self.mechanism.sensitivity("step", self.C),
@@ -243,6 +279,11 @@ class DiceSGD(_OneDataset):
         loss = self.loss_fn(functional_call(self.model, p, (self.x[idx],)), self.y[idx]).sum()
         return flat(dict(zip(p, torch.autograd.grad(loss, list(p.values())))))
 
+    def _one_run_signal(self):
+        """(sampling rate, what one sampled canary of norm 1e6 adds to a release's coordinate)."""
+        f = float(clip_factors(torch.tensor([1e6], dtype=torch.float64), self.C1, self.stabilizer)[0])
+        return self.q, 1e6 * f / self.B
+
     def _clip_e(self):
         ne = torch.linalg.vector_norm(self.e).reshape(1)
         return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
@@ -257,6 +298,8 @@ class DiceSGD(_OneDataset):
         if hit:
             clipped = clipped + self._canary_clip(self.point, self.C1, stabilizer=self.stabilizer)
             plain = plain + self._cg(self.point)
+        many_clipped, many_plain = self._many_canaries(self.C1, self.stabilizer)
+        clipped, plain = clipped + many_clipped, plain + many_plain
         v = clipped / self.B + self._clip_e()
         kind, m = ("first" if t == 0 else "later"), self.mechanism
         vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name="v^t + w^t",
