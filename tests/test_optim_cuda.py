@@ -50,3 +50,24 @@ def test_noisy_runs_on_cuda_have_the_calibrated_noise():
     y = torch.cat([s[1] for s in shards(4, 30)])
     _, opt = _run(O.DPSGD, "cuda", mech, mech.calibrate(2.0, 1e-5), (x, y), C=1.0, lr=0.1, record=True)
     assert O.noise_std_test(opt.noise.releases).passed
+
+
+@cuda
+def test_batched_audit_runs_on_cuda_and_matches_the_sequential_cuda_runs():
+    from dpcalib.optim import audit as A
+
+    data = [(x.cuda(), y.cuda()) for x, y in shards(2, 5)]
+    mech = M.DIFF2GD(4, 2, 2, 5)
+    rep = mech.calibrate(2.0, 1e-5, method="tight")
+
+    def build(seed):
+        return O.DIFF2GD(mlp().cuda(), O.squared_loss, data, mech, rep, C1=1.0, C2=1.0, lr=0.1, seed=seed)
+    assert build(0).noise.generator.device.type == "cuda"
+    d = sum(p.numel() for p in mlp().parameters())
+    canaries = (A.alternating(d, 1e6), A.alternating(d, 1e6, sign=-1.0))
+    seq = A.llr_samples(build, *canaries, runs=6, batch=None, progress=False)
+    bat = A.llr_samples(build, *canaries, runs=6, batch=5, progress=False)
+    for a, b in zip(seq, bat):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-9, atol=1e-9)
+    r = A.audit(build, *canaries, runs=20_000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
+    assert r.verdict == "consistent" and r.epsilon_lo_gdp > 0.8 * 2.0
