@@ -81,7 +81,11 @@ class TradeOffCurve:
         return cls.from_profile([_validate.in_range(epsilon, "epsilon", 0.0, math.inf)], [_validate.delta(delta)])
 
     def label(self) -> str:
-        return f"{self.mu:.4g}-GDP" if self.kind == "gdp" else f"PLD profile ({len(self.epsilons)} eps)"
+        if self.kind == "gdp":
+            return f"{self.mu:.4g}-GDP"
+        if len(self.epsilons) == 1:
+            return f"({self.epsilons[0]:.4g}, {self.deltas[0]:.3g})-DP"
+        return f"certified profile at {len(self.epsilons)} eps"
 
 
 def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256) -> TradeOffCurve:

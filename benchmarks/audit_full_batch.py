@@ -43,13 +43,33 @@ def builder(name: str):
     return build, rep
 
 
+def compare(runs, batch):
+    """Sequential vs batched on the same seeds: wall-clock seconds and the largest difference."""
+    canaries = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
+    A.llr_samples(builder("dp-gd")[0], *canaries, runs=2, batch=2, progress=False)      # warm-up (imports)
+    for name in ("dp-gd", "diff2-gd"):
+        build, _ = builder(name)
+        t0 = time.perf_counter()
+        seq = A.llr_samples(build, *canaries, runs=runs, batch=None, progress=False)
+        t1 = time.perf_counter()
+        bat = A.llr_samples(build, *canaries, runs=runs, batch=batch, progress=False)
+        t2 = time.perf_counter()
+        diff = max(abs(x - y) for s, b in zip(seq, bat) for x, y in zip(s, b))
+        print(f"{name:9s} {runs} runs/dataset: sequential {t1 - t0:.1f} s, batched {t2 - t1:.2f} s "
+              f"({(t1 - t0) / (t2 - t1):.0f}x); largest |S_seq - S_batched| = {diff:.1e}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=4096, help="runs per batch")
     ap.add_argument("--sequential", action="store_true", help="one pair after another (the oracle)")
+    ap.add_argument("--compare", type=int, default=0, metavar="RUNS",
+                    help="also time RUNS runs per dataset sequentially and batched, side by side (same statistics)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if a.compare:
+        compare(a.compare, a.batch)
     for name in ("dp-gd", "diff2-gd"):
         build, rep = builder(name)
         t0 = time.perf_counter()

@@ -254,7 +254,7 @@ def _cmd_audit(algorithm: str, args) -> int:
     c = r.curve
     worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
     print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
-          f"(closest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
+          f"(tightest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
           f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
     if args.plot:
         print(f"plot        {args.plot}")
