@@ -16,25 +16,12 @@ import time
 import warnings
 
 import torch
-from torch import nn
-
 import dpcalib.mechanisms as M
-import dpcalib.optim as O
 import dpcalib.optim._core as core
 from dpcalib.accountant import claimed_tradeoff
 from dpcalib.optim import audit as A
 
 EPS, DELTA = 8.0, 1e-5
-E_BIAS = torch.tensor([0.0, 0.0, 1.0])
-# D: the canary's gradient is +1e6 along the bias; D': -1e6, which is what every other record of
-# the holder has (x = 0, y = 1e6), so the "canary out" query equals D''s "canary in" query: the
-# worst case of the replace-one pair
-UP, DOWN = A.constant(3, 1e6, E_BIAS), A.constant(3, -1e6, E_BIAS)
-
-
-def _model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(2, 1))
 
 
 def _dpsrm(n=4, b=2, steps=2, claim_n=None):
@@ -42,21 +29,15 @@ def _dpsrm(n=4, b=2, steps=2, claim_n=None):
     calibration for n records, or -- planted bug -- for ``claim_n`` records (a smaller rate b/n)."""
     mech = M.DPSRM(n, steps, b, b, lipschitz=1.0, step_bound=1.0, momentum=1.0)
     claim = mech if claim_n is None else M.DPSRM(claim_n, steps, b, b, lipschitz=1.0, step_bound=1.0, momentum=1.0)
-    rep = claim.calibrate(EPS, DELTA, method="tight")
-    noise = dict(rep.noise)
-    data = (torch.zeros(n, 2), torch.full((n,), 1e6))
-    build = lambda s: O.DPSRM(_model(), O.squared_loss, data, mech, noise, lr=0.1, seed=s)  # noqa: E731
-    return build, claimed_tradeoff(claim.accountant(**noise)), UP, DOWN, 0
+    noise = dict(claim.calibrate(EPS, DELTA, method="tight").noise)
+    build, a, b_, holder = A.wor_harness("dp-srm", mech, noise)
+    return build, claimed_tradeoff(claim.accountant(**noise)), a, b_, holder
 
 
 def _clipd2p(J=2, iterations=2):
     mech = M.ClipD2P(J, iterations, "replace-one")
-    rep = mech.calibrate(EPS, DELTA, method="tight")
-    g = torch.Generator().manual_seed(0)
-    nodes = [(torch.zeros(J, 2), torch.full((J,), 1e6))] + \
-        [(torch.randn(J, 2, generator=g), torch.randn(J, generator=g)) for _ in range(3)]
-    build = lambda s: O.ClipD2P(_model(), O.squared_loss, nodes, mech, rep, C=1.0, lr=0.1, seed=s)  # noqa: E731
-    return build, None, UP, DOWN, 0
+    build, a, b, holder = A.wor_harness("clipd2p", mech, mech.calibrate(EPS, DELTA, method="tight"))
+    return build, None, a, b, holder
 
 
 def _diff2bvr():
@@ -64,11 +45,8 @@ def _diff2bvr():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rep = mech.calibrate(EPS, DELTA, method="tight")
-    g = torch.Generator().manual_seed(0)
-    shards = [(torch.randn(4, 2, generator=g), torch.randn(4, generator=g)) for _ in range(2)]
-    build = lambda s: O.DIFF2BVR(_model(), O.squared_loss, shards, mech, rep, C1=1.0, C2=1.0, lr=0.1,  # noqa: E731
-                                 seed=s)
-    return build, None, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), 0
+    build, a, b, holder = A.wor_harness("diff2-bvr", mech, rep)
+    return build, None, a, b, holder
 
 
 class _HalfNoise(core.NoiseSource):

@@ -198,6 +198,11 @@ AUDIT_EXAMPLES = {
     "constd2p": "dpcalib audit constd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
                 "--relation replace-one --runs 300",
     "adad2p": "dpcalib audit adad2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 --runs 300",
+    "dp-srm": "dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
+              "--step-bound 1 --runs 1000",
+    "diff2-bvr": "dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
+                 "--n-min 4 --local-steps 3 --batch-size 2 --runs 1000",
+    "dp-sgd": "dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
 }
 
 
@@ -209,6 +214,10 @@ def _cmd_audit(algorithm: str, args) -> int:
 
     if args.one_run:
         return _cmd_one_run(algorithm, args)
+    if algorithm in ("dp-srm", "diff2-bvr", "clipd2p"):
+        mech, split = _build(algorithm, args)
+        if A._wor_claim(algorithm, mech):
+            return _cmd_audit_wor(algorithm, mech, split, args)
     if algorithm not in A.AUDITABLE:
         raise ValueError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
                          f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
@@ -253,6 +262,49 @@ def _cmd_audit(algorithm: str, args) -> int:
           f"-- 95% confidence lower bounds")
     c = r.curve
     worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
+    print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
+          f"(tightest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
+          f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
+    if args.plot:
+        print(f"plot        {args.plot}")
+    print(f"verdict     {r.verdict}")
+    return 0
+
+
+def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
+    """Claims that rely on fixed-size sampling without replacement (replace-one): audit_wor."""
+    from .optim import audit as A
+
+    if args.runs is None:
+        raise ValueError("--runs is required (runs per neighbouring dataset), unless --one-run")
+    if args.runs < 2:
+        raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 2 (half of the runs pick the "
+                         "thresholds)")
+    if args.plot:
+        _need_matplotlib()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # paper-condition warnings are printed by `calibrate`, not here
+        rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
+    build, ca, cb, holder = A.wor_harness(algorithm, mech, rep)
+    r = A.audit_wor(build, ca, cb, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
+                    progress=None if args.progress else False, seed=args.seed, name=algorithm)
+    d = r.as_dict()
+    d["noise"] = dict(rep.noise)
+    if args.plot:
+        A.plot_audit(r, args.plot)
+        d["plot"] = args.plot
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    c = r.curve
+    worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
+    print(f"algorithm   {algorithm} (sampling without replacement, replace-one)")
+    print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
+    print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
+    print(f"runs        {r.runs} per neighbouring dataset (half pick the thresholds, half measure)")
+    print(f"eps_lo      direct {_fmt(r.epsilon_lo_direct)} -- 95% confidence lower bound")
     print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
           f"(tightest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
           f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")

@@ -19,6 +19,12 @@ both requested stds at the state actually visited.
   N(+mu^2/2, mu^2) vs N(-mu^2/2, mu^2).  The LLR conditions on the sampling, so the audit is valid
   for claims that do not rely on amplification by sampling (full batches, J = 1, DiceSGD's
   assumption-free accountant); see docs/audit.md.
+* **Trade-off curve**: measured (FPR, FNR) regions against the claimed f-DP curve
+  (:func:`curve_check`, :func:`plot_audit`).
+* **Sampled claims**: Poisson (:func:`audit_poisson`), fixed-size without replacement under
+  replace-one (:func:`audit_wor`, the coupling :class:`WORCoupling`); one training run with many
+  canaries (:func:`one_run_audit`, Steinke, Nasr & Jagielski 2023).
+* Batched runs of DP-GD / DIFF2-GD: :mod:`optim.batched` (``audit(..., batch=...)``).
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport"
            "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples",
            "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve",
            "WORCoupling", "wor_llr", "audit_wor", "one_run_p_value", "one_run_epsilon", "OneRunReport",
-           "one_run_audit", "one_run_harness", "ONE_RUN", "AuditReport", "audit", "audit_poisson", "AUDITABLE",
-           "harness"]
+           "one_run_audit", "one_run_harness", "ONE_RUN", "wor_harness", "AuditReport", "audit", "audit_poisson",
+           "AUDITABLE", "harness"]
 
 
 # ---- canaries ----------------------------------------------------------------------------------
@@ -637,8 +643,9 @@ def harness(algorithm: str, mechanism, noise):
         build = lambda s: O.DiceSGD(model(), O.squared_loss, data, mechanism, noise, lr=0.1, seed=s)  # noqa: E731
         return build, constant(d_model, 1e6), zero(d_model), 0, False
     if mechanism.samples_per_node != 1:
-        raise ValueError(f"samples_per_node={mechanism.samples_per_node} is not allowed for an audit: expected 1 "
-                         "(with J > 1 the claim relies on amplification by sampling; see docs/audit.md).")
+        raise ValueError(f"samples_per_node={mechanism.samples_per_node} is not allowed for this audit: expected 1 "
+                         "(with J > 1 the claim relies on amplification by sampling: under replace-one the "
+                         "without-replacement audit applies, --relation replace-one; see docs/audit.md).")
     nodes = [table(1) for _ in range(4)]
     if algorithm == "clipd2p":
         build = lambda s: O.ClipD2P(model(), O.squared_loss, nodes, mechanism, noise, C=1.0, lr=0.1,  # noqa: E731
@@ -944,3 +951,46 @@ def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
     if algorithm == "dp-sgd":
         return lambda s: O.DPSGD(model(), O.squared_loss, data, mechanism, noise, C=1.0, lr=0.01, seed=s)
     return lambda s: O.DiceSGD(model(), O.squared_loss, data, mechanism, noise, lr=0.01, seed=s)
+
+
+def _wor_claim(algorithm: str, mechanism) -> bool:
+    return algorithm in ("dp-srm", "diff2-bvr") or (
+        algorithm == "clipd2p" and mechanism.samples_per_node > 1 and mechanism.relation == "replace-one")
+
+
+def wor_harness(algorithm: str, mechanism, noise):
+    """``(build, canary_a, canary_b, holder)`` for the standard without-replacement audit (CLI and
+    docs): a one-layer linear model on 2 features.  The holder's records (DP-SRM's dataset, ClipD2P's
+    node 0) have x = 0 and y = 1e6, so their clipped gradient is -C along the bias; canary B is the
+    same gradient and canary A its opposite -- the worst case of the replace-one pair (see
+    docs/audit.md).  DIFF2-BVR: P clients of n_min random records, alternating canaries (every
+    DIFF2 round and local difference moves by its claimed sensitivity)."""
+    from torch import nn
+
+    from .. import optim as O
+
+    if not _wor_claim(algorithm, mechanism):
+        raise ValueError(f"algorithm={algorithm!r} is not allowed for a without-replacement audit: expected dp-srm, "
+                         "diff2-bvr, or clipd2p with samples_per_node > 1 under replace-one.")
+    e_bias = torch.tensor([0.0, 0.0, 1.0])
+    up, down = constant(3, 1e6, e_bias), constant(3, -1e6, e_bias)
+    g = torch.Generator().manual_seed(12345)
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(2, 1))
+
+    if algorithm == "dp-srm":
+        data = (torch.zeros(mechanism.n, 2), torch.full((mechanism.n,), 1e6))
+        return (lambda s: O.DPSRM(model(), O.squared_loss, data, mechanism, noise, lr=0.1, seed=s)), up, down, 0
+    if algorithm == "clipd2p":
+        J = mechanism.samples_per_node
+        nodes = [(torch.zeros(J, 2), torch.full((J,), 1e6))] + \
+            [(torch.randn(J, 2, generator=g), torch.randn(J, generator=g)) for _ in range(3)]
+        return (lambda s: O.ClipD2P(model(), O.squared_loss, nodes, mechanism, noise, C=1.0, lr=0.1, seed=s)), \
+            up, down, 0
+    shards = [(torch.randn(mechanism.n_min, 2, generator=g), torch.randn(mechanism.n_min, generator=g))
+              for _ in range(mechanism.clients)]
+    build = lambda s: O.DIFF2BVR(model(), O.squared_loss, shards, mechanism, noise, C1=1.0, C2=1.0,  # noqa: E731
+                                 lr=0.1, seed=s)
+    return build, alternating(3, 1e6), alternating(3, 1e6, sign=-1.0), 0

@@ -72,3 +72,19 @@ def test_wor_audits_catch_half_the_noise(setup, runs, monkeypatch):
     assert isinstance(s[0](0).noise, _HalfNoise)
     r = audit(s, runs)
     assert r.verdict == "violation", r.as_dict()
+
+
+@pytest.mark.parametrize("argv", [
+    ["dp-srm", "--n", "4", "--steps", "2", "--b0", "2", "--b", "2", "--momentum", "1", "--step-bound", "1"],
+    ["clipd2p", "--samples-per-node", "2", "--iterations", "2", "--relation", "replace-one"],
+])
+def test_cli_without_replacement_audit(argv, capsys, tmp_path):
+    from dpcalib.cli import main
+
+    rc = main(["audit", *argv, "--epsilon", "8", "--delta", "1e-5", "--runs", "60", "--no-progress", "--json"])
+    import json
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdict"] == "consistent" and out["runs_per_dataset"] == 60
+    assert out["curve"]["violation"] is False and len(out["curve"]["points"]) == 5
+    assert main(["audit", *argv, "--epsilon", "8", "--delta", "1e-5", "--no-progress"]) == 2
+    assert "--runs is required" in capsys.readouterr().err
