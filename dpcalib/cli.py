@@ -322,6 +322,9 @@ def _cmd_one_run(algorithm: str, args) -> int:
                          "(Poisson-sampled optimizers on one dataset)")
     if args.canaries < 2:
         raise ValueError(f"--canaries={args.canaries} is not allowed: expected an integer >= 2")
+    if args.plot:
+        raise ValueError("--plot is not allowed with --one-run: a one-run audit measures one point (the guesses), "
+                         "not a trade-off curve")
     mech, split = _build(algorithm, args)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
     build = A.one_run_harness(algorithm, mech, rep, args.canaries)

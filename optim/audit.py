@@ -887,6 +887,9 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     if isinstance(canaries, bool) or not 2 <= m <= d:
         raise ValueError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
                          "of the model per canary).")
+    if m * d * 8 > 1 << 30:
+        raise ValueError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
+                         f"gradients ({m} x {d} float64) would need more than 1 GiB.")
     e, dl = float(claimed_epsilon), float(delta)
     if not e > 0 or math.isinf(e) or not 0 < dl < 1:
         raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "

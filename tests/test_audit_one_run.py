@@ -89,3 +89,9 @@ def test_cli_one_run_audit(capsys):
     assert main(["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2",
                  "--n-min", "3", "--one-run"]) == 2
     assert "--one-run is not allowed for dp-gd" in capsys.readouterr().err
+    base = ["audit", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.05", "--steps", "5",
+            "--one-run"]
+    assert main(base + ["--plot", "x.png"]) == 2 and "--plot is not allowed with --one-run" in capsys.readouterr().err
+    assert main(base + ["--canaries", "20000"]) == 2
+    err = capsys.readouterr().err
+    assert "canaries=20000" in err and "1 GiB" in err and err.count("\n") == 1
