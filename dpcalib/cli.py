@@ -243,8 +243,14 @@ def _cmd_audit(algorithm: str, args) -> int:
     build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
     if args.plot:
         _need_matplotlib()
+    curve = None
+    if algorithm == "adad2p":   # the claim is ClipD2P's at the same sigma: its certified curve
+        from .accountant import claimed_tradeoff
+
+        curve = claimed_tradeoff(ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").accountant(
+            noise["sigma"]))
     r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm,
+                curve=curve, gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm,
                 batch=None if args.sequential else _audit_batch(build, args))
     d = r.as_dict()
     d["noise"] = dict(rep.noise)

@@ -41,7 +41,7 @@ from ..accountant.tradeoff import TradeOffCurve
 from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
-           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples",
+           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "spent_tradeoff",
            "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve",
            "WORCoupling", "wor_llr", "audit_wor", "one_run_p_value", "one_run_epsilon", "OneRunReport",
            "one_run_audit", "one_run_harness", "ONE_RUN", "wor_harness", "AuditReport", "audit", "audit_poisson",
@@ -475,7 +475,8 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
     ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
     ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
     ``curve``: the claimed trade-off curve (:func:`dpcalib.accountant.claimed_tradeoff` of the
-    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the (eps, delta) curve.
+    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the curve the
+    optimizer's own accountant certifies for a complete run (:func:`spent_tradeoff`).
     Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
     ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
     """
@@ -497,10 +498,32 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
     details["mean_llr_d"] = sum(v for v in s_d if math.isfinite(v)) / max(1, len([v for v in s_d if math.isfinite(v)]))
     details["infinite_llr"] = len(s_d) + len(s_p) - len(finite)
     if curve is None:
-        curve = TradeOffCurve.gdp(mu) if gdp_exact else TradeOffCurve.epsilon_delta(e, d)
+        curve = TradeOffCurve.gdp(mu) if gdp_exact else _default_curve(build, seed, e, d)
     check = curve_check(s_d, s_p, curve, [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)], confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
                        details, check)
+
+
+def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
+    """The trade-off curve the optimizer's own accountant certifies for one complete run (exact GDP
+    for full-batch Gaussian compositions, else the PLD profile's envelope): the claim a curve check
+    tests when the caller gives none."""
+    from ..accountant import claimed_tradeoff
+
+    spent = build(seed)
+    spent.run(progress=False, log_every=spent.total_rounds)
+    return claimed_tradeoff(spent.accountant())
+
+
+def _default_curve(build, seed, e, d) -> TradeOffCurve:
+    """:func:`spent_tradeoff`, or the (eps, delta) curve of the stated claim where the optimizer has no
+    accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
+    from ..mechanisms import NoPrivacyGuaranteeError
+
+    try:
+        return spent_tradeoff(build, seed)
+    except NoPrivacyGuaranteeError:
+        return TradeOffCurve.epsilon_delta(e, d)
 
 
 def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -> dict:
@@ -549,7 +572,8 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     (``q_in``) and one without it (``q_out``); the others' sampling is shared.  Per release,
     ``log((1 - rate) + rate * p_in(o)/p_out(o))`` -- the exact LLR of a Poisson-subsampled Gaussian
     step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
-    carry hidden record-dependent state).  Direct bound only, threshold on a held-out half.
+    carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
+    optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 2.")
@@ -594,7 +618,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
                "statistic": "Poisson mixture LLR, held-out threshold"}
     if curve is None:
-        curve = TradeOffCurve.epsilon_delta(e, d)
+        curve = _default_curve(build, seed, e, d)
     check = heldout_curve_check(s_d, s_p, curve, confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
                        check)
@@ -787,11 +811,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     finally:
         bar.close()
     if curve is None:
-        from ..accountant import claimed_tradeoff
-
-        spent = build(seed)
-        spent.run(progress=False, log_every=spent.total_rounds)
-        curve = claimed_tradeoff(spent.accountant())
+        curve = spent_tradeoff(build, seed)
     b = heldout_lower_bound(s_d, s_p, d, confidence)
     check = heldout_curve_check(s_d, s_p, curve, confidence)
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
