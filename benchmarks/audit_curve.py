@@ -31,9 +31,9 @@ class Shrunk(core.NoiseSource):
 
 def report(build, rep, runs, s=None):
     s_d, s_p = s if s is not None else A.llr_samples(build, *CANARIES, runs=runs, progress=False)
-    b = A.epsilon_lower_bounds(s_d[:runs], s_p[:runs], DELTA, A.gdp_mu(rep.epsilon, DELTA))
-    c = A.curve_check(s_d[:runs], s_p[:runs], A.TradeOffCurve.gdp(A.gdp_mu(rep.epsilon, DELTA)),
-                      [k * A.gdp_mu(rep.epsilon, DELTA) for k in (-1.0, -0.5, 0.0, 0.5, 1.0)])
+    mu = A.gdp_mu(rep.epsilon, DELTA)
+    b = A.epsilon_lower_bounds(s_d[:runs], s_p[:runs], DELTA, mu)
+    c = A.curve_check(s_d[:runs], s_p[:runs], A.TradeOffCurve.gdp(mu), A.gdp_thresholds(mu))
     return b, c
 
 

@@ -75,7 +75,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     if command == "audit":
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
-        p.add_argument("--runs", type=int, default=None, help="runs per neighbouring dataset (required unless --one-run)")
+        p.add_argument("--runs", type=int, default=None,
+                       help="runs per neighbouring dataset (required unless --one-run)")
         p.add_argument("--one-run", action="store_true",
                        help="one training run with --canaries gradient canaries, each included with probability 1/2 "
                             "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")
@@ -250,8 +251,22 @@ def _cmd_audit(algorithm: str, args) -> int:
         curve = claimed_tradeoff(ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").accountant(
             noise["sigma"]))
     r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                curve=curve, gdp_exact=exact, progress=None if args.progress else False, seed=args.seed, name=algorithm,
-                batch=None if args.sequential else _audit_batch(build, args))
+                curve=curve, gdp_exact=exact, progress=None if args.progress else False, seed=args.seed,
+                name=algorithm, batch=None if args.sequential else _audit_batch(build, args))
+    return _finish_audit(r, rep, args, [
+        f"algorithm   {algorithm}",
+        f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)} (GDP mu {_fmt(r.mu_claimed)})",
+        "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
+        f"runs        {r.runs} per neighbouring dataset",
+        f"eps_lo      direct {_fmt(r.epsilon_lo_direct)}   GDP {_fmt(r.epsilon_lo_gdp)} (mu_lo {_fmt(r.mu_lo)}) "
+        "-- 95% confidence lower bounds"])
+
+
+def _finish_audit(r, rep, args, head: list) -> int:
+    """What every many-run audit prints: ``head``, the trade-off curve line, the plot and the verdict
+    (or the report as JSON); draws the plot when ``--plot`` was given."""
+    from .optim import audit as A
+
     d = r.as_dict()
     d["noise"] = dict(rep.noise)
     if args.plot:
@@ -260,12 +275,8 @@ def _cmd_audit(algorithm: str, args) -> int:
     if args.json:
         print(json.dumps(d))
         return 0
-    print(f"algorithm   {algorithm}")
-    print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)} (GDP mu {_fmt(r.mu_claimed)})")
-    print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
-    print(f"runs        {r.runs} per neighbouring dataset")
-    print(f"eps_lo      direct {_fmt(r.epsilon_lo_direct)}   GDP {_fmt(r.epsilon_lo_gdp)} (mu_lo {_fmt(r.mu_lo)}) "
-          f"-- 95% confidence lower bounds")
+    for line in head:
+        print(line)
     c = r.curve
     worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
     print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
@@ -296,28 +307,12 @@ def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
     build, ca, cb, holder = A.wor_harness(algorithm, mech, rep)
     r = A.audit_wor(build, ca, cb, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
                     progress=None if args.progress else False, seed=args.seed, name=algorithm)
-    d = r.as_dict()
-    d["noise"] = dict(rep.noise)
-    if args.plot:
-        A.plot_audit(r, args.plot)
-        d["plot"] = args.plot
-    if args.json:
-        print(json.dumps(d))
-        return 0
-    c = r.curve
-    worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
-    print(f"algorithm   {algorithm} (sampling without replacement, replace-one)")
-    print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
-    print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
-    print(f"runs        {r.runs} per neighbouring dataset (half pick the thresholds, half measure)")
-    print(f"eps_lo      direct {_fmt(r.epsilon_lo_direct)} -- 95% confidence lower bound")
-    print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
-          f"(tightest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
-          f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
-    if args.plot:
-        print(f"plot        {args.plot}")
-    print(f"verdict     {r.verdict}")
-    return 0
+    return _finish_audit(r, rep, args, [
+        f"algorithm   {algorithm} (sampling without replacement, replace-one)",
+        f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}",
+        "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
+        f"runs        {r.runs} per neighbouring dataset (half pick the thresholds, half measure)",
+        f"eps_lo      direct {_fmt(r.epsilon_lo_direct)} -- 95% confidence lower bound"])
 
 
 def _cmd_one_run(algorithm: str, args) -> int:

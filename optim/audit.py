@@ -42,7 +42,7 @@ from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
            "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "spent_tradeoff",
-           "CurveCheck", "curve_check", "heldout_curve_check", "plot_audit", "TradeOffCurve",
+           "CurveCheck", "curve_check", "gdp_thresholds", "heldout_curve_check", "plot_audit", "TradeOffCurve",
            "WORCoupling", "wor_llr", "audit_wor", "one_run_p_value", "one_run_epsilon", "OneRunReport",
            "one_run_audit", "one_run_harness", "ONE_RUN", "wor_harness", "AuditReport", "audit", "audit_poisson",
            "AUDITABLE", "harness"]
@@ -342,6 +342,12 @@ class CurveCheck:
                                                              self.fnr_hi, self.claimed_fnr, self.below)]}
 
 
+def gdp_thresholds(mu: float) -> list:
+    """The curve check's thresholds for the LLR of a claimed ``mu``-GDP pair, fixed before looking:
+    ``S = k mu`` for k in {-1, -1/2, 0, 1/2, 1} (the standardised ``T = S/mu + mu/2`` at ``mu/2 + k``)."""
+    return [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)]
+
+
 def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: float = 0.95) -> CurveCheck:
     """Compare the measured trade-off of the statistic (samples under D and D') with ``curve`` at
     ``thresholds`` fixed before the samples were looked at (see :class:`CurveCheck`)."""
@@ -499,7 +505,7 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
     details["infinite_llr"] = len(s_d) + len(s_p) - len(finite)
     if curve is None:
         curve = TradeOffCurve.gdp(mu) if gdp_exact else _default_curve(build, seed, e, d)
-    check = curve_check(s_d, s_p, curve, [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)], confidence)
+    check = curve_check(s_d, s_p, curve, gdp_thresholds(mu), confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
                        details, check)
 
@@ -891,8 +897,8 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     model (distinct coordinates: m <= number of parameters), so it is clipped to exactly C.  The
     auditor sees every release (white box) and scores canary i by the sum over releases of the
     Poisson-subsampled Gaussian LLR of the released value's coordinate (in vs out, at the claimed
-    std and the canary's contribution; the optimal score of one canary); it guesses "in" for the k highest and "out" for the k lowest
-    scores.  The eps lower bound is their Theorem 3 (:func:`one_run_epsilon`), maximised over the
+    std and the canary's contribution; the optimal score of one canary); it guesses "in" for
+    the k highest and "out" for the k lowest scores.  The eps lower bound is their Theorem 3 (:func:`one_run_epsilon`), maximised over the
     guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
     ``1 - (1 - confidence)/len(ks)``), so the reported bound holds at ``confidence``.
     """

@@ -114,7 +114,7 @@ def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bo
     canaries = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
     s_d, s_p = A.llr_samples(build, *canaries, runs=64_000, progress=False)
     mu = gdp_mu(2.0, 1e-5)
-    curve = A.curve_check(s_d[:8000], s_p[:8000], TradeOffCurve.gdp(mu), [k * mu for k in (-1, -0.5, 0, 0.5, 1)])
+    curve = A.curve_check(s_d[:8000], s_p[:8000], TradeOffCurve.gdp(mu), A.gdp_thresholds(mu))
     assert curve.violation
     direct = A.epsilon_lower_bounds(s_d, s_p, 1e-5, mu)["direct"]
     assert direct < 2.0
