@@ -182,25 +182,14 @@ class _Pair:
     def bins(self, eps_edges):
         """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
         e = np.asarray(eps_edges, dtype=float)
-        if self.kind == "gauss":
-            x = self.z * self.z * e + 0.5
-            lo, hi = x[:-1], x[1:]
-            below = (-np.inf, x[0])
-            above = (x[-1], np.inf)
-        elif self.kind == "remove":
-            x = self._x_of_mix(e)
-            lo, hi = x[:-1], x[1:]
-            below = (-np.inf, x[0])
-            above = (x[-1], np.inf)
-        else:  # add: L > e  <=>  x < x_mix(-e); bins map to [x(-e_(i+1)), x(-e_i))
-            x = self._x_of_mix(-e)
-            lo, hi = x[1:], x[:-1]
-            below = (x[0], np.inf)
-            above = (-np.inf, x[-1])
-        if self.kind == "add":                      # edges decrease: bins run right to left
-            P = self._edge_mass(self.p_comps, x[::-1])[::-1]
-            Q = self._edge_mass(self.q_comps, x[::-1])[::-1]
+        if self.kind == "add":   # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
+            x = self._x_of_mix(-e)[::-1]
+            below, above = (x[-1], np.inf), (-np.inf, x[0])
+            P = self._edge_mass(self.p_comps, x)[::-1]
+            Q = self._edge_mass(self.q_comps, x)[::-1]
         else:
+            x = self.z * self.z * e + 0.5 if self.kind == "gauss" else self._x_of_mix(e)
+            below, above = (-np.inf, x[0]), (x[-1], np.inf)
             P = self._edge_mass(self.p_comps, x)
             Q = self._edge_mass(self.q_comps, x)
         p_below = float(self.mass(self.p_comps, *below))
@@ -1001,6 +990,13 @@ def _delta_fin(mass: np.ndarray, lo: int, h: float, eps: float) -> float:
     return float(np.sum(m) - np.sum(m * np.exp(eps - (lo + s[j:]) * h)))
 
 
+def _delta_upper(comp, h: float, eps: float) -> float:
+    """Certified upper bound on ``delta(eps)`` from an upper composition: its finite atoms, the
+    infinite-loss mass, the wrapped-around mass and the summation error."""
+    m = comp.upper_mass
+    return min(1.0, _delta_fin(m, comp.lo, h, eps) + comp.inf + comp.alias + _sum_error(m))
+
+
 def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
     """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``."""
     e = _validate.real(epsilon, "epsilon")
@@ -1020,9 +1016,7 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         if comp is None:
             raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
-        clipped = comp.upper_mass
-        up = min(1.0, _delta_fin(clipped, comp.lo, h, e) + comp.inf + comp.alias
-                 + _sum_error(clipped))
+        up = _delta_upper(comp, h, e)
         p = max(1e-4 * up, 1e-300)
         t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
         shift = t + K * _g(h)
@@ -1064,8 +1058,5 @@ def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int 
         if comp is None:
             raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
-        m = comp.upper_mass
-        extra = comp.inf + comp.alias + _sum_error(m)
-        d = np.array([min(1.0, _delta_fin(m, comp.lo, h, float(e)) + extra) for e in eps])
-        out = np.maximum(out, d)
+        out = np.maximum(out, [_delta_upper(comp, h, float(e)) for e in eps])
     return out

@@ -41,7 +41,7 @@ from ..accountant.tradeoff import TradeOffCurve
 from ._core import FollowerSource
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
-           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "spent_tradeoff",
+           "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "pair_llr", "spent_tradeoff",
            "CurveCheck", "curve_check", "gdp_thresholds", "heldout_curve_check", "plot_audit", "TradeOffCurve",
            "WORCoupling", "wor_llr", "audit_wor", "one_run_p_value", "one_run_epsilon", "OneRunReport",
            "one_run_audit", "one_run_harness", "ONE_RUN", "wor_harness", "AuditReport", "audit", "audit_poisson",
@@ -192,6 +192,13 @@ def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
     return total
 
 
+def pair_llr(build, seed: int, canary_d, canary_dprime, truth_is_d: bool, holder: int = 0) -> float:
+    """One run's statistic ``S = log p_D - log p_D'``: a leader releasing from D (``truth_is_d``) or
+    D', and its twin on the other dataset."""
+    a, b = (canary_d, canary_dprime) if truth_is_d else (canary_dprime, canary_d)
+    return _llr_of_pair(*run_pair(build, seed, a, b, holder=holder), truth_is_a=truth_is_d)
+
+
 # ---- epsilon lower bounds ----------------------------------------------------------------------
 def _cp_upper(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound on a binomial rate at confidence 1 - alpha."""
@@ -274,12 +281,7 @@ class AuditReport:
         """"violation" when a lower bound exceeds the claimed eps (the GDP bound counts only when the
         claim is exactly GDP), or a measured (FPR, FNR) region lies entirely below the claimed
         trade-off curve; else "consistent"."""
-        tol = 1e-9
-        if self.epsilon_lo_direct > self.claimed_epsilon + tol:
-            return "violation"
-        if self.gdp_exact and self.epsilon_lo_gdp > self.claimed_epsilon + tol:
-            return "violation"
-        if self.curve is not None and self.curve.violation:
+        if self.epsilon_verdict == "violation" or (self.curve is not None and self.curve.violation):
             return "violation"
         return "consistent"
 
@@ -431,6 +433,41 @@ def plot_audit(report: AuditReport, path) -> None:
 DEFAULT_BATCH = 4096
 
 
+def _check_runs(runs, low: int) -> int:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < low:
+        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= {low}.")
+    return runs
+
+
+def _check_claim(claimed_epsilon, delta) -> tuple[float, float]:
+    """``(eps, delta)`` of the claim an audit tests, validated."""
+    e = float(claimed_epsilon)
+    if not e > 0 or math.isinf(e):
+        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
+    d = float(delta)
+    if not 0 < d < 1:
+        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    return e, d
+
+
+def _paired_runs(one, runs: int, seed: int, desc: str, progress) -> tuple[list, list]:
+    """``one(seed, truth_is_d)`` for ``runs`` runs with D the truth (seeds ``seed + 2 i``) and
+    ``runs`` with D' (``seed + 2 i + 1``), one after another, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    s_d, s_p = [], []
+    bar = tqdm(total=2 * runs, desc=desc, disable=(None if progress is None else not progress), leave=False)
+    try:
+        for i in range(runs):
+            s_d.append(one(seed + 2 * i, True))
+            bar.update(1)
+            s_p.append(one(seed + 2 * i + 1, False))
+            bar.update(1)
+    finally:
+        bar.close()
+    return s_d, s_p
+
+
 def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, holder: int = 0,
                 batch: int | str | None = "auto", progress: bool | None = None) -> tuple[list, list]:
     """``(S under D, S under D')``: the transcript log-likelihood ratio ``log p_D - log p_D'`` of
@@ -440,8 +477,7 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
     runs stacked along a tensor dimension (:mod:`optim.batched`; DP-GD and DIFF2-GD), same value
     per run; ``"auto"`` -- batched (4096 runs per batch) where the optimizer supports it.
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
+    _check_runs(runs, 1)
     if batch == "auto":
         from .batched import supports_batching
 
@@ -453,21 +489,8 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
         s = batched_llr(build, canary_d, canary_dprime, seeds, [i % 2 == 0 for i in range(2 * runs)],
                         holder=holder, batch=batch, progress=progress)
         return s[0::2], s[1::2]
-    from tqdm.auto import tqdm
-
-    s_d, s_p = [], []
-    bar = tqdm(total=2 * runs, desc="audit", disable=(None if progress is None else not progress), leave=False)
-    try:
-        for i in range(runs):
-            leader, twin = run_pair(build, seed + 2 * i, canary_d, canary_dprime, holder=holder)
-            s_d.append(_llr_of_pair(leader, twin, truth_is_a=True))
-            bar.update(1)
-            leader, twin = run_pair(build, seed + 2 * i + 1, canary_dprime, canary_d, holder=holder)
-            s_p.append(_llr_of_pair(leader, twin, truth_is_a=False))
-            bar.update(1)
-    finally:
-        bar.close()
-    return s_d, s_p
+    return _paired_runs(lambda sd, truth: pair_llr(build, sd, canary_d, canary_dprime, truth, holder), runs, seed,
+                        "audit", progress)
 
 
 def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
@@ -486,14 +509,8 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
     Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
     ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 1.")
-    e = float(claimed_epsilon)
-    if not e > 0 or math.isinf(e):
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
-    d = float(delta)
-    if not 0 < d < 1:
-        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    _check_runs(runs, 1)
+    e, d = _check_claim(claimed_epsilon, delta)
     mu = gdp_mu(e, d)
     s_d, s_p = llr_samples(build, canary_d, canary_dprime, runs=runs, seed=seed, holder=holder, batch=batch,
                            progress=progress)
@@ -581,17 +598,11 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
     optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 2.")
+    _check_runs(runs, 2)
     q = float(rate)
     if not 0.0 < q <= 1.0:
         raise ValueError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
-    e, d = float(claimed_epsilon), float(delta)
-    if not e > 0 or math.isinf(e) or not 0 < d < 1:
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
-                         "eps > 0 finite and delta in (0, 1).")
-    from tqdm.auto import tqdm
-
+    e, d = _check_claim(claimed_epsilon, delta)
     dim = sum(p.numel() for p in build(seed).model.parameters())
     absent = zero(dim)
     log_keep = math.log1p(-q) if q < 1.0 else -math.inf
@@ -611,15 +622,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
             total += _logaddexp(log_keep, math.log(q) + llr)
         return total
 
-    s_d, s_p = [], []
-    bar = tqdm(total=2 * runs, desc="audit", disable=(None if progress is None else not progress), leave=False)
-    try:
-        for i in range(runs):
-            s_d.append(one(seed + 2 * i, True))
-            s_p.append(one(seed + 2 * i + 1, False))
-            bar.update(2)
-    finally:
-        bar.close()
+    s_d, s_p = _paired_runs(one, runs, seed, "audit", progress)
     b = heldout_lower_bound(s_d, s_p, d, confidence)
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
                "statistic": "Poisson mixture LLR, held-out threshold"}
@@ -798,24 +801,10 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
     :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
     :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends)."""
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= 2.")
-    e, d = float(claimed_epsilon), float(delta)
-    if not e > 0 or math.isinf(e) or not 0 < d < 1:
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
-                         "eps > 0 finite and delta in (0, 1).")
-    from tqdm.auto import tqdm
-
-    s_d, s_p = [], []
-    bar = tqdm(total=2 * runs, desc="audit (w/o replacement)", disable=(None if progress is None else not progress),
-               leave=False)
-    try:
-        for i in range(runs):
-            s_d.append(wor_llr(build, seed + 2 * i, canary_a, canary_b, True, holder))
-            s_p.append(wor_llr(build, seed + 2 * i + 1, canary_a, canary_b, False, holder))
-            bar.update(2)
-    finally:
-        bar.close()
+    _check_runs(runs, 2)
+    e, d = _check_claim(claimed_epsilon, delta)
+    s_d, s_p = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
+                            "audit (w/o replacement)", progress)
     if curve is None:
         curve = spent_tradeoff(build, seed)
     b = heldout_lower_bound(s_d, s_p, d, confidence)
@@ -827,6 +816,10 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
 
 
 # ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
+#: the norm of every one-run canary's gradient (far above any clip: it is clipped to exactly C)
+CANARY_NORM = 1e6
+
+
 def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """P[at least ``v`` of ``r`` guesses correct] for an (eps, delta)-DP mechanism whose ``m``
     canaries are each included with probability 1/2 (Steinke, Nasr & Jagielski 2023, Thm 3 with
@@ -898,8 +891,8 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     auditor sees every release (white box) and scores canary i by the sum over releases of the
     Poisson-subsampled Gaussian LLR of the released value's coordinate (in vs out, at the claimed
     std and the canary's contribution; the optimal score of one canary); it guesses "in" for
-    the k highest and "out" for the k lowest scores.  The eps lower bound is their Theorem 3 (:func:`one_run_epsilon`), maximised over the
-    guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
+    the k highest and "out" for the k lowest scores.  The eps lower bound is their Theorem 3
+    (:func:`one_run_epsilon`), maximised over the guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
     ``1 - (1 - confidence)/len(ks)``), so the reported bound holds at ``confidence``.
     """
     import numpy as np
@@ -916,10 +909,7 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     if m * d * 8 > 1 << 30:
         raise ValueError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
                          f"gradients ({m} x {d} float64) would need more than 1 GiB.")
-    e, dl = float(claimed_epsilon), float(delta)
-    if not e > 0 or math.isinf(e) or not 0 < dl < 1:
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r}, delta={delta!r} are not allowed: expected "
-                         "eps > 0 finite and delta in (0, 1).")
+    e, dl = _check_claim(claimed_epsilon, delta)
     ks = [max(1, m // 20), max(1, m // 10), max(1, m // 5)] if ks is None else [int(k) for k in ks]
     if not ks or any(not 1 <= k <= m // 2 for k in ks):
         raise ValueError(f"ks={ks!r} is not allowed: expected guess counts in [1, {m // 2}].")
@@ -927,11 +917,11 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     coords = rng.permutation(d)[:m]
     included = rng.random(m) < 0.5
     grads = torch.zeros(m, d, dtype=torch.float64)
-    grads[torch.arange(m), torch.as_tensor(coords)] = 1e6
+    grads[torch.arange(m), torch.as_tensor(coords)] = CANARY_NORM
     opt.set_canaries(grads, torch.as_tensor(included))
     opt.noise.record, opt.noise.record_noise, opt.noise.record_values = True, False, True
     opt.run(progress=progress, log_every=opt.total_rounds)
-    q, c = opt._one_run_signal()
+    q, c = opt._one_run_signal(CANARY_NORM)
     scores = np.zeros(m)
     log_keep = math.log1p(-q) if q < 1.0 else -math.inf
     for rel in opt.noise.releases:

@@ -160,14 +160,12 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
     return stat.cpu()
 
 
-def _check_against_sequential(build, canary_d, canary_dprime, seed, truth, holder, value, dtype):
+def _check_against_sequential(build, canary_d, canary_dprime, seed, truth, holder, value, dtype, rounds):
     """Re-run one run as a sequential leader/twin pair and compare its statistic with the batched one."""
-    from .audit import _llr_of_pair, run_pair
+    from .audit import pair_llr
 
-    a, b = (canary_d, canary_dprime) if truth else (canary_dprime, canary_d)
-    leader, twin = run_pair(build, seed, a, b, holder=holder)
-    ref = _llr_of_pair(leader, twin, truth_is_a=truth)
-    tol = 1e4 * torch.finfo(dtype).eps * (1.0 + abs(ref)) * max(1, leader.total_rounds)
+    ref = pair_llr(build, seed, canary_d, canary_dprime, truth, holder)
+    tol = 1e4 * torch.finfo(dtype).eps * (1.0 + abs(ref)) * max(1, rounds)
     same = ref == value if math.isinf(ref) or math.isinf(value) else abs(ref - value) <= tol
     if not same:
         raise RuntimeError(f"the batched audit disagrees with the optimizer itself on seed {seed}: statistic "
@@ -210,7 +208,7 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
                                   canary_dprime).tolist()
             if verify:
                 _check_against_sequential(build, canary_d, canary_dprime, chunk[0], truth_is_d[a], holder,
-                                          vals[0], template.dtype)
+                                          vals[0], template.dtype, template.total_rounds)
             out.extend(vals)
             bar.update(len(chunk))
     finally:

@@ -115,9 +115,10 @@ class DPSGD(_OneDataset):
                              "unbounded sensitivity.")
         self.B = self.q * self.n
 
-    def _one_run_signal(self):
-        """(sampling rate, what one sampled canary of norm >= C adds to a release's coordinate)."""
-        return self.q, self.C
+    def _one_run_signal(self, norm: float):
+        """(sampling rate, what one sampled canary of gradient norm ``norm`` adds to a release's
+        coordinate along its gradient)."""
+        return self.q, norm * float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C)[0])
 
     def _step(self, r: int) -> None:
         cur = self.params()
@@ -279,10 +280,11 @@ class DiceSGD(_OneDataset):
         loss = self.loss_fn(functional_call(self.model, p, (self.x[idx],)), self.y[idx]).sum()
         return flat(dict(zip(p, torch.autograd.grad(loss, list(p.values())))))
 
-    def _one_run_signal(self):
-        """(sampling rate, what one sampled canary of norm 1e6 adds to a release's coordinate)."""
-        f = float(clip_factors(torch.tensor([1e6], dtype=torch.float64), self.C1, self.stabilizer)[0])
-        return self.q, 1e6 * f / self.B
+    def _one_run_signal(self, norm: float):
+        """(sampling rate, what one sampled canary of gradient norm ``norm`` adds to a release's
+        coordinate along its gradient: clipped, divided by the nominal batch B)."""
+        f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C1, self.stabilizer)[0])
+        return self.q, norm * f / self.B
 
     def _clip_e(self):
         ne = torch.linalg.vector_norm(self.e).reshape(1)
