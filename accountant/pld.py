@@ -79,6 +79,13 @@ MEMORY_CAP = 1 << 30
 #: delta; below this, probabilities leave the double-precision range)
 MIN_DELTA = 1e-300
 
+#: re-compose tilted toward the delta-quantile when the round-off charge above the lower end
+#: exceeds this fraction of delta (the charge moves the upper end by about that much, relative)
+RETILT = 1e-6
+#: the same for the lower end (it needs far less accuracy than the upper end a calibration
+#: solves on)
+LOWER_RETILT = 1e-3
+
 
 @dataclass(frozen=True)
 class EpsilonBracket:
@@ -218,6 +225,9 @@ class _Step:
     inf: float
     bad: float     # mass of the true loss outside the grid (rounded up or sent to infinity)
     count: int
+    # log E[e^(l L)] over the finite atoms at +-_LAMBDAS, computed once (a bracket needs them
+    # for every composition and re-composition of the step)
+    lmgf: tuple | None = field(default=None, repr=False, compare=False)
 
 
 class _OverCap(Exception):
@@ -537,16 +547,33 @@ _LAMBDAS = 2.0 ** np.arange(-10, 9)
 
 
 def _log_mgf(step: _Step, h: float, lam: np.ndarray) -> np.ndarray:
-    idx = (step.i0 + np.arange(step.mass.size)) * h
-    with np.errstate(divide="ignore"):
-        lm = np.log(step.mass)
-    ok = np.isfinite(lm)
-    lm, idx = lm[ok], idx[ok]
+    """Upper bounds on ``log E[e^(l L)]`` over the step's finite atoms, for ``l`` in ``lam``.
+
+    ``lam`` is a doubling ladder of one sign (``_LAMBDAS`` or ``-_LAMBDAS``): with ``x = sign *
+    L`` and its largest atom ``x_max``, ``v = e^(|l_0| (x - x_max)) <= 1`` takes one exponential
+    and each next level is ``v * v`` -- no further exponentials.  After ``k`` squarings ``v``
+    errs by at most ``3 * 2^k u`` relative (``<= 2e-10`` for the 19 levels) and the sum by
+    ``n u``; a term that underflows loses at most its mass times the smallest normal double.
+    Both are covered by the ``1e-8`` added to each log and the ``2.3e-308`` added to the sum,
+    so the result bounds the exact value from above -- all a Chernoff window needs.
+    """
+    a = np.abs(lam)
+    if a.size > 1 and not np.array_equal(a[1:], 2.0 * a[:-1]):
+        raise ValueError("lam must be a doubling ladder")
+    sign = 1.0 if lam[0] > 0 else -1.0
+    pos = np.nonzero(step.mass > 0.0)[0]
+    if not pos.size:
+        return np.full(lam.size, -np.inf)
+    m = step.mass[pos]
+    x = sign * (step.i0 + pos) * h
+    xm = float(np.max(x))
+    v = np.exp(a[0] * (x - xm))
     out = np.empty(lam.size)
-    for j, t in enumerate(lam):
-        v = lm + t * idx
-        mx = v.max()
-        out[j] = mx + math.log(np.exp(v - mx).sum())
+    for j in range(lam.size):
+        if j:
+            np.multiply(v, v, out=v)
+        tot = float(np.dot(m, v))
+        out[j] = a[j] * xm + math.log(tot + 2.3e-308) + 1e-8
     return out
 
 
@@ -573,8 +600,11 @@ def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
 
 def _log_mgfs(steps, h):
     """log E[e^(l L)] of the composed discrete loss for l in +-_LAMBDAS (finite atoms only)."""
-    up = sum(s.count * _log_mgf(s, h, _LAMBDAS) for s in steps)
-    dn = sum(s.count * _log_mgf(s, h, -_LAMBDAS) for s in steps)
+    for s in steps:
+        if s.lmgf is None:
+            s.lmgf = (_log_mgf(s, h, _LAMBDAS), _log_mgf(s, h, -_LAMBDAS))
+    up = sum(s.count * s.lmgf[0] for s in steps)
+    dn = sum(s.count * s.lmgf[1] for s in steps)
     return up, dn
 
 
@@ -778,12 +808,12 @@ def _g(h: float) -> float:
     return r - 1.0 - math.log(r)
 
 
-def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min):
+def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min, threshold=RETILT):
     """A second composition tilted toward the delta-quantile (reading only bins above
-    ``r_min``) when the first one's round-off charge there is not small against delta; None if
-    not needed or not possible."""
+    ``r_min``) when the first one's round-off charge there exceeds ``threshold * delta``; None
+    if not needed or not possible."""
     j = max(0, r_min - comp.lo)
-    if not (float(np.sum(comp.err[j:])) > 1e-3 * delta and comp.count > 1):
+    if not (float(np.sum(comp.err[j:])) > threshold * delta and comp.count > 1):
         return None
     logm = _log_mgfs(steps, h)
     lam = _tilt(logm[0], math.log(delta))
@@ -803,8 +833,15 @@ def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min):
     return _compose(steps, h, alpha, cap_bytes, lam, r_min)[0]
 
 
-def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
+def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None, side="both", floor=-math.inf):
     """(lower, upper, N) of one direction at grid h; None if over the memory cap.
+
+    ``floor`` is a lower bound on the answer from the other direction(s): when the first
+    composition's upper end is already at or below it, this direction cannot be the worse one
+    and the rest (lower steps, re-composition) is skipped.
+
+    ``side="lower"`` composes only the lower steps (upper reported as +inf), when they are
+    usable; ``side="upper"`` is the call without ``lower_steps`` (its lower end is Hoeffding's).
 
     The upper end composes the connect-the-dots steps; the lower end is the larger of
     Hoeffding's bound read from that same composition and, when ``lower_steps`` are given
@@ -817,10 +854,22 @@ def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
     if not steps:
         return 0.0, 0.0, 0
     alpha = 1e-10 * delta
+    if side == "lower" and _usable(lower_steps):
+        lcomp, N = _compose(lower_steps, h, alpha, cap_bytes)
+        if lcomp is None:
+            return None, None, N
+        lower = _read_lower(lcomp, h, delta)
+        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1,
+                         LOWER_RETILT)
+        if lcomp2 is not None:
+            lower = max(lower, _read_lower(lcomp2, h, delta))
+        return lower, math.inf, N
     comp, N = _compose(steps, h, alpha, cap_bytes)
     if comp is None:
         return None, None, N
     lower, upper = _read_bracket(comp, h, delta)
+    if upper <= floor:
+        return lower, upper, N
     lcomp = None
     if _usable(lower_steps):
         lcomp, N2 = _compose(lower_steps, h, alpha, cap_bytes)
@@ -835,7 +884,7 @@ def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None):
         lower, upper = max(lower, lo2), min(upper, up2)
         N = max(N, comp2.mass.size)
     if lcomp is not None:
-        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, r_min)
+        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, r_min, LOWER_RETILT)
         if lcomp2 is not None:
             lower = max(lower, _read_lower(lcomp2, h, delta))
     return lower, max(upper, lower), N
@@ -885,8 +934,16 @@ def _delta(delta) -> float:
     return d
 
 
-def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int = MEMORY_CAP):
-    """``(lower, upper)`` bracket of ``eps(delta)`` at one grid size (None, None over the cap)."""
+def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int = MEMORY_CAP,
+                   side: str = "both"):
+    """``(lower, upper)`` bracket of ``eps(delta)`` at one grid size (None, None over the cap).
+
+    ``side="upper"`` skips the lower-step compositions (the lower end is then only Hoeffding's,
+    from the upper composition); ``side="lower"`` skips the upper compositions where the lower
+    steps allow it (the upper end is then +inf).  A calibration's search needs only one end.
+    """
+    if side not in ("both", "upper", "lower"):
+        raise ValueError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
     d = _delta(delta)
     h = _validate.positive(discretization, "discretization")
     ev = _check_events(events)
@@ -895,10 +952,13 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     lows, ups = [], []
     for direction in _directions(ev):
         try:
-            steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
+            if side == "upper":
+                steps, lsteps = _steps(ev, h, tau, direction, memory_cap), None
+            else:
+                steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
         except _OverCap:
             return None, None
-        lo, up, _ = _bracket_one(steps, h, d, memory_cap, lsteps)
+        lo, up, _ = _bracket_one(steps, h, d, memory_cap, lsteps, side, max(lows, default=-math.inf))
         if lo is None:
             return None, None
         lows.append(lo)
@@ -965,10 +1025,27 @@ def _on_ladder(h: float) -> float:
     return 0.05 * 2.0 ** (-k / 4.0)
 
 
+def report_grid(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMORY_CAP,
+                atol: float = 1e-5) -> float:
+    """The grid :func:`pld_epsilon` is expected to end on, without evaluating that grid.
+
+    The automatic refinement picks each next grid by a square-root rule aimed at 0.7 of the
+    tolerance; when the rule is not clamped, the next grid is expected to be the last.  This
+    runs the refinement up to there (the coarse, cheap grids) and returns that grid -- a
+    prediction (a calibration solves on it and checks the report afterwards), not a bracket.
+    """
+    d = _delta(delta)
+    ev = _check_events(events)
+    if not ev:
+        return 0.0
+    return _pld_epsilon_cached(tuple(ev), d, rtol, memory_cap, None, atol, True)
+
+
 @functools.lru_cache(maxsize=256)
-def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
+def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
-    calibration asks for the same bracket when it re-checks, reports and certifies)."""
+    calibration asks for the same bracket when it re-checks, reports and certifies).  With
+    ``predict``: the grid the refinement is expected to end on (:func:`report_grid`)."""
     def done(lo, up):
         return up - lo <= max(r * up, a_tol)
 
@@ -999,8 +1076,12 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol) -> EpsilonBracket:
             break
         gap = up - lo
         # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
-        h = _on_ladder(h * min(0.5, max(1.0 / 6, math.sqrt(0.7 * max(r * up, a_tol) / gap)))
-                       if gap > 0 else h / 2)
+        fac = math.sqrt(0.7 * max(r * up, a_tol) / gap) if gap > 0 else 0.5
+        h = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))
+        if predict and fac >= 1.0 / 6:
+            return h
+    if predict:
+        return best.discretization if best is not None else 0.0
     if best is None:
         raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
                          f"raise it.")

@@ -77,12 +77,16 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
 SEARCH_CAP = 1 << 30
 
 
-def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40) -> float:
+def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40,
+                 predict: bool = False) -> float:
     """Smallest feasible ``x`` (``f(x) <= 0``) within ``rtol`` of the root of a decreasing ``f``.
 
     ``f`` is nearly linear (log eps against log scale), so secant steps from ``(x0, f0)`` and
     ``x1`` find it in a few evaluations; once the root is bracketed the steps stay inside the
     bracket (Illinois-modified regula falsi).  The returned point was evaluated and is feasible.
+    With ``predict`` the search also stops at a feasible point that the secant through the last
+    two evaluations puts within ``rtol`` above the root (nearly linear ``f``: one evaluation
+    fewer, often two; still a feasible evaluated point).
     """
     lo = flo = hi = fhi = None                 # lo: infeasible (f > 0), hi: feasible
     last = 0
@@ -109,6 +113,9 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
         record(xb, fb)
         if lo is not None and hi is not None and hi - lo <= rtol:
             break
+        if (predict and hi == xb and math.isfinite(fa) and math.isfinite(fb) and fb != fa
+                and 0.0 <= xb - (xb - fb * (xb - xa) / (fb - fa)) <= 0.5 * rtol):
+            break
         if lo is None or hi is None:              # not bracketed: secant, at most 0.5 per step
             sec = xb - fb * (xb - xa) / (fb - fa) if math.isfinite(fb) and math.isfinite(fa) and fb != fa else None
             if hi is None:                         # everything so far infeasible: go up
@@ -124,49 +131,72 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
     return hi
 
 
-def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-5) -> float:
+def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-6) -> float:
     """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``.
 
     ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
-    is at most ``target`` too).  The root is found on the grid the automatic refinement picks
-    at ``start`` (the upper bound on a fixed grid is certified and continuous in the scale) by
-    secant steps in log-log coordinates (:func:`_loglog_root`, a few evaluations).  The answer
-    is then re-checked with the procedure the reports use (``epsilon_report(method="best")``)
-    and nudged up until it holds: never overshoots.  Returns ``start`` when the PLD does not
-    apply or is not smaller.
+    is at most ``target`` too).  Coarse to fine: the root is first found on a coarse grid (the
+    one the automatic refinement picks at ``start`` for a 1 % bracket -- cheap, and its upper
+    end is already within ~1e-4 of the fine one), then on the grid the report at that root uses
+    (the automatic grids come from a fixed ladder, so nearby scales share it), starting from
+    the coarse root with the coarse slope: one to three evaluations of the upper end only.  On a
+    fixed grid the upper bound is certified and continuous in the scale; the search runs secant
+    steps in log-log coordinates (:func:`_loglog_root`).  The answer is then re-checked with
+    the procedure the reports use (``epsilon_report(method="best")``) and nudged up until it
+    holds: never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller.
     """
-    from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at
+    from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at, report_grid
 
     if delta < MIN_DELTA:
         return start
-    # the grid that resolves eps to 1e-4 of the *target* (eps at start may be much smaller)
-    b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
+
+    def on(h):
+        def f(x):
+            up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP, side="upper")[1]
+            return math.inf if up is None or not up > 0 else math.log(up / target)
+        return f
+
+    b = pld_epsilon(build(start).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+    if not b.upper < target:       # the coarse bracket is too wide to tell: the fine one
+        b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
     if not b.upper < target or b.discretization <= 0.0:
         return start
-    h = b.discretization
-
-    def f(x):
-        up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP)[1]
-        return math.inf if up is None or not up > 0 else math.log(up / target)
-
     x0 = math.log(start)
     f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
     # eps ~ 1/scale (Poisson, small eps) to 1/scale^2 (large eps): a first step with slope -1,
     # at most 26 % down (PLD-tight noise is rarely further below RDP-tight; where it is, the
     # secant steps go on)
     x1 = x0 + max(f0, -0.3) if math.isfinite(f0) else x0 - 0.3
-    xt = _loglog_root(f, x0, f0, x1, rtol)
-    # the automatic grids come from a fixed ladder: solve again on the grid the report at the
-    # answer uses (its certified eps is then the search's own, up to the grids' intersection)
+    slope = []
+
+    def coarse(x, f=on(b.discretization)):
+        v = f(x)
+        slope.append((x, v))
+        return v
+
+    xt = _loglog_root(coarse, x0, f0, x1, 1e-4, predict=True)
+    pts = [p for p in slope if math.isfinite(p[1])]
+    k = -1.0
+    if len(pts) >= 2 and pts[-1][0] != pts[-2][0] and pts[-1][1] != pts[-2][1]:
+        k = (pts[-1][1] - pts[-2][1]) / (pts[-1][0] - pts[-2][0])
+    k = min(k, -0.1)
+    # the fine stage, on the grid the report at the answer uses (again if the answer moves to
+    # another grid of the ladder)
+    h = None
     for _ in range(3):
-        hb = pld_epsilon(build(math.exp(xt)).events, delta).discretization   # = the report's
+        # the report's grid, predicted without evaluating it (on the first pass) -- then the
+        # report's own grid at the answer found
+        ev = build(math.exp(xt)).events
+        hb = report_grid(ev, delta) if h is None else pld_epsilon(ev, delta).discretization
         if hb == h or hb <= 0.0:
             break
         h = hb
+        f = on(h)
         ft = f(xt)
         if not math.isfinite(ft):
             break
-        xt = _loglog_root(f, xt, ft, xt + max(-0.3, min(0.3, ft)), rtol)
+        step = max(-0.05, min(0.05, -ft / k)) + (0.25 * rtol if ft <= 0 else 0.5 * rtol)
+        xt = _loglog_root(f, xt, ft, xt + step, rtol, predict=True)
     t = math.exp(xt)
     step = rtol
     while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
@@ -188,7 +218,7 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
     from ..accountant.pld import pld_epsilon_at
 
     def eps_lo(s):
-        lo = pld_epsilon_at(build(s).events, delta, h, SEARCH_CAP)[0]
+        lo = pld_epsilon_at(build(s).events, delta, h, SEARCH_CAP, side="lower")[0]
         return 0.0 if lo is None else lo          # over the memory cap: unknown, not large
 
     if not lower < target:
@@ -209,7 +239,7 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
         return None
 
 
-def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-5):
+def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-6):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=

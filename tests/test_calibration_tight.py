@@ -128,3 +128,29 @@ def test_tight_never_needs_more_noise_than_paper_for_diff2_gd():
             p, t = m.calibrate(eps, 1e-5, "paper"), m.calibrate(eps, 1e-5, "tight")
             assert p["sigma1"] / t["sigma1"] >= 1.2 and p["sigma2"] / t["sigma2"] >= 1.2
             assert t.achieved_epsilon <= eps
+
+
+def test_pld_calibration_is_on_the_root_of_the_certified_upper_end_to_1e_5():
+    """accountant="pld": the certified eps at the answer is within the target, and the upper end on
+    the report's own grid already exceeds it 1e-5 (relative) lower -- the answer is the root of the
+    certified bound, not merely feasible.  Both read with pld_epsilon_at, not the search."""
+    from dpcalib.accountant import PoissonSampledGaussianEvent
+    from dpcalib.accountant.pld import pld_epsilon_at
+
+    q, k, target, delta = 0.01, 100, 2.0, 1e-5
+    mech = DPSGD(q, k)
+    rep = mech.calibrate(target, delta, accountant="pld")
+    z = rep["noise_multiplier"]
+    b = mech.accountant(z).epsilon_bracket(delta)
+    h = b.discretization
+    assert b.upper <= target and rep.epsilon_upper == b.upper
+    assert pld_epsilon_at([(PoissonSampledGaussianEvent(q, z), k)], delta, h)[1] <= target
+    assert pld_epsilon_at([(PoissonSampledGaussianEvent(q, z * (1 - 1e-5)), k)], delta, h)[1] > target
+    # and dp-accounting's PLD (1e-4, uncertified) puts eps at the same z within 1e-5 of ours
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), k))
+    assert abs(acc.get_epsilon(delta) - b.upper) <= 1e-5 * target

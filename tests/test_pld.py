@@ -251,3 +251,63 @@ def test_bracket_width_shrinks_like_h_squared():
     assert all(b.lower <= b.upper for b in w)
     assert (w[1].upper - w[1].lower) * 8 <= w[0].upper - w[0].lower
     assert w[1].lower >= w[0].lower - 1e-12 or w[1].upper <= w[0].upper
+
+
+# -- the fast paths of the composition and of a calibration's search ------------------------
+
+def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underflows():
+    from dpcalib.accountant import pld as P
+
+    rng = np.random.default_rng(3)
+    r = np.concatenate([1.0 - np.logspace(-12, -0.01, 4000), rng.uniform(0.0, 1.0, 4000)])
+    t = r * np.exp(1j * rng.uniform(-math.pi, math.pi, r.size))
+    for c in (1, 2, 7, 100, 1000, 123457):
+        got = P._power(t, np.log(np.abs(t)), c)
+        ref = np.exp(c * np.log(r)) * np.exp(1j * c * np.angle(t).astype(np.longdouble)).astype(complex)
+        tiny = c * np.log(r) < -745.0
+        assert np.all(got[tiny] == 0.0)
+        ok = ~tiny & (np.abs(ref) > 1e-290)
+        assert np.max(np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])) < 1e-9 * max(1.0, c / 1000)
+
+
+@pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
+def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above_within_1e_7(q, z, h):
+    from dpcalib.accountant import pld as P
+
+    step = P._steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
+    keep = step.mass > 0
+    x = ((step.i0 + np.arange(step.mass.size)) * h)[keep]
+    lm = np.log(step.mass[keep])
+    for lam in (P._LAMBDAS, -P._LAMBDAS):
+        direct = np.array([np.logaddexp.reduce(lm + t * x) for t in lam])
+        got = P._log_mgf(step, h, lam)
+        assert np.all(got >= direct)
+        assert np.all(got - direct <= 1e-7)
+
+
+@settings(max_examples=30, derandomize=True, deadline=None)
+@given(z=log_uniform(0.7, 5.0), k=st.integers(2, 400), delta=log_uniform(1e-12, 1e-3))
+def test_one_sided_evaluations_bracket_the_exact_gdp_epsilon(z, k, delta):
+    """side="upper" is the full upper end; side="lower" a valid lower end (not above the full one);
+    both around the exact GDP eps."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(GaussianEvent(z), k)]
+    h = 1e-3
+    lo, up = P.pld_epsilon_at(ev, delta, h)
+    _, up_only = P.pld_epsilon_at(ev, delta, h, side="upper")
+    lo_only, inf = P.pld_epsilon_at(ev, delta, h, side="lower")
+    exact = oracles.gdp_epsilon(math.sqrt(k) / z, delta)
+    assert up_only == pytest.approx(up, rel=1e-6)   # the same composition, re-tilted from another lower end
+    assert inf == math.inf
+    assert lo_only <= lo + 1e-12
+    assert lo_only <= exact <= up_only
+
+
+@pytest.mark.parametrize("q, z, k", [(0.01, 1.56, 10_000), (1e-3, 0.64, 1000), (0.01, 0.74, 100),
+                                     (0.08192, 15.3, 2500)])
+def test_report_grid_predicts_the_grid_the_refinement_ends_on(q, z, k):
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(q, z), k)]
+    assert P.report_grid(ev, 1e-5) == P.pld_epsilon(ev, 1e-5).discretization
