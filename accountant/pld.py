@@ -941,29 +941,108 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     ``side="upper"`` skips the lower-step compositions (the lower end is then only Hoeffding's,
     from the upper composition); ``side="lower"`` skips the upper compositions where the lower
     steps allow it (the upper end is then +inf).  A calibration's search needs only one end.
+    The two ends are computed separately and remembered for the last few compositions, so a
+    report at a point the search evaluated composes only its lower end.
     """
     if side not in ("both", "upper", "lower"):
         raise ValueError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
     d = _delta(delta)
     h = _validate.positive(discretization, "discretization")
-    ev = _check_events(events)
+    ev = tuple(_check_events(events))
+    key = (ev, d, h, memory_cap)
+    ups = _upper_ends(key) if side != "lower" else _SIDES.get(("upper",) + key)
+    if ups is _OVER:
+        return None, None
+    if side == "upper":
+        return max(lo for lo, _ in ups), max(up for _, up in ups)
+    lows = _lower_ends(key, ups)
+    if lows is _OVER:
+        return None, None
+    lower = max(lows + ([lo for lo, _ in ups] if ups else []))
+    return lower, (max(up for _, up in ups) if side == "both" else math.inf)
+
+
+_OVER = object()                                   # a composition over the memory cap
+_SIDES: dict = {}                                  # (side, events, delta, h, cap) -> ends
+
+
+def clear_cache() -> None:
+    """Forget every remembered bracket and composition end (benchmarks: no carry-over)."""
+    _SIDES.clear()
+    _pld_epsilon_cached.cache_clear()
+
+
+def _remember(key, value):
+    if len(_SIDES) >= 64:
+        _SIDES.pop(next(iter(_SIDES)))
+    _SIDES[key] = value
+    return value
+
+
+def _upper_ends(key):
+    """Per direction ``(Hoeffding lower, upper)`` from the upper steps' compositions.  A later
+    direction whose upper end -- on an 8x coarser grid first, then on this one before any
+    re-composition -- is at or below an earlier direction's lower end cannot be the worse one:
+    it is not refined further (its entry is then that coarser or first upper end)."""
+    if ("upper",) + key in _SIDES:
+        return _SIDES[("upper",) + key]
+    ev, d, h, cap = key
     K = sum(k for _, k in ev)
     tau = 1e-10 * d / max(K, 1)
-    lows, ups = [], []
+    out = []
     for direction in _directions(ev):
+        floor = max((x for x, _ in out), default=-math.inf)
+        if out:
+            # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
+            # this direction below the earlier one's lower end, the fine one is not needed
+            try:
+                coarse = _bracket_one(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap,
+                                      None, "upper", floor)
+            except _OverCap:
+                coarse = (None, None, 0)
+            if coarse[1] is not None and coarse[1] <= floor:
+                out.append((coarse[0], coarse[1]))
+                continue
         try:
-            if side == "upper":
-                steps, lsteps = _steps(ev, h, tau, direction, memory_cap), None
-            else:
-                steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
+            steps = _steps(ev, h, tau, direction, cap)
         except _OverCap:
-            return None, None
-        lo, up, _ = _bracket_one(steps, h, d, memory_cap, lsteps, side, max(lows, default=-math.inf))
+            return _remember(("upper",) + key, _OVER)
+        lo, up, _ = _bracket_one(steps, h, d, cap, None, "upper", floor)
         if lo is None:
-            return None, None
-        lows.append(lo)
-        ups.append(up)
-    return max(lows), max(ups)
+            return _remember(("upper",) + key, _OVER)
+        out.append((lo, up))
+    return _remember(("upper",) + key, out)
+
+
+def _lower_ends(key, ups):
+    """Per direction the lower end from the lower steps' compositions.  With the upper ends
+    known (``ups``), a direction whose upper end is at or below another direction's lower end
+    is skipped (its lower end cannot be the larger one); where a direction's lower steps are
+    unusable its Hoeffding end is used (computed here if ``ups`` is not known)."""
+    ev, d, h, cap = key
+    skip = tuple(ups is not None and len(ups) > 1 and
+                 ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
+                 for i in range(len(_directions(ev))))
+    ck = ("lower", skip) + key
+    if ck in _SIDES:
+        return _SIDES[ck]
+    K = sum(k for _, k in ev)
+    tau = 1e-10 * d / max(K, 1)
+    out = []
+    for direction, skipped in zip(_directions(ev), skip):
+        if skipped:
+            continue
+        try:
+            steps, lsteps = _steps(ev, h, tau, direction, cap, lower=True)
+        except _OverCap:
+            return _remember(ck, _OVER)
+        if not _usable(lsteps) and ups is not None:
+            continue                                   # the Hoeffding end in ``ups`` stands
+        lo, _, _ = _bracket_one(steps, h, d, cap, lsteps, "lower")
+        if lo is None:
+            return _remember(ck, _OVER)
+        out.append(lo)
+    return _remember(ck, out or [0.0])
 
 
 def _check_events(events):

@@ -29,7 +29,7 @@ def ours(q, steps, eps):
     from dpcalib.accountant import pld
     from dpcalib.mechanisms import DPSGD
 
-    pld._pld_epsilon_cached.cache_clear()        # no answers carried over between settings
+    pld.clear_cache()        # no answers carried over between settings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return DPSGD(q, steps).calibrate(eps, DELTA, accountant="pld")
@@ -108,7 +108,7 @@ def main() -> None:
 
     q, z, k = 1e-3, 1.3648, 100_000
     from dpcalib.accountant import pld
-    pld._pld_epsilon_cached.cache_clear()
+    pld.clear_cache()
     b, t_o = timed(pld_epsilon, [(PoissonSampledGaussianEvent(q, z), k)], DELTA)
 
     def prv():

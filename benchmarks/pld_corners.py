@@ -25,7 +25,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for q, z, k, d in itertools.product((1e-7, 1e-3, 1.0), (0.1, 1.0, 1e4), (1, 10**7), (1e-300, 0.1)):
-        pld._pld_epsilon_cached.cache_clear()
+        pld.clear_cache()
         t0 = time.perf_counter()
         try:
             b = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), k).epsilon_bracket(d)
@@ -41,7 +41,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for q, steps, eps, d in [(0.01, 1000, 0.01, 1e-5), (0.01, 100, 100.0, 1e-5), (1.0, 10, 100.0, 0.1),
                              (1e-7, 10**7, 1.0, 1e-5), (0.5, 10**7, 100.0, 1e-300)]:
-        pld._pld_epsilon_cached.cache_clear()
+        pld.clear_cache()
         t0 = time.perf_counter()
         try:
             r = DPSGD(q, steps).calibrate(eps, d, accountant="pld")
