@@ -94,6 +94,11 @@ class _Collect(logging.Handler):
         self.messages.append(" ".join(record.getMessage().split())[:200])
 
 
+#: RDP reports of recent compositions, keyed by (events, orders, delta, conversion, refine): the
+#: events are frozen, so a report is a pure function of the key
+_RDP_REPORTS: dict = {}
+
+
 class PrivacyAccountant:
     """Compose privacy events; report ``eps(delta)``.
 
@@ -200,6 +205,9 @@ class PrivacyAccountant:
             eps, order = best_epsilon_linear(self._linear_slope(), d, conversion)
             return EpsilonReport(eps, d, "rdp", conversion, order,
                                  ("linear RDP curve: optimum over real orders",))
+        key = (tuple(self._events), self._orders.tobytes(), d, conversion, refine)
+        if key in _RDP_REPORTS:           # the same composition asked again (a calibration's checks)
+            return _RDP_REPORTS[key]
         eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
         notes = []
         if order == self._orders.max():
@@ -208,7 +216,11 @@ class PrivacyAccountant:
         if refine and not integer_only and math.isfinite(eps):
             eps, order = self._refine(eps, order, d, conversion)
             notes.append("order refined over real values")
-        return EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
+        rep = EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
+        if len(_RDP_REPORTS) >= 256:
+            _RDP_REPORTS.pop(next(iter(_RDP_REPORTS)))
+        _RDP_REPORTS[key] = rep
+        return rep
 
     def epsilon_bracket(self, delta, rtol: float = 1e-4, methods=("gdp", "pld", "rdp")):
         """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.

@@ -85,6 +85,11 @@ RETILT = 1e-6
 #: the same for the lower end (it needs far less accuracy than the upper end a calibration
 #: solves on)
 LOWER_RETILT = 1e-3
+#: mass charged (as infinite loss) for the per-step tails beyond the grid, in all, and for the
+#: wrapped-around mass of a composition, per side -- fractions of delta.  Each moves eps by
+#: about that fraction of its own scale (~1e-8 relative); smaller costs grid points
+TAIL = 1e-8
+ALIAS = 1e-8
 
 
 @dataclass(frozen=True)
@@ -556,16 +561,31 @@ def _log_mgf(step: _Step, h: float, lam: np.ndarray) -> np.ndarray:
     ``n u``; a term that underflows loses at most its mass times the smallest normal double.
     Both are covered by the ``1e-8`` added to each log and the ``2.3e-308`` added to the sum,
     so the result bounds the exact value from above -- all a Chernoff window needs.
+
+    Atoms are first pooled in blocks of ``B = floor(0.01 n / count)`` consecutive grid points
+    (``n`` the step's grid size), each block's mass put at its largest ``x``: that bounds each
+    term from above and moves each end of the composed window out by at most
+    ``count * B * h <= 1 %`` of the step's span -- while the sums cost ``B`` times less.
     """
     a = np.abs(lam)
     if a.size > 1 and not np.array_equal(a[1:], 2.0 * a[:-1]):
         raise ValueError("lam must be a doubling ladder")
     sign = 1.0 if lam[0] > 0 else -1.0
-    pos = np.nonzero(step.mass > 0.0)[0]
+    mass = np.maximum(step.mass, 0.0)
+    n = mass.size
+    B = int(0.01 * n / max(step.count, 1))
+    if B > 1:                                   # pool blocks of B grid points (see above)
+        nb = -(-n // B)
+        mass = np.concatenate((mass, np.zeros(nb * B - n))).reshape(nb, B).sum(axis=1)
+        first = np.arange(nb) * B               # a block's grid indices: first .. first + B - 1
+        idx = first + (B - 1) if sign > 0 else first
+    else:
+        idx = np.arange(n)
+    pos = np.nonzero(mass > 0.0)[0]
     if not pos.size:
         return np.full(lam.size, -np.inf)
-    m = step.mass[pos]
-    x = sign * (step.i0 + pos) * h
+    m = mass[pos]
+    x = sign * (step.i0 + idx[pos]) * h
     xm = float(np.max(x))
     v = np.exp(a[0] * (x - xm))
     out = np.empty(lam.size)
@@ -853,7 +873,7 @@ def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None, side="both", floo
     """
     if not steps:
         return 0.0, 0.0, 0
-    alpha = 1e-10 * delta
+    alpha = ALIAS * delta
     if side == "lower" and _usable(lower_steps):
         lcomp, N = _compose(lower_steps, h, alpha, cap_bytes)
         if lcomp is None:
@@ -950,7 +970,10 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     h = _validate.positive(discretization, "discretization")
     ev = tuple(_check_events(events))
     key = (ev, d, h, memory_cap)
-    ups = _upper_ends(key) if side != "lower" else _SIDES.get(("upper",) + key)
+    if side == "lower":         # every value below is a function of the key alone (no cache state)
+        lows = _lower_ends(key, None)
+        return (None, None) if lows is _OVER else (max(lows), math.inf)
+    ups = _upper_ends(key)
     if ups is _OVER:
         return None, None
     if side == "upper":
@@ -958,8 +981,7 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     lows = _lower_ends(key, ups)
     if lows is _OVER:
         return None, None
-    lower = max(lows + ([lo for lo, _ in ups] if ups else []))
-    return lower, (max(up for _, up in ups) if side == "both" else math.inf)
+    return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
 
 
 _OVER = object()                                   # a composition over the memory cap
@@ -988,7 +1010,7 @@ def _upper_ends(key):
         return _SIDES[("upper",) + key]
     ev, d, h, cap = key
     K = sum(k for _, k in ev)
-    tau = 1e-10 * d / max(K, 1)
+    tau = TAIL * d / max(K, 1)
     out = []
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
@@ -1018,7 +1040,7 @@ def _lower_ends(key, ups):
     """Per direction the lower end from the lower steps' compositions.  With the upper ends
     known (``ups``), a direction whose upper end is at or below another direction's lower end
     is skipped (its lower end cannot be the larger one); where a direction's lower steps are
-    unusable its Hoeffding end is used (computed here if ``ups`` is not known)."""
+    unusable its Hoeffding end (from :func:`_upper_ends`) is used."""
     ev, d, h, cap = key
     skip = tuple(ups is not None and len(ups) > 1 and
                  ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
@@ -1027,7 +1049,7 @@ def _lower_ends(key, ups):
     if ck in _SIDES:
         return _SIDES[ck]
     K = sum(k for _, k in ev)
-    tau = 1e-10 * d / max(K, 1)
+    tau = TAIL * d / max(K, 1)
     out = []
     for direction, skipped in zip(_directions(ev), skip):
         if skipped:
@@ -1036,8 +1058,12 @@ def _lower_ends(key, ups):
             steps, lsteps = _steps(ev, h, tau, direction, cap, lower=True)
         except _OverCap:
             return _remember(ck, _OVER)
-        if not _usable(lsteps) and ups is not None:
-            continue                                   # the Hoeffding end in ``ups`` stands
+        if not _usable(lsteps):                       # Hoeffding's end from the upper steps
+            u = _upper_ends(key)
+            if u is _OVER:
+                return _remember(ck, _OVER)
+            out.append(u[_directions(ev).index(direction)][0])
+            continue
         lo, _, _ = _bracket_one(steps, h, d, cap, lsteps, "lower")
         if lo is None:
             return _remember(ck, _OVER)

@@ -271,7 +271,7 @@ def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underfl
 
 
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
-def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above_within_1e_7(q, z, h):
+def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
     from dpcalib.accountant import pld as P
 
     step = P._steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
@@ -282,7 +282,9 @@ def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above_within_1e_7(q, z, 
         direct = np.array([np.logaddexp.reduce(lm + t * x) for t in lam])
         got = P._log_mgf(step, h, lam)
         assert np.all(got >= direct)
-        assert np.all(got - direct <= 1e-7)
+        # pooling blocks of B = floor(0.01 n / count) grid points costs at most |lam| B h
+        pooled = np.abs(lam) * math.floor(0.01 * step.mass.size / step.count) * h
+        assert np.all(got - direct <= pooled + 1e-7)
 
 
 @settings(max_examples=30, derandomize=True, deadline=None)
@@ -311,3 +313,21 @@ def test_report_grid_predicts_the_grid_the_refinement_ends_on(q, z, k):
 
     ev = [(PoissonSampledGaussianEvent(q, z), k)]
     assert P.report_grid(ev, 1e-5) == P.pld_epsilon(ev, 1e-5).discretization
+
+
+@pytest.mark.parametrize("ev", [[(PoissonSampledGaussianEvent(0.05, 0.9), 200)],
+                                [(WORSampledGaussianEvent.from_sizes(10, 1000, noise_multiplier=1.0), 300)]])
+def test_brackets_do_not_depend_on_what_was_computed_before(ev):
+    """The two ends are remembered separately; the answers must be the same whatever was asked first."""
+    from dpcalib.accountant import pld as P
+
+    h, d = 2e-4, 1e-5
+    P.clear_cache()
+    fresh = (P.pld_epsilon_at(ev, d, h), P.pld_epsilon_at(ev, d, h, side="lower"), P.pld_epsilon(ev, d))
+    P.clear_cache()
+    P.pld_epsilon_at(ev, d, h, side="upper")
+    lower_first = P.pld_epsilon_at(ev, d, h, side="lower")
+    both = P.pld_epsilon_at(ev, d, h)
+    P.clear_cache()
+    P.pld_epsilon_at(ev, d, h, side="lower")
+    assert (both, lower_first, P.pld_epsilon(ev, d)) == fresh
