@@ -853,61 +853,47 @@ def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min, threshold=RETILT):
     return _compose(steps, h, alpha, cap_bytes, lam, r_min)[0]
 
 
-def _bracket_one(steps, h, delta, cap_bytes, lower_steps=None, side="both", floor=-math.inf):
-    """(lower, upper, N) of one direction at grid h; None if over the memory cap.
+def _upper_one(steps, h, delta, cap_bytes, floor=-math.inf):
+    """``(lower, upper)`` of one direction at grid h from its connect-the-dots steps; ``(None,
+    None)`` over the memory cap.  The lower end is Hoeffding's, read from the same composition.
 
-    ``floor`` is a lower bound on the answer from the other direction(s): when the first
-    composition's upper end is already at or below it, this direction cannot be the worse one
-    and the rest (lower steps, re-composition) is skipped.
-
-    ``side="lower"`` composes only the lower steps (upper reported as +inf), when they are
-    usable; ``side="upper"`` is the call without ``lower_steps`` (its lower end is Hoeffding's).
-
-    The upper end composes the connect-the-dots steps; the lower end is the larger of
-    Hoeffding's bound read from that same composition and, when ``lower_steps`` are given
-    (:func:`_lower_step`), the composition of the lower steps.  A first composition without
-    tilt gives a bracket; if its round-off charge above the lower end is not small against
-    delta (small delta, many steps), a composition tilted toward the delta-quantile, reading
-    only bins above the lower end found so far, gives another.  All are valid: the result is
-    their intersection.
+    A first composition without tilt gives a bracket; if its round-off charge above the lower
+    end exceeds ``RETILT * delta`` (small delta, many steps), a composition tilted toward the
+    delta-quantile, reading only bins above that lower end, gives another; both are valid and
+    the result is their intersection.  ``floor`` is a lower bound on the answer from another
+    direction: when the first upper end is already at or below it, this direction cannot be
+    the worse one and is not re-composed.
     """
     if not steps:
-        return 0.0, 0.0, 0
+        return 0.0, 0.0
     alpha = ALIAS * delta
-    if side == "lower" and _usable(lower_steps):
-        lcomp, N = _compose(lower_steps, h, alpha, cap_bytes)
-        if lcomp is None:
-            return None, None, N
-        lower = _read_lower(lcomp, h, delta)
-        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1,
-                         LOWER_RETILT)
-        if lcomp2 is not None:
-            lower = max(lower, _read_lower(lcomp2, h, delta))
-        return lower, math.inf, N
-    comp, N = _compose(steps, h, alpha, cap_bytes)
+    comp, _ = _compose(steps, h, alpha, cap_bytes)
     if comp is None:
-        return None, None, N
+        return None, None
     lower, upper = _read_bracket(comp, h, delta)
     if upper <= floor:
-        return lower, upper, N
-    lcomp = None
-    if _usable(lower_steps):
-        lcomp, N2 = _compose(lower_steps, h, alpha, cap_bytes)
-        if lcomp is None:
-            return None, None, N2
-        N = max(N, N2)
-        lower = max(lower, _read_lower(lcomp, h, delta))
-    r_min = math.floor(lower / h) - 1
-    comp2 = _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min)
+        return lower, upper
+    comp2 = _retilt(steps, comp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1)
     if comp2 is not None:
         lo2, up2 = _read_bracket(comp2, h, delta)
         lower, upper = max(lower, lo2), min(upper, up2)
-        N = max(N, comp2.mass.size)
-    if lcomp is not None:
-        lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, r_min, LOWER_RETILT)
-        if lcomp2 is not None:
-            lower = max(lower, _read_lower(lcomp2, h, delta))
-    return lower, max(upper, lower), N
+    return lower, max(upper, lower)
+
+
+def _lower_one(lower_steps, h, delta, cap_bytes):
+    """The lower end of one direction from the composition of its lower steps
+    (:func:`_lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
+    ``LOWER_RETILT * delta``; None over the memory cap."""
+    alpha = ALIAS * delta
+    lcomp, _ = _compose(lower_steps, h, alpha, cap_bytes)
+    if lcomp is None:
+        return None
+    lower = _read_lower(lcomp, h, delta)
+    lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1,
+                     LOWER_RETILT)
+    if lcomp2 is not None:
+        lower = max(lower, _read_lower(lcomp2, h, delta))
+    return lower
 
 
 def _usable(lower_steps) -> bool:
@@ -1018,10 +1004,9 @@ def _upper_ends(key):
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
             try:
-                coarse = _bracket_one(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap,
-                                      None, "upper", floor)
+                coarse = _upper_one(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
             except _OverCap:
-                coarse = (None, None, 0)
+                coarse = (None, None)
             if coarse[1] is not None and coarse[1] <= floor:
                 out.append((coarse[0], coarse[1]))
                 continue
@@ -1029,7 +1014,7 @@ def _upper_ends(key):
             steps = _steps(ev, h, tau, direction, cap)
         except _OverCap:
             return _remember(("upper",) + key, _OVER)
-        lo, up, _ = _bracket_one(steps, h, d, cap, None, "upper", floor)
+        lo, up = _upper_one(steps, h, d, cap, floor)
         if lo is None:
             return _remember(("upper",) + key, _OVER)
         out.append((lo, up))
@@ -1064,7 +1049,7 @@ def _lower_ends(key, ups):
                 return _remember(ck, _OVER)
             out.append(u[_directions(ev).index(direction)][0])
             continue
-        lo, _, _ = _bracket_one(steps, h, d, cap, lsteps, "lower")
+        lo = _lower_one(lsteps, h, d, cap)
         if lo is None:
             return _remember(ck, _OVER)
         out.append(lo)

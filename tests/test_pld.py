@@ -103,7 +103,7 @@ def test_poisson_bracket_is_the_worse_direction():
     per_direction = []
     for direction in ("remove", "add"):
         steps = P._steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
-        per_direction.append(P._bracket_one(steps, h, d, P.MEMORY_CAP)[1])
+        per_direction.append(P._upper_one(steps, h, d, P.MEMORY_CAP)[1])
     lo, up = P.pld_epsilon_at(ev, d, h)
     assert up == pytest.approx(max(per_direction), rel=1e-6)
     assert per_direction[0] != per_direction[1]
