@@ -17,7 +17,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, start_rtol, tight_scale
 from .diff2 import _check_target
 from .dpsgd import calibrate_poisson
 
@@ -83,6 +83,7 @@ class ClipD2P(Releases):
         J, K = self.samples_per_node, self.iterations
         warns = []
         conv = "mironov" if method == "paper" else "improved"
+        r = start_rtol(accountant if method == "tight" else "rdp")   # paper mode: unchanged
         if method == "paper":
             warns.append(paper_warning("AdaD2P-E3", "Prop. 2 has unspecified constants c1, c2: sigma comes from a numerical "
                                        f"accountant ({self.relation}, Lemma B.4)"))
@@ -91,9 +92,9 @@ class ClipD2P(Releases):
                                            "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
                                            "add/remove; relation='replace-one' accounts the algorithm as written"))
         if self.relation == "add/remove":
-            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=1e-9))
+            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=r))
         else:
-            s = tight_scale(self.accountant, e, d, conv, rtol=1e-9)
+            s = tight_scale(self.accountant, e, d, conv, rtol=r)
         lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
         s0 = s

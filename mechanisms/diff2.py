@@ -20,7 +20,7 @@ from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, METHODS, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, smallest_scale, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, smallest_scale, start_rtol, tight_scale
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -391,7 +391,7 @@ class DIFF2BVR(Releases):
         else:
             def build(k):
                 return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
-            t0 = t = tight_scale(build, e, d, rtol=1e-9)
+            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant))
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)

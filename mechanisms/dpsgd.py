@@ -11,7 +11,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, smallest_scale, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, smallest_scale, start_rtol, tight_scale
 from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
@@ -100,7 +100,7 @@ class DPSGD(Releases):
             lower_noise = None
         else:
             z0 = z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                                          refine=True, rtol=rtol))
+                                                          refine=True, rtol=start_rtol(accountant, rtol)))
             if accountant == "pld":
                 z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}

@@ -16,7 +16,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, start_rtol, tight_scale
 from .diff2 import _check_target, paper_order
 
 __all__ = ["DPSRM"]
@@ -154,7 +154,7 @@ class DPSRM(Releases):
             lower_noise = None
         else:
             build = lambda k: self.accountant(p0 * k, pt * k)  # noqa: E731
-            t0 = t = tight_scale(build, e, d, rtol=1e-9)
+            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant))
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)
