@@ -605,6 +605,8 @@ def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     ``r >= r_min`` (the only bins the caller reads; ``r_min = lo`` by default); ``hi``
     is chosen so that even that magnified mass is at most ``alpha``:
     ``E[e^(lam (L - r h)); L > x] <= exp(Lambda(l') - (l' - lam) x - lam r h)`` for ``l' > lam``.
+    Tilted with ``r_min`` given, ``lo`` is then raised as far as the mass below it, wrapped
+    to the top and damped there by un-tilting, stays at most ``alpha`` (never above ``r_min``).
     """
     up, dn = logm if logm is not None else _log_mgfs(steps, h)
     w_lo = float(np.max(-(dn - log_alpha) / _LAMBDAS))
@@ -615,6 +617,15 @@ def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     base = lo if r_min is None else max(lo, r_min)
     w_hi = float(np.min((up[ok] - lam * base * h - log_alpha) / (_LAMBDAS[ok] - lam)))
     hi = min(hi_all, math.ceil(w_hi / h) + 1)
+    if lam > 0.0 and r_min is not None and hi > base:
+        # tilted, reading only bins from r_min up: mass at a loss L below the window wraps to a
+        # bin p >= L + N h (N h >= (hi + 1 - lo') h, the window's span), where un-tilting
+        # multiplies the tilted value m(L) e^(lam L) / Z by Z e^(-lam p): it adds at most
+        # P(L < lo' h) e^(-lam (hi + 1 - lo') h) there, at most alpha when (Chernoff, l' > 0)
+        # Lambda(-l') + l' x - lam ((hi + 1) h - x) <= log alpha at x = lo' h.  So the window
+        # may start that high (not above r_min): the bins below were never read
+        x = float(np.max((log_alpha - dn + lam * (hi + 1) * h) / (_LAMBDAS + lam)))
+        lo = max(lo, min(base, math.floor(x / h) - 1))
     return lo, max(hi, lo)
 
 
@@ -835,11 +846,18 @@ def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min, threshold=RETILT):
     j = max(0, r_min - comp.lo)
     if not (float(np.sum(comp.err[j:])) > threshold * delta and comp.count > 1):
         return None
+    return _tilted(steps, h, delta, alpha, cap_bytes, r_min, comp.mass.size)
+
+
+def _tilted(steps, h, delta, alpha, cap_bytes, r_min, n0):
+    """The composition tilted toward the delta-quantile, reading only bins above ``r_min``: the
+    largest tilt up to the Chernoff-optimal one whose window is at most 4 times ``n0`` (the
+    untilted window; a steep tilt makes the wrapped-around tail expensive); None if no tilt
+    helps or over the memory cap."""
+    if sum(s.count for s in steps) <= 1:
+        return None
     logm = _log_mgfs(steps, h)
     lam = _tilt(logm[0], math.log(delta))
-    # a steep tilt makes the wrapped-around tail expensive: take the largest tilt up to the
-    # Chernoff-optimal one whose window is at most 4 times the untilted one
-    n0 = comp.mass.size
     for cand in _LAMBDAS[::-1]:
         if cand <= lam:
             a, b = _window(steps, h, math.log(alpha), float(cand), logm, r_min)
@@ -853,7 +871,7 @@ def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min, threshold=RETILT):
     return _compose(steps, h, alpha, cap_bytes, lam, r_min)[0]
 
 
-def _upper_one(steps, h, delta, cap_bytes, floor=-math.inf):
+def _upper_one(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
     """``(lower, upper)`` of one direction at grid h from its connect-the-dots steps; ``(None,
     None)`` over the memory cap.  The lower end is Hoeffding's, read from the same composition.
 
@@ -863,21 +881,39 @@ def _upper_one(steps, h, delta, cap_bytes, floor=-math.inf):
     the result is their intersection.  ``floor`` is a lower bound on the answer from another
     direction: when the first upper end is already at or below it, this direction cannot be
     the worse one and is not re-composed.
+
+    ``hint``: ``(lower, upper, retilted)`` of the same direction on a coarser grid (both ends
+    valid for this one too).  When that composition had to be re-tilted, the untilted one is
+    skipped here: the tilted composition reads the bins above the coarse lower end, and the
+    result is intersected with the coarse bracket.
     """
+    return _upper_info(steps, h, delta, cap_bytes, floor, hint)[:2]
+
+
+def _upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
+    """:func:`_upper_one` and whether a tilted composition was needed (``retilted``)."""
     if not steps:
-        return 0.0, 0.0
+        return 0.0, 0.0, False
     alpha = ALIAS * delta
+    if hint is not None and hint[2] and hint[0] is not None:
+        lo_c, up_c, _ = hint
+        lo_, hi_ = _window(steps, h, math.log(alpha))
+        comp2 = _tilted(steps, h, delta, alpha, cap_bytes, math.floor(lo_c / h) - 1, hi_ - lo_ + 1)
+        if comp2 is not None:
+            lo2, up2 = _read_bracket(comp2, h, delta)
+            lower, upper = max(lo_c, lo2), min(up_c, up2)
+            return lower, max(upper, lower), True
     comp, _ = _compose(steps, h, alpha, cap_bytes)
     if comp is None:
-        return None, None
+        return None, None, False
     lower, upper = _read_bracket(comp, h, delta)
     if upper <= floor:
-        return lower, upper
+        return lower, upper, False
     comp2 = _retilt(steps, comp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1)
     if comp2 is not None:
         lo2, up2 = _read_bracket(comp2, h, delta)
         lower, upper = max(lower, lo2), min(upper, up2)
-    return lower, max(upper, lower)
+    return lower, max(upper, lower), comp2 is not None
 
 
 def _lower_one(lower_steps, h, delta, cap_bytes):
@@ -987,11 +1023,19 @@ def _remember(key, value):
     return value
 
 
+#: a direction whose untilted window at the grid has at least this many points is first composed
+#: on an 8x coarser grid (about 1/8 of the cost): if that one needed a tilted re-composition,
+#: so will the fine one, and the fine untilted composition is skipped
+HINT_POINTS = 1 << 14
+
+
 def _upper_ends(key):
     """Per direction ``(Hoeffding lower, upper)`` from the upper steps' compositions.  A later
     direction whose upper end -- on an 8x coarser grid first, then on this one before any
     re-composition -- is at or below an earlier direction's lower end cannot be the worse one:
-    it is not refined further (its entry is then that coarser or first upper end)."""
+    it is not refined further (its entry is then that coarser or first upper end).  The 8x
+    coarser composition (done for large windows and for later directions) is also the fine
+    one's hint (:func:`_upper_one`)."""
     if ("upper",) + key in _SIDES:
         return _SIDES[("upper",) + key]
     ev, d, h, cap = key
@@ -1000,21 +1044,31 @@ def _upper_ends(key):
     out = []
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
-        if out:
+        coarse = None
+        steps = None
+        if not out:
+            try:
+                steps = _steps(ev, h, tau, direction, cap)
+            except _OverCap:
+                return _remember(("upper",) + key, _OVER)
+            a, b = _window(steps, h, math.log(ALIAS * d)) if steps else (0, 0)
+            big = b - a + 1 >= HINT_POINTS
+        if out or big:
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
             try:
-                coarse = _upper_one(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
+                coarse = _upper_info(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
             except _OverCap:
-                coarse = (None, None)
-            if coarse[1] is not None and coarse[1] <= floor:
+                coarse = None
+            if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
                 out.append((coarse[0], coarse[1]))
                 continue
-        try:
-            steps = _steps(ev, h, tau, direction, cap)
-        except _OverCap:
-            return _remember(("upper",) + key, _OVER)
-        lo, up = _upper_one(steps, h, d, cap, floor)
+        if steps is None:
+            try:
+                steps = _steps(ev, h, tau, direction, cap)
+            except _OverCap:
+                return _remember(("upper",) + key, _OVER)
+        lo, up = _upper_one(steps, h, d, cap, floor, coarse)
         if lo is None:
             return _remember(("upper",) + key, _OVER)
         out.append((lo, up))
@@ -1167,9 +1221,12 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         gap = up - lo
         # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
         fac = math.sqrt(0.7 * max(r * up, a_tol) / gap) if gap > 0 else 0.5
-        h = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))
-        if predict and fac >= 1.0 / 6:
-            return h
+        h_next = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))
+        # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
+        # already within the tolerance -- so a prediction need not compose both ends there
+        if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= max(r * up, a_tol)):
+            return h_next
+        h = h_next
     if predict:
         return best.discretization if best is not None else 0.0
     if best is None:
