@@ -87,7 +87,11 @@ def _log_a_minus_1_frac(a: float, q: float, z: float) -> float:
     keep = np.nonzero(gc > m - 80.0)[0]
     lo = coarse[max(keep[0] - 1, 0)]
     hi = coarse[min(keep[-1] + 1, coarse.size - 1)]
-    h = 0.004
+    # the trapezoid on the real line errs like e^(-2 pi d / h) for an integrand analytic in the
+    # strip |Im y| < d: here (1 + q(e^L - 1))^alpha has its nearest branch points at
+    # Im y = pi z, and the Gaussian factor grows by at most e^(d^2/2) there, so with d =
+    # min(pi z, 5) the step h = min(0.1, z/12) leaves a relative error below e^(-100)
+    h = min(0.1, z / 12.0)
     y = np.arange(lo, hi + h, h)
     g = log_integrand(y)
     return math.log(h) - 0.5 * math.log(2.0 * math.pi) + float(logsumexp(g))
