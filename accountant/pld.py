@@ -1170,26 +1170,30 @@ def _on_ladder(h: float) -> float:
 
 
 def report_grid(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMORY_CAP,
-                atol: float = 1e-5) -> float:
+                atol: float = 1e-5, with_uppers: bool = False):
     """The grid :func:`pld_epsilon` is expected to end on, without evaluating that grid.
 
     The automatic refinement picks each next grid by a square-root rule aimed at 0.7 of the
     tolerance; when the rule is not clamped, the next grid is expected to be the last.  This
     runs the refinement up to there (the coarse, cheap grids) and returns that grid -- a
     prediction (a calibration solves on it and checks the report afterwards), not a bracket.
+    With ``with_uppers``: ``(grid, ((h, upper), ...))``, the upper ends of the grids the
+    prediction composed (coarse to fine; a calibration extrapolates them to the predicted grid).
     """
     d = _delta(delta)
     ev = _check_events(events)
     if not ev:
-        return 0.0
-    return _pld_epsilon_cached(tuple(ev), d, rtol, memory_cap, None, atol, True)
+        return (0.0, ()) if with_uppers else 0.0
+    out = _pld_epsilon_cached(tuple(ev), d, rtol, memory_cap, None, atol, True)
+    return out if with_uppers else out[0]
 
 
 @functools.lru_cache(maxsize=256)
 def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
     calibration asks for the same bracket when it re-checks, reports and certifies).  With
-    ``predict``: the grid the refinement is expected to end on (:func:`report_grid`)."""
+    ``predict``: the grid the refinement is expected to end on and the ``(grid, upper)`` pairs
+    composed on the way (:func:`report_grid`)."""
     def done(lo, up):
         return up - lo <= max(r * up, a_tol)
 
@@ -1204,6 +1208,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     h = _on_ladder(min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d))))
     best = None
     notes = []
+    trace = []                     # (grid, its own upper end), for a prediction's caller
     for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
@@ -1213,6 +1218,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")
             break
+        trace.append((h, up))
         if best is not None:      # every grid's bracket is valid: keep their intersection
             lo, up = max(lo, best.lower), min(up, best.upper)
         best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
@@ -1225,10 +1231,10 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
         # already within the tolerance -- so a prediction need not compose both ends there
         if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= max(r * up, a_tol)):
-            return h_next
+            return h_next, tuple(trace)
         h = h_next
     if predict:
-        return best.discretization if best is not None else 0.0
+        return (best.discretization if best is not None else 0.0), tuple(trace)
     if best is None:
         raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
                          f"raise it.")

@@ -202,12 +202,33 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         # the report's grid, predicted without evaluating it (on the first pass) -- then the
         # report's own grid at the answer found
         ev = build(math.exp(xt)).events
-        hb = report_grid(ev, delta) if h is None else pld_epsilon(ev, delta).discretization
+        if h is None:
+            hb, ups = report_grid(ev, delta, with_uppers=True)
+            fc = [v for x, v in slope if x == xt and math.isfinite(v)]
+            if fc:
+                ups = ups + ((b.discretization, target * math.exp(fc[-1])),)
+        else:
+            hb, ups = pld_epsilon(ev, delta).discretization, ()
         if hb == h or hb <= 0.0:
             break
         h = hb
         f = on(h)
-        ft = f(xt)
+        # the fine upper end at xt extrapolated from the coarse grids' (O(h^2)): a first
+        # evaluation just above the root it predicts is usually feasible and within rtol of
+        # the root by the coarse slope -- one fine evaluation instead of two
+        fp = _extrapolated(ups, h, target)
+        if fp is not None:
+            x1 = xt - fp / k + 0.3 * rtol
+            f1 = f(x1)
+            if math.isfinite(f1) and f1 <= 0.0 and -f1 / k <= 0.5 * rtol:
+                xt = x1
+                continue
+            if math.isfinite(f1):
+                xt, ft = x1, f1
+            else:
+                ft = f(xt)
+        else:
+            ft = f(xt)
         if not math.isfinite(ft):
             break
         step = max(-0.05, min(0.05, -ft / k)) + (0.25 * rtol if ft <= 0 else 0.5 * rtol)
@@ -218,6 +239,23 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         t = min(start, t * (1.0 + step))
         step *= 2.0
     return t
+
+
+def _extrapolated(ups, h: float, target: float) -> float | None:
+    """``log(upper / target)`` on grid ``h`` extrapolated from ``(grid, upper)`` pairs of coarser
+    grids at the same point, assuming ``upper = U + C g^2``: from the two finest grids at
+    least 15 % apart; None where that is not possible or not plausible (C <= 0, or a
+    correction beyond 1 %).  A guess for the next evaluation, never an answer."""
+    pts = sorted({g: u for g, u in ups if g > h and u is not None and 0.0 < u < math.inf}.items())
+    for i in range(1, len(pts)):
+        (gb, ub), (ga, ua) = pts[0], pts[i]
+        if ga >= 1.15 * gb:
+            c = (ua - ub) / (ga * ga - gb * gb)
+            u = ub - c * (gb * gb - h * h)
+            if c <= 0.0 or not abs(u / ub - 1.0) <= 1e-2:
+                return None
+            return math.log(u / target)
+    return None
 
 
 def lower_scale(build, target: float, delta: float, scale: float, h: float, lower: float,
