@@ -9,6 +9,8 @@ Poisson sampling at a real order, the mpmath quadrature oracle of tests/oracles.
 
 import math
 
+import pytest
+
 from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
@@ -154,3 +156,33 @@ def test_pld_calibration_is_on_the_root_of_the_certified_upper_end_to_1e_5():
     acc.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), k))
     assert abs(acc.get_epsilon(delta) - b.upper) <= 1e-5 * target
+
+
+@pytest.mark.parametrize("q, k, target", [(0.01, 100, 2.0), (0.08192, 300, 1.0)])
+def test_pld_room_is_certified_and_within_0_2_percent(q, k, target):
+    """lower_bound_noise: below it no noise meets the target with these dominating pairs -- there
+    our PLD lower bound exceeds the target, so dp-accounting's PLD (an estimate of the true eps,
+    which is above every lower bound) must too; and the room is within the promised 0.2 %."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    rep = DPSGD(q, k).calibrate(target, 1e-5, accountant="pld")
+    z, z_lo = rep["noise_multiplier"], rep.lower_bound_noise["noise_multiplier"]
+    assert z_lo < z <= z_lo * 1.002
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_lo)), k))
+    assert acc.get_epsilon(1e-5) > target
+
+
+def test_extrapolation_of_coarse_upper_ends():
+    """The fine stage's guess: upper = U + C h^2 through the two finest grids 15 % apart or more;
+    no guess from grids too close together or from upper ends that grow as the grid shrinks."""
+    from dpcalib.mechanisms._solve import _extrapolated
+
+    U, C, t = 2.0, 300.0, 2.0
+    ups = ((1e-3, U + C * 1e-6), (4e-4, U + C * 1.6e-7), (2e-4, U + C * 4e-8))
+    assert _extrapolated(ups, 5e-5, t) == pytest.approx(math.log((U + C * 2.5e-9) / t), abs=1e-12)
+    assert _extrapolated(((2.1e-4, 2.0), (2e-4, 2.0 + 1e-9)), 5e-5, t) is None
+    assert _extrapolated(((1e-3, 1.9), (2e-4, 2.0)), 5e-5, t) is None
+    assert _extrapolated((), 5e-5, t) is None

@@ -331,3 +331,51 @@ def test_brackets_do_not_depend_on_what_was_computed_before(ev):
     P.clear_cache()
     P.pld_epsilon_at(ev, d, h, side="lower")
     assert (both, lower_first, P.pld_epsilon(ev, d)) == fresh
+
+
+def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
+    """The prediction's coarse grids are coarser than the one it predicts, and their upper ends are
+    the ones pld_epsilon_at composes there (a calibration extrapolates them)."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
+    P.clear_cache()
+    h, ups = P.report_grid(ev, 1e-5, with_uppers=True)
+    assert h == P.report_grid(ev, 1e-5) and len(ups) >= 2
+    P.clear_cache()
+    for g, u in ups:
+        assert g > h and u == P.pld_epsilon_at(ev, 1e-5, g)[1]
+
+
+def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch):
+    """The tilted window starts where the wrapped-in mass is damped below alpha; composing on the
+    window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
+    h, d = 1e-4, 1e-5
+    sizes = []
+    orig_compose = P._compose
+
+    def compose(steps, h, alpha, cap, lam=0.0, r_min=None):
+        out = orig_compose(steps, h, alpha, cap, lam, r_min)
+        if lam > 0 and out[0] is not None:
+            sizes.append(out[0].mass.size)
+        return out
+
+    monkeypatch.setattr(P, "_compose", compose)
+    P.clear_cache()
+    raised = P.pld_epsilon_at(ev, d, h, side="upper")[1]
+    orig_window = P._window
+
+    def window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
+        lo, hi = orig_window(steps, h, log_alpha, lam, logm, r_min)
+        return min(lo, orig_window(steps, h, log_alpha, 0.0, logm)[0]), hi
+
+    monkeypatch.setattr(P, "_window", window)
+    P.clear_cache()
+    full = P.pld_epsilon_at(ev, d, h, side="upper")[1]
+    P.clear_cache()
+    n = len(sizes) // 2            # the same tilted compositions, raised first (an 8x coarser hint, then h)
+    assert n >= 1 and len(sizes) == 2 * n and all(a < 0.8 * b for a, b in zip(sizes[:n], sizes[n:]))
+    assert raised == pytest.approx(full, rel=1e-9)
