@@ -1011,9 +1011,13 @@ _SIDES: dict = {}                                  # (side, events, delta, h, ca
 
 
 def clear_cache() -> None:
-    """Forget every remembered bracket and composition end (benchmarks: no carry-over)."""
+    """Forget every remembered answer -- brackets, composition ends and the accountant's RDP
+    reports (benchmarks: no carry-over between settings or repeats)."""
+    from . import accountant
+
     _SIDES.clear()
     _pld_epsilon_cached.cache_clear()
+    accountant._RDP_REPORTS.clear()
 
 
 def _remember(key, value):
