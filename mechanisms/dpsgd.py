@@ -86,7 +86,7 @@ class DPSGD(Releases):
         real orders with the improved conversion (``accountant="rdp"``, the default), or, with
         ``accountant="pld"``, the smallest noise whose certified eps (the PLD upper bound of both
         directions, or RDP if smaller) meets the target (3-8 % less noise in the common regime, up to 25 % with few
-        steps; seconds per calibration) and then also certifies paper mode with the PLD."""
+        steps; 0.1-1 s per calibration) and then also certifies paper mode with the PLD."""
         check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         warns = []
