@@ -220,7 +220,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         if fp is not None:
             x1 = xt - fp / k + 0.3 * rtol
             f1 = f(x1)
-            if math.isfinite(f1) and f1 <= 0.0 and -f1 / k <= 0.5 * rtol:
+            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= 0.5 * rtol:   # x1 - root ~ f1 / k
                 xt = x1
                 continue
             if math.isfinite(f1):
@@ -242,11 +242,12 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
 
 
 def _extrapolated(ups, h: float, target: float) -> float | None:
-    """``log(upper / target)`` on grid ``h`` extrapolated from ``(grid, upper)`` pairs of coarser
-    grids at the same point, assuming ``upper = U + C g^2``: from the two finest grids at
-    least 15 % apart; None where that is not possible or not plausible (C <= 0, or a
+    """``log(upper / target)`` on grid ``h`` extrapolated (or interpolated) from ``(grid, upper)``
+    pairs of other grids at the same point, assuming ``upper = U + C g^2``: from the two finest
+    grids at least 15 % apart; None where that is not possible or not plausible (C <= 0, or a
     correction beyond 1 %).  A guess for the next evaluation, never an answer."""
-    pts = sorted({g: u for g, u in ups if g > h and u is not None and 0.0 < u < math.inf}.items())
+    pts = sorted({g: u for g, u in ups
+                  if abs(g / h - 1.0) > 1e-9 and u is not None and 0.0 < u < math.inf}.items())
     for i in range(1, len(pts)):
         (gb, ub), (ga, ua) = pts[0], pts[i]
         if ga >= 1.15 * gb:

@@ -176,7 +176,7 @@ def test_pld_room_is_certified_and_within_0_2_percent(q, k, target):
 
 
 def test_extrapolation_of_coarse_upper_ends():
-    """The fine stage's guess: upper = U + C h^2 through the two finest grids 15 % apart or more;
+    """The fine stage's guess: upper = U + C h^2 through the two finest other grids 15 % apart or more;
     no guess from grids too close together or from upper ends that grow as the grid shrinks."""
     from dpcalib.mechanisms._solve import _extrapolated
 
@@ -186,3 +186,40 @@ def test_extrapolation_of_coarse_upper_ends():
     assert _extrapolated(((2.1e-4, 2.0), (2e-4, 2.0 + 1e-9)), 5e-5, t) is None
     assert _extrapolated(((1e-3, 1.9), (2e-4, 2.0)), 5e-5, t) is None
     assert _extrapolated((), 5e-5, t) is None
+    # a grid finer than the target's counts too (interpolation), the target's own grid does not
+    ups = ((1e-3, U + C * 1e-6), (2e-4, U + C * 4e-8), (4e-4, 9.0))
+    assert _extrapolated(ups, 4e-4, t) == pytest.approx(math.log((U + C * 1.6e-7) / t), abs=1e-12)
+
+
+@pytest.mark.parametrize("mech, target", [(DPSGD(0.01, 100), 2.0), (DPSRM(49990, 100, 256, 64), 0.5),
+                                          (DPSGD(0.02, 150), 2.0)])
+def test_pld_calibration_is_within_2e_6_of_the_root(mech, target):
+    """The search stops within rtol = 1e-6 above the root of the certified upper end on the
+    report's grid: 2e-6 less noise (every level scaled alike) already exceeds the target there."""
+    from dpcalib.accountant.pld import pld_epsilon_at
+
+    delta = 1e-5
+    rep = mech.calibrate(target, delta, accountant="pld")
+    b = mech.accountant(**rep.noise).epsilon_bracket(delta)
+    assert b.method == "pld" and b.upper <= target
+    less = mech.accountant(**{k: v * (1 - 2e-6) for k, v in rep.noise.items()})
+    assert pld_epsilon_at(less.events, delta, b.discretization)[1] > target
+
+
+def test_pld_search_goes_on_when_the_extrapolated_guess_is_off(monkeypatch):
+    """A guess 1e-4 (log eps) too high puts the first fine evaluation feasible but ~3e-5 above
+    the root: the search must see that by the coarse slope and go on to within rtol."""
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.pld import pld_epsilon_at
+    from dpcalib.mechanisms import _solve
+
+    orig = _solve._extrapolated
+    monkeypatch.setattr(_solve, "_extrapolated",
+                        lambda ups, h, t: None if orig(ups, h, t) is None else orig(ups, h, t) + 1e-4)
+    pld.clear_cache()
+    mech, target, delta = DPSGD(0.01, 100), 2.0, 1e-5
+    z = mech.calibrate(target, delta, accountant="pld")["noise_multiplier"]
+    pld.clear_cache()
+    h = mech.accountant(z).epsilon_bracket(delta).discretization
+    assert pld_epsilon_at(mech.accountant(z).events, delta, h)[1] <= target
+    assert pld_epsilon_at(mech.accountant(z * (1 - 2e-6)).events, delta, h)[1] > target
