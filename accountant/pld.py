@@ -183,12 +183,19 @@ class _Pair:
                 out = out + w * _norm_mass((lo - m) / self.z, (hi - m) / self.z)
         return out
 
-    def _edge_mass(self, comps, x):
-        """Mixture masses of the bins between consecutive non-decreasing edges ``x``."""
+    def _edge_mass(self, comps, x, memo=None):
+        """Mixture masses of the bins between consecutive non-decreasing edges ``x`` (``memo``:
+        per-component masses already computed on the same edges, shared by P and Q)."""
         out = 0.0
         for w, m in comps:
             if w > 0:
-                out = out + w * _edge_masses((x - m) / self.z)
+                if memo is None or m not in memo:
+                    e = _edge_masses((x - m) / self.z)
+                    if memo is not None:
+                        memo[m] = e
+                else:
+                    e = memo[m]
+                out = out + w * e
         return out
 
     def bins(self, eps_edges):
@@ -197,13 +204,15 @@ class _Pair:
         if self.kind == "add":   # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
             x = self._x_of_mix(-e)[::-1]
             below, above = (x[-1], np.inf), (-np.inf, x[0])
-            P = self._edge_mass(self.p_comps, x)[::-1]
-            Q = self._edge_mass(self.q_comps, x)[::-1]
+            memo = {}
+            P = self._edge_mass(self.p_comps, x, memo)[::-1]
+            Q = self._edge_mass(self.q_comps, x, memo)[::-1]
         else:
             x = self.z * self.z * e + 0.5 if self.kind == "gauss" else self._x_of_mix(e)
             below, above = (-np.inf, x[0]), (x[-1], np.inf)
-            P = self._edge_mass(self.p_comps, x)
-            Q = self._edge_mass(self.q_comps, x)
+            memo = {}
+            P = self._edge_mass(self.p_comps, x, memo)
+            Q = self._edge_mass(self.q_comps, x, memo)
         p_below = float(self.mass(self.p_comps, *below))
         p_above = float(self.mass(self.p_comps, *above))
         return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
@@ -250,15 +259,31 @@ class _Bins:
     p_above: float    # P(L > (i0 + n) h)
 
 
+#: the last few steps' bins (a bracket's upper and lower steps, and a calibration's report
+#: after its search, discretise the same step on the same grid); at most this many bytes
+_BINS_BYTES = 128 << 20
+_BINS: dict = {}
+
+
 def _bins_of(pair: _Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
     lo, hi = pair.loss_range(tau)
     if 10 * 8 * (hi - lo) / h > cap_bytes:
         raise _OverCap
+    key = (pair, h, tau)
+    if key in _BINS:
+        _BINS[key] = _BINS.pop(key)                # most recently used last
+        return _BINS[key]
     i0 = math.floor(lo / h) - 1
     i1 = math.ceil(hi / h) + 1
     edges = np.arange(i0, i1 + 1, dtype=float) * h
     P, Q, p_below, p_above = pair.bins(edges)
-    return _Bins(i0, P, Q, p_below, p_above)
+    b = _Bins(i0, P, Q, p_below, p_above)        # never modified by its users
+    size = P.nbytes + Q.nbytes
+    if size <= _BINS_BYTES // 2:
+        while _BINS and size + sum(v.P.nbytes + v.Q.nbytes for v in _BINS.values()) > _BINS_BYTES:
+            _BINS.pop(next(iter(_BINS)))
+        _BINS[key] = b
+    return b
 
 
 def _upper_step(b: _Bins, h: float, count: int) -> _Step:
@@ -1016,6 +1041,7 @@ def clear_cache() -> None:
     from . import accountant
 
     _SIDES.clear()
+    _BINS.clear()
     _pld_epsilon_cached.cache_clear()
     accountant._RDP_REPORTS.clear()
 
