@@ -310,7 +310,9 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
         return t, b, None
     r = max(rtol, 1e-4)
     h = b.discretization
-    if 0.0 < b.lower < target:
+    if 0.0 < b.lower < target and ROOM_STEPS * math.log(target / b.lower) <= 2e-3:
+        # (a converged bracket: the shortcut's room is at most 0.2 %; a wide bracket -- memory
+        # cap -- is searched properly below, so the room is never overstated by a long step)
         # one evaluation on a 2x coarser grid first (as valid a lower bound, about half the cost):
         # a step of ROOM_STEPS x the bracket's relative gap covers, for |d log eps / d log
         # scale| >= 1, the gap and the coarser grid's ~4x larger lower-end error.  If the
