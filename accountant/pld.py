@@ -1074,8 +1074,8 @@ def _upper_ends(key):
     out = []
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
-        coarse = None
-        steps = None
+        coarse = steps = None
+        big = False                  # the first direction's fine window is large (hint first)
         if not out:
             try:
                 steps = _steps(ev, h, tau, direction, cap)

@@ -217,6 +217,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         # evaluation just above the root it predicts is usually feasible and within rtol of
         # the root by the coarse slope -- one fine evaluation instead of two
         fp = _extrapolated(ups, h, target)
+        ft = None
         if fp is not None:
             x1 = xt - fp / k + 0.3 * rtol
             f1 = f(x1)
@@ -225,9 +226,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
                 continue
             if math.isfinite(f1):
                 xt, ft = x1, f1
-            else:
-                ft = f(xt)
-        else:
+        if ft is None:
             ft = f(xt)
         if not math.isfinite(ft):
             break
