@@ -83,7 +83,9 @@ def _log_a_minus_1_frac(a: float, q: float, z: float) -> float:
     y_hi = max(60.0, a / z + 60.0)
     coarse = np.arange(-60.0, y_hi, 0.25)
     gc = log_integrand(coarse)
-    m = np.max(gc)
+    m = float(np.max(gc))
+    if not m > -math.inf:       # every term underflows (huge z): A_alpha - 1 is below 1e-300
+        return -math.inf
     keep = np.nonzero(gc > m - 80.0)[0]
     lo = coarse[max(keep[0] - 1, 0)]
     hi = coarse[min(keep[-1] + 1, coarse.size - 1)]

@@ -48,3 +48,14 @@ def test_small_q_asymptotics():
             q = 1e-7
             expect = alpha * q * q * np.expm1(1 / z ** 2) / 2
             assert poisson_gaussian_rdp(alpha, q, z) == pytest.approx(expect, rel=1e-5)
+
+
+def test_huge_noise_is_finite_and_follows_the_asymptote():
+    # rdp ~ alpha q^2 / (2 z^2) for large z (the expansion above); where that underflows, the
+    # fractional-order quadrature once failed with an IndexError (every term -inf) instead of 0
+    for alpha in (1.5, 2, 9.137768541281371, 100.5):
+        for z in (1e50, 1e100):
+            assert poisson_gaussian_rdp(alpha, 1e-3, z) == pytest.approx(alpha * 1e-6 / (2 * z * z), rel=1e-6)
+        for z in (3.8203920151565894e160, 1e300):
+            v = poisson_gaussian_rdp(alpha, 1e-3, z)
+            assert 0.0 <= v <= 1e-300
