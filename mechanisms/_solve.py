@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..accountant._roots import brentq
 
-__all__ = ["smallest_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "start_rtol"]
+__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "start_rtol"]
 
 #: tolerance of the RDP-tight noise a PLD calibration starts from: it is only a feasible start and
 #: a note (``rdp_tight_noise``), so its last digits are not worth the fixed-order iterations
@@ -53,38 +53,70 @@ COARSE_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256, 512, 1024)
 
 
 def tight_scale(build, target: float, delta: float, conversion: str = "improved", start: float = 1.0,
-                rtol: float = 1e-9) -> float:
+                rtol: float = 1e-9, exact: bool = True) -> float:
     """Smallest noise scale ``t`` whose RDP accountant ``build(t)`` spends at most ``target``.
 
     Stage 1 solves on a short integer grid of orders (coarse, 1e-3).  Stage 2 fixes the optimal
     order of the full accountant at that noise and solves at that single order (any fixed order
     gives a valid eps, so each step is sound; each evaluation costs one order); it repeats while
-    the optimal order moves.  The answer is re-checked with the full accountant.
+    the optimal order moves.  ``exact``: the orders are found as precisely as the accountant's
+    reports find them and the answer is re-checked with the full accountant's report; without
+    it (a PLD calibration's start, whose own report re-checks), the orders are found to 1e-3
+    (eps is stationary in the order: it moves by ~1e-6 relative at most) and the answer is
+    feasible at its fixed order -- a valid eps, so a sound start.
     """
     import numpy as np
 
     from ..accountant import best_epsilon, rdp_to_dp
 
     coarse = np.array(COARSE_ORDERS, dtype=float)
-    t = smallest_scale(lambda s: best_epsilon(coarse, build(s).rdp(coarse), delta, conversion)[0],
-                       target, start=start, rtol=1e-3)
+    t = loglog_scale(lambda s: best_epsilon(coarse, build(s).rdp(coarse), delta, conversion)[0],
+                     target, start=start, rtol=1e-3)
     seen = set()
     for _ in range(5):
-        order = build(t).epsilon_report(delta, "rdp", conversion).order
+        if exact:
+            order = build(t).epsilon_report(delta, "rdp", conversion).order
+        else:
+            order = build(t).optimal_order(delta, conversion, START_ORDER_RTOL)[1]
         if order in seen:
             break
         seen.add(order)
         prev = t
-        t = smallest_scale(lambda s, a=order: float(rdp_to_dp(a, build(s).rdp([a])[0], delta, conversion)),
-                           target, start=t, rtol=rtol, log_step=1e-2)
+        t = loglog_scale(lambda s, a=order: float(rdp_to_dp(a, build(s).rdp([a])[0], delta, conversion)),
+                         target, start=t, rtol=rtol)
         # the noise moved by less than the tolerance: the optimal order, which moves with it and
         # enters eps only to second order (eps is stationary in the order there), has settled.
         # Every fixed-order answer is feasible, so stopping here is sound.
         if abs(t - prev) <= rtol * t:
             break
-    while build(t).get_epsilon(delta, "rdp", conversion) > target:  # guard; not expected to trigger
+    while exact and build(t).get_epsilon(delta, "rdp", conversion) > target:  # guard; not expected to trigger
         t *= 1.0 + rtol
     return t
+
+
+#: tolerance of the optimal order in a PLD calibration's RDP start (``tight_scale(exact=False)``)
+START_ORDER_RTOL = 1e-3
+
+
+def loglog_scale(eps_of: Callable[[float], float], target: float, start: float = 1.0,
+                 rtol: float = 1e-9, max_step: float = 3.0) -> float:
+    """Smallest ``t > 0`` (within ``rtol`` relative of the root) with ``eps_of(t) <= target``, for
+    a non-increasing ``eps_of`` that is smooth in log-log coordinates (RDP eps against the noise:
+    slope between -1 and -2).  Secant steps on ``log(eps / target)`` against ``log t`` (at most
+    ``max_step`` per step until the root is bracketed, then Illinois-safeguarded inside the
+    bracket; :func:`_loglog_root`): a handful of evaluations where bisection-based
+    :func:`smallest_scale` needs 10-20.  The returned point was evaluated and is feasible."""
+    def f(x):
+        e = eps_of(math.exp(x))
+        if math.isnan(e):
+            raise ValueError(f"eps is NaN at noise scale {math.exp(x)!r}")
+        return math.log(e / target) if e > 0 else -math.inf
+
+    x0 = math.log(start)
+    f0 = f(x0)
+    x1 = x0 + (min(max(f0, -max_step), max_step) if math.isfinite(f0) else
+               (max_step if f0 > 0 else -max_step))
+    return math.exp(_loglog_root(f, x0, f0, x1, rtol, predict=True, max_step=max_step))
 
 
 #: memory cap of one composition during the search for the noise: the accountant's own, so that
@@ -93,7 +125,7 @@ SEARCH_CAP = 1 << 30
 
 
 def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40,
-                 predict: bool = False) -> float:
+                 predict: bool = False, max_step: float = 0.3) -> float:
     """Smallest feasible ``x`` (``f(x) <= 0``) within ``rtol`` of the root of a decreasing ``f``.
 
     ``f`` is nearly linear (log eps against log scale), so secant steps from ``(x0, f0)`` and
@@ -134,9 +166,9 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
         if lo is None or hi is None:              # not bracketed: secant, at most 0.5 per step
             sec = xb - fb * (xb - xa) / (fb - fa) if math.isfinite(fb) and math.isfinite(fa) and fb != fa else None
             if hi is None:                         # everything so far infeasible: go up
-                nxt = lo + 0.3 if sec is None else min(max(sec, lo + rtol / 2), lo + 0.3)
+                nxt = lo + max_step if sec is None else min(max(sec, lo + rtol / 2), lo + max_step)
             else:                                  # everything feasible: go down
-                nxt = hi - 0.3 if sec is None else max(min(sec, hi - rtol / 2), hi - 0.3)
+                nxt = hi - max_step if sec is None else max(min(sec, hi - rtol / 2), hi - max_step)
         else:
             nxt = hi - fhi * (hi - lo) / (fhi - flo) if math.isfinite(flo) else 0.5 * (lo + hi)
             nxt = min(max(nxt, lo + 0.25 * rtol), hi - 0.25 * rtol)
@@ -303,6 +335,13 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
     """
     t = pld_scale(build, target, delta, start, rtol)
     b = build(t).epsilon_bracket(delta)  # what certify() reports
+    step = rtol
+    while b.upper > target:
+        # only where the search kept the start (the PLD did not help) and the start is feasible
+        # only at its fixed RDP order (tight_scale(exact=False)): up until the report agrees
+        t *= 1.0 + step
+        step *= 2.0
+        b = build(t).epsilon_bracket(delta)
     if b.method == "gdp":
         return t, b, t
     if b.discretization <= 0.0:

@@ -83,7 +83,8 @@ class ClipD2P(Releases):
         J, K = self.samples_per_node, self.iterations
         warns = []
         conv = "mironov" if method == "paper" else "improved"
-        r = start_rtol(accountant if method == "tight" else "rdp")   # paper mode: unchanged
+        start = accountant if method == "tight" else "rdp"          # paper mode: unchanged
+        r, exact = start_rtol(start), start == "rdp"
         if method == "paper":
             warns.append(paper_warning("AdaD2P-E3", "Prop. 2 has unspecified constants c1, c2: sigma comes from a numerical "
                                        f"accountant ({self.relation}, Lemma B.4)"))
@@ -92,9 +93,10 @@ class ClipD2P(Releases):
                                            "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
                                            "add/remove; relation='replace-one' accounts the algorithm as written"))
         if self.relation == "add/remove":
-            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=r))
+            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=r,
+                                                                   exact=exact))
         else:
-            s = tight_scale(self.accountant, e, d, conv, rtol=r)
+            s = tight_scale(self.accountant, e, d, conv, rtol=r, exact=exact)
         lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
         s0 = s

@@ -391,7 +391,7 @@ class DIFF2BVR(Releases):
         else:
             def build(k):
                 return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
-            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant))
+            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant), exact=accountant == "rdp")
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)

@@ -21,18 +21,18 @@ ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
 
 
 def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, conversion: str,
-                      orders=None, refine: bool, rtol: float) -> float:
+                      orders=None, refine: bool, rtol: float, exact: bool = True) -> float:
     """Smallest noise multiplier with ``eps(z) <= eps`` for ``steps`` Poisson(q) Gaussian steps.
 
     ``refine=False``: eps is the minimum over ``orders`` exactly (the paper's grid).
-    ``refine=True``: real orders, through :func:`tight_scale`.
+    ``refine=True``: real orders, through :func:`tight_scale` (``exact``: see there).
     """
     if not refine:
         return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(
             PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, conversion=conversion, refine=False),
             eps, start=1.0, rtol=rtol)
     return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
-                       eps, delta, conversion, rtol=rtol)
+                       eps, delta, conversion, rtol=rtol, exact=exact)
 
 
 def classical_gaussian_multiplier(epsilon, delta) -> float:
@@ -100,7 +100,8 @@ class DPSGD(Releases):
             lower_noise = None
         else:
             z0 = z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                                          refine=True, rtol=start_rtol(accountant, rtol)))
+                                                          refine=True, rtol=start_rtol(accountant, rtol),
+                                                          exact=accountant == "rdp"))
             if accountant == "pld":
                 z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}

@@ -154,7 +154,7 @@ class DPSRM(Releases):
             lower_noise = None
         else:
             build = lambda k: self.accountant(p0 * k, pt * k)  # noqa: E731
-            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant))
+            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant), exact=accountant == "rdp")
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)

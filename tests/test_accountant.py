@@ -13,6 +13,7 @@ from dpcalib.accountant import (
     PoissonSampledGaussianEvent,
     PrivacyAccountant,
     WORSampledGaussianEvent,
+    rdp_to_dp,
 )
 from tests import oracles
 
@@ -87,3 +88,21 @@ def test_importing_accountant_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_optimal_order_matches_the_report_and_a_coarse_order_costs_only_second_order():
+    from dpcalib.accountant import accountant as acc_mod
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.1), 3000)
+    acc_mod._RDP_REPORTS.clear()
+    rep = acc.epsilon_report(1e-6, "rdp")
+    eps, order = acc.optimal_order(1e-6)
+    assert (eps, order) == (rep.epsilon, rep.order)
+    eps3, order3 = acc.optimal_order(1e-6, rtol=1e-3)
+    assert abs(order3 / order - 1) <= 3e-3
+    # eps is stationary in the order: a 1e-3 order costs ~1e-6 of eps at most, and any order is
+    # valid, so the coarse answer is never below the exact RDP of the mixture at that order
+    assert rep.epsilon <= eps3 * (1 + 1e-9) and eps3 <= rep.epsilon * (1 + 1e-5)
+    assert eps3 == pytest.approx(float(rdp_to_dp(order3, acc.rdp([order3])[0], 1e-6)), rel=1e-12)
+    with pytest.raises(ValueError, match="rtol"):
+        acc.optimal_order(1e-6, rtol=0.0)

@@ -239,3 +239,32 @@ def test_pld_room_shortcut_never_overstates_the_room(monkeypatch):
 
     monkeypatch.setattr(_solve, "ROOM_STEPS", 1000.0)
     _assert_room_certified(0.01, 100, 2.0)
+
+
+def test_loglog_scale_finds_the_smallest_feasible_scale_in_few_evaluations():
+    from dpcalib.mechanisms._solve import loglog_scale
+
+    for c, p, target, start in [(3.0, 1.0, 0.7, 1.0), (50.0, 2.0, 0.01, 1.0), (1e-3, 1.4, 5.0, 300.0)]:
+        calls = []
+
+        def eps(t):
+            calls.append(t)
+            return c / t ** p
+
+        root = (c / target) ** (1 / p)               # closed form
+        t = loglog_scale(eps, target, start=start, rtol=1e-9)
+        assert eps(t) <= target and t <= root * (1 + 1e-9)
+        assert len(calls) <= 12
+    with pytest.raises(ValueError, match="NaN"):
+        loglog_scale(lambda t: float("nan"), 1.0)
+
+
+def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_order():
+    from dpcalib.mechanisms.dpsgd import calibrate_poisson
+
+    for q, k, e in [(0.01, 100, 2.0), (0.001, 1000, 1.0), (0.1, 50, 8.0)]:
+        exact = calibrate_poisson(q, k, e, 1e-5, conversion="improved", refine=True, rtol=1e-9)
+        start = calibrate_poisson(q, k, e, 1e-5, conversion="improved", refine=True, rtol=1e-7, exact=False)
+        assert start == pytest.approx(exact, rel=1e-6)
+        ref = DPSGD(q, k).accountant(start).epsilon_report(1e-5, "rdp").epsilon
+        assert ref <= e * (1 + 1e-6)

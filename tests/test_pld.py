@@ -379,3 +379,45 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
     n = len(sizes) // 2            # the same tilted compositions, raised first (an 8x coarser hint, then h)
     assert n >= 1 and len(sizes) == 2 * n and all(a < 0.8 * b for a, b in zip(sizes[:n], sizes[n:]))
     assert raised == pytest.approx(full, rel=1e-9)
+
+
+# -- the bracket skips RDP's refinement over real orders only where RDP cannot be smaller ------
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(q=log_uniform(1e-4, 0.5), z=log_uniform(0.5, 15.0), k=st.integers(1, 5000),
+       delta=log_uniform(1e-10, 1e-2))
+def test_skipping_the_rdp_refinement_never_hides_a_smaller_rdp_epsilon(q, z, k, delta):
+    from dpcalib.accountant import accountant as acc_mod
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), k)
+    acc_mod._RDP_REPORTS.clear()
+    grid_eps = acc.epsilon_report(delta, "rdp", refine=False).epsilon
+    refined = acc.epsilon_report(delta, "rdp").epsilon
+
+    def skip(upper):
+        acc_mod._RDP_REPORTS.clear()           # (a remembered report is never skipped)
+        return acc._rdp_cannot_beat(upper, delta)
+
+    # a PLD upper end above the refined RDP eps: RDP is smaller, so it must not be skipped
+    for upper in (refined * (1 + 1e-9), 0.5 * (refined + grid_eps), grid_eps * 1.001):
+        if upper > refined:
+            assert not skip(upper)
+    if 0 < refined < 5.0:
+        assert skip(0.5 * refined)             # far below: the bound proves it
+
+
+def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unchanged(monkeypatch):
+    from dpcalib.accountant import accountant as acc_mod
+    from dpcalib.accountant import pld
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 0.73674164), 100)
+    acc_mod._RDP_REPORTS.clear()
+    pld.clear_cache()
+    b = acc.epsilon_bracket(1e-5)
+    key = (tuple(acc._events), acc._orders.tobytes(), 1e-5, "improved", True)
+    assert key not in acc_mod._RDP_REPORTS                   # RDP's refinement was skipped
+    assert b.method == "pld" and b.upper < 2.0 < acc.epsilon_report(1e-5, "rdp").epsilon
+    pld.clear_cache()
+    monkeypatch.setattr(PrivacyAccountant, "_rdp_cannot_beat", lambda self, u, d: False)
+    b2 = acc.epsilon_bracket(1e-5)
+    assert (b2.lower, b2.upper, b2.method) == (b.lower, b.upper, b.method)
