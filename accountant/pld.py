@@ -711,6 +711,21 @@ def _power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
     return out
 
 
+def _cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
+    """``w`` (grid indices ``i0 ..``) wrapped onto a cyclic grid of ``N`` points."""
+    a = np.zeros(N)
+    start = i0 % N
+    if w.size <= N - start:
+        a[start:start + w.size] = w
+    elif w.size <= N:
+        k = N - start
+        a[start:] = w[:k]
+        a[:w.size - k] = w[k:]
+    else:
+        a = np.bincount((i0 + np.arange(w.size)) % N, weights=w, minlength=N)
+    return a
+
+
 def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     """Compose the steps with one FFT of the pmfs tilted by ``e^(lam L)``.
 
@@ -748,30 +763,32 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     logG = None                            # sum (count - 1) log|t|: bounds the powers' derivative
     big = 0.0                              # log of the un-tilting constant, sum of count * log MGF
     for s in steps:
-        x = (s.i0 + np.arange(s.mass.size)) * h
-        with np.errstate(divide="ignore"):
-            lw = np.log(s.mass) + lam * x
-        mx = float(np.max(lw))
-        w = np.exp(lw - mx)
-        tot = float(w.sum())
-        w /= tot
-        big += s.count * (mx + math.log(tot))
-        pos = (s.i0 + np.arange(s.mass.size)) % N
-        a = np.bincount(pos, weights=w, minlength=N)
-        t = sfft.rfft(a)
+        if lam == 0.0:                     # no tilt: normalising is one division
+            tot = float(s.mass.sum())
+            w = s.mass / tot
+            big += s.count * math.log(tot)
+        else:
+            x = (s.i0 + np.arange(s.mass.size)) * h
+            with np.errstate(divide="ignore"):
+                lw = np.log(s.mass) + lam * x
+            mx = float(np.max(lw))
+            w = np.exp(lw - mx)
+            tot = float(w.sum())
+            w /= tot
+            big += s.count * (mx + math.log(tot))
+        t = sfft.rfft(_cyclic(w, s.i0, N))
         with np.errstate(divide="ignore"):
             lr = np.log(np.abs(t))
         logG = (s.count - 1) * lr if logG is None else logG + (s.count - 1) * lr
         t = _power(t, lr, s.count)
         F = t if F is None else F * t
-    # mean over the full spectrum (the half spectrum counts twice except its ends)
-    wts = np.full(F.size, 2.0)
-    wts[0] = 1.0
-    if N % 2 == 0:
-        wts[-1] = 1.0
-    mean_G = float(np.sum(wts * np.exp(logG))) / N
-    rms_F = math.sqrt(float(np.sum(wts * np.abs(F) ** 2)) / N)
-    del logG
+    # means over the full spectrum (the half spectrum counts twice except its ends)
+    g = np.exp(logG)
+    ends = [0] if N % 2 else [0, -1]
+    mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
+    sq = 2.0 * float(np.vdot(F, F).real) - float(np.sum(np.abs(F[ends]) ** 2))
+    rms_F = math.sqrt(max(sq, 0.0) / N)
+    del logG, g
     out = sfft.irfft(F, N)
     del F
     start = lo % N                         # the window [lo, hi] on the cyclic grid
@@ -788,18 +805,23 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
         scale = math.exp(min(big, 700.0))
         mass = vals * scale
         err = np.full(n, min(level * scale, 1.0))
+        if err[0] >= 1.0:
+            mass[:] = 0.0                  # unresolved bins: anything in [0, 1]
     else:
-        logu = big - lam * (lo + np.arange(n)) * h          # un-tilting factor per bin (log)
-        with np.errstate(over="ignore"):
-            scale = np.exp(np.minimum(logu, 700.0))
-            mass = vals * scale
-            err = np.minimum(level * scale, 1.0)
-        mass = np.where(np.isfinite(mass), mass, 0.0)
-        err = np.where(logu < 700.0, err, 1.0)
-    if lam > 0.0 and r_min is not None:
-        err[:max(0, min(n, r_min - lo))] = 1.0
-    if float(err.max(initial=0.0)) >= 1.0:
-        mass = np.where(err >= 1.0, 0.0, mass)  # unresolved bins: anything in [0, 1]
+        # un-tilting multiplies bin j by e^(big - lam (lo + j) h), decreasing in j: its error
+        # bound level * e^(...) is at least 1 on a prefix of the window -- those bins (and, with
+        # r_min, the bins below r_min, never read) are unresolved: error 1, mass 0
+        # (and where the exponent reaches 700: no overflow below)
+        j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
+        if r_min is not None:
+            j0 = max(j0, r_min - lo)
+        j0 = min(max(j0, 0), n)
+        mass = np.zeros(n)
+        err = np.ones(n)
+        if j0 < n:
+            scale = np.exp(big - lam * h * (lo + np.arange(j0, n)))
+            np.multiply(vals[j0:], scale, out=mass[j0:])
+            np.minimum(level * scale, 1.0, out=err[j0:])
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
