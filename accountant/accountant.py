@@ -309,11 +309,14 @@ class PrivacyAccountant:
         r2[::2], r2[1::2] = r, self.rdp(mid)
         return float(np.min(rdp_to_dp(a2[1:], r2[:-1], d, "improved"))) >= target
 
-    def optimal_order(self, delta, conversion: str = "improved", rtol: float = 1e-6):
+    def optimal_order(self, delta, conversion: str = "improved", rtol: float = 1e-6,
+                      near: float | None = None):
         """``(eps, order)``: the RDP answer of :meth:`epsilon_report` with the real order found to
         relative tolerance ``rtol`` instead of 1e-6 (not remembered).  A coarser ``rtol`` costs
         fewer fractional-order evaluations; eps is stationary in the order at the optimum, so it
-        moves by O(rtol^2) only -- and any order gives a valid eps."""
+        moves by O(rtol^2) only -- and any order gives a valid eps.  ``near``: an order expected
+        close to the optimum (the optimum at a nearby noise level): the search runs within 3 %
+        of it, and in the grid cell as usual where the answer lands on that window's edge."""
         d = _validate.delta(delta)
         r = _validate.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
         if conversion not in CONVERSIONS:
@@ -322,18 +325,31 @@ class PrivacyAccountant:
             return 0.0, None
         if self.is_full_batch_gaussian:
             return best_epsilon_linear(self._linear_slope(), d, conversion)
+        if any(e.integer_orders_only for e, _ in self._events):
+            return best_epsilon(self._orders, self.rdp(), d, conversion)
+        if near is not None and near > 1.0:
+            a = float(_validate.orders_array(near, "near"))
+            lo, hi = 1.0 + (a - 1.0) / 1.03, 1.0 + (a - 1.0) * 1.03
+            eps = float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))
+            if math.isfinite(eps):
+                eps, order = self._refine(eps, a, d, conversion, r, (lo, hi))
+                if min(order - lo, hi - order) > 2.0 * r * order:    # inside: a local optimum
+                    return eps, order
         eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
-        if not any(e.integer_orders_only for e, _ in self._events) and math.isfinite(eps):
+        if math.isfinite(eps):
             eps, order = self._refine(eps, order, d, conversion, r)
         return eps, order
 
-    def _refine(self, eps0: float, order0: float, d: float, conversion: str, rtol: float = 1e-6):
-        """Minimise eps over real orders in the grid cell around ``order0`` (bounded Brent, order
-        to ``rtol`` relative)."""
+    def _refine(self, eps0: float, order0: float, d: float, conversion: str, rtol: float = 1e-6,
+                bounds=None):
+        """Minimise eps over real orders in the grid cell around ``order0`` (or within ``bounds``;
+        bounded Brent, order to ``rtol`` relative)."""
         grid = self._orders
         i = int(np.searchsorted(grid, order0))
         lo = grid[i - 1] if i > 0 else 1.0 + (order0 - 1.0) * 1e-3
         hi = grid[i + 1] if i + 1 < grid.size else order0
+        if bounds is not None:
+            lo, hi = bounds
         if hi <= lo:
             return eps0, order0
 

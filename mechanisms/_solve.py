@@ -73,11 +73,12 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     t = loglog_scale(lambda s: best_epsilon(coarse, build(s).rdp(coarse), delta, conversion)[0],
                      target, start=start, rtol=1e-3)
     seen = set()
+    order = None
     for _ in range(5):
         if exact:
             order = build(t).epsilon_report(delta, "rdp", conversion).order
         else:
-            order = build(t).optimal_order(delta, conversion, START_ORDER_RTOL)[1]
+            order = build(t).optimal_order(delta, conversion, START_ORDER_RTOL, near=order)[1]
         if order in seen:
             break
         seen.add(order)
@@ -88,6 +89,11 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
         # enters eps only to second order (eps is stationary in the order there), has settled.
         # Every fixed-order answer is feasible, so stopping here is sound.
         if abs(t - prev) <= rtol * t:
+            break
+        # (exact=False: the order, found to 1e-3, moves ~2x the noise's relative move; after a
+        # move below 1e-4 another search would land within its tolerance of this order, and the
+        # noise -- second order in the order -- would move by less than ~1e-8)
+        if not exact and abs(t - prev) <= 1e-4 * t:
             break
     while exact and build(t).get_epsilon(delta, "rdp", conversion) > target:  # guard; not expected to trigger
         t *= 1.0 + rtol

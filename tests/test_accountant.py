@@ -106,3 +106,13 @@ def test_optimal_order_matches_the_report_and_a_coarse_order_costs_only_second_o
     assert eps3 == pytest.approx(float(rdp_to_dp(order3, acc.rdp([order3])[0], 1e-6)), rel=1e-12)
     with pytest.raises(ValueError, match="rtol"):
         acc.optimal_order(1e-6, rtol=0.0)
+
+
+def test_optimal_order_near_a_previous_optimum_and_far_from_it():
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.1), 3000)
+    eps, order = acc.optimal_order(1e-6)
+    for near in (order * 1.01, order / 1.02):           # within 3 %: searched there
+        e2, o2 = acc.optimal_order(1e-6, rtol=1e-3, near=near)
+        assert abs(o2 / order - 1) <= 3e-3 and e2 <= eps * (1 + 1e-5)
+    e3, o3 = acc.optimal_order(1e-6, rtol=1e-3, near=order * 1.5)   # far: the optimum is on the
+    assert abs(o3 / order - 1) <= 3e-3 and e3 <= eps * (1 + 1e-5)    # window's edge, cell search
