@@ -614,10 +614,14 @@ def _log_mgf(step: _Step, h: float, lam: np.ndarray) -> np.ndarray:
     xm = float(np.max(x))
     v = np.exp(a[0] * (x - xm))
     out = np.empty(lam.size)
+    prod = np.empty_like(v)
     for j in range(lam.size):
         if j:
             np.multiply(v, v, out=v)
-        tot = float(np.dot(m, v))
+        # (a multiply and numpy's pairwise sum, not np.dot: OpenBLAS's threaded dot costs more
+        # in synchronisation than it saves on these sizes, and keeps a second core spinning)
+        np.multiply(m, v, out=prod)
+        tot = float(prod.sum())
         out[j] = a[j] * xm + math.log(tot + 2.3e-308) + 1e-8
     return out
 
@@ -786,7 +790,9 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     g = np.exp(logG)
     ends = [0] if N % 2 else [0, -1]
     mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
-    sq = 2.0 * float(np.vdot(F, F).real) - float(np.sum(np.abs(F[ends]) ** 2))
+    x = F.view(np.float64)                 # (real and imaginary parts; no BLAS, see _log_mgf)
+    sq = 2.0 * float(np.sum(x * x)) - float(np.sum(np.abs(F[ends]) ** 2))
+    del x
     rms_F = math.sqrt(max(sq, 0.0) / N)
     del logG, g
     out = sfft.irfft(F, N)
