@@ -421,3 +421,22 @@ def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unch
     monkeypatch.setattr(PrivacyAccountant, "_rdp_cannot_beat", lambda self, u, d: False)
     b2 = acc.epsilon_bracket(1e-5)
     assert (b2.lower, b2.upper, b2.method) == (b.lower, b.upper, b.method)
+
+
+def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(monkeypatch):
+    from dpcalib.accountant import pld
+
+    for q, z, k, h in [(0.01, 0.7364, 100, 4.6e-4), (256 / 60000, 0.9684, 14062, 2.3e-4)]:
+        ev = [(PoissonSampledGaussianEvent(q, z), k)]
+        tau = pld.TAIL * 1e-5 / k
+        # oracle: the lower end of each direction, both composed
+        each = [pld._lower_one(pld._steps(ev, h, tau, d, pld.MEMORY_CAP, lower=True)[1], h, 1e-5,
+                               pld.MEMORY_CAP) for d in ("remove", "add")]
+        calls = []
+        real = pld._lower_one
+        monkeypatch.setattr(pld, "_lower_one", lambda *a: calls.append(1) or real(*a))
+        pld.clear_cache()
+        lo, up = pld.pld_epsilon_at(ev, 1e-5, h, side="lower")
+        assert lo == max(each) and up == math.inf
+        assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed
+        monkeypatch.setattr(pld, "_lower_one", real)
