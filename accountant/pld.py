@@ -868,14 +868,27 @@ def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: i
     if prof(A[0], B[0]) <= dl:          # reached at or below the window's first point
         a, b, top = A[0], B[0], lo
     else:
-        R = np.append(prof(A[1:], B[1:]), cl)   # delta at grid point lo + k + 1
-        hit = np.nonzero(R <= dl)[0]
-        if hit.size == 0:
+        # the first grid point lo + j (j = 1 .. n; j = n: beyond the window, delta = c) where the
+        # profile is at most delta, by bisection: the profile is non-increasing in exact
+        # arithmetic.  Where round-off made it wiggle, bisection still ends on a point j with
+        # R(j - 1) > delta >= R(j), which is sound on both sides: for the upper end R >= the
+        # true profile, so R(j) <= delta puts the true crossing at or below j; for the lower end
+        # R <= the true profile, so R(j - 1) > delta puts it above j - 1.
+        def R(j):
+            return cl if j >= n else prof(float(A[j]), float(B[j]))
+
+        if R(n) > dl:
             return math.inf
-        k = int(hit[0])
-        if k + 1 >= n:
+        i, j = 0, n                     # R(i) > delta >= R(j)
+        while j - i > 1:
+            m = (i + j) // 2
+            if R(m) <= dl:
+                j = m
+            else:
+                i = m
+        if j >= n:
             return (lo + n - 1) * h
-        a, b, top = A[k + 1], B[k + 1], lo + k + 1
+        a, b, top = A[j], B[j], lo + j
     num = a * (1 + slack) + cl - dl
     if num <= 0.0:
         return -math.inf

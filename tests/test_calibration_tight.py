@@ -268,3 +268,14 @@ def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_o
         assert start == pytest.approx(exact, rel=1e-6)
         ref = DPSGD(q, k).accountant(start).epsilon_report(1e-5, "rdp").epsilon
         assert ref <= e * (1 + 1e-6)
+
+
+def test_the_first_pld_step_follows_the_rdp_slope():
+    from dpcalib.mechanisms._solve import _rdp_slope
+
+    # few steps, small noise: eps falls steeply with the noise (a central difference of the
+    # accountant's RDP eps over real orders: -2.7); many steps: close to 1/scale (-1.36)
+    steep = _rdp_slope(DPSGD(0.01, 100).accountant, 0.8267, 1e-5)
+    flat = _rdp_slope(DPSGD(0.01, 10_000).accountant, 1.66, 1e-5)
+    assert -4.0 <= steep <= -1.5 and -1.6 <= flat <= -1.0 and steep < flat
+    assert _rdp_slope(lambda s: (_ for _ in ()).throw(ValueError("x")), 1.0, 1e-5) == -1.0
