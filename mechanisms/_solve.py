@@ -365,20 +365,26 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
-    "best")``: exact GDP, PLD upper or RDP, whichever is smallest) meets ``target``, never above
-    ``start``; ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
+    "best")``: exact GDP, PLD upper or RDP, whichever is smallest) meets ``target``, not above
+    ``start`` (unless that report does not confirm the start, which is feasible only at its
+    fixed RDP order: then nudged up until it does); ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
     ``lower_scale`` the scale below which the PLD lower bound already exceeds the target (None
     when the PLD does not apply).
     """
     t = pld_scale(build, target, delta, start, rtol)
     b = build(t).epsilon_bracket(delta)  # what certify() reports
     step = rtol
-    while b.upper > target:
+    for _ in range(64):
+        if not b.upper > target:
+            break
         # only where the search kept the start (the PLD did not help) and the start is feasible
         # only at its fixed RDP order (tight_scale(exact=False)): up until the report agrees
         t *= 1.0 + step
         step *= 2.0
         b = build(t).epsilon_bracket(delta)
+    else:
+        raise ValueError("no noise level meets the target with the certified accountant "
+                         "(eps does not decrease with noise).")
     if b.method == "gdp":
         return t, b, t
     if b.discretization <= 0.0:

@@ -279,3 +279,15 @@ def test_the_first_pld_step_follows_the_rdp_slope():
     flat = _rdp_slope(DPSGD(0.01, 10_000).accountant, 1.66, 1e-5)
     assert -4.0 <= steep <= -1.5 and -1.6 <= flat <= -1.0 and steep < flat
     assert _rdp_slope(lambda s: (_ for _ in ()).throw(ValueError("x")), 1.0, 1e-5) == -1.0
+
+
+def test_pld_tighten_nudges_up_until_the_final_report_meets_the_target(monkeypatch):
+    from dpcalib.mechanisms import _solve
+
+    build = DPSGD(0.01, 100).accountant
+    t_ok, _, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
+    # a search that stopped 2 % too low (an infeasible answer) is corrected by the final check
+    monkeypatch.setattr(_solve, "pld_scale", lambda *a, **k: 0.98 * t_ok)
+    t, b, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
+    assert b.upper <= 2.0 and build(t).epsilon_bracket(1e-5).upper <= 2.0
+    assert 0.98 * t_ok < t <= 1.02 * t_ok
