@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import fft as sfft
-from scipy import signal, special
+from scipy import special
 
 from . import _validate
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
@@ -353,7 +353,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     # f at the grid points (tails dropped), from non-negative terms only:
     # f_j = (1 - e^-h)(rho_j + B_(j+1)) + f_(j+1),  B_j = t_j Q(L > jh) = P_j/lam_j + e^-h B_(j+1)
     Bq = np.zeros(n + 1)
-    Bq[:-1] = signal.lfilter([1.0], [1.0, -math.exp(-h)], (Pe * inv_lam)[::-1])[::-1]
+    Bq[:-1] = _decayed_suffix(Pe * inv_lam, h)
     terms = -math.expm1(-h) * (rho + Bq[1:])
     f = np.zeros(n + 1)
     f[:-1] = np.cumsum(terms[::-1])[::-1]
@@ -473,7 +473,7 @@ def _lower_masses(Pe, rho, d, f, J, h):
 def _profile(m: np.ndarray, h: float) -> np.ndarray:
     """delta at every grid point of the finite masses m (without infinite mass)."""
     A = np.cumsum(m[::-1])[::-1]
-    B = signal.lfilter([1.0], [1.0, -math.exp(-h)], m[::-1])[::-1]
+    B = _decayed_suffix(m, h)
     # delta(e_j) = sum_{s>j} m_s (1 - e^{(j-s)h}) = A_{j+1} - e^{-h} B_{j+1}
     out = np.zeros_like(m)
     out[:-1] = A[1:] - math.exp(-h) * B[1:]
@@ -837,26 +837,89 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
 def _suffix_sums(mass: np.ndarray, lo: int, h: float):
     """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h} for non-negative masses.
 
-    A is a cumulative sum, B the recursion ``B_j = m_j + e^-h B_(j+1)``; both add non-negative
-    terms, so each carries a relative rounding error of at most ``~2 n u`` -- relative to the
-    suffix sum itself, hence to the tail delta is read from (:func:`_eps_at` charges it).
+    A is a cumulative sum, B :func:`_decayed_suffix`; both add non-negative terms, so each
+    carries a relative rounding error of at most :func:`_suffix_rounding` (``~2 n u``) --
+    relative to the suffix sum itself, hence to the tail delta is read from (:func:`_eps_at`
+    charges it).
     """
     A = np.cumsum(mass[::-1])[::-1]
-    B = signal.lfilter([1.0], [1.0, -math.exp(-h)], mass[::-1])[::-1]
+    B = _decayed_suffix(mass, h)
     return A, B
+
+
+_DECAY_SPAN = 32.0     # e^-h decays by at most e^-32 inside a block of _decayed_suffix
+_DECAY_BLOCK = 1 << 16
+
+
+def _decay_block(n: int, h: float) -> int:
+    return max(1, min(n, _DECAY_BLOCK, int(_DECAY_SPAN / h)))
+
+
+@functools.lru_cache(maxsize=8)
+def _decay_weights(h: float):
+    """``e^(k h)``, ``e^(-k h)``, ``e^(-(k + 1) h)`` for the offsets ``k`` of the longest block."""
+    kh = h * np.arange(_decay_block(_DECAY_BLOCK, h))
+    down = np.exp(-kh)
+    return np.exp(kh), down, down * math.exp(-h)
+
+
+def _decayed_suffix(x: np.ndarray, h: float) -> np.ndarray:
+    """``B_j = sum_(s >= j) x_s e^((j - s) h)`` for non-negative ``x`` and ``h > 0``.
+
+    The recursion ``B_j = x_j + e^-h B_(j+1)``, vectorised on the reversed array ``y`` (where it
+    reads ``C_t = y_t + e^-h C_(t-1)``): within a block of ``L`` points (``L h <= 32``,
+    ``L <= 2^16``) ``C_t = e^(-k_t h) sum_(t' <= t) y_t' e^(k_t' h)`` (``k``: the offset in the
+    block; the weights stay in ``[1, e^32]``, no overflow), then each block adds the previous
+    block's last value times ``e^-((k_t + 1) h)``, first block first.  Every term is
+    non-negative; the rounding is bounded by :func:`_suffix_rounding`.  (This replaced
+    ``scipy.signal.lfilter``, whose import alone took 0.6 s of every CLI call; it runs as fast.)
+    """
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n == 0:
+        return x.copy()
+    L = _decay_block(n, h)
+    up, down, carry = _decay_weights(float(h))
+    if L == n:                                    # one block (the usual case)
+        y = x[::-1] * up[:n]
+        np.cumsum(y, out=y)
+        y *= down[:n]
+        return y[::-1]
+    up, down, carry = up[:L], down[:L], carry[:L]
+    nb = -(-n // L)
+    X = np.zeros(nb * L)
+    X[:n] = x[::-1]
+    X = X.reshape(nb, L)
+    X *= up
+    np.cumsum(X, axis=1, out=X)
+    X *= down
+    last = X[:, -1].copy()
+    for i in range(1, nb):                        # C at each block's last point, first block first
+        last[i] += carry[-1] * last[i - 1]
+    X[1:] += last[:-1, None] * carry
+    return X.reshape(-1)[n - 1::-1]
+
+
+def _suffix_rounding(n: int, h: float) -> float:
+    """Relative rounding error bound of :func:`_decayed_suffix` and of a suffix cumsum of ``n``
+    non-negative terms: ``n`` additions, plus per block the weights (``exp`` of an argument of
+    at most 32, rounded: ``<= 34 u`` each, and twice) and the carry (``<= 70 u`` per block
+    passed)."""
+    nb = -(-n // _decay_block(n, h)) if n else 0
+    return (n + 2 + 140 * (nb + 1)) * float(np.finfo(float).eps)
 
 
 def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: int) -> float:
     """Smallest eps with  sum_s mass_s (1 - e^(eps - (lo+s) h))_+ + c <= delta  (may be +-inf).
 
     ``mass >= 0``.  The suffix sums of non-negative terms carry a relative rounding error of at
-    most ``~2 n u``; the profile at a grid point, ``A - B``, is moved by ``4 (n + 2) u A``
-    toward the conservative side (``side=+1``: up, for the upper bound; ``-1``: down, for the
-    lower bound).
+    most ``r = _suffix_rounding(n, h)`` (``~n u``); the profile at a grid point, ``A - B``, is
+    moved by ``4 r A`` toward the conservative side (``side=+1``: up, for the upper bound;
+    ``-1``: down, for the lower bound).
     """
     n = mass.size
     A, B = _suffix_sums(mass, lo, h)
-    slack = 4.0 * (n + 2) * float(np.finfo(float).eps) * side
+    slack = 4.0 * _suffix_rounding(n, h) * side
     cl = float(c)
     dl = float(delta)
 

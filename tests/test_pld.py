@@ -270,6 +270,25 @@ def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underfl
         assert np.max(np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])) < 1e-9 * max(1.0, c / 1000)
 
 
+@pytest.mark.parametrize("n, h", [(1, 0.1), (7, 1e-3), (5000, 1e-4), (40000, 3e-3), (150000, 1e-6), (300, 40.0)])
+def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
+    # B_j = x_j + e^-h B_(j+1), summed in long double by a plain loop; one block (n h < 32) and
+    # several (n h > 32, or n > 2^16), within the rounding bound the eps read-off charges
+    from dpcalib.accountant import pld as P
+
+    rng = np.random.default_rng(n)
+    x = rng.random(n) ** 8 * np.exp(-50.0 * rng.random(n))
+    r = np.exp(-np.longdouble(h))
+    ref = np.empty(n, dtype=np.longdouble)
+    acc = np.longdouble(0.0)
+    for i in range(n - 1, -1, -1):
+        acc = np.longdouble(x[i]) + r * acc
+        ref[i] = acc
+    got = P._decayed_suffix(x, h)
+    rel = float(np.max(np.abs(got - ref) / ref))
+    assert rel <= P._suffix_rounding(n, h) and rel < 1e-12
+
+
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
 def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
     from dpcalib.accountant import pld as P
