@@ -270,7 +270,8 @@ def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underfl
         assert np.max(np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])) < 1e-9 * max(1.0, c / 1000)
 
 
-@pytest.mark.parametrize("n, h", [(1, 0.1), (7, 1e-3), (5000, 1e-4), (40000, 3e-3), (150000, 1e-6), (300, 40.0)])
+@pytest.mark.parametrize("n, h", [(1, 0.1), (7, 1e-3), (5000, 1e-4), (40000, 3e-3), (150000, 1e-6), (300, 40.0),
+                                  (200000, 0.01), (5000, 3.0)])
 def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
     # B_j = x_j + e^-h B_(j+1), summed in long double by a plain loop; one block (n h < 32) and
     # several (n h > 32, or n > 2^16), within the rounding bound the eps read-off charges
