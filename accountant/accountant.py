@@ -208,15 +208,8 @@ class PrivacyAccountant:
         key = (tuple(self._events), self._orders.tobytes(), d, conversion, refine)
         if key in _RDP_REPORTS:           # the same composition asked again (a calibration's checks)
             return _RDP_REPORTS[key]
-        eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
-        notes = []
-        if order == self._orders.max():
-            notes.append("optimal order at the top of the grid: pass larger orders for a tighter eps")
-        integer_only = any(e.integer_orders_only for e, _ in self._events)
-        if refine and not integer_only and math.isfinite(eps):
-            eps, order = self._refine(eps, order, d, conversion)
-            notes.append("order refined over real values")
-        rep = EpsilonReport(eps, d, "rdp", conversion, order, tuple(notes))
+        eps, order, notes = self._grid_then_refine(d, conversion, 1e-6 if refine else None)
+        rep = EpsilonReport(eps, d, "rdp", conversion, order, notes)
         if len(_RDP_REPORTS) >= 256:
             _RDP_REPORTS.pop(next(iter(_RDP_REPORTS)))
         _RDP_REPORTS[key] = rep
@@ -325,9 +318,7 @@ class PrivacyAccountant:
             return 0.0, None
         if self.is_full_batch_gaussian:
             return best_epsilon_linear(self._linear_slope(), d, conversion)
-        if any(e.integer_orders_only for e, _ in self._events):
-            return best_epsilon(self._orders, self.rdp(), d, conversion)
-        if near is not None and near > 1.0:
+        if near is not None and near > 1.0 and not any(e.integer_orders_only for e, _ in self._events):
             a = float(_validate.orders_array(near, "near"))
             lo, hi = 1.0 + (a - 1.0) / 1.03, 1.0 + (a - 1.0) * 1.03
             eps = float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))
@@ -335,10 +326,21 @@ class PrivacyAccountant:
                 eps, order = self._refine(eps, a, d, conversion, r, (lo, hi))
                 if min(order - lo, hi - order) > 2.0 * r * order:    # inside: a local optimum
                     return eps, order
-        eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
-        if math.isfinite(eps):
-            eps, order = self._refine(eps, order, d, conversion, r)
+        eps, order, _ = self._grid_then_refine(d, conversion, r)
         return eps, order
+
+    def _grid_then_refine(self, d: float, conversion: str, rtol: float | None):
+        """``(eps, order, notes)``: the best order of the grid, then (``rtol`` not None, and every
+        event defined at real orders) the best real order in its grid cell, to ``rtol``."""
+        eps, order = best_epsilon(self._orders, self.rdp(), d, conversion)
+        notes = []
+        if order == self._orders.max():
+            notes.append("optimal order at the top of the grid: pass larger orders for a tighter eps")
+        integer_only = any(e.integer_orders_only for e, _ in self._events)
+        if rtol is not None and not integer_only and math.isfinite(eps):
+            eps, order = self._refine(eps, order, d, conversion, rtol)
+            notes.append("order refined over real values")
+        return eps, order, tuple(notes)
 
     def _refine(self, eps0: float, order0: float, d: float, conversion: str, rtol: float = 1e-6,
                 bounds=None):
