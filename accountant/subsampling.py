@@ -266,15 +266,18 @@ def _log_even_moment_quadrature(half_inv_var: float, l: int) -> float:
     """``log E[(e^L - 1)^l]`` for even ``l``, ``L ~ N(-s^2/2, s^2)``, ``s^2 = 2 half_inv_var``.
 
     This is ``Delta^l h(0)`` (the privacy-loss variable of the Gaussian mechanism under the null
-    has that law).  The integrand is non-negative and analytic, so the trapezoidal rule on a fine
-    grid (step 0.01 in standard units, covering both modes) converges geometrically; a relative
-    margin of 1e-9 is added so the value stays an upper bound.
+    has that law).  The integrand ``(e^(m + s x) - 1)^l phi(x)`` is non-negative and entire, so the
+    trapezoidal rule converges like ``exp(-2 pi^2 / h^2)`` in the step ``h`` (standard units; the
+    error for a strip of half-width ``d`` is ``~exp(-2 pi d / h + d^2 / 2)``): at ``h = 0.05``
+    far below double precision (steps 0.01, 0.05 and 0.1 agree to 5e-13 in the log, z from 1
+    to 1000, l up to 256).  The grid covers both modes with 40 standard units to spare; a
+    relative margin of 1e-9 is added so the value stays an upper bound.
     """
     s = math.sqrt(2.0 * half_inv_var)
     m = -0.5 * s * s
     r = math.sqrt(l)
     lo, hi = -(r + 40.0), r + 2.0 * l * s + 40.0
-    h = 0.01
+    h = 0.05
     x = np.arange(lo, hi + h, h)
     with np.errstate(divide="ignore"):
         g = l * np.log(np.abs(np.expm1(m + s * x))) - 0.5 * x * x

@@ -153,3 +153,20 @@ def test_uncapped_thm9_really_exceeds_the_base_curve_there():
     # the regime the cap matters in (checked with the independent mpmath implementation)
     assert float(oracles.wbk_thm9_gaussian(2, 0.9, 0.3)) == pytest.approx(11.5935, abs=1e-4)
     assert subsampled_gaussian_rdp_wor(2, 0.9, 0.3, bound="thm9") == pytest.approx(2 / (2 * 0.09), rel=1e-14)
+
+
+@pytest.mark.parametrize("z, l", [(1.0, 64), (3.0, 128), (10.0, 256), (100.0, 16), (1000.0, 4), (2.0, 200)])
+def test_even_moment_quadrature_is_an_upper_bound_near_the_exact_alternating_sum(z, l):
+    # Delta^l h(0) = sum_i (-1)^(l-i) C(l, i) e^((i-1) i / (2 z^2)), summed exactly in mpmath at a
+    # precision that outlasts the cancellation
+    import mpmath
+
+    from dpcalib.accountant import subsampling as S
+
+    s2 = 1.0 / (2.0 * z * z)
+    with mpmath.workdps(60 + 2 * l):
+        exact = mpmath.fsum((-1) ** (l - i) * mpmath.binomial(l, i) * mpmath.exp((i - 1) * i * mpmath.mpf(s2))
+                            for i in range(l + 1))
+        ref = float(mpmath.log(exact))
+    got = S._log_even_moment_quadrature(s2, l)
+    assert ref <= got <= ref + 2e-9
