@@ -14,3 +14,4 @@ best() {
 best python3 -m dpcalib --help
 best python3 -m dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 --clients 10 --n-min 1651 --u 1.25
 best python3 -m dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 --clients 10 --n-min 1651 --u 1.25 --method paper --json
+best python3 -m dpcalib calibrate dp-sgd --epsilon 3 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --method tight
