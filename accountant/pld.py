@@ -838,7 +838,7 @@ def _suffix_sums(mass: np.ndarray, lo: int, h: float):
     """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h} for non-negative masses.
 
     A is a cumulative sum, B :func:`_decayed_suffix`; both add non-negative terms, so each
-    carries a relative rounding error of at most :func:`_suffix_rounding` (``~2 n u``) --
+    carries a relative rounding error of at most :func:`_suffix_rounding` (``~n u``) --
     relative to the suffix sum itself, hence to the tail delta is read from (:func:`_eps_at`
     charges it).
     """
@@ -870,10 +870,10 @@ def _decayed_suffix(x: np.ndarray, h: float) -> np.ndarray:
     reads ``C_t = y_t + e^-h C_(t-1)``): within a block of ``L`` points (``L h <= 32``,
     ``L <= 2^16``) ``C_t = e^(-k_t h) sum_(t' <= t) y_t' e^(k_t' h)`` (``k``: the offset in the
     block; the weights stay in ``[1, e^32]``, no overflow), then each block adds the previous
-    block's last value (all blocks' carried to their last point by a doubling scan) times
-    ``e^-((k_t + 1) h)``.  Every term is non-negative; the rounding is bounded by
-    :func:`_suffix_rounding`.  (This replaced
-    ``scipy.signal.lfilter``, whose import alone took 0.6 s of every CLI call; it runs as fast.)
+    block's last value times ``e^-((k_t + 1) h)`` (those last values first carried from block to
+    block by a doubling scan).  Every term is non-negative; the rounding is bounded by
+    :func:`_suffix_rounding`.  (This replaced ``scipy.signal.lfilter``, whose import alone took
+    0.6 s of every CLI call; it runs as fast.)
     """
     x = np.asarray(x, dtype=float)
     n = x.size
