@@ -961,9 +961,18 @@ def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: i
                 i = m
         if j >= n:
             return (lo + n - 1) * h
-        a, b, top = A[j], B[j], lo + j
+        # the crossing is in (x_(j-1), x_j], where delta(eps) = A_j - e^(eps - x_j) B_j + c (the
+        # atoms at or below x_(j-1) no longer count).  If that is <= delta already at the left
+        # end (num <= 0: e.g. no atom above x_(j-1), or the slack charged at x_(j-1) alone kept
+        # R(j - 1) above delta), the answer is x_(j-1) itself: the true profile is continuous
+        # there, so the upper end stays certified, and the lower end (R <= true profile) stays
+        # below the truth.  Never below x_(j-1): R(j - 1) > delta.
+        num = A[j] * (1 + slack) + cl - dl
+        if num <= 0.0:
+            return (lo + j - 1) * h
+        return max((lo + j) * h + float(np.log(num / (B[j] * (1 - slack)))), (lo + j - 1) * h)
     num = a * (1 + slack) + cl - dl
-    if num <= 0.0:
+    if num <= 0.0:                      # the whole window's mass (and c) is within delta
         return -math.inf
     return top * h + float(np.log(num / (b * (1 - slack))))
 

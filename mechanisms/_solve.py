@@ -19,6 +19,14 @@ def start_rtol(accountant: str, rtol: float = 1e-9) -> float:
     return rtol if accountant == "rdp" else max(rtol, PLD_START_RTOL)
 
 
+#: the one error of every noise search that finds no feasible noise level
+NO_FEASIBLE_NOISE = ("no noise level meets the target epsilon: eps stayed above it at every noise level tried. "
+                     "Either eps does not decrease with the noise, or delta is so small that the RDP "
+                     "accountant (which also starts every PLD calibration) cannot certify the target: its "
+                     "eps has a floor of about log(1/delta) / (largest order - 1), e.g. 0.37 at delta=1e-170 "
+                     "with orders up to 1024. Raise the target epsilon or delta.")
+
+
 def smallest_scale(eps_of: Callable[[float], float], target: float, start: float = 1.0,
                    rtol: float = 1e-9, log_step: float = 2.0) -> float:
     """Smallest ``t > 0`` (to relative tolerance ``rtol``) with ``eps_of(t) <= target``.
@@ -33,7 +41,7 @@ def smallest_scale(eps_of: Callable[[float], float], target: float, start: float
         while f(hi) > 0:
             lo, hi = hi, hi + log_step
             if hi > 700:
-                raise ValueError("no noise level reaches the target epsilon (eps does not decrease with noise).")
+                raise ValueError(NO_FEASIBLE_NOISE)
     else:
         while f(lo) <= 0:
             hi, lo = lo, lo - log_step
@@ -196,7 +204,7 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
             nxt = min(max(nxt, lo + 0.25 * rtol), hi - 0.25 * rtol)
         xa, fa, xb = xb, fb, nxt
     if hi is None:
-        raise ValueError("no feasible noise level found (eps does not decrease with noise).")
+        raise ValueError(NO_FEASIBLE_NOISE)
     return hi
 
 
@@ -383,8 +391,7 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
         step *= 2.0
         b = build(t).epsilon_bracket(delta)
     else:
-        raise ValueError("no noise level meets the target with the certified accountant "
-                         "(eps does not decrease with noise).")
+        raise ValueError(NO_FEASIBLE_NOISE)
     if b.method == "gdp":
         return t, b, t
     if b.discretization <= 0.0:

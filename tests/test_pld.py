@@ -56,6 +56,26 @@ def test_small_delta_bracket_contains_the_exact_gdp_epsilon(z, k, delta):
     assert b.upper - b.lower <= 1e-3 * b.upper
 
 
+@pytest.mark.parametrize("z, k, delta", [(1000.0, 1, 1e-20), (1000.0, 1, 1e-250), (100.0, 1, 1e-250),
+                                         (3000.0, 1, 1e-120), (300.0, 1, 1e-280)])
+def test_delta_beyond_the_last_atom_keeps_the_upper_end_above_the_exact_gdp_epsilon(z, k, delta):
+    # large noise, tiny delta: the crossing lies just above the last grid point that carries mass;
+    # the read-off once returned -inf there (an upper end of 0, or below the truth) for a single step
+    exact = float(oracles.gdp_epsilon(math.sqrt(k) / z, delta))
+    b = pld_epsilon([(GaussianEvent(z), k)], delta)
+    assert b.lower <= exact <= b.upper
+
+
+@pytest.mark.parametrize("q, z", [(9.01e-5, 30.1), (1e-3, 50.0), (0.01, 200.0), (1e-6, 3.0)])
+@pytest.mark.parametrize("delta", [1e-20, 1e-200])
+def test_one_poisson_step_at_tiny_delta_is_bracketed_by_the_closed_form_profile(q, z, delta):
+    # one step's delta(eps) in closed form (mpmath): delta(upper) <= delta, and delta(lower) >= delta
+    b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
+    assert max(float(oracles.wor_profile(q, z, b.upper, d)) for d in ("remove", "add")) <= delta
+    assert b.lower == 0.0 or max(float(oracles.wor_profile(q, z, b.lower, d)) for d in ("remove", "add")) >= delta
+    assert b.upper > 0.0
+
+
 def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     """The envelope step: total mass 1 on every grid, and its profile is max of the two."""
     from dpcalib.accountant import pld as P

@@ -74,3 +74,11 @@ def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
     # the certified value is the accountant's own: recompute it independently of the solver
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps)
     assert acc.epsilon_bracket(delta).upper == pytest.approx(rep.certified_epsilon, rel=1e-12)
+
+
+def test_a_target_below_the_rdp_floor_at_tiny_delta_is_a_clear_error():
+    # at delta = 8.5e-170 the RDP eps (orders up to 1024) cannot go below ~0.37 at any noise, and
+    # RDP starts every PLD calibration: a ValueError that says so, not a misleading reason
+    with pytest.raises(ValueError, match=r"floor of about log\(1/delta\)"):
+        DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170, accountant="pld")
+    assert PrivacyAccountant().compose(PoissonSampledGaussianEvent(9.01e-5, 1e4), 1).get_epsilon(8.48e-170, "rdp") > 0.3
