@@ -938,8 +938,8 @@ def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: i
 
     if c >= delta and side > 0:
         return math.inf
-    if prof(A[0], B[0]) <= dl:          # reached at or below the window's first point
-        a, b, top = A[0], B[0], lo
+    if prof(A[0], B[0]) <= dl:          # reached at or below the window's first point: below it
+        j, floor = 0, -math.inf          # the formula holds (-inf: all the mass is within delta)
     else:
         # the first grid point lo + j (j = 1 .. n; j = n: beyond the window, delta = c) where the
         # profile is at most delta, by bisection: the profile is non-increasing in exact
@@ -967,14 +967,11 @@ def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: i
         # R(j - 1) above delta), the answer is x_(j-1) itself: the true profile is continuous
         # there, so the upper end stays certified, and the lower end (R <= true profile) stays
         # below the truth.  Never below x_(j-1): R(j - 1) > delta.
-        num = A[j] * (1 + slack) + cl - dl
-        if num <= 0.0:
-            return (lo + j - 1) * h
-        return max((lo + j) * h + float(np.log(num / (B[j] * (1 - slack)))), (lo + j - 1) * h)
-    num = a * (1 + slack) + cl - dl
-    if num <= 0.0:                      # the whole window's mass (and c) is within delta
-        return -math.inf
-    return top * h + float(np.log(num / (b * (1 - slack))))
+        floor = (lo + j - 1) * h
+    num = A[j] * (1 + slack) + cl - dl
+    if num <= 0.0:
+        return floor
+    return max((lo + j) * h + float(np.log(num / (B[j] * (1 - slack)))), floor)
 
 
 def _sum_error(mass: np.ndarray) -> float:
