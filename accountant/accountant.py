@@ -215,7 +215,7 @@ class PrivacyAccountant:
         _RDP_REPORTS[key] = rep
         return rep
 
-    def epsilon_bracket(self, delta, rtol: float = 1e-4, methods=("gdp", "pld", "rdp")):
+    def epsilon_bracket(self, delta, rtol: float | None = None, methods=("gdp", "pld", "rdp")):
         """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.
 
         ``upper`` is the smallest of the sound answers in ``methods``: the exact GDP value (full
@@ -223,9 +223,10 @@ class PrivacyAccountant:
         (:mod:`dpcalib.accountant.pld`) and the RDP value, so the bracket is never worse than
         :meth:`epsilon_report`.  ``lower`` is the PLD lower bound for the same dominating pairs.
         """
-        from .pld import EpsilonBracket, pld_epsilon
+        from .pld import RTOL, EpsilonBracket, pld_epsilon
 
         d = _validate.delta(delta)
+        rtol = RTOL if rtol is None else rtol
         bad = set(methods) - {"gdp", "pld", "rdp"}
         if not methods or bad:
             raise ValueError(f"methods={methods!r} is not allowed: expected a non-empty subset of "

@@ -78,6 +78,8 @@ MEMORY_CAP = 1 << 30
 #: smallest delta the PLD answers (the tilted composition keeps every charge relative to
 #: delta; below this, probabilities leave the double-precision range)
 MIN_DELTA = 1e-300
+#: default relative width of a bracket (``upper - lower <= max(RTOL * upper, atol)``)
+RTOL = 3e-5
 
 #: re-compose tilted toward the delta-quantile when the round-off charge above the lower end
 #: exceeds this fraction of delta (the charge moves the upper end by about that much, relative)
@@ -315,7 +317,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     Write the profile as a function of ``t = e^eps``: ``f(t) = E_P[(1 - t e^-L)_+]``, convex
     and decreasing, with right derivative ``-Q(L > log t)``.  Connect-the-dots interpolates
     ``f`` at the grid points ``t_j = e^(jh)`` (a chord: above ``f``).  Here every grid value is
-    lowered by ``d_j = max(gap_(j-1), gap_j)``, where ``gap_j`` bounds how far the chord of
+    lowered by ``d_j = max(gap_(j-1), gap_j)`` (at the bottom: :func:`_bottom`), where ``gap_j`` bounds how far the chord of
     ``f`` on ``[t_j, t_(j+1)]`` rises above ``f``: ``f`` lies above both tangents at the ends
     (slopes ``a = -Q(L > jh)``, ``b = -Q(L > (j+1)h)``), so with the chord slope ``s``,
     ``chord - f <= (s - a)(b - s) / (b - a) * (t_(j+1) - t_j)``.  The piecewise-linear
@@ -360,6 +362,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     gp = np.zeros(n + 2)
     gp[1:-1] = gap                                # gp[i] = gap_(i-1)
     d = np.maximum(gp[:-1], gp[1:])               # d_i = max(gap_(i-1), gap_i), i = 0..n
+    _bottom(d, gap, frac, Pe * eh1 * inv_lam)
     # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f) and
     # f_(J-1) >= d_(J-1) (the lowered value there is not negative)
     # f_(J-1) >= d_(J-1) (the lowered value there is not negative); a convex decreasing
@@ -374,8 +377,48 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     for J in okJ[::-1][:4]:
         m = _lower_masses(Pe, rho, d, f, int(J), h)
         if m is not None:
+            # below its lowest atom the measure's profile is the true line (d_0 = 0): scaled
+            # down by the round-off of f's sums (n terms), so that it stays below f in floats
+            m *= 1.0 - (n + 16) * 2.0 ** -52
             return _Step(b.i0, m, 0.0, 0.0, count)
     return None
+
+
+#: at most this many vertices at the bottom of a lower step are lowered by the weighted rule
+_BOTTOM_STEPS = 64
+
+
+def _bottom(d, gap, frac, span) -> None:
+    """Lower the bottom vertices of :func:`_lower_step` as little as the segments allow (in place).
+
+    The segment ``[t_j, t_(j+1)]`` of the lowered polyline lies below ``f`` as soon as it lies
+    below the larger of ``f``'s tangents at its ends, i.e. at their intersection, which sits
+    at the fraction ``frac_j`` of the segment: ``(1 - frac_j) d_j + frac_j d_(j+1) >= gap_j``.
+    ``d = max(gap_(j-1), gap_j)`` meets it with room, but a vertex lowered at the bottom of the
+    measure costs far more than one inside it: below its lowest atom a measure's profile is the
+    line ``mass - t Q``, so a lowered bottom vertex tilts that line (more ``Q``-mass) and the
+    deficit spreads over every ``t`` below it -- in a composition, a shift of the whole loss
+    distribution, where a deficit at an inner vertex costs ``O(h)`` times less.  A hard edge
+    of the loss (Poisson, remove direction: ``L >= log(1 - q)``, with much mass in its first
+    bin) made that the larger part of the lower end's error.  So ``d_0 = 0`` and the vertices
+    above take the least the segments need, ``d_(j+1) = (gap_j - (1 - frac_j) d_j) / frac_j``
+    (``gap_j / frac_j = span_j (1 - frac_j)`` is finite as ``frac_j -> 0``), until that is at
+    least ``gap_(j+1)``; from there ``max(gap_(j-1), gap_j)`` holds every segment above again
+    (``d_(j+1) >= gap_(j+1)`` covers segment ``j+1`` with ``d_(j+2) >= gap_(j+1)``).
+    """
+    n = gap.size
+    dv = 0.0
+    d[0] = 0.0
+    for j in range(min(n, _BOTTOM_STEPS)):
+        f = float(frac[j])
+        req = 0.0
+        if gap[j] > 0.0:                        # then 0 < frac_j < 1; a relative margin for round-off
+            req = max(0.0, float(span[j]) * (1.0 - f) - (1.0 - f) / f * dv) * (1.0 + 1e-9)
+        above = float(gap[j + 1]) if j + 1 < n else 0.0
+        if req >= above or j + 1 == min(n, _BOTTOM_STEPS):
+            d[j + 1] = max(req, above)
+            return
+        d[j + 1] = dv = req
 
 
 def _convexify(m, h, max_pools: int = 4096) -> bool:
@@ -1297,7 +1340,7 @@ def _check_events(events):
     return out
 
 
-def pld_epsilon(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMORY_CAP,
+def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
                 discretization: float | None = None, atol: float = 1e-5) -> EpsilonBracket:
     """Certified bracket ``[lower, upper]`` of ``eps(delta)`` for a composition.
 
@@ -1332,7 +1375,7 @@ def _on_ladder(h: float) -> float:
     return 0.05 * 2.0 ** (-k / 4.0)
 
 
-def report_grid(events, delta: float, rtol: float = 1e-4, memory_cap: int = MEMORY_CAP,
+def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
                 atol: float = 1e-5, with_uppers: bool = False):
     """The grid :func:`pld_epsilon` is expected to end on, without evaluating that grid.
 

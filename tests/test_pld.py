@@ -264,6 +264,35 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
         assert got <= float(true(e)) + 1e-15
 
 
+@pytest.mark.parametrize("q, z", [(1e-3, 0.641), (1e-2, 1.0), (256 / 60000, 0.9684)])
+def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
+    """Remove direction: L >= log(1 - q), with much mass in its first bins.  Below the lowest
+    atom a measure's profile is the line mass - t Q; the lower step must not tilt it (a deficit
+    there shifts a whole composition: the old rule lowered it by ~6e-6 at (1e-3, 0.641), which
+    put the lower end of 1000 steps 6e-3 below the truth on a 1e-4 grid)."""
+    from dpcalib.accountant import pld as P
+
+    h = 1e-4
+    low = P._lower_step(P._bins_of(P._Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
+    losses = (low.i0 + np.arange(low.mass.size)) * h
+    for e in (math.log1p(-q) - 3 * h, math.log1p(-q) - 50 * h):
+        got = float(np.sum(low.mass * -np.expm1(e - losses)))
+        true = float(oracles.wor_profile(q, z, e, "remove", dps=30))
+        assert true * (1 - 1e-9) <= got <= true
+
+
+def test_small_q_lower_end_converges_like_the_upper_end():
+    """On one grid the lower end is about as far below the truth as the upper end is above it
+    (both O(h^2) per step): reference = the bracket on a 16x finer grid."""
+    ev = [(PoissonSampledGaussianEvent(1e-3, 0.641), 1000)]
+    ref = pld_epsilon(ev, 1e-5, discretization=6.25e-6)
+    b = pld_epsilon(ev, 1e-5, discretization=1e-4)
+    assert b.lower <= ref.upper and ref.lower <= b.upper
+    assert ref.upper - ref.lower < 1e-5
+    assert ref.lower - b.lower <= 4.0 * (b.upper - ref.lower) + 1e-6
+    assert b.upper - b.lower <= 3e-5          # was 6e-3 with every bottom vertex lowered
+
+
 def test_bracket_width_shrinks_like_h_squared():
     """Both ends are O(h^2) per step: a 4x finer grid narrows the bracket about 16x (>= 8x)."""
     ev = [(PoissonSampledGaussianEvent(0.01, 1.2), 1000)]
@@ -450,7 +479,7 @@ def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unch
     from dpcalib.accountant import accountant as acc_mod
     from dpcalib.accountant import pld
 
-    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 0.73674164), 100)
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 0.7369), 100)
     acc_mod._RDP_REPORTS.clear()
     pld.clear_cache()
     b = acc.epsilon_bracket(1e-5)
