@@ -41,6 +41,26 @@ def test_full_batch_ten_million_steps_contains_the_exact_epsilon():
     assert b.lower <= exact <= b.upper and b.converged
 
 
+@pytest.mark.parametrize("z, k, delta", [(498.0, 3, 1.5e-19), (100.0, 10, 1e-120), (3000.0, 10, 1e-50),
+                                        (100.0, 2, 1e-250)])
+def test_narrow_loss_at_tiny_delta_converges_around_the_exact_epsilon(z, k, delta):
+    """Large noise: the loss spreads ~1/z per step, and eps(delta) sits tens of spreads out.
+    The tilt toward the delta-quantile must reach ~eps / variance (thousands); with tilts up to
+    64 the first case ended at the memory cap, 11 s, with [0.027, 0.065] around 0.0281."""
+    b = pld_epsilon([(GaussianEvent(z), k)], delta)
+    exact = float(oracles.gdp_epsilon(math.sqrt(k) / z, delta))
+    assert b.converged and b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= max(1e-3 * exact, 2e-5)
+
+
+def test_narrow_poisson_loss_at_tiny_delta_converges_below_rdp():
+    ev = PoissonSampledGaussianEvent(9.01e-5, 30.1)
+    b = pld_epsilon([(ev, 1000)], 1e-20)      # was [0.00067, 0.0427], memory cap, not converged
+    rdp = PrivacyAccountant().compose(ev, 1000).get_epsilon(1e-20, "rdp")
+    assert b.converged and 0.0 < b.lower <= b.upper <= rdp
+    assert b.upper - b.lower <= 1e-5
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(delta=0.0), "delta"), (dict(delta=1.0), "delta"), (dict(delta=1e-301), "delta"),
     (dict(rtol=0.0), "rtol"), (dict(memory_cap=10), "memory_cap"),
