@@ -1437,6 +1437,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     best = None
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller
+    prev_gap, slow = None, 0
     for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
@@ -1453,6 +1454,15 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         if best.converged or not math.isfinite(up):
             break
         gap = up - lo
+        # a finer grid narrows the bracket ~4x per halving; twice in a row less than 1.5x means
+        # a floor that refining does not move (round-off at a tiny delta): stop there
+        slow = slow + 1 if prev_gap is not None and gap > prev_gap / 1.5 else 0
+        prev_gap = gap
+        if slow >= 2:
+            notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g}; "
+                         f"a floating-point floor, finer grids do not help)")
+            best = EpsilonBracket(lo, up, d, h, False, tuple(notes))
+            break
         # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
         fac = math.sqrt(0.7 * max(r * up, a_tol) / gap) if gap > 0 else 0.5
         h_next = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))

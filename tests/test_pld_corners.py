@@ -53,6 +53,16 @@ def test_narrow_loss_at_tiny_delta_converges_around_the_exact_epsilon(z, k, delt
     assert b.upper - b.lower <= max(1e-3 * exact, 2e-5)
 
 
+def test_a_bracket_that_stops_narrowing_stops_refining():
+    """z = 3000, 2 steps, delta = 1e-120: below h ~ 1e-5 the width stays ~1e-5 (round-off), just
+    above atol; refining went on to the memory cap (17 s).  It must stop, say why, and still
+    hold the exact value."""
+    b = pld_epsilon([(GaussianEvent(3000.0), 2)], 1e-120)
+    exact = float(oracles.gdp_epsilon(math.sqrt(2) / 3000.0, 1e-120))
+    assert b.lower <= exact <= b.upper and b.upper - b.lower <= 2e-3 * exact
+    assert not b.converged and any("stopped narrowing" in n for n in b.notes)
+
+
 def test_narrow_poisson_loss_at_tiny_delta_converges_below_rdp():
     ev = PoissonSampledGaussianEvent(9.01e-5, 30.1)
     b = pld_epsilon([(ev, 1000)], 1e-20)      # was [0.00067, 0.0427], memory cap, not converged
