@@ -7,7 +7,9 @@ from typing import Callable
 
 from ..accountant._roots import brentq
 
-__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "start_rtol"]
+__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "start_rtol",
+           "rdp_start", "pld_start", "rdp_tight_text",
+           "WOR_START_LABEL", "WOR_START_SUFFIX"]
 
 #: tolerance of the RDP-tight noise a PLD calibration starts from: it is only a feasible start and
 #: a note (``rdp_tight_noise``), so its last digits are not worth the fixed-order iterations
@@ -22,9 +24,9 @@ def start_rtol(accountant: str, rtol: float = 1e-9) -> float:
 #: the one error of every noise search that finds no feasible noise level
 NO_FEASIBLE_NOISE = ("no noise level meets the target epsilon: eps stayed above it at every noise level tried. "
                      "Either eps does not decrease with the noise, or delta is so small that the RDP "
-                     "accountant (which also starts every PLD calibration) cannot certify the target: its "
-                     "eps has a floor of about log(1/delta) / (largest order - 1), e.g. 0.37 at delta=1e-170 "
-                     "with orders up to 1024. Raise the target epsilon or delta.")
+                     "accountant cannot certify the target: its eps has a floor of about log(1/delta) / "
+                     "(largest order - 1), e.g. 0.37 at delta=1e-170 with orders up to 1024. Raise the "
+                     "target epsilon or delta, or use accountant='pld' (no such floor).")
 
 
 def smallest_scale(eps_of: Callable[[float], float], target: float, start: float = 1.0,
@@ -369,7 +371,59 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
         return None
 
 
-def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 1e-6):
+#: how the WOR calibrations (DIFF2-BVR, DP-SRM) name their RDP start in the accounting line
+WOR_START_LABEL, WOR_START_SUFFIX = "RDP-tight (WBK19 Thm 27) scale", " of the paper's split"
+
+
+def rdp_tight_text(start: float | None, label: str = "RDP-tight noise", suffix: str = "") -> str:
+    """The RDP start as a calibration's accounting line names it."""
+    return "RDP cannot certify the target at this delta" if start is None else f"{label} {start:.6g}{suffix}"
+
+
+def rdp_start(solve: Callable[[], float], accountant: str) -> float | None:
+    """The RDP-tight scale ``solve()``; None where the RDP accountant cannot certify the target
+    at all and ``accountant == "pld"`` (then :func:`pld_tighten` finds its own start)."""
+    try:
+        return solve()
+    except ValueError as exc:
+        if accountant != "pld" or str(exc) != NO_FEASIBLE_NOISE:
+            raise
+        return None
+
+
+#: largest noise scale :func:`pld_start` tries (2^-4 .. 2^PLD_START_MAX_LOG2)
+PLD_START_MAX_LOG2 = 60
+
+
+def pld_start(build, target: float, delta: float) -> float:
+    """A feasible scale found with the PLD alone, for when RDP cannot certify the target: at a
+    tiny delta RDP's eps has a floor of about ``log(1/delta) / (largest order - 1)`` (0.37 at
+    delta = 1e-170 with orders up to 1024) that the PLD does not have.  Down from
+    ``2^PLD_START_MAX_LOG2`` by factors of 4 while a 1 % bracket's certified upper end stays
+    below the target (large noise makes the loss narrow and its PLD cheap; small noise is where
+    it is expensive, so the scan stops at the first infeasible scale); the smallest feasible
+    scale seen is returned, and :func:`pld_scale` searches down from there as from an RDP
+    start."""
+    from ..accountant.pld import MIN_DELTA, pld_epsilon
+
+    if delta < MIN_DELTA:
+        raise ValueError(NO_FEASIBLE_NOISE)
+    best = None
+    for k in range(PLD_START_MAX_LOG2, -5, -2):
+        t = 2.0 ** k
+        try:
+            b = pld_epsilon(build(t).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+        except ValueError:                      # no grid fits the cap
+            break
+        if not b.upper < target:
+            break
+        best = t
+    if best is None:
+        raise ValueError(NO_FEASIBLE_NOISE)
+    return best
+
+
+def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
@@ -377,8 +431,11 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
     ``start`` (unless that report does not confirm the start, which is feasible only at its
     fixed RDP order: then nudged up until it does); ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
     ``lower_scale`` the scale below which the PLD lower bound already exceeds the target (None
-    when the PLD does not apply).
+    when the PLD does not apply).  ``start=None`` (RDP cannot certify the target,
+    :func:`rdp_start`): a start is found with the PLD alone (:func:`pld_start`).
     """
+    if start is None:
+        start = pld_start(build, target, delta)
     t = pld_scale(build, target, delta, start, rtol)
     b = build(t).epsilon_bracket(delta)  # what certify() reports
     step = rtol
@@ -395,6 +452,11 @@ def pld_tighten(build, target: float, delta: float, start: float, rtol: float = 
     if b.method == "gdp":
         return t, b, t
     if b.discretization <= 0.0:
+        return t, b, None
+    if not b.converged and b.lower < 0.5 * target:
+        # a bracket that stopped wide (memory cap, or a round-off floor at a tiny delta): the
+        # noise its lower end allows is far off and its search long (40 compositions, 22 s for
+        # ClipD2P at delta = 1e-170); no room is claimed (epsilon_lower still says how wide)
         return t, b, None
     r = max(rtol, 1e-4)
     h = b.discretization

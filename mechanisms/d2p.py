@@ -17,7 +17,7 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, start_rtol, tight_scale
+from ._solve import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol, tight_scale
 from .diff2 import _check_target
 from .dpsgd import calibrate_poisson
 
@@ -92,11 +92,13 @@ class ClipD2P(Releases):
                 warns.append(paper_warning("AdaD2P-E4", "the algorithm samples exactly one example (fixed size) under "
                                            "replace-one adjacency, while Abadi's theorem assumes Poisson sampling and "
                                            "add/remove; relation='replace-one' accounts the algorithm as written"))
+        # (a tight PLD calibration may start without RDP: rdp_start)
+        start_acc = accountant if method == "tight" else "rdp"
         if self.relation == "add/remove":
-            s = self.level("iteration", calibrate_poisson(1.0 / J, K, e, d, conversion=conv, refine=True, rtol=r,
-                                                                   exact=exact))
+            s = rdp_start(lambda: self.level("iteration", calibrate_poisson(
+                1.0 / J, K, e, d, conversion=conv, refine=True, rtol=r, exact=exact)), start_acc)
         else:
-            s = tight_scale(self.accountant, e, d, conv, rtol=r, exact=exact)
+            s = rdp_start(lambda: tight_scale(self.accountant, e, d, conv, rtol=r, exact=exact), start_acc)
         lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
         s0 = s
@@ -106,12 +108,12 @@ class ClipD2P(Releases):
         cert, br = certify(self.accountant(s), d, accountant)
         if method == "tight" and br is not None:
             rep = cert
-            accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; RDP-tight sigma {s0:.6g})"
+            accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma')})"
         else:
             rep = self.epsilon(d, s, conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
         if method == "tight" and br is not None:
-            notes["rdp_tight_noise"] = {"sigma": s0}
+            notes["rdp_tight_noise"] = None if s0 is None else {"sigma": s0}
         return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, cert.epsilon, rep.order,
                                  rep.conversion, accounting, tuple(warns), notes, None if br is None else br.lower,
                                  lower_noise)

@@ -20,7 +20,8 @@ from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, METHODS, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, smallest_scale, start_rtol, tight_scale
+from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
+                     rdp_tight_text, smallest_scale, start_rtol, tight_scale)
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -391,7 +392,8 @@ class DIFF2BVR(Releases):
         else:
             def build(k):
                 return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
-            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant), exact=accountant == "rdp")
+            t0 = t = rdp_start(lambda: tight_scale(build, e, d, rtol=start_rtol(accountant),
+                                                   exact=accountant == "rdp"), accountant)
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)
@@ -405,11 +407,12 @@ class DIFF2BVR(Releases):
             achieved, order, conv = certified, cert.order, cert.conversion
             accounting = ("rdp (WBK19 Thm 27, K-1 noisy steps)" if br is None else
                           f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
-                          f"steps; RDP-tight (WBK19 Thm 27) scale {t0:.6g} of the paper's split)")
+                          f"steps; {rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX)})")
         noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
         notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
                  "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}
         if method == "tight" and br is not None:
-            notes["rdp_tight_noise"] = {"sigma1": p1 * t0, "sigma2": None if p2 is None else p2 * t0, "sigma3": p3 * t0}
+            notes["rdp_tight_noise"] = None if t0 is None else {
+                "sigma1": p1 * t0, "sigma2": None if p2 is None else p2 * t0, "sigma3": p3 * t0}
         return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
                                  accounting, tuple(warns), notes, None if br is None else br.lower, lower_noise)

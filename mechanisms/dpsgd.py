@@ -11,7 +11,8 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, smallest_scale, start_rtol, tight_scale
+from ._solve import (certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, smallest_scale, start_rtol,
+                     tight_scale)
 from .diff2 import _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
@@ -99,9 +100,9 @@ class DPSGD(Releases):
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
             lower_noise = None
         else:
-            z0 = z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="improved",
-                                                          refine=True, rtol=start_rtol(accountant, rtol),
-                                                          exact=accountant == "rdp"))
+            z0 = z = rdp_start(lambda: self.level("step", calibrate_poisson(
+                self.sampling_rate, self.steps, e, d, conversion="improved", refine=True,
+                rtol=start_rtol(accountant, rtol), exact=accountant == "rdp")), accountant)
             if accountant == "pld":
                 z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
@@ -112,12 +113,12 @@ class DPSGD(Releases):
             rep = cert
             accounting = ("rdp (exact Poisson SGM, real order, improved conversion)" if br is None else
                           f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
-                          f"directions; RDP-tight noise {z0:.6g})")
+                          f"directions; {rdp_tight_text(z0)})")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}
         if method == "tight" and br is not None:
-            notes["rdp_tight_noise"] = {"noise_multiplier": z0}
+            notes["rdp_tight_noise"] = None if z0 is None else {"noise_multiplier": z0}
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
                                  rep.order, rep.conversion, accounting, tuple(warns), notes,
                                  None if br is None else br.lower, lower_noise)

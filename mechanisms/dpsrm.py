@@ -16,7 +16,8 @@ from ..accountant import _validate as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, start_rtol, tight_scale
+from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
+                     rdp_tight_text, start_rtol, tight_scale)
 from .diff2 import _check_target, paper_order
 
 __all__ = ["DPSRM"]
@@ -154,7 +155,8 @@ class DPSRM(Releases):
             lower_noise = None
         else:
             build = lambda k: self.accountant(p0 * k, pt * k)  # noqa: E731
-            t0 = t = tight_scale(build, e, d, rtol=start_rtol(accountant), exact=accountant == "rdp")
+            t0 = t = rdp_start(lambda: tight_scale(build, e, d, rtol=start_rtol(accountant),
+                                                   exact=accountant == "rdp"), accountant)
             t_lo = None
             if accountant == "pld":
                 t, _, t_lo = pld_tighten(build, e, d, t0)
@@ -166,11 +168,11 @@ class DPSRM(Releases):
             achieved, order, conv = cert.epsilon, cert.order, cert.conversion
             accounting = ("rdp (WBK19 Thm 27)" if br is None else
                           f"{br.method} (certified upper end of the bracket; fixed-size WOR, replace-one; "
-                          f"RDP-tight (WBK19 Thm 27) scale {t0:.6g} of the paper's split)")
+                          f"{rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX)})")
         notes = {"alpha_paper": a, "z0": s0 / d0, "z": st / dt,
                  "ratio2_t0": (s0 / d0) ** 2, "ratio2_t": (st / dt) ** 2, "beta": beta}
         if method == "tight" and br is not None:
-            notes["rdp_tight_noise"] = {"sigma0": p0 * t0, "sigma": pt * t0}
+            notes["rdp_tight_noise"] = None if t0 is None else {"sigma0": p0 * t0, "sigma": pt * t0}
         return CalibrationReport(self.name, method, e, d, {"sigma0": s0, "sigma": st}, achieved, cert.epsilon,
                                  order, conv, accounting, tuple(warns), notes, None if br is None else br.lower,
                                  lower_noise)

@@ -106,9 +106,30 @@ def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
     assert acc.epsilon_bracket(delta).upper == pytest.approx(rep.certified_epsilon, rel=1e-12)
 
 
-def test_a_target_below_the_rdp_floor_at_tiny_delta_is_a_clear_error():
-    # at delta = 8.5e-170 the RDP eps (orders up to 1024) cannot go below ~0.37 at any noise, and
-    # RDP starts every PLD calibration: a ValueError that says so, not a misleading reason
+def test_a_target_below_the_rdp_floor_at_tiny_delta_is_an_rdp_error_and_a_pld_answer():
+    # at delta = 8.5e-170 the RDP eps (orders up to 1024) cannot go below ~0.37 at any noise: the
+    # RDP calibration says so; the PLD one finds its own start and calibrates
+    ev = lambda z: PoissonSampledGaussianEvent(9.01e-5, z)  # noqa: E731
+    assert PrivacyAccountant().compose(ev(1e4), 1).get_epsilon(8.48e-170, "rdp") > 0.3
     with pytest.raises(ValueError, match=r"floor of about log\(1/delta\)"):
-        DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170, accountant="pld")
-    assert PrivacyAccountant().compose(PoissonSampledGaussianEvent(9.01e-5, 1e4), 1).get_epsilon(8.48e-170, "rdp") > 0.3
+        DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170)
+    rep = DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170, accountant="pld")
+    z = rep.noise["noise_multiplier"]
+    assert rep.certified_epsilon <= 0.077 and rep.notes["rdp_tight_noise"] is None
+    assert "RDP cannot certify" in rep.accounting
+    # one Poisson step: the closed-form profile (mpmath) at the target must be within delta
+    prof = max(float(oracles.wor_profile(9.01e-5, z, 0.077, d, dps=60)) for d in ("remove", "add"))
+    assert prof <= 8.48e-170
+    # and 0.1 % less noise must not be certifiable by the same oracle (the answer is tight)
+    prof = max(float(oracles.wor_profile(9.01e-5, z * 0.999, 0.077, d, dps=60)) for d in ("remove", "add"))
+    assert prof > 8.48e-170
+
+
+def test_a_pld_calibration_of_many_steps_below_the_rdp_floor():
+    rep = DPSGD(0.01, 1000).calibrate(0.3, 1e-170, accountant="pld")
+    z = rep.noise["noise_multiplier"]
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, z), 1000)
+    b = acc.epsilon_bracket(1e-170)
+    assert b.upper == pytest.approx(rep.certified_epsilon, rel=1e-12) and b.upper <= 0.3
+    assert 0.29 < b.lower <= b.upper
+    assert acc.get_epsilon(1e-170, "rdp") > 0.3
