@@ -364,7 +364,6 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     d = np.maximum(gp[:-1], gp[1:])               # d_i = max(gap_(i-1), gap_i), i = 0..n
     _bottom(d, gap, frac, Pe * eh1 * inv_lam)
     # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f) and
-    # f_(J-1) >= d_(J-1) (the lowered value there is not negative)
     # f_(J-1) >= d_(J-1) (the lowered value there is not negative); a convex decreasing
     # profile that reaches 0 stays 0, so J is at most the first grid point where f < d
     cond = (f[1:] >= gp[1:-1]) & (f[:-1] >= d[:-1])
@@ -1069,11 +1068,10 @@ def _tilted(steps, h, delta, alpha, cap_bytes, r_min, n0):
     logm = _log_mgfs(steps, h)
     lam = _tilt(logm[0], math.log(delta))
     for cand in [lam] + [float(c) for c in _LAMBDAS[::-1] if c < lam]:
-        if cand <= lam:
-            a, b = _window(steps, h, math.log(alpha), float(cand), logm, r_min)
-            if b - a + 1 <= 4 * n0 + 16:
-                lam = float(cand)
-                break
+        a, b = _window(steps, h, math.log(alpha), cand, logm, r_min)
+        if b - a + 1 <= 4 * n0 + 16:
+            lam = cand
+            break
     else:
         lam = 0.0
     if lam <= 0.0:
