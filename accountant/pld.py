@@ -1472,8 +1472,9 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     if predict:
         return (best.discretization if best is not None else 0.0), tuple(trace)
     if best is None:
-        raise ValueError(f"memory_cap={cap} is not allowed: even the coarsest grid does not fit; "
-                         f"raise it.")
+        raise ValueError(f"memory_cap={cap} is not allowed for these events: even the coarsest grid "
+                         f"(discretization {h:.3g}) does not fit the range of their privacy loss, which "
+                         f"very small noise makes wide; raise memory_cap, or use the RDP accountant.")
     return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
 
 

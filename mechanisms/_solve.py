@@ -201,7 +201,9 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
             if sec is not None and lo < sec < hi and width <= 0.75 * last_width:
                 nxt = sec
             else:
-                nxt = hi - fhi * (hi - lo) / (fhi - flo) if math.isfinite(flo) else 0.5 * (lo + hi)
+                # (an end at eps = 0 or eps = inf has no usable value: bisect)
+                nxt = (hi - fhi * (hi - lo) / (fhi - flo) if math.isfinite(flo) and math.isfinite(fhi)
+                       else 0.5 * (lo + hi))
             last_width = width
             nxt = min(max(nxt, lo + 0.25 * rtol), hi - 0.25 * rtol)
         xa, fa, xb = xb, fb, nxt
@@ -232,7 +234,9 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     def on(h):
         def f(x):
             up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP, side="upper")[1]
-            return math.inf if up is None or not up > 0 else math.log(up / target)
+            if up is None:              # over the memory cap: unknown, taken as infeasible
+                return math.inf
+            return math.log(up / target) if up > 0 else -math.inf      # eps = 0 meets any target
         return f
 
     b = pld_epsilon(build(start).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)

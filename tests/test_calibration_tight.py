@@ -291,3 +291,37 @@ def test_pld_tighten_nudges_up_until_the_final_report_meets_the_target(monkeypat
     t, b, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
     assert b.upper <= 2.0 and build(t).epsilon_bracket(1e-5).upper <= 2.0
     assert 0.98 * t_ok < t <= 1.02 * t_ok
+
+
+def test_loglog_root_bisects_when_an_end_of_the_bracket_has_eps_zero():
+    # a feasible end where eps = 0 (log eps = -inf) has no value for regula falsi: the step
+    # was -inf/-inf = NaN, and a NaN noise reached the events (delta = 0.5 DP-SGD calibrations)
+    from dpcalib.mechanisms._solve import _loglog_root
+
+    f = lambda x: -math.inf if x >= 1.0 else 1.0 - x      # noqa: E731  (root at x = 1)
+    x = _loglog_root(f, 2.0, f(2.0), 0.0, 1e-9)
+    assert 1.0 <= x <= 1.0 + 2e-9
+
+
+@pytest.mark.parametrize("accountant, delta", [("rdp", 0.5), ("pld", 0.5), ("pld", 0.99)])
+def test_calibration_at_a_large_delta_is_finite_and_tight(accountant, delta):
+    # Before: "noise_multiplier=nan is not allowed" (the RDP search met eps = 0 at z = 1); and
+    # at delta = 0.99, where the PLD's eps is 0 at the RDP start (z 0.352), the PLD search read
+    # every point with eps = 0 as infeasible and stayed there (the answer is z 0.232).  Oracle:
+    # dp-accounting's PLD delta(eps) at 1e-3 (pessimistic, ~3e-6 high here): within the target
+    # at our noise, clearly above it with 1 % less.  (Its get_epsilon is not used: at delta =
+    # 0.99 it returns 2.993 where its own delta(2.993) is 0.990015 > 0.99.)
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+    from dp_accounting.pld import pld_privacy_accountant
+
+    def dp_acc_delta(z):
+        a = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+        a.compose(SelfComposedDpEvent(PoissonSampledDpEvent(0.01, GaussianDpEvent(z)), 1000))
+        return a.get_delta(3.0)
+
+    r = DPSGD(0.01, 1000).calibrate(3.0, delta, accountant=accountant)
+    z = r.noise["noise_multiplier"]
+    assert math.isfinite(z) and r.certified_epsilon <= 3.0
+    assert dp_acc_delta(z) <= delta + 1e-5
+    if accountant == "pld":
+        assert dp_acc_delta(0.99 * z) > delta + 5e-4

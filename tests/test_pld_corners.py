@@ -82,6 +82,16 @@ def test_bad_arguments_name_the_argument(kwargs, name):
         pld_epsilon(**args)
 
 
+def test_a_loss_too_wide_for_any_grid_says_why_and_what_to_do():
+    # noise 1e-9: the privacy loss spans ~1e17; no grid fits the default cap.  The error names
+    # the cap (its value) and the way out, also for a user who never passed memory_cap
+    with pytest.raises(ValueError, match=r"memory_cap=1073741824 .*noise.*RDP accountant"):
+        pld_epsilon([(PoissonSampledGaussianEvent(0.5, 1e-9), 10)], 1e-5)
+    # the best-of accountant falls back to RDP (a finite, certified eps) instead of failing
+    b = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.5, 1e-9), 10).epsilon_bracket(1e-5)
+    assert b.method == "rdp" and 0.0 < b.upper < math.inf and b.lower == 0.0
+
+
 @pytest.mark.parametrize("bad", [dict(q=1.5), dict(q=-0.1), dict(z=0.0), dict(z=math.nan)])
 def test_bad_events_are_refused_by_their_constructor(bad):
     q, z = bad.get("q", 0.01), bad.get("z", 1.0)
