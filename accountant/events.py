@@ -28,6 +28,7 @@ __all__ = [
     "PoissonSampledGaussianEvent",
     "REPLACE_ONE",
     "ADD_REMOVE",
+    "never_used_probability",
 ]
 
 REPLACE_ONE = "replace-one"
@@ -48,6 +49,9 @@ class GaussianEvent:
     def __post_init__(self):
         object.__setattr__(self, "noise_multiplier",
                            _validate.positive(self.noise_multiplier, "noise_multiplier"))
+
+    #: the chance that the differing record takes part in the release (:func:`never_used_probability`)
+    use_probability = 1.0
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
@@ -103,6 +107,12 @@ class WORSampledGaussianEvent:
         b = _validate.integer(sample_size, "sample_size", low=0, high=n)
         return cls(b / n, noise_multiplier, bound, b, n)
 
+    @property
+    def use_probability(self) -> float:
+        """The chance that the replaced record is in the subsample, ``b / n``
+        (:func:`never_used_probability`)."""
+        return self.sampling_ratio
+
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier,
                                                       self.bound), dtype=float)
@@ -135,6 +145,11 @@ class PoissonSampledGaussianEvent:
         object.__setattr__(self, "noise_multiplier",
                            _validate.positive(self.noise_multiplier, "noise_multiplier"))
 
+    @property
+    def use_probability(self) -> float:
+        """The chance that the differing record is sampled (:func:`never_used_probability`)."""
+        return self.sampling_probability
+
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(poisson_gaussian_rdp(orders, self.sampling_probability,
                                                self.noise_multiplier), dtype=float)
@@ -144,3 +159,23 @@ class PoissonSampledGaussianEvent:
 
         return dp_accounting.PoissonSampledDpEvent(
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
+
+
+def never_used_probability(events) -> float:
+    """The chance that the differing record takes part in none of the releases of a
+    composition of ``(event, count)`` pairs: ``prod (1 - p_i)^(k_i)`` over the events' use
+    probabilities (1 for a full-batch Gaussian).
+
+    Run the two neighbouring mechanisms with the same coins (samples and noise): their outputs
+    coincide whenever the record is never used, so the total variation distance -- ``delta`` at
+    ``eps = 0`` -- is at most ``1 - never_used_probability``, at every noise level.  For any
+    ``delta`` at or above that, ``(0, delta)``-DP holds with no noise at all, and no noise level
+    is the smallest meeting a target; noise searches check this first.
+    """
+    log_never = 0.0
+    for ev, k in events:
+        p = float(ev.use_probability)
+        if p >= 1.0:
+            return 0.0
+        log_never += k * math.log1p(-p)
+    return math.exp(log_never)

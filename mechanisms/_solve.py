@@ -224,11 +224,18 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     fixed grid the upper bound is certified and continuous in the scale; the search runs secant
     steps in log-log coordinates (:func:`_loglog_root`).  The answer is then re-checked with
     the procedure the reports use (``epsilon_report(method="best")``) and nudged up until it
-    holds: never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller.
+    holds: never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller,
+    and when ``delta`` is at least the chance that the record is used at all (then eps = 0 at
+    every noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
     """
+    from ..accountant.events import never_used_probability
     from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at, report_grid
 
     if delta < MIN_DELTA:
+        return start
+    if delta >= 1.0 - never_used_probability(build(start).events):
+        # eps is 0 at every noise level (delta is at least the chance that the record is used at
+        # all): no smallest noise exists, and a search would only walk down to the memory cap
         return start
 
     def on(h):

@@ -325,3 +325,29 @@ def test_calibration_at_a_large_delta_is_finite_and_tight(accountant, delta):
     assert dp_acc_delta(z) <= delta + 1e-5
     if accountant == "pld":
         assert dp_acc_delta(0.99 * z) > delta + 5e-4
+
+
+def test_never_used_probability_and_eps_zero_above_it():
+    from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+    from dpcalib.accountant.events import never_used_probability
+    from dpcalib.accountant.pld import pld_epsilon
+
+    pois, wor = PoissonSampledGaussianEvent(0.01, 0.5), WORSampledGaussianEvent.from_sizes(64, 60000, 0.5)
+    assert never_used_probability([(pois, 1000)]) == pytest.approx(0.99 ** 1000, rel=1e-12)
+    assert never_used_probability([(pois, 10), (wor, 100)]) == pytest.approx(
+        0.99 ** 10 * (1 - 64 / 60000) ** 100, rel=1e-12)
+    assert never_used_probability([(GaussianEvent(100.0), 1), (pois, 3)]) == 0.0
+    # the coupling bound against the PLD: just above 1 - P(never used), eps is 0 even at small noise
+    for ev, k in [(pois, 100), (wor, 100)]:
+        used = 1.0 - never_used_probability([(ev, k)])
+        assert pld_epsilon([(ev, k)], min(1.0 - 1e-9, used * 1.001)).upper == 0.0
+        assert pld_epsilon([(ev, k)], used * 0.1).lower > 0.0      # (the bound is not tight: TV < P(used))
+
+
+def test_pld_calibration_keeps_the_rdp_start_when_no_noise_is_needed():
+    # DP-SRM (n 60000, T 100, b0 256, b 64): the record is used with probability ~0.104, so at
+    # delta = 0.5 eps = 0 at every noise level.  The search used to walk down (30 PLD
+    # evaluations, 31 s) to a noise 200x below the start; it now keeps the RDP-tight start.
+    r = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5, accountant="pld")
+    rdp = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5)
+    assert r.noise == pytest.approx(rdp.noise, rel=1e-5) and r.certified_epsilon == 0.0
