@@ -198,6 +198,10 @@ class PrivacyAccountant:
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
+        if method == "gdp" and not self.is_full_batch_gaussian:
+            raise ValueError("method='gdp' is not allowed for these events: exact Gaussian DP holds only "
+                             "for compositions of full-batch GaussianEvents (these include subsampled "
+                             "ones); use 'auto', 'rdp', 'pld' or 'best'.")
         if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):
             mu = self.gdp_mu()
             return EpsilonReport(gdp_epsilon(mu, d), d, "gdp", None, None, (f"mu={mu:.12g}",))

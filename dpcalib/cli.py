@@ -544,6 +544,10 @@ def _epsilon_of(acc, args) -> tuple:
         b = acc.epsilon_bracket(args.delta, methods=("gdp", "pld", "rdp") if which == "best" else ("pld",))
         lower = b.lower if b.method != "rdp" or b.discretization > 0 else None
         return EpsilonReport.from_bracket(b), lower
+    if which == "gdp" and not acc.is_full_batch_gaussian:
+        flag, other = ("--accountant", "best, pld or rdp") if args.accountant else ("--method", "auto or rdp")
+        raise _UsageError(f"{flag} gdp is not allowed for these events: exact Gaussian DP holds only for "
+                          f"full-batch Gaussian releases (--gaussian); use {other}")
     rep = acc.epsilon_report(args.delta, method=which, conversion=args.conversion)
     return rep, (rep.epsilon if rep.method == "gdp" else None)
 

@@ -85,3 +85,11 @@ def test_failed_compose_leaves_state_unchanged():
         acc.compose(GaussianEvent(1.0), -2)
     assert len(acc.events) == 1
     assert (acc.rdp() == before).all()
+
+
+def test_gdp_method_on_subsampled_events_names_the_argument():
+    from dpcalib.accountant import PoissonSampledGaussianEvent, PrivacyAccountant
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 10)
+    with pytest.raises(ValueError, match=r"method='gdp' is not allowed .*full-batch"):
+        acc.epsilon_report(1e-5, method="gdp")
