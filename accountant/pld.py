@@ -1441,6 +1441,10 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
             h *= 4.0
             continue
+        if lo is None and best is not None and h < best.discretization / 2.1:
+            # a long step ran over the cap: a grid half as fine as the last one may still fit
+            h = _on_ladder(0.5 * best.discretization)
+            continue
         if lo is None:
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")

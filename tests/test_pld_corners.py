@@ -143,3 +143,15 @@ def test_a_pld_calibration_of_many_steps_below_the_rdp_floor():
     assert b.upper == pytest.approx(rep.certified_epsilon, rel=1e-12) and b.upper <= 0.3
     assert 0.29 < b.lower <= b.upper
     assert acc.get_epsilon(1e-170, "rdp") > 0.3
+
+
+def test_a_refinement_step_over_the_cap_retries_half_as_fine():
+    # 1000 Poisson steps under a 2 MiB cap: the refinement's step from 4.65e-4 to 1.16e-4 does
+    # not fit; 2.32e-4 does, and its bracket is 4x narrower (it used to stop at 4.65e-4, width
+    # 4.6e-4).  Both contain the truth, so the capped bracket meets the uncapped one.
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
+    capped = pld_epsilon(ev, 1e-5, memory_cap=1 << 21)
+    fine = pld_epsilon(ev, 1e-5)
+    assert not capped.converged and any("memory cap" in n for n in capped.notes)
+    assert capped.discretization < 3e-4 and capped.width <= 1.5e-4
+    assert capped.lower <= fine.upper and fine.lower <= capped.upper
