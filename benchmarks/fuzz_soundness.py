@@ -20,7 +20,7 @@ An UNDER-REPORT is a configuration whose recomputed delta at the target eps exce
 delta (beyond 1e-6 relative + 1e-12 absolute, the oracles' own arithmetic): the tool would have
 claimed an eps smaller than the truth.  There must be none.
 
-    python benchmarks/fuzz_soundness.py --configs 10000 [--seed 0] [--workers 2]
+    python benchmarks/fuzz_soundness.py --configs 10000 [--seed 0] [--workers 2] [--accountant pld]
 
 prints the counts (under-reports, errors = exceptions other than a clear ``ValueError``,
 refused = clear ``ValueError`` from a constructor or a calibration) per mechanism.
@@ -319,10 +319,11 @@ KINDS = ("dp-gd", "diff2-gd", "dicesgd", "dp-sgd", "clipd2p-add/remove", "constd
          "clipd2p-replace-one", "constd2p-replace-one", "diff2-bvr", "dp-srm")
 
 
-def check_one(i: int, seed: int, noise_scale: float = 1.0) -> dict:
+def check_one(i: int, seed: int, noise_scale: float = 1.0, accountant: str = "rdp") -> dict:
     """Configuration ``i`` of the stream ``seed``: its outcome as a small dict.  ``noise_scale``
     != 1 plants a bug (the calibrated noise is scaled before the oracle sees it) to show that
-    the check can fail."""
+    the check can fail.  ``accountant="pld"``: the tight calibrations that take an accountant
+    solve on the PLD's certified upper end (the others are full batch: exact GDP either way)."""
     rng = np.random.default_rng([seed, i])
     kind = KINDS[i % len(KINDS)]
     out = {"i": i, "kind": kind}
@@ -334,7 +335,10 @@ def check_one(i: int, seed: int, noise_scale: float = 1.0) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rep = mech.calibrate(eps, delta, method="tight")
+            kw = {"accountant": accountant} if accountant != "rdp" and _takes_accountant(mech) else {}
+            t0 = time.perf_counter()
+            rep = mech.calibrate(eps, delta, method="tight", **kw)
+            out["seconds"] = time.perf_counter() - t0
     except ValueError as exc:
         return {**out, "outcome": "refused", "detail": str(exc)[:200]}
     except Exception as exc:  # noqa: BLE001 - every other exception is a bug to count
@@ -353,16 +357,22 @@ def check_one(i: int, seed: int, noise_scale: float = 1.0) -> dict:
     return {**out, "outcome": "under-report" if d > delta * (1 + RTOL) + atol else "ok"}
 
 
+def _takes_accountant(mech) -> bool:
+    import inspect
+
+    return "accountant" in inspect.signature(mech.calibrate).parameters
+
+
 def fuzz(configs: int, seed: int = 0, workers: int = 1, progress: bool = False,
-         noise_scale: float = 1.0) -> list[dict]:
+         noise_scale: float = 1.0, accountant: str = "rdp") -> list[dict]:
     idx = range(configs)
     if workers > 1:
         import multiprocessing as mp
 
         with mp.get_context("spawn").Pool(workers) as pool:
-            it = pool.imap_unordered(_star, [(i, seed, noise_scale) for i in idx], chunksize=4)
+            it = pool.imap_unordered(_star, [(i, seed, noise_scale, accountant) for i in idx], chunksize=4)
             return sorted(_bar(it, configs, progress), key=lambda r: r["i"])
-    return list(_bar((check_one(i, seed, noise_scale) for i in idx), configs, progress))
+    return list(_bar((check_one(i, seed, noise_scale, accountant) for i in idx), configs, progress))
 
 
 def _star(args):
@@ -389,9 +399,11 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
+                    help="what the tight calibrations solve on where they take an accountant")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    res = fuzz(a.configs, a.seed, a.workers, progress=sys.stderr.isatty())
+    res = fuzz(a.configs, a.seed, a.workers, progress=sys.stderr.isatty(), accountant=a.accountant)
     dt = time.perf_counter() - t0
     total = Counter(r["outcome"] for r in res)
     print(f"{a.configs} configurations (seed {a.seed}) in {dt:.0f} s")
@@ -401,6 +413,8 @@ def main(argv=None) -> int:
         print(f"{kind:24s} " + " ".join(f"{c.get(k, 0):13d}" for k in
                                          ("ok", "under-report", "error", "refused", "invalid", "oracle-failed")))
     print("total", dict(total))
+    slow = sorted((r for r in res if "seconds" in r), key=lambda r: -r["seconds"])[:5]
+    print("slowest calibrations:", ", ".join(f"#{r['i']} {r['kind']} {r['seconds']:.1f} s" for r in slow))
     for r in res:
         if r["outcome"] in ("under-report", "error", "oracle-failed"):
             print(r)
