@@ -361,25 +361,36 @@ def _lower_step(b: _Bins, h: float, count: int) -> _Step | None:
     f[:-1] = np.cumsum(terms[::-1])[::-1]
     gp = np.zeros(n + 2)
     gp[1:-1] = gap                                # gp[i] = gap_(i-1)
-    d = np.maximum(gp[:-1], gp[1:])               # d_i = max(gap_(i-1), gap_i), i = 0..n
-    _bottom(d, gap, frac, Pe * eh1 * inv_lam)
-    # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f) and
-    # f_(J-1) >= d_(J-1) (the lowered value there is not negative); a convex decreasing
-    # profile that reaches 0 stays 0, so J is at most the first grid point where f < d
-    cond = (f[1:] >= gp[1:-1]) & (f[:-1] >= d[:-1])
-    below = np.nonzero(f < d)[0]
-    if below.size:
-        cond[int(below[0]):] = False
-    okJ = np.nonzero(cond)[0] + 1
-    # the highest admissible J first; if the repair of negative atoms cannot be paid for (a
-    # steep tail just below J), close lower down
-    for J in okJ[::-1][:4]:
-        m = _lower_masses(Pe, rho, d, f, int(J), h)
-        if m is not None:
-            # below its lowest atom the measure's profile is the true line (d_0 = 0): scaled
-            # down by the round-off of f's sums (n terms), so that it stays below f in floats
-            m *= 1.0 - (n + 16) * 2.0 ** -52
-            return _Step(b.i0, m, 0.0, 0.0, count)
+    plain = np.maximum(gp[:-1], gp[1:])           # d_i = max(gap_(i-1), gap_i), i = 0..n
+    # the bottom rule first; where its polyline cannot be made a measure, the plain rule.  (A
+    # bin holding nearly all the mass at its lower end -- an atom on a grid point, see
+    # :func:`_aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
+    # vertex in place, must then lower the upper one by ~h times that mass, a concave kink the
+    # thin tail above cannot repay; the plain rule lowers both by the gap, ~0.)
+    for bottom in (True, False):
+        d = plain.copy()
+        if bottom:
+            _bottom(d, gap, frac, Pe * eh1 * inv_lam)
+        # close at the highest J with f_J >= gap_(J-1) (the last segment ends at 0 below f)
+        # and f_(J-1) >= d_(J-1) (the lowered value there is not negative); a convex decreasing
+        # profile that reaches 0 stays 0, so J is at most the first grid point where f < d
+        cond = (f[1:] >= gp[1:-1]) & (f[:-1] >= d[:-1])
+        below = np.nonzero(f < d)[0]
+        if below.size:
+            cond[int(below[0]):] = False
+        okJ = np.nonzero(cond)[0] + 1
+        # the highest admissible J first; if the repair of negative atoms cannot be paid for
+        # (a steep tail just below J), close lower down
+        for J in okJ[::-1][:4]:
+            m, fail = _lower_masses(Pe, rho, d, f, int(J), h)
+            if m is None and fail < J - 64:
+                break               # a kink far below the top: closing lower down does not help
+            if m is not None:
+                # below its lowest atom the measure's profile is a line below f's (d_0 >= 0):
+                # scaled down by the round-off of f's sums (n terms), so that it stays below f
+                # in floats
+                m *= 1.0 - (n + 16) * 2.0 ** -52
+                return _Step(b.i0, m, 0.0, 0.0, count)
     return None
 
 
@@ -430,15 +441,16 @@ def _convexify(m, h, max_pools: int = 4096) -> bool:
     weighted mean of theirs -- the minorant lies below the polyline, hence below ``f``.  All
     slopes are taken relative to the block's first one (``t_a (s_i - s_a) = sum_(a<k<=i)
     m_k e^((a-k) h)``) so that tiny tail masses keep their precision.  The end vertices keep
-    their kinks; a negative kink at vertex 0 is left to the caller.  Returns False (``m``
-    unusable) when more than ``max_pools`` concave kinks or too much pooling work would be
-    needed: the lower end then comes from the other bound, never from a long Python loop.
+    their kinks; a negative kink at vertex 0 is left to the caller.  Returns None when done, or
+    the vertex where it gave up (``m`` unusable) when more than ``max_pools`` concave kinks, a
+    block of more than ``_MAX_BLOCK`` segments or too much pooling work would be needed: the
+    lower end then comes from the other bound, never from a long Python loop.
     """
     J = m.size - 1
     work = steps = 0
     negs = np.nonzero(m[1:] < 0.0)[0] + 1
     if negs.size > max_pools:
-        return False
+        return int(negs[0])
     done = 0                                      # vertices below this are settled
     for j in negs:                                # pooling only leaves negative kinks at 0 or J
         j = int(j)
@@ -448,9 +460,9 @@ def _convexify(m, h, max_pools: int = 4096) -> bool:
         while True:
             work += b - a
             steps += 1
-            if steps > 5 * max_pools or work > 5000 * max_pools:   # ~0.5 s at most
-                return False
             b = min(b, J)
+            if steps > 5 * max_pools or work > 5000 * max_pools or b - a > _MAX_BLOCK:
+                return j
             k = np.arange(a + 1, b + 1)
             rel = np.cumsum(m[a + 1:b + 1] * np.exp((a - k) * h))   # t_a (s_i - s_a), i = a+1..b
             shat = np.concatenate(([0.0], rel[:-1]))                 # segments a..b-1
@@ -469,12 +481,19 @@ def _convexify(m, h, max_pools: int = 4096) -> bool:
             m[b] = new_b
             break
         done = b
-    return True
+    return None
+
+
+#: the longest block :func:`_convexify` pools (the longest seen in the benchmark settings is
+#: ~1300 segments); a concave kink that needs more -- an atom's chord gap at the bottom of a
+#: step, with only a thin tail above to absorb it -- gives a poor lower step anyway, and a
+#: block grown one segment at a time costs O(length^2): it used to take 0.5 s to give up
+_MAX_BLOCK = 2048
 
 
 def _lower_masses(Pe, rho, d, f, J, h):
-    """The atoms of :func:`_lower_step` closed at grid index ``J`` (None if the repair of
-    negative atoms cannot be paid for)."""
+    """``(atoms, None)`` of :func:`_lower_step` closed at grid index ``J``, or ``(None, j)`` if
+    the repair of the negative atoms from vertex ``j`` on cannot be paid for."""
     eh1 = math.expm1(h)
     d = d[:J + 1].copy()
     d[J] = f[J]                                   # the profile is 0 from t_J on
@@ -485,8 +504,10 @@ def _lower_masses(Pe, rho, d, f, J, h):
     m[:J] -= corr / eh1
     m[1:J] += math.exp(h) * corr[:J - 1] / eh1
     m[J] = math.exp(h) * (f[J - 1] - d[J - 1]) / eh1
-    if np.any(m[1:] < 0.0) and not _convexify(m, h):
-        return None
+    if np.any(m[1:] < 0.0):
+        fail = _convexify(m, h)
+        if fail is not None:
+            return None, fail
     neg = np.nonzero(m < 0.0)[0]
     if neg.size:
         debt = 0.0
@@ -508,8 +529,8 @@ def _lower_masses(Pe, rho, d, f, J, h):
                 continue
             i += 1
         if debt > 0.0:
-            return None
-    return m
+            return None, int(neg[0])
+    return m, None
 
 
 def _profile(m: np.ndarray, h: float) -> np.ndarray:
@@ -1323,17 +1344,55 @@ def _lower_ends(key, ups):
             steps, lsteps = _steps(ev, h, tau, direction, cap, lower=True)
         except _OverCap:
             return _remember(ck, _OVER)
+        hl = h
+        if not _usable(lsteps):
+            # a bin holding nearly all the mass mid-way between two grid points (below a thin
+            # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
+            # a grid point they usually exist (:func:`_aligned_grid`) -- else Hoeffding's end
+            ha = _aligned_grid(ev, h)
+            if ha is not None:
+                try:
+                    _, la = _steps(ev, ha, tau, direction, cap, lower=True)
+                except _OverCap:
+                    la = None
+                if la is not None and _usable(la):
+                    lsteps, hl = la, ha
         if not _usable(lsteps):                       # Hoeffding's end from the upper steps
             u = _upper_ends(key)
             if u is _OVER:
                 return _remember(ck, _OVER)
             out.append(u[_directions(ev).index(direction)][0])
             continue
-        lo = _lower_one(lsteps, h, d, cap)
+        lo = _lower_one(lsteps, hl, d, cap)
         if lo is None:
             return _remember(ck, _OVER)
         out.append(lo)
     return _remember(ck, out or [0.0])
+
+
+def _aligned_grid(events, h: float) -> float | None:
+    """A grid step in ``(h/2, h]`` that puts the subsampled loss's atom on a grid point, or None.
+
+    With small noise almost all of a Poisson step's mass sits just above ``log(1 - q)`` (remove
+    direction; just below ``-log(1 - q)`` for add, and both for sampling without replacement):
+    an atom.  Mid-way between two grid points its chord gap is ``~h/4`` of the whole mass, more
+    than the thin tail above can repay, and :func:`_lower_step` fails.  With ``h' = |log(1 - q)|
+    / ceil(|log(1 - q)| / h)`` the atom sits at a grid point (the grid is symmetric about 0, so
+    for both signs), its gap is ~0, and the lower step exists.  Any grid's lower end is valid;
+    this one is used only where the grid ``h``'s lower steps fail.  The atom of the subsampled
+    event with the most steps is aligned; None where no event is subsampled (0 < q < 1) or the
+    atom is within ``h`` of 0 (then it sits near a grid point already)."""
+    best = None
+    for ev, k in events:
+        q = getattr(ev, "use_probability", 1.0)
+        if 0.0 < q < 1.0 and (best is None or k > best[1]):
+            best = (q, k)
+    if best is None:
+        return None
+    a = -math.log1p(-best[0])
+    if not a >= h:
+        return None
+    return a / math.ceil(a / h)
 
 
 def _check_events(events):

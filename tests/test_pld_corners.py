@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant
@@ -103,6 +104,7 @@ def test_bad_events_are_refused_by_their_constructor(bad):
     (0.01, 1000, 0.01, 1e-5),      # smallest target: noise ~77
     (0.01, 100, 100.0, 1e-5),      # largest target: noise ~0.18
     (1.0, 10, 100.0, 0.1),         # largest delta, full batch under add/remove
+    (0.001, 100, 100.0, 1e-5),     # small q and noise ~0.12: an atom mid-bin (22 s before the aligned grid)
 ])
 def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
     rep = DPSGD(q, steps).calibrate(eps, delta, accountant="pld")
@@ -155,3 +157,35 @@ def test_a_refinement_step_over_the_cap_retries_half_as_fine():
     assert not capped.converged and any("memory cap" in n for n in capped.notes)
     assert capped.discretization < 3e-4 and capped.width <= 1.5e-4
     assert capped.lower <= fine.upper and fine.lower <= capped.upper
+
+
+def test_an_atom_between_grid_points_gets_its_lower_steps_on_an_aligned_grid(monkeypatch):
+    # One Poisson step, q = 0.00137, z = 0.182: almost all the mass sits just above log(1 - q),
+    # mid-way between grid points; its chord gap broke the lower steps, and the lower end was
+    # Hoeffding's.  On the grid that puts log(1 - q) on a grid point they exist.  Oracle: the
+    # closed-form profile (mpmath): delta(lower) >= delta >= delta(upper), both directions.
+    from dpcalib.accountant import pld
+
+    q, z, delta = 0.00137, 0.182, 8.8e-6
+    b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
+
+    def prof(e):
+        return max(float(oracles.wor_profile(q, z, e, d)) for d in ("remove", "add"))
+
+    assert prof(b.lower) >= delta * (1 - 1e-9) and prof(b.upper) <= delta * (1 + 1e-9)
+    assert b.converged and b.width <= 1e-5
+    pld.clear_cache()
+    monkeypatch.setattr(pld, "_aligned_grid", lambda events, h: None)
+    wide = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
+    assert wide.discretization < b.discretization       # without it: finer grids for the same tolerance
+
+
+def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
+    # a concave kink of a whole unit at the bottom with only 1e-9 above (the mid-bin atom): the
+    # block would have to span the whole step; it gives up at that kink's vertex
+    from dpcalib.accountant.pld import _MAX_BLOCK, _convexify
+
+    m = np.concatenate(([0.0, 2.0, -1.0], np.full(4 * _MAX_BLOCK, 1e-9)))
+    assert _convexify(m.copy(), 1e-4) == 2
+    ok = np.array([0.0, 1.0, -0.5, 0.6, 0.1])             # absorbed by the next atom
+    assert _convexify(ok, 1e-4) is None and np.all(ok[1:] >= 0.0)
