@@ -1495,6 +1495,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller
     prev_gap, slow = None, 0
+    prev_own = None                # the previous grid's own width (before intersecting)
     for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
@@ -1509,6 +1510,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
                          f"is from the finest grid that fits")
             break
         trace.append((h, up))
+        own = up - lo
         if best is not None:      # every grid's bracket is valid: keep their intersection
             lo, up = max(lo, best.lower), min(up, best.upper)
         best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
@@ -1518,7 +1520,12 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # a finer grid narrows the bracket ~4x per halving; twice in a row less than 1.5x means
         # a floor that refining does not move (round-off at a tiny delta): stop there
         slow = slow + 1 if prev_gap is not None and gap > prev_gap / 1.5 else 0
-        prev_gap = gap
+        # a finer grid whose own bracket is no narrower than the coarser one's: the round-off
+        # charge, which grows with the number of grid points, already dominates (tiny delta, an
+        # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later
+        if prev_own is not None and own >= prev_own:
+            slow = 2
+        prev_gap, prev_own = gap, own
         if slow >= 2:
             notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g}; "
                          f"a floating-point floor, finer grids do not help)")
