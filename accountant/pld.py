@@ -431,7 +431,7 @@ def _bottom(d, gap, frac, span) -> None:
         d[j + 1] = dv = req
 
 
-def _convexify(m, h, max_pools: int = 4096) -> bool:
+def _convexify(m, h, max_pools: int = 4096) -> int | None:
     """Replace the lowered polyline by its greatest convex minorant where it is not convex
     (in place).
 
