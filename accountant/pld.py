@@ -1384,7 +1384,7 @@ def _aligned_grid(events, h: float) -> float | None:
     atom is within ``h`` of 0 (then it sits near a grid point already)."""
     best = None
     for ev, k in events:
-        q = getattr(ev, "use_probability", 1.0)
+        q = ev.use_probability
         if 0.0 < q < 1.0 and (best is None or k > best[1]):
             best = (q, k)
     if best is None:
