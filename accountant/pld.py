@@ -1496,6 +1496,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     trace = []                     # (grid, its own upper end), for a prediction's caller
     prev_gap, slow = None, 0
     prev_own = None                # the previous grid's own width (before intersecting)
+    prev_lo = prev_h = None
     for _ in range(20):
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
@@ -1510,7 +1511,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
                          f"is from the finest grid that fits")
             break
         trace.append((h, up))
-        own = up - lo
+        own, own_lo = up - lo, lo
         if best is not None:      # every grid's bracket is valid: keep their intersection
             lo, up = max(lo, best.lower), min(up, best.upper)
         best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
@@ -1525,7 +1526,14 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later
         if prev_own is not None and own >= prev_own:
             slow = 2
-        prev_gap, prev_own = gap, own
+        # a refinement by f in the grid narrows the width by f^2 (both ends O(h^2)) or at least f
+        # (a Hoeffding lower end, O(h)); by less than 3/4 of f, with both ends already positive
+        # and within 10 %, a floor that does not move with h (round-off against a flat delta(eps):
+        # few steps at a small eps) has taken over -- the next grid would only cost more
+        if (prev_own is not None and own_lo > 0.0 and prev_lo > 0.0 and prev_own <= 0.1 * up
+                and own * 0.75 * (prev_h / h) > prev_own):
+            slow = 2
+        prev_gap, prev_own, prev_lo, prev_h = gap, own, own_lo, h
         if slow >= 2:
             notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g}; "
                          f"a floating-point floor, finer grids do not help)")
