@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..accountant._roots import brentq
 
-__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "start_rtol",
+__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "start_rtol",
            "rdp_start", "pld_start", "rdp_tight_text",
            "WOR_START_LABEL", "WOR_START_SUFFIX"]
 
@@ -146,7 +146,8 @@ PREDICT_WITHIN = 0.75
 
 
 def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 40,
-                 predict: bool = False, max_step: float = 0.3) -> float:
+                 predict: bool = False, max_step: float = 0.3, unknown_rtol: float | None = None,
+                 grow: bool = False) -> float:
     """Smallest feasible ``x`` (``f(x) <= 0``) within ``rtol`` of the root of a decreasing ``f``.
 
     ``f`` is nearly linear (log eps against log scale), so secant steps from ``(x0, f0)`` and
@@ -155,6 +156,13 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
     With ``predict`` the search also stops at a feasible point that the secant through the last
     two evaluations puts within ``PREDICT_WITHIN * rtol`` above the root (nearly linear ``f``: one evaluation
     fewer, often two; still a feasible evaluated point).
+
+    ``f = +inf`` reads "unknown, taken as infeasible" (a PLD search over its memory cap).  With
+    ``unknown_rtol``, a bracket whose infeasible end is such a point stops once it is
+    ``unknown_rtol`` wide: the boundary it closes in on is the cap's, not the root's, and
+    locating it to ``rtol`` cost a dozen near-cap compositions (3 s each).  With ``grow``, a
+    walk that is not bracketed yet doubles its step limit each time the secant asks for more
+    (the RDP start can be 40x the PLD answer's noise: 12 steps of 0.3 become 5).
     """
     lo = flo = hi = fhi = None                 # lo: infeasible (f > 0), hi: feasible
     last = 0
@@ -182,6 +190,9 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
         record(xb, fb)
         if lo is not None and hi is not None and hi - lo <= rtol:
             break
+        if (unknown_rtol is not None and lo is not None and hi is not None and flo == math.inf
+                and hi - lo <= unknown_rtol):
+            break
         if (predict and hi == xb and math.isfinite(fa) and math.isfinite(fb) and fb != fa
                 and 0.0 <= xb - (xb - fb * (xb - xa) / (fb - fa)) <= PREDICT_WITHIN * rtol):
             break
@@ -189,8 +200,12 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
             sec = xb - fb * (xb - xa) / (fb - fa) if math.isfinite(fb) and math.isfinite(fa) and fb != fa else None
             if hi is None:                         # everything so far infeasible: go up
                 nxt = lo + max_step if sec is None else min(max(sec, lo + rtol / 2), lo + max_step)
+                clamped = sec is not None and sec > lo + max_step
             else:                                  # everything feasible: go down
                 nxt = hi - max_step if sec is None else max(min(sec, hi - rtol / 2), hi - max_step)
+                clamped = sec is not None and sec < hi - max_step
+            if grow and clamped:
+                max_step *= 2.0
         else:
             # bracketed: the secant through the last two points where it falls inside the bracket
             # and the bracket keeps shrinking by a quarter (superlinear on the smooth curve); else the
@@ -212,8 +227,16 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
     return hi
 
 
-def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-6) -> float:
-    """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``.
+#: a PLD search whose smaller scales run over the memory cap stops within this (log) distance
+#: of the cap's boundary: the answer there is the cap's, not the tight one, and each near-cap
+#: composition costs seconds
+CAP_RTOL = 1e-2
+
+
+def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-6) -> tuple[float, bool]:
+    """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``, and
+    whether a smaller scale was left unexamined because its composition ran over the memory
+    cap (``SEARCH_CAP``): ``(scale, capped)``.
 
     ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
     is at most ``target`` too).  Coarse to fine: the root is first found on a coarse grid (the
@@ -232,16 +255,18 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at, report_grid
 
     if delta < MIN_DELTA:
-        return start
+        return start, False
     if delta >= 1.0 - never_used_probability(build(start).events):
         # eps is 0 at every noise level (delta is at least the chance that the record is used at
         # all): no smallest noise exists, and a search would only walk down to the memory cap
-        return start
+        return start, False
+    over = []                           # scales (log) whose composition ran over the cap
 
     def on(h):
         def f(x):
             up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP, side="upper")[1]
             if up is None:              # over the memory cap: unknown, taken as infeasible
+                over.append(x)
                 return math.inf
             return math.log(up / target) if up > 0 else -math.inf      # eps = 0 meets any target
         return f
@@ -250,7 +275,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     if not b.upper < target:       # the coarse bracket is too wide to tell: the fine one
         b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
     if not b.upper < target or b.discretization <= 0.0:
-        return start
+        return start, False
     x0 = math.log(start)
     f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
     # eps ~ 1/scale (Poisson, small eps) to 1/scale^3 (few steps): a first step with the slope of
@@ -265,7 +290,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         slope.append((x, v))
         return v
 
-    xt = _loglog_root(coarse, x0, f0, x1, 1e-4, predict=True)
+    xt = _loglog_root(coarse, x0, f0, x1, 1e-4, predict=True, unknown_rtol=CAP_RTOL, grow=True)
     pts = [p for p in slope if math.isfinite(p[1])]
     k = -1.0
     if len(pts) >= 2 and pts[-1][0] != pts[-2][0] and pts[-1][1] != pts[-2][1]:
@@ -278,16 +303,23 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         # the report's grid, predicted without evaluating it (on the first pass) -- then the
         # report's own grid at the answer found
         ev = build(math.exp(xt)).events
+        wide = None                     # (lower, upper) of a report that will stop wide
         if h is None:
             hb, ups = report_grid(ev, delta, with_uppers=True)
+            if ups and ups[-1][0] == hb:
+                # the prediction composed the report's grid itself: the refinement ends there
+                # (memory cap, floor, or converged); its bracket is remembered
+                wide = pld_epsilon_at(ev, delta, hb, SEARCH_CAP)
             fc = [v for x, v in slope if x == xt and math.isfinite(v)]
             if fc:
                 ups = ups + ((b.discretization, target * math.exp(fc[-1])),)
         else:
-            hb, ups = pld_epsilon(ev, delta).discretization, ()
+            rb = pld_epsilon(ev, delta)
+            hb, ups, wide = rb.discretization, (), (rb.lower, rb.upper)
         if hb == h or hb <= 0.0:
             break
         h = hb
+        r = _fine_rtol(rtol, wide)
         f = on(h)
         # the fine upper end at xt extrapolated from the coarse grids' (O(h^2)): a first
         # evaluation just above the root it predicts is usually feasible and within rtol of
@@ -295,9 +327,9 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         fp = _extrapolated(ups, h, target)
         ft = None
         if fp is not None:
-            x1 = xt - fp / k + 0.3 * rtol
+            x1 = xt - fp / k + 0.3 * r
             f1 = f(x1)
-            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= 0.6 * rtol:   # x1 - root ~ f1 / k
+            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= 0.6 * r:   # x1 - root ~ f1 / k
                 xt = x1
                 continue
             if math.isfinite(f1):
@@ -306,14 +338,34 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
             ft = f(xt)
         if not math.isfinite(ft):
             break
-        step = max(-0.05, min(0.05, -ft / k)) + (0.25 * rtol if ft <= 0 else 0.5 * rtol)
-        xt = _loglog_root(f, xt, ft, xt + step, rtol, predict=True)
+        step = max(-0.05, min(0.05, -ft / k)) + (0.25 * r if ft <= 0 else 0.5 * r)
+        xt = _loglog_root(f, xt, ft, xt + step, r, predict=True, unknown_rtol=CAP_RTOL)
     t = math.exp(xt)
     step = rtol
     while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
         t = min(start, t * (1.0 + step))
         step *= 2.0
-    return t
+    return t, any(x < math.log(t) for x in over)
+
+
+#: the fine stage's tolerance where the report's bracket stops wide (memory cap or floor) is
+#: a tenth of its relative width, at most this: locating the root of an upper end 7 % above the
+#: lower one to 1e-6 took 7 near-cap compositions (3 s each)
+WIDE_RTOL = 1e-4
+
+
+def _fine_rtol(rtol: float, bracket) -> float:
+    """``rtol``, or -- where ``bracket`` (the report's ``(lower, upper)`` on the fine grid) is
+    wider than the accountant's own tolerance, so the report will not converge -- a tenth of
+    its relative width, at most :data:`WIDE_RTOL`."""
+    from ..accountant.pld import RTOL
+
+    if bracket is None or bracket[0] is None or not 0.0 < bracket[1] < math.inf:
+        return rtol
+    lo, up = bracket
+    if up - lo <= max(RTOL * up, 1e-5):
+        return rtol
+    return max(rtol, min(WIDE_RTOL, 0.1 * (up - lo) / up))
 
 
 def _rdp_slope(build, start: float, delta: float) -> float:
@@ -386,9 +438,12 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
 WOR_START_LABEL, WOR_START_SUFFIX = "RDP-tight (WBK19 Thm 27) scale", " of the paper's split"
 
 
-def rdp_tight_text(start: float | None, label: str = "RDP-tight noise", suffix: str = "") -> str:
-    """The RDP start as a calibration's accounting line names it."""
-    return "RDP cannot certify the target at this delta" if start is None else f"{label} {start:.6g}{suffix}"
+def rdp_tight_text(start: float | None, label: str = "RDP-tight noise", suffix: str = "",
+                   note: str | None = None) -> str:
+    """The RDP start as a calibration's accounting line names it, then the PLD stage's ``note``
+    (:func:`pld_tighten`: the memory cap stopped the search) where there is one."""
+    text = "RDP cannot certify the target at this delta" if start is None else f"{label} {start:.6g}{suffix}"
+    return text if note is None else f"{text}; {note}"
 
 
 def rdp_start(solve: Callable[[], float], accountant: str) -> float | None:
@@ -434,8 +489,15 @@ def pld_start(build, target: float, delta: float) -> float:
     return best
 
 
+def cap_note(target: float, certified: float) -> str:
+    """The accounting line's words for a PLD calibration that the search's memory cap stopped."""
+    return (f"memory cap: less noise needs compositions over {SEARCH_CAP >> 20} MiB, so the search "
+            f"stopped at certified eps {certified:.6g}, below the target {target:.6g} -- this noise is "
+            f"sound but not the smallest (see docs/calibration.md)")
+
+
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
-    """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale)``.
+    """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale, note)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
     "best")``: exact GDP, PLD upper or RDP, whichever is smallest) meets ``target``, not above
@@ -443,11 +505,14 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
     fixed RDP order: then nudged up until it does); ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
     ``lower_scale`` the scale below which the PLD lower bound already exceeds the target (None
     when the PLD does not apply).  ``start=None`` (RDP cannot certify the target,
-    :func:`rdp_start`): a start is found with the PLD alone (:func:`pld_start`).
+    :func:`rdp_start`): a start is found with the PLD alone (:func:`pld_start`).  ``note``:
+    None, or :func:`cap_note` where smaller scales ran over the search's memory cap and the
+    certified eps stayed more than 0.1 % below the target (the calibration's accounting line
+    carries it).
     """
     if start is None:
         start = pld_start(build, target, delta)
-    t = pld_scale(build, target, delta, start, rtol)
+    t, capped = pld_scale(build, target, delta, start, rtol)
     b = build(t).epsilon_bracket(delta)  # what certify() reports
     step = rtol
     for _ in range(64):
@@ -460,15 +525,17 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
         b = build(t).epsilon_bracket(delta)
     else:
         raise ValueError(NO_FEASIBLE_NOISE)
+    note = cap_note(target, b.upper) if capped and b.upper < (1.0 - 1e-3) * target else None
     if b.method == "gdp":
-        return t, b, t
-    if b.discretization <= 0.0:
-        return t, b, None
+        return t, b, t, note
+    if b.discretization <= 0.0 or note is not None:
+        # (cap-limited: the noise the lower end allows is below the scales the cap lets in)
+        return t, b, None, note
     if not b.converged and b.lower < 0.5 * target:
         # a bracket that stopped wide (memory cap, or a round-off floor at a tiny delta): the
         # noise its lower end allows is far off and its search long (40 compositions, 22 s for
         # ClipD2P at delta = 1e-170); no room is claimed (epsilon_lower still says how wide)
-        return t, b, None
+        return t, b, None, note
     r = max(rtol, 1e-4)
     h = b.discretization
     if 0.0 < b.lower < target and ROOM_STEPS * math.log(target / b.lower) <= 2e-3:
@@ -484,8 +551,11 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
         s = t * math.exp(-ROOM_STEPS * math.log(target / b.lower))
         lo = pld_epsilon_at(build(s).events, delta, 2.0 * h, SEARCH_CAP, side="lower")[0]
         if lo is not None and lo >= target:
-            return t, b, s
-    return t, b, lower_scale(build, target, delta, t, h, b.lower, r)
+            return t, b, s, note
+    # a bracket that stopped at a floor (not converged) has a lower end that finer grids no
+    # longer move: the room is searched on the 2x coarser grid (as valid, half the cost; 4 near-
+    # floor compositions took 32 s at 1e7 grid points), its lower end the floor's, not the grid's
+    return t, b, lower_scale(build, target, delta, t, h if b.converged else 2.0 * h, b.lower, r), note
 
 
 #: the room's first step on the coarser grid, in multiples of the bracket's relative gap

@@ -101,14 +101,14 @@ class ClipD2P(Releases):
             s = rdp_start(lambda: tight_scale(self.accountant, e, d, conv, rtol=r, exact=exact), start_acc)
         lower_noise = None
         accounting = "rdp (Poisson SGM, q = 1/J)" if self.relation == "add/remove" else "rdp (WBK19 Thm 27, gamma = 1/J)"
-        s0 = s
+        s0, cap = s, None
         if method == "tight" and accountant == "pld":
-            s, _, s_lo = pld_tighten(self.accountant, e, d, s0)
+            s, _, s_lo, cap = pld_tighten(self.accountant, e, d, s0)
             lower_noise = None if s_lo is None else {"sigma": s_lo}
         cert, br = certify(self.accountant(s), d, accountant)
         if method == "tight" and br is not None:
             rep = cert
-            accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma')})"
+            accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma', note=cap)})"
         else:
             rep = self.epsilon(d, s, conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}

@@ -394,9 +394,9 @@ class DIFF2BVR(Releases):
                 return self.accountant(p1 * k, None if p2 is None else p2 * k, p3 * k)
             t0 = t = rdp_start(lambda: tight_scale(build, e, d, rtol=start_rtol(accountant),
                                                    exact=accountant == "rdp"), accountant)
-            t_lo = None
+            t_lo = cap = None
             if accountant == "pld":
-                t, _, t_lo = pld_tighten(build, e, d, t0)
+                t, _, t_lo, cap = pld_tighten(build, e, d, t0)
             s1, s2, s3 = p1 * t, (None if p2 is None else p2 * t), p3 * t
             lower_noise = None if t_lo is None else {"sigma1": p1 * t_lo, "sigma2": None if p2 is None else p2 * t_lo,
                                                      "sigma3": p3 * t_lo}
@@ -407,7 +407,7 @@ class DIFF2BVR(Releases):
             achieved, order, conv = certified, cert.order, cert.conversion
             accounting = ("rdp (WBK19 Thm 27, K-1 noisy steps)" if br is None else
                           f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
-                          f"steps; {rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX)})")
+                          f"steps; {rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX, cap)})")
         noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
         notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
                  "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}

@@ -90,7 +90,7 @@ class DPSGD(Releases):
         steps; 0.1-1 s per calibration) and then also certifies paper mode with the PLD."""
         check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
-        warns = []
+        warns, cap = [], None
         if method == "paper":
             warns.append(paper_warning("DPSGD-E2", "Abadi et al. Thm 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants c1, c2; "
                                        "the noise comes from the numerical Poisson-SGM accountant instead"))
@@ -104,7 +104,7 @@ class DPSGD(Releases):
                 self.sampling_rate, self.steps, e, d, conversion="improved", refine=True,
                 rtol=start_rtol(accountant, rtol), exact=accountant == "rdp")), accountant)
             if accountant == "pld":
-                z, _, z_lo = pld_tighten(self.accountant, e, d, z0)
+                z, _, z_lo, cap = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
             else:
                 lower_noise = None
@@ -113,7 +113,7 @@ class DPSGD(Releases):
             rep = cert
             accounting = ("rdp (exact Poisson SGM, real order, improved conversion)" if br is None else
                           f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
-                          f"directions; {rdp_tight_text(z0)})")
+                          f"directions; {rdp_tight_text(z0, note=cap)})")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}

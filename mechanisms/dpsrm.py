@@ -157,9 +157,9 @@ class DPSRM(Releases):
             build = lambda k: self.accountant(p0 * k, pt * k)  # noqa: E731
             t0 = t = rdp_start(lambda: tight_scale(build, e, d, rtol=start_rtol(accountant),
                                                    exact=accountant == "rdp"), accountant)
-            t_lo = None
+            t_lo = cap = None
             if accountant == "pld":
-                t, _, t_lo = pld_tighten(build, e, d, t0)
+                t, _, t_lo, cap = pld_tighten(build, e, d, t0)
             s0, st = p0 * t, pt * t
             lower_noise = None if t_lo is None else {"sigma0": p0 * t_lo, "sigma": pt * t_lo}
             achieved = None
@@ -168,7 +168,7 @@ class DPSRM(Releases):
             achieved, order, conv = cert.epsilon, cert.order, cert.conversion
             accounting = ("rdp (WBK19 Thm 27)" if br is None else
                           f"{br.method} (certified upper end of the bracket; fixed-size WOR, replace-one; "
-                          f"{rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX)})")
+                          f"{rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX, cap)})")
         notes = {"alpha_paper": a, "z0": s0 / d0, "z": st / dt,
                  "ratio2_t0": (s0 / d0) ** 2, "ratio2_t": (st / dt) ** 2, "beta": beta}
         if method == "tight" and br is not None:

@@ -285,10 +285,10 @@ def test_pld_tighten_nudges_up_until_the_final_report_meets_the_target(monkeypat
     from dpcalib.mechanisms import _solve
 
     build = DPSGD(0.01, 100).accountant
-    t_ok, _, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
+    t_ok, _, _, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
     # a search that stopped 2 % too low (an infeasible answer) is corrected by the final check
-    monkeypatch.setattr(_solve, "pld_scale", lambda *a, **k: 0.98 * t_ok)
-    t, b, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
+    monkeypatch.setattr(_solve, "pld_scale", lambda *a, **k: (0.98 * t_ok, False))
+    t, b, _, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
     assert b.upper <= 2.0 and build(t).epsilon_bracket(1e-5).upper <= 2.0
     assert 0.98 * t_ok < t <= 1.02 * t_ok
 
@@ -301,6 +301,83 @@ def test_loglog_root_bisects_when_an_end_of_the_bracket_has_eps_zero():
     f = lambda x: -math.inf if x >= 1.0 else 1.0 - x      # noqa: E731  (root at x = 1)
     x = _loglog_root(f, 2.0, f(2.0), 0.0, 1e-9)
     assert 1.0 <= x <= 1.0 + 2e-9
+
+
+def test_a_calibration_the_search_cap_stopped_says_so(monkeypatch):
+    # with a 1 MiB cap on the search's compositions, DP-SGD (1e-3, 1000 steps) at eps 1 cannot
+    # reach its tight noise (0.64095 with the default 1 GiB): every scale below ~0.689 is over
+    # the cap.  The answer is sound (certified eps below the target), larger than the tight one,
+    # and the accounting line says why eps stopped short; no room is claimed.
+    from dpcalib.accountant import pld
+    from dpcalib.mechanisms import _solve
+
+    monkeypatch.setattr(_solve, "SEARCH_CAP", 1 << 20)
+    pld.clear_cache()
+    rep = DPSGD(0.001, 1000).calibrate(1.0, 1e-5, accountant="pld")
+    z = rep.noise["noise_multiplier"]
+    assert 0.65 < z < rep.notes["rdp_tight_noise"]["noise_multiplier"]
+    assert rep.certified_epsilon < 0.999 and "memory cap" in rep.accounting and "1 MiB" in rep.accounting
+    assert rep.lower_bound_noise is None
+    monkeypatch.undo()
+    pld.clear_cache()
+    rep = DPSGD(0.001, 1000).calibrate(1.0, 1e-5, accountant="pld")
+    assert "memory cap" not in rep.accounting and rep.certified_epsilon > 0.9999
+
+
+def test_fine_rtol_loosens_only_for_a_report_that_stops_wide():
+    # the fine stage locates the root of the report's upper end to rtol; where that report's
+    # bracket is wider than the accountant's own tolerance (memory cap, floor), to a tenth of its
+    # relative width, at most 1e-4 (DP-SRM b0 = 1, bracket [0.2302, 0.2479]: 7 near-cap
+    # compositions of 3 s became 4)
+    from dpcalib.mechanisms._solve import WIDE_RTOL, _fine_rtol
+
+    assert _fine_rtol(1e-6, None) == 1e-6 and _fine_rtol(1e-6, (None, None)) == 1e-6
+    assert _fine_rtol(1e-6, (0.99998, 1.0)) == 1e-6                 # converged (2e-5 <= 3e-5)
+    assert _fine_rtol(1e-6, (0.2302, 0.2479)) == WIDE_RTOL == 1e-4  # 7 % wide
+    assert _fine_rtol(1e-6, (0.09726, 0.09731)) == pytest.approx(0.1 * 5e-5 / 0.09731)
+    assert _fine_rtol(1e-6, (0.0, math.inf)) == 1e-6
+
+
+def test_loglog_root_near_the_memory_cap_stops_at_unknown_rtol():
+    # below x = 0 every evaluation is over the memory cap (+inf: unknown, infeasible); the true
+    # root (x = -5) is out of reach.  Closing in on the cap's boundary to rtol 1e-6 took ~18
+    # bisections (3 s each near the cap, DP-SRM with b0 = 3: 81 s); with unknown_rtol the search
+    # stops once the bracket against the unknown end is that narrow -- still on an evaluated,
+    # feasible point.
+    from dpcalib.mechanisms._solve import _loglog_root
+
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return math.inf if x < 0.0 else -(x + 5.0) / 10.0
+
+    x = _loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, grow=True)
+    n_exact = len(calls)
+    assert 0.0 <= x <= 1e-6 and f(x) <= 0.0
+    calls.clear()
+    x = _loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, unknown_rtol=1e-2, grow=True)
+    assert 0.0 <= x <= 1e-2 and f(x) <= 0.0
+    assert len(calls) <= n_exact - 5
+
+
+def test_loglog_root_grows_its_step_on_a_long_walk():
+    # a root 6 (log) units below the start, with a secant that asks for the whole way: steps
+    # of at most 0.3 need 20 evaluations; doubling the limit each time the secant is clamped, 6.
+    from dpcalib.mechanisms._solve import _loglog_root
+
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return -(x + 6.0) * 0.5
+
+    x = _loglog_root(f, 0.0, f(0.0), -0.3, 1e-6)
+    n_fixed = len(calls)
+    calls.clear()
+    y = _loglog_root(f, 0.0, f(0.0), -0.3, 1e-6, grow=True)
+    assert -6.0 <= x <= -6.0 + 1e-6 and -6.0 <= y <= -6.0 + 1e-6
+    assert n_fixed >= 18 and len(calls) <= 8
 
 
 @pytest.mark.parametrize("accountant, delta", [("rdp", 0.5), ("pld", 0.5), ("pld", 0.99)])
