@@ -264,8 +264,14 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
 
     def on(h):
         def f(x):
-            up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP, side="upper")[1]
+            lo, up = pld_epsilon_at(build(math.exp(x)).events, delta, h, SEARCH_CAP, side="upper")
             if up is None:              # over the memory cap: unknown, taken as infeasible
+                over.append(x)
+                return math.inf
+            if up > 2.0 * target and lo < 0.5 * target:
+                # this grid cannot tell (its own bracket spans the target 4x over; near the cap a
+                # grid too coarse for the scale -- 1e7 steps at q = 1e-7 gave upper ends of 4-6
+                # beside 0.009 at nearby scales): unknown, like a point over the cap
                 over.append(x)
                 return math.inf
             return math.log(up / target) if up > 0 else -math.inf      # eps = 0 meets any target
@@ -491,9 +497,9 @@ def pld_start(build, target: float, delta: float) -> float:
 
 def cap_note(target: float, certified: float) -> str:
     """The accounting line's words for a PLD calibration that the search's memory cap stopped."""
-    return (f"memory cap: less noise needs compositions over {SEARCH_CAP >> 20} MiB, so the search "
-            f"stopped at certified eps {certified:.6g}, below the target {target:.6g} -- this noise is "
-            f"sound but not the smallest (see docs/calibration.md)")
+    return (f"memory cap: at less noise no grid that fits {SEARCH_CAP >> 20} MiB a composition can "
+            f"certify the target, so the search stopped at certified eps {certified:.6g}, below the "
+            f"target {target:.6g} -- this noise is sound but not the smallest (see docs/calibration.md)")
 
 
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
