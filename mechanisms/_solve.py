@@ -236,7 +236,8 @@ CAP_RTOL = 1e-2
 def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-6) -> tuple[float, bool]:
     """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``, and
     whether a smaller scale was left unexamined because its composition ran over the memory
-    cap (``SEARCH_CAP``): ``(scale, capped)``.
+    cap (``SEARCH_CAP``) or its grid could not tell (upper end above twice the target beside a
+    lower end below half of it): ``(scale, capped)``.
 
     ``start`` is a feasible scale (the RDP-tight one: RDP is sound, so the PLD upper bound there
     is at most ``target`` too).  Coarse to fine: the root is first found on a coarse grid (the
@@ -260,7 +261,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         # eps is 0 at every noise level (delta is at least the chance that the record is used at
         # all): no smallest noise exists, and a search would only walk down to the memory cap
         return start, False
-    over = []                           # scales (log) whose composition ran over the cap
+    over = []                           # scales (log) over the cap, or where the grid cannot tell
 
     def on(h):
         def f(x):
