@@ -10,8 +10,22 @@ Two paths, same results:
   per-sample gradient of a Linear layer is the outer product ``g_i a_i^T`` of the back-propagated
   signal and the layer input, so ``||grad_i||^2 = ||g_i||^2 ||a_i||^2 (+ ||g_i||^2 for the bias)`` and
   the clipped sum is ``(c * G)^T A``: per-sample gradients are never materialised.  For a
-  difference of gradients at two parameter points (DIFF2, DP-SRM),
-  ``||g a^T - g' a'^T||^2 = ||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')``.
+  difference of gradients at two parameter points (DIFF2, DP-SRM) the path forms the differences
+  of the signals first, ``dg = g - g'`` and ``da = a - a'``, and writes each record's vector as
+  ``g a^T - g' a'^T = dg a^T + g' da^T``: its squared norm is
+  ``||dg||^2 ||a||^2 + ||g'||^2 ||da||^2 + 2 (dg.g')(a.da)`` and the clipped sum is
+  ``(c * dG)^T A + (c * G')^T dA``, so that rounding scales with the differences.
+
+**Guarantee (both paths, gradients and differences, any dtype).**  The norm behind record i's
+clip factor is the norm of exactly the vector ``v_i`` that the path adds to the sum for record i
+(built from that record's own signals), accumulated in float64; so ``||c_i v_i|| <= C`` up to the
+float64 rounding of that norm (relative ~1e-15) and the one ulp of the factor's cast to the
+working dtype.  The sum itself is then rounded in the working dtype like any sum: removing a
+record moves it by at most ``w_i C`` plus that rounding, which is relative to the magnitude of the
+summands, never to C.  (An earlier ghost formula expanded ``||g a^T - g' a'^T||^2`` into
+``||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')`` in the working dtype; at nearby parameter
+points float32 cancellation made that norm wrong by orders of magnitude and let one record move
+the sum by several C -- see tests/test_clipping_soundness.py.)
 
 ``method="auto"`` uses the ghost path when the model allows it and the general path otherwise.
 """
@@ -76,7 +90,7 @@ def _vmap_clipped_sum(per_sample, like: dict, n: int, c: float, chunk_size: int,
         if weights is not None:
             f = f * weights[s:s + chunk_size]
         for k, v in ps.items():
-            total[k] += torch.einsum("b,b...->...", f, v)
+            total[k] += torch.einsum("b,b...->...", _in_dtype(f, v), v)
         all_norms.append(norms)
     return total, torch.cat(all_norms)
 
@@ -115,7 +129,7 @@ def _ghost_signals(model: nn.Sequential, params: dict, loss_fn, x, y):
 def _ghost_sum(sig, factors):
     out = {}
     for name, a, g, has_b in sig:
-        cg = g * factors[:, None]
+        cg = g * _in_dtype(factors, g)[:, None]
         out[f"{name}.weight"] = cg.T @ a
         if has_b:
             out[f"{name}.bias"] = cg.sum(0)
@@ -133,7 +147,22 @@ def _per_sample_grads(model, params, loss_fn, x, y):
 
 
 def _flat_norms(per_sample: dict) -> torch.Tensor:
-    return torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in per_sample.values()))
+    """Per-sample L2 norms of the flattened vectors, accumulated in float64 (see the module's guarantee)."""
+    return torch.sqrt(sum(v.flatten(1).to(torch.float64).pow(2).sum(1) for v in per_sample.values()))
+
+
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """Per-row squared norms in float64."""
+    return t.to(torch.float64).pow(2).sum(1)
+
+
+def _dot(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Per-row dot products in float64."""
+    return (s.to(torch.float64) * t.to(torch.float64)).sum(1)
+
+
+def _in_dtype(factors: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return factors.to(like.dtype)
 
 
 # ---- public -----------------------------------------------------------------------------------
@@ -153,7 +182,7 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
     params = _params(model, params)
     if use_ghost:
         sig = _ghost_signals(model, params, loss_fn, x, y)
-        norms2 = sum((g.pow(2).sum(1) * (a.pow(2).sum(1) + (1.0 if hb else 0.0))) for _, a, g, hb in sig)
+        norms2 = sum(_sq(g) * (_sq(a) + (1.0 if hb else 0.0)) for _, a, g, hb in sig)
         norms = torch.sqrt(norms2)
         return _ghost_sum(sig, _weighted(clip_factors(norms, c, stabilizer), weights)), norms
     return _vmap_clipped_sum(lambda i, j: _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j]),
@@ -172,20 +201,29 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     if use_ghost:
         s1 = _ghost_signals(model, params, loss_fn, x, y)
         s0 = _ghost_signals(model, params_prev, loss_fn, x, y)
-        norms2 = 0.0
-        for (_, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
-            gg, g0g0, gg0 = g.pow(2).sum(1), g0.pow(2).sum(1), (g * g0).sum(1)
-            norms2 = norms2 + gg * a.pow(2).sum(1) + g0g0 * a0.pow(2).sum(1) - 2.0 * gg0 * (a * a0).sum(1)
-            if hb:
-                norms2 = norms2 + (g - g0).pow(2).sum(1)
+        # record i adds v_i = dg_i a_i^T + g0_i da_i^T (+ dg_i for the bias): norms and sum from the same
+        # differences, norms in float64 (module docstring: the guarantee)
+        parts = []
+        norms2 = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+        for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+            dg = g - g0
+            da = None if torch.equal(a, a0) else a - a0     # the first layer's input is the data itself
+            norms2 = norms2 + _sq(dg) * (_sq(a) + (1.0 if hb else 0.0))
+            if da is not None:
+                norms2 = norms2 + _sq(g0) * _sq(da) + 2.0 * _dot(dg, g0) * _dot(a, da)
+            parts.append((name, a, dg, g0, da, hb))
         norms = torch.sqrt(torch.clamp(norms2, min=0.0))
         f = _weighted(clip_factors(norms, c), weights)
         out = {}
-        for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
-            cg, cg0 = g * f[:, None], g0 * f[:, None]
-            out[f"{name}.weight"] = cg.T @ a - cg0.T @ a0
+        for name, a, dg, g0, da, hb in parts:
+            fc = _in_dtype(f, dg)[:, None]
+            cdg = dg * fc
+            w = cdg.T @ a
+            if da is not None:
+                w = w + (g0 * fc).T @ da
+            out[f"{name}.weight"] = w
             if hb:
-                out[f"{name}.bias"] = (cg - cg0).sum(0)
+                out[f"{name}.bias"] = cdg.sum(0)
         return out, norms
 
     def diffs(i, j):

@@ -1,0 +1,107 @@
+"""Leave-one-out soundness of per-sample clipping on real records (benchmarks/fuzz_clipping.py).
+
+Removing one record (add/remove) or replacing it by another real or adversarial record
+(replace-one) must move ``clipped_grad_sum`` / ``clipped_grad_diff_sum`` by at most the claimed
+sensitivity -- ``w C`` or ``2 w C`` -- times ``1 + 1e-5``, plus a float slack relative to the sums'
+magnitudes (``fuzz_clipping.SLACK_ULPS`` ulps of ``||S|| + ||S'||``), never relative to C; for
+parameter steps 1e-1 ... 1e-7, C in {1e-3, 1e-2, 1, 100}, float32 and float64, the ghost and the
+vmap paths.  CI checks, per cell, the records with the largest norms plus a random sample; the
+script runs every record.
+
+The ghost formula of the first release expanded ``||g a^T - g' a'^T||^2`` in the working dtype;
+:func:`test_the_expanded_ghost_formula_is_caught` plants it back and checks that these tests see
+it (moves of thousands of C at small steps in float32).
+"""
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from benchmarks import fuzz_clipping as F
+from dpcalib.optim import clipping
+
+N, PER_CELL = 48, 4
+
+
+def _cells(kind):
+    steps = F.STEPS if kind == "difference" else (0.0,)
+    return list(itertools.product(steps, F.CLIPS))
+
+
+def _check(model, kind, method, weighted, seed=0, n=N):
+    dtype = next(model.parameters()).dtype
+    x, y, held = F.records(n, model[0].in_features, dtype, seed)
+    worst, bad = 0.0, []
+    for step, C in _cells(kind):
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        g = torch.Generator().manual_seed(seed)
+        prev = {k: v + step * torch.randn(v.shape, generator=g, dtype=torch.float64).to(dtype)
+                for k, v in params.items()}
+        _, norms = F.clipped_sum(model, x, y, C, kind, params, prev, method, None)
+        chosen = F.pick(norms, PER_CELL // 2, PER_CELL - PER_CELL // 2, seed)
+        rows, _ = F.leave_one_out(model, x, y, held, C=C, kind=kind, step=step, method=method, weighted=weighted,
+                                  chosen=chosen, seed=seed)
+        assert len(rows) == PER_CELL * 6            # add/remove + five replace-one neighbours per record
+        worst = max(worst, max(r["move"] / r["claim"] for r in rows))
+        bad += [(step, C, r) for r in rows if r["violation"]]
+    return worst, bad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("method", F.METHODS)
+@pytest.mark.parametrize("kind", ["gradient", "difference"])
+def test_one_record_moves_the_clipped_sum_by_at_most_its_sensitivity(dtype, method, kind):
+    worst, bad = _check(F.mlp(dtype=dtype), kind, method, weighted=(dtype == torch.float32))
+    assert not bad, bad[:3]
+    # every cell is clipped somewhere (C = 1e-3): the claim is reached, so the check is not vacuous
+    assert worst > 0.99
+
+
+@pytest.mark.parametrize("method", F.METHODS)
+def test_every_layer_kind_of_the_fast_path(method):
+    """Linear without bias, ReLU / Tanh / GELU between layers, a single Linear layer."""
+    for widths, act, bias in (((20, 32, 16, 1), nn.ReLU, False), ((20, 16, 1), nn.Tanh, True),
+                              ((20, 24, 1), nn.GELU, True), ((20, 1), nn.Softplus, True)):
+        model = F.mlp(widths, act, bias, torch.float32, seed=3)
+        assert clipping.supports_ghost(model)
+        for kind in ("gradient", "difference"):
+            _, bad = _check(model, kind, method, weighted=False, seed=3, n=24)
+            assert not bad, (widths, act, kind, bad[:2])
+
+
+def _expanded_ghost_diff(model, loss_fn, x, y, max_norm, params, params_prev, *, method="auto", chunk_size=1024,
+                         weights=None):
+    """The ghost difference formula of the first release (kept here only to show the tests catch it)."""
+    if method != "ghost":
+        return clipping.clipped_grad_diff_sum(model, loss_fn, x, y, max_norm, params, params_prev, method=method,
+                                              weights=weights)
+    s1 = clipping._ghost_signals(model, params, loss_fn, x, y)
+    s0 = clipping._ghost_signals(model, params_prev, loss_fn, x, y)
+    norms2 = 0.0
+    for (_, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+        gg, g0g0, gg0 = g.pow(2).sum(1), g0.pow(2).sum(1), (g * g0).sum(1)
+        norms2 = norms2 + gg * a.pow(2).sum(1) + g0g0 * a0.pow(2).sum(1) - 2.0 * gg0 * (a * a0).sum(1)
+        if hb:
+            norms2 = norms2 + (g - g0).pow(2).sum(1)
+    norms = torch.sqrt(torch.clamp(norms2, min=0.0))
+    f = clipping.clip_factors(norms, float(max_norm))
+    if weights is not None:
+        f = f * weights
+    out = {}
+    for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+        cg, cg0 = g * f[:, None], g0 * f[:, None]
+        out[f"{name}.weight"] = cg.T @ a - cg0.T @ a0
+        if hb:
+            out[f"{name}.bias"] = (cg - cg0).sum(0)
+    return out, norms
+
+
+def test_the_expanded_ghost_formula_is_caught(monkeypatch):
+    monkeypatch.setattr(F, "clipped_grad_diff_sum", _expanded_ghost_diff)
+    worst, bad = _check(F.mlp(dtype=torch.float32), "difference", "ghost", weighted=False)
+    assert bad and worst > 10.0
+    # the same check passes on the float64 model: the old formula's flaw is float32 cancellation
+    _, bad64 = _check(F.mlp(dtype=torch.float64), "difference", "ghost", weighted=False)
+    assert not bad64
