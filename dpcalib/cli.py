@@ -5,11 +5,12 @@
     dpcalib epsilon ALGORITHM --delta D [noise and shape options] [--curve] [--plot FILE.png] [--json]
     dpcalib compare ALGORITHM --epsilon E --delta D [shape options] [--json]
     dpcalib account --poisson Q:Z:COUNT --gaussian Z:COUNT --wor GAMMA:Z:COUNT --delta D [--json]
+    dpcalib probe ALGORITHM --epsilon E --delta D [shape options] [--lr] [--c1 --c2 | --clip] [--n] [--json]
 
 Bad input gives one line on stderr naming the option, the value and what is allowed, and exit
 code 2 -- never a traceback; a failed computation that is not a check of the input is reported
-as an internal error (exit 1).  Importing this module never imports torch; only ``audit`` and
-``train`` do.
+as an internal error (exit 1).  Importing this module never imports torch; only ``audit``, ``probe``
+and ``train`` do.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
                 epilog="example:\n  " + _example(command, algorithm),
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    if command in ("calibrate", "compare", "audit"):
+    if command in ("calibrate", "compare", "audit", "probe"):
         p.add_argument("--epsilon", type=float, required=True,
                        help="target epsilon > 0" + (" (the claim the audit tests)" if command == "audit" else ""))
     p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
@@ -98,6 +99,10 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         _accountant_argument(p)
         p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
         p.add_argument("--plot", metavar="FILE.png", help="draw the curve (needs matplotlib)")
+    if command == "probe":
+        from ._probe_cli import add_arguments
+
+        add_arguments(p, algorithm, {o.flag for o in spec.options})
     for o in spec.options:
         if o.type is bool:
             p.add_argument(o.flag, dest=o.field, action="store_true", help=o.help)
@@ -116,6 +121,10 @@ def _example(command: str, algorithm: str) -> str:
         return ex.replace("calibrate", "compare").split(" --method")[0]
     if command == "audit":
         return AUDIT_EXAMPLES.get(algorithm, f"(no standard audit for {algorithm})")
+    if command == "probe":
+        from ._probe_cli import EXAMPLES as PROBE_EXAMPLES
+
+        return PROBE_EXAMPLES[algorithm]
     noise = " ".join(f"--{n.replace('_', '-')} 1.0" for n in SPECS[algorithm].noise)
     parts = ex.replace("calibrate", "epsilon").split(" --method")[0].split()
     out, skip = [], False
@@ -354,6 +363,12 @@ def _audit_batch(build, args):
     return args.batch if supports_batching(build(args.seed)) else None
 
 
+def _cmd_probe(algorithm: str, args) -> int:
+    from ._probe_cli import run
+
+    return run(algorithm, args, _build)
+
+
 def _cmd_list(_args) -> int:
     from .mechanisms import ALGORITHMS
 
@@ -589,7 +604,7 @@ def _show_warnings(caught) -> None:
         print(f"dpcalib: warning: ... and {len(msgs) - 20} more warnings", file=sys.stderr)
 
 
-TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account,audit,train} ...
+TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account,audit,probe,train} ...
 
 Privacy accounting and noise calibration for DP nonconvex optimizers.
 
@@ -600,6 +615,7 @@ commands:
   compare     paper closed form, tight accountant, RDP conversions and dp-accounting side by side
   account     epsilon of a raw composition of Gaussian events
   audit       run the reference optimizer with its calibrated noise and lower-bound its epsilon
+  probe       run it on real neighbouring records and measure each release's move against its claimed sensitivity
   train       DIFF2-GD / DP-GD with one client per local process (torch.distributed, gloo)
 
 'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.
@@ -660,9 +676,9 @@ def main(argv=None) -> int:
             from .train import run
 
             return run(rest, _UsageError)
-        if command not in ("calibrate", "epsilon", "compare", "audit"):
+        if command not in ("calibrate", "epsilon", "compare", "audit", "probe"):
             raise _UsageError(f"command {command!r} is not allowed: expected one of list, calibrate, epsilon, "
-                              "compare, account, audit, train")
+                              "compare, account, audit, probe, train")
         if not rest or rest[0].startswith("-"):
             if any(a in ("-h", "--help") for a in rest):
                 print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
@@ -674,10 +690,10 @@ def main(argv=None) -> int:
         if algorithm not in SPECS:
             raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
         args = _algo_parser(command, algorithm).parse_args(rest[1:])
-        if command == "audit":
-            _require_torch("audit")
+        if command in ("audit", "probe"):
+            _require_torch(command)
         handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
-                   "audit": _cmd_audit}[command]
+                   "audit": _cmd_audit, "probe": _cmd_probe}[command]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             rc = handler(algorithm, args)

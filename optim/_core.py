@@ -30,6 +30,7 @@ from ..accountant import PrivacyAccountant
 from ..mechanisms import CalibrationReport
 
 from .clipping import clip_factors
+from .sampling import Sampler
 from .transport import ONE_PROCESS
 
 __all__ = ["Release", "NoiseSource", "FollowerSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
@@ -63,7 +64,10 @@ class Release:
     ``relation`` the neighbouring relation of that claim, ``noise`` the added noise (float64, CPU)
     when noise recording is on.  ``std / sensitivity`` is the noise multiplier.  With
     ``record_values`` (audits) also ``value``, the noiseless query (float64, CPU), and
-    ``released`` = value + noise exactly as returned to the algorithm.
+    ``released`` = value + noise exactly as returned to the algorithm.  A query of the form
+    "fresh data-dependent term + public state" (DIFF2's ``+ v~_{r-1}``, DP-SRM's ``(1 - gamma) v^{t-1}``)
+    also records ``fresh``, the term before the public state was added: the claimed sensitivity
+    bounds its move, and a check can measure that move without the rounding of the public part.
     """
 
     round: int
@@ -74,6 +78,12 @@ class Release:
     noise: torch.Tensor | None = None
     value: torch.Tensor | None = None
     released: torch.Tensor | None = None
+    fresh: torch.Tensor | None = None
+
+
+def _split(value, public):
+    """``(fresh term or None, the whole query)`` of a query ``value + public``."""
+    return (None, value) if public is None else (value, value + public)
 
 
 class NoiseSource:
@@ -101,26 +111,30 @@ class NoiseSource:
         g = self.generator if generator is None else generator
         return torch.randn(shape, generator=g, device=self.device, dtype=self.dtype)
 
-    def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str):
-        """``value + N(0, std^2 I)`` (no draw when std = 0): one release."""
+    def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str,
+                  public: torch.Tensor | None = None):
+        """``value (+ public) + N(0, std^2 I)`` (no draw when std = 0): one release.  ``public``: a
+        data-independent term of the query (see :class:`Release`)."""
         if std < 0 or math.isnan(std):
             raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+        fresh, value = _split(value, public)
         if std == 0:
             noise = torch.zeros_like(value)
         else:
             noise = std * self._standard(value.shape)
         out = value + noise
-        self._log(round, name, std, sensitivity, relation, noise, value, out)
+        self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
 
     def privatize_row(self, i: int, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity,
-                      relation: str):
-        """``value + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
+                      relation: str, public: torch.Tensor | None = None):
+        """``value (+ public) + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
         if std < 0 or math.isnan(std):
             raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+        fresh, value = _split(value, public)
         noise = torch.zeros_like(value) if std == 0 else std * self._standard(value.shape, self.row_generators[i])
         out = value + noise
-        self._log(round, name, std, sensitivity, relation, noise, value, out)
+        self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
 
     def privatize_rows(self, values: torch.Tensor, stds: torch.Tensor, *, round: int, names, sensitivity,
@@ -140,13 +154,14 @@ class NoiseSource:
             self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i], values[i], out[i])
         return out
 
-    def _log(self, round, name, std, sensitivity, relation, noise, value, out):
+    def _log(self, round, name, std, sensitivity, relation, noise, value, out, fresh=None):
         if self.record:
             cpu = lambda t: t.detach().to("cpu", torch.float64).clone()  # noqa: E731
             self.releases.append(Release(
                 round, name, float(std), sensitivity, relation, cpu(noise) if self.record_noise else None,
                 cpu(value) if self.record_values else None,
-                out.detach().clone() if self.record_values else None))
+                out.detach().clone() if self.record_values else None,
+                cpu(fresh) if self.record_values and fresh is not None else None))
 
     def state_dict(self) -> dict:
         """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``)."""
@@ -181,13 +196,15 @@ class FollowerSource(NoiseSource):
         self.cursor += 1
         return rel
 
-    def privatize(self, value, std, *, round, name, sensitivity, relation):
+    def privatize(self, value, std, *, round, name, sensitivity, relation, public=None):
+        fresh, value = _split(value, public)
         out = self._next().released
-        self._log(round, name, std, sensitivity, relation, out - value, value, out)
+        self._log(round, name, std, sensitivity, relation, out - value, value, out, fresh)
         return out
 
-    def privatize_row(self, i, value, std, *, round, name, sensitivity, relation):
-        return self.privatize(value, std, round=round, name=name, sensitivity=sensitivity, relation=relation)
+    def privatize_row(self, i, value, std, *, round, name, sensitivity, relation, public=None):
+        return self.privatize(value, std, round=round, name=name, sensitivity=sensitivity, relation=relation,
+                              public=public)
 
     def privatize_rows(self, values, stds, *, round, names, sensitivity, relation):
         out = torch.stack([self._next().released for _ in range(values.shape[0])])
@@ -268,13 +285,14 @@ def _check_lr(value, name: str = "lr") -> float:
 
 class PrivateOptimizer:
     """Base class.  Subclasses set ``mechanism``, ``total_rounds`` and implement ``_step(r)``,
-    ``_events()``, ``_state()`` / ``_load_state()`` and ``_objective()``."""
+    ``_events()``, ``_state()`` / ``_load_state()`` and ``_objective()``.  Minibatches are drawn
+    through ``sampler`` (:class:`~optim.sampling.Sampler`, the plain draws by default)."""
 
     name = "private-optimizer"
 
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
                  record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None):
+                 chunk_size: int = 1024, transport=None, sampler: Sampler | None = None):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
@@ -298,6 +316,9 @@ class PrivateOptimizer:
         self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
         self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise ValueError(f"sampler={sampler!r} is not allowed: expected a dpcalib.optim.sampling.Sampler.")
+        self.sampler = Sampler() if sampler is None else sampler   # how minibatches are drawn (optim.sampling)
         self.round = 0
         self.counts: Counter = Counter()
         self.metrics: list[dict] = []

@@ -95,14 +95,16 @@ class _Decentralized(PrivateOptimizer):
         n, J = len(self.here), self.J
         gens = self.node_generators       # node i samples with its own generator (as rank i would)
         if not self.poisson:
-            idx = torch.stack([torch.randint(J, (1,), generator=g, device=self.device) for g in gens])
+            idx = torch.stack([self.sampler.one(J, g, holder=i) for i, g in zip(self.here, gens)])
             mask = torch.ones(n, 1, device=self.device, dtype=self.dtype)
             if self.canary is not None and self.canary[1] in self.here:     # the holder's row is released
                 h = self.here.index(self.canary[1])                         # h rows after the recorded ones
                 idx = idx.clone()
                 idx[h] = self._wor_sample(idx[h], J, h)
         else:
-            keep = torch.stack([torch.rand(J, generator=g, device=self.device) for g in gens]) < 1.0 / J
+            keep = torch.zeros(n, J, dtype=torch.bool, device=self.device)
+            for row, (i, g) in enumerate(zip(self.here, gens)):
+                keep[row, self.sampler.poisson(J, 1.0 / J, g, holder=i)] = True
             m = max(1, int(keep.sum(1).max()))
             order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)   # kept indices first
             idx = order[:, :m]

@@ -45,6 +45,16 @@ def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:
     return out
 
 
+def _step_length(cur: dict, before: dict, lr: float, r: int) -> float:
+    """``||x_{k-1} - x_{k-2}||``, the scale of a difference round's clip; a run whose iterate is no
+    longer finite has diverged, which is said here rather than as a NaN clip norm downstream."""
+    dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
+    if not math.isfinite(dx):
+        raise ValueError(f"lr={lr!r} is not allowed for this run: the iterate is no longer finite at round {r} (the "
+                         "run diverged); use a smaller learning rate.")
+    return dx
+
+
 class DIFF2GD(PrivateOptimizer):
     """DIFF2-GD (Algorithms 1-3).  Restart rounds ``r = 1, T+1, ...`` release
     ``v~_r = (1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``; difference
@@ -62,13 +72,13 @@ class DIFF2GD(PrivateOptimizer):
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
                  seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None):
+                 chunk_size: int = 1024, transport=None, sampler=None):
         if not isinstance(mechanism, self._mechanism_types):
             raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
                          record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
-                         transport=transport)
+                         transport=transport, sampler=sampler)
         m = mechanism
         self.T = getattr(m, "restart_interval", 1)
         self.P, self.n_min, self.total_rounds = m.clients, m.n_min, m.rounds
@@ -120,17 +130,19 @@ class DIFF2GD(PrivateOptimizer):
                 part = part + self.w_canary * self._canary_clip(self.point, c)
             v = self.transport.aggregate(part)
         else:
-            dx = float(torch.linalg.vector_norm(flat(cur) - flat(self.prev)))
+            dx = _step_length(cur, self.prev, self.lr, r)
             c = 0.0 if dx == 0.0 else self.C2 * dx
             sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x, self.y, c, cur, self.prev,
                                             method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
             part, s, kind = flat({k: sums[k] for k in cur}), self.sigma2, "difference"
             if self.canary is not None:
                 part = part + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
-            v = self.transport.aggregate(part) + self.v
+            v = self.transport.aggregate(part)
+        public = None if self._restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
         std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
-        vt = self.transport.release(self.noise, v, std, round=r, name=f"v~ ({kind})", sensitivity=self.mechanism.sensitivity(kind, c),
-                           relation=self.mechanism.release(kind).relation)
+        vt = self.transport.release(self.noise, v, std, round=r, name=f"v~ ({kind})",
+                                    sensitivity=self.mechanism.sensitivity(kind, c),
+                                    relation=self.mechanism.release(kind).relation, public=public)
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
@@ -234,10 +246,10 @@ class DIFF2BVR(DIFF2GD):
             seen += 1
             if torch.rand((), generator=gen, device=self.device).item() < 1.0 / seen:
                 keep = cur
-            idx = torch.randperm(xp.shape[0], generator=gen, device=self.device)[:self.b]
+            idx = self.sampler.without_replacement(xp.shape[0], self.b, gen, holder=p)
             if self.canary is not None and self.canary[1] == p:
                 idx = self._wor_sample(idx, xp.shape[0])
-            dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
+            dx = _step_length(cur, before, self.lr, r)
             c = 0.0 if dx == 0.0 else self.C3 * dx
             extra = None
             if self.canary is not None and self.canary[1] == p and bool((idx == 0).any()):
@@ -248,11 +260,10 @@ class DIFF2BVR(DIFF2GD):
             v = flat({n: sums[n] for n in cur})
             if extra is not None:
                 v = v + extra
-            v = v / self.b + vt
             std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.mechanism.std("local", self.sigma3, c)
-            vt = noise.privatize_row(p, v, std, round=r, name=f"v~ (local k={k}, client {p})",
+            vt = noise.privatize_row(p, v / self.b, std, round=r, name=f"v~ (local k={k}, client {p})",
                                      sensitivity=self.mechanism.sensitivity("local", c),
-                                     relation=self.mechanism.release("local").relation)
+                                     relation=self.mechanism.release("local").relation, public=vt)
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
             j_before, j_cur = j_cur, j_cur + 1
         return cur, keep, j_cur

@@ -40,11 +40,10 @@ class _OneDataset(PrivateOptimizer):
 
     def _poisson(self, q: float) -> torch.Tensor:
         """Indices of a Poisson sample: every record independently with probability q."""
-        keep = torch.rand(self.n, generator=self.data_generator, device=self.device) < q
-        return keep.nonzero().flatten()
+        return self.sampler.poisson(self.n, q, self.data_generator)
 
     def _without_replacement(self, size: int) -> torch.Tensor:
-        idx = torch.randperm(self.n, generator=self.data_generator, device=self.device)[:size]
+        idx = self.sampler.without_replacement(self.n, size, self.data_generator)
         return idx if self.canary is None else self._wor_sample(idx, self.n)
 
     # -- one-run audits: many gradient canaries ------------------------------------------------------
@@ -207,11 +206,12 @@ class DPSRM(_OneDataset):
             if hit:
                 dsum = dsum + self._canary_clip(self.point, self.C2, self.point - 1)
                 g = g + self._canary_clip(self.point, self.C1)
-            v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b + (1.0 - self.gamma) * self.v
+            v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b
             level, kind = self.sigma, "v^t"
         m = self.mechanism
+        public = None if r == 1 else (1.0 - self.gamma) * self.v     # the released v^{t-1} is public
         self.v = self.noise.privatize(v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
-                                      relation=m.release(kind).relation)
+                                      relation=m.release(kind).relation, public=public)
         self.counts[kind] += 1
 
     def _events(self) -> list:
@@ -304,7 +304,7 @@ class DiceSGD(_OneDataset):
         clipped, plain = clipped + many_clipped, plain + many_plain
         v = clipped / self.B + self._clip_e()
         kind, m = ("first" if t == 0 else "later"), self.mechanism
-        vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name="v^t + w^t",
+        vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
                                   sensitivity=m.sensitivity(kind, (self.C1, self.C2)),
                                   relation=m.release(kind).relation)
         self.counts[kind] += 1
