@@ -35,6 +35,7 @@ import time
 import torch
 from torch import nn
 
+from dpcalib.optim import clipping
 from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 STEPS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
@@ -160,6 +161,34 @@ def matrix(n=128, records_per_cell=None, seed=0, out=sys.stdout):
                   f"({worst['relation']}, {worst['neighbour']}) violations={v}", file=out, flush=True)
     print(f"total violations: {bad}  ({time.perf_counter() - t0:.0f} s)", file=out)
     return bad
+
+
+def expanded_ghost_diff(model, loss_fn, x, y, max_norm, params, params_prev, *, method="auto", chunk_size=1024,
+                         weights=None):
+    """The ghost difference formula of the first release, UNSOUND in float32 (kept to show that the
+    checks catch it, and to time it beside the current one in benchmarks/bench_clipping.py)."""
+    if method != "ghost":
+        return clipped_grad_diff_sum(model, loss_fn, x, y, max_norm, params, params_prev, method=method,
+                                              weights=weights)
+    s1 = clipping._ghost_signals(model, params, loss_fn, x, y)
+    s0 = clipping._ghost_signals(model, params_prev, loss_fn, x, y)
+    norms2 = 0.0
+    for (_, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+        gg, g0g0, gg0 = g.pow(2).sum(1), g0.pow(2).sum(1), (g * g0).sum(1)
+        norms2 = norms2 + gg * a.pow(2).sum(1) + g0g0 * a0.pow(2).sum(1) - 2.0 * gg0 * (a * a0).sum(1)
+        if hb:
+            norms2 = norms2 + (g - g0).pow(2).sum(1)
+    norms = torch.sqrt(torch.clamp(norms2, min=0.0))
+    f = clipping.clip_factors(norms, float(max_norm))
+    if weights is not None:
+        f = f * weights
+    out = {}
+    for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+        cg, cg0 = g * f[:, None], g0 * f[:, None]
+        out[f"{name}.weight"] = cg.T @ a - cg0.T @ a0
+        if hb:
+            out[f"{name}.bias"] = (cg - cg0).sum(0)
+    return out, norms
 
 
 def main(argv=None):

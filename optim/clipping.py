@@ -156,11 +156,6 @@ def _sq(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float64).pow(2).sum(1)
 
 
-def _dot(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Per-row dot products in float64."""
-    return (s.to(torch.float64) * t.to(torch.float64)).sum(1)
-
-
 def _in_dtype(factors: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return factors.to(like.dtype)
 
@@ -208,9 +203,12 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
         for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
             dg = g - g0
             da = None if torch.equal(a, a0) else a - a0     # the first layer's input is the data itself
-            norms2 = norms2 + _sq(dg) * (_sq(a) + (1.0 if hb else 0.0))
+            a64, dg64 = a.to(torch.float64), dg.to(torch.float64)   # each cast once: the cost of the path
+            norms2 = norms2 + dg64.pow(2).sum(1) * (a64.pow(2).sum(1) + (1.0 if hb else 0.0))
             if da is not None:
-                norms2 = norms2 + _sq(g0) * _sq(da) + 2.0 * _dot(dg, g0) * _dot(a, da)
+                g064, da64 = g0.to(torch.float64), da.to(torch.float64)
+                norms2 = norms2 + g064.pow(2).sum(1) * da64.pow(2).sum(1) + \
+                    2.0 * (dg64 * g064).sum(1) * (a64 * da64).sum(1)
             parts.append((name, a, dg, g0, da, hb))
         norms = torch.sqrt(torch.clamp(norms2, min=0.0))
         f = _weighted(clip_factors(norms, c), weights)

@@ -9,6 +9,7 @@ vmap paths.  CI checks, per cell, the records with the largest norms plus a rand
 script runs every record.
 
 The ghost formula of the first release expanded ``||g a^T - g' a'^T||^2`` in the working dtype;
+``fuzz_clipping.expanded_ghost_diff`` keeps it;
 :func:`test_the_expanded_ghost_formula_is_caught` plants it back and checks that these tests see
 it (moves of thousands of C at small steps in float32).
 """
@@ -71,35 +72,8 @@ def test_every_layer_kind_of_the_fast_path(method):
             assert not bad, (widths, act, kind, bad[:2])
 
 
-def _expanded_ghost_diff(model, loss_fn, x, y, max_norm, params, params_prev, *, method="auto", chunk_size=1024,
-                         weights=None):
-    """The ghost difference formula of the first release (kept here only to show the tests catch it)."""
-    if method != "ghost":
-        return clipping.clipped_grad_diff_sum(model, loss_fn, x, y, max_norm, params, params_prev, method=method,
-                                              weights=weights)
-    s1 = clipping._ghost_signals(model, params, loss_fn, x, y)
-    s0 = clipping._ghost_signals(model, params_prev, loss_fn, x, y)
-    norms2 = 0.0
-    for (_, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
-        gg, g0g0, gg0 = g.pow(2).sum(1), g0.pow(2).sum(1), (g * g0).sum(1)
-        norms2 = norms2 + gg * a.pow(2).sum(1) + g0g0 * a0.pow(2).sum(1) - 2.0 * gg0 * (a * a0).sum(1)
-        if hb:
-            norms2 = norms2 + (g - g0).pow(2).sum(1)
-    norms = torch.sqrt(torch.clamp(norms2, min=0.0))
-    f = clipping.clip_factors(norms, float(max_norm))
-    if weights is not None:
-        f = f * weights
-    out = {}
-    for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
-        cg, cg0 = g * f[:, None], g0 * f[:, None]
-        out[f"{name}.weight"] = cg.T @ a - cg0.T @ a0
-        if hb:
-            out[f"{name}.bias"] = (cg - cg0).sum(0)
-    return out, norms
-
-
 def test_the_expanded_ghost_formula_is_caught(monkeypatch):
-    monkeypatch.setattr(F, "clipped_grad_diff_sum", _expanded_ghost_diff)
+    monkeypatch.setattr(F, "clipped_grad_diff_sum", F.expanded_ghost_diff)
     worst, bad = _check(F.mlp(dtype=torch.float32), "difference", "ghost", weighted=False)
     assert bad and worst > 10.0
     # the same check passes on the float64 model: the old formula's flaw is float32 cancellation

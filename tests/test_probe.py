@@ -58,12 +58,12 @@ def test_a_clip_factor_planted_on_the_ghost_path_is_flagged(monkeypatch):
 
 
 def test_the_expanded_ghost_difference_formula_is_flagged_at_small_steps_in_float32(monkeypatch):
-    from tests.test_clipping_soundness import _expanded_ghost_diff
+    from benchmarks.fuzz_clipping import expanded_ghost_diff
 
     mech = M.DPSRM(200, 8, 16, 8)
     ok = _probe("dp-srm", mech, 0.5, {}, lr=1e-4)
     assert ok.passed
-    monkeypatch.setattr(sgd, "clipped_grad_diff_sum", lambda *a, **k: _expanded_ghost_diff(*a, **{**k, "method": "ghost"}))
+    monkeypatch.setattr(sgd, "clipped_grad_diff_sum", lambda *a, **k: expanded_ghost_diff(*a, **{**k, "method": "ghost"}))
     bad = _probe("dp-srm", mech, 0.5, {}, lr=1e-4)
     assert bad.exceeded > 0 and bad.worst_ratio > 1 + bad.tol
     assert {row["release"] for row in bad.rows if row["worst_ratio"] > 1 + bad.tol} == {"v^t"}
