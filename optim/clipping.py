@@ -25,7 +25,7 @@ record moves it by at most ``w_i C`` plus that rounding, which is relative to th
 summands, never to C.  (An earlier ghost formula expanded ``||g a^T - g' a'^T||^2`` into
 ``||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')`` in the working dtype; at nearby parameter
 points float32 cancellation made that norm wrong by orders of magnitude and let one record move
-the sum by several C -- see tests/test_clipping_soundness.py.)
+the sum by up to thousands of C -- see tests/test_clipping_soundness.py.)
 
 ``method="auto"`` uses the ghost path when the model allows it and the general path otherwise.
 """
@@ -148,7 +148,7 @@ def _per_sample_grads(model, params, loss_fn, x, y):
 
 def _flat_norms(per_sample: dict) -> torch.Tensor:
     """Per-sample L2 norms of the flattened vectors, accumulated in float64 (see the module's guarantee)."""
-    return torch.sqrt(sum(v.flatten(1).to(torch.float64).pow(2).sum(1) for v in per_sample.values()))
+    return torch.sqrt(sum(_sq(v.flatten(1)) for v in per_sample.values()))
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
