@@ -1,5 +1,8 @@
-"""What every reference optimizer shares: the noise source, release records, the run loop with
-metrics, progress bar and checkpoints, and the privacy spent so far.
+"""What every reference optimizer's update shares: the noise source, release records, the random
+streams, the output iterate, the events of the releases made and the privacy they spend.  The loop
+that drives an update -- metrics, progress bar, checkpoints -- is :mod:`optim.runner`; what the
+records of a batch contribute is :mod:`optim.per_example`; how batches are drawn is
+:mod:`optim.sampling`.  An update knows none of the checks that watch it.
 
 Randomness is split into three independent ``torch.Generator`` streams derived from one seed
 (``numpy.random.SeedSequence(seed).spawn(3)``):
@@ -8,18 +11,14 @@ Randomness is split into three independent ``torch.Generator`` streams derived f
 * ``noise``  -- the DP noise, owned by :class:`NoiseSource` and never used for anything else,
 * ``output`` -- the data-independent choice of the returned iterate (``x^out``).
 
-A checkpoint holds the model, the algorithm's state tensors, the three generator states, the
-round, the events composed so far, the metrics and the recorded releases, so a resumed run makes
-exactly the same draws as an uninterrupted one.  It is plain data (tensors, numbers, strings,
-lists, dicts) and is read with ``torch.load(weights_only=True)``: loading never runs code.
+A checkpoint (:mod:`optim.runner`) saves all three, so a resumed run makes exactly the same draws.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -29,11 +28,12 @@ from torch.func import functional_call
 from ..accountant import PrivacyAccountant
 from ..mechanisms import CalibrationReport
 
-from .clipping import clip_factors
+from .per_example import PerExample
+from .runner import Runner
 from .sampling import Sampler
 from .transport import ONE_PROCESS
 
-__all__ = ["Release", "NoiseSource", "FollowerSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
+__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "flat", "unflat", "squared_loss"]
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -178,65 +178,6 @@ class NoiseSource:
                 g.set_state(st)
 
 
-class FollowerSource(NoiseSource):
-    """For audits: instead of adding noise, return the LEADER run's released values in order, so
-    that a twin run on a neighbouring dataset follows the leader's public history while its own
-    data (and hidden state) stay its own.  Records the twin's own noiseless values and stds."""
-
-    def __init__(self, leader: NoiseSource, device, dtype):
-        super().__init__(0, device, dtype, record=True, record_noise=False, record_values=True)
-        if not leader.record_values:
-            raise ValueError("leader is not allowed: its releases were not recorded with values (record_values).")
-        self.leader, self.cursor = leader, 0
-
-    def _next(self):
-        if self.cursor >= len(self.leader.releases):
-            raise RuntimeError("the follower is ahead of its leader: step the leader first.")
-        rel = self.leader.releases[self.cursor]
-        self.cursor += 1
-        return rel
-
-    def privatize(self, value, std, *, round, name, sensitivity, relation, public=None):
-        fresh, value = _split(value, public)
-        out = self._next().released
-        self._log(round, name, std, sensitivity, relation, out - value, value, out, fresh)
-        return out
-
-    def privatize_row(self, i, value, std, *, round, name, sensitivity, relation, public=None):
-        return self.privatize(value, std, round=round, name=name, sensitivity=sensitivity, relation=relation,
-                              public=public)
-
-    def privatize_rows(self, values, stds, *, round, names, sensitivity, relation):
-        out = torch.stack([self._next().released for _ in range(values.shape[0])])
-        for i in range(values.shape[0]):
-            self._log(round, names[i], float(stds[i]), sensitivity, relation, out[i] - values[i], values[i], out[i])
-        return out
-
-
-CHECKPOINT_FORMAT = "dpcalib-optimizer/2"      # /2: plain containers only (weights_only=True)
-
-
-def _shape(mechanism) -> dict:
-    """The run's shape as plain values: the mechanism's name and its dataclass fields."""
-    out = {"name": getattr(mechanism, "name", type(mechanism).__name__)}
-    if is_dataclass(mechanism):
-        for f in fields(mechanism):
-            v = getattr(mechanism, f.name)
-            out[f.name] = v if v is None or isinstance(v, (bool, int, float, str)) else repr(v)
-    return out
-
-
-def _move(obj, device):
-    """Tensors of a (nested) checkpoint entry onto ``device`` (generator states stay on the CPU)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_move(v, device) for v in obj)
-    return obj
-
-
 def _seed_of(ss) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0] % (2 ** 63))
 
@@ -284,9 +225,13 @@ def _check_lr(value, name: str = "lr") -> float:
 
 
 class PrivateOptimizer:
-    """Base class.  Subclasses set ``mechanism``, ``total_rounds`` and implement ``_step(r)``,
-    ``_events()``, ``_state()`` / ``_load_state()`` and ``_objective()``.  Minibatches are drawn
-    through ``sampler`` (:class:`~optim.sampling.Sampler`, the plain draws by default)."""
+    """Base class of the updates.  Subclasses set ``mechanism``, ``total_rounds`` and implement
+    ``_step(r)`` (one round: its releases go through ``self.noise``), ``_events()``, ``_state()`` /
+    ``_load_state()`` and ``_objective()``.  Minibatches are drawn through ``sampler``
+    (:class:`~optim.sampling.Sampler`, the plain draws by default), and the per-example part of
+    every query is asked of ``per_example`` (:class:`~optim.per_example.PerExample`, naming the
+    records by ``(holder, index)``).  :class:`~optim.runner.Runner` drives the rounds
+    (:meth:`run` is its shortcut)."""
 
     name = "private-optimizer"
 
@@ -298,8 +243,6 @@ class PrivateOptimizer:
         if not callable(loss_fn):
             raise ValueError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
                              "per-example losses.")
-        if clip_method not in ("auto", "ghost", "vmap"):
-            raise ValueError(f"clip_method={clip_method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
         self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
         self.transport = ONE_PROCESS if transport is None else transport
         first = next(model.parameters(), None)
@@ -316,6 +259,8 @@ class PrivateOptimizer:
         self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
         self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
+        # what the records of a batch contribute (optim.per_example); a check may put another object here
+        self.per_example = PerExample(clip_method, chunk_size)
         if sampler is not None and not isinstance(sampler, Sampler):
             raise ValueError(f"sampler={sampler!r} is not allowed: expected a dpcalib.optim.sampling.Sampler.")
         self.sampler = Sampler() if sampler is None else sampler   # how minibatches are drawn (optim.sampling)
@@ -324,57 +269,10 @@ class PrivateOptimizer:
         self.metrics: list[dict] = []
         self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
         self._n_candidates = 0
-        self.canary = None        # audits: see set_canary
-        self.canary_forced = False  # audits: the canary is in every sample (Poisson-sampled optimizers)
-        self.wor_coupling = None  # audits: rewrites fixed-size samples (see optim.audit.WORCoupling)
-        self.point = 0            # id of the parameter point the model holds (visit order)
 
-    # -- audits ----------------------------------------------------------------------------------
-    def set_canary(self, gradient, holder: int = 0) -> None:
-        """White-box gradient canary: record 0 of the ``holder``'s data (client, node; 0 for one
-        dataset) is replaced by a record whose per-example gradient at the j-th parameter point
-        visited is ``gradient(j)`` (a flat tensor of the model's size; a tensor means the same
-        vector at every point).  ``None`` removes it.  Used by :mod:`optim.audit`."""
-        if gradient is None:
-            self.canary = None
-            return
-        if not self.transport.canaries:
-            raise ValueError(f"set_canary is not allowed on the {self.transport.name} transport: audit the "
-                             "one-process optimizer.")
-        d = sum(p.numel() for p in self.model.parameters())
-        fn = gradient if callable(gradient) else (lambda j, g=gradient: g)
-        g0 = torch.as_tensor(fn(0))
-        if g0.shape != (d,):
-            raise ValueError(f"gradient is not allowed: expected a flat vector of the model's {d} parameters, "
-                             f"got shape {tuple(g0.shape)}.")
-        if isinstance(holder, bool) or not isinstance(holder, int) or not 0 <= holder < self._holders():
-            raise ValueError(f"holder={holder!r} is not allowed: expected an integer in [0, {self._holders() - 1}].")
-        self.canary = (fn, holder)
-        self._canary_changed()
-
-    def _holders(self) -> int:
+    def holders(self) -> int:
+        """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record."""
         return 1
-
-    def _wor_sample(self, idx: torch.Tensor, population: int, offset: int = 0) -> torch.Tensor:
-        """A fixed-size sample without replacement ``idx`` from a population whose record 0 is the
-        canary.  Unchanged unless an audit set :attr:`wor_coupling`, which may replace it by the
-        "canary in" or "canary out" batch of the coupling (for the release ``offset`` places after
-        the releases recorded so far)."""
-        if self.wor_coupling is None:
-            return idx
-        return self.wor_coupling(idx, population, len(self.noise.releases) + offset)
-
-    def _canary_changed(self) -> None:
-        pass
-
-    def _cg(self, j: int) -> torch.Tensor:
-        return torch.as_tensor(self.canary[0](j)).to(self.device, self.dtype)
-
-    def _canary_clip(self, j: int, c: float, j_prev: int | None = None, stabilizer=None) -> torch.Tensor:
-        """clip of the canary's gradient at point j (or of its difference between points j and j_prev)."""
-        g = self._cg(j) if j_prev is None else self._cg(j) - self._cg(j_prev)
-        n = torch.linalg.vector_norm(g).reshape(1)
-        return clip_factors(n, c, stabilizer)[0] * g
 
     # -- helpers for subclasses ----------------------------------------------------------------
     def _need(self, key: str) -> float:
@@ -467,124 +365,30 @@ class PrivateOptimizer:
         self.round += 1
         self._step(self.round)
 
-    def run(self, rounds: int | None = None, *, log_every: int | None = None, progress: bool | None = None,
-            checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-            delta: float | None = None) -> list[dict]:
-        """Run ``rounds`` more rounds (default: to the calibrated total).
-
-        Every ``log_every`` rounds (default ``max(1, total // 100)``) and at the end, appends
-        ``{"round", "loss", "grad_norm", "epsilon"}`` to :attr:`metrics`.  ``progress``: tqdm bar
-        (``None``: shown on a terminal).  ``checkpoint``/``checkpoint_every``: save the whole state
-        there every that many rounds and at the end; :meth:`load_checkpoint` resumes exactly.
-        """
-        left = self.total_rounds - self.round
-        n = left if rounds is None else int(rounds)
-        if n < 0 or n > left:
-            raise ValueError(f"rounds={rounds!r} is not allowed: expected an integer in [0, {left}] "
-                             f"({self.round} of {self.total_rounds} calibrated rounds are done).")
-        every = max(1, self.total_rounds // 100) if log_every is None else int(log_every)
-        if every < 1:
-            raise ValueError(f"log_every={log_every!r} is not allowed: expected an integer >= 1.")
-        if checkpoint_every is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc=self.name, disable=(None if progress is None else not progress), leave=False)
-        try:
-            for i in range(n):
-                self.step()
-                bar.update(1)
-                if self.round % every == 0 or i == n - 1:
-                    self._log_metrics(delta)
-                    bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.4g}", eps=f"{self.metrics[-1]['epsilon']:.3g}")
-                if checkpoint is not None and (
-                        (checkpoint_every is not None and self.round % int(checkpoint_every) == 0) or i == n - 1):
-                    self.save_checkpoint(checkpoint)
-        finally:
-            bar.close()
-        return self.metrics
-
-    def _log_metrics(self, delta=None) -> None:
-        m = {"round": self.round, **self.evaluate()}
-        d = self.delta if delta is None else delta
-        m["epsilon"] = self._epsilon_metric(d)
-        if self.metrics and self.metrics[-1]["round"] == self.round:
-            self.metrics[-1] = m
-        else:
-            self.metrics.append(m)
-
-    # -- checkpoints -----------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------
     def _state(self) -> dict:
         return {}
 
     def _load_state(self, state: dict) -> None:
         pass
 
+    # -- shortcuts to the runner (optim.runner.Runner owns the loop, metrics and checkpoints) -----
+    def run(self, rounds: int | None = None, **kwargs) -> list[dict]:
+        """:meth:`optim.runner.Runner.run`: run ``rounds`` more rounds (default: to the calibrated total)."""
+        return Runner(self).run(rounds, **kwargs)
+
     def state_dict(self) -> dict:
-        return {
-            "algorithm": self.name, "round": self.round, "total_rounds": self.total_rounds,
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
-            "state": self._state(), "counts": dict(self.counts), "metrics": list(self.metrics),
-            "rng": {"data": self.data_generator.get_state(), "output": self.output_generator.get_state()},
-            "noise": self.noise.state_dict(), "out": self._out, "n_candidates": self._n_candidates,
-            "levels": dict(self.levels), "point": self.point, "format": CHECKPOINT_FORMAT,
-            "mechanism": _shape(self.mechanism), "transport": self.transport.name,
-        }
+        """:meth:`optim.runner.Runner.state_dict`: the whole state as plain data."""
+        return Runner(self).state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`.  A state of another algorithm, run shape, noise or
-        model is refused with a ``ValueError`` (resuming it would spend privacy that was never
-        accounted, or silently train another model)."""
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError("checkpoint is not allowed: it is not a dpcalib optimizer checkpoint "
-                             f"(format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}, "
-                             f"expected {CHECKPOINT_FORMAT!r}).")
-        if state.get("algorithm") != self.name or state.get("total_rounds") != self.total_rounds:
-            raise ValueError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
-                             f"{state.get('total_rounds')} rounds; this is {self.name!r} with {self.total_rounds}.")
-        if state.get("transport", "one-process") != self.transport.name:
-            raise ValueError(f"checkpoint is not allowed: it was written on the {state.get('transport')!r} transport; "
-                             f"this run is on {self.transport.name!r}.")
-        if state.get("mechanism") != _shape(self.mechanism):
-            raise ValueError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
-                             f"this run's {_shape(self.mechanism)}.")
-        if state.get("levels") != self.levels:
-            raise ValueError(f"checkpoint is not allowed: its noise levels {state.get('levels')} differ from "
-                             f"this run's {self.levels}.")
-        mine = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
-        theirs = {k: tuple(v.shape) for k, v in state["model"].items()}
-        if mine != theirs:
-            raise ValueError(f"checkpoint is not allowed: its model's parameters {theirs} differ from this "
-                             f"model's {mine}.")
-        self.model.load_state_dict(state["model"])
-        self._load_state(_move(state["state"], self.device))
-        self.round = int(state["round"])
-        self.counts = Counter(state["counts"])
-        self.metrics = list(state["metrics"])
-        self.data_generator.set_state(state["rng"]["data"])
-        self.output_generator.set_state(state["rng"]["output"])
-        self.noise.load_state_dict(state["noise"])
-        self._out, self._n_candidates = _move(state["out"], self.device), int(state["n_candidates"])
-        self.point = int(state["point"])
+        """:meth:`optim.runner.Runner.load_state_dict`: resume from :meth:`state_dict`."""
+        Runner(self).load_state_dict(state)
 
     def save_checkpoint(self, path) -> None:
-        """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""
-        path = self.transport.path(os.fspath(path))
-        tmp = f"{path}.tmp"
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        """:meth:`optim.runner.Runner.save_checkpoint` (atomic)."""
+        Runner(self).save_checkpoint(path)
 
     def load_checkpoint(self, path) -> None:
-        """Resume from a file written by :meth:`save_checkpoint`.  The file is read with
-        ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a
-        checkpoint from someone else cannot run code; anything else is refused (``ValueError``)."""
-        path = self.transport.path(os.fspath(path))
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: no such file.") from None
-        except Exception as exc:       # pickle.UnpicklingError (a forbidden global), a corrupt or foreign file
-            msg = " ".join(str(exc).split())[:300]
-            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: it is not a plain-tensor dpcalib "
-                             f"checkpoint loadable with weights_only=True ({type(exc).__name__}: {msg}).") from None
-        self.load_state_dict(state)
+        """:meth:`optim.runner.Runner.load_checkpoint` (read with ``weights_only=True``: never unpickles)."""
+        Runner(self).load_checkpoint(path)

@@ -2,7 +2,7 @@
 
 Both run the real optimizers twice in lockstep: a **leader** on dataset D (one record replaced
 by a gradient canary A) and a **twin** on the neighbouring dataset D' (canary B) whose noise
-source is a :class:`~optim._core.FollowerSource`: the twin receives the leader's releases
+source is a :class:`~optim.replay.ReplaySource`: the twin receives the leader's releases
 instead of adding its own noise, so it walks the same public history (same sampling, same
 iterates) while its data and hidden state (DIFF2 differences, DP-SRM momentum, DiceSGD error
 feedback) are its own.  At every release this gives both noiseless queries ``q_D``, ``q_D'`` and
@@ -38,7 +38,10 @@ from scipy import stats
 from ..accountant import gdp_epsilon, gdp_mu
 from ..accountant.tradeoff import TradeOffCurve
 
-from ._core import FollowerSource
+from .canaries import ManyCanaries, WORCoupling, plant
+from .clipping import clip_factors
+from .replay import ReplaySource
+from .sampling import ForcedRecord
 
 __all__ = ["zero", "constant", "alternating", "sensitivity_probe", "ProbeReport", "run_pair", "release_llr",
            "epsilon_lower_bounds", "heldout_lower_bound", "llr_samples", "pair_llr", "spent_tradeoff",
@@ -75,18 +78,19 @@ def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
 
 # ---- lockstep runs -----------------------------------------------------------------------------
 def _leader(build, seed, canary, holder=0):
-    """A run that records its releases with their values (the truth of an experiment)."""
+    """A run that records its releases with their values (the truth of an experiment); record 0 of
+    the ``holder`` is the gradient canary (:func:`optim.canaries.plant`)."""
     leader = build(seed)
     leader.noise.record = leader.noise.record_values = True
-    leader.set_canary(canary, holder)
+    plant(leader, canary, holder)
     return leader
 
 
 def _follower(build, seed, leader, canary, holder=0):
-    """A run on another dataset that walks ``leader``'s public history (see FollowerSource)."""
+    """A run on another dataset that walks ``leader``'s public history (see :class:`~optim.replay.ReplaySource`)."""
     f = build(seed)
-    f.set_canary(canary, holder)
-    f.noise = FollowerSource(leader.noise, f.device, f.dtype)
+    plant(f, canary, holder)
+    f.noise = ReplaySource(leader.noise, f.device, f.dtype)
     return f
 
 
@@ -610,7 +614,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     def one(s, truth_has_canary):
         leader = _leader(build, s, canary if truth_has_canary else absent)
         f_in, f_out = _follower(build, s, leader, canary), _follower(build, s, leader, absent)
-        f_in.canary_forced = True
+        f_in.sampler = ForcedRecord(0, 0, present=True)      # record 0 (the canary) in every sample
         for _ in range(leader.total_rounds):
             leader.step()
             f_in.step()
@@ -695,48 +699,6 @@ def harness(algorithm: str, mechanism, noise):
 
 
 # ---- fixed-size sampling without replacement (replace-one) ----------------------------------------
-class WORCoupling:
-    """The coupling behind the replace-one amplification of fixed-size sampling without replacement.
-
-    A uniform b-subset B of a population {0, ..., n-1} whose record 0 differs between D and D' (the
-    canary) is drawn as: a uniform b-subset S' of the others, a uniform k in S', and with
-    probability gamma = b/n the batch is ``S' - {k} + {0}`` ("in"), else ``S'`` ("out").  Given
-    (S', k) each release is the mixture ``(1 - gamma) N(q(S'), s^2) + gamma N(q(S' - k + canary), s^2)``
-    under D and the same with the other canary under D' -- the pair the replace-one analysis of
-    sampling without replacement bounds (Balle, Barthe & Gaboardi 2018, Thm 10: the coupling that
-    gives amplification under the substitution relation), so a test that knows (S', k) tests the
-    claim itself.  From the batch B the run drew, (S', k) is completed with the auditor's own
-    randomness: if 0 in B, S' = B - {0} + {k} with k uniform among the others outside B; else
-    S' = B and k uniform in B.  Every follower of a run gets the same (S', k) for a release (its
-    randomness is keyed by the run's seed and the release's index); ``mode`` picks the batch it
-    computes: "in" (canary in) or "out".  ``gammas`` records b/n per release index."""
-
-    def __init__(self, seed: int, mode: str):
-        if mode not in ("in", "out"):
-            raise ValueError(f"mode={mode!r} is not allowed: expected 'in' or 'out'.")
-        self.seed, self.mode, self.gammas = int(seed), mode, {}
-
-    def __call__(self, idx: torch.Tensor, population: int, at: int) -> torch.Tensor:
-        import numpy as np
-
-        b = int(idx.numel())
-        self.gammas[at] = b / population
-        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, at])
-        chosen = idx.tolist()
-        if 0 in chosen:
-            others = [i for i in chosen if i != 0]
-            taken = set(chosen)
-            pool = [i for i in range(1, population) if i not in taken]
-            if self.mode == "in" or not pool:       # no "out" batch when b = n (gamma = 1: never used)
-                return idx
-            k = pool[int(rng.integers(len(pool)))]
-            return torch.tensor(others + [k], dtype=idx.dtype, device=idx.device)
-        if self.mode == "out":
-            return idx
-        drop = int(rng.integers(b))
-        return torch.tensor([i for j, i in enumerate(chosen) if j != drop] + [0], dtype=idx.dtype, device=idx.device)
-
-
 def _log_kernel(o, q, s: float) -> float:
     """``-||o - q||^2 / (2 s^2)`` (the part of log N(o; q, s^2 I) that differs between means); a point
     mass for s = 0 (0 at q, -inf elsewhere)."""
@@ -776,13 +738,13 @@ def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int 
     f_a = _follower(build, seed, leader, canary_a, holder)
     f_b = _follower(build, seed, leader, canary_b, holder)
     for f, mode in ((f_out, "out"), (f_a, "in"), (f_b, "in")):
-        f.wor_coupling = WORCoupling(seed, mode)
+        f.sampler = WORCoupling(seed, mode, (lambda f=f: len(f.noise.releases)), holder, base=f.sampler)
     for _ in range(leader.total_rounds):
         leader.step()
         for f in (f_out, f_a, f_b):
             f.step()
-    gam = f_out.wor_coupling.gammas
-    if f_a.wor_coupling.gammas != gam or f_b.wor_coupling.gammas != gam:
+    gam = f_out.sampler.gammas
+    if f_a.sampler.gammas != gam or f_b.sampler.gammas != gam:
         raise RuntimeError("the followers sampled differently: the optimizer's sampling depends on private data.")
     total = 0.0
     for i, (x, u, a, b) in enumerate(zip(leader.noise.releases, f_out.noise.releases, f_a.noise.releases,
@@ -881,6 +843,16 @@ class OneRunReport:
                                                      for g in self.guesses]}
 
 
+def _one_run_signal(opt, norm: float):
+    """(sampling rate, what one sampled canary of gradient norm ``norm`` adds to a release's
+    coordinate along its gradient): DP-SGD releases the clipped SUM, DiceSGD the clipped sum over
+    its nominal batch B (plus its error feedback, which no canary enters)."""
+    stabilizer = getattr(opt, "stabilizer", None)
+    c = opt.C if opt.name == "dp-sgd" else opt.C1
+    f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), c, stabilizer)[0])
+    return opt.q, norm * f / (1.0 if opt.name == "dp-sgd" else opt.B)
+
+
 def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
                   confidence: float = 0.95, seed: int = 0, progress: bool | None = None,
                   name: str | None = None) -> OneRunReport:
@@ -900,7 +872,7 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     m = int(canaries)
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
-    if not hasattr(opt, "set_canaries"):
+    if opt.name not in ONE_RUN:
         raise ValueError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
                          "optimizer on one dataset (dp-sgd, dicesgd).")
     if isinstance(canaries, bool) or not 2 <= m <= d:
@@ -918,10 +890,10 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     included = rng.random(m) < 0.5
     grads = torch.zeros(m, d, dtype=torch.float64)
     grads[torch.arange(m), torch.as_tensor(coords)] = CANARY_NORM
-    opt.set_canaries(grads, torch.as_tensor(included))
+    ManyCanaries(grads, torch.as_tensor(included)).install(opt)
     opt.noise.record, opt.noise.record_noise, opt.noise.record_values = True, False, True
     opt.run(progress=progress, log_every=opt.total_rounds)
-    q, c = opt._one_run_signal(CANARY_NORM)
+    q, c = _one_run_signal(opt, CANARY_NORM)
     scores = np.zeros(m)
     log_keep = math.log1p(-q) if q < 1.0 else -math.inf
     for rel in opt.noise.releases:

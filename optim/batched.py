@@ -30,6 +30,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from ._core import _seeds, flat
+from .canaries import plant
 from .clipping import clip_factors
 
 __all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
@@ -42,7 +43,7 @@ def supports_batching(opt) -> bool:
     """True for DP-GD and DIFF2-GD on one process (DIFF2-BVR's local steps sample records)."""
     from .diff2 import DIFF2BVR, DIFF2GD
 
-    return isinstance(opt, DIFF2GD) and not isinstance(opt, DIFF2BVR) and opt.transport.canaries
+    return isinstance(opt, DIFF2GD) and not isinstance(opt, DIFF2BVR) and opt.transport.holds_everyone
 
 
 def _noise_sources(template, seeds) -> list:
@@ -55,9 +56,14 @@ def _noise_sources(template, seeds) -> list:
 class _Batch:
     """One batch of runs: the template optimizer's configuration and the per-example gradient map."""
 
-    def __init__(self, template):
+    def __init__(self, template, holder: int):
         t = template
         self.t = t
+        # record 0 of the holder is the canary: its row leaves the real records, its weight moves to the canary
+        row = t.offsets[holder]
+        self.w = t.w.clone()
+        self.w_canary = float(t.w[row])
+        self.w[row] = 0.0
         self.names = [k for k, _ in t.model.named_parameters()]
         self.shapes = [p.shape for _, p in t.model.named_parameters()]
         self.sizes = [p.numel() for _, p in t.model.named_parameters()]
@@ -87,11 +93,11 @@ def _clipped_sum(per: torch.Tensor, c, w: torch.Tensor) -> torch.Tensor:
     return torch.einsum("rn,rnd->rd", f, per)
 
 
-def _canary_term(t, g: torch.Tensor, c, runs: int) -> torch.Tensor:
+def _canary_term(bt, g: torch.Tensor, c, runs: int) -> torch.Tensor:
     """``w_canary * clip(g, c)`` per run (``g``: the canary's gradient or gradient difference)."""
     n = torch.linalg.vector_norm(g).reshape(1)
     f = clip_factors(n, c)                      # c a tensor [runs]: one factor per run
-    return t.w_canary * f.reshape(-1, 1).expand(runs, 1) * g.reshape(1, -1)
+    return bt.w_canary * f.reshape(-1, 1).expand(runs, 1) * g.reshape(1, -1)
 
 
 def _llr(o, q_d, q_p, std) -> torch.Tensor:
@@ -130,22 +136,22 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
     for r in range(1, t.total_rounds + 1):
         j = r - 1                                   # id of the parameter point (visit order)
         if t._restart(r):
-            part = _clipped_sum(bt.per_example(theta), t.C1, t.w)
+            part = _clipped_sum(bt.per_example(theta), t.C1, bt.w)
             c = torch.full((runs,), t.C1, dtype=torch.float64, device=dev)
             s, kind = t.sigma1, "restart"
             g_d, g_p = _cg(canary_d, j, t), _cg(canary_dprime, j, t)
-            q_d = part + _canary_term(t, g_d, t.C1, runs)
-            q_p = part + _canary_term(t, g_p, t.C1, runs)
+            q_d = part + _canary_term(bt, g_d, t.C1, runs)
+            q_p = part + _canary_term(bt, g_p, t.C1, runs)
         else:
             dx = torch.linalg.vector_norm(theta - prev, dim=1).to(torch.float64)
             c = torch.where(dx == 0, torch.zeros_like(dx), t.C2 * dx)
             per = bt.per_example(theta) - bt.per_example(prev)
-            part = _clipped_sum(per, c.to(dt), t.w) + v
+            part = _clipped_sum(per, c.to(dt), bt.w) + v
             s, kind = t.sigma2, "difference"
             g_d = _cg(canary_d, j, t) - _cg(canary_d, j - 1, t)
             g_p = _cg(canary_dprime, j, t) - _cg(canary_dprime, j - 1, t)
-            q_d = part + _canary_term(t, g_d, c.to(dt), runs)
-            q_p = part + _canary_term(t, g_p, c.to(dt), runs)
+            q_d = part + _canary_term(bt, g_d, c.to(dt), runs)
+            q_p = part + _canary_term(bt, g_p, c.to(dt), runs)
         if s == 0.0:
             std = torch.zeros(runs, dtype=torch.float64, device=dev)
         else:
@@ -202,9 +208,9 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
             if not all(torch.equal(x, y) for x, y in zip(template.params().values(), last.params().values())):
                 raise ValueError("build is not allowed in a batched audit: the initial parameters depend on the "
                                  "seed (batched runs share one starting point; use batch=None).")
-            template.set_canary(canary_d, holder)
+            plant(template, canary_d, holder)           # validates the canary and the holder
             with torch.no_grad():
-                vals = _run_batch(_Batch(template), chunk, truth_is_d[a:a + batch], canary_d,
+                vals = _run_batch(_Batch(template, holder), chunk, truth_is_d[a:a + batch], canary_d,
                                   canary_dprime).tolist()
             if verify:
                 _check_against_sequential(build, canary_d, canary_dprime, chunk[0], truth_is_d[a], holder,

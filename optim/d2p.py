@@ -97,10 +97,6 @@ class _Decentralized(PrivateOptimizer):
         if not self.poisson:
             idx = torch.stack([self.sampler.one(J, g, holder=i) for i, g in zip(self.here, gens)])
             mask = torch.ones(n, 1, device=self.device, dtype=self.dtype)
-            if self.canary is not None and self.canary[1] in self.here:     # the holder's row is released
-                h = self.here.index(self.canary[1])                         # h rows after the recorded ones
-                idx = idx.clone()
-                idx[h] = self._wor_sample(idx[h], J, h)
         else:
             keep = torch.zeros(n, J, dtype=torch.bool, device=self.device)
             for row, (i, g) in enumerate(zip(self.here, gens)):
@@ -112,18 +108,13 @@ class _Decentralized(PrivateOptimizer):
         rows = torch.arange(n, device=self.device).unsqueeze(1)
         return self.xs[rows, idx], self.ys[rows, idx], mask, idx
 
-    def _holders(self) -> int:
+    def holders(self) -> int:
         return self.nodes
 
     def _node_grads(self, Z):
         xs, ys, mask, idx = self._sample()
-        g = self._grads(Z, xs, ys)                                   # [n, M, d]
-        if self.canary is not None:                                  # record 0 of the holder is the canary
-            h = self.canary[1]
-            hit = (idx[h] == 0) & (mask[h] > 0)
-            if bool(hit.any()):
-                g = g.clone()
-                g[h, hit] = self._cg(self.point)
+        node = torch.as_tensor(self.here, device=self.device).reshape(-1, 1).expand_as(idx)
+        g = self.per_example.grads(self._grads, Z, xs, ys, ids=(node, idx))   # [n, M, d]
         return g, mask
 
     def _combine(self, g, mask):
@@ -143,7 +134,6 @@ class _Decentralized(PrivateOptimizer):
         half = self.X - self.lr * noisy
         self.X, self.w = self.transport.mix(half, self.w, k, self.graph)
         self.counts["iteration"] += 1
-        self.point += 1
         self._sync_model()
 
     def _sync_model(self):
@@ -250,7 +240,7 @@ class NoGuarantee:
 class AdaD2P(NoGuarantee, _Decentralized):
     """AdaD2P (AdaD2P paper, Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
     own norm, no clipping.  It has NO finite (eps, delta) guarantee (AdaD2P-E1): provided as the
-    paper's algorithm and as an audit target; :meth:`epsilon_spent` is inf and :meth:`accountant`
+    paper's algorithm and as a target for the empirical checks; :meth:`epsilon_spent` is inf and :meth:`accountant`
     raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``."""
 
     name = "adad2p"

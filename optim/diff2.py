@@ -18,7 +18,6 @@ import torch
 from .. import mechanisms as M
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
-from .clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -97,23 +96,18 @@ class DIFF2GD(PrivateOptimizer):
         self.y = torch.cat([s[1] for s in held])
         self.w = torch.cat([torch.full((s[0].shape[0],), 1.0 / (self.P * s[0].shape[0]), device=self.device,
                                        dtype=self.dtype) for s in held])
-        self.w_all = self.w
         self.offsets = [0]
         for xs, _ in held:
             self.offsets.append(self.offsets[-1] + xs.shape[0])
+        # which record each row of x is: (client, position in the client's shard)
+        self.ids = (torch.cat([torch.full((s[0].shape[0],), p, device=self.device, dtype=torch.long)
+                               for p, s in self.shards.items()]),
+                    torch.cat([torch.arange(s[0].shape[0], device=self.device) for s in held]))
         self.prev = None   # x_{r-2}
         self.v = None      # v~_{r-1}
-        self.prev_point = -1
 
-    def _holders(self) -> int:
+    def holders(self) -> int:
         return self.P
-
-    def _canary_changed(self) -> None:
-        """The canary replaces record 0 of its client: that record's weight moves to the canary term."""
-        self.w = self.w_all.clone()
-        h = self.canary[1]
-        self.w_canary = float(self.w_all[self.offsets[h]])
-        self.w[self.offsets[h]] = 0.0
 
     # -- one round -------------------------------------------------------------------------------
     def _restart(self, r: int) -> bool:
@@ -123,20 +117,16 @@ class DIFF2GD(PrivateOptimizer):
         """Lines 2-12 of Algorithm 1: returns x_r (does not change the model)."""
         cur = self.params()
         if self._restart(r):
-            sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x, self.y, self.C1, cur,
-                                       method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
-            part, c, s, kind = flat({k: sums[k] for k in cur}), self.C1, self.sigma1, "restart"
-            if self.canary is not None:
-                part = part + self.w_canary * self._canary_clip(self.point, c)
+            part = self.per_example.clipped_sum(self.model, self.loss_fn, cur, self.x, self.y, self.C1, ids=self.ids,
+                                                weights=self.w)
+            c, s, kind = self.C1, self.sigma1, "restart"
             v = self.transport.aggregate(part)
         else:
             dx = _step_length(cur, self.prev, self.lr, r)
             c = 0.0 if dx == 0.0 else self.C2 * dx
-            sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x, self.y, c, cur, self.prev,
-                                            method=self.clip_method, chunk_size=self.chunk_size, weights=self.w)
-            part, s, kind = flat({k: sums[k] for k in cur}), self.sigma2, "difference"
-            if self.canary is not None:
-                part = part + self.w_canary * self._canary_clip(self.point, c, self.prev_point)
+            part = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, self.prev, self.x, self.y, c,
+                                                     ids=self.ids, weights=self.w)
+            s, kind = self.sigma2, "difference"
             v = self.transport.aggregate(part)
         public = None if self._restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
         std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
@@ -147,13 +137,9 @@ class DIFF2GD(PrivateOptimizer):
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
         return unflat(flat(cur) - self.lr * vt, cur)
 
-    def _advance(self, new_point: int) -> None:
-        self.prev_point, self.point = self.point, new_point
-
     def _step(self, r: int) -> None:
         self._offer_output(self.params())      # x^out = x_{r^-1}, r^ ~ Unif[R]  (x_0^out := x_0)
         self._set_params(self._diff2_round(r))
-        self._advance(self.point + 1)
 
     # -- privacy and state -----------------------------------------------------------------------
     def _events(self) -> list:
@@ -166,10 +152,10 @@ class DIFF2GD(PrivateOptimizer):
         return self.x, self.y, self.w
 
     def _state(self) -> dict:
-        return {"prev": self.prev, "v": self.v, "prev_point": self.prev_point}
+        return {"prev": self.prev, "v": self.v}
 
     def _load_state(self, state: dict) -> None:
-        self.prev, self.v, self.prev_point = state["prev"], state["v"], int(state["prev_point"])
+        self.prev, self.v = state["prev"], state["v"]
 
 
 class DPGD(DIFF2GD):
@@ -223,12 +209,11 @@ class DIFF2BVR(DIFF2GD):
         x0 = self.params()
         x1 = self._diff2_round(r)            # x_{1,r-1} = x_{0,r-1} - lr v~_r
         p = r % self.P                       # p_r = 1 + (r mod P), 0-based here
-        cur, keep, j_end = self.transport.run_on(
+        cur, keep = self.transport.run_on(
             p, lambda: self._local_phase(r, p, self.shards[p], x0, x1, self.client_noise_source()), x0)
         self.local[p] += self.K - 1
         self.x_out = {n: t.clone() for n, t in keep.items()}
         self._set_params(cur)
-        self.prev_point, self.point = self.point, j_end
 
     def client_noise_source(self):
         return self.noise
@@ -236,37 +221,26 @@ class DIFF2BVR(DIFF2GD):
     def _local_phase(self, r, p, shard, x0, x1, noise):
         """Algorithm 4 lines 4-9 on client p: K - 1 noisy local steps from x_{1,r-1} = x1.  The
         client samples with its own generator and draws its local noise from its own stream (row p
-        of the noise source), as it would as a separate process.  Returns (x_K, x^out_r, id of x_K)."""
+        of the noise source), as it would as a separate process.  Returns (x_K, x^out_r)."""
         xp, yp = shard
         gen = self.client_generators[p]
         before, cur, vt = x0, x1, self.v
-        j_before, j_cur = self.point, self.point + 1     # ids of the parameter points, in visit order
         keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
         for k in range(2, self.K + 1):
             seen += 1
             if torch.rand((), generator=gen, device=self.device).item() < 1.0 / seen:
                 keep = cur
             idx = self.sampler.without_replacement(xp.shape[0], self.b, gen, holder=p)
-            if self.canary is not None and self.canary[1] == p:
-                idx = self._wor_sample(idx, xp.shape[0])
             dx = _step_length(cur, before, self.lr, r)
             c = 0.0 if dx == 0.0 else self.C3 * dx
-            extra = None
-            if self.canary is not None and self.canary[1] == p and bool((idx == 0).any()):
-                idx = idx[idx != 0]                  # record 0 of this client is the canary
-                extra = self._canary_clip(j_cur, c, j_before)
-            sums, _ = clipped_grad_diff_sum(self.model, self.loss_fn, xp[idx], yp[idx], c, cur, before,
-                                            method=self.clip_method, chunk_size=self.chunk_size)
-            v = flat({n: sums[n] for n in cur})
-            if extra is not None:
-                v = v + extra
+            v = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, before, xp[idx], yp[idx], c,
+                                                  ids=(p, idx))
             std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.mechanism.std("local", self.sigma3, c)
             vt = noise.privatize_row(p, v / self.b, std, round=r, name=f"v~ (local k={k}, client {p})",
                                      sensitivity=self.mechanism.sensitivity("local", c),
                                      relation=self.mechanism.release("local").relation, public=vt)
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
-            j_before, j_cur = j_cur, j_cur + 1
-        return cur, keep, j_cur
+        return cur, keep
 
     def _events(self) -> list:
         # every client's local releases are accounted by the busiest client's count

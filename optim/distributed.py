@@ -114,7 +114,7 @@ class _Ranks:
     """What the torch.distributed transports share: one participant per rank."""
 
     name = "torch.distributed"
-    canaries = False           # an audit canary needs every participant in one process
+    holds_everyone = False     # a check that plants a record needs every participant in one process
 
     def __init__(self, expected: int | None = None, what: str = "participants"):
         if not dist.is_initialized():
@@ -163,12 +163,12 @@ class ClientsOnRanks(_Ranks):
         x = flat(like)
         d = x.numel()
         if self.rank == p:
-            cur, keep, j_end = fn()
-            buf = torch.cat([flat(cur), flat(keep), torch.tensor([float(j_end)], dtype=x.dtype, device=x.device)])
+            cur, keep = fn()
+            buf = torch.cat([flat(cur), flat(keep)])
         else:
-            buf = torch.empty(2 * d + 1, dtype=x.dtype, device=x.device)
+            buf = torch.empty(2 * d, dtype=x.dtype, device=x.device)
         _guard(f"broadcast of client {p}'s local steps", dist.broadcast, buf, src=p)
-        return unflat(buf[:d].clone(), like), unflat(buf[d:2 * d].clone(), like), int(round(float(buf[-1])))
+        return unflat(buf[:d].clone(), like), unflat(buf[d:2 * d].clone(), like)
 
 
 class NodesOnRanks(_Ranks):

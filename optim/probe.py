@@ -2,7 +2,7 @@
 
 The probe runs an optimizer on a dataset D (the **leader**, recording every release with its
 noiseless value) and, in lockstep, on a neighbouring dataset D' (the **twin**), whose noise source
-replays the leader's releases (:class:`~optim._core.FollowerSource`): the twin walks the same
+replays the leader's releases (:class:`~optim.replay.ReplaySource`): the twin walks the same
 public history -- the same iterates, the same minibatches -- while everything computed from its
 data, hidden state included (DiceSGD's error feedback, DIFF2-BVR's local iterates, the D2P
 nodes), is its own.  At every release both noiseless queries ``q_D``, ``q_D'`` come from the
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._core import FollowerSource
+from .replay import ReplaySource
 from .d2p import NoGuarantee
 from .sampling import ForcedRecord
 
@@ -187,7 +187,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
             leader.noise.record = leader.noise.record_values = True
             twin_s = _Counting(holder, index, pr.record_dprime is not None)
             twin = build(_with_record(data, holder, index, pr.record_dprime or pr.record_d), seed, twin_s)
-            twin.noise = FollowerSource(leader.noise, twin.device, twin.dtype)
+            twin.noise = ReplaySource(leader.noise, twin.device, twin.dtype)
             for _ in range(n):
                 leader.step()
                 twin.step()

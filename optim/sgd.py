@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.func import functional_call
 
 from .. import mechanisms as M
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
-from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum
+from .clipping import clip_factors
 
 __all__ = ["DPSGD", "DPSRM", "DiceSGD"]
 
@@ -36,59 +35,18 @@ class _OneDataset(PrivateOptimizer):
                              "(expected the same positive number).")
         self.n = self.x.shape[0]
         self.w = torch.full((self.n,), 1.0 / self.n, device=self.device, dtype=self.dtype)
-        self.canaries = None      # one-run audits: see set_canaries
 
     def _poisson(self, q: float) -> torch.Tensor:
         """Indices of a Poisson sample: every record independently with probability q."""
         return self.sampler.poisson(self.n, q, self.data_generator)
 
     def _without_replacement(self, size: int) -> torch.Tensor:
-        idx = self.sampler.without_replacement(self.n, size, self.data_generator)
-        return idx if self.canary is None else self._wor_sample(idx, self.n)
-
-    # -- one-run audits: many gradient canaries ------------------------------------------------------
-    def set_canaries(self, gradients, included) -> None:
-        """One-run audits (:func:`optim.audit.one_run_audit`): ``m`` gradient canaries, row i of
-        ``gradients`` being canary i's per-example gradient at every point; canary i is a record of
-        the dataset iff ``included[i]`` and is then Poisson-sampled like every record (its draws
-        come from the run's data generator, after the records').  ``None`` removes them."""
-        if gradients is None:
-            self.canaries = None
-            return
-        g = self._to(gradients)
-        d = sum(p.numel() for p in self.model.parameters())
-        if g.ndim != 2 or g.shape[1] != d or g.shape[0] < 1:
-            raise ValueError(f"gradients is not allowed: expected a [m, {d}] tensor (one row per canary), got shape "
-                             f"{tuple(g.shape)}.")
-        inc = torch.as_tensor(included, dtype=torch.bool, device=self.device).reshape(-1)
-        if inc.shape[0] != g.shape[0]:
-            raise ValueError(f"included is not allowed: {inc.shape[0]} flags for {g.shape[0]} canaries.")
-        self.canaries = (g, inc)
-
-    def _many_canaries(self, c: float, stabilizer=None):
-        """``(sum of the clipped gradients, sum of the raw gradients)`` of the included canaries this
-        step's Poisson sample holds (zeros without canaries)."""
-        if self.canaries is None:
-            return 0.0, 0.0
-        g, inc = self.canaries
-        keep = (torch.rand(g.shape[0], generator=self.data_generator, device=self.device) < self.q) & inc
-        rows = g[keep]
-        f = clip_factors(torch.linalg.vector_norm(rows, dim=1), c, stabilizer)
-        return (f[:, None] * rows).sum(0), rows.sum(0)
-
-    def _split_canary(self, idx):
-        """``(indices of real records, canary sampled?)``: with a canary, record 0 is the canary."""
-        if self.canary is None:
-            return idx, False
-        hit = self.canary_forced or bool((idx == 0).any())
-        return (idx[idx != 0] if hit else idx), hit
+        return self.sampler.without_replacement(self.n, size, self.data_generator)
 
     def _clipped(self, idx, c, cur, stabilizer=None):
-        if idx.numel() == 0:
-            return torch.zeros_like(flat(cur))
-        sums, _ = clipped_grad_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], c, cur,
-                                   method=self.clip_method, chunk_size=self.chunk_size, stabilizer=stabilizer)
-        return flat({k: sums[k] for k in cur})
+        """``sum_{i in idx} clip(grad l(cur; z_i), c)`` (flat), asked of the per-example object."""
+        return self.per_example.clipped_sum(self.model, self.loss_fn, cur, self.x[idx], self.y[idx], c, ids=(0, idx),
+                                            stabilizer=stabilizer)
 
     def _objective(self):
         return self.x, self.y, self.w
@@ -114,26 +72,16 @@ class DPSGD(_OneDataset):
                              "unbounded sensitivity.")
         self.B = self.q * self.n
 
-    def _one_run_signal(self, norm: float):
-        """(sampling rate, what one sampled canary of gradient norm ``norm`` adds to a release's
-        coordinate along its gradient)."""
-        return self.q, norm * float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C)[0])
-
     def _step(self, r: int) -> None:
         cur = self.params()
         self._offer_output(cur)
-        idx, hit = self._split_canary(self._poisson(self.q))
-        s = self._clipped(idx, self.C, cur)
-        if hit:
-            s = s + self._canary_clip(self.point, self.C)
-        s = s + self._many_canaries(self.C)[0]
+        s = self._clipped(self._poisson(self.q), self.C, cur)
         std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
         noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
                                      sensitivity=self.mechanism.sensitivity("step", self.C),
                                      relation=self.mechanism.release("step").relation)
         self.counts["step"] += 1
         self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
-        self.point += 1
 
     def _events(self) -> list:
         return self.mechanism.events(self.levels, self.counts)
@@ -184,28 +132,16 @@ class DPSRM(_OneDataset):
         if r == 1:
             cur = prev
             self._offer_output(cur)
-            idx, hit = self._split_canary(self._without_replacement(self.b0))
-            v = self._clipped(idx, self.C1, cur)
-            if hit:
-                v = v + self._canary_clip(self.point, self.C1)
-            v = v / self.b0
+            v = self._clipped(self._without_replacement(self.b0), self.C1, cur) / self.b0
             level, kind = self.sigma0, "v^0"
         else:
             cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
             self._set_params(cur)
-            self.point += 1
             self._offer_output(cur)
-            idx, hit = self._split_canary(self._without_replacement(self.b))
-            if idx.numel():
-                diff, _ = clipped_grad_diff_sum(self.model, self.loss_fn, self.x[idx], self.y[idx], self.C2, cur,
-                                                prev, method=self.clip_method, chunk_size=self.chunk_size)
-                dsum = flat({k: diff[k] for k in cur})
-            else:
-                dsum = torch.zeros_like(self.v)
+            idx = self._without_replacement(self.b)
+            dsum = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, prev, self.x[idx], self.y[idx],
+                                                     self.C2, ids=(0, idx))
             g = self._clipped(idx, self.C1, cur)
-            if hit:
-                dsum = dsum + self._canary_clip(self.point, self.C2, self.point - 1)
-                g = g + self._canary_clip(self.point, self.C1)
             v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b
             level, kind = self.sigma, "v^t"
         m = self.mechanism
@@ -273,19 +209,6 @@ class DiceSGD(_OneDataset):
         self.e = torch.zeros(d, device=self.device, dtype=self.dtype)
         self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
 
-    def _plain_sum(self, idx, cur):
-        if idx.numel() == 0:
-            return torch.zeros_like(self.e)
-        p = {k: v.detach().requires_grad_(True) for k, v in cur.items()}
-        loss = self.loss_fn(functional_call(self.model, p, (self.x[idx],)), self.y[idx]).sum()
-        return flat(dict(zip(p, torch.autograd.grad(loss, list(p.values())))))
-
-    def _one_run_signal(self, norm: float):
-        """(sampling rate, what one sampled canary of gradient norm ``norm`` adds to a release's
-        coordinate along its gradient: clipped, divided by the nominal batch B)."""
-        f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C1, self.stabilizer)[0])
-        return self.q, norm * f / self.B
-
     def _clip_e(self):
         ne = torch.linalg.vector_norm(self.e).reshape(1)
         return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
@@ -294,14 +217,9 @@ class DiceSGD(_OneDataset):
         t = r - 1
         cur = self.params()
         self._offer_output(cur)
-        idx, hit = self._split_canary(self._poisson(self.q))
+        idx = self._poisson(self.q)
         clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
-        plain = self._plain_sum(idx, cur)
-        if hit:
-            clipped = clipped + self._canary_clip(self.point, self.C1, stabilizer=self.stabilizer)
-            plain = plain + self._cg(self.point)
-        many_clipped, many_plain = self._many_canaries(self.C1, self.stabilizer)
-        clipped, plain = clipped + many_clipped, plain + many_plain
+        plain = self.per_example.grad_sum(self.model, self.loss_fn, cur, self.x[idx], self.y[idx], ids=(0, idx))
         v = clipped / self.B + self._clip_e()
         kind, m = ("first" if t == 0 else "later"), self.mechanism
         vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
@@ -319,7 +237,6 @@ class DiceSGD(_OneDataset):
             step = m1h / (torch.sqrt(m2h) + self.adam_eps)
         self.e = self.e + plain / self.B - v
         self._set_params(unflat(flat(cur) - self.lr * step, cur))
-        self.point += 1
 
     def _events(self) -> list:
         # the clips this run really uses (<= the calibration's): their sensitivity, the run's epsilon

@@ -37,7 +37,7 @@ class OneProcess:
     """All clients / nodes simulated in this process (the default transport)."""
 
     name = "one-process"
-    canaries = True            # audits may plant a canary record (one process sees every participant)
+    holds_everyone = True      # one process sees every participant (a check may plant a record)
 
     def here(self, count: int) -> list[int]:
         """The participants this process runs: all ``count`` of them."""
@@ -56,7 +56,7 @@ class OneProcess:
         return noise.privatize(value, std, **kw)
 
     def run_on(self, p: int, fn, like: dict):
-        """Run client p's local phase ``fn() -> (x_K, x_out, point id)``; every process gets its result."""
+        """Run client p's local phase ``fn() -> (x_K, x_out)``; every process gets its result."""
         return fn()
 
     def mix(self, half: torch.Tensor, w: torch.Tensor, k: int, graph: str):

@@ -17,7 +17,7 @@ import torch
 
 import dpcalib.mechanisms as M
 from dpcalib.cli import main
-from dpcalib.optim import clipping, probe as P, sgd
+from dpcalib.optim import clipping, per_example, probe as P
 from dpcalib.optim.sampling import ForcedRecord, Sampler
 
 # (algorithm, mechanism, epsilon, harness keywords): small runs of every algorithm that claims a sensitivity
@@ -63,7 +63,7 @@ def test_the_expanded_ghost_difference_formula_is_flagged_at_small_steps_in_floa
     mech = M.DPSRM(200, 8, 16, 8)
     ok = _probe("dp-srm", mech, 0.5, {}, lr=1e-4)
     assert ok.passed
-    monkeypatch.setattr(sgd, "clipped_grad_diff_sum", lambda *a, **k: expanded_ghost_diff(*a, **{**k, "method": "ghost"}))
+    monkeypatch.setattr(per_example, "clipped_grad_diff_sum", lambda *a, **k: expanded_ghost_diff(*a, **{**k, "method": "ghost"}))
     bad = _probe("dp-srm", mech, 0.5, {}, lr=1e-4)
     assert bad.exceeded > 0 and bad.worst_ratio > 1 + bad.tol
     assert {row["release"] for row in bad.rows if row["worst_ratio"] > 1 + bad.tol} == {"v^t"}

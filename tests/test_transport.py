@@ -43,7 +43,7 @@ class _Elsewhere(T.OneProcess):
     crossing the kernel asks for."""
 
     name = "elsewhere"
-    canaries = False
+    holds_everyone = False
 
     def __init__(self):
         self.calls = {"aggregate": 0, "release": 0, "run_on": 0, "mix": 0}
@@ -81,8 +81,9 @@ def test_canaries_need_the_one_process_transport():
     opt, _ = build("diff2-gd", mlp(), seed=0)
     opt.transport = _Elsewhere()
     d = sum(p.numel() for p in opt.model.parameters())
-    with pytest.raises(ValueError, match="set_canary is not allowed on the elsewhere transport"):
-        opt.set_canary(torch.zeros(d, dtype=opt.dtype))
+    from dpcalib.optim.canaries import plant
+    with pytest.raises(ValueError, match="canary is not allowed on the elsewhere transport"):
+        plant(opt, torch.zeros(d, dtype=opt.dtype))
 
 
 @pytest.mark.parametrize("name", ["diff2-gd", "diff2-bvr", "clipd2p", "adad2p"])
