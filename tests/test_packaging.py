@@ -94,14 +94,9 @@ def test_optim_without_torch_names_the_extra(tmp_path):
 
 def test_the_wheel_holds_one_top_level_package_and_torch_is_an_extra(tmp_path):
     # Build the wheel from a copy of the sources (the build leaves nothing in the repo) and read it.
-    import shutil
     import zipfile
     src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("accountant", "mechanisms", "optim", "dpcalib"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    _copy_sources(src)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
                           str(src)], capture_output=True, text=True, timeout=600)
     if out.returncode != 0 and "No matching distribution found for setuptools" in out.stderr:
@@ -118,6 +113,38 @@ def test_the_wheel_holds_one_top_level_package_and_torch_is_an_extra(tmp_path):
         assert f in names
     torch_reqs = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: torch")]
     assert torch_reqs and all("extra ==" in ln for ln in torch_reqs), torch_reqs
+
+
+def _copy_sources(dst):
+    import shutil
+    dst.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, dst / name)
+    for name in ("accountant", "mechanisms", "optim", "dpcalib"):
+        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def test_the_package_imports_from_a_clones_root_after_a_plain_install(tmp_path):
+    # `pip install .` (not editable), then Python started in the clone's root: the clone's
+    # dpcalib/ folder comes first on sys.path and used to hide the installed layers.
+    import os
+    import site
+    clone, target = tmp_path / "clone", tmp_path / "site"
+    _copy_sources(clone)
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                          "--target", str(target), str(clone)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert (target / "dpcalib" / "accountant" / "gaussian.py").exists()
+    # -S: no .pth files, so this environment's editable install cannot answer; numpy and scipy come
+    # from its site-packages through PYTHONPATH, the installed copy from the target folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target)] + site.getsitepackages())}
+    code = ("import dpcalib.accountant, dpcalib.mechanisms, dpcalib.cli\n"
+            "from dpcalib.mechanisms import DPSGD\n"
+            "print(round(DPSGD(0.01, 1000).calibrate(2.0, 1e-5).noise['noise_multiplier'], 3))\n")
+    run = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=clone, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert float(run.stdout) > 0.5
 
 
 def _modules(pkg):
