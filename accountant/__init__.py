@@ -19,6 +19,7 @@ from .events import (
 from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
+from .caches import clear_cache
 from .pld import EpsilonBracket, pld_delta, pld_epsilon, pld_profile
 from .poisson import poisson_gaussian_rdp
 from .tradeoff import TradeOffCurve, claimed_tradeoff, gdp_tradeoff, profile_tradeoff
@@ -32,6 +33,7 @@ from .subsampling import (
 )
 
 __all__ = [
+    "clear_cache",
     "gaussian_rdp",
     "subsampled_rdp_wor",
     "subsampled_rdp_wor_simple",

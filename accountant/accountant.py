@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from . import _validate
+
+from . import validation
+from .caches import register
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
     ADD_REMOVE,
@@ -97,6 +99,7 @@ class _Collect(logging.Handler):
 #: RDP reports of recent compositions, keyed by (events, orders, delta, conversion, refine): the
 #: events are frozen, so a report is a pure function of the key
 _RDP_REPORTS: dict = {}
+register(_RDP_REPORTS.clear)
 
 
 class PrivacyAccountant:
@@ -112,7 +115,7 @@ class PrivacyAccountant:
     def __init__(self, orders=None):
         if orders is None:
             orders = DEFAULT_ORDERS
-        self._orders = np.unique(_validate.orders_array(orders, "orders").ravel())
+        self._orders = np.unique(validation.orders_array(orders, "orders").ravel())
         self._events: list[tuple[object, int]] = []
 
     # -- state --------------------------------------------------------------------------------
@@ -142,7 +145,7 @@ class PrivacyAccountant:
         if not isinstance(event, _EVENT_TYPES):
             raise ValueError(f"event={event!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in _EVENT_TYPES)}.")
-        k = _validate.integer(count, "count", low=0)
+        k = validation.integer(count, "count", low=0)
         current = self.neighboring_relation
         if event.neighboring_relation is not None and current is not None \
                 and event.neighboring_relation != current:
@@ -156,7 +159,7 @@ class PrivacyAccountant:
     # -- analysis -----------------------------------------------------------------------------
     def rdp(self, orders=None) -> np.ndarray:
         """Total RDP at ``orders`` (default: the accountant's orders)."""
-        a = self._orders if orders is None else np.atleast_1d(_validate.orders_array(orders, "orders"))
+        a = self._orders if orders is None else np.atleast_1d(validation.orders_array(orders, "orders"))
         total = np.zeros(a.shape, dtype=float)
         for ev, k in self._events:
             total = total + k * ev.rdp(a)
@@ -187,7 +190,7 @@ class PrivacyAccountant:
           refine: refine the optimal order over real values when every event allows it
             (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
         """
-        d = _validate.delta(delta)
+        d = validation.delta(delta)
         if method not in ("auto", "gdp", "rdp", "pld", "best"):
             raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
                              f"'pld' or 'best'.")
@@ -229,7 +232,7 @@ class PrivacyAccountant:
         """
         from .pld import RTOL, EpsilonBracket, pld_epsilon
 
-        d = _validate.delta(delta)
+        d = validation.delta(delta)
         rtol = RTOL if rtol is None else rtol
         bad = set(methods) - {"gdp", "pld", "rdp"}
         if not methods or bad:
@@ -315,8 +318,8 @@ class PrivacyAccountant:
         moves by O(rtol^2) only -- and any order gives a valid eps.  ``near``: an order expected
         close to the optimum (the optimum at a nearby noise level): the search runs within 3 %
         of it, and in the grid cell as usual where the answer lands on that window's edge."""
-        d = _validate.delta(delta)
-        r = _validate.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
+        d = validation.delta(delta)
+        r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
         if conversion not in CONVERSIONS:
             raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
@@ -324,7 +327,7 @@ class PrivacyAccountant:
         if self.is_full_batch_gaussian:
             return best_epsilon_linear(self._linear_slope(), d, conversion)
         if near is not None and near > 1.0 and not any(e.integer_orders_only for e, _ in self._events):
-            a = float(_validate.orders_array(near, "near"))
+            a = float(validation.orders_array(near, "near"))
             lo, hi = 1.0 + (a - 1.0) / 1.03, 1.0 + (a - 1.0) * 1.03
             eps = float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))
             if math.isfinite(eps):
@@ -420,7 +423,7 @@ class PrivacyAccountant:
         """
         import dp_accounting
 
-        d = _validate.delta(delta)
+        d = validation.delta(delta)
         ours = self.epsilon_report(d, method="best")
         ours_rdp = self.epsilon_report(d, method="rdp")
         pld = self.epsilon_bracket(d, methods=("pld",))

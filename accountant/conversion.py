@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from . import _validate
-from ._roots import golden_min
+from . import validation
+from .roots import golden_min
 
 __all__ = ["rdp_to_dp", "best_epsilon", "best_epsilon_linear", "CONVERSIONS"]
 
@@ -63,8 +63,8 @@ def rdp_to_dp(alpha, rdp, delta, conversion="improved"):
     returned ``eps`` (clipped below at 0).  ``rdp = inf`` gives ``eps = inf``.
     """
     _check_conversion(conversion)
-    d = _validate.delta(delta)
-    a = _validate.orders_array(alpha, "alpha")
+    d = validation.delta(delta)
+    a = validation.orders_array(alpha, "alpha")
     r = _check_rdp(rdp, a.shape)
     out = _convert(a, r, math.log(d), conversion)
     return float(out) if out.ndim == 0 else out
@@ -76,8 +76,8 @@ def best_epsilon(orders, rdp, delta, conversion="improved"):
     Formal guarantee: valid for every order, hence for the minimum.
     """
     _check_conversion(conversion)
-    d = _validate.delta(delta)
-    a = np.atleast_1d(_validate.orders_array(orders, "orders"))
+    d = validation.delta(delta)
+    a = np.atleast_1d(validation.orders_array(orders, "orders"))
     r = _check_rdp(np.atleast_1d(np.asarray(rdp, dtype=float)) if np.ndim(rdp) else rdp, a.shape)
     eps = _convert(a, r, math.log(d), conversion)
     i = int(np.argmin(eps))
@@ -93,8 +93,8 @@ def best_epsilon_linear(slope, delta, conversion="improved"):
     Mironov value (the improved one is never larger).
     """
     _check_conversion(conversion)
-    d = _validate.delta(delta)
-    s = _validate.in_range(slope, "slope", 0.0, math.inf, high_open=True)
+    d = validation.delta(delta)
+    s = validation.in_range(slope, "slope", 0.0, math.inf, high_open=True)
     if s == 0.0:
         return 0.0, math.inf
     L = -math.log(d)

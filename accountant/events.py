@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import _validate
+from . import validation
 from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
 from .subsampling import subsampled_gaussian_rdp_wor
@@ -48,7 +48,7 @@ class GaussianEvent:
 
     def __post_init__(self):
         object.__setattr__(self, "noise_multiplier",
-                           _validate.positive(self.noise_multiplier, "noise_multiplier"))
+                           validation.positive(self.noise_multiplier, "noise_multiplier"))
 
     #: the chance that the differing record takes part in the release (:func:`never_used_probability`)
     use_probability = 1.0
@@ -83,15 +83,15 @@ class WORSampledGaussianEvent:
     integer_orders_only = True
 
     def __post_init__(self):
-        g = _validate.probability(self.sampling_ratio, "sampling_ratio")
-        z = _validate.positive(self.noise_multiplier, "noise_multiplier")
+        g = validation.probability(self.sampling_ratio, "sampling_ratio")
+        z = validation.positive(self.noise_multiplier, "noise_multiplier")
         if self.bound not in ("thm27", "thm9"):
             raise ValueError(f"bound={self.bound!r} is not allowed: expected 'thm27' or 'thm9'.")
         if (self.sample_size is None) != (self.dataset_size is None):
             raise ValueError("sample_size and dataset_size must be given together (or neither).")
         if self.sample_size is not None:
-            n = _validate.integer(self.dataset_size, "dataset_size", low=1)
-            b = _validate.integer(self.sample_size, "sample_size", low=0, high=n)
+            n = validation.integer(self.dataset_size, "dataset_size", low=1)
+            b = validation.integer(self.sample_size, "sample_size", low=0, high=n)
             if not math.isclose(b / n, g, rel_tol=1e-12, abs_tol=0.0) and not (b == 0 and g == 0):
                 raise ValueError(f"sampling_ratio={g!r} is not allowed: expected sample_size/dataset_size="
                                  f"{b}/{n}={b / n!r}.")
@@ -103,8 +103,8 @@ class WORSampledGaussianEvent:
     @classmethod
     def from_sizes(cls, sample_size: int, dataset_size: int, noise_multiplier: float,
                    bound: str = "thm27") -> "WORSampledGaussianEvent":
-        n = _validate.integer(dataset_size, "dataset_size", low=1)
-        b = _validate.integer(sample_size, "sample_size", low=0, high=n)
+        n = validation.integer(dataset_size, "dataset_size", low=1)
+        b = validation.integer(sample_size, "sample_size", low=0, high=n)
         return cls(b / n, noise_multiplier, bound, b, n)
 
     @property
@@ -141,9 +141,9 @@ class PoissonSampledGaussianEvent:
 
     def __post_init__(self):
         object.__setattr__(self, "sampling_probability",
-                           _validate.probability(self.sampling_probability, "sampling_probability"))
+                           validation.probability(self.sampling_probability, "sampling_probability"))
         object.__setattr__(self, "noise_multiplier",
-                           _validate.positive(self.noise_multiplier, "noise_multiplier"))
+                           validation.positive(self.noise_multiplier, "noise_multiplier"))
 
     @property
     def use_probability(self) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import _validate
+from . import validation
 
 __all__ = ["gaussian_rdp"]
 
@@ -28,7 +28,7 @@ def gaussian_rdp(alpha, noise_multiplier):
     >>> gaussian_rdp([2, 4], 2.0).tolist()
     [0.25, 0.5]
     """
-    z = _validate.positive(noise_multiplier, "noise_multiplier")
-    a = _validate.orders_array(alpha, "alpha")
+    z = validation.positive(noise_multiplier, "noise_multiplier")
+    a = validation.orders_array(alpha, "alpha")
     out = a / (2.0 * z * z)
     return float(out) if out.ndim == 0 else out

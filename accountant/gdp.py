@@ -18,8 +18,8 @@ import math
 import numpy as np
 from scipy import special
 
-from . import _validate
-from ._roots import brentq
+from . import validation
+from .roots import brentq
 
 __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_log_delta"]
 
@@ -38,8 +38,8 @@ def gdp_log_delta(eps: float, mu: float) -> float:
 
 def gdp_delta(eps, mu):
     """Exact ``delta`` of ``mu``-GDP at ``eps`` (Balle & Wang 2018, Thm 8)."""
-    e = _validate.in_range(eps, "eps", 0.0, math.inf, high_open=True)
-    m = _validate.positive(mu, "mu")
+    e = validation.in_range(eps, "eps", 0.0, math.inf, high_open=True)
+    m = validation.positive(mu, "mu")
     return math.exp(gdp_log_delta(e, m))
 
 
@@ -49,8 +49,8 @@ def gdp_epsilon(mu, delta):
     Formal guarantee: the root is bracketed and refined by Brent's method to ~1e-15 relative and
     the upper end of the final bracket is returned, so ``gdp_delta(result, mu) <= delta``.
     """
-    m = _validate.positive(mu, "mu")
-    d = _validate.delta(delta)
+    m = validation.positive(mu, "mu")
+    d = validation.delta(delta)
     ld = _log_target(d)
     if gdp_log_delta(0.0, m) <= ld:
         return 0.0
@@ -67,8 +67,8 @@ def gdp_mu(eps, delta):
 
     Formal guarantee: ``gdp_delta(eps, result) <= delta``.
     """
-    e = _validate.in_range(eps, "eps", 0.0, math.inf, high_open=True)
-    d = _validate.delta(delta)
+    e = validation.in_range(eps, "eps", 0.0, math.inf, high_open=True)
+    d = validation.delta(delta)
     ld = _log_target(d)
     f = lambda lm: gdp_log_delta(e, math.exp(lm)) - ld  # noqa: E731  (increasing in log mu)
     lo, hi = -1.0, 1.0

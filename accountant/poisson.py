@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import _validate
+from . import validation
 from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = ["poisson_gaussian_rdp"]
@@ -144,9 +144,9 @@ def poisson_gaussian_rdp(alpha, q, noise_multiplier):
 
     Edge cases: ``q = 0`` -> 0; ``q = 1`` -> ``alpha / (2 z^2)`` (no amplification).
     """
-    a = _validate.orders_array(alpha, "alpha")
-    qq = _validate.probability(q, "q")
-    z = _validate.positive(noise_multiplier, "noise_multiplier")
+    a = validation.orders_array(alpha, "alpha")
+    qq = validation.probability(q, "q")
+    z = validation.positive(noise_multiplier, "noise_multiplier")
     flat = a.ravel()
     out = np.empty(flat.shape)
     if qq == 0.0:

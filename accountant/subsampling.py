@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate
+from . import validation
 from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = [
@@ -113,11 +113,11 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
 
     Edge cases: ``gamma = 0`` gives 0; ``eps(j) = inf`` gives inf.
     """
-    a = _validate.orders_array(alpha, "alpha", integer_only=True)
-    g = _validate.probability(gamma, "gamma")
+    a = validation.orders_array(alpha, "alpha", integer_only=True)
+    g = validation.probability(gamma, "gamma")
     if not callable(base_rdp):
         raise ValueError(f"base_rdp={base_rdp!r} is not allowed: expected a callable j -> eps(j).")
-    e_inf = _validate.in_range(base_rdp_inf, "base_rdp_inf", 0.0, math.inf)
+    e_inf = validation.in_range(base_rdp_inf, "base_rdp_inf", 0.0, math.inf)
     flat = a.astype(np.int64).ravel()
     out = np.zeros(flat.shape, dtype=float)
     if g > 0.0:
@@ -154,14 +154,14 @@ def lemma_b8_conditions(alpha, gamma, base_rdp2, base_rdp_alpha=None, c=1.0) -> 
     and ``gamma <= eps(2) / (c alpha)``.  Without ``base_rdp_alpha`` the first two cannot be
     checked and are reported as ``None``.
     """
-    a = _validate.integer(alpha, "alpha", low=2)
-    g = _validate.probability(gamma, "gamma")
-    e2 = _validate.in_range(base_rdp2, "base_rdp2", 0.0, math.inf)
-    cc = _validate.positive(c, "c")
+    a = validation.integer(alpha, "alpha", low=2)
+    g = validation.probability(gamma, "gamma")
+    e2 = validation.in_range(base_rdp2, "base_rdp2", 0.0, math.inf)
+    cc = validation.positive(c, "c")
     reasons = []
     third = logc = None
     if base_rdp_alpha is not None:
-        ea = _validate.in_range(base_rdp_alpha, "base_rdp_alpha", 0.0, math.inf)
+        ea = validation.in_range(base_rdp_alpha, "base_rdp_alpha", 0.0, math.inf)
         third = ea <= 1.0 / 3.0
         if not third:
             reasons.append(f"eps(alpha)={ea:.6g} > 1/3")
@@ -329,9 +329,9 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
     """
     if bound not in ("thm27", "thm9"):
         raise ValueError(f"bound={bound!r} is not allowed: expected 'thm27' or 'thm9'.")
-    a = _validate.orders_array(alpha, "alpha")
-    g = _validate.probability(gamma, "gamma")
-    z = _validate.positive(noise_multiplier, "noise_multiplier")
+    a = validation.orders_array(alpha, "alpha")
+    g = validation.probability(gamma, "gamma")
+    z = validation.positive(noise_multiplier, "noise_multiplier")
     flat = a.ravel()
     if g == 0.0:
         out = np.zeros(flat.shape)

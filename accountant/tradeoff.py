@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from . import _validate
+from . import validation
 
 __all__ = ["TradeOffCurve", "gdp_tradeoff", "profile_tradeoff", "claimed_tradeoff"]
 
 
 def gdp_tradeoff(mu: float, alpha) -> np.ndarray:
     """``Phi(Phi^{-1}(1 - alpha) - mu)``: the trade-off curve of ``mu``-GDP."""
-    m = _validate.in_range(mu, "mu", 0.0, math.inf)
+    m = validation.in_range(mu, "mu", 0.0, math.inf)
     a = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
     return special.ndtr(-special.ndtri(a) - m)     # Phi(Phi^-1(1 - a) - m); scipy.stats is slow to import
 
@@ -67,7 +67,7 @@ class TradeOffCurve:
 
     @classmethod
     def gdp(cls, mu: float) -> "TradeOffCurve":
-        return cls("gdp", mu=float(_validate.in_range(mu, "mu", 0.0, math.inf)))
+        return cls("gdp", mu=float(validation.in_range(mu, "mu", 0.0, math.inf)))
 
     @classmethod
     def from_profile(cls, epsilons, deltas) -> "TradeOffCurve":
@@ -78,7 +78,7 @@ class TradeOffCurve:
     @classmethod
     def epsilon_delta(cls, epsilon: float, delta: float) -> "TradeOffCurve":
         """The curve of one (eps, delta)-DP claim (all an (eps, delta) pair says)."""
-        return cls.from_profile([_validate.in_range(epsilon, "epsilon", 0.0, math.inf)], [_validate.delta(delta)])
+        return cls.from_profile([validation.in_range(epsilon, "epsilon", 0.0, math.inf)], [validation.delta(delta)])
 
     def label(self) -> str:
         if self.kind == "gdp":
@@ -98,7 +98,7 @@ def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256
         return TradeOffCurve.gdp(accountant.gdp_mu())
     from .pld import pld_profile
 
-    n = _validate.integer(points, "points", low=2)
+    n = validation.integer(points, "points", low=2)
     top = float(accountant.get_epsilon(1e-12))
     eps = np.linspace(0.0, max(top, 1e-6), n)
     return TradeOffCurve.from_profile(eps, pld_profile(accountant.events, eps, discretization))

@@ -74,7 +74,7 @@ def spec_of(cls) -> Spec:
     if not isinstance(noise, tuple):
         noise = tuple(p.name for p in list(inspect.signature(cls.accountant).parameters.values())[1:]
                       if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    from .mechanisms._releases import Releases
+    from .mechanisms import Releases
 
     names = [f.name for f in dataclasses.fields(cls)]
     # the count that grows with training, for --curve (none for a mechanism without accountable releases)

@@ -226,7 +226,7 @@ def _cmd_audit(algorithm: str, args) -> int:
         return _cmd_one_run(algorithm, args)
     if algorithm in ("dp-srm", "diff2-bvr", "clipd2p"):
         mech, split = _build(algorithm, args)
-        if A._wor_claim(algorithm, mech):
+        if A.wor_claim(algorithm, mech):
             return _cmd_audit_wor(algorithm, mech, split, args)
     if algorithm not in A.AUDITABLE:
         raise ValueError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
@@ -411,7 +411,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
            "noise": dict(zip(SPECS[algorithm].noise, noise)), "notes": list(rep.notes)}
     out["warnings"] = []
     if algorithm == "constd2p":
-        from .mechanisms._report import paper_warning
+        from .mechanisms import paper_warning
 
         out["warnings"].append(paper_warning("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every "
                                              "gradient norm <= G"))

@@ -6,7 +6,8 @@ Each class is a frozen description of a run's shape (validated at construction) 
 See docs/calibration.md.
 """
 
-from ._report import METHODS, CalibrationReport, PaperConditionWarning
+from ._releases import Releases, ReleaseSpec
+from ._report import METHODS, CalibrationReport, PaperConditionWarning, paper_warning
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
 from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
@@ -28,6 +29,7 @@ ALGORITHMS = {
 
 __all__ = [
     "ALGORITHMS", "METHODS", "CalibrationReport", "PaperConditionWarning", "NoPrivacyGuaranteeError",
+    "paper_warning", "Releases", "ReleaseSpec",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",
     "dice_safe_sigma1_rdp", "dice_code_multiplier", "classical_gaussian_multiplier", "ClipD2P", "ConstD2P", "AdaD2P",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ..accountant._roots import brentq
+from ..accountant.roots import brentq
 
 __all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "start_rtol",
            "rdp_start", "pld_start", "rdp_tight_text",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-from ..accountant import _validate as v
+from ..accountant import validation as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning

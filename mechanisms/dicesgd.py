@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
-from ..accountant import _validate as v
+from ..accountant import validation as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning

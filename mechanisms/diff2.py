@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-from ..accountant import _validate as v
+from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec

@@ -17,20 +17,19 @@ except ImportError as _exc:       # accounting, calibration and the CLI do not n
     raise ImportError("dpcalib.optim (the reference optimizers, audits and distributed runs) needs PyTorch, "
                       f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
 
-from . import audit, canaries, data, graph, per_example, probe, replay, runner, sampling  # noqa: E402
+from . import (audit, audit_bounds, canaries, data, graph, harness, lockstep, per_example, probe,  # noqa: E402
+               replay, runner, sampling)
 from ._core import NoiseSource, PrivateOptimizer, Release, squared_loss
 from .checks import noise_ks_test, noise_std_test
 from .clipping import clip_factors, clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
 from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .sgd import DPSGD, DPSRM, DiceSGD
-
-#: registry name -> optimizer class (same names as mechanisms.ALGORITHMS)
-OPTIMIZERS = {c.name: c for c in (DPGD, DIFF2GD, DIFF2BVR, DPSGD, DPSRM, DiceSGD, ClipD2P, ConstD2P, AdaD2P)}
+from .registry import OPTIMIZERS
 
 __all__ = [
     "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test", "noise_ks_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "audit", "data", "graph",
-    "probe", "sampling", "canaries", "per_example", "replay", "runner",
+    "probe", "sampling", "canaries", "per_example", "replay", "runner", "lockstep", "audit_bounds", "harness",
 ]

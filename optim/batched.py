@@ -168,7 +168,7 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
 
 def _check_against_sequential(build, canary_d, canary_dprime, seed, truth, holder, value, dtype, rounds):
     """Re-run one run as a sequential leader/twin pair and compare its statistic with the batched one."""
-    from .audit import pair_llr
+    from .lockstep import pair_llr
 
     ref = pair_llr(build, seed, canary_d, canary_dprime, truth, holder)
     tol = 1e4 * torch.finfo(dtype).eps * (1.0 + abs(ref)) * max(1, rounds)

@@ -26,7 +26,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from .. import mechanisms as M
-from ..mechanisms._report import paper_warning
+from ..mechanisms import paper_warning
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
 from .clipping import clip_factors

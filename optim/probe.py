@@ -280,7 +280,7 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
     :data:`PROBE_DEFAULTS`."""
     from torch import nn
 
-    from . import OPTIMIZERS, squared_loss
+    from .registry import OPTIMIZERS, squared_loss
 
     if algorithm not in PROBE_DEFAULTS:
         raise ValueError(refusal(algorithm))

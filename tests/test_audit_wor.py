@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dpcalib.optim._core as core
-from dpcalib.optim import audit as A
+from dpcalib.optim import audit as A, lockstep
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from audit_wor import EPS, _HalfNoise, _clipd2p, _diff2bvr, _dpsrm, audit  # noqa: E402
@@ -45,9 +45,9 @@ def test_mixture_llr_closed_forms():
     s, g = 0.7, 0.3
     dens = lambda q: math.exp(-float(((o - q) ** 2).sum()) / (2 * s * s))  # noqa: E731
     expected = math.log((1 - g) * dens(q0) + g * dens(qa)) - math.log((1 - g) * dens(q0) + g * dens(qb))
-    assert A._mixture_llr(o, q0, qa, qb, s, g) == pytest.approx(expected, rel=1e-12)
+    assert lockstep._mixture_llr(o, q0, qa, qb, s, g) == pytest.approx(expected, rel=1e-12)
     # gamma = 1: the Gaussian LLR
-    assert A._mixture_llr(o, q0, qa, qb, s, 1.0) == pytest.approx(math.log(dens(qa) / dens(qb)), rel=1e-12)
+    assert lockstep._mixture_llr(o, q0, qa, qb, s, 1.0) == pytest.approx(math.log(dens(qa) / dens(qb)), rel=1e-12)
 
 
 @pytest.mark.parametrize("setup", [_dpsrm, _clipd2p, _diff2bvr], ids=["dp-srm", "clipd2p", "diff2-bvr"])

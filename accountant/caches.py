@@ -1,0 +1,27 @@
+"""The accountant's remembered answers, emptied in one call.
+
+A calibration asks the same composition many times (its search, its checks, its report), so the
+PLD brackets, the compositions' ends, the discretised steps and the RDP reports are remembered
+(bounded, least recently used first out).  Each module that remembers registers how to forget;
+:func:`clear_cache` forgets everything -- benchmarks call it between repeats to time a cold answer.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["clear_cache", "register"]
+
+_CLEARERS: list[Callable[[], None]] = []
+
+
+def register(clear: Callable[[], None]) -> Callable[[], None]:
+    """Remember ``clear`` (no arguments) as one of the things :func:`clear_cache` calls."""
+    _CLEARERS.append(clear)
+    return clear
+
+
+def clear_cache() -> None:
+    """Forget every remembered answer: brackets, composition ends, discretised steps, RDP reports."""
+    for clear in _CLEARERS:
+        clear()
