@@ -23,6 +23,8 @@ from dpcalib.accountant import (
     PrivacyAccountant,
     WORSampledGaussianEvent,
 )
+from dpcalib.accountant import _pld_compose as PC
+from dpcalib.accountant import _pld_steps as PS
 from dpcalib.accountant.pld import pld_delta, pld_epsilon
 
 from tests import oracles
@@ -81,13 +83,13 @@ def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     from dpcalib.accountant import pld as P
 
     for h in (1e-2, 1e-4, 1e-6):
-        pair = [P._rounded_step(P._Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
+        pair = [PS._rounded_step(PS._Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
                 for d in ("remove", "add")]
-        sym = P._symmetrised(*pair, h)
+        sym = PS._symmetrised(*pair, h)
         assert abs(sym.mass.sum() + sym.inf - 1.0) <= 1e-12
         for eps in (-0.3, -0.01, 0.0, 0.02, 0.5, 2.0):
             j = round(eps / h) - sym.i0
-            got = P._profile(sym.mass, h)[j] + sym.inf
+            got = PS._profile(sym.mass, h)[j] + sym.inf
             want = max(float(oracles.wor_profile(0.02, 0.9, eps, d)) for d in ("remove", "add"))
             assert got == pytest.approx(want, rel=1e-7, abs=1e-13)
 
@@ -122,8 +124,8 @@ def test_poisson_bracket_is_the_worse_direction():
     d = 1e-6
     per_direction = []
     for direction in ("remove", "add"):
-        steps = P._steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
-        per_direction.append(P._upper_one(steps, h, d, P.MEMORY_CAP)[1])
+        steps = PS._steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
+        per_direction.append(PC._upper_one(steps, h, d, P.MEMORY_CAP)[1])
     lo, up = P.pld_epsilon_at(ev, d, h)
     assert up == pytest.approx(max(per_direction), rel=1e-6)
     assert per_direction[0] != per_direction[1]
@@ -246,13 +248,13 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
     from dpcalib.accountant import pld as P
 
     if kind == "both":      # the replace-one envelope of sampling without replacement
-        bins = P._symmetrised_bins(*(P._bins_of(P._Pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._symmetrised_bins(*(PS._bins_of(PS._Pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
                                      for d in ("remove", "add")))
         true = lambda e: max(oracles.wor_profile(q, z, e, d, dps=30) for d in ("remove", "add"))  # noqa: E731
     else:
-        bins = P._bins_of(P._Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._bins_of(PS._Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
         true = lambda e: oracles.wor_profile(q, z, e, kind, dps=30)  # noqa: E731
-    low = P._lower_step(bins, h, 1)
+    low = PS._lower_step(bins, h, 1)
     if low is None:     # allowed only when the grid does not resolve the loss's range (~q wide)
         assert h > 0.2 * q
         return
@@ -273,7 +275,7 @@ def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
     from dpcalib.accountant import pld as P
 
     h = 1e-4
-    low = P._lower_step(P._bins_of(P._Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
+    low = PS._lower_step(PS._bins_of(PS._Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
     losses = (low.i0 + np.arange(low.mass.size)) * h
     for e in (math.log1p(-q) - 3 * h, math.log1p(-q) - 50 * h):
         got = float(np.sum(low.mass * -np.expm1(e - losses)))
@@ -305,13 +307,11 @@ def test_bracket_width_shrinks_like_h_squared():
 # -- the fast paths of the composition and of a calibration's search ------------------------
 
 def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underflows():
-    from dpcalib.accountant import pld as P
-
     rng = np.random.default_rng(3)
     r = np.concatenate([1.0 - np.logspace(-12, -0.01, 4000), rng.uniform(0.0, 1.0, 4000)])
     t = r * np.exp(1j * rng.uniform(-math.pi, math.pi, r.size))
     for c in (1, 2, 7, 100, 1000, 123457):
-        got = P._power(t, np.log(np.abs(t)), c)
+        got = PC._power(t, np.log(np.abs(t)), c)
         ref = np.exp(c * np.log(r)) * np.exp(1j * c * np.angle(t).astype(np.longdouble)).astype(complex)
         tiny = c * np.log(r) < -745.0
         assert np.all(got[tiny] == 0.0)
@@ -324,7 +324,6 @@ def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underfl
 def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
     # B_j = x_j + e^-h B_(j+1), summed in long double by a plain loop; one block (n h < 32) and
     # several (n h > 32, or n > 2^16), within the rounding bound the eps read-off charges
-    from dpcalib.accountant import pld as P
 
     rng = np.random.default_rng(n)
     x = rng.random(n) ** 8 * np.exp(-50.0 * rng.random(n))
@@ -334,22 +333,22 @@ def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
     for i in range(n - 1, -1, -1):
         acc = np.longdouble(x[i]) + r * acc
         ref[i] = acc
-    got = P._decayed_suffix(x, h)
+    got = PS._decayed_suffix(x, h)
     rel = float(np.max(np.abs(got - ref) / ref))
-    assert rel <= P._suffix_rounding(n, h) and rel < 1e-12
+    assert rel <= PC._suffix_rounding(n, h) and rel < 1e-12
 
 
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
 def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
     from dpcalib.accountant import pld as P
 
-    step = P._steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
+    step = PS._steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
     keep = step.mass > 0
     x = ((step.i0 + np.arange(step.mass.size)) * h)[keep]
     lm = np.log(step.mass[keep])
-    for lam in (P._LAMBDAS, -P._LAMBDAS):
+    for lam in (PC._LAMBDAS, -PC._LAMBDAS):
         direct = np.array([np.logaddexp.reduce(lm + t * x) for t in lam])
-        got = P._log_mgf(step, h, lam)
+        got = PC._log_mgf(step, h, lam)
         assert np.all(got >= direct)
         # pooling blocks of B = floor(0.01 n / count) grid points costs at most |lam| B h
         pooled = np.abs(lam) * math.floor(0.01 * step.mass.size / step.count) * h
@@ -420,12 +419,13 @@ def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
 def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch):
     """The tilted window starts where the wrapped-in mass is damped below alpha; composing on the
     window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
+    from dpcalib.accountant import _pld_compose as C
     from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
     h, d = 1e-4, 1e-5
     sizes = []
-    orig_compose = P._compose
+    orig_compose = C._compose       # the tilted compositions are made in _pld_compose
 
     def compose(steps, h, alpha, cap, lam=0.0, r_min=None):
         out = orig_compose(steps, h, alpha, cap, lam, r_min)
@@ -433,16 +433,16 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
             sizes.append(out[0].mass.size)
         return out
 
-    monkeypatch.setattr(P, "_compose", compose)
+    monkeypatch.setattr(C, "_compose", compose)
     P.clear_cache()
     raised = P.pld_epsilon_at(ev, d, h, side="upper")[1]
-    orig_window = P._window
+    orig_window = C._window
 
     def window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
         lo, hi = orig_window(steps, h, log_alpha, lam, logm, r_min)
         return min(lo, orig_window(steps, h, log_alpha, 0.0, logm)[0]), hi
 
-    monkeypatch.setattr(P, "_window", window)
+    monkeypatch.setattr(C, "_window", window)
     P.clear_cache()
     full = P.pld_epsilon_at(ev, d, h, side="upper")[1]
     P.clear_cache()
