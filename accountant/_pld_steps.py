@@ -5,13 +5,13 @@ method.  The method and its references: :mod:`accountant.pld`.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import special
 
+from .caches import cached, register
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 _EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
@@ -207,6 +207,7 @@ class _Bins:
 #: after its search, discretise the same step on the same grid); at most this many bytes
 _BINS_BYTES = 128 << 20
 _BINS: dict = {}
+register(_BINS.clear)
 
 
 def _bins_of(pair: _Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
@@ -584,7 +585,7 @@ def _decay_block(n: int, h: float) -> int:
     return max(1, min(n, _DECAY_BLOCK, int(_DECAY_SPAN / h)))
 
 
-@functools.lru_cache(maxsize=8)
+@cached(maxsize=8)
 def _decay_weights(h: float):
     """``e^(k h)``, ``e^(-k h)``, ``e^(-(k + 1) h)`` for the offsets ``k`` of the longest block."""
     kh = h * np.arange(_decay_block(_DECAY_BLOCK, h))

@@ -8,9 +8,10 @@ PLD brackets, the compositions' ends, the discretised steps and the RDP reports 
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
-__all__ = ["clear_cache", "register"]
+__all__ = ["clear_cache", "register", "cached"]
 
 _CLEARERS: list[Callable[[], None]] = []
 
@@ -19,6 +20,16 @@ def register(clear: Callable[[], None]) -> Callable[[], None]:
     """Remember ``clear`` (no arguments) as one of the things :func:`clear_cache` calls."""
     _CLEARERS.append(clear)
     return clear
+
+
+def cached(maxsize: int):
+    """``functools.lru_cache(maxsize)`` whose ``cache_clear`` is registered."""
+    def wrap(fn):
+        out = functools.lru_cache(maxsize=maxsize)(fn)
+        register(out.cache_clear)
+        return out
+    return wrap
+
 
 
 def clear_cache() -> None:

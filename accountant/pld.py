@@ -59,15 +59,14 @@ the best certified answer is returned with a note).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from . import validation
-from .caches import clear_cache, register
+from .caches import cached, clear_cache, register
 from ._pld_compose import _compose, _g, _lower_one, _sum_error, _upper_info, _upper_one, _usable, _window
-from ._pld_steps import (_BINS, _EVENTS, ALIAS, MEMORY_CAP, MIN_DELTA, RTOL, TAIL, EpsilonBracket, _OverCap,
+from ._pld_steps import (_EVENTS, ALIAS, MEMORY_CAP, MIN_DELTA, RTOL, TAIL, EpsilonBracket, _OverCap,
                          _steps)
 from .events import PoissonSampledGaussianEvent
 
@@ -126,11 +125,7 @@ _OVER = object()                                   # a composition over the memo
 _SIDES: dict = {}                                  # (side, events, delta, h, cap) -> ends
 
 
-@register
-def _forget() -> None:
-    _SIDES.clear()
-    _BINS.clear()
-    _pld_epsilon_cached.cache_clear()
+register(_SIDES.clear)
 
 
 def _remember(key, value):
@@ -356,7 +351,7 @@ def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     return out if with_uppers else out[0]
 
 
-@functools.lru_cache(maxsize=256)
+@cached(maxsize=256)
 def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
     calibration asks for the same bracket when it re-checks, reports and certifies).  With

@@ -13,7 +13,6 @@ neither overflow nor lose the digits of ``log(1 + tiny)``.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import validation
+from .caches import cached
 from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = [
@@ -215,7 +215,7 @@ def subsampled_rdp_wor_simple(alpha, gamma, base_rdp2, c=1.0, *, base_rdp_alpha=
 # ---------------------------------------------------------------------------------------------
 # Gaussian specialisation: WBK19 Thm 9 and Thm 27
 # ---------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=256)
+@cached(maxsize=256)
 def _log_forward_diffs(half_inv_var: float, max_order: int) -> np.ndarray:
     """``out[l] = log Delta^l h(0)`` (an upper bound on it) for even ``l <= max_order``.
 

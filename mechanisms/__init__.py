@@ -11,7 +11,8 @@ from ._report import METHODS, CalibrationReport, PaperConditionWarning, paper_wa
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
 from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
-from .dpsgd import ABADI_ORDERS, DPSGD, classical_gaussian_multiplier
+from ._shared import ABADI_ORDERS
+from .dpsgd import DPSGD, classical_gaussian_multiplier
 from .dpsrm import DPSRM
 
 #: name -> (class, source)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from ..accountant.roots import brentq
 
-__all__ = ["smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "start_rtol",
+__all__ = ["calibrate_poisson", "smallest_scale", "loglog_scale", "tight_scale", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "start_rtol",
            "rdp_start", "pld_start", "rdp_tight_text",
            "WOR_START_LABEL", "WOR_START_SUFFIX"]
 
@@ -593,3 +594,18 @@ def certify(acc, delta, accountant: str = "pld"):
         return acc.epsilon_report(delta), None
     b = acc.epsilon_bracket(delta)
     return EpsilonReport.from_bracket(b), b
+
+
+def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, conversion: str,
+                      orders=None, refine: bool, rtol: float, exact: bool = True) -> float:
+    """Smallest noise multiplier with ``eps(z) <= eps`` for ``steps`` Poisson(q) Gaussian steps.
+
+    ``refine=False``: eps is the minimum over ``orders`` exactly (the paper's grid).
+    ``refine=True``: real orders, through :func:`tight_scale` (``exact``: see there).
+    """
+    if not refine:
+        return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(
+            PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, conversion=conversion, refine=False),
+            eps, start=1.0, rtol=rtol)
+    return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
+                       eps, delta, conversion, rtol=rtol, exact=exact)

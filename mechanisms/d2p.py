@@ -18,8 +18,8 @@ from ..accountant import validation as v
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol, tight_scale
-from .diff2 import _check_target
-from .dpsgd import calibrate_poisson
+from ._shared import check_target as _check_target
+from ._solve import calibrate_poisson
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
 

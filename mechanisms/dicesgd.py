@@ -23,7 +23,7 @@ from ..accountant import validation as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from .diff2 import _check_target
+from ._shared import abadi_multiplier, check_target as _check_target
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
@@ -51,10 +51,8 @@ def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> flo
     """The authors' code's calibration (DiceSGD-E6): the DP-SGD noise multiplier for
     (q, T, eps, delta) times ``sqrt(1 + 2 ratio)``, ratio = C2/C1 (1.92943 for CIFAR).
     Reported for comparison only: it is not the paper's Thm 3.7 and not certified here."""
-    from .dpsgd import DPSGD
-
     r = v.positive(ratio, "ratio")
-    z = DPSGD(sampling_rate, steps).calibrate(epsilon, delta, method="paper")["noise_multiplier"]
+    z = abadi_multiplier(sampling_rate, steps, v.positive(epsilon, "epsilon"), v.delta(delta))
     return z * math.sqrt(1.0 + 2.0 * r)
 
 

@@ -19,7 +19,8 @@ from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from ._releases import Releases, ReleaseSpec
-from ._report import CalibrationReport, METHODS, paper_warning
+from ._report import CalibrationReport, paper_warning
+from ._shared import check_target as _check_target, paper_order
 from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
                      rdp_tight_text, smallest_scale, start_rtol, tight_scale)
 
@@ -28,23 +29,6 @@ __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 SIGMA4_NOTE = ("Algorithm 4 lists sigma4 but never adds noise with it: its outputs are "
                "post-processing of already-private releases (DIFF2-E4); no sigma4 is needed.")
 SIGMA3_NOTE = "no local steps in DIFF2-GD / DP-GD (sigma3 belongs to DIFF2-BVR-L-SGD)"
-
-
-def _check_target(epsilon, delta, method):
-    e = v.positive(epsilon, "epsilon")
-    d = v.delta(delta)
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} is not allowed: expected one of {METHODS}.")
-    return e, d
-
-
-def paper_order(x: float, epsilon: float) -> int:
-    """``1 + ceil(x)``, the integer Renyi order the papers fix from the budget (x grows like
-    log(1/delta)/eps); a clear error where it is not a usable number (eps of order 1e-300)."""
-    if not x <= 1e12:
-        raise ValueError(f"epsilon={epsilon!r} is not allowed: the paper's Renyi order 1 + ceil({x:.6g}) is not a "
-                         "usable number; expected a larger epsilon.")
-    return 1 + math.ceil(x)
 
 
 def _paper_alpha(eps: float, delta: float) -> int:

@@ -11,30 +11,10 @@ from ..accountant import validation as v
 
 from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
-from ._solve import (certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, smallest_scale, start_rtol,
-                     tight_scale)
-from .diff2 import _check_target
+from ._solve import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol
+from ._shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
-
-#: integer orders of DPSGD-E2 (the numerical stand-in for Abadi's unspecified constants)
-ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
-
-
-def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, conversion: str,
-                      orders=None, refine: bool, rtol: float, exact: bool = True) -> float:
-    """Smallest noise multiplier with ``eps(z) <= eps`` for ``steps`` Poisson(q) Gaussian steps.
-
-    ``refine=False``: eps is the minimum over ``orders`` exactly (the paper's grid).
-    ``refine=True``: real orders, through :func:`tight_scale` (``exact``: see there).
-    """
-    if not refine:
-        return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(
-            PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, conversion=conversion, refine=False),
-            eps, start=1.0, rtol=rtol)
-    return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
-                       eps, delta, conversion, rtol=rtol, exact=exact)
-
 
 def classical_gaussian_multiplier(epsilon, delta) -> float:
     """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; GAUSS-E1):
@@ -94,8 +74,7 @@ class DPSGD(Releases):
         if method == "paper":
             warns.append(paper_warning("DPSGD-E2", "Abadi et al. Thm 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants c1, c2; "
                                        "the noise comes from the numerical Poisson-SGM accountant instead"))
-            z = self.level("step", calibrate_poisson(self.sampling_rate, self.steps, e, d, conversion="mironov",
-                                                     orders=ABADI_ORDERS, refine=False, rtol=rtol))
+            z = self.level("step", abadi_multiplier(self.sampling_rate, self.steps, e, d, rtol))
             rep = self.accountant(z, orders=ABADI_ORDERS).epsilon_report(d, conversion="mironov", refine=False)
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
             lower_noise = None

@@ -18,7 +18,7 @@ from ._releases import Releases, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
                      rdp_tight_text, start_rtol, tight_scale)
-from .diff2 import _check_target, paper_order
+from ._shared import check_target as _check_target, paper_order
 
 __all__ = ["DPSRM"]
 

@@ -116,3 +116,20 @@ def test_optimal_order_near_a_previous_optimum_and_far_from_it():
         assert abs(o2 / order - 1) <= 3e-3 and e2 <= eps * (1 + 1e-5)
     e3, o3 = acc.optimal_order(1e-6, rtol=1e-3, near=order * 1.5)   # far: the optimum is on the
     assert abs(o3 / order - 1) <= 3e-3 and e3 <= eps * (1 + 1e-5)    # window's edge, cell search
+
+
+def test_clear_cache_forgets_every_remembered_answer():
+    from dpcalib.accountant import accountant as acc_mod
+    from dpcalib.accountant import clear_cache, pld, subsampling
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
+    first = acc.epsilon_bracket(1e-5)
+    PrivacyAccountant().compose(WORSampledGaussianEvent.from_sizes(10, 1000, 1.0), 10).get_epsilon(1e-5)
+    assert acc_mod._RDP_REPORTS and pld._pld_epsilon_cached.cache_info().currsize
+    assert subsampling._log_forward_diffs.cache_info().currsize
+    clear_cache()
+    assert not acc_mod._RDP_REPORTS and not pld._SIDES
+    assert pld._pld_epsilon_cached.cache_info().currsize == 0
+    assert subsampling._log_forward_diffs.cache_info().currsize == 0
+    # a cold answer is the same answer
+    assert acc.epsilon_bracket(1e-5) == first

@@ -260,7 +260,7 @@ def test_loglog_scale_finds_the_smallest_feasible_scale_in_few_evaluations():
 
 
 def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_order():
-    from dpcalib.mechanisms.dpsgd import calibrate_poisson
+    from dpcalib.mechanisms._solve import calibrate_poisson
 
     for q, k, e in [(0.01, 100, 2.0), (0.001, 1000, 1.0), (0.1, 50, 8.0)]:
         exact = calibrate_poisson(q, k, e, 1e-5, conversion="improved", refine=True, rtol=1e-9)

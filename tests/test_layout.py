@@ -142,3 +142,10 @@ def test_no_import_cycle():
 def test_no_module_is_over_800_lines():
     long = {m: n for m, (p, _) in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_no_paper_file_imports_a_sibling_paper_file():
+    """What two papers' calibrations share lives in mechanisms/_shared.py or _solve.py."""
+    papers = {m for m in MODULES if m.startswith("dpcalib.mechanisms.") and not m.rsplit(".", 1)[1].startswith("_")}
+    bad = [(a, b, ln) for a, b, _, ln in EDGES if a in papers and b in papers and a != b]
+    assert not bad, bad
