@@ -174,18 +174,21 @@ class PrivacyAccountant:
     def _linear_slope(self) -> float:
         return sum(k / (2.0 * e.noise_multiplier * e.noise_multiplier) for e, k in self._events)
 
-    def get_epsilon(self, delta, method: str = "auto", conversion: str = "improved",
+    def get_epsilon(self, delta, method: str = "best", conversion: str = "improved",
                     refine: bool = True) -> float:
-        """``eps`` spent at ``delta`` (see :meth:`epsilon_report`)."""
+        """``eps`` spent at ``delta``: by default the best certified one (see :meth:`epsilon_report`)."""
         return self.epsilon_report(delta, method, conversion, refine).epsilon
 
-    def epsilon_report(self, delta, method: str = "auto", conversion: str = "improved",
+    def epsilon_report(self, delta, method: str = "best", conversion: str = "improved",
                        refine: bool = True) -> EpsilonReport:
         """``eps(delta)`` with the method, order and conversion that produced it.
 
         Args:
           delta: target delta in (0, 1).
-          method: ``"auto"`` (GDP when exact, else RDP), ``"gdp"`` or ``"rdp"``.
+          method: ``"best"`` (the default: the smallest certified eps of exact GDP, the PLD
+            bracket's upper end and RDP, :meth:`epsilon_bracket`; the report names the one that
+            certified it), ``"auto"`` (GDP when exact, else RDP: fast), ``"gdp"``, ``"rdp"`` or
+            ``"pld"``.
           conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
           refine: refine the optimal order over real values when every event allows it
             (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).

@@ -570,8 +570,8 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
 ROOM_STEPS = 6.0
 
 
-#: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``)
-ACCOUNTANTS = ("rdp", "pld")
+#: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``); the first is the default
+ACCOUNTANTS = ("pld", "rdp")
 
 
 def check_accountant(accountant: str) -> str:
@@ -591,7 +591,7 @@ def certify(acc, delta, accountant: str = "pld"):
     from ..accountant.accountant import EpsilonReport
 
     if accountant == "rdp":
-        return acc.epsilon_report(delta), None
+        return acc.epsilon_report(delta, method="auto"), None
     b = acc.epsilon_bracket(delta)
     return EpsilonReport.from_bracket(b), b
 
@@ -605,7 +605,7 @@ def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, convers
     """
     if not refine:
         return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(
-            PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, conversion=conversion, refine=False),
+            PoissonSampledGaussianEvent(q, z), steps).get_epsilon(delta, "rdp", conversion, refine=False),
             eps, start=1.0, rtol=rtol)
     return tight_scale(lambda z: PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps),
                        eps, delta, conversion, rtol=rtol, exact=exact)

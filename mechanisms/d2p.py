@@ -70,14 +70,14 @@ class ClipD2P(Releases):
     def accountant(self, sigma) -> PrivacyAccountant:
         return self._accountant_of({"sigma": v.positive(sigma, "sigma")}, {"iteration": self.iterations})
 
-    def epsilon(self, delta, sigma, conversion="improved"):
-        return self.accountant(sigma).epsilon_report(delta, conversion=conversion)
+    def epsilon(self, delta, sigma, conversion="improved", method="best"):
+        return self.accountant(sigma).epsilon_report(delta, method, conversion)
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="rdp") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
-        improved conversion (and real orders for add/remove); with ``accountant="pld"`` the
-        smallest sigma whose certified PLD upper bound meets the target."""
+        improved conversion (and real orders for add/remove) with ``accountant="rdp"``; with
+        ``accountant="pld"`` (the default) the smallest sigma whose certified PLD upper bound meets the target."""
         check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         J, K = self.samples_per_node, self.iterations
@@ -110,7 +110,7 @@ class ClipD2P(Releases):
             rep = cert
             accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma', note=cap)})"
         else:
-            rep = self.epsilon(d, s, conv)
+            rep = self.epsilon(d, s, conv, method="auto")
         notes = {"noise_std": "sigma * C", "relation": self.relation}
         if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = None if s0 is None else {"sigma": s0}
@@ -128,7 +128,7 @@ class ConstD2P(ClipD2P):
 
     name = "constd2p"
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="rdp") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         paper_warning("AdaD2P-E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
                       "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
         rep = super().calibrate(epsilon, delta, method, accountant)

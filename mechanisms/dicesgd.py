@@ -126,7 +126,7 @@ class DiceSGD(Releases):
         s = v.positive(sigma1, "sigma1")
         return self._accountant_of({"sigma1": s}, {"first": 1, "later": self.steps - 1})
 
-    def epsilon(self, delta, sigma1, method="auto", conversion="improved"):
+    def epsilon(self, delta, sigma1, method="best", conversion="improved"):
         return self.accountant(sigma1).epsilon_report(delta, method, conversion)
 
     def paper_epsilon(self, delta, sigma1) -> float:
@@ -146,7 +146,7 @@ class DiceSGD(Releases):
         paper_s1 = math.sqrt(32.0 * T * self.G_tilde * L / (N * N * e * e))
         d0, dt = self.sensitivities
         tight_s1 = math.sqrt(d0 * d0 + (T - 1) * dt * dt) / gdp_mu(e, d)
-        while self.epsilon(d, tight_s1).epsilon > e:  # rounding guard: stay on the feasible side
+        while self.epsilon(d, tight_s1, method="auto").epsilon > e:  # rounding guard: stay on the feasible side
             tight_s1 *= 1.0 + 1e-12
         warns = []
         notes = {"noise_multiplier": None, "paper_sigma1": paper_s1, "assumption_free_sigma1": tight_s1,

@@ -98,7 +98,7 @@ class DIFF2GD(Releases):
             noise["sigma2"], counts["difference"] = v.positive(sigma2, "sigma2"), self.differences
         return self._accountant_of(noise, counts)
 
-    def epsilon(self, delta, sigma1, sigma2=None, method="auto", conversion="improved"):
+    def epsilon(self, delta, sigma1, sigma2=None, method="best", conversion="improved"):
         """eps spent at ``delta`` by these noise levels (exact GDP by default)."""
         return self.accountant(sigma1, sigma2).epsilon_report(delta, method, conversion)
 
@@ -150,7 +150,7 @@ class DIFF2GD(Releases):
             t = math.sqrt(2.0 * self._slope(p1, p2)) / gdp_mu(e, d)
 
             def eps_at(k):
-                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k).epsilon
+                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k, method="auto").epsilon
             if eps_at(t) > e:  # rounding: step to the feasible side
                 t = smallest_scale(eps_at, e, start=t, rtol=1e-12)
             s1, s2 = p1 * t, (None if p2 is None else p2 * t)
@@ -210,7 +210,7 @@ class DPGD(Releases):
     def accountant(self, sigma1) -> PrivacyAccountant:
         return self._as_diff2.accountant(sigma1)
 
-    def epsilon(self, delta, sigma1, method="auto", conversion="improved"):
+    def epsilon(self, delta, sigma1, method="best", conversion="improved"):
         return self._as_diff2.epsilon(delta, sigma1, None, method, conversion)
 
     def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
@@ -294,8 +294,8 @@ class DIFF2BVR(Releases):
             acc.compose(self._event("local", self._z3(s3), bound), k * self.local_rounds)
         return acc
 
-    def epsilon(self, delta, sigma1, sigma2, sigma3, conversion="improved"):
-        return self.accountant(sigma1, sigma2, sigma3).epsilon_report(delta, "rdp", conversion)
+    def epsilon(self, delta, sigma1, sigma2, sigma3, conversion="improved", method="best"):
+        return self.accountant(sigma1, sigma2, sigma3).epsilon_report(delta, method, conversion)
 
     # -- paper --------------------------------------------------------------------------------
     def paper_rdp(self, alpha: int, sigma1, sigma2, sigma3) -> float:
@@ -324,7 +324,7 @@ class DIFF2BVR(Releases):
         n = self.n_min
         return b <= n / (2.0 * math.e * a) and b <= (4.0 * n / (a * s3sq)) ** (1.0 / 3.0)
 
-    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0, accountant="rdp") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0, accountant="pld") -> CalibrationReport:
         """``sigma1..sigma3`` (``sigma4`` reported as not needed).
 
         ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, DIFF2-E6; the simple
@@ -332,8 +332,8 @@ class DIFF2BVR(Releases):
         ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
         ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
         until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the
-        target; with ``accountant="pld"``, until the certified eps (PLD upper bound of the
-        replace-one WOR pairs, or RDP if smaller) does (and paper mode is certified by the PLD).
+        target (``accountant="rdp"``); with ``accountant="pld"`` (the default), until the certified eps
+        (PLD upper bound of the replace-one WOR pairs, or RDP if smaller) does.
         """
         check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)

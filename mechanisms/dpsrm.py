@@ -84,8 +84,8 @@ class DPSRM(Releases):
             noise["sigma"], counts["v^t"] = v.positive(sigma, "sigma"), self.steps - 1
         return self._accountant_of(noise, counts)
 
-    def epsilon(self, delta, sigma0, sigma, conversion="improved"):
-        return self.accountant(sigma0, sigma).epsilon_report(delta, "rdp", conversion)
+    def epsilon(self, delta, sigma0, sigma, conversion="improved", method="best"):
+        return self.accountant(sigma0, sigma).epsilon_report(delta, method, conversion)
 
     def paper_sigmas(self, epsilon, delta, beta=0.5):
         """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``."""
@@ -123,15 +123,15 @@ class DPSRM(Releases):
             return False
         return alpha - 1.0 <= (2.0 / 3.0) * ratio2 * math.log(1.0 / x)
 
-    def calibrate(self, epsilon, delta, method="tight", beta=0.5, accountant="rdp") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", beta=0.5, accountant="pld") -> CalibrationReport:
         """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
         RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
         Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail
         (DPSRM-E3); ``certified_epsilon`` then shows what the paper's noise really buys.
         ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
-        improved conversion hits the target (``accountant="rdp"``, default), or until the certified
+        improved conversion hits the target (``accountant="rdp"``), or until the certified
         eps (PLD upper bound of the replace-one WOR pair, or RDP if smaller) does
-        (``accountant="pld"``, which also certifies paper mode with the PLD)."""
+        (``accountant="pld"``, the default).  ``certified_epsilon`` is the best certified eps of the answer."""
         check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         a, p0, pt = self.paper_sigmas(e, d, beta)

@@ -316,8 +316,11 @@ class PrivateOptimizer:
                 acc.compose(ev, k)
         return acc
 
-    def epsilon_spent(self, delta: float | None = None) -> float:
-        """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise."""
+    def epsilon_spent(self, delta: float | None = None, method: str = "best") -> float:
+        """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise.
+        ``method``: as :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report` -- the best
+        certified eps by default (for the whole calibrated run, the number ``dpcalib epsilon``
+        prints), ``"auto"`` for the fast GDP/RDP bound."""
         d = self.delta if delta is None else delta
         if d is None:
             raise ValueError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
@@ -325,12 +328,14 @@ class PrivateOptimizer:
             return 0.0
         if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):
             return math.inf
-        return float(self.accountant().get_epsilon(d))
+        return float(self.accountant().get_epsilon(d, method))
 
     def _noise_keys(self) -> tuple:
         return tuple(self.levels)
 
     def _epsilon_metric(self, delta) -> float:
+        """The metrics' eps: the best certified eps spent so far (at the end of the calibrated run,
+        the run's eps -- what ``dpcalib epsilon`` prints for it)."""
         return self.epsilon_spent(delta) if delta is not None else math.nan
 
     # -- metrics ---------------------------------------------------------------------------------

@@ -62,7 +62,8 @@ class Runner:
         """Run ``rounds`` more rounds (default: to the calibrated total).
 
         Every ``log_every`` rounds (default ``max(1, total // 100)``) and at the end, appends
-        ``{"round", "loss", "grad_norm", "epsilon"}`` to :attr:`metrics`.  ``progress``: tqdm bar
+        ``{"round", "loss", "grad_norm", "epsilon"}`` to :attr:`metrics` (``epsilon``: the best
+        certified eps spent so far; at the end of the calibrated run, the run's eps).  ``progress``: tqdm bar
         (``None``: shown on a terminal).  ``checkpoint``/``checkpoint_every``: save the whole state
         there every that many rounds and at the end; :meth:`load_checkpoint` resumes exactly.
         """

@@ -78,7 +78,7 @@ def test_diff2_gd_tight(eps, delta, R, Tfrac, P, n, u):
 def test_diff2_bvr_tight(eps, delta, R, K, P, n, bfrac):
     b = max(1, int(bfrac * n))
     m = DIFF2BVR(R, max(1, R // 10), P, n, K, b)
-    rep = m.calibrate(eps, delta)
+    rep = m.calibrate(eps, delta, accountant="rdp")      # the RDP solve, against an RDP oracle
     acc = m.accountant(rep["sigma1"], rep["sigma2"], rep["sigma3"])
     _check(_dpa_replace_one(acc, delta, rep.order), eps)
 
@@ -88,14 +88,14 @@ def test_diff2_bvr_tight(eps, delta, R, K, P, n, bfrac):
        T=st.integers(2, 500), b0f=st.floats(0.001, 0.05), bf=st.floats(0.001, 0.05))
 def test_dp_srm_tight(eps, delta, n, T, b0f, bf):
     m = DPSRM(n, T, max(1, int(b0f * n)), max(1, int(bf * n)))
-    rep = m.calibrate(eps, delta)
+    rep = m.calibrate(eps, delta, accountant="rdp")
     _check(_dpa_replace_one(m.accountant(rep["sigma0"], rep["sigma"]), delta, rep.order), eps)
 
 
 @TIGHT
 @given(eps=st.floats(0.5, 8.0), delta=st.sampled_from([1e-5, 1e-6]), q=st.floats(1e-3, 0.1), steps=st.integers(10, 5000))
 def test_dp_sgd_tight(eps, delta, q, steps):
-    rep = DPSGD(q, steps).calibrate(eps, delta)
+    rep = DPSGD(q, steps).calibrate(eps, delta, accountant="rdp")
     _check(_poisson_eps_mpmath(q, rep["noise_multiplier"], steps, rep.order, delta), eps)
 
 
@@ -115,7 +115,7 @@ def test_dicesgd_tight(eps, delta, N, B, T, C1, ratio):
        relation=st.sampled_from(["add/remove", "replace-one"]))
 def test_clipd2p_tight(eps, delta, J, K, relation):
     m = ClipD2P(J, K, relation)
-    rep = m.calibrate(eps, delta)
+    rep = m.calibrate(eps, delta, accountant="rdp")
     if relation == "replace-one":
         eps2 = _dpa_replace_one(m.accountant(rep["sigma"]), delta, rep.order)
     else:
@@ -450,5 +450,5 @@ def test_pld_calibration_keeps_the_rdp_start_when_no_noise_is_needed():
     # delta = 0.5 eps = 0 at every noise level.  The search used to walk down (30 PLD
     # evaluations, 31 s) to a noise 200x below the start; it now keeps the RDP-tight start.
     r = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5, accountant="pld")
-    rdp = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5)
+    rdp = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5, accountant="rdp")
     assert r.noise == pytest.approx(rdp.noise, rel=1e-5) and r.certified_epsilon == 0.0

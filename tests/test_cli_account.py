@@ -21,10 +21,11 @@ def test_account_json_equals_api():
     b = acc.epsilon_bracket(1e-5)                       # the default: --accountant best
     assert out["epsilon"] == pytest.approx(b.upper, rel=1e-12) and out["method"] == "pld"
     assert out["epsilon_lower"] == pytest.approx(b.lower, rel=1e-12)
-    assert out["epsilon"] < acc.get_epsilon(1e-5)       # tighter than RDP
+    assert out["epsilon"] == acc.get_epsilon(1e-5)      # the API's default: the same best certified eps
+    assert out["epsilon"] < acc.get_epsilon(1e-5, "rdp")  # tighter than RDP
     rdp = json.loads(run("account", "--poisson", "0.01:1.0:1000", "--delta", "1e-5", "--json",
                          "--accountant", "rdp").stdout)
-    assert rdp["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12) and rdp["method"] == "rdp"
+    assert rdp["epsilon"] == pytest.approx(acc.get_epsilon(1e-5, "rdp"), rel=1e-12) and rdp["method"] == "rdp"
 
 
 def test_account_gaussian_is_exact():

@@ -124,7 +124,7 @@ def test_a_target_below_the_rdp_floor_at_tiny_delta_is_an_rdp_error_and_a_pld_an
     ev = lambda z: PoissonSampledGaussianEvent(9.01e-5, z)  # noqa: E731
     assert PrivacyAccountant().compose(ev(1e4), 1).get_epsilon(8.48e-170, "rdp") > 0.3
     with pytest.raises(ValueError, match=r"floor of about log\(1/delta\)"):
-        DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170)
+        DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170, accountant="rdp")
     rep = DPSGD(9.01e-5, 1).calibrate(0.077, 8.48e-170, accountant="pld")
     z = rep.noise["noise_multiplier"]
     assert rep.certified_epsilon <= 0.077 and rep.notes["rdp_tight_noise"] is None

@@ -124,4 +124,4 @@ def test_gdp_epsilon_solves_the_exact_delta(mu, delta):
 @given(g=st.floats(1e-6, 0.5), z=st.floats(0.5, 10), k=st.integers(1, 5000), delta=deltas)
 def test_wor_accountant_improved_never_above_mironov(g, z, k, delta):
     acc = PrivacyAccountant(orders=[2, 4, 8, 16, 32, 64]).compose(WORSampledGaussianEvent(g, z), k)
-    assert acc.get_epsilon(delta, conversion="improved") <= acc.get_epsilon(delta, conversion="mironov")
+    assert acc.get_epsilon(delta, "rdp", "improved") <= acc.get_epsilon(delta, "rdp", "mironov")

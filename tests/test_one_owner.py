@@ -1,0 +1,79 @@
+"""One owner per answer: the default calibration is the best certified one, and every command that
+prints eps for one setting prints the same number (the calibration's certified eps, `epsilon`'s
+headline, the last point of its curve)."""
+
+import json
+
+import pytest
+
+from dpcalib._algorithms import SPECS
+from dpcalib.cli import main
+from dpcalib.mechanisms import DIFF2BVR, DPSGD, DPSRM, ClipD2P
+from tests.test_cli import SHAPES
+
+#: the six DP-SGD settings of benchmarks/bench_pld.py (q, steps, eps) at delta = 1e-5
+BENCH_PLD = [(0.01, 10_000, 3.0), (256 / 60000, 14_062, 3.0), (4096 / 50000, 2_500, 1.0),
+             (1e-3, 100_000, 1.0), (1e-3, 1_000, 1.0), (0.01, 100, 2.0)]
+
+
+def _json(capsys, *argv):
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("q,steps,eps", BENCH_PLD)
+def test_the_default_dp_sgd_calibration_is_the_pld_one(q, steps, eps):
+    default = DPSGD(q, steps).calibrate(eps, 1e-5)
+    pld = DPSGD(q, steps).calibrate(eps, 1e-5, accountant="pld")
+    rdp = DPSGD(q, steps).calibrate(eps, 1e-5, accountant="rdp")
+    assert default["noise_multiplier"] == pytest.approx(pld["noise_multiplier"], rel=1e-12)
+    assert default.certified_epsilon <= eps and default["noise_multiplier"] <= rdp["noise_multiplier"]
+
+
+@pytest.mark.parametrize("mech", [DPSRM(49990, 50, 256, 64), ClipD2P(2500, 350), DIFF2BVR(100, 10, 10, 1651, 5, 13)],
+                         ids=["dp-srm", "clipd2p", "diff2-bvr"])
+def test_the_other_defaults_are_their_pld_answers(mech):
+    default, pld = mech.calibrate(2.0, 1e-5), mech.calibrate(2.0, 1e-5, accountant="pld")
+    assert default.noise.keys() == pld.noise.keys()
+    for k, v in default.noise.items():
+        assert v == (None if pld.noise[k] is None else pytest.approx(pld.noise[k], rel=1e-12))
+    assert default.certified_epsilon <= 2.0
+    assert "pld" in default.accounting or "gdp" in default.accounting
+
+
+@pytest.mark.parametrize("algo", list(SHAPES))
+def test_paper_mode_certified_epsilon_is_what_epsilon_prints(algo, capsys):
+    flags = SHAPES[algo][0]
+    cal = _json(capsys, "calibrate", algo, "--epsilon", "2", "--delta", "1e-5", "--method", "paper", "--json", *flags)
+    noise = []
+    for name in SPECS[algo].noise:
+        noise += ["--" + name.replace("_", "-"), repr(cal["noise"][name])]
+    eps = _json(capsys, "epsilon", algo, "--delta", "1e-5", "--json", *flags, *noise)
+    assert eps["epsilon"] == pytest.approx(cal["certified_epsilon"], rel=1e-9)
+
+
+def _noise_flags(algo, capsys):
+    flags = SHAPES[algo][0]
+    cal = _json(capsys, "calibrate", algo, "--epsilon", "2", "--delta", "1e-5", "--json", *flags)
+    out = []
+    for name in SPECS[algo].noise:
+        out += ["--" + name.replace("_", "-"), repr(cal["noise"][name])]
+    return flags, out
+
+
+def _accountants(algo):
+    full_batch = algo in ("dp-gd", "diff2-gd", "dicesgd")
+    return ["best", "pld", "rdp"] + (["gdp"] if full_batch else [])
+
+
+@pytest.mark.parametrize("algo", list(SHAPES))
+def test_the_curve_ends_at_the_headline_in_json_and_text(algo, capsys):
+    flags, noise = _noise_flags(algo, capsys)
+    for acc in _accountants(algo):
+        out = _json(capsys, "epsilon", algo, "--delta", "1e-5", "--json", "--curve", "--accountant", acc, *flags, *noise)
+        assert out["curve"][-1]["epsilon"] == pytest.approx(out["epsilon"], rel=1e-9), (acc, out["curve"][-1])
+        assert main(["epsilon", algo, "--delta", "1e-5", "--curve", "--accountant", acc, *flags, *noise]) == 0
+        text = capsys.readouterr().out.splitlines()
+        head = next(ln.split()[1] for ln in text if ln.startswith("epsilon "))
+        last = [ln for ln in text if ln.startswith("curve ")][-1].split()[-1]
+        assert last == head, (acc, head, last)          # the same number, printed the same way
