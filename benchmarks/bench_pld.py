@@ -3,7 +3,8 @@
     python benchmarks/bench_pld.py [--skip-dp-accounting] [--repeat N] [--floor]   # ~6 minutes at N = 3
 
 For each (q, steps, eps) at delta = 1e-5:
-  * dpcalib: ``DPSGD(q, steps).calibrate(eps, 1e-5, accountant="pld")`` -- the certified PLD upper bound; also the
+  * dpcalib: ``DPSGD(q, steps).calibrate(eps, 1e-5)`` (the default, ``accountant="pld"``) -- the certified
+    PLD upper bound; also the
     noise its PLD *lower* bound would allow (``lower_bound_noise``) and the RDP-tight noise;
   * dp-accounting: ``calibrate_dp_mechanism`` with ``PLDAccountant(value_discretization_interval=
     1e-4)``, twice: as documented (its default bracket search from [0, 1] and tolerance 1e-6),

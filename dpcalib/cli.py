@@ -33,8 +33,32 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)     # --sampling is not --sampling-rate
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2, no traceback
         raise _UsageError(message)
+
+
+#: what matplotlib's savefig writes (by file suffix)
+PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
+
+
+def _plot_path(text: str) -> str:
+    """``--plot FILE``: checked before any work -- a format matplotlib writes and a folder that exists."""
+    import os
+
+    suffix = os.path.splitext(text)[1].lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: expected a file name ending in one of "
+                                         f".{', .'.join(PLOT_FORMATS)}")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: the folder {folder!r} is not writable")
+    return text
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -89,17 +113,18 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                             "default 4096)")
         p.add_argument("--sequential", action="store_true",
                        help="one run after another (the reference path; slow)")
-        p.add_argument("--plot", metavar="FILE.png",
+        p.add_argument("--plot", metavar="FILE.png", type=_plot_path,
                        help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib)")
         p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     if command == "epsilon":
         for name in spec.noise:
             p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
-                           help=f"noise level {name}")
-        p.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
+                           metavar=name.upper(), help=f"noise level {name}")
+        p.add_argument("--conversion", choices=["improved", "mironov"], default="improved",
+                       help="RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov (Lemma B.4)")
         _accountant_argument(p)
         p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
-        p.add_argument("--plot", metavar="FILE.png", help="draw the curve (needs matplotlib)")
+        p.add_argument("--plot", metavar="FILE.png", type=_plot_path, help="draw the curve (needs matplotlib)")
     if command == "probe":
         from ._probe_cli import add_arguments
 
@@ -471,14 +496,29 @@ def _plot(curve, path, algorithm, delta) -> None:
 
 
 def _cmd_compare(algorithm: str, args) -> int:
+    from tqdm.auto import tqdm
+
     mech, split = _build(algorithm, args)
-    paper = mech.calibrate(args.epsilon, args.delta, method="paper", **split)
-    tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
+    # six steps, seconds each: a bar on a terminal (stderr; none when piped)
+    bar = tqdm(total=6, desc=f"compare {algorithm}", leave=False, disable=None)
+    try:
+        paper = mech.calibrate(args.epsilon, args.delta, method="paper", **split)
+        bar.update(1)
+        tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
+        bar.update(1)
+        rows = _compare_rows(algorithm, mech, args, paper, tight, bar)
+    finally:
+        bar.close()
+    return _print_compare(algorithm, args, paper, rows)
+
+
+def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:
     rows = []
     for label, rep in (("paper", paper), ("tight", tight)):
         noise = [rep.noise[n] for n in SPECS[algorithm].noise]
         acc = mech.accountant(*noise)
         cc = acc.cross_check(args.delta)
+        bar.update(1)
         rows.append({"noise_from": label, "noise": dict(rep.noise),
                      "paper_closed_form_epsilon": paper.achieved_epsilon if label == "paper" else None,
                      "best_epsilon": cc["ours"], "best_method": cc["ours_method"],
@@ -489,6 +529,11 @@ def _cmd_compare(algorithm: str, args) -> int:
                      "rdp_mironov_epsilon": acc.get_epsilon(args.delta, "rdp", "mironov"),
                      "dp_accounting_rdp_epsilon": cc["dp_accounting_rdp"],
                      "dp_accounting_pld_epsilon": cc["dp_accounting_pld"], "notes": list(cc["notes"])})
+        bar.update(1)
+    return rows
+
+
+def _print_compare(algorithm, args, paper, rows) -> int:
     if args.json:
         print(json.dumps({"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
                           "warnings": list(paper.warnings)}))
@@ -540,7 +585,8 @@ def _account_parser() -> argparse.ArgumentParser:
     _accountant_argument(acc)
     acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default="auto",
                      help="(older spelling of --accountant: auto = exact GDP for full batch, else RDP)")
-    acc.add_argument("--conversion", choices=["improved", "mironov"], default="improved")
+    acc.add_argument("--conversion", choices=["improved", "mironov"], default="improved",
+                     help="RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov (Lemma B.4)")
     acc.add_argument("--json", action="store_true", help="machine-readable output")
     return acc
 
@@ -595,10 +641,15 @@ def _cmd_account(args) -> int:
 
 
 def _show_warnings(caught) -> None:
-    """The paper conditions that failed (PaperConditionWarning, and any other warning of the
-    command), one line each on stderr, each message once.  Only after the command succeeded, so
-    that an error stays one line."""
-    msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in caught))
+    """The paper conditions that failed (PaperConditionWarning, SubsamplingConditionWarning), one
+    line each on stderr, each message once.  Only after the command succeeded, so that an error
+    stays one line.  Warnings of the dependencies (numpy's floating-point notices, dp-accounting's
+    or Opacus's own advice) are not dpcalib's and are not relabelled as such: they are dropped."""
+    from .accountant import SubsamplingConditionWarning
+    from .mechanisms import PaperConditionWarning
+
+    ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning))]
+    msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in ours))
     for msg in msgs[:20]:
         print(f"dpcalib: warning: {msg}", file=sys.stderr)
     if len(msgs) > 20:
@@ -662,6 +713,22 @@ def _raised_on_purpose(exc: BaseException) -> bool:
 
 
 def main(argv=None) -> int:
+    """The ``dpcalib`` command: 0 on success, 2 on a usage error (one line on stderr), 1 on a bug."""
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()          # inside the try: a reader that went away is seen here, not at exit
+        return rc
+    except BrokenPipeError:
+        # `dpcalib ... | head`: the reader stopped reading; end quietly, as a pipeline expects
+        import os
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 0
+
+
+def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if not argv or argv[0] in ("-h", "--help"):

@@ -22,29 +22,30 @@ def _parser(error_cls):
         def error(self, message):
             raise error_cls(message)
 
-    p = P(prog="dpcalib train", description=__doc__.splitlines()[0],
+    p = P(prog="dpcalib train", description=__doc__.splitlines()[0].replace("``", ""), allow_abbrev=False,
           epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
                  "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("algorithm", choices=["dp-gd", "diff2-gd"])
-    p.add_argument("--epsilon", type=float, required=True)
-    p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("algorithm", choices=["dp-gd", "diff2-gd"], help="the algorithm (one client per process)")
+    p.add_argument("--epsilon", type=float, required=True, help="target epsilon > 0")
+    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    p.add_argument("--rounds", type=int, required=True, help="rounds R")
     p.add_argument("--restart-interval", type=int, default=1, help="T (diff2-gd; default 1)")
     p.add_argument("--world-size", type=int, required=True, help="clients = local processes")
     p.add_argument("--backend", choices=["gloo"], default="gloo", help="gloo (CPU); NCCL runs go through torchrun")
     p.add_argument("--data", default="california", help="a synthetic shape (california, gas_turbine, "
                    "blogfeedback) or the path of a numeric CSV whose last column is the target")
     p.add_argument("--hidden", type=int, default=10, help="hidden softplus units (default 10)")
-    p.add_argument("--c1", type=float, default=1.0)
-    p.add_argument("--c2", type=float, default=10.0)
-    p.add_argument("--lr", type=float, default=0.125)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--c1", type=float, default=1.0, help="clip norm C1 of the restart rounds (default 1)")
+    p.add_argument("--c2", type=float, default=10.0, help="C2: the difference rounds clip at C2 ||x_r - x_(r-1)|| "
+                   "(default 10)")
+    p.add_argument("--lr", type=float, default=0.125, help="learning rate > 0 (default 0.125)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, noise and output streams (default 0)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a dead or hung peer stops the run")
     p.add_argument("--checkpoint", help="PATH: checkpoints PATH.rank<r> every --checkpoint-every rounds")
-    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=int, default=50, help="rounds between checkpoints (default 50)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    p.add_argument("--log-every", type=int, default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--log-every", type=int, default=None, help="rounds between metrics rows (default R/100)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
@@ -108,6 +109,7 @@ def run(argv, error_cls) -> int:
     from .optim.data import SHAPES
 
     M.DIFF2GD(a.rounds, a.restart_interval, a.world_size, 1)     # validate the run's shape before spawning
+    _check_before_spawning(a)
     if not os.path.exists(a.data) and a.data not in SHAPES:
         raise ValueError(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
                          f"{sorted(SHAPES)}")
@@ -154,6 +156,36 @@ def run(argv, error_cls) -> int:
         print(f"round {m['round']:6d}  loss {m['loss']:.6g}  grad norm {m['grad_norm']:.6g}  eps {m['epsilon']:.6g}")
     print(f"spent       epsilon={res['epsilon_spent']:.6g} delta={res['delta']:g}")
     return 0
+
+
+def _check_before_spawning(a) -> None:
+    """Every option a worker would refuse, refused here -- one line, exit 2, before any process
+    starts (the workers' own checks stay: they guard the Python API)."""
+    import math
+
+    from .accountant import validation as v
+
+    v.positive(a.epsilon, "epsilon")
+    v.delta(a.delta)
+    for name in ("lr", "c1", "c2", "timeout"):
+        x = getattr(a, name)
+        if not (x > 0) or math.isinf(x):
+            raise ValueError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
+    for name, low in (("hidden", 1), ("checkpoint_every", 1), ("log_every", 1)):
+        x = getattr(a, name)
+        if x is not None and x < low:
+            raise ValueError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
+    if a.checkpoint:
+        folder = os.path.dirname(os.path.abspath(a.checkpoint))
+        if not os.path.isdir(folder):
+            raise ValueError(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} is not writable")
+        if a.resume:
+            missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
+                       if not os.path.exists(f"{a.checkpoint}.rank{r}")]
+            if missing:
+                raise ValueError(f"--resume is not allowed: no checkpoint {missing[0]!r}")
 
 
 def _is_number(t: str) -> bool:
