@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .validation import InputError
 from . import validation
 from .caches import register
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
@@ -143,13 +144,13 @@ class PrivacyAccountant:
         raises ``ValueError`` and leaves the accountant as it was.
         """
         if not isinstance(event, _EVENT_TYPES):
-            raise ValueError(f"event={event!r} is not allowed: expected one of "
+            raise InputError(f"event={event!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in _EVENT_TYPES)}.")
         k = validation.integer(count, "count", low=0)
         current = self.neighboring_relation
         if event.neighboring_relation is not None and current is not None \
                 and event.neighboring_relation != current:
-            raise ValueError(f"event={event!r} is not allowed: its neighbouring relation "
+            raise InputError(f"event={event!r} is not allowed: its neighbouring relation "
                              f"({event.neighboring_relation}) differs from the composed events' "
                              f"({current}); guarantees under different relations do not compose.")
         if k:
@@ -168,7 +169,7 @@ class PrivacyAccountant:
     def gdp_mu(self) -> float:
         """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions)."""
         if not self.is_full_batch_gaussian:
-            raise ValueError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
+            raise InputError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
         return math.sqrt(sum(k / (e.noise_multiplier * e.noise_multiplier) for e, k in self._events))
 
     def _linear_slope(self) -> float:
@@ -195,17 +196,17 @@ class PrivacyAccountant:
         """
         d = validation.delta(delta)
         if method not in ("auto", "gdp", "rdp", "pld", "best"):
-            raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
+            raise InputError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
                              f"'pld' or 'best'.")
         if conversion not in CONVERSIONS:
-            raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
+            raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
         if method == "gdp" and not self.is_full_batch_gaussian:
-            raise ValueError("method='gdp' is not allowed for these events: exact Gaussian DP holds only "
+            raise InputError("method='gdp' is not allowed for these events: exact Gaussian DP holds only "
                              "for compositions of full-batch GaussianEvents (these include subsampled "
                              "ones); use 'auto', 'rdp', 'pld' or 'best'.")
         if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):
@@ -239,7 +240,7 @@ class PrivacyAccountant:
         rtol = RTOL if rtol is None else rtol
         bad = set(methods) - {"gdp", "pld", "rdp"}
         if not methods or bad:
-            raise ValueError(f"methods={methods!r} is not allowed: expected a non-empty subset of "
+            raise InputError(f"methods={methods!r} is not allowed: expected a non-empty subset of "
                              f"('gdp', 'pld', 'rdp').")
         if not self._events:
             return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",), "none")
@@ -324,7 +325,7 @@ class PrivacyAccountant:
         d = validation.delta(delta)
         r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
         if conversion not in CONVERSIONS:
-            raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
+            raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return 0.0, None
         if self.is_full_batch_gaussian:

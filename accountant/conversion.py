@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from .validation import InputError
 from . import validation
 from .roots import golden_min
 
@@ -27,7 +28,7 @@ CONVERSIONS = ("improved", "mironov")
 
 def _check_conversion(conversion: str) -> None:
     if conversion not in CONVERSIONS:
-        raise ValueError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
+        raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
 
 
 def _convert(alpha: np.ndarray, rdp: np.ndarray, log_delta: float, conversion: str) -> np.ndarray:
@@ -44,15 +45,15 @@ def _check_rdp(rdp, shape) -> np.ndarray:
     try:
         r = np.asarray(rdp, dtype=float)
     except (TypeError, ValueError):
-        raise ValueError(f"rdp={rdp!r} is not allowed: expected non-negative numbers.") from None
+        raise InputError(f"rdp={rdp!r} is not allowed: expected non-negative numbers.") from None
     if r.shape != shape:
         if r.size == 1:
             r = np.full(shape, float(r.ravel()[0]))
         else:
-            raise ValueError(f"rdp has shape {r.shape} but alpha has shape {shape}: expected equal shapes.")
+            raise InputError(f"rdp has shape {r.shape} but alpha has shape {shape}: expected equal shapes.")
     if np.isnan(r).any() or (r < 0).any():
         bad = r[np.isnan(r) | (r < 0)][0]
-        raise ValueError(f"rdp={float(bad)!r} is not allowed: expected a number in [0, inf].")
+        raise InputError(f"rdp={float(bad)!r} is not allowed: expected a number in [0, inf].")
     return r
 
 

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .validation import InputError
 from . import validation
 from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
@@ -86,14 +87,14 @@ class WORSampledGaussianEvent:
         g = validation.probability(self.sampling_ratio, "sampling_ratio")
         z = validation.positive(self.noise_multiplier, "noise_multiplier")
         if self.bound not in ("thm27", "thm9"):
-            raise ValueError(f"bound={self.bound!r} is not allowed: expected 'thm27' or 'thm9'.")
+            raise InputError(f"bound={self.bound!r} is not allowed: expected 'thm27' or 'thm9'.")
         if (self.sample_size is None) != (self.dataset_size is None):
-            raise ValueError("sample_size and dataset_size must be given together (or neither).")
+            raise InputError("sample_size and dataset_size must be given together (or neither).")
         if self.sample_size is not None:
             n = validation.integer(self.dataset_size, "dataset_size", low=1)
             b = validation.integer(self.sample_size, "sample_size", low=0, high=n)
             if not math.isclose(b / n, g, rel_tol=1e-12, abs_tol=0.0) and not (b == 0 and g == 0):
-                raise ValueError(f"sampling_ratio={g!r} is not allowed: expected sample_size/dataset_size="
+                raise InputError(f"sampling_ratio={g!r} is not allowed: expected sample_size/dataset_size="
                                  f"{b}/{n}={b / n!r}.")
             object.__setattr__(self, "sample_size", b)
             object.__setattr__(self, "dataset_size", n)

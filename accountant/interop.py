@@ -16,6 +16,7 @@ imported: the tree is read by class name and attributes, so this module stays nu
 
 from __future__ import annotations
 
+from .validation import InputError
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 __all__ = ["from_dp_event"]
@@ -26,7 +27,7 @@ _SUPPORTED = ("GaussianDpEvent", "PoissonSampledDpEvent", "SampledWithoutReplace
 
 def _gaussian_z(event, where: str) -> float:
     if type(event).__name__ != "GaussianDpEvent":
-        raise ValueError(f"event={event!r} is not allowed: {where} must wrap a GaussianDpEvent "
+        raise InputError(f"event={event!r} is not allowed: {where} must wrap a GaussianDpEvent "
                          f"(dpcalib accounts Gaussian mechanisms only).")
     return event.noise_multiplier
 
@@ -45,13 +46,13 @@ def _walk(event, mult: int, out: list) -> None:
         out.append((WORSampledGaussianEvent.from_sizes(event.sample_size, event.source_dataset_size, z), mult))
     elif name == "SelfComposedDpEvent":
         if not isinstance(event.count, int) or event.count < 0:
-            raise ValueError(f"count={event.count!r} is not allowed: expected an integer >= 0.")
+            raise InputError(f"count={event.count!r} is not allowed: expected an integer >= 0.")
         _walk(event.event, mult * event.count, out)
     elif name == "ComposedDpEvent":
         for e in event.events:
             _walk(e, mult, out)
     else:
-        raise ValueError(f"event={name} is not allowed: expected one of {', '.join(_SUPPORTED)} "
+        raise InputError(f"event={name} is not allowed: expected one of {', '.join(_SUPPORTED)} "
                          f"(dpcalib accounts Gaussian mechanisms, possibly subsampled, and their compositions).")
 
 

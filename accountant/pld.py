@@ -63,6 +63,7 @@ import math
 
 import numpy as np
 
+from .validation import InputError
 from . import validation
 from .caches import cached, clear_cache, register
 from ._pld_compose import _compose, _g, _lower_one, _sum_error, _upper_info, _upper_one, _usable, _window
@@ -85,7 +86,7 @@ def _directions(events):
 def _delta(delta) -> float:
     d = validation.delta(delta)
     if d < MIN_DELTA:
-        raise ValueError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
+        raise InputError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
                          f"privacy-loss-distribution accountant (below, its FFT round-off is not small "
                          f"against delta); use the RDP or GDP accountant.")
     return d
@@ -102,7 +103,7 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     report at a point the search evaluated composes only its lower end.
     """
     if side not in ("both", "upper", "lower"):
-        raise ValueError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
+        raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
     d = _delta(delta)
     h = validation.positive(discretization, "discretization")
     ev = tuple(_check_events(events))
@@ -282,17 +283,17 @@ def _check_events(events):
             try:
                 ev, k = item
             except (TypeError, ValueError):
-                raise ValueError(f"events: {item!r} is not allowed: expected an event or an "
+                raise InputError(f"events: {item!r} is not allowed: expected an event or an "
                                  f"(event, count) pair.") from None
         if not isinstance(ev, _EVENTS):
-            raise ValueError(f"event={ev!r} is not allowed: expected one of "
+            raise InputError(f"event={ev!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in _EVENTS)}.")
         k = validation.integer(k, "count", low=0)
         if k:
             out.append((ev, k))
     rels = {e.neighboring_relation for e, _ in out} - {None}
     if len(rels) > 1:
-        raise ValueError("events mix neighbouring relations (add/remove and replace-one); "
+        raise InputError("events mix neighbouring relations (add/remove and replace-one); "
                          "guarantees under different relations do not compose.")
     return out
 
@@ -365,7 +366,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         h = validation.positive(discretization, "discretization")
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None:
-            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={cap} bytes; choose a coarser grid.")
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
     h = _on_ladder(min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d))))
@@ -428,7 +429,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     if predict:
         return (best.discretization if best is not None else 0.0), tuple(trace)
     if best is None:
-        raise ValueError(f"memory_cap={cap} is not allowed for these events: even the coarsest grid "
+        raise InputError(f"memory_cap={cap} is not allowed for these events: even the coarsest grid "
                          f"(discretization {h:.3g}) does not fit the range of their privacy loss, which "
                          f"very small noise makes wide; raise memory_cap, or use the RDP accountant.")
     return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
@@ -469,7 +470,7 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
             steps, lsteps = None, None
         comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
         if comp is None:
-            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
         up = _delta_upper(comp, h, e)
         p = max(1e-4 * up, 1e-300)
@@ -496,7 +497,7 @@ def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int 
     :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end."""
     eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
     if eps.ndim != 1 or not np.all(np.isfinite(eps)):
-        raise ValueError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
+        raise InputError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
     h = validation.positive(discretization, "discretization")
     ev = _check_events(events)
     if not ev:
@@ -511,7 +512,7 @@ def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int 
             steps = None
         comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
         if comp is None:
-            raise ValueError(f"discretization={h!r} is not allowed: the composition needs more than "
+            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
         out = np.maximum(out, [_delta_upper(comp, h, float(e)) for e in eps])
     return out

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .validation import InputError
 from . import validation
 from .caches import cached
 from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
@@ -55,7 +56,7 @@ def _base_values(base_rdp, js: np.ndarray) -> np.ndarray:
         vals = np.array([float(base_rdp(float(j))) for j in js], dtype=float)
     if np.isnan(vals).any() or (vals < 0).any():
         bad = vals[np.isnan(vals) | (vals < 0)][0]
-        raise ValueError(f"base_rdp returned {float(bad)!r}: expected RDP values in [0, inf].")
+        raise InputError(f"base_rdp returned {float(bad)!r}: expected RDP values in [0, inf].")
     return vals
 
 
@@ -116,7 +117,7 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
     a = validation.orders_array(alpha, "alpha", integer_only=True)
     g = validation.probability(gamma, "gamma")
     if not callable(base_rdp):
-        raise ValueError(f"base_rdp={base_rdp!r} is not allowed: expected a callable j -> eps(j).")
+        raise InputError(f"base_rdp={base_rdp!r} is not allowed: expected a callable j -> eps(j).")
     e_inf = validation.in_range(base_rdp_inf, "base_rdp_inf", 0.0, math.inf)
     flat = a.astype(np.int64).ravel()
     out = np.zeros(flat.shape, dtype=float)
@@ -199,7 +200,7 @@ def subsampled_rdp_wor_simple(alpha, gamma, base_rdp2, c=1.0, *, base_rdp_alpha=
       base_rdp_alpha: ``eps(alpha)`` of the base mechanism, to check the conditions.
     """
     if check not in ("warn", "raise", "ignore"):
-        raise ValueError(f"check={check!r} is not allowed: expected one of 'warn', 'raise', 'ignore'.")
+        raise InputError(f"check={check!r} is not allowed: expected one of 'warn', 'raise', 'ignore'.")
     conds = lemma_b8_conditions(alpha, gamma, base_rdp2, base_rdp_alpha, c)
     a = float(alpha)
     value = (2.0 / 3.0) * (4.0 + math.e / float(c)) * float(gamma) ** 2 * a * a * float(base_rdp2) / (a - 1.0)
@@ -207,7 +208,7 @@ def subsampled_rdp_wor_simple(alpha, gamma, base_rdp2, c=1.0, *, base_rdp_alpha=
         msg = "DIFF2 Lemma B.8 conditions fail: " + "; ".join(conds.reasons) \
             + ". The simple bound is not certified here; use subsampled_rdp_wor (Lemma B.7)."
         if check == "raise":
-            raise ValueError(msg)
+            raise InputError(msg)
         warnings.warn(msg, SubsamplingConditionWarning, stacklevel=2)
     return value
 
@@ -328,7 +329,7 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
       bound: ``"thm27"`` or ``"thm9"``.
     """
     if bound not in ("thm27", "thm9"):
-        raise ValueError(f"bound={bound!r} is not allowed: expected 'thm27' or 'thm9'.")
+        raise InputError(f"bound={bound!r} is not allowed: expected 'thm27' or 'thm9'.")
     a = validation.orders_array(alpha, "alpha")
     g = validation.probability(gamma, "gamma")
     z = validation.positive(noise_multiplier, "noise_multiplier")

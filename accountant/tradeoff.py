@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from .validation import InputError
 from . import validation
 
 __all__ = ["TradeOffCurve", "gdp_tradeoff", "profile_tradeoff", "claimed_tradeoff"]
@@ -42,7 +43,7 @@ def profile_tradeoff(epsilons, deltas, alpha) -> np.ndarray:
     e = np.asarray(epsilons, dtype=float).reshape(-1, 1)
     d = np.asarray(deltas, dtype=float).reshape(-1, 1)
     if e.shape != d.shape or e.size == 0 or np.any(e < 0) or np.any((d < 0) | (d > 1)):
-        raise ValueError("epsilons, deltas are not allowed: expected equally long, non-empty arrays with "
+        raise InputError("epsilons, deltas are not allowed: expected equally long, non-empty arrays with "
                          "eps >= 0 and delta in [0, 1].")
     a = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
     flat = a.reshape(1, -1)

@@ -1,8 +1,10 @@
 """Input validation shared by the whole accountant (one place, one message format).
 
-Every public function of :mod:`accountant` checks its arguments here and raises a
-``ValueError`` that names the argument, the value received and the allowed range, e.g.
-``ValueError: noise_multiplier=-1.0 is not allowed: expected a number in (0, inf).``
+Every public function of :mod:`accountant` checks its arguments here and raises an
+:class:`InputError` (a ``ValueError``) that names the argument, the value received and the
+allowed range, e.g. ``InputError: noise_multiplier=-1.0 is not allowed: expected a number in
+(0, inf).``  Every layer raises :class:`InputError` for a bad input and nothing else, so a
+caller (the command line) tells a user's mistake from a failed computation by its type.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "InputError",
     "real",
     "in_range",
     "integer",
@@ -23,10 +26,15 @@ __all__ = [
 ]
 
 
+class InputError(ValueError):
+    """A bad input: an argument, option or file that is not allowed (the message names it, the
+    value and what is allowed).  A ``ValueError``, so ``except ValueError`` still catches it."""
+
+
 def _fail(name: str, value, allowed: str) -> ValueError:
     if isinstance(value, np.generic):
         value = value.item()
-    return ValueError(f"{name}={value!r} is not allowed: expected {allowed}.")
+    return InputError(f"{name}={value!r} is not allowed: expected {allowed}.")
 
 
 def real(value, name: str) -> float:

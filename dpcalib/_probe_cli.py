@@ -12,6 +12,7 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 from __future__ import annotations
 
 import json
+from .accountant.validation import InputError
 
 __all__ = ["add_arguments", "run", "EXAMPLES"]
 
@@ -65,7 +66,7 @@ def run(algorithm: str, args, build_mechanism) -> int:
     from .optim import probe as P
 
     if algorithm not in P.PROBE_DEFAULTS:
-        raise ValueError(P.refusal(algorithm))
+        raise InputError(P.refusal(algorithm))
     mech, split = build_mechanism(algorithm, args)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
     clips = {k: getattr(args, k, None) for k in ("c1", "c2", "clip")}

@@ -255,15 +255,15 @@ def _cmd_audit(algorithm: str, args) -> int:
         if A.wor_claim(algorithm, mech):
             return _cmd_audit_wor(algorithm, mech, split, args)
     if algorithm not in A.AUDITABLE:
-        raise ValueError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
+        raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
                          f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
                          "for dp-sgd and dicesgd)")
     if args.runs is None:
-        raise ValueError("--runs is required (runs per neighbouring dataset), unless --one-run")
+        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
     if args.runs < 1:
-        raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
+        raise _UsageError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
     if args.batch < 1:
-        raise ValueError(f"--batch={args.batch} is not allowed: expected an integer >= 1 (runs per batch)")
+        raise _UsageError(f"--batch={args.batch} is not allowed: expected an integer >= 1 (runs per batch)")
     mech, split = _build(algorithm, args)
     if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
         rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
@@ -271,7 +271,7 @@ def _cmd_audit(algorithm: str, args) -> int:
         noise = dict(rep.noise)
     else:
         if algorithm == "dicesgd" and args.method == "paper":
-            raise ValueError("--method=paper is not allowed for dicesgd: Thm 3.7's claim relies on amplification "
+            raise _UsageError("--method=paper is not allowed for dicesgd: Thm 3.7's claim relies on amplification "
                              "by sampling, which this audit's statistic (conditioned on the sampling) cannot "
                              "test; audit the assumption-free (tight) calibration")
         rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
@@ -328,9 +328,9 @@ def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
     from .optim import audit as A
 
     if args.runs is None:
-        raise ValueError("--runs is required (runs per neighbouring dataset), unless --one-run")
+        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
     if args.runs < 2:
-        raise ValueError(f"--runs={args.runs} is not allowed: expected an integer >= 2 (half of the runs pick the "
+        raise _UsageError(f"--runs={args.runs} is not allowed: expected an integer >= 2 (half of the runs pick the "
                          "thresholds)")
     if args.plot:
         _need_matplotlib()
@@ -354,12 +354,12 @@ def _cmd_one_run(algorithm: str, args) -> int:
     from .optim import audit as A
 
     if algorithm not in A.ONE_RUN:
-        raise ValueError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
+        raise _UsageError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
                          "(Poisson-sampled optimizers on one dataset)")
     if args.canaries < 2:
-        raise ValueError(f"--canaries={args.canaries} is not allowed: expected an integer >= 2")
+        raise _UsageError(f"--canaries={args.canaries} is not allowed: expected an integer >= 2")
     if args.plot:
-        raise ValueError("--plot is not allowed with --one-run: a one-run audit measures one point (the guesses), "
+        raise _UsageError("--plot is not allowed with --one-run: a one-run audit measures one point (the guesses), "
                          "not a trade-off curve")
     mech, split = _build(algorithm, args)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
@@ -685,33 +685,6 @@ def _require_torch(command: str) -> None:
                           "pip install 'dpcalib[torch]'") from None
 
 
-_PACKAGE_ROOTS = None
-
-
-def _raised_on_purpose(exc: BaseException) -> bool:
-    """True if ``exc`` came from a ``raise`` statement in dpcalib's own code (its argument checks:
-    bad input), False if it escaped from a computation (a math domain error, numpy, scipy): that
-    is a bug, not a usage error."""
-    import os
-    import traceback
-
-    global _PACKAGE_ROOTS
-    if _PACKAGE_ROOTS is None:
-        import dpcalib.accountant
-        import dpcalib.mechanisms
-        _PACKAGE_ROOTS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                               for m in (sys.modules[__package__], dpcalib.accountant, dpcalib.mechanisms))
-        if "dpcalib.optim" in sys.modules:
-            _PACKAGE_ROOTS += (os.path.dirname(os.path.abspath(sys.modules["dpcalib.optim"].__file__)) + os.sep,)
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return True
-    last = frames[-1]
-    if not os.path.abspath(last.filename).startswith(_PACKAGE_ROOTS):
-        return False
-    return (last.line or "").lstrip().startswith("raise")
-
-
 def main(argv=None) -> int:
     """The ``dpcalib`` command: 0 on success, 2 on a usage error (one line on stderr), 1 on a bug."""
     try:
@@ -768,8 +741,10 @@ def _main(argv=None) -> int:
         _show_warnings(caught)
         return rc
     except (_UsageError, ValueError) as exc:
+        from .accountant.validation import InputError
+
         msg = " ".join(str(exc).split())
-        if isinstance(exc, ValueError) and not _raised_on_purpose(exc):
+        if isinstance(exc, ValueError) and not isinstance(exc, InputError):
             # not a check of the input: a computation failed -- a bug to report, not a usage error
             import traceback
             where = traceback.extract_tb(exc.__traceback__)[-1]

@@ -98,20 +98,20 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
 def run(argv, error_cls) -> int:
     a = _parser(error_cls).parse_args(argv)
     if a.world_size < 1:
-        raise ValueError(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
+        raise error_cls(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
     if a.resume and not a.checkpoint:
-        raise ValueError("--resume is not allowed without --checkpoint PATH")
+        raise error_cls("--resume is not allowed without --checkpoint PATH")
     if a.algorithm == "dp-gd" and a.restart_interval != 1:
-        raise ValueError(f"--restart-interval={a.restart_interval} is not allowed for dp-gd: expected 1")
+        raise error_cls(f"--restart-interval={a.restart_interval} is not allowed for dp-gd: expected 1")
     import multiprocessing as mp
 
     from . import mechanisms as M
     from .optim.data import SHAPES
 
     M.DIFF2GD(a.rounds, a.restart_interval, a.world_size, 1)     # validate the run's shape before spawning
-    _check_before_spawning(a)
+    _check_before_spawning(a, error_cls)
     if not os.path.exists(a.data) and a.data not in SHAPES:
-        raise ValueError(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
+        raise error_cls(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
                          f"{sorted(SHAPES)}")
 
     cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
@@ -143,7 +143,7 @@ def run(argv, error_cls) -> int:
                 if msg.split(": ", 1)[-1] not in [e.split(": ", 1)[-1] for e in errs]:
                     errs.append(msg)
         if errs or not os.path.exists(out):
-            raise ValueError("the run stopped: " + ("; ".join(errs) if errs else
+            raise error_cls("the run stopped: " + ("; ".join(errs) if errs else
                                                    f"exit codes {[p.exitcode for p in procs]}"))
         with open(out) as f:
             res = json.load(f)
@@ -158,7 +158,7 @@ def run(argv, error_cls) -> int:
     return 0
 
 
-def _check_before_spawning(a) -> None:
+def _check_before_spawning(a, error_cls) -> None:
     """Every option a worker would refuse, refused here -- one line, exit 2, before any process
     starts (the workers' own checks stay: they guard the Python API)."""
     import math
@@ -170,22 +170,22 @@ def _check_before_spawning(a) -> None:
     for name in ("lr", "c1", "c2", "timeout"):
         x = getattr(a, name)
         if not (x > 0) or math.isinf(x):
-            raise ValueError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
     for name, low in (("hidden", 1), ("checkpoint_every", 1), ("log_every", 1)):
         x = getattr(a, name)
         if x is not None and x < low:
-            raise ValueError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
     if a.checkpoint:
         folder = os.path.dirname(os.path.abspath(a.checkpoint))
         if not os.path.isdir(folder):
-            raise ValueError(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} does not exist")
+            raise error_cls(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} does not exist")
         if not os.access(folder, os.W_OK):
-            raise ValueError(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} is not writable")
+            raise error_cls(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} is not writable")
         if a.resume:
             missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
                        if not os.path.exists(f"{a.checkpoint}.rank{r}")]
             if missing:
-                raise ValueError(f"--resume is not allowed: no checkpoint {missing[0]!r}")
+                raise error_cls(f"--resume is not allowed: no checkpoint {missing[0]!r}")
 
 
 def _is_number(t: str) -> bool:

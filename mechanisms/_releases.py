@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
 __all__ = ["ReleaseSpec", "Releases"]
@@ -51,7 +52,7 @@ class Releases:
         for spec in self.releases:
             if spec.name == name:
                 return spec
-        raise ValueError(f"release={name!r} is not allowed for {self.name}: expected one of "
+        raise InputError(f"release={name!r} is not allowed for {self.name}: expected one of "
                          f"{[s.name for s in self.releases]}.")
 
     def sensitivity(self, release: str, clip=None) -> float:    # pragma: no cover - abstract
@@ -84,7 +85,7 @@ class Releases:
             if k:
                 level = noise.get(spec.noise)
                 if level is None or not (isinstance(level, (int, float)) and math.isfinite(level)):
-                    raise ValueError(f"noise is not allowed: it has no finite {spec.noise!r} for the release "
+                    raise InputError(f"noise is not allowed: it has no finite {spec.noise!r} for the release "
                                      f"{spec.name!r} (got {dict(noise)}).")
                 out.append((self._event(spec.name, self.noise_multiplier(spec.name, float(level), clip)), k))
         return out

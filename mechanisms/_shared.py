@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ..accountant.validation import InputError
 from ..accountant import validation as v
 
 from ._report import METHODS
@@ -21,7 +22,7 @@ def check_target(epsilon, delta, method):
     e = v.positive(epsilon, "epsilon")
     d = v.delta(delta)
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is not allowed: expected one of {METHODS}.")
+        raise InputError(f"method={method!r} is not allowed: expected one of {METHODS}.")
     return e, d
 
 
@@ -29,7 +30,7 @@ def paper_order(x: float, epsilon: float) -> int:
     """``1 + ceil(x)``, the integer Renyi order the papers fix from the budget (x grows like
     log(1/delta)/eps); a clear error where it is not a usable number (eps of order 1e-300)."""
     if not x <= 1e12:
-        raise ValueError(f"epsilon={epsilon!r} is not allowed: the paper's Renyi order 1 + ceil({x:.6g}) is not a "
+        raise InputError(f"epsilon={epsilon!r} is not allowed: the paper's Renyi order 1 + ceil({x:.6g}) is not a "
                          "usable number; expected a larger epsilon.")
     return 1 + math.ceil(x)
 

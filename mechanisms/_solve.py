@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from ..accountant.roots import brentq
 
@@ -44,7 +45,7 @@ def smallest_scale(eps_of: Callable[[float], float], target: float, start: float
         while f(hi) > 0:
             lo, hi = hi, hi + log_step
             if hi > 700:
-                raise ValueError(NO_FEASIBLE_NOISE)
+                raise InputError(NO_FEASIBLE_NOISE)
     else:
         while f(lo) <= 0:
             hi, lo = lo, lo - log_step
@@ -224,7 +225,7 @@ def _loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int =
             nxt = min(max(nxt, lo + 0.25 * rtol), hi - 0.25 * rtol)
         xa, fa, xb = xb, fb, nxt
     if hi is None:
-        raise ValueError(NO_FEASIBLE_NOISE)
+        raise InputError(NO_FEASIBLE_NOISE)
     return hi
 
 
@@ -481,7 +482,7 @@ def pld_start(build, target: float, delta: float) -> float:
     from ..accountant.pld import MIN_DELTA, pld_epsilon
 
     if delta < MIN_DELTA:
-        raise ValueError(NO_FEASIBLE_NOISE)
+        raise InputError(NO_FEASIBLE_NOISE)
     best = None
     for k in range(PLD_START_MAX_LOG2, -5, -2):
         t = 2.0 ** k
@@ -493,7 +494,7 @@ def pld_start(build, target: float, delta: float) -> float:
             break
         best = t
     if best is None:
-        raise ValueError(NO_FEASIBLE_NOISE)
+        raise InputError(NO_FEASIBLE_NOISE)
     return best
 
 
@@ -504,7 +505,28 @@ def cap_note(target: float, certified: float) -> str:
             f"target {target:.6g} -- this noise is sound but not the smallest (see docs/calibration.md)")
 
 
+#: seconds a calibration runs before it shows a progress bar (on a terminal only)
+PROGRESS_DELAY = 1.0
+
+
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
+    """:func:`_pld_tighten` with a progress bar on stderr -- on a terminal, and only once the
+    calibration has run for :data:`PROGRESS_DELAY` seconds -- counting the accountants it builds."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc="calibrating (certified eps)", unit=" accountants", delay=PROGRESS_DELAY, leave=False,
+               disable=None)
+
+    def counted(t):
+        bar.update(1)
+        return build(t)
+    try:
+        return _pld_tighten(counted, target, delta, start, rtol)
+    finally:
+        bar.close()
+
+
+def _pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale, note)``.
 
     ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
@@ -532,7 +554,7 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
         step *= 2.0
         b = build(t).epsilon_bracket(delta)
     else:
-        raise ValueError(NO_FEASIBLE_NOISE)
+        raise InputError(NO_FEASIBLE_NOISE)
     note = cap_note(target, b.upper) if capped and b.upper < (1.0 - 1e-3) * target else None
     if b.method == "gdp":
         return t, b, t, note
@@ -576,7 +598,7 @@ ACCOUNTANTS = ("pld", "rdp")
 
 def check_accountant(accountant: str) -> str:
     if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant={accountant!r} is not allowed: expected one of {ACCOUNTANTS} "
+        raise InputError(f"accountant={accountant!r} is not allowed: expected one of {ACCOUNTANTS} "
                          f"('pld': the certified privacy-loss-distribution upper bound, tighter and slower).")
     return accountant
 

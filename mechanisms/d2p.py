@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
@@ -26,7 +27,7 @@ __all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
 RELATIONS = ("add/remove", "replace-one")
 
 
-class NoPrivacyGuaranteeError(ValueError):
+class NoPrivacyGuaranteeError(InputError):
     """The mechanism has no finite (eps, delta) guarantee; no eps or noise can be produced."""
 
 
@@ -47,7 +48,7 @@ class ClipD2P(Releases):
         v.integer(self.samples_per_node, "samples_per_node", low=1)
         v.integer(self.iterations, "iterations", low=1)
         if self.relation not in RELATIONS:
-            raise ValueError(f"relation={self.relation!r} is not allowed: expected one of {RELATIONS}.")
+            raise InputError(f"relation={self.relation!r} is not allowed: expected one of {RELATIONS}.")
 
     @property
     def releases(self):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..accountant.validation import InputError
 from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
@@ -61,7 +62,7 @@ class DIFF2GD(Releases):
         r = v.integer(self.rounds, "rounds", low=1)
         v.integer(self.restart_interval, "restart_interval", low=1)
         if self.restart_interval > r:
-            raise ValueError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
+            raise InputError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
                              f"in [1, rounds={r}] (T > R leaves no restart after the first round).")
         v.integer(self.clients, "clients", low=1)
         v.integer(self.n_min, "n_min", low=1)
@@ -171,9 +172,9 @@ class DIFF2GD(Releases):
         try:
             s1, s2 = (float(x) for x in shares)
         except (TypeError, ValueError):
-            raise ValueError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.") from None
+            raise InputError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.") from None
         if not (s1 > 0 and s2 > 0 and abs(s1 + s2 - 1.0) < 1e-9):
-            raise ValueError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.")
+            raise InputError(f"shares={shares!r} is not allowed: expected two positive numbers summing to 1.")
         return 1.0 / s1
 
 
@@ -254,7 +255,7 @@ class DIFF2BVR(Releases):
         v.integer(self.local_steps, "local_steps", low=1)
         v.integer(self.batch_size, "batch_size", low=1)
         if self.batch_size > self.n_min:
-            raise ValueError(f"batch_size={self.batch_size!r} is not allowed: expected an integer in "
+            raise InputError(f"batch_size={self.batch_size!r} is not allowed: expected an integer in "
                              f"[1, n_min={self.n_min}] (b > n_min: a minibatch larger than the local dataset).")
 
     @property
@@ -341,7 +342,7 @@ class DIFF2BVR(Releases):
         uu2 = v.in_range(u2, "u2", 1.0, math.inf, low_open=True, high_open=True)
         slack = 1.0 - 1.0 / uu1 - 1.0 / uu2
         if slack <= 0:
-            raise ValueError(f"u1={u1!r}, u2={u2!r} are not allowed: Prop. E.2 needs 1/u1 + 1/u2 < 1 "
+            raise InputError(f"u1={u1!r}, u2={u2!r} are not allowed: Prop. E.2 needs 1/u1 + 1/u2 < 1 "
                              f"(here 1 - 1/u1 - 1/u2 = {slack:.6g}, so no sigma3 exists; DIFF2-E6). "
                              "The u = 1.25 of the DIFF2-GD experiments is not usable here; e.g. u1 = u2 = 3.")
         emit = method == "paper"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
@@ -56,7 +57,7 @@ class DPSRM(Releases):
             val = getattr(self, name)
             v.integer(val, name, low=1)
             if val > n:
-                raise ValueError(f"{name}={val!r} is not allowed: expected an integer in [1, n={n}] "
+                raise InputError(f"{name}={val!r} is not allowed: expected an integer in [1, n={n}] "
                                  "(a batch larger than the dataset).")
         v.positive(self.lipschitz, "lipschitz")
         v.positive(self.step_bound, "step_bound")

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 from ..mechanisms import CalibrationReport
 
@@ -116,7 +117,7 @@ class NoiseSource:
         """``value (+ public) + N(0, std^2 I)`` (no draw when std = 0): one release.  ``public``: a
         data-independent term of the query (see :class:`Release`)."""
         if std < 0 or math.isnan(std):
-            raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = _split(value, public)
         if std == 0:
             noise = torch.zeros_like(value)
@@ -130,7 +131,7 @@ class NoiseSource:
                       relation: str, public: torch.Tensor | None = None):
         """``value (+ public) + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
         if std < 0 or math.isnan(std):
-            raise ValueError(f"std={std!r} is not allowed: expected a number >= 0.")
+            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = _split(value, public)
         noise = torch.zeros_like(value) if std == 0 else std * self._standard(value.shape, self.row_generators[i])
         out = value + noise
@@ -145,7 +146,7 @@ class NoiseSource:
             z = self._standard(values.shape)
         else:
             if len(self.row_generators) != rows:
-                raise ValueError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
+                raise InputError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
                                  "generators were set.")
             z = torch.stack([self._standard(values.shape[1:], g) for g in self.row_generators])
         noise = stds.reshape(rows, 1).to(self.dtype) * z
@@ -204,23 +205,23 @@ def _noise_levels(noise) -> dict:
                 continue
             f = float(v)
             if not (f >= 0) or math.isinf(f):
-                raise ValueError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
+                raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
             out[k] = f
         return out
-    raise ValueError(f"noise={noise!r} is not allowed: expected a CalibrationReport or a dict of noise levels.")
+    raise InputError(f"noise={noise!r} is not allowed: expected a CalibrationReport or a dict of noise levels.")
 
 
 def _check_clip(value, name: str) -> float:
     c = float(value)
     if math.isnan(c) or c < 0:
-        raise ValueError(f"{name}={value!r} is not allowed: expected a number in [0, inf].")
+        raise InputError(f"{name}={value!r} is not allowed: expected a number in [0, inf].")
     return c
 
 
 def _check_lr(value, name: str = "lr") -> float:
     f = float(value)
     if not (f > 0) or math.isinf(f):
-        raise ValueError(f"{name}={value!r} is not allowed: expected a finite number > 0.")
+        raise InputError(f"{name}={value!r} is not allowed: expected a finite number > 0.")
     return f
 
 
@@ -239,20 +240,20 @@ class PrivateOptimizer:
                  record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
                  chunk_size: int = 1024, transport=None, sampler: Sampler | None = None):
         if not isinstance(model, nn.Module):
-            raise ValueError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
+            raise InputError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
-            raise ValueError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
+            raise InputError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
                              "per-example losses.")
         self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
         self.transport = ONE_PROCESS if transport is None else transport
         first = next(model.parameters(), None)
         if first is None:
-            raise ValueError("model is not allowed: it has no parameters.")
+            raise InputError("model is not allowed: it has no parameters.")
         self.device, self.dtype = first.device, first.dtype
         self.levels = _noise_levels(noise)
         self.delta = noise.delta if isinstance(noise, CalibrationReport) else None
         if isinstance(noise, CalibrationReport) and noise.algorithm != getattr(mechanism, "name", None):
-            raise ValueError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
+            raise InputError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
                              f"{getattr(mechanism, 'name', mechanism)!r}.")
         s_data, s_noise, s_out = _seeds(seed)
         self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
@@ -262,7 +263,7 @@ class PrivateOptimizer:
         # what the records of a batch contribute (optim.per_example); a check may put another object here
         self.per_example = PerExample(clip_method, chunk_size)
         if sampler is not None and not isinstance(sampler, Sampler):
-            raise ValueError(f"sampler={sampler!r} is not allowed: expected a dpcalib.optim.sampling.Sampler.")
+            raise InputError(f"sampler={sampler!r} is not allowed: expected a dpcalib.optim.sampling.Sampler.")
         self.sampler = Sampler() if sampler is None else sampler   # how minibatches are drawn (optim.sampling)
         self.round = 0
         self.counts: Counter = Counter()
@@ -277,7 +278,7 @@ class PrivateOptimizer:
     # -- helpers for subclasses ----------------------------------------------------------------
     def _need(self, key: str) -> float:
         if key not in self.levels:
-            raise ValueError(f"noise is not allowed: it has no {key!r} (got {sorted(self.levels)}).")
+            raise InputError(f"noise is not allowed: it has no {key!r} (got {sorted(self.levels)}).")
         return self.levels[key]
 
     def _to(self, t) -> torch.Tensor:
@@ -323,7 +324,7 @@ class PrivateOptimizer:
         prints), ``"auto"`` for the fast GDP/RDP bound."""
         d = self.delta if delta is None else delta
         if d is None:
-            raise ValueError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
+            raise InputError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
         if self.round == 0:
             return 0.0
         if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):

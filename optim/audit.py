@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from ..accountant.validation import InputError
 from ..accountant import TradeOffCurve, gdp_mu
 
 from .audit_bounds import (AuditReport, CurveCheck, curve_check, epsilon_lower_bounds, gdp_thresholds,
@@ -121,14 +122,14 @@ def plot_audit(report: AuditReport, path) -> None:
     import numpy as np
 
     if report.curve is None:
-        raise ValueError("report is not allowed: it carries no trade-off measurements (curve=None).")
+        raise InputError("report is not allowed: it carries no trade-off measurements (curve=None).")
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.patches import Rectangle
     except ImportError as exc:
-        raise ValueError(f"plot is not available: matplotlib is not installed ({exc}); "
+        raise InputError(f"plot is not available: matplotlib is not installed ({exc}); "
                          "pip install 'dpcalib[plot]'") from None
     c = report.curve
     alpha = np.linspace(0.0, 1.0, 401)
@@ -172,7 +173,7 @@ DEFAULT_BATCH = 4096
 
 def _check_runs(runs, low: int) -> int:
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < low:
-        raise ValueError(f"runs={runs!r} is not allowed: expected an integer >= {low}.")
+        raise InputError(f"runs={runs!r} is not allowed: expected an integer >= {low}.")
     return runs
 
 
@@ -180,10 +181,10 @@ def _check_claim(claimed_epsilon, delta) -> tuple[float, float]:
     """``(eps, delta)`` of the claim an audit tests, validated."""
     e = float(claimed_epsilon)
     if not e > 0 or math.isinf(e):
-        raise ValueError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
+        raise InputError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
     d = float(delta)
     if not 0 < d < 1:
-        raise ValueError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+        raise InputError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
     return e, d
 
 
@@ -298,7 +299,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     _check_runs(runs, 2)
     q = float(rate)
     if not 0.0 < q <= 1.0:
-        raise ValueError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
+        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
     e, d = _check_claim(claimed_epsilon, delta)
     dim = sum(p.numel() for p in build(seed).model.parameters())
     absent = zero(dim)
@@ -387,18 +388,18 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
     if opt.name not in ONE_RUN:
-        raise ValueError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
+        raise InputError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
                          "optimizer on one dataset (dp-sgd, dicesgd).")
     if isinstance(canaries, bool) or not 2 <= m <= d:
-        raise ValueError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
+        raise InputError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
                          "of the model per canary).")
     if m * d * 8 > 1 << 30:
-        raise ValueError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
+        raise InputError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
                          f"gradients ({m} x {d} float64) would need more than 1 GiB.")
     e, dl = _check_claim(claimed_epsilon, delta)
     ks = [max(1, m // 20), max(1, m // 10), max(1, m // 5)] if ks is None else [int(k) for k in ks]
     if not ks or any(not 1 <= k <= m // 2 for k in ks):
-        raise ValueError(f"ks={ks!r} is not allowed: expected guess counts in [1, {m // 2}].")
+        raise InputError(f"ks={ks!r} is not allowed: expected guess counts in [1, {m // 2}].")
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7])
     coords = rng.permutation(d)[:m]
     included = rng.random(m) < 0.5

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
+from ..accountant.validation import InputError
 from ..accountant import TradeOffCurve, gdp_epsilon
 
 __all__ = ["epsilon_lower_bounds", "AuditReport", "CurveCheck", "curve_check", "gdp_thresholds",
@@ -55,7 +56,7 @@ def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confide
     """
     n0, n1 = len(s_d), len(s_dprime)
     if min(n0, n1) < 1:
-        raise ValueError("samples are not allowed: expected at least one run per dataset.")
+        raise InputError("samples are not allowed: expected at least one run per dataset.")
     alpha = (1.0 - confidence) / 2.0
     mu = float(mu_claimed)
     std = (lambda s: s / mu + mu / 2.0) if mu > 0 else (lambda s: s)  # noqa: E731
@@ -175,13 +176,13 @@ def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: flo
 
     ts = [float(t) for t in thresholds]
     if not ts or not all(math.isfinite(t) for t in ts):
-        raise ValueError(f"thresholds={thresholds!r} is not allowed: expected at least one finite number.")
+        raise InputError(f"thresholds={thresholds!r} is not allowed: expected at least one finite number.")
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence={confidence!r} is not allowed: expected a number in (0, 1).")
+        raise InputError(f"confidence={confidence!r} is not allowed: expected a number in (0, 1).")
     xd, xp = np.asarray(s_d, dtype=float), np.asarray(s_dprime, dtype=float)
     n0, n1 = xd.size, xp.size
     if min(n0, n1) < 1:
-        raise ValueError("samples are not allowed: expected at least one run per dataset.")
+        raise InputError("samples are not allowed: expected at least one run per dataset.")
     a = (1.0 - confidence) / (2.0 * len(ts))
     rows = []
     for t in ts:
@@ -202,7 +203,7 @@ def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -
     second half is evaluated at it with Clopper-Pearson (valid for ANY statistic)."""
     h0, h1 = len(s_d) // 2, len(s_dprime) // 2
     if min(h0, h1) < 1:
-        raise ValueError("samples are not allowed: expected at least two runs per dataset.")
+        raise InputError("samples are not allowed: expected at least two runs per dataset.")
     alpha = (1.0 - confidence) / 2.0
     a_d, a_p, b_d, b_p = s_d[:h0], s_dprime[:h1], s_d[h0:], s_dprime[h1:]
     cands = sorted(set(v for v in a_d + a_p if math.isfinite(v))) or [0.0]
@@ -225,7 +226,7 @@ def heldout_curve_check(s_d, s_dprime, curve: TradeOffCurve, confidence: float =
 
     h0, h1 = len(s_d) // 2, len(s_dprime) // 2
     if min(h0, h1) < 1:
-        raise ValueError("samples are not allowed: expected at least two runs per dataset.")
+        raise InputError("samples are not allowed: expected at least two runs per dataset.")
     first = np.asarray(list(s_d[:h0]) + list(s_dprime[:h1]), dtype=float)
     first = first[np.isfinite(first)]
     ts = sorted(set(np.quantile(first, quantiles).tolist())) if first.size else [0.0]
@@ -239,7 +240,7 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     delta > 0, as in their Algorithm 2): ``P[Bin(r, p) >= v] + 2 m delta max_i P[v > Bin(r, p) >= v - i] / i``,
     ``p = e^eps / (1 + e^eps)``."""
     if not (0 <= v <= r <= m) or eps < 0 or not 0 <= delta <= 1:
-        raise ValueError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
+        raise InputError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
                          "0 <= v <= r <= m, eps >= 0, delta in [0, 1].")
     p = 1.0 / (1.0 + math.exp(-eps))
     beta = float(stats.binom.sf(v - 1, r, p))

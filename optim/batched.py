@@ -29,6 +29,7 @@ import math
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..accountant.validation import InputError
 from ._core import _seeds, flat
 from .canaries import plant
 from .clipping import clip_factors
@@ -189,7 +190,7 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
     real optimizer and the two statistics must agree (to a few thousand ulps), else RuntimeError --
     so a batched audit never audits a model of the optimizer that has drifted from the optimizer."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch={batch!r} is not allowed: expected an integer >= 1 (runs per batch).")
+        raise InputError(f"batch={batch!r} is not allowed: expected an integer >= 1 (runs per batch).")
     from tqdm.auto import tqdm
 
     seeds, truth_is_d = list(seeds), [bool(x) for x in truth_is_d]
@@ -201,12 +202,12 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
             chunk = seeds[a:a + batch]
             template = build(chunk[0])
             if not supports_batching(template):
-                raise ValueError(f"the audited optimizer ({template.name}) is not allowed in a batched audit: "
+                raise InputError(f"the audited optimizer ({template.name}) is not allowed in a batched audit: "
                                  f"expected one of {BATCHABLE} on one process (pass batch=None for the "
                                  "sequential audit).")
             last = build(chunk[-1])
             if not all(torch.equal(x, y) for x, y in zip(template.params().values(), last.params().values())):
-                raise ValueError("build is not allowed in a batched audit: the initial parameters depend on the "
+                raise InputError("build is not allowed in a batched audit: the initial parameters depend on the "
                                  "seed (batched runs share one starting point; use batch=None).")
             plant(template, canary_d, holder)           # validates the canary and the holder
             with torch.no_grad():

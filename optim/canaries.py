@@ -28,6 +28,7 @@ import hashlib
 import numpy as np
 import torch
 
+from ..accountant.validation import InputError
 from .clipping import clip_factors
 from .per_example import PerExample
 from .sampling import Sampler
@@ -129,17 +130,17 @@ def plant(opt, gradient, holder: int = 0) -> None:
     if gradient is None:
         return
     if not getattr(opt.transport, "holds_everyone", True):
-        raise ValueError(f"a gradient canary is not allowed on the {opt.transport.name} transport: audit the "
+        raise InputError(f"a gradient canary is not allowed on the {opt.transport.name} transport: audit the "
                          "one-process optimizer.")
     d = sum(p.numel() for p in opt.model.parameters())
     fn = gradient if callable(gradient) else (lambda j, g=gradient: g)
     g0 = torch.as_tensor(fn(0))
     if g0.shape != (d,):
-        raise ValueError(f"gradient is not allowed: expected a flat vector of the model's {d} parameters, "
+        raise InputError(f"gradient is not allowed: expected a flat vector of the model's {d} parameters, "
                          f"got shape {tuple(g0.shape)}.")
     holders = opt.holders()
     if isinstance(holder, bool) or not isinstance(holder, int) or not 0 <= holder < holders:
-        raise ValueError(f"holder={holder!r} is not allowed: expected an integer in [0, {holders - 1}].")
+        raise InputError(f"holder={holder!r} is not allowed: expected an integer in [0, {holders - 1}].")
     opt.per_example = GradientCanary(opt.per_example, fn, holder)
 
 
@@ -171,7 +172,7 @@ class ManyCanaries(Sampler):
         self.gradients = torch.as_tensor(gradients)
         self.included = torch.as_tensor(included, dtype=torch.bool).reshape(-1)
         if self.gradients.ndim != 2 or self.included.shape[0] != self.gradients.shape[0]:
-            raise ValueError(f"included is not allowed: {self.included.shape[0]} flags for "
+            raise InputError(f"included is not allowed: {self.included.shape[0]} flags for "
                              f"{self.gradients.shape[0]} canaries.")
         self.base = Sampler() if base is None else base
         self.current = self.gradients[:0]
@@ -179,7 +180,7 @@ class ManyCanaries(Sampler):
     def install(self, opt) -> None:
         d = sum(p.numel() for p in opt.model.parameters())
         if self.gradients.shape[1] != d or self.gradients.shape[0] < 1:
-            raise ValueError(f"gradients is not allowed: expected a [m, {d}] tensor (one row per canary), got shape "
+            raise InputError(f"gradients is not allowed: expected a [m, {d}] tensor (one row per canary), got shape "
                              f"{tuple(self.gradients.shape)}.")
         self.base = opt.sampler
         opt.sampler = self
@@ -218,7 +219,7 @@ class WORCoupling(Sampler):
 
     def __init__(self, seed: int, mode: str, releases=None, holder: int = 0, base: Sampler | None = None):
         if mode not in ("in", "out"):
-            raise ValueError(f"mode={mode!r} is not allowed: expected 'in' or 'out'.")
+            raise InputError(f"mode={mode!r} is not allowed: expected 'in' or 'out'.")
         self.seed, self.mode, self.gammas = int(seed), mode, {}
         self.releases, self.holder = releases, int(holder)
         self.base = Sampler() if base is None else base
@@ -236,7 +237,7 @@ class WORCoupling(Sampler):
 
     def _at(self) -> int:
         if self.releases is None:
-            raise ValueError("releases=None is not allowed for a coupling that draws: pass a callable giving the "
+            raise InputError("releases=None is not allowed for a coupling that draws: pass a callable giving the "
                              "number of releases the run has recorded.")
         return int(self.releases())
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from scipy import stats
+from ..accountant.validation import InputError
 
 __all__ = ["NoiseStdTest", "noise_std_test", "NoiseKSTest", "noise_ks_test"]
 
@@ -40,18 +41,18 @@ def noise_std_test(releases, level: float = 1e-3) -> NoiseStdTest:
     the interval on the ratio is at confidence ``1 - level``.
     """
     if not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level={level!r} is not allowed: expected a number in (0, 1).")
+        raise InputError(f"level={level!r} is not allowed: expected a number in (0, 1).")
     S, k, m = 0.0, 0, 0
     for r in releases:
         if r.std == 0.0:
             continue
         if r.noise is None:
-            raise ValueError("releases are not allowed: they were recorded without the noise (record_noise=False).")
+            raise InputError("releases are not allowed: they were recorded without the noise (record_noise=False).")
         S += float(torch.sum((r.noise / r.std) ** 2))
         k += r.noise.numel()
         m += 1
     if k == 0:
-        raise ValueError("releases are not allowed: no release with a non-zero std was recorded.")
+        raise InputError("releases are not allowed: no release with a non-zero std was recorded.")
     cdf = float(stats.chi2.cdf(S, k))
     p = min(1.0, 2.0 * min(cdf, float(stats.chi2.sf(S, k))))
     lo, hi = stats.chi2.ppf(level / 2, k), stats.chi2.isf(level / 2, k)
@@ -77,14 +78,14 @@ def noise_ks_test(releases, level: float = 1e-3) -> NoiseKSTest:
     """Per-release Kolmogorov-Smirnov tests of ``noise / std`` against N(0, 1) (std 0 skipped):
     catches a wrong noise SHAPE or a std that is right on average but wrong in some steps."""
     if not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level={level!r} is not allowed: expected a number in (0, 1).")
+        raise InputError(f"level={level!r} is not allowed: expected a number in (0, 1).")
     ps = []
     for r in releases:
         if r.std == 0.0:
             continue
         if r.noise is None:
-            raise ValueError("releases are not allowed: they were recorded without the noise (record_noise=False).")
+            raise InputError("releases are not allowed: they were recorded without the noise (record_noise=False).")
         ps.append(float(stats.kstest((r.noise / r.std).numpy(), "norm").pvalue))
     if not ps:
-        raise ValueError("releases are not allowed: no release with a non-zero std was recorded.")
+        raise InputError("releases are not allowed: no release with a non-zero std was recorded.")
     return NoiseKSTest(tuple(ps), float(level))

@@ -37,6 +37,7 @@ import math
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from ..accountant.validation import InputError
 
 __all__ = ["supports_ghost", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors"]
 
@@ -70,11 +71,11 @@ def _check(max_norm, method, model):
     """Validate; return ``(C, use_ghost)``."""
     c = float(max_norm)
     if not (c >= 0) or math.isnan(c):
-        raise ValueError(f"max_norm={max_norm!r} is not allowed: expected a number in [0, inf].")
+        raise InputError(f"max_norm={max_norm!r} is not allowed: expected a number in [0, inf].")
     if method not in ("auto", "ghost", "vmap"):
-        raise ValueError(f"method={method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
+        raise InputError(f"method={method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
     if method == "ghost" and not supports_ghost(model):
-        raise ValueError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
+        raise InputError("method='ghost' is not allowed for this model: expected an nn.Sequential of "
                          "nn.Linear and elementwise activations.")
     return c, method == "ghost" or (method == "auto" and supports_ghost(model))
 

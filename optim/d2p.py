@@ -25,6 +25,7 @@ import math
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..accountant.validation import InputError
 from .. import mechanisms as M
 from ..mechanisms import paper_warning
 
@@ -41,29 +42,29 @@ class _Decentralized(PrivateOptimizer):
     def __init__(self, model, loss_fn, node_data, mechanism, noise, *, lr: float, graph: str = "paper",
                  **kwargs):
         if not isinstance(mechanism, self._mechanism_type):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"mechanisms.{self._mechanism_type.__name__}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, **kwargs)
         if graph not in VARIANTS:
-            raise ValueError(f"graph={graph!r} is not allowed: expected one of {VARIANTS}.")
+            raise InputError(f"graph={graph!r} is not allowed: expected one of {VARIANTS}.")
         if not isinstance(node_data, (list, tuple)) or not node_data:
-            raise ValueError("node_data is not allowed: expected a non-empty list of (x, y) pairs, one per node.")
+            raise InputError("node_data is not allowed: expected a non-empty list of (x, y) pairs, one per node.")
         here = self.transport.here(len(node_data))      # the nodes this process runs
         if len(here) != len(node_data):
-            raise ValueError(f"node_data has {len(node_data)} nodes, which is not allowed: this process runs "
+            raise InputError(f"node_data has {len(node_data)} nodes, which is not allowed: this process runs "
                              f"{len(here)} on the {self.transport.name} transport.")
         for i, pair in zip(here, node_data):
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise ValueError(f"node_data[{i}] is not allowed: expected an (x, y) pair.")
+                raise InputError(f"node_data[{i}] is not allowed: expected an (x, y) pair.")
         xs, ys = zip(*((self._to(a), self._to(b)) for a, b in node_data))
         sizes = {x.shape[0] for x in xs} | {y.shape[0] for y in ys}
         if len(sizes) != 1:
-            raise ValueError(f"node_data is not allowed: nodes hold {sorted(sizes)} records; expected the same J "
+            raise InputError(f"node_data is not allowed: nodes hold {sorted(sizes)} records; expected the same J "
                              "everywhere (equal shards).")
         self.J = sizes.pop()
         J_cal = getattr(mechanism, "samples_per_node", self.J)
         if self.J < J_cal:
-            raise ValueError(f"node_data has J={self.J} records per node, which is not allowed: the calibration "
+            raise InputError(f"node_data has J={self.J} records per node, which is not allowed: the calibration "
                              f"assumes J >= samples_per_node={J_cal} (a larger sampling rate than calibrated).")
         self.xs, self.ys = torch.stack(xs), torch.stack(ys)          # [nodes here, J, ...]
         self.here = here
@@ -179,7 +180,7 @@ class ClipD2P(_Decentralized):
         super().__init__(model, loss_fn, node_data, mechanism, noise, lr=lr, **kwargs)
         self.C, self.sigma = _check_clip(C, "C"), self._need("sigma")
         if self.C == math.inf and self.sigma > 0:
-            raise ValueError(f"C=inf is not allowed with sigma={self.sigma}: unclipped gradients have unbounded "
+            raise InputError(f"C=inf is not allowed with sigma={self.sigma}: unclipped gradients have unbounded "
                              "sensitivity.")
 
     def _combine(self, g, mask):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from ..accountant.validation import InputError
 
 __all__ = ["SHAPES", "TabularData", "prepare", "load_csv", "equal_shards", "synthetic"]
 
@@ -30,10 +31,10 @@ SHAPES = {
 def equal_shards(x, y, parts: int) -> list:
     """Cut ``(x, y)`` into ``parts`` consecutive shards whose sizes differ by at most one."""
     if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
-        raise ValueError(f"parts={parts!r} is not allowed: expected an integer >= 1.")
+        raise InputError(f"parts={parts!r} is not allowed: expected an integer >= 1.")
     n = len(x)
     if parts > n:
-        raise ValueError(f"parts={parts} is not allowed: expected at most the {n} records.")
+        raise InputError(f"parts={parts} is not allowed: expected at most the {n} records.")
     bounds = [(i * n) // parts for i in range(parts + 1)]
     return [(x[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -67,21 +68,21 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y)
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or len(x) < 2:
-        raise ValueError(f"x, y are not allowed: expected x of shape (n, d) and y of shape (n,) with n >= 2, "
+        raise InputError(f"x, y are not allowed: expected x of shape (n, d) and y of shape (n,) with n >= 2, "
                          f"got {x.shape} and {y.shape}.")
     if task not in ("regression", "classification"):
-        raise ValueError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
+        raise InputError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
     if not 0.0 <= float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction={test_fraction!r} is not allowed: expected a number in [0, 1).")
+        raise InputError(f"test_fraction={test_fraction!r} is not allowed: expected a number in [0, 1).")
     if not np.all(np.isfinite(x)):
-        raise ValueError("x is not allowed: it contains NaN or infinite values.")
+        raise InputError("x is not allowed: it contains NaN or infinite values.")
     if standardize:
         sd = x.std(0)
         x = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
     if task == "regression":
         y = y.astype(np.float64)
         if not np.all(np.isfinite(y)):
-            raise ValueError("y is not allowed: it contains NaN or infinite values.")
+            raise InputError("y is not allowed: it contains NaN or infinite values.")
         if scale_target:
             m = np.abs(y).max()
             y = y / (m if m > 0 else 1.0)
@@ -98,7 +99,7 @@ def load_csv(path, target: int = -1, *, delimiter: str = ",", skip_header: int =
     try:
         a = np.loadtxt(path, delimiter=delimiter, skiprows=skip_header, ndmin=2)
     except ValueError as exc:
-        raise ValueError(f"path={path!r} is not allowed: not a numeric table ({exc}).") from None
+        raise InputError(f"path={path!r} is not allowed: not a numeric table ({exc}).") from None
     t = target % a.shape[1]
     return prepare(np.delete(a, t, axis=1), a[:, t], **kwargs)
 
@@ -112,11 +113,11 @@ def synthetic(name: str = "california", *, n: int | None = None, seed: int = 0, 
     logits (classification).  Deterministic given ``seed``.
     """
     if name not in SHAPES:
-        raise ValueError(f"name={name!r} is not allowed: expected one of {sorted(SHAPES)}.")
+        raise InputError(f"name={name!r} is not allowed: expected one of {sorted(SHAPES)}.")
     rows, d, task, classes = SHAPES[name]
     rows = rows if n is None else int(n)
     if rows < 2:
-        raise ValueError(f"n={n!r} is not allowed: expected an integer >= 2.")
+        raise InputError(f"n={n!r} is not allowed: expected an integer >= 2.")
     rng = np.random.default_rng(seed)
     mix = rng.normal(size=(d, d)) / np.sqrt(d)
     x = rng.normal(size=(rows, d)) @ (np.eye(d) + mix)

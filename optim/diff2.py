@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ..accountant.validation import InputError
 from .. import mechanisms as M
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, node_seeds, unflat
@@ -25,19 +26,19 @@ __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:
     """``{client id: (x, y)}`` of the clients this process runs, validated."""
     if not isinstance(shards, (list, tuple)) or not shards:
-        raise ValueError("shards is not allowed: expected a non-empty list of (x, y) pairs, one per client.")
+        raise InputError("shards is not allowed: expected a non-empty list of (x, y) pairs, one per client.")
     if len(shards) != len(here):
-        raise ValueError(f"shards has {len(shards)} clients, which is not allowed: the calibration is for "
+        raise InputError(f"shards has {len(shards)} clients, which is not allowed: the calibration is for "
                          f"clients={clients}.")
     out = {}
     for p, pair in zip(here, shards):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise ValueError(f"shards[{p}] is not allowed: expected an (x, y) pair.")
+            raise InputError(f"shards[{p}] is not allowed: expected an (x, y) pair.")
         x, y = (to(t) for t in pair)
         if x.shape[0] != y.shape[0]:
-            raise ValueError(f"shards[{p}] is not allowed: {x.shape[0]} inputs but {y.shape[0]} targets.")
+            raise InputError(f"shards[{p}] is not allowed: {x.shape[0]} inputs but {y.shape[0]} targets.")
         if x.shape[0] < n_min:
-            raise ValueError(f"shards[{p}] has n_p={x.shape[0]} records, which is not allowed: the calibration "
+            raise InputError(f"shards[{p}] has n_p={x.shape[0]} records, which is not allowed: the calibration "
                              f"assumes every client has at least n_min={n_min} (fewer records means a larger "
                              "sensitivity than calibrated).")
         out[p] = (x, y)
@@ -49,7 +50,7 @@ def _step_length(cur: dict, before: dict, lr: float, r: int) -> float:
     longer finite has diverged, which is said here rather than as a NaN clip norm downstream."""
     dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
     if not math.isfinite(dx):
-        raise ValueError(f"lr={lr!r} is not allowed for this run: the iterate is no longer finite at round {r} (the "
+        raise InputError(f"lr={lr!r} is not allowed for this run: the iterate is no longer finite at round {r} (the "
                          "run diverged); use a smaller learning rate.")
     return dx
 
@@ -73,7 +74,7 @@ class DIFF2GD(PrivateOptimizer):
                  seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
                  chunk_size: int = 1024, transport=None, sampler=None):
         if not isinstance(mechanism, self._mechanism_types):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
                          record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
@@ -87,7 +88,7 @@ class DIFF2GD(PrivateOptimizer):
         self.sigma2 = self._need("sigma2") if self.T > 1 else 0.0
         for c, s, cn, sn in ((self.C1, self.sigma1, "C1", "sigma1"), (self.C2, self.sigma2, "C2", "sigma2")):
             if c == math.inf and s > 0:
-                raise ValueError(f"{cn}=inf is not allowed with {sn}={s}: unclipped queries have unbounded "
+                raise InputError(f"{cn}=inf is not allowed with {sn}={s}: unclipped queries have unbounded "
                                  "sensitivity (use inf only for the non-private run, with zero noise).")
         # the clients this process runs (all P in one process; the rank's own on torch.distributed)
         self.shards = _shards(shards, self.P, self.transport.here(self.P), self.n_min, self._to)
@@ -168,7 +169,7 @@ class DPGD(DIFF2GD):
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, lr: float, **kwargs):
         if isinstance(mechanism, M.DIFF2GD) and mechanism.restart_interval != 1:
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: DP-GD is DIFF2-GD with restart_interval=1.")
+            raise InputError(f"mechanism={mechanism!r} is not allowed: DP-GD is DIFF2-GD with restart_interval=1.")
         if isinstance(mechanism, M.DIFF2GD):   # a DIFF2-GD calibration with T = 1 drives DP-GD too
             mechanism = M.DPGD(mechanism.rounds, mechanism.clients, mechanism.n_min)
             if hasattr(noise, "algorithm"):
@@ -190,13 +191,13 @@ class DIFF2BVR(DIFF2GD):
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf,
                  C3: float | None = None, lr: float, **kwargs):
         if not isinstance(mechanism, M.DIFF2BVR):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.DIFF2BVR.")
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.DIFF2BVR.")
         self.K, self.b = mechanism.local_steps, mechanism.batch_size
         super().__init__(model, loss_fn, shards, mechanism, noise, C1=C1, C2=C2, lr=lr, **kwargs)
         self.C3 = _check_clip(self.C2 if C3 is None else C3, "C3")
         self.sigma3 = self._need("sigma3") if self.K > 1 else 0.0
         if self.C3 == math.inf and self.sigma3 > 0:
-            raise ValueError(f"C3=inf is not allowed with sigma3={self.sigma3}: unclipped queries have unbounded "
+            raise InputError(f"C3=inf is not allowed with sigma3={self.sigma3}: unclipped queries have unbounded "
                              "sensitivity.")
         self.local = [0] * self.P           # noisy local steps done by each client
         self.x_out = None                    # x^out_{r-1}

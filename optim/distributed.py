@@ -32,6 +32,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from ..accountant.validation import InputError
 from .. import mechanisms as M
 from ._core import flat, unflat
 from .d2p import AdaD2P, ClipD2P, ConstD2P
@@ -53,10 +54,10 @@ def init_process_group(backend: str = "gloo", *, timeout_s: float = 60.0, init_m
     receive (a dead or hung peer is detected within it).  Without ``rank``/``world_size`` the
     ``torchrun`` environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) is used."""
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend={backend!r} is not allowed: expected 'gloo' (CPU) or 'nccl' (CUDA).")
+        raise InputError(f"backend={backend!r} is not allowed: expected 'gloo' (CPU) or 'nccl' (CUDA).")
     t = float(timeout_s)
     if not t > 0 or math.isinf(t):
-        raise ValueError(f"timeout_s={timeout_s!r} is not allowed: expected a finite number > 0.")
+        raise InputError(f"timeout_s={timeout_s!r} is not allowed: expected a finite number > 0.")
     kw = {"timeout": datetime.timedelta(seconds=t)}
     if init_method is not None:
         kw["init_method"] = init_method
@@ -118,11 +119,11 @@ class _Ranks:
 
     def __init__(self, expected: int | None = None, what: str = "participants"):
         if not dist.is_initialized():
-            raise ValueError("torch.distributed is not initialised: call dpcalib.optim.distributed."
+            raise InputError("torch.distributed is not initialised: call dpcalib.optim.distributed."
                              "init_process_group first (or launch with torchrun).")
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         if expected is not None and self.world != expected:
-            raise ValueError(f"world_size={self.world} is not allowed: the calibration is for {what}={expected} "
+            raise InputError(f"world_size={self.world} is not allowed: the calibration is for {what}={expected} "
                              "(one process each).")
 
     def here(self, count: int) -> list[int]:
@@ -146,7 +147,7 @@ class ClientsOnRanks(_Ranks):
     def __init__(self, clients: int, src: int = 0):
         super().__init__(clients, "clients")
         if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < self.world:
-            raise ValueError(f"src={src!r} is not allowed: expected a rank in [0, {self.world - 1}].")
+            raise InputError(f"src={src!r} is not allowed: expected a rank in [0, {self.world - 1}].")
         self.src = src
 
     def aggregate(self, part: torch.Tensor) -> torch.Tensor:
@@ -200,7 +201,7 @@ class NodesOnRanks(_Ranks):
 
 def _one_pair(data, name: str):
     if not isinstance(data, (list, tuple)) or len(data) != 2:
-        raise ValueError(f"{name} is not allowed: expected this rank's (x, y) pair.")
+        raise InputError(f"{name} is not allowed: expected this rank's (x, y) pair.")
     return [data]
 
 
@@ -215,7 +216,7 @@ class DistributedDIFF2GD(DIFF2GD):
     def __init__(self, model, loss_fn, shard, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
                  src: int = 0, **kwargs):
         if not isinstance(mechanism, self._mechanism_types):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected mechanisms."
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected mechanisms."
                              f"{' or '.join(t.__name__ for t in self._mechanism_types)}.")
         if isinstance(mechanism, M.DPGD):
             self.name = "dp-gd"
@@ -233,7 +234,7 @@ class DistributedDIFF2BVR(DIFF2BVR):
 
     def __init__(self, model, loss_fn, shard, mechanism, noise, *, src: int = 0, **kwargs):
         if not isinstance(mechanism, M.DIFF2BVR):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.DIFF2BVR.")
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected mechanisms.DIFF2BVR.")
         super().__init__(model, loss_fn, _one_pair(shard, "shard"), mechanism, noise,
                          transport=ClientsOnRanks(mechanism.clients, src), **kwargs)
         self.rank, self.src = self.transport.rank, self.transport.src

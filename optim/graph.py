@@ -10,6 +10,7 @@ stochastic (Assumption 1); here it is also row stochastic, and push-sum weights 
 from __future__ import annotations
 
 import torch
+from ..accountant.validation import InputError
 
 __all__ = ["VARIANTS", "exponential_hops", "sgp_offsets", "send_offset", "mixing_matrix", "period"]
 
@@ -18,9 +19,9 @@ VARIANTS = ("paper", "sgp")
 
 def _check(n: int, variant: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} is not allowed: expected an integer >= 1 (number of nodes).")
+        raise InputError(f"n={n!r} is not allowed: expected an integer >= 1 (number of nodes).")
     if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r} is not allowed: expected one of {VARIANTS}.")
+        raise InputError(f"variant={variant!r} is not allowed: expected one of {VARIANTS}.")
     return n
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..accountant.validation import InputError
 from .lockstep import alternating, constant, zero
 
 __all__ = ["AUDITABLE", "harness", "ONE_RUN", "one_run_harness", "wor_harness", "wor_claim"]
@@ -32,7 +33,7 @@ def harness(algorithm: str, mechanism, noise):
     from . import registry as O
 
     if algorithm not in AUDITABLE:
-        raise ValueError(f"algorithm={algorithm!r} is not allowed for an audit: expected one of {AUDITABLE} "
+        raise InputError(f"algorithm={algorithm!r} is not allowed for an audit: expected one of {AUDITABLE} "
                          "(claims that rely on amplification by sampling need a mixture statistic, not "
                          "implemented).")
     g = torch.Generator().manual_seed(12345)
@@ -56,7 +57,7 @@ def harness(algorithm: str, mechanism, noise):
         build = lambda s: O.DiceSGD(model(), O.squared_loss, data, mechanism, noise, lr=0.1, seed=s)  # noqa: E731
         return build, constant(d_model, 1e6), zero(d_model), 0, False
     if mechanism.samples_per_node != 1:
-        raise ValueError(f"samples_per_node={mechanism.samples_per_node} is not allowed for this audit: expected 1 "
+        raise InputError(f"samples_per_node={mechanism.samples_per_node} is not allowed for this audit: expected 1 "
                          "(with J > 1 the claim relies on amplification by sampling: under replace-one the "
                          "without-replacement audit applies, --relation replace-one; see docs/audit.md).")
     nodes = [table(1) for _ in range(4)]
@@ -86,7 +87,7 @@ def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
     from . import registry as O
 
     if algorithm not in ONE_RUN:
-        raise ValueError(f"algorithm={algorithm!r} is not allowed for a one-run audit: expected one of {ONE_RUN}.")
+        raise InputError(f"algorithm={algorithm!r} is not allowed for a one-run audit: expected one of {ONE_RUN}.")
     m = int(canaries)
     h = max(32, -(-(m - 1) // 34))
     g = torch.Generator().manual_seed(12345)
@@ -119,7 +120,7 @@ def wor_harness(algorithm: str, mechanism, noise):
     from . import registry as O
 
     if not wor_claim(algorithm, mechanism):
-        raise ValueError(f"algorithm={algorithm!r} is not allowed for a without-replacement audit: expected dp-srm, "
+        raise InputError(f"algorithm={algorithm!r} is not allowed for a without-replacement audit: expected dp-srm, "
                          "diff2-bvr, or clipd2p with samples_per_node > 1 under replace-one.")
     e_bias = torch.tensor([0.0, 0.0, 1.0])
     up, down = constant(3, 1e6, e_bias), constant(3, -1e6, e_bias)

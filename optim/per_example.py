@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ..accountant.validation import InputError
 from .clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 __all__ = ["PerExample", "flat_of"]
@@ -45,7 +46,7 @@ class PerExample:
 
     def __init__(self, clip_method: str = "auto", chunk_size: int = 1024):
         if clip_method not in ("auto", "ghost", "vmap"):
-            raise ValueError(f"clip_method={clip_method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
+            raise InputError(f"clip_method={clip_method!r} is not allowed: expected 'auto', 'ghost' or 'vmap'.")
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
 
     def clipped_sum(self, model, loss_fn, params: dict, x, y, c: float, *, ids, weights=None,

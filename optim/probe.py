@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..accountant.validation import InputError
 from .replay import ReplaySource
 from .d2p import NoGuarantee
 from .sampling import ForcedRecord
@@ -72,7 +73,7 @@ def pairs(x, y, held_out, relation: str) -> tuple:
     if relation == "add/remove":
         return tuple(Pair(f"{k} / removed", relation, r, None) for k, r in cand.items())
     if relation != "replace-one":
-        raise ValueError(f"relation={relation!r} is not allowed: expected 'add/remove' or 'replace-one'.")
+        raise InputError(f"relation={relation!r} is not allowed: expected 'add/remove' or 'replace-one'.")
     out = [Pair(f"a record -> {k}", relation, cand["a record"], r) for k, r in cand.items() if k != "a record"]
     cx, cy = cand["canary record"]
     out.append(Pair("canary record -> canary, label negated", relation, (cx, cy), (cx, -cy)))
@@ -158,15 +159,15 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
     from tqdm.auto import tqdm
 
     if not isinstance(data, (list, tuple)) or not data:
-        raise ValueError("data is not allowed: expected a non-empty list of (x, y) pairs, one per holder.")
+        raise InputError("data is not allowed: expected a non-empty list of (x, y) pairs, one per holder.")
     if not 0 <= int(holder) < len(data):
-        raise ValueError(f"holder={holder!r} is not allowed: expected an integer in [0, {len(data) - 1}].")
+        raise InputError(f"holder={holder!r} is not allowed: expected an integer in [0, {len(data) - 1}].")
     if not 0 <= int(index) < data[holder][0].shape[0]:
-        raise ValueError(f"index={index!r} is not allowed: expected an integer in [0, {data[holder][0].shape[0] - 1}].")
+        raise InputError(f"index={index!r} is not allowed: expected an integer in [0, {data[holder][0].shape[0] - 1}].")
     first = build(data, seed, None)
     name = first.name
     if isinstance(first, NoGuarantee):
-        raise ValueError(f"algorithm={name!r} is not allowed for a sensitivity probe: it claims no sensitivity "
+        raise InputError(f"algorithm={name!r} is not allowed for a sensitivity probe: it claims no sensitivity "
                          "(AdaD2P's noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1).")
     relation = _relation(first)
     if pair_list is None:
@@ -174,7 +175,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         pair_list = pairs(x[index], y[index], held_out, relation)
     n = first.total_rounds if rounds is None else int(rounds)
     if not 1 <= n <= first.total_rounds:
-        raise ValueError(f"rounds={rounds!r} is not allowed: expected an integer in [1, {first.total_rounds}].")
+        raise InputError(f"rounds={rounds!r} is not allowed: expected an integer in [1, {first.total_rounds}].")
     eps = torch.finfo(first.dtype).eps
     stats: dict = {}
     worst, tol, exceeded, mismatches, count = 0.0, 0.0, 0, 0, 0
@@ -193,7 +194,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
                 twin.step()
                 bar.update(1)
             if pr.record_dprime is None and twin_s.draws == 0:
-                raise ValueError(f"algorithm={name!r} is not allowed for an add/remove probe: its releases draw no "
+                raise InputError(f"algorithm={name!r} is not allowed for an add/remove probe: its releases draw no "
                                  "sample, so the record cannot be taken out (its claim is under replace-one).")
             for a, b in zip(leader.noise.releases, twin.noise.releases):
                 count += 1
@@ -222,7 +223,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
 def _relation(opt) -> str:
     rels = {spec.relation for spec in opt.mechanism.releases}
     if len(rels) != 1:
-        raise ValueError(f"algorithm={opt.name!r} is not allowed: its releases mix neighbouring relations {rels}.")
+        raise InputError(f"algorithm={opt.name!r} is not allowed: its releases mix neighbouring relations {rels}.")
     return rels.pop()
 
 
@@ -262,10 +263,10 @@ def _table(name: str, rows: int, seed: int):
     elif name in D.SHAPES:
         t = D.prepare(*D.synthetic(name, n=rows, seed=seed), task="regression", test_fraction=0.0, seed=seed)
     else:
-        raise ValueError(f"data={name!r} is not allowed: expected a synthetic shape ({', '.join(sorted(D.SHAPES))}) "
+        raise InputError(f"data={name!r} is not allowed: expected a synthetic shape ({', '.join(sorted(D.SHAPES))}) "
                          "or the path of a numeric CSV file.")
     if t.x_train.shape[0] < rows:
-        raise ValueError(f"data={name!r} is not allowed: it has {t.x_train.shape[0]} records, the run needs {rows} "
+        raise InputError(f"data={name!r} is not allowed: it has {t.x_train.shape[0]} records, the run needs {rows} "
                          "(and one held out).")
     return t.x_train[:rows], t.y_train[:rows].to(t.x_train.dtype)
 
@@ -283,12 +284,12 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
     from .registry import OPTIMIZERS, squared_loss
 
     if algorithm not in PROBE_DEFAULTS:
-        raise ValueError(refusal(algorithm))
+        raise InputError(refusal(algorithm))
     opts = {**PROBE_DEFAULTS[algorithm], **{k: v for k, v in (clips or {}).items() if v is not None}}
     if lr is not None:
         opts["lr"] = lr
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-        raise ValueError(f"hidden={hidden!r} is not allowed: expected an integer >= 1.")
+        raise InputError(f"hidden={hidden!r} is not allowed: expected an integer >= 1.")
     if algorithm in ("dp-gd", "diff2-gd", "diff2-bvr"):
         holders, per = mechanism.clients, mechanism.n_min
     elif algorithm in ("clipd2p", "constd2p"):
@@ -297,7 +298,7 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
         holders = 1
         per = {"dp-srm": getattr(mechanism, "n", None), "dicesgd": getattr(mechanism, "N", None)}.get(algorithm, n)
     if isinstance(per, bool) or not isinstance(per, int) or per < 2:
-        raise ValueError(f"n={per!r} is not allowed: expected an integer >= 2 (records per dataset).")
+        raise InputError(f"n={per!r} is not allowed: expected an integer >= 2 (records per dataset).")
     x, y = _table(data, holders * per + 1, seed)
     x, y = x.to(dtype), y.to(dtype)
     held_out = (x[-1], y[-1])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..accountant.validation import InputError
 from ._core import NoiseSource, _split
 
 __all__ = ["ReplaySource"]
@@ -25,7 +26,7 @@ class ReplaySource(NoiseSource):
     def __init__(self, leader: NoiseSource, device, dtype):
         super().__init__(0, device, dtype, record=True, record_noise=False, record_values=True)
         if not leader.record_values:
-            raise ValueError("leader is not allowed: its releases were not recorded with values (record_values).")
+            raise InputError("leader is not allowed: its releases were not recorded with values (record_values).")
         self.leader, self.cursor = leader, 0
 
     def _next(self):

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import fields, is_dataclass
 
 import torch
+from ..accountant.validation import InputError
 
 __all__ = ["Runner", "CHECKPOINT_FORMAT"]
 
@@ -71,13 +72,13 @@ class Runner:
         left = u.total_rounds - u.round
         n = left if rounds is None else int(rounds)
         if n < 0 or n > left:
-            raise ValueError(f"rounds={rounds!r} is not allowed: expected an integer in [0, {left}] "
+            raise InputError(f"rounds={rounds!r} is not allowed: expected an integer in [0, {left}] "
                              f"({u.round} of {u.total_rounds} calibrated rounds are done).")
         every = max(1, u.total_rounds // 100) if log_every is None else int(log_every)
         if every < 1:
-            raise ValueError(f"log_every={log_every!r} is not allowed: expected an integer >= 1.")
+            raise InputError(f"log_every={log_every!r} is not allowed: expected an integer >= 1.")
         if checkpoint_every is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
+            raise InputError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=u.name, disable=(None if progress is None else not progress), leave=False)
@@ -123,25 +124,25 @@ class Runner:
         accounted, or silently train another model)."""
         u = self.update
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError("checkpoint is not allowed: it is not a dpcalib optimizer checkpoint "
+            raise InputError("checkpoint is not allowed: it is not a dpcalib optimizer checkpoint "
                              f"(format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}, "
                              f"expected {CHECKPOINT_FORMAT!r}).")
         if state.get("algorithm") != u.name or state.get("total_rounds") != u.total_rounds:
-            raise ValueError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
+            raise InputError(f"checkpoint is not allowed: it is a {state.get('algorithm')!r} run of "
                              f"{state.get('total_rounds')} rounds; this is {u.name!r} with {u.total_rounds}.")
         if state.get("transport", "one-process") != u.transport.name:
-            raise ValueError(f"checkpoint is not allowed: it was written on the {state.get('transport')!r} transport; "
+            raise InputError(f"checkpoint is not allowed: it was written on the {state.get('transport')!r} transport; "
                              f"this run is on {u.transport.name!r}.")
         if state.get("mechanism") != _shape(u.mechanism):
-            raise ValueError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
+            raise InputError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
                              f"this run's {_shape(u.mechanism)}.")
         if state.get("levels") != u.levels:
-            raise ValueError(f"checkpoint is not allowed: its noise levels {state.get('levels')} differ from "
+            raise InputError(f"checkpoint is not allowed: its noise levels {state.get('levels')} differ from "
                              f"this run's {u.levels}.")
         mine = {k: tuple(v.shape) for k, v in u.model.state_dict().items()}
         theirs = {k: tuple(v.shape) for k, v in state["model"].items()}
         if mine != theirs:
-            raise ValueError(f"checkpoint is not allowed: its model's parameters {theirs} differ from this "
+            raise InputError(f"checkpoint is not allowed: its model's parameters {theirs} differ from this "
                              f"model's {mine}.")
         u.model.load_state_dict(state["model"])
         u._load_state(_move(state["state"], u.device))
@@ -170,9 +171,9 @@ class Runner:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except FileNotFoundError:
-            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: no such file.") from None
+            raise InputError(f"checkpoint={os.fspath(path)!r} is not allowed: no such file.") from None
         except Exception as exc:       # pickle.UnpicklingError (a forbidden global), a corrupt or foreign file
             msg = " ".join(str(exc).split())[:300]
-            raise ValueError(f"checkpoint={os.fspath(path)!r} is not allowed: it is not a plain-tensor dpcalib "
+            raise InputError(f"checkpoint={os.fspath(path)!r} is not allowed: it is not a plain-tensor dpcalib "
                              f"checkpoint loadable with weights_only=True ({type(exc).__name__}: {msg}).") from None
         self.load_state_dict(state)

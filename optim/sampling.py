@@ -19,6 +19,7 @@ The optimizers' update code never knows which sampler drives it.
 from __future__ import annotations
 
 import torch
+from ..accountant.validation import InputError
 
 __all__ = ["Sampler", "ForcedRecord"]
 
@@ -81,6 +82,6 @@ class ForcedRecord(Sampler):
         if not self._mine(holder):
             return idx
         if not self.present:
-            raise ValueError("present=False is not allowed for a one-record sample: removing the only record of a "
+            raise InputError("present=False is not allowed for a one-record sample: removing the only record of a "
                              "replace-one release has no meaning (probe it under replace-one).")
         return idx.new_tensor([self.index])

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from ..accountant.validation import InputError
 from .. import mechanisms as M
 
 from ._core import PrivateOptimizer, _check_clip, _check_lr, flat, unflat
@@ -24,14 +25,14 @@ class _OneDataset(PrivateOptimizer):
 
     def __init__(self, model, loss_fn, data, mechanism, noise, **kwargs):
         if not isinstance(mechanism, self._mechanism_type):
-            raise ValueError(f"mechanism={mechanism!r} is not allowed: expected "
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"mechanisms.{self._mechanism_type.__name__}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, **kwargs)
         if not isinstance(data, (list, tuple)) or len(data) != 2:
-            raise ValueError("data is not allowed: expected a pair (x, y) of tensors.")
+            raise InputError("data is not allowed: expected a pair (x, y) of tensors.")
         self.x, self.y = (self._to(t) for t in data)
         if self.x.shape[0] != self.y.shape[0] or self.x.shape[0] == 0:
-            raise ValueError(f"data is not allowed: {self.x.shape[0]} inputs and {self.y.shape[0]} targets "
+            raise InputError(f"data is not allowed: {self.x.shape[0]} inputs and {self.y.shape[0]} targets "
                              "(expected the same positive number).")
         self.n = self.x.shape[0]
         self.w = torch.full((self.n,), 1.0 / self.n, device=self.device, dtype=self.dtype)
@@ -68,7 +69,7 @@ class DPSGD(_OneDataset):
         self.q, self.total_rounds = mechanism.sampling_rate, mechanism.steps
         self.z = self._need("noise_multiplier")
         if self.C == math.inf and self.z > 0:
-            raise ValueError(f"C=inf is not allowed with noise_multiplier={self.z}: unclipped gradients have "
+            raise InputError(f"C=inf is not allowed with noise_multiplier={self.z}: unclipped gradients have "
                              "unbounded sensitivity.")
         self.B = self.q * self.n
 
@@ -107,13 +108,13 @@ class DPSRM(_OneDataset):
         super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
         m = mechanism
         if self.n != m.n:
-            raise ValueError(f"data has {self.n} records, which is not allowed: the calibration is for n={m.n} "
+            raise InputError(f"data has {self.n} records, which is not allowed: the calibration is for n={m.n} "
                              "(the sampling rates b0/n, b/n would differ).")
         self.sigma0, self.sigma = self._need("sigma0"), self._need("sigma")
         self.C1 = _check_clip(m.lipschitz if C1 is None else C1, "C1")
         self.C2 = _check_clip(m.step_bound if C2 is None else C2, "C2")
         if (self.sigma0 > 0 or self.sigma > 0) and (self.C1 > m.lipschitz or self.C2 > m.step_bound):
-            raise ValueError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+            raise InputError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
                              f"assumes C1 <= lipschitz={m.lipschitz} and C2 <= step_bound={m.step_bound}.")
         self.gamma, self.b0, self.b = m.momentum, m.b0, m.b
         self.lr = _check_lr(lr)
@@ -183,26 +184,26 @@ class DiceSGD(_OneDataset):
         super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
         m = mechanism
         if self.n != m.N:
-            raise ValueError(f"data has {self.n} records, which is not allowed: the calibration is for N={m.N} "
+            raise InputError(f"data has {self.n} records, which is not allowed: the calibration is for N={m.N} "
                              "(the Poisson rate B/N would differ).")
         if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer={optimizer!r} is not allowed: expected 'sgd' or 'adam'.")
+            raise InputError(f"optimizer={optimizer!r} is not allowed: expected 'sgd' or 'adam'.")
         c1, c2, _ = m.clips
         self.sigma1 = self._need("sigma1")
         self.C1 = _check_clip(c1 if C1 is None else C1, "C1")
         self.C2 = _check_clip(c2 if C2 is None else C2, "C2")
         if self.sigma1 > 0 and (self.C1 > c1 or self.C2 > c2):
-            raise ValueError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+            raise InputError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
                              f"assumes C1 <= {c1} and C2 <= {c2}.")
         self.automatic = bool(m.automatic)
         self.stabilizer = float(stabilizer) if self.automatic else None
         if self.automatic and not (self.stabilizer > 0):
-            raise ValueError(f"stabilizer={stabilizer!r} is not allowed: expected a number > 0.")
+            raise InputError(f"stabilizer={stabilizer!r} is not allowed: expected a number > 0.")
         self.lr, self.opt = _check_lr(lr), optimizer
         self.beta1, self.beta2 = (float(b) for b in betas)
         for name, b in (("betas[0]", self.beta1), ("betas[1]", self.beta2)):
             if not 0.0 <= b < 1.0:
-                raise ValueError(f"{name}={b!r} is not allowed: expected a number in [0, 1).")
+                raise InputError(f"{name}={b!r} is not allowed: expected a number in [0, 1).")
         self.adam_eps = float(eps)
         self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
         d = sum(p.numel() for p in self.model.parameters())

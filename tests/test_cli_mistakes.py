@@ -99,8 +99,8 @@ def test_compare_relays_only_dpcalibs_own_warnings_and_shows_progress(capsys, mo
     bars = []
 
     class Bar:
-        def __init__(self, total, **kw):
-            self.total, self.done = total, 0
+        def __init__(self, total=None, **kw):
+            self.total, self.done, self.desc = total, 0, kw.get("desc", "")
             bars.append(self)
 
         def update(self, n):
@@ -116,4 +116,16 @@ def test_compare_relays_only_dpcalibs_own_warnings_and_shows_progress(capsys, mo
     err = capsys.readouterr().err
     assert "Optimal order" not in err and "divide by zero" not in err, err
     assert "[DPSRM-" in err              # dpcalib's own paper-condition warnings are still said
-    assert bars and bars[0].total == bars[0].done == 6
+    (bar,) = [b for b in bars if b.desc.startswith("compare")]
+    assert bar.total == bar.done == 6
+
+
+def test_the_exit_code_follows_the_type_of_the_error(capsys, monkeypatch):
+    from dpcalib.accountant.validation import InputError
+    from dpcalib.mechanisms import DPSGD
+
+    args = ["calibrate", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10"]
+    monkeypatch.setattr(DPSGD, "calibrate", lambda *a, **k: (_ for _ in ()).throw(InputError("x=1 is not allowed")))
+    assert main(args) == 2 and "dpcalib: error: x=1 is not allowed" in capsys.readouterr().err
+    monkeypatch.setattr(DPSGD, "calibrate", lambda *a, **k: (_ for _ in ()).throw(ValueError("math domain error")))
+    assert main(args) == 1 and "internal error" in capsys.readouterr().err

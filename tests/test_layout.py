@@ -149,3 +149,19 @@ def test_no_paper_file_imports_a_sibling_paper_file():
     papers = {m for m in MODULES if m.startswith("dpcalib.mechanisms.") and not m.rsplit(".", 1)[1].startswith("_")}
     bad = [(a, b, ln) for a, b, _, ln in EDGES if a in papers and b in papers and a != b]
     assert not bad, bad
+
+
+#: the only plain ValueErrors the library raises: failed computations (bugs), never a bad input
+INTERNAL_VALUE_ERRORS = {"dpcalib.accountant.roots", "dpcalib.accountant._pld_compose", "dpcalib.mechanisms._solve"}
+
+
+def test_bad_input_is_an_input_error_everywhere():
+    """Every check of an input raises dpcalib.accountant.validation.InputError (a ValueError), so
+    the command line tells a user's mistake (exit 2) from a failed computation (exit 1) by type."""
+    plain = {}
+    for mod, (path, _) in MODULES.items():
+        n = path.read_text().count("raise ValueError(")
+        if n:
+            plain[mod] = n
+    assert set(plain) <= INTERNAL_VALUE_ERRORS and sum(plain.values()) == 3, plain
+    assert "_raised_on_purpose" not in (ROOT / "dpcalib" / "cli.py").read_text()

@@ -77,3 +77,27 @@ def test_the_curve_ends_at_the_headline_in_json_and_text(algo, capsys):
         head = next(ln.split()[1] for ln in text if ln.startswith("epsilon "))
         last = [ln for ln in text if ln.startswith("curve ")][-1].split()[-1]
         assert last == head, (acc, head, last)          # the same number, printed the same way
+
+
+def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
+    import tqdm.auto
+
+    from dpcalib.mechanisms import _solve
+
+    bars = []
+
+    class Bar:
+        def __init__(self, **kw):
+            self.kw, self.n, self.closed = kw, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    DPSGD(0.01, 1000).calibrate(2.0, 1e-5)
+    (bar,) = bars
+    assert bar.kw["delay"] == _solve.PROGRESS_DELAY == 1.0 and bar.kw["disable"] is None   # terminals only
+    assert bar.n > 0 and bar.closed
