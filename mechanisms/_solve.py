@@ -109,7 +109,20 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
             break
     while exact and build(t).get_epsilon(delta, "rdp", conversion) > target:  # guard; not expected to trigger
         t *= 1.0 + rtol
+    # A cliff: at a fixed order the subsampled RDP can jump by orders of magnitude as the noise
+    # drops (amplification fails above an order ~ z^2 log(1/q)), so the fixed-order solve stops at
+    # the jump although a smaller order certifies the target at less noise (DP-SGD q = 0.01, 1000
+    # steps, eps 3, delta 1e-150: z 4.48 with eps 2.38).  The full accountant's eps -- the minimum
+    # over the orders, monotone in the noise -- is then solved directly from there.
+    eps_full = build(t).get_epsilon(delta, "rdp", conversion)
+    if eps_full < target * (1.0 - CLIFF_GAP):
+        t = smallest_scale(lambda s: build(s).get_epsilon(delta, "rdp", conversion), target, start=t,
+                           rtol=rtol if exact else 1e-6)
     return t
+
+
+#: a fixed-order answer whose full-accountant eps is this far below the target stopped at a cliff
+CLIFF_GAP = 1e-4
 
 
 #: tolerance of the optimal order in a PLD calibration's RDP start (``tight_scale(exact=False)``)
@@ -505,6 +518,13 @@ def cap_note(target: float, certified: float) -> str:
             f"target {target:.6g} -- this noise is sound but not the smallest (see docs/calibration.md)")
 
 
+def floor_note(b) -> str:
+    """The accounting line's words where the PLD bracket stopped wide (a floating-point floor at a
+    tiny delta, or the memory cap) and RDP certified the answer: the PLD could not tighten it."""
+    return (f"the PLD bracket stopped at width {b.upper - b.lower:.3g} at delta={b.delta:g} (a floor finer "
+            f"grids do not move), so RDP certifies this noise and the PLD could not lower it")
+
+
 #: seconds a calibration runs before it shows a progress bar (on a terminal only)
 PROGRESS_DELAY = 1.0
 
@@ -556,6 +576,8 @@ def _pld_tighten(build, target: float, delta: float, start: float | None, rtol: 
     else:
         raise InputError(NO_FEASIBLE_NOISE)
     note = cap_note(target, b.upper) if capped and b.upper < (1.0 - 1e-3) * target else None
+    if note is None and not b.converged and b.discretization > 0.0 and b.method == "rdp":
+        note = floor_note(b)
     if b.method == "gdp":
         return t, b, t, note
     if b.discretization <= 0.0 or note is not None:

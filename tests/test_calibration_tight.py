@@ -452,3 +452,17 @@ def test_pld_calibration_keeps_the_rdp_start_when_no_noise_is_needed():
     r = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5, accountant="pld")
     rdp = DPSRM(60000, 100, 256, 64).calibrate(0.5, 0.5, accountant="rdp")
     assert r.noise == pytest.approx(rdp.noise, rel=1e-5) and r.certified_epsilon == 0.0
+
+
+def test_the_rdp_solve_does_not_stop_at_a_cliff_of_a_fixed_order():
+    # DP-SGD q = 0.01, 1000 steps, eps 3 at delta = 1e-150: at the order that is optimal for z ~ 4.5
+    # the subsampled RDP jumps as z drops (amplification fails at high orders), and the fixed-order
+    # solve used to stop there: z 4.48 with eps 2.38 -- sound, 15 % more noise than needed.
+    rep = DPSGD(0.01, 1000).calibrate(3.0, 1e-150, accountant="rdp")
+    z = rep["noise_multiplier"]
+    _check(_poisson_eps_mpmath(0.01, z, 1000, rep.order, 1e-150), 3.0)     # tight, by the mpmath oracle
+    assert z < 3.9
+    # the certified (default) calibration says why the PLD could not lower it at this delta
+    best = DPSGD(0.01, 1000).calibrate(3.0, 1e-150)
+    assert best.certified_epsilon <= 3.0 and best["noise_multiplier"] <= z * (1 + 1e-6)
+    assert "the PLD bracket stopped" in best.accounting
