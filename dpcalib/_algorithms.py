@@ -74,11 +74,11 @@ def spec_of(cls) -> Spec:
     if not isinstance(noise, tuple):
         noise = tuple(p.name for p in list(inspect.signature(cls.accountant).parameters.values())[1:]
                       if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    from .mechanisms import Releases
+    from .mechanisms import Mechanism
 
     names = [f.name for f in dataclasses.fields(cls)]
     # the count that grows with training, for --curve (none for a mechanism without accountable releases)
-    rounds = next((r for r in ROUNDS_FIELDS if r in names), None) if issubclass(cls, Releases) else None
+    rounds = next((r for r in ROUNDS_FIELDS if r in names), None) if issubclass(cls, Mechanism) else None
     return Spec(tuple(opts), noise, rounds, EXAMPLES[cls.name])
 
 

@@ -6,7 +6,7 @@ Each class is a frozen description of a run's shape (validated at construction) 
 See docs/calibration.md.
 """
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, Releases, ReleaseSpec
 from ._report import METHODS, CalibrationReport, PaperConditionWarning, paper_warning
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
 from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
@@ -30,7 +30,7 @@ ALGORITHMS = {
 
 __all__ = [
     "ALGORITHMS", "METHODS", "CalibrationReport", "PaperConditionWarning", "NoPrivacyGuaranteeError",
-    "paper_warning", "Releases", "ReleaseSpec",
+    "paper_warning", "Mechanism", "Releases", "ReleaseSpec",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",
     "dice_safe_sigma1_rdp", "dice_code_multiplier", "classical_gaussian_multiplier", "ClipD2P", "ConstD2P", "AdaD2P",
 ]

@@ -20,7 +20,7 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
-__all__ = ["ReleaseSpec", "Releases"]
+__all__ = ["ReleaseSpec", "Mechanism", "Releases"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,26 @@ class ReleaseSpec:
     per_run: str
 
 
-class Releases:
-    """Mixin for the mechanism dataclasses.  A subclass defines ``releases`` (a tuple of
-    :class:`ReleaseSpec`), ``sensitivity(release, clip=None)`` and ``_event(release, z)``."""
+class Mechanism:
+    """Base of the mechanism dataclasses: one run's shape, and the same API for every algorithm.
+
+    * ``accountant(*noise)`` -- the events of the whole run at these noise levels (positional,
+      in the order the algorithm names them: ``noise_multiplier``; ``sigma0, sigma``; ...);
+    * ``epsilon(delta, *noise, method="best", conversion="improved")`` -- eps spent, by default
+      the best certified (:meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report`);
+    * ``calibrate(epsilon, delta, method="tight", accountant="pld", **options)`` -- the noise
+      levels for a target: ``method`` is ``"paper"`` (the paper's formula, labelled) or
+      ``"tight"``; ``accountant`` what tight mode solves on (``"pld"``: the best certified eps,
+      the default; ``"rdp"``: RDP alone); ``options`` the algorithm's own (a budget split).
+
+    A subclass defines ``releases`` (a tuple of :class:`ReleaseSpec`), ``sensitivity(release,
+    clip=None)``, ``_event(release, z)``, ``accountant`` and ``calibrate``."""
 
     releases: tuple = ()
+
+    def epsilon(self, delta, *noise, method: str = "best", conversion: str = "improved"):
+        """eps spent at ``delta`` by these noise levels (an ``EpsilonReport`` naming the method)."""
+        return self.accountant(*noise).epsilon_report(delta, method, conversion)
 
     def release(self, name: str) -> ReleaseSpec:
         for spec in self.releases:
@@ -95,3 +110,7 @@ class Releases:
         for ev, k in self.events(noise, counts, clip):
             acc.compose(ev, k)
         return acc
+
+
+#: the earlier name of :class:`Mechanism`
+Releases = Mechanism

@@ -16,7 +16,7 @@ from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol, tight_scale
 from ._shared import check_target as _check_target
@@ -32,7 +32,7 @@ class NoPrivacyGuaranteeError(InputError):
 
 
 @dataclass(frozen=True)
-class ClipD2P(Releases):
+class ClipD2P(Mechanism):
     """ClipD2P: ``J`` examples per node, ``iterations`` = K, noise multiplier ``sigma`` (std sigma C)."""
 
     samples_per_node: int
@@ -71,9 +71,6 @@ class ClipD2P(Releases):
     def accountant(self, sigma) -> PrivacyAccountant:
         return self._accountant_of({"sigma": v.positive(sigma, "sigma")}, {"iteration": self.iterations})
 
-    def epsilon(self, delta, sigma, conversion="improved", method="best"):
-        return self.accountant(sigma).epsilon_report(delta, method, conversion)
-
     def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
@@ -111,7 +108,7 @@ class ClipD2P(Releases):
             rep = cert
             accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma', note=cap)})"
         else:
-            rep = self.epsilon(d, s, conv, method="auto")
+            rep = self.epsilon(d, s, method="auto", conversion=conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
         if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = None if s0 is None else {"sigma": s0}

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
 from ..accountant import validation as v
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._shared import abadi_multiplier, check_target as _check_target
+from ._solve import check_accountant, smallest_scale
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
@@ -57,7 +58,7 @@ def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> flo
 
 
 @dataclass(frozen=True)
-class DiceSGD(Releases):
+class DiceSGD(Mechanism):
     """DiceSGD on ``N`` records, batch ``B`` (Poisson rate B/N in the proof), ``steps`` = T.
 
     ``C1``: per-example clip; ``C2``: error-feedback clip (average scale); ``C``: the constant with
@@ -126,19 +127,18 @@ class DiceSGD(Releases):
         s = v.positive(sigma1, "sigma1")
         return self._accountant_of({"sigma1": s}, {"first": 1, "later": self.steps - 1})
 
-    def epsilon(self, delta, sigma1, method="best", conversion="improved"):
-        return self.accountant(sigma1).epsilon_report(delta, method, conversion)
-
     def paper_epsilon(self, delta, sigma1) -> float:
         """eps by the paper's own RDP bound (16 alpha T G~/(sigma1^2 N^2)) at the best real order, Lemma B.4."""
         S = 16.0 * self.steps * self.G_tilde / (sigma1 ** 2 * self.N ** 2)
         return S + 2.0 * math.sqrt(S * math.log(1.0 / delta))
 
-    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         """``"paper"``: Thm 3.7, ``sigma1^2 = 32 T G~ log(1/delta) / (N^2 eps^2)`` (automatic variant:
         ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
         ``"tight"``: the assumption-free accountant (DiceSGD-E5), exact by GDP; the paper's sigma1
-        is reported beside it in ``notes``."""
+        is reported beside it in ``notes``.  ``accountant="rdp"``: tight mode solves on RDP alone
+        (more noise; for comparison); the default solves on the best certified eps (exact GDP)."""
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         L = math.log(1.0 / d)
         c1, c2, c = self.clips
@@ -170,6 +170,11 @@ class DiceSGD(Releases):
                 warns.append(paper_warning("DiceSGD-E2", "the automatic variant's 96 = 32 * 3 assumes G' <= C; G' is not "
                                            "bounded here"))
             order, conv, accounting = None, "mironov", "rdp (the paper's Thm 3.7 bound, best real order, Lemma B.4)"
+        elif accountant == "rdp":
+            s1 = smallest_scale(lambda s: self.epsilon(d, s, method="rdp").epsilon, e, start=tight_s1, rtol=1e-12)
+            rdp = self.epsilon(d, s1, method="rdp")
+            achieved, order, conv = rdp.epsilon, rdp.order, rdp.conversion
+            accounting = "rdp (solved on RDP alone, assumption-free; certified by exact GDP)"
         else:
             s1 = tight_s1
             achieved = None

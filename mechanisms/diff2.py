@@ -19,7 +19,7 @@ from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEve
 from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._shared import check_target as _check_target, paper_order
 from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
@@ -42,7 +42,7 @@ _DIFFERENCE = ReleaseSpec("difference", "sigma2", "replace-one", "full batch", "
 
 
 @dataclass(frozen=True)
-class DIFF2GD(Releases):
+class DIFF2GD(Mechanism):
     """DIFF2-GD (Algorithms 1-3): ``R`` rounds, restart every ``T``, ``P`` clients, smallest local
     dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch)."""
 
@@ -99,10 +99,6 @@ class DIFF2GD(Releases):
             noise["sigma2"], counts["difference"] = v.positive(sigma2, "sigma2"), self.differences
         return self._accountant_of(noise, counts)
 
-    def epsilon(self, delta, sigma1, sigma2=None, method="best", conversion="improved"):
-        """eps spent at ``delta`` by these noise levels (exact GDP by default)."""
-        return self.accountant(sigma1, sigma2).epsilon_report(delta, method, conversion)
-
     def _slope(self, s1, s2) -> float:
         """RDP(alpha) = alpha * slope (Prop. 4.1's expression: 1/(2 z^2) per Gaussian release)."""
         out = self.restarts / (2.0 * self._z(s1) ** 2)
@@ -127,15 +123,17 @@ class DIFF2GD(Releases):
             return uu if uu > 1.0 else 1.0
         return v.in_range(u, "u", 1.0, math.inf, low_open=True, high_open=True)
 
-    def calibrate(self, epsilon, delta, method="tight", u=1.25, shares=None) -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld", u=1.25, shares=None) -> CalibrationReport:
         """Noise levels ``sigma1, sigma2`` for an ``(epsilon, delta)`` target.
 
         Split of the budget: ``u`` as in Prop. 4.1 (restart rounds get ``1/u`` of the RDP budget,
         difference rounds ``(u-1)/u``), or ``shares=(s1, s2)`` with ``s1 + s2 = 1``, which is
         ``u = 1/s1``.  ``"paper"``: Prop. 4.1 verbatim (alpha = 1 + ceil(2 log(1/delta)/eps)).
         ``"tight"``: the same ratio sigma1/sigma2, scaled down until the exact GDP eps equals the
-        target (never above it).
+        target (never above it) -- the best certified eps (``accountant="pld"``, the default);
+        ``accountant="rdp"`` solves on RDP alone (more noise; for comparison).
         """
+        check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         if shares is not None:
             u = self._u_from_shares(shares)
@@ -150,12 +148,18 @@ class DIFF2GD(Releases):
             # GDP: mu scales as 1/noise, so the common factor is closed-form; then verified.
             t = math.sqrt(2.0 * self._slope(p1, p2)) / gdp_mu(e, d)
 
+            solve_on = "auto" if accountant == "pld" else "rdp"     # auto: exact GDP here
+
             def eps_at(k):
-                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k, method="auto").epsilon
-            if eps_at(t) > e:  # rounding: step to the feasible side
+                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k, method=solve_on).epsilon
+            if eps_at(t) > e:  # rounding (GDP) or RDP's larger eps: step to the feasible side
                 t = smallest_scale(eps_at, e, start=t, rtol=1e-12)
             s1, s2 = p1 * t, (None if p2 is None else p2 * t)
             achieved, order, conv, accounting = None, None, None, "gdp (exact)"
+            if accountant == "rdp":
+                rdp = self.epsilon(d, s1, s2, method="rdp")
+                achieved, order, conv = rdp.epsilon, rdp.order, rdp.conversion
+                accounting = "rdp (solved on RDP alone; certified by exact GDP)"
         certified = self.epsilon(d, s1, s2).epsilon
         if achieved is None:
             achieved = certified
@@ -179,7 +183,7 @@ class DIFF2GD(Releases):
 
 
 @dataclass(frozen=True)
-class DPGD(Releases):
+class DPGD(Mechanism):
     """DP-GD, the DIFF2 baseline (= DIFF2-GD with T = 1, u -> 1): ``sigma1`` only."""
 
     rounds: int
@@ -211,13 +215,10 @@ class DPGD(Releases):
     def accountant(self, sigma1) -> PrivacyAccountant:
         return self._as_diff2.accountant(sigma1)
 
-    def epsilon(self, delta, sigma1, method="best", conversion="improved"):
-        return self._as_diff2.epsilon(delta, sigma1, None, method, conversion)
-
-    def calibrate(self, epsilon, delta, method="tight") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         """``"paper"``: sigma1^2 = 4 alpha R / (n_min^2 P^2 eps) (Prop. 4.1, T = 1, u -> 1);
-        ``"tight"``: exact GDP."""
-        rep = self._as_diff2.calibrate(epsilon, delta, method, u=1.0)
+        ``"tight"``: exact GDP (``accountant="rdp"``: RDP alone, for comparison)."""
+        rep = self._as_diff2.calibrate(epsilon, delta, method, accountant=accountant, u=1.0)
         notes = dict(rep.notes)
         notes["sigma2"] = "DP-GD has no difference rounds"
         return CalibrationReport(self.name, rep.method, rep.epsilon, rep.delta, rep.noise, rep.achieved_epsilon,
@@ -225,7 +226,7 @@ class DPGD(Releases):
 
 
 @dataclass(frozen=True)
-class DIFF2BVR(Releases):
+class DIFF2BVR(Mechanism):
     """DIFF2-BVR-L-SGD (Algorithm 4): DIFF2-GD plus, each round, ``K`` local steps on ONE client
     (round robin, ``p_r = 1 + r % P``) with minibatches of ``b`` records drawn without replacement.
 
@@ -294,9 +295,6 @@ class DIFF2BVR(Releases):
         if k:
             acc.compose(self._event("local", self._z3(s3), bound), k * self.local_rounds)
         return acc
-
-    def epsilon(self, delta, sigma1, sigma2, sigma3, conversion="improved", method="best"):
-        return self.accountant(sigma1, sigma2, sigma3).epsilon_report(delta, method, conversion)
 
     # -- paper --------------------------------------------------------------------------------
     def paper_rdp(self, alpha: int, sigma1, sigma2, sigma3) -> float:

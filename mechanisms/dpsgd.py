@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from ..accountant import validation as v
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol
 from ._shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
@@ -30,7 +30,7 @@ def classical_gaussian_multiplier(epsilon, delta) -> float:
 
 
 @dataclass(frozen=True)
-class DPSGD(Releases):
+class DPSGD(Mechanism):
     """DP-SGD with Poisson sampling rate ``q = B/N`` for ``steps`` iterations (add/remove)."""
 
     sampling_rate: float
@@ -56,10 +56,6 @@ class DPSGD(Releases):
 
     def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
         return self._accountant_of({"noise_multiplier": noise_multiplier}, {"step": self.steps}, **kwargs)
-
-    def epsilon(self, delta, noise_multiplier, conversion="improved", method="best"):
-        """eps of the run at this noise: by default the best certified (see ``epsilon_report``)."""
-        return self.accountant(noise_multiplier).epsilon_report(delta, method, conversion)
 
     def calibrate(self, epsilon, delta, method="tight", rtol=1e-9, accountant="pld") -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the

@@ -15,7 +15,7 @@ from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from ._releases import Releases, ReleaseSpec
+from ._releases import Mechanism, ReleaseSpec
 from ._report import CalibrationReport, paper_warning
 from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
                      rdp_tight_text, start_rtol, tight_scale)
@@ -25,7 +25,7 @@ __all__ = ["DPSRM"]
 
 
 @dataclass(frozen=True)
-class DPSRM(Releases):
+class DPSRM(Mechanism):
     """DP-SRM on ``n`` records for ``steps`` = T iterations, batches ``b0`` then ``b``.
 
     ``lipschitz`` is G (or the clip C1), ``step_bound`` is zeta/n0 (or the clip C2), ``momentum``
@@ -84,9 +84,6 @@ class DPSRM(Releases):
         if self.steps > 1:
             noise["sigma"], counts["v^t"] = v.positive(sigma, "sigma"), self.steps - 1
         return self._accountant_of(noise, counts)
-
-    def epsilon(self, delta, sigma0, sigma, conversion="improved", method="best"):
-        return self.accountant(sigma0, sigma).epsilon_report(delta, method, conversion)
 
     def paper_sigmas(self, epsilon, delta, beta=0.5):
         """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``."""
