@@ -323,7 +323,7 @@ class DIFF2BVR(Mechanism):
         n = self.n_min
         return b <= n / (2.0 * math.e * a) and b <= (4.0 * n / (a * s3sq)) ** (1.0 / 3.0)
 
-    def calibrate(self, epsilon, delta, method="tight", u1=3.0, u2=3.0, accountant="pld") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld", u1=3.0, u2=3.0) -> CalibrationReport:
         """``sigma1..sigma3`` (``sigma4`` reported as not needed).
 
         ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, DIFF2-E6; the simple

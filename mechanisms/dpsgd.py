@@ -57,7 +57,7 @@ class DPSGD(Mechanism):
     def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
         return self._accountant_of({"noise_multiplier": noise_multiplier}, {"step": self.steps}, **kwargs)
 
-    def calibrate(self, epsilon, delta, method="tight", rtol=1e-9, accountant="pld") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld", rtol=1e-9) -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
         2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at

@@ -121,7 +121,7 @@ class DPSRM(Mechanism):
             return False
         return alpha - 1.0 <= (2.0 / 3.0) * ratio2 * math.log(1.0 / x)
 
-    def calibrate(self, epsilon, delta, method="tight", beta=0.5, accountant="pld") -> CalibrationReport:
+    def calibrate(self, epsilon, delta, method="tight", accountant="pld", beta=0.5) -> CalibrationReport:
         """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
         RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
         Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail

@@ -101,3 +101,30 @@ def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
     (bar,) = bars
     assert bar.kw["delay"] == _solve.PROGRESS_DELAY == 1.0 and bar.kw["disable"] is None   # terminals only
     assert bar.n > 0 and bar.closed
+
+
+def test_every_mechanism_has_the_same_api():
+    import inspect
+
+    from dpcalib.mechanisms import ALGORITHMS, AdaD2P, Mechanism
+
+    for name, (cls, _) in ALGORITHMS.items():
+        if cls is AdaD2P:          # no guarantee: every call raises (AdaD2P-E1)
+            continue
+        assert issubclass(cls, Mechanism), name
+        assert cls.epsilon is Mechanism.epsilon, name          # one owner of "eps of this run"
+        params = list(inspect.signature(cls.calibrate).parameters.values())
+        assert [p.name for p in params[:5]] == ["self", "epsilon", "delta", "method", "accountant"], name
+        assert params[3].default == "tight" and params[4].default == "pld", name
+
+
+@pytest.mark.parametrize("algo", ["dp-gd", "diff2-gd", "dicesgd"])
+def test_full_batch_rdp_calibration_is_for_comparison_and_needs_more_noise(algo):
+    from dpcalib.mechanisms import ALGORITHMS
+
+    _, shape, split = SHAPES[algo]
+    mech = ALGORITHMS[algo][0](**shape)
+    best, rdp = mech.calibrate(2.0, 1e-5, **split), mech.calibrate(2.0, 1e-5, accountant="rdp", **split)
+    name = next(iter(best.noise))
+    assert rdp.noise[name] > best.noise[name]
+    assert rdp.achieved_epsilon == pytest.approx(2.0, rel=1e-6) and rdp.certified_epsilon < 2.0
