@@ -37,20 +37,6 @@ class Spec:
     example: str
 
 
-EXAMPLES = {
-    "dp-gd": "dpcalib calibrate dp-gd --epsilon 3 --delta 1e-5 --rounds 2000 --clients 10 --n-min 1651",
-    "diff2-gd": "dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
-                "--clients 10 --n-min 1651 --u 1.25 --method paper",
-    "diff2-bvr": "dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
-                 "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
-    "dp-sgd": "dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
-    "dp-srm": "dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
-    "dicesgd": "dpcalib calibrate dicesgd --epsilon 2 --delta 1e-5 --n 50000 --batch-size 1000 --steps 150 "
-               "--c1 1 --c2 1 --c 1 --method both",
-    "clipd2p": "dpcalib calibrate clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 --iterations 3500",
-    "constd2p": "dpcalib calibrate constd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 --iterations 3500",
-    "adad2p": "dpcalib calibrate adad2p --epsilon 1 --delta 1e-5   (refused: no guarantee)",
-}
 ROUNDS_FIELDS = ("rounds", "steps", "iterations")
 
 
@@ -79,7 +65,9 @@ def spec_of(cls) -> Spec:
     names = [f.name for f in dataclasses.fields(cls)]
     # the count that grows with training, for --curve (none for a mechanism without accountable releases)
     rounds = next((r for r in ROUNDS_FIELDS if r in names), None) if issubclass(cls, Mechanism) else None
-    return Spec(tuple(opts), noise, rounds, EXAMPLES[cls.name])
+    from .mechanisms import REGISTRY
+
+    return Spec(tuple(opts), noise, rounds, REGISTRY[cls.name].examples["calibrate"])
 
 
 class _Specs(Mapping):

@@ -14,37 +14,22 @@ from __future__ import annotations
 import json
 from .accountant.validation import InputError
 
-__all__ = ["add_arguments", "run", "EXAMPLES"]
-
-EXAMPLES = {
-    "dp-srm": "dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16",
-    "diff2-gd": "dpcalib probe diff2-gd --epsilon 3 --delta 1e-5 --rounds 40 --restart-interval 20 --clients 4 "
-                "--n-min 250 --c2 0.01",
-    "dp-sgd": "dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20",
-    "dp-gd": "dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250",
-    "diff2-bvr": "dpcalib probe diff2-bvr --epsilon 3 --delta 1e-5 --rounds 8 --restart-interval 4 --clients 2 "
-                 "--n-min 500 --local-steps 3 --batch-size 50",
-    "dicesgd": "dpcalib probe dicesgd --epsilon 2 --delta 1e-5 --n 1000 --batch-size 50 --steps 20 --c1 1 --c2 1 --c 1",
-    "clipd2p": "dpcalib probe clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20",
-    "constd2p": "dpcalib probe constd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20",
-    "adad2p": "dpcalib probe adad2p ...   (refused: AdaD2P claims no sensitivity)",
-}
-
-_DIFF2 = ("dp-gd", "diff2-gd", "diff2-bvr")
-_CLIP = ("dp-sgd", "clipd2p", "constd2p")
-
+__all__ = ["add_arguments", "run"]
 
 def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     """The probe's own options (the shape options and --epsilon/--delta/--json come from the CLI)."""
     p.add_argument("--method", choices=["paper", "tight"], default="tight",
                    help="which calibration drives the probed run (default tight)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the papers' value for the algorithm)")
-    if algorithm in _DIFF2:
+    from .mechanisms import REGISTRY
+
+    defaults = REGISTRY[algorithm].probe or {}        # the clip options this algorithm's probe takes
+    if "c1" in defaults:
         p.add_argument("--c1", type=float, default=None, help="clip norm C1 of the gradient rounds (default 1)")
-        if algorithm != "dp-gd":
-            p.add_argument("--c2", type=float, default=None,
-                           help="clip factor C2 of the difference rounds, C_2,r = C2 ||x_{r-1} - x_{r-2}|| (default 10)")
-    if algorithm in _CLIP:
+    if "c2" in defaults:
+        p.add_argument("--c2", type=float, default=None,
+                       help="clip factor C2 of the difference rounds, C_2,r = C2 ||x_{r-1} - x_{r-2}|| (default 10)")
+    if "clip" in defaults:
         p.add_argument("--clip", type=float, default=None,
                        help="clip norm C (constd2p: the assumed gradient bound G; default 1)")
     if "--n" not in shape_flags:

@@ -145,12 +145,10 @@ def _example(command: str, algorithm: str) -> str:
         return ex
     if command == "compare":
         return ex.replace("calibrate", "compare").split(" --method")[0]
-    if command == "audit":
-        return AUDIT_EXAMPLES.get(algorithm, f"(no standard audit for {algorithm})")
-    if command == "probe":
-        from ._probe_cli import EXAMPLES as PROBE_EXAMPLES
+    if command in ("audit", "probe"):
+        from .mechanisms import REGISTRY
 
-        return PROBE_EXAMPLES[algorithm]
+        return REGISTRY[algorithm].examples.get(command, f"(no standard {command} for {algorithm})")
     noise = " ".join(f"--{n.replace('_', '-')} 1.0" for n in SPECS[algorithm].noise)
     parts = ex.replace("calibrate", "epsilon").split(" --method")[0].split()
     out, skip = [], False
@@ -223,34 +221,16 @@ def _print_report(d: dict) -> None:
         print(f"floor       {room} (below this noise the lower bound already exceeds the target)")
 
 
-AUDIT_EXAMPLES = {
-    "dp-gd": "dpcalib audit dp-gd --epsilon 2 --delta 1e-5 --rounds 4 --clients 2 --n-min 5 --runs 2000",
-    "diff2-gd": "dpcalib audit diff2-gd --epsilon 2 --delta 1e-5 --rounds 4 --restart-interval 2 --clients 2 "
-                "--n-min 5 --runs 2000",
-    "dicesgd": "dpcalib audit dicesgd --epsilon 2 --delta 1e-5 --n 20 --batch-size 5 --steps 4 --c1 1 --c2 0.1 "
-               "--runs 500",
-    "clipd2p": "dpcalib audit clipd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
-               "--relation replace-one --runs 300",
-    "constd2p": "dpcalib audit constd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
-                "--relation replace-one --runs 300",
-    "adad2p": "dpcalib audit adad2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 --runs 300",
-    "dp-srm": "dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
-              "--step-bound 1 --runs 1000",
-    "diff2-bvr": "dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
-                 "--n-min 4 --local-steps 3 --batch-size 2 --runs 1000",
-    "dp-sgd": "dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
-}
-
-
 # ---- commands --------------------------------------------------------------------------------
 def _cmd_audit(algorithm: str, args) -> int:
     from .mechanisms import ClipD2P
 
+    from .mechanisms import REGISTRY
     from .optim import audit as A
 
     if args.one_run:
         return _cmd_one_run(algorithm, args)
-    if algorithm in ("dp-srm", "diff2-bvr", "clipd2p"):
+    if "wor" in REGISTRY[algorithm].audit:
         mech, split = _build(algorithm, args)
         if A.wor_claim(algorithm, mech):
             return _cmd_audit_wor(algorithm, mech, split, args)

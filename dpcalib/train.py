@@ -25,7 +25,9 @@ def _parser(error_cls):
     p = P(prog="dpcalib train", description=__doc__.splitlines()[0].replace("``", ""), allow_abbrev=False,
           epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
                  "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("algorithm", choices=["dp-gd", "diff2-gd"], help="the algorithm (one client per process)")
+    from .mechanisms.registry import names
+
+    p.add_argument("algorithm", choices=names(train=True), help="the algorithm (one client per process)")
     p.add_argument("--epsilon", type=float, required=True, help="target epsilon > 0")
     p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
     p.add_argument("--rounds", type=int, required=True, help="rounds R")

@@ -30,6 +30,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from ..accountant.validation import InputError
+from ..mechanisms.registry import names
 from ._core import _seeds, flat
 from .canaries import plant
 from .clipping import clip_factors
@@ -37,7 +38,7 @@ from .clipping import clip_factors
 __all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
 
 #: optimizers whose audit runs can be batched (full-batch releases, no sampling)
-BATCHABLE = ("dp-gd", "diff2-gd")
+BATCHABLE = names(batched=True)
 
 
 def supports_batching(opt) -> bool:

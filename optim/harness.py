@@ -9,13 +9,14 @@ from __future__ import annotations
 import torch
 
 from ..accountant.validation import InputError
+from ..mechanisms.registry import names
 from .lockstep import alternating, constant, zero
 
 __all__ = ["AUDITABLE", "harness", "ONE_RUN", "one_run_harness", "wor_harness", "wor_claim"]
 
 
 # ---- standard harnesses (CLI and docs) ------------------------------------------------------------
-AUDITABLE = ("dp-gd", "diff2-gd", "dicesgd", "clipd2p", "constd2p", "adad2p")
+AUDITABLE = names(audit="llr")
 
 
 def harness(algorithm: str, mechanism, noise):
@@ -75,7 +76,7 @@ def harness(algorithm: str, mechanism, noise):
     return build, constant(d_model, norm), zero(d_model), 0, False
 
 
-ONE_RUN = ("dp-sgd", "dicesgd")
+ONE_RUN = names(audit="one-run")
 
 
 def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
@@ -104,8 +105,12 @@ def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
 
 
 def wor_claim(algorithm: str, mechanism) -> bool:
-    return algorithm in ("dp-srm", "diff2-bvr") or (
-        algorithm == "clipd2p" and mechanism.samples_per_node > 1 and mechanism.relation == "replace-one")
+    """Does this run's claim rest on sampling without replacement under replace-one?  (ClipD2P's
+    only with more than one record per node under replace-one; its J = 1 audit is the plain one.)"""
+    if algorithm not in names(audit="wor"):
+        return False
+    return not hasattr(mechanism, "samples_per_node") or (
+        mechanism.samples_per_node > 1 and mechanism.relation == "replace-one")
 
 
 def wor_harness(algorithm: str, mechanism, noise):

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from ..accountant.validation import InputError
+from ..mechanisms import REGISTRY
 from .replay import ReplaySource
 from .d2p import NoGuarantee
 from .sampling import ForcedRecord
@@ -228,17 +229,11 @@ def _relation(opt) -> str:
 
 
 # ---- the standard probe of each algorithm (CLI and docs) ---------------------------------------------
-#: per algorithm: the learning rate and the clip norms that are not shape options (the papers' values)
-PROBE_DEFAULTS = {
-    "dp-gd": {"lr": 0.125, "c1": 1.0},
-    "diff2-gd": {"lr": 0.125, "c1": 1.0, "c2": 10.0},
-    "diff2-bvr": {"lr": 0.125, "c1": 1.0, "c2": 10.0},
-    "dp-sgd": {"lr": 0.1, "clip": 1.0},
-    "dp-srm": {"lr": 0.1},
-    "dicesgd": {"lr": 0.1},
-    "clipd2p": {"lr": 0.1, "clip": 1.0},
-    "constd2p": {"lr": 0.1, "clip": 1.0},
-}
+#: per algorithm: the learning rate and the clip norms that are not shape options (the papers' values),
+#: from the one registry (``dpcalib.mechanisms.REGISTRY``)
+PROBE_DEFAULTS = {name: dict(a.probe) for name, a in REGISTRY.items() if a.probe is not None}
+
+
 def refusal(algorithm: str) -> str:
     """Why ``algorithm`` has no standard probe."""
     if algorithm == "adad2p":

@@ -146,7 +146,8 @@ def test_no_module_is_over_800_lines():
 
 def test_no_paper_file_imports_a_sibling_paper_file():
     """What two papers' calibrations share lives in mechanisms/_shared.py or _solve.py."""
-    papers = {m for m in MODULES if m.startswith("dpcalib.mechanisms.") and not m.rsplit(".", 1)[1].startswith("_")}
+    papers = {m for m in MODULES if m.startswith("dpcalib.mechanisms.") and not m.rsplit(".", 1)[1].startswith("_")
+              and m != "dpcalib.mechanisms.registry"}
     bad = [(a, b, ln) for a, b, _, ln in EDGES if a in papers and b in papers and a != b]
     assert not bad, bad
 
@@ -165,3 +166,27 @@ def test_bad_input_is_an_input_error_everywhere():
             plain[mod] = n
     assert set(plain) <= INTERNAL_VALUE_ERRORS and sum(plain.values()) == 3, plain
     assert "_raised_on_purpose" not in (ROOT / "dpcalib" / "cli.py").read_text()
+
+
+def test_algorithm_names_are_listed_once():
+    """Every list of algorithm names is derived from dpcalib.mechanisms.REGISTRY: no module-level
+    name is bound to a tuple, list, set or dict that writes out two or more algorithm names (the
+    per-algorithm branches of a harness are code, not lists)."""
+    from dpcalib.mechanisms import REGISTRY
+
+    names = set(REGISTRY)
+    bad = []
+    for mod, (path, _) in MODULES.items():
+        if mod == "dpcalib.mechanisms.registry":
+            continue
+        top = [n.value for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Assign, ast.AnnAssign))]
+        for node in (x for v in top if v is not None for x in ast.walk(v)):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                lits = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+                if len(lits) >= 2:
+                    bad.append((mod, node.lineno, lits))
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in names]
+                if len(keys) >= 2:
+                    bad.append((mod, node.lineno, keys))
+    assert not bad, bad
