@@ -636,23 +636,31 @@ def _show_warnings(caught) -> None:
         print(f"dpcalib: warning: ... and {len(msgs) - 20} more warnings", file=sys.stderr)
 
 
-TOP_HELP = """usage: dpcalib {list,calibrate,epsilon,compare,account,audit,probe,train} ...
-
-Privacy accounting and noise calibration for DP nonconvex optimizers.
-
-commands:
-  list        the algorithms, their options and the paper each comes from
-  calibrate   the noise levels for a target (epsilon, delta)
-  epsilon     epsilon spent for given noise levels (--curve, --plot)
-  compare     paper closed form, tight accountant, RDP conversions and dp-accounting side by side
-  account     epsilon of a raw composition of Gaussian events
-  audit       run the reference optimizer with its calibrated noise and lower-bound its epsilon
-  probe       run it on real neighbouring records and measure each release's move against its claimed sensitivity
-  train       DIFF2-GD / DP-GD with one client per local process (torch.distributed, gloo)
-
-'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.
-  dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 --clients 10 --n-min 1651 --u 1.25 --method paper --json
-"""
+#: the commands and what each does: the one table behind the top-level parser and its help
+COMMANDS = {
+    "list": "the algorithms, their options and the paper each comes from",
+    "calibrate": "the noise levels for a target (epsilon, delta)",
+    "epsilon": "epsilon spent for given noise levels (--curve, --plot)",
+    "compare": "paper closed form, best certified eps, RDP conversions and dp-accounting side by side",
+    "account": "epsilon of a raw composition of Gaussian events",
+    "audit": "run the reference optimizer with its calibrated noise and lower-bound its epsilon",
+    "probe": "run it on real neighbouring records and measure each release's move against its claimed sensitivity",
+    "train": "DIFF2-GD / DP-GD with one client per local process (torch.distributed, gloo)",
+}
+def _top_parser() -> argparse.ArgumentParser:
+    """``dpcalib COMMAND ...``: argparse subparsers, one per command of :data:`COMMANDS`, which
+    choose the command (and print the help); each command parses the rest of the line with its
+    own parser (the algorithm's, built from the registry and the mechanism)."""
+    p = _Parser(prog="dpcalib", description="Privacy accounting and noise calibration for DP nonconvex optimizers.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.\n"
+                       "  dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
+                       "--clients 10 --n-min 1651 --u 1.25 --method paper --json")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True,
+                           title="commands")
+    for name, text in COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False, prog=f"dpcalib {name}")
+    return p
 
 
 def _require_torch(command: str) -> None:
@@ -684,10 +692,11 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        top = _top_parser()
         if not argv or argv[0] in ("-h", "--help"):
-            print(TOP_HELP, end="")
+            top.print_help()
             return 0
-        command, rest = argv[0], argv[1:]
+        command, rest = top.parse_args(argv[:1]).command, argv[1:]
         if command == "list":
             return _cmd_list(None)
         if command == "account":
@@ -697,9 +706,6 @@ def _main(argv=None) -> int:
             from .train import run
 
             return run(rest, _UsageError)
-        if command not in ("calibrate", "epsilon", "compare", "audit", "probe"):
-            raise _UsageError(f"command {command!r} is not allowed: expected one of list, calibrate, epsilon, "
-                              "compare, account, audit, probe, train")
         if not rest or rest[0].startswith("-"):
             if any(a in ("-h", "--help") for a in rest):
                 print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"

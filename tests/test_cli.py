@@ -136,7 +136,7 @@ GD = SHAPES["diff2-gd"][0]
     (["calibrate", "diff2-bvr", "--epsilon", "3", "--delta", "1e-5", "--rounds", "2000", "--restart-interval", "20",
       "--clients", "10", "--n-min", "100", "--local-steps", "5", "--batch-size", "130"], "batch_size=130"),
     (["calibrate", "--epsilon", "3"], "ALGORITHM is required"),
-    (["frobnicate"], "command 'frobnicate'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--method", "exact", *GD], "invalid choice"),
     (["epsilon", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10"], "--noise-multiplier"),
     (["epsilon", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10", "--noise-multiplier", "-1"],

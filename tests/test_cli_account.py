@@ -39,7 +39,7 @@ def test_account_gaussian_is_exact():
     (["account", "--gaussian", "1:10", "--delta", "1"], "delta=1.0"),
     (["account", "--delta", "1e-5"], "at least one of"),
     (["account", "--gaussian", "1:10"], "--delta"),
-    (["frobnicate"], "command 'frobnicate'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["account", "--poisson", "0.01:1:3", "--delta", "1e-5", "--accountant", "gdp"], "--accountant gdp is not allowed"),
     (["account", "--wor", "0.01:1:3", "--delta", "1e-5", "--method", "gdp"], "--method gdp is not allowed"),
     (["epsilon", "dp-sgd", "--noise-multiplier", "1e-9", "--delta", "1e-5", "--sampling-rate", "0.5",
