@@ -59,6 +59,17 @@ class EpsilonReport:
                    (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + tuple(b.notes))
 
 
+def _chosen(accountant: str, method: str | None) -> str:
+    """The ``accountant=`` of an eps query; ``method=`` is its old name (deprecated)."""
+    if method is None:
+        return accountant
+    import warnings
+
+    warnings.warn("method= of an eps query is now accountant= ('method' is paper|tight, the calibration's)",
+                  DeprecationWarning, stacklevel=3)
+    return method
+
+
 def _dpa_rdp(event, relation, delta) -> float:
     from dp_accounting.rdp import rdp_privacy_accountant
 
@@ -175,25 +186,27 @@ class PrivacyAccountant:
     def _linear_slope(self) -> float:
         return sum(k / (2.0 * e.noise_multiplier * e.noise_multiplier) for e, k in self._events)
 
-    def get_epsilon(self, delta, method: str = "best", conversion: str = "improved",
-                    refine: bool = True) -> float:
+    def get_epsilon(self, delta, accountant: str = "best", conversion: str = "improved",
+                    refine: bool = True, *, method: str | None = None) -> float:
         """``eps`` spent at ``delta``: by default the best certified one (see :meth:`epsilon_report`)."""
-        return self.epsilon_report(delta, method, conversion, refine).epsilon
+        return self.epsilon_report(delta, _chosen(accountant, method), conversion, refine).epsilon
 
-    def epsilon_report(self, delta, method: str = "best", conversion: str = "improved",
-                       refine: bool = True) -> EpsilonReport:
+    def epsilon_report(self, delta, accountant: str = "best", conversion: str = "improved",
+                       refine: bool = True, *, method: str | None = None) -> EpsilonReport:
         """``eps(delta)`` with the method, order and conversion that produced it.
 
         Args:
           delta: target delta in (0, 1).
-          method: ``"best"`` (the default: the smallest certified eps of exact GDP, the PLD
-            bracket's upper end and RDP, :meth:`epsilon_bracket`; the report names the one that
-            certified it), ``"auto"`` (GDP when exact, else RDP: fast), ``"gdp"``, ``"rdp"`` or
-            ``"pld"``.
+          accountant: which bound answers -- ``"best"`` (the default: the smallest certified eps
+            of exact GDP, the PLD bracket's upper end and RDP, :meth:`epsilon_bracket`; the
+            report's ``method`` names the one that certified it), ``"auto"`` (GDP when exact,
+            else RDP: fast), ``"gdp"``, ``"rdp"`` or ``"pld"``.  (``method=`` is its old name:
+            accepted with a DeprecationWarning.)
           conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
           refine: refine the optimal order over real values when every event allows it
             (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
         """
+        method = _chosen(accountant, method)
         d = validation.delta(delta)
         if method not in ("auto", "gdp", "rdp", "pld", "best"):
             raise InputError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
@@ -269,7 +282,7 @@ class PrivacyAccountant:
         else:
             lower, upper, method, notes, h, conv = 0.0, math.inf, "rdp", skipped, 0.0, False
         if "rdp" in methods and not self._rdp_cannot_beat(upper, d):
-            r = self.epsilon_report(d, method="rdp").epsilon
+            r = self.epsilon_report(d, accountant="rdp").epsilon
             if r < upper:
                 upper, method = r, "rdp"
                 notes = notes + ("RDP gave the smaller certified eps",)
@@ -419,7 +432,7 @@ class PrivacyAccountant:
     def cross_check(self, delta) -> dict:
         """Our eps beside dp-accounting's (RDP, and PLD where it supports the events).
 
-        Returns a dict with keys ``ours`` (the ``epsilon_report(method="best")`` value),
+        Returns a dict with keys ``ours`` (the ``epsilon_report(accountant="best")`` value),
         ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion),
         ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
         ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
@@ -428,8 +441,8 @@ class PrivacyAccountant:
         import dp_accounting
 
         d = validation.delta(delta)
-        ours = self.epsilon_report(d, method="best")
-        ours_rdp = self.epsilon_report(d, method="rdp")
+        ours = self.epsilon_report(d, accountant="best")
+        ours_rdp = self.epsilon_report(d, accountant="rdp")
         pld = self.epsilon_bracket(d, methods=("pld",))
         rel = self.neighboring_relation
         nr = dp_accounting.NeighboringRelation

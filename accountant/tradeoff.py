@@ -100,6 +100,6 @@ def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256
     from .pld import pld_profile
 
     n = validation.integer(points, "points", low=2)
-    top = float(accountant.get_epsilon(1e-12, method="auto"))
+    top = float(accountant.get_epsilon(1e-12, accountant="auto"))
     eps = np.linspace(0.0, max(top, 1e-6), n)
     return TradeOffCurve.from_profile(eps, pld_profile(accountant.events, eps, discretization))

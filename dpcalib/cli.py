@@ -590,7 +590,7 @@ def _epsilon_of(acc, args) -> tuple:
         flag, other = ("--accountant", "best, pld or rdp") if args.accountant else ("--method", "auto or rdp")
         raise _UsageError(f"{flag} gdp is not allowed for these events: exact Gaussian DP holds only for "
                           f"full-batch Gaussian releases (--gaussian); use {other}")
-    rep = acc.epsilon_report(args.delta, method=which, conversion=args.conversion)
+    rep = acc.epsilon_report(args.delta, accountant=which, conversion=args.conversion)
     return rep, (rep.epsilon if rep.method == "gdp" else None)
 
 

@@ -47,7 +47,7 @@ class Mechanism:
 
     * ``accountant(*noise)`` -- the events of the whole run at these noise levels (positional,
       in the order the algorithm names them: ``noise_multiplier``; ``sigma0, sigma``; ...);
-    * ``epsilon(delta, *noise, method="best", conversion="improved")`` -- eps spent, by default
+    * ``epsilon(delta, *noise, accountant="best", conversion="improved")`` -- eps spent, by default
       the best certified (:meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report`);
     * ``calibrate(epsilon, delta, method="tight", accountant="pld", **options)`` -- the noise
       levels for a target: ``method`` is ``"paper"`` (the paper's formula, labelled) or
@@ -59,9 +59,12 @@ class Mechanism:
 
     releases: tuple = ()
 
-    def epsilon(self, delta, *noise, method: str = "best", conversion: str = "improved"):
-        """eps spent at ``delta`` by these noise levels (an ``EpsilonReport`` naming the method)."""
-        return self.accountant(*noise).epsilon_report(delta, method, conversion)
+    def epsilon(self, delta, *noise, accountant: str = "best", conversion: str = "improved",
+                method: str | None = None):
+        """eps spent at ``delta`` by these noise levels (an ``EpsilonReport`` naming the method that
+        certified it); ``accountant``: as ``PrivacyAccountant.epsilon_report`` (``method=``: its old
+        name, deprecated)."""
+        return self.accountant(*noise).epsilon_report(delta, accountant, conversion, method=method)
 
     def release(self, name: str) -> ReleaseSpec:
         for spec in self.releases:

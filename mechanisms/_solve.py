@@ -262,7 +262,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     the coarse root with the coarse slope: one to three evaluations of the upper end only.  On a
     fixed grid the upper bound is certified and continuous in the scale; the search runs secant
     steps in log-log coordinates (:func:`_loglog_root`).  The answer is then re-checked with
-    the procedure the reports use (``epsilon_report(method="best")``) and nudged up until it
+    the procedure the reports use (``epsilon_report(accountant="best")``) and nudged up until it
     holds: never overshoots.  Returns ``start`` when the PLD does not apply or is not smaller,
     and when ``delta`` is at least the chance that the record is used at all (then eps = 0 at
     every noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
@@ -364,7 +364,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         xt = _loglog_root(f, xt, ft, xt + step, r, predict=True, unknown_rtol=CAP_RTOL)
     t = math.exp(xt)
     step = rtol
-    while t < start and build(t).epsilon_report(delta, method="best").epsilon > target:
+    while t < start and build(t).epsilon_report(delta, accountant="best").epsilon > target:
         t = min(start, t * (1.0 + step))
         step *= 2.0
     return t, any(x < math.log(t) for x in over)
@@ -549,7 +549,7 @@ def pld_tighten(build, target: float, delta: float, start: float | None, rtol: f
 def _pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """The PLD stage of every tight calibration: ``(scale, bracket, lower_scale, note)``.
 
-    ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(method=
+    ``scale`` is the smallest scale whose certified upper bound (``epsilon_report(accountant=
     "best")``: exact GDP, PLD upper or RDP, whichever is smallest) meets ``target``, not above
     ``start`` (unless that report does not confirm the start, which is feasible only at its
     fixed RDP order: then nudged up until it does); ``bracket`` is the accountant's :class:`~dpcalib.accountant.EpsilonBracket` there;
@@ -628,14 +628,14 @@ def check_accountant(accountant: str) -> str:
 def certify(acc, delta, accountant: str = "pld"):
     """``(report, bracket)``: the one owner of every ``certified_epsilon``.
 
-    ``"pld"``: ``epsilon_report(delta, method="best")`` -- the smallest of exact GDP, the PLD
+    ``"pld"``: ``epsilon_report(delta, accountant="best")`` -- the smallest of exact GDP, the PLD
     upper bound and RDP -- with its bracket.  ``"rdp"``: ``epsilon_report(delta)`` (exact GDP
     for full batch, else RDP at the optimal real order, improved conversion), bracket None.
     """
     from ..accountant.accountant import EpsilonReport
 
     if accountant == "rdp":
-        return acc.epsilon_report(delta, method="auto"), None
+        return acc.epsilon_report(delta, accountant="auto"), None
     b = acc.epsilon_bracket(delta)
     return EpsilonReport.from_bracket(b), b
 

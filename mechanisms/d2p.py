@@ -108,7 +108,7 @@ class ClipD2P(Mechanism):
             rep = cert
             accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma', note=cap)})"
         else:
-            rep = self.epsilon(d, s, method="auto", conversion=conv)
+            rep = self.epsilon(d, s, accountant="auto", conversion=conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
         if method == "tight" and br is not None:
             notes["rdp_tight_noise"] = None if s0 is None else {"sigma": s0}

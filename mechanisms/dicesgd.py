@@ -146,7 +146,7 @@ class DiceSGD(Mechanism):
         paper_s1 = math.sqrt(32.0 * T * self.G_tilde * L / (N * N * e * e))
         d0, dt = self.sensitivities
         tight_s1 = math.sqrt(d0 * d0 + (T - 1) * dt * dt) / gdp_mu(e, d)
-        while self.epsilon(d, tight_s1, method="auto").epsilon > e:  # rounding guard: stay on the feasible side
+        while self.epsilon(d, tight_s1, accountant="auto").epsilon > e:  # rounding guard: stay on the feasible side
             tight_s1 *= 1.0 + 1e-12
         warns = []
         notes = {"noise_multiplier": None, "paper_sigma1": paper_s1, "assumption_free_sigma1": tight_s1,
@@ -171,8 +171,8 @@ class DiceSGD(Mechanism):
                                            "bounded here"))
             order, conv, accounting = None, "mironov", "rdp (the paper's Thm 3.7 bound, best real order, Lemma B.4)"
         elif accountant == "rdp":
-            s1 = smallest_scale(lambda s: self.epsilon(d, s, method="rdp").epsilon, e, start=tight_s1, rtol=1e-12)
-            rdp = self.epsilon(d, s1, method="rdp")
+            s1 = smallest_scale(lambda s: self.epsilon(d, s, accountant="rdp").epsilon, e, start=tight_s1, rtol=1e-12)
+            rdp = self.epsilon(d, s1, accountant="rdp")
             achieved, order, conv = rdp.epsilon, rdp.order, rdp.conversion
             accounting = "rdp (solved on RDP alone, assumption-free; certified by exact GDP)"
         else:

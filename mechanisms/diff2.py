@@ -151,13 +151,13 @@ class DIFF2GD(Mechanism):
             solve_on = "auto" if accountant == "pld" else "rdp"     # auto: exact GDP here
 
             def eps_at(k):
-                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k, method=solve_on).epsilon
+                return self.epsilon(d, p1 * k, None if p2 is None else p2 * k, accountant=solve_on).epsilon
             if eps_at(t) > e:  # rounding (GDP) or RDP's larger eps: step to the feasible side
                 t = smallest_scale(eps_at, e, start=t, rtol=1e-12)
             s1, s2 = p1 * t, (None if p2 is None else p2 * t)
             achieved, order, conv, accounting = None, None, None, "gdp (exact)"
             if accountant == "rdp":
-                rdp = self.epsilon(d, s1, s2, method="rdp")
+                rdp = self.epsilon(d, s1, s2, accountant="rdp")
                 achieved, order, conv = rdp.epsilon, rdp.order, rdp.conversion
                 accounting = "rdp (solved on RDP alone; certified by exact GDP)"
         certified = self.epsilon(d, s1, s2).epsilon

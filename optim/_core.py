@@ -317,9 +317,9 @@ class PrivateOptimizer:
                 acc.compose(ev, k)
         return acc
 
-    def epsilon_spent(self, delta: float | None = None, method: str = "best") -> float:
+    def epsilon_spent(self, delta: float | None = None, accountant: str = "best") -> float:
         """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise.
-        ``method``: as :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report` -- the best
+        ``accountant``: as :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report` -- the best
         certified eps by default (for the whole calibrated run, the number ``dpcalib epsilon``
         prints), ``"auto"`` for the fast GDP/RDP bound."""
         d = self.delta if delta is None else delta
@@ -329,7 +329,7 @@ class PrivateOptimizer:
             return 0.0
         if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):
             return math.inf
-        return float(self.accountant().get_epsilon(d, method))
+        return float(self.accountant().get_epsilon(d, accountant))
 
     def _noise_keys(self) -> tuple:
         return tuple(self.levels)

@@ -231,7 +231,7 @@ class NoGuarantee:
     def accountant(self):
         return self.mechanism.accountant()
 
-    def epsilon_spent(self, delta=None, method: str = "best") -> float:
+    def epsilon_spent(self, delta=None, accountant: str = "best") -> float:
         return math.inf if self.round else 0.0
 
     def _epsilon_metric(self, delta) -> float:

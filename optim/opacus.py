@@ -66,7 +66,7 @@ class DpcalibAccountant(IAccountant):
     def get_epsilon(self, delta: float, **kwargs) -> float:
         if not self.history:
             return 0.0
-        return self.accountant().epsilon_report(delta, method="best").epsilon
+        return self.accountant().epsilon_report(delta, accountant="best").epsilon
 
     def __len__(self) -> int:
         return len(self.history)

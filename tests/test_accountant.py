@@ -24,7 +24,7 @@ def test_full_batch_gaussian_is_exact_gdp():
     assert rep.method == "gdp"
     assert rep.epsilon == pytest.approx(float(oracles.gdp_epsilon(1.0, 1e-5)), rel=1e-10)   # mpmath root
     assert rep.epsilon == pytest.approx(4.3771781, abs=1e-6)
-    assert acc.get_epsilon(1e-5, method="rdp") > rep.epsilon
+    assert acc.get_epsilon(1e-5, accountant="rdp") > rep.epsilon
 
 
 def test_heterogeneous_gaussians_mu():

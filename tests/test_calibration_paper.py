@@ -23,7 +23,7 @@ def test_section1_dp_gd(eps, s1sq, z1, p4, best):
     assert rep.notes["z1"] == pytest.approx(z1, **R6)
     assert rep.achieved_epsilon == pytest.approx(p4, abs=5e-6)
     assert rep.order == (9 if eps == 3 else 6)
-    eps_best = DPGD(2000, 10, 1651).epsilon(1e-5, rep["sigma1"], method="rdp", conversion="mironov").epsilon
+    eps_best = DPGD(2000, 10, 1651).epsilon(1e-5, rep["sigma1"], accountant="rdp", conversion="mironov").epsilon
     assert eps_best == pytest.approx(best, abs=5e-6)
 
 
@@ -138,7 +138,7 @@ def test_section4_paper_noise_can_fail_its_claim():
     rep = m.calibrate(0.5, 1e-5, "paper")
     assert 9.0 < rep.certified_epsilon < 9.2
     assert rep.certified_epsilon == m.epsilon(1e-5, rep["sigma0"], rep["sigma"]).epsilon
-    assert m.epsilon(1e-5, rep["sigma0"], rep["sigma"], method="rdp").epsilon > 12.5
+    assert m.epsilon(1e-5, rep["sigma0"], rep["sigma"], accountant="rdp").epsilon > 12.5
 
 
 # ---- 5(f) DP-SGD -------------------------------------------------------------------------
@@ -203,10 +203,10 @@ def test_section6c_assumption_free_numbers():
 # ---- 7(f) ClipD2P ------------------------------------------------------------------------
 def test_section7_clipd2p_implied_eps():
     # spec 7(f) / T10: q = 1/2500, z = 0.04, K = 3500, delta = 1e-5, P4 at the best real order: "about 3139.93"
-    rep = ClipD2P(2500, 3500).epsilon(1e-5, 0.04, conversion="mironov", method="rdp")
+    rep = ClipD2P(2500, 3500).epsilon(1e-5, 0.04, conversion="mironov", accountant="rdp")
     assert rep.epsilon == pytest.approx(3139.93, rel=3e-3)
     assert rep.epsilon <= 3139.93  # ours optimises the order more finely
-    mn = ClipD2P(3000, 2200).epsilon(1e-5, 0.06, conversion="mironov", method="rdp")
+    mn = ClipD2P(3000, 2200).epsilon(1e-5, 0.06, conversion="mironov", accountant="rdp")
     assert mn.epsilon == pytest.approx(1049.71, rel=5e-3) and mn.epsilon <= 1049.71
     # our value is the exact divergence at our order (mpmath oracle), so the lower eps is real
     ref = 2200 * float(oracles.poisson_sgm_rdp(mn.order, 1 / 3000, 0.06)) + math.log(1e5) / (mn.order - 1)

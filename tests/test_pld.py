@@ -110,7 +110,7 @@ def test_one_gaussian_step_delta_bracket_contains_the_closed_form(z, eps):
 def test_poisson_upper_is_never_above_the_rdp_epsilon(q, z, k, delta):
     ev = PoissonSampledGaussianEvent(q, z)
     b = pld_epsilon([(ev, k)], delta)
-    rdp = PrivacyAccountant().compose(ev, k).get_epsilon(delta, method="rdp")
+    rdp = PrivacyAccountant().compose(ev, k).get_epsilon(delta, accountant="rdp")
     assert b.upper <= rdp
     assert b.lower <= b.upper
 
@@ -193,7 +193,7 @@ def test_wor_one_step_matches_the_mechanism_integrated_over_every_batch(n, b, z,
 def test_wor_upper_is_never_above_wbk_thm27(gamma, z, k, delta):
     ev = WORSampledGaussianEvent(gamma, z)
     b = pld_epsilon([(ev, k)], delta)
-    rdp = PrivacyAccountant().compose(ev, k).get_epsilon(delta, method="rdp")
+    rdp = PrivacyAccountant().compose(ev, k).get_epsilon(delta, accountant="rdp")
     assert b.upper <= rdp
     assert b.lower <= b.upper
 
@@ -203,7 +203,7 @@ def test_heterogeneous_composition_is_bracketed_between_its_parts():
     both = pld_epsilon([a, b_], 1e-5)
     alone = [pld_epsilon([x], 1e-5) for x in (a, b_)]
     assert both.lower >= max(x.lower for x in alone) - 1e-9
-    rdp = PrivacyAccountant().compose(*a).compose(*b_).get_epsilon(1e-5, method="rdp")
+    rdp = PrivacyAccountant().compose(*a).compose(*b_).get_epsilon(1e-5, accountant="rdp")
     assert both.upper <= rdp
 
 

@@ -95,7 +95,7 @@ def test_every_conversion_is_above_exact_gdp(zs_, counts, delta):
         acc.compose(GaussianEvent(z), k)
     mu = math.sqrt(sum(k / (z * z) for z, k in zip(zs_, counts)))   # Dong, Roth & Su 2019, Cor. 2.
     for conv in ("improved", "mironov"):
-        eps = acc.get_epsilon(delta, method="rdp", conversion=conv)
+        eps = acc.get_epsilon(delta, accountant="rdp", conversion=conv)
         # eps is at least the exact one iff the exact delta(eps) (mpmath, Balle & Wang) is <= delta
         assert oracles.gdp_delta(eps, mu, dps=40) <= delta * (1 + 1e-9)
 
