@@ -227,7 +227,7 @@ def _check_lr(value, name: str = "lr") -> float:
 
 class PrivateOptimizer:
     """Base class of the updates.  Subclasses set ``mechanism``, ``total_rounds`` and implement
-    ``_step(r)`` (one round: its releases go through ``self.noise``), ``_events()``, ``_state()`` /
+    ``_step(r)`` (one round: its releases go through ``self.privatizer``), ``_events()``, ``_state()`` /
     ``_load_state()`` and ``_objective()``.  Minibatches are drawn through ``sampler``
     (:class:`~optim.sampling.Sampler`, the plain draws by default), and the per-example part of
     every query is asked of ``per_example`` (:class:`~optim.per_example.PerExample`, naming the
@@ -258,7 +258,7 @@ class PrivateOptimizer:
         s_data, s_noise, s_out = _seeds(seed)
         self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
         self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
-        self.noise = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
+        self.privatizer = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
         # what the records of a batch contribute (optim.per_example); a check may put another object here
         self.per_example = PerExample(clip_method, chunk_size)
@@ -270,6 +270,22 @@ class PrivateOptimizer:
         self.metrics: list[dict] = []
         self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
         self._n_candidates = 0
+
+    @property
+    def noise(self) -> NoiseSource:
+        """Deprecated name of :attr:`privatizer`, the run's source of noise and record of its
+        releases ("noise" is the calibrated levels: the ``noise=`` argument)."""
+        import warnings
+
+        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
+        return self.privatizer
+
+    @noise.setter
+    def noise(self, value: NoiseSource) -> None:
+        import warnings
+
+        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
+        self.privatizer = value
 
     def holders(self) -> int:
         """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record."""

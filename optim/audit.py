@@ -92,7 +92,7 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
             if a == b:
                 continue
             leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
-            rl, rt = leader.noise.releases, twin.noise.releases
+            rl, rt = leader.privatizer.releases, twin.privatizer.releases
             if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
                 continue
             per_name: dict = {}
@@ -314,7 +314,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
             f_in.step()
             f_out.step()
         total = 0.0
-        for x, a, b in zip(leader.noise.releases, f_in.noise.releases, f_out.noise.releases):
+        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
             o = x.released.detach().to("cpu", torch.float64)
             llr = release_llr(o, a.value, a.std, b.value, b.std)
             total += _logaddexp(log_keep, math.log(q) + llr)
@@ -406,12 +406,12 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     grads = torch.zeros(m, d, dtype=torch.float64)
     grads[torch.arange(m), torch.as_tensor(coords)] = CANARY_NORM
     ManyCanaries(grads, torch.as_tensor(included)).install(opt)
-    opt.noise.record, opt.noise.record_noise, opt.noise.record_values = True, False, True
+    opt.privatizer.record, opt.privatizer.record_noise, opt.privatizer.record_values = True, False, True
     opt.run(progress=progress, log_every=opt.total_rounds)
     q, c = _one_run_signal(opt, CANARY_NORM)
     scores = np.zeros(m)
     log_keep = math.log1p(-q) if q < 1.0 else -math.inf
-    for rel in opt.noise.releases:
+    for rel in opt.privatizer.releases:
         x = rel.released.detach().to("cpu", torch.float64).reshape(-1).numpy()[coords]
         s2 = rel.std * rel.std
         if s2 == 0.0:

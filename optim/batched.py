@@ -51,7 +51,7 @@ def supports_batching(opt) -> bool:
 def _noise_sources(template, seeds) -> list:
     """Run i's noise source: the template's NoiseSource class, seeded as the sequential run with
     ``seeds[i]`` seeds its own (``_core._seeds``), so every draw goes through the same code."""
-    cls = type(template.noise)
+    cls = type(template.privatizer)
     return [cls(_seeds(s)[1], template.device, template.dtype) for s in seeds]
 
 

@@ -77,7 +77,7 @@ class _Decentralized(PrivateOptimizer):
         # node i's sampling and noise streams are the same whichever process runs it
         data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.nodes)
         self.node_generators = [torch.Generator(device=self.device).manual_seed(data_seeds[i]) for i in here]
-        self.noise.use_rows([noise_seeds[i] for i in here])
+        self.privatizer.use_rows([noise_seeds[i] for i in here])
         x0 = flat(self.like)
         self.X = x0.unsqueeze(0).repeat(len(here), 1)                 # x_i^0 = z_i^0 = model's parameters
         self.w = torch.ones(len(here), device=self.device, dtype=self.dtype)
@@ -129,7 +129,7 @@ class _Decentralized(PrivateOptimizer):
         Z = self.X / self.w.unsqueeze(1)
         g, mask = self._node_grads(Z)
         g_nodes = self._combine(g, mask)                              # [n, d]
-        noisy = self.noise.privatize_rows(g_nodes, self._stds(g_nodes), round=r,
+        noisy = self.privatizer.privatize_rows(g_nodes, self._stds(g_nodes), round=r,
                                           names=[f"node {i}: g + N" for i in self.here],
                                           sensitivity=self._sensitivity(), relation=self.relation)
         half = self.X - self.lr * noisy

@@ -131,7 +131,7 @@ class DIFF2GD(PrivateOptimizer):
             v = self.transport.aggregate(part)
         public = None if self._restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
         std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
-        vt = self.transport.release(self.noise, v, std, round=r, name=f"v~ ({kind})",
+        vt = self.transport.release(self.privatizer, v, std, round=r, name=f"v~ ({kind})",
                                     sensitivity=self.mechanism.sensitivity(kind, c),
                                     relation=self.mechanism.release(kind).relation, public=public)
         self.counts[kind] += 1
@@ -203,7 +203,7 @@ class DIFF2BVR(DIFF2GD):
         self.x_out = None                    # x^out_{r-1}
         data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.P)
         self.client_generators = [torch.Generator(device=self.device).manual_seed(s) for s in data_seeds]
-        self.noise.use_rows(noise_seeds)
+        self.privatizer.use_rows(noise_seeds)
 
     def _step(self, r: int) -> None:
         self._offer_output(self.x_out if self.x_out is not None else self.params())
@@ -217,7 +217,7 @@ class DIFF2BVR(DIFF2GD):
         self._set_params(cur)
 
     def client_noise_source(self):
-        return self.noise
+        return self.privatizer
 
     def _local_phase(self, r, p, shard, x0, x1, noise):
         """Algorithm 4 lines 4-9 on client p: K - 1 noisy local steps from x_{1,r-1} = x1.  The

@@ -51,7 +51,7 @@ def _leader(build, seed, canary, holder=0):
     """A run that records its releases with their values (the truth of an experiment); record 0 of
     the ``holder`` is the gradient canary (:func:`optim.canaries.plant`)."""
     leader = build(seed)
-    leader.noise.record = leader.noise.record_values = True
+    leader.privatizer.record = leader.privatizer.record_values = True
     plant(leader, canary, holder)
     return leader
 
@@ -60,7 +60,7 @@ def _follower(build, seed, leader, canary, holder=0):
     """A run on another dataset that walks ``leader``'s public history (see :class:`~optim.replay.ReplaySource`)."""
     f = build(seed)
     plant(f, canary, holder)
-    f.noise = ReplaySource(leader.noise, f.device, f.dtype)
+    f.privatizer = ReplaySource(leader.privatizer, f.device, f.dtype)
     return f
 
 
@@ -98,7 +98,7 @@ def release_llr(o, q_a, s_a, q_b, s_b) -> float:
 def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
     """S = log p_D(transcript) - log p_D'(transcript) (D carries canary A)."""
     total = 0.0
-    for x, y in zip(leader.noise.releases, twin.noise.releases):
+    for x, y in zip(leader.privatizer.releases, twin.privatizer.releases):
         o = x.released.detach().to("cpu", torch.float64)
         q_t, s_t, q_o, s_o = x.value, x.std, y.value, y.std
         llr = release_llr(o, q_t, s_t, q_o, s_o) if truth_is_a else release_llr(o, q_o, s_o, q_t, s_t)
@@ -155,7 +155,7 @@ def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int 
     f_a = _follower(build, seed, leader, canary_a, holder)
     f_b = _follower(build, seed, leader, canary_b, holder)
     for f, mode in ((f_out, "out"), (f_a, "in"), (f_b, "in")):
-        f.sampler = WORCoupling(seed, mode, (lambda f=f: len(f.noise.releases)), holder, base=f.sampler)
+        f.sampler = WORCoupling(seed, mode, (lambda f=f: len(f.privatizer.releases)), holder, base=f.sampler)
     for _ in range(leader.total_rounds):
         leader.step()
         for f in (f_out, f_a, f_b):
@@ -164,8 +164,8 @@ def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int 
     if f_a.sampler.gammas != gam or f_b.sampler.gammas != gam:
         raise RuntimeError("the followers sampled differently: the optimizer's sampling depends on private data.")
     total = 0.0
-    for i, (x, u, a, b) in enumerate(zip(leader.noise.releases, f_out.noise.releases, f_a.noise.releases,
-                                         f_b.noise.releases)):
+    for i, (x, u, a, b) in enumerate(zip(leader.privatizer.releases, f_out.privatizer.releases, f_a.privatizer.releases,
+                                         f_b.privatizer.releases)):
         o = x.released.detach().to("cpu", torch.float64)
         total += _mixture_llr(o, u.value, a.value, b.value, a.std, gam.get(i, 1.0))
     return total

@@ -186,10 +186,10 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         for pr in pair_list:
             lead_s = _Counting(holder, index, True)
             leader = build(_with_record(data, holder, index, pr.record_d), seed, lead_s)
-            leader.noise.record = leader.noise.record_values = True
+            leader.privatizer.record = leader.privatizer.record_values = True
             twin_s = _Counting(holder, index, pr.record_dprime is not None)
             twin = build(_with_record(data, holder, index, pr.record_dprime or pr.record_d), seed, twin_s)
-            twin.noise = ReplaySource(leader.noise, twin.device, twin.dtype)
+            twin.privatizer = ReplaySource(leader.privatizer, twin.device, twin.dtype)
             for _ in range(n):
                 leader.step()
                 twin.step()
@@ -197,7 +197,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
             if pr.record_dprime is None and twin_s.draws == 0:
                 raise InputError(f"algorithm={name!r} is not allowed for an add/remove probe: its releases draw no "
                                  "sample, so the record cannot be taken out (its claim is under replace-one).")
-            for a, b in zip(leader.noise.releases, twin.noise.releases):
+            for a, b in zip(leader.privatizer.releases, twin.privatizer.releases):
                 count += 1
                 if a.std != b.std:
                     mismatches += 1

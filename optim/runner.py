@@ -113,7 +113,7 @@ class Runner:
             "model": {k: v.clone() for k, v in u.model.state_dict().items()},
             "state": u._state(), "counts": dict(u.counts), "metrics": list(u.metrics),
             "rng": {"data": u.data_generator.get_state(), "output": u.output_generator.get_state()},
-            "noise": u.noise.state_dict(), "out": u._out, "n_candidates": u._n_candidates,
+            "noise": u.privatizer.state_dict(), "out": u._out, "n_candidates": u._n_candidates,
             "levels": dict(u.levels), "format": CHECKPOINT_FORMAT,
             "mechanism": _shape(u.mechanism), "transport": u.transport.name,
         }
@@ -151,7 +151,7 @@ class Runner:
         u.metrics = list(state["metrics"])
         u.data_generator.set_state(state["rng"]["data"])
         u.output_generator.set_state(state["rng"]["output"])
-        u.noise.load_state_dict(state["noise"])
+        u.privatizer.load_state_dict(state["noise"])
         u._out, u._n_candidates = _move(state["out"], u.device), int(state["n_candidates"])
 
     def save_checkpoint(self, path) -> None:

@@ -78,7 +78,7 @@ class DPSGD(_OneDataset):
         self._offer_output(cur)
         s = self._clipped(self._poisson(self.q), self.C, cur)
         std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
-        noisy = self.noise.privatize(s, std, round=r, name="clipped gradient sum",
+        noisy = self.privatizer.privatize(s, std, round=r, name="clipped gradient sum",
                                      sensitivity=self.mechanism.sensitivity("step", self.C),
                                      relation=self.mechanism.release("step").relation)
         self.counts["step"] += 1
@@ -147,7 +147,7 @@ class DPSRM(_OneDataset):
             level, kind = self.sigma, "v^t"
         m = self.mechanism
         public = None if r == 1 else (1.0 - self.gamma) * self.v     # the released v^{t-1} is public
-        self.v = self.noise.privatize(v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
+        self.v = self.privatizer.privatize(v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
                                       relation=m.release(kind).relation, public=public)
         self.counts[kind] += 1
 
@@ -223,7 +223,7 @@ class DiceSGD(_OneDataset):
         plain = self.per_example.grad_sum(self.model, self.loss_fn, cur, self.x[idx], self.y[idx], ids=(0, idx))
         v = clipped / self.B + self._clip_e()
         kind, m = ("first" if t == 0 else "later"), self.mechanism
-        vw = self.noise.privatize(v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
+        vw = self.privatizer.privatize(v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
                                   sensitivity=m.sensitivity(kind, (self.C1, self.C2)),
                                   relation=m.release(kind).relation)
         self.counts[kind] += 1

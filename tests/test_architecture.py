@@ -69,3 +69,10 @@ def test_every_per_example_query_goes_through_the_per_example_object(name):
     for (k, x), (_, y) in zip(a.model.named_parameters(), b.model.named_parameters()):
         assert torch.equal(x, y), (name, k)
     assert c.calls >= b.total_rounds
+
+
+def test_the_random_source_is_the_privatizer_and_noise_is_its_deprecated_name():
+    opt, _ = build("dp-sgd", mlp(), seed=0)
+    assert isinstance(opt.privatizer, O.NoiseSource)
+    with pytest.warns(DeprecationWarning, match="opt.privatizer"):
+        assert opt.noise is opt.privatizer

@@ -24,7 +24,7 @@ from tests.builders import NAMES, build, mlp
 def test_per_release_ks_tests_pass(name):
     opt, _ = build(name, mlp(), seed=5, rounds=20)
     opt.run(progress=False)
-    res = O.noise_ks_test(opt.noise.releases)
+    res = O.noise_ks_test(opt.privatizer.releases)
     assert res.passed, res.min_p
 
 
@@ -135,7 +135,7 @@ class _Shrunk(NoiseSource):
 def test_audit_catches_noise_secretly_scaled_by_0_7(monkeypatch):
     monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Shrunk)
     b, rep = _full_batch("dp-gd")
-    assert isinstance(b(0).noise, _Shrunk)
+    assert isinstance(b(0).privatizer, _Shrunk)
     r = A.audit(b, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), runs=1000,
                 claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
     assert r.verdict == "violation"

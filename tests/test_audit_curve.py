@@ -110,7 +110,7 @@ def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bo
 
     monkeypatch.setattr(core, "NoiseSource", Shrunk)
     build, rep = builder("dp-gd")
-    assert isinstance(build(0).noise, Shrunk)
+    assert isinstance(build(0).privatizer, Shrunk)
     canaries = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
     s_d, s_p = A.llr_samples(build, *canaries, runs=64_000, progress=False)
     mu = gdp_mu(2.0, 1e-5)

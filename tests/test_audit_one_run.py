@@ -59,7 +59,7 @@ def test_one_run_audit_catches_0_3_x_the_noise(monkeypatch):
 
     monkeypatch.setattr(core, "NoiseSource", Scaled)
     build = _dpsgd(2.0)
-    assert isinstance(build(0).noise, Scaled)
+    assert isinstance(build(0).privatizer, Scaled)
     r = A.one_run_audit(build, canaries=1000, claimed_epsilon=2.0, delta=1e-5, progress=False)
     assert r.verdict == "violation" and r.epsilon_lo > 2.0
 

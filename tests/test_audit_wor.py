@@ -71,7 +71,7 @@ def test_wor_audits_catch_half_the_noise(setup, runs, monkeypatch):
     # 300 runs per dataset; the counts leave a 2x margin)
     monkeypatch.setattr(core, "NoiseSource", _HalfNoise)
     s = setup()
-    assert isinstance(s[0](0).noise, _HalfNoise)
+    assert isinstance(s[0](0).privatizer, _HalfNoise)
     r = audit(s, runs)
     assert r.verdict == "violation", r.as_dict()
 

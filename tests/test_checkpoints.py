@@ -21,7 +21,7 @@ def test_checkpoint_is_plain_data(name, tmp_path):
     # torch's own restricted unpickler: tensors, numbers, strings, lists, dicts -- no classes
     state = torch.load(tmp_path / "ck.pt", weights_only=True)
     assert state["algorithm"] == opt.name and state["round"] == 4
-    assert len(state["noise"]["releases"]) == len(opt.noise.releases) > 0
+    assert len(state["noise"]["releases"]) == len(opt.privatizer.releases) > 0
     assert all(isinstance(r, dict) for r in state["noise"]["releases"])
 
 

@@ -35,7 +35,7 @@ def test_diff2_gd_on_cuda_matches_cpu_without_noise():
     noise = {"sigma1": 0.0, "sigma2": 0.0}
     a, _ = _run(O.DIFF2GD, "cpu", mech, noise, shards(3, 30), C1=1.0, C2=2.0, lr=0.1)
     b, opt = _run(O.DIFF2GD, "cuda", mech, noise, shards(3, 30), C1=1.0, C2=2.0, lr=0.1)
-    assert opt.x.device.type == "cuda" and opt.noise.generator.device.type == "cuda"
+    assert opt.x.device.type == "cuda" and opt.privatizer.generator.device.type == "cuda"
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
@@ -44,12 +44,12 @@ def test_noisy_runs_on_cuda_have_the_calibrated_noise():
     mech = M.ClipD2P(10, 20, "replace-one")
     rep = mech.calibrate(8.0, 1e-5)
     _, opt = _run(O.ClipD2P, "cuda", mech, rep, shards(4, 10), C=1.0, lr=0.05, record=True)
-    assert O.noise_std_test(opt.noise.releases).passed
+    assert O.noise_std_test(opt.privatizer.releases).passed
     mech = M.DPSGD(0.2, 20)
     x = torch.cat([s[0] for s in shards(4, 30)])
     y = torch.cat([s[1] for s in shards(4, 30)])
     _, opt = _run(O.DPSGD, "cuda", mech, mech.calibrate(2.0, 1e-5), (x, y), C=1.0, lr=0.1, record=True)
-    assert O.noise_std_test(opt.noise.releases).passed
+    assert O.noise_std_test(opt.privatizer.releases).passed
 
 
 @cuda
@@ -62,7 +62,7 @@ def test_batched_audit_runs_on_cuda_and_matches_the_sequential_cuda_runs():
 
     def build(seed):
         return O.DIFF2GD(mlp().cuda(), O.squared_loss, data, mech, rep, C1=1.0, C2=1.0, lr=0.1, seed=seed)
-    assert build(0).noise.generator.device.type == "cuda"
+    assert build(0).privatizer.generator.device.type == "cuda"
     d = sum(p.numel() for p in mlp().parameters())
     canaries = (A.alternating(d, 1e6), A.alternating(d, 1e6, sign=-1.0))
     seq = A.llr_samples(build, *canaries, runs=6, batch=None, progress=False)

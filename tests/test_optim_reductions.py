@@ -218,7 +218,7 @@ def test_push_sum_preserves_the_network_average_and_weights():
             g = full_grad(model, p, *nodes[i], torch.ones(1, dtype=torch.float64))
             gs.append(g * min(1.0, 0.5 / float(g.norm())))
         opt.step()
-        noise = torch.stack([r.noise for r in opt.noise.releases[-n:]])
+        noise = torch.stack([r.noise for r in opt.privatizer.releases[-n:]])
         torch.testing.assert_close(opt.X.mean(0), xbar - 0.1 * (torch.stack(gs) + noise).mean(0),
                                    rtol=1e-9, atol=1e-12)
         assert torch.equal(opt.w, torch.ones(n, dtype=torch.float64))

@@ -37,7 +37,7 @@ def _claimed_std(name, rep, release):
 def test_recorded_noise_passes_the_chi_square_test(name):
     opt, rep = build(name, mlp(), seed=3, rounds=30)
     opt.run(progress=False)
-    rel = opt.noise.releases
+    rel = opt.privatizer.releases
     assert len(rel) > 0
     res = O.noise_std_test(rel)
     assert res.passed, res
@@ -72,9 +72,9 @@ class _Shrunk(NoiseSource):
 def test_mis_scaled_noise_is_detected(name, monkeypatch):
     monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Shrunk)
     opt, _ = build(name, mlp(), seed=3, rounds=30)
-    assert isinstance(opt.noise, _Shrunk)
+    assert isinstance(opt.privatizer, _Shrunk)
     opt.run(progress=False)
-    res = O.noise_std_test(opt.noise.releases)
+    res = O.noise_std_test(opt.privatizer.releases)
     assert not res.passed
     assert res.ratio_interval[1] < 1.0 and res.ratio == pytest.approx(0.9, abs=0.05)
 
@@ -104,8 +104,8 @@ def test_resumed_run_equals_uninterrupted(name, tmp_path):
     for ma in a.metrics:
         mc = by_round[ma["round"]]
         assert all((ma[k] == mc[k]) or (math.isnan(ma[k]) and math.isnan(mc[k])) for k in ma)
-    assert len(a.noise.releases) == len(c.noise.releases)
-    assert all(torch.equal(r.noise, s.noise) for r, s in zip(a.noise.releases, c.noise.releases))
+    assert len(a.privatizer.releases) == len(c.privatizer.releases)
+    assert all(torch.equal(r.noise, s.noise) for r, s in zip(a.privatizer.releases, c.privatizer.releases))
     oa, oc = a.output(), c.output()
     assert all(torch.equal(oa[k], oc[k]) for k in oa)
 
@@ -146,7 +146,7 @@ def test_adad2p_has_no_epsilon():
     assert opt.metrics[-1]["epsilon"] == math.inf
     with pytest.raises(M.NoPrivacyGuaranteeError):
         opt.accountant()
-    assert all(r.sensitivity is None for r in opt.noise.releases)
+    assert all(r.sensitivity is None for r in opt.privatizer.releases)
 
 
 def test_constd2p_counts_gradients_above_its_assumed_bound():
@@ -181,12 +181,12 @@ def test_seeds_split_data_and_noise_streams():
     torch.rand(1000, generator=d.data_generator)        # a different sampling history
     d.run(progress=False)
     assert not torch.equal(flat(a.model), flat(d.model))
-    assert len(d.noise.releases) == len(a.noise.releases)
-    assert all(torch.equal(r.noise, s.noise) for r, s in zip(a.noise.releases, d.noise.releases))
+    assert len(d.privatizer.releases) == len(a.privatizer.releases)
+    assert all(torch.equal(r.noise, s.noise) for r, s in zip(a.privatizer.releases, d.privatizer.releases))
     c, _ = build("dp-sgd", mlp(), seed=12)
     c.run(progress=False)
     assert not torch.equal(flat(a.model), flat(c.model))
-    assert not torch.equal(a.noise.releases[0].noise, c.noise.releases[0].noise)
+    assert not torch.equal(a.privatizer.releases[0].noise, c.privatizer.releases[0].noise)
 
 
 def test_output_is_one_of_the_candidate_iterates():

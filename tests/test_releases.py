@@ -23,14 +23,14 @@ def test_the_mechanisms_sensitivity_rule_is_the_only_source(monkeypatch, name, c
     base, rep0 = build(name, mlp(), seed=4, rounds=4)
     base.run(progress=False)
     eps0 = base.epsilon_spent()
-    r0 = base.noise.releases
+    r0 = base.privatizer.releases
     assert r0[0].sensitivity == pytest.approx(first_sensitivity, rel=1e-12)
 
     original = cls.sensitivity
     monkeypatch.setattr(cls, "sensitivity", lambda self, release, clip=None: 2.0 * original(self, release, clip))
     opt, rep1 = build(name, mlp(), seed=4, rounds=4)
     opt.run(progress=False)
-    r1 = opt.noise.releases
+    r1 = opt.privatizer.releases
     assert len(r1) == len(r0)
     # the claimed sensitivity doubles ...
     assert r1[0].sensitivity == pytest.approx(2.0 * first_sensitivity, rel=1e-12)
