@@ -79,6 +79,11 @@ class Runner:
             raise InputError(f"log_every={log_every!r} is not allowed: expected an integer >= 1.")
         if checkpoint_every is not None and int(checkpoint_every) < 1:
             raise InputError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
+        if checkpoint is not None:          # checked before the first round, not after the hundredth
+            folder = os.path.dirname(os.path.abspath(u.transport.path(os.fspath(checkpoint))))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise InputError(f"checkpoint={os.fspath(checkpoint)!r} is not allowed: the folder {folder!r} does not "
+                                 "exist or is not writable.")
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=u.name, disable=(None if progress is None else not progress), leave=False)

@@ -78,3 +78,10 @@ def test_a_checkpoint_of_another_shape_noise_or_model_is_refused(tmp_path):
     with pytest.raises(ValueError, match="model's parameters"):
         d.load_checkpoint(tmp_path / "a.pt")
     assert b.round == c.round == d.round == 0
+
+
+def test_a_checkpoint_in_a_missing_folder_is_refused_before_the_first_round(tmp_path):
+    opt, _ = build("dp-sgd", mlp(), seed=0)
+    with pytest.raises(ValueError, match="does not exist"):
+        opt.run(progress=False, checkpoint=tmp_path / "missing" / "ck.pt")
+    assert opt.round == 0
