@@ -10,6 +10,7 @@ caller (the command line) tells a user's mistake from a failed computation by it
 from __future__ import annotations
 
 import math
+import os
 import numbers
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     "probability",
     "positive",
     "delta",
+    "writable_file",
 ]
 
 
@@ -128,3 +130,15 @@ def _fmt(x: float) -> str:
     if float(x).is_integer():
         return str(int(x))
     return repr(float(x))
+
+
+def writable_file(path, name: str) -> str:
+    """``path`` of a file to be written (a checkpoint, a plot): its folder must exist and be
+    writable -- checked before any work, not after it."""
+    text = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise InputError(f"{name}={text!r} is not allowed: the folder {folder!r} does not exist.")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{name}={text!r} is not allowed: the folder {folder!r} is not writable.")
+    return text

@@ -53,12 +53,12 @@ def _plot_path(text: str) -> str:
     if suffix not in PLOT_FORMATS:
         raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: expected a file name ending in one of "
                                          f".{', .'.join(PLOT_FORMATS)}")
-    folder = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: the folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: the folder {folder!r} is not writable")
-    return text
+    from .accountant.validation import InputError, writable_file
+
+    try:
+        return writable_file(text, "--plot")
+    except InputError as exc:           # argparse reports an ArgumentTypeError's own words
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ---- helpers ---------------------------------------------------------------------------------

@@ -178,11 +178,7 @@ def _check_before_spawning(a, error_cls) -> None:
         if x is not None and x < low:
             raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
     if a.checkpoint:
-        folder = os.path.dirname(os.path.abspath(a.checkpoint))
-        if not os.path.isdir(folder):
-            raise error_cls(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} does not exist")
-        if not os.access(folder, os.W_OK):
-            raise error_cls(f"--checkpoint={a.checkpoint!r} is not allowed: the folder {folder!r} is not writable")
+        v.writable_file(a.checkpoint, "--checkpoint")
         if a.resume:
             missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
                        if not os.path.exists(f"{a.checkpoint}.rank{r}")]

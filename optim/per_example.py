@@ -35,8 +35,8 @@ def flat_of(tensors: dict, like: dict) -> torch.Tensor:
 
 
 def _zeros(params: dict) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in params.values()]).new_zeros(
-        sum(t.numel() for t in params.values()))
+    """The flat zero vector of an empty batch (the parameters' dtype and device)."""
+    return next(iter(params.values())).new_zeros(sum(t.numel() for t in params.values()))
 
 
 class PerExample:

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import fields, is_dataclass
 
 import torch
-from ..accountant.validation import InputError
+from ..accountant.validation import InputError, writable_file
 
 __all__ = ["Runner", "CHECKPOINT_FORMAT"]
 
@@ -80,10 +80,7 @@ class Runner:
         if checkpoint_every is not None and int(checkpoint_every) < 1:
             raise InputError(f"checkpoint_every={checkpoint_every!r} is not allowed: expected an integer >= 1.")
         if checkpoint is not None:          # checked before the first round, not after the hundredth
-            folder = os.path.dirname(os.path.abspath(u.transport.path(os.fspath(checkpoint))))
-            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-                raise InputError(f"checkpoint={os.fspath(checkpoint)!r} is not allowed: the folder {folder!r} does not "
-                                 "exist or is not writable.")
+            writable_file(u.transport.path(os.fspath(checkpoint)), "checkpoint")
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=u.name, disable=(None if progress is None else not progress), leave=False)
