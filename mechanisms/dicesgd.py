@@ -38,7 +38,7 @@ def dice_const_needed(epsilon, delta) -> float:
 
 
 def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
-    """Spec 6(c') / 9.3 T12 as written: RDP with every step at ``Delta = 2 C2 + C1/B`` and
+    """The assumption-free bound (DiceSGD-E5, docs/errata.md) in RDP: every step at ``Delta = 2 C2 + C1/B`` and
     Lemma B.4 at the best real order: ``sigma1 = Delta sqrt(T / (2 S_max))``,
     ``S_max = (sqrt(L + eps) - sqrt(L))^2``.  (The GDP accountant used by ``calibrate`` is tighter.)"""
     e = v.positive(epsilon, "epsilon")

@@ -172,8 +172,8 @@ class DiceSGD(_OneDataset):
     ``e^{t+1} = e^t + (1/B) sum_{B_t} g_i - v^t`` (noise-free; e is never released).
     ``optimizer="adam"``: Algorithm 3, Adam on ``v^t + w^t`` with bias corrections
     ``1 - beta^(t+1)`` (Adam's bias correction at step t + 1).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
-    x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free, spec
-    6(c')): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
+    x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free,
+    DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
 
     name = "dicesgd"
     _mechanism_type = M.DiceSGD
