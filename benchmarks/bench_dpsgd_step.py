@@ -2,9 +2,11 @@
 against a non-private step, on the papers' MLP, a GroupNorm CNN and a small transformer
 (benchmarks/models.py).  Every contender runs in its own process (so that peak memory is that
 process's max RSS), on the same model, batch and seed; time is the median of ``--steps`` steps after
-two warm-up steps.  One run; read the ratios, measured side by side.
+two warm-up steps.  The contenders take turns, ``--rounds`` times (a slow spell of a shared machine
+then hits them all); each figure is the median over the rounds.  One run; read the ratios,
+measured side by side.
 
-    python -m benchmarks.bench_dpsgd_step [--models mlp,cnn,transformer] [--steps 7] [--threads 2]
+    python -m benchmarks.bench_dpsgd_step [--models mlp,cnn,transformer] [--steps 7] [--threads 2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -42,17 +44,17 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
             BM.ce_loss(model(x), y).sum().backward()
             opt.step()
     elif who == "dpcalib":
-        from dpcalib.optim.clipping import clip_path, clipped_grad_sum
+        # the library's optimizer step as a user runs it (sampling, clipping, the release through the
+        # noise source, the update, the output reservoir): Poisson sampling at q = 1 over the batch's
+        # records draws every record every step, so the batch is the same as the other contenders'
+        from dpcalib import mechanisms as M
+        from dpcalib.optim import DPSGD
+        from dpcalib.optim.clipping import clip_path
 
-        params = dict(model.named_parameters())
         path = clip_path(model)
-        g = torch.Generator().manual_seed(0)
-
-        def step():
-            s, _ = clipped_grad_sum(model, BM.ce_loss, x, y, C, params)
-            with torch.no_grad():
-                for k, p in params.items():
-                    p.add_(s[k] + z * C * torch.randn(p.shape, generator=g), alpha=-lr / B)
+        opt = DPSGD(model, BM.ce_loss, (x, y), M.DPSGD(sampling_rate=1.0, steps=steps + 2), {"noise_multiplier": z},
+                    C=C, lr=lr)
+        step = opt.step
     elif who == "opacus-hooks":
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
@@ -99,25 +101,30 @@ def main(argv=None):
     ap.add_argument("--models", default="mlp,cnn,transformer")
     ap.add_argument("--steps", type=int, default=None, help="steps timed (default: 200 MLP, 7 CNN, 15 transformer)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of turns (one process per contender per round); medians over rounds are shown")
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "WHO"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(_one(a.child[0], a.child[1], a.steps, a.threads)))
         return 0
     print(f"DP-SGD step, median of {a.steps or 'the default number of'} steps, each contender in its own process "
-          f"({a.threads} threads)")
+          f"({a.threads} threads), {a.rounds} rounds of turns: medians over the rounds")
     print(f"{'model':12s} {'contender':13s} {'step ms':>9s} {'x non-private':>14s} {'max RSS MiB':>12s} "
           f"{'x best Opacus':>14s}")
     for kind in a.models.split(","):
-        rows = {}
-        for who in CONTENDERS:
-            r = subprocess.run([sys.executable, "-m", "benchmarks.bench_dpsgd_step", "--child", kind, who,
-                                "--steps", str(a.steps or STEPS[kind]), "--threads", str(a.threads)],
-                               capture_output=True, text=True)
-            if r.returncode:
-                print(f"{kind:12s} {who:13s} failed: {r.stderr.strip().splitlines()[-1]}")
-                continue
-            rows[who] = json.loads(r.stdout.strip().splitlines()[-1])
+        runs = {}
+        for _ in range(a.rounds):          # the contenders take turns, so that a slow spell hits them all
+            for who in CONTENDERS:
+                r = subprocess.run([sys.executable, "-m", "benchmarks.bench_dpsgd_step", "--child", kind, who,
+                                    "--steps", str(a.steps or STEPS[kind]), "--threads", str(a.threads)],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    print(f"{kind:12s} {who:13s} failed: {r.stderr.strip().splitlines()[-1]}")
+                    continue
+                runs.setdefault(who, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+        rows = {who: {**rs[0], "median_s": statistics.median(r["median_s"] for r in rs),
+                      "max_rss_mib": statistics.median(r["max_rss_mib"] for r in rs)} for who, rs in runs.items()}
         base = rows["non-private"]["median_s"]
         best = min((rows[w] for w in ("opacus-hooks", "opacus-ghost") if w in rows), key=lambda r: r["median_s"])
         for who, r in rows.items():

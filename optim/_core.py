@@ -122,7 +122,9 @@ class NoiseSource:
         if std == 0:
             noise = torch.zeros_like(value)
         else:
-            noise = std * self._standard(value.shape)
+            noise = self._standard(value.shape).mul_(std)
+        if not self.record:     # nothing keeps the noise: add in its buffer (the same sum, one pass less)
+            return noise.add_(value)
         out = value + noise
         self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
@@ -309,6 +311,16 @@ class PrivateOptimizer:
         with torch.no_grad():
             for k, p in self.model.named_parameters():
                 p.copy_(new[k])
+
+    def _descend(self, cur: dict, direction: torch.Tensor, scale: float) -> None:
+        """Set the model's parameters to ``cur - scale * direction`` (``direction`` flat, in ``cur``'s
+        order), written into the parameters in one pass."""
+        with torch.no_grad():
+            i = 0
+            for k, p in self.model.named_parameters():
+                n = p.numel()
+                torch.sub(cur[k], direction[i:i + n].view_as(p), alpha=scale, out=p)
+                i += n
 
     def _offer_output(self, candidate: dict) -> None:
         """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""

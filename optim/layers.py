@@ -40,7 +40,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as Fn
 
-__all__ = ["unsupported_layers", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "rowdots64"]
+__all__ = ["unsupported_layers", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "rowdots64",
+           "row_sq_upper"]
 
 _KINDS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding, nn.LayerNorm, nn.GroupNorm)
 
@@ -185,12 +186,13 @@ ROW_BLOCK = 1024
 
 def rowdots64(pairs) -> list:
     """``[sum_j x_ij y_ij for (x, y) in pairs]``: per-row dot products of ``[n, d]`` tensors accumulated in
-    float64, block by block (casting whole matrices to float64 is memory-bound; a block's copies
-    stay in cache: ~5x faster on the papers' MLP, same float64 accuracy)."""
+    float64.  A pair of one tensor with itself is a squared norm (:func:`_row_sq64`); other pairs are cast
+    block by block (casting whole matrices to float64 is memory-bound; a block's copies stay in cache)."""
     n = pairs[0][0].shape[0]
     dev = pairs[0][0].device
-    out = [torch.empty(n, dtype=torch.float64, device=dev) for _ in pairs]
-    for s in range(0, n, ROW_BLOCK):
+    out = [_row_sq64(x) if _same(x, y) else torch.empty(n, dtype=torch.float64, device=dev) for x, y in pairs]
+    cross = [(o, x, y) for o, (x, y) in zip(out, pairs) if not _same(x, y)]
+    for s in range(0, n if cross else 0, ROW_BLOCK):
         e = min(s + ROW_BLOCK, n)
         memo = {}
 
@@ -199,9 +201,45 @@ def rowdots64(pairs) -> list:
             if k not in memo:
                 memo[k] = t[s:e].to(torch.float64)
             return memo[k]
-        for o, (x, y) in zip(out, pairs):
+        for o, x, y in cross:
             o[s:e] = torch.einsum("ij,ij->i", f64(x), f64(y))
     return out
+
+
+#: rows at most this long take :func:`row_sq_upper`'s float32 reduction (its slack gamma_d <= 6.2e-5)
+UPPER_MAX_COLS = 1024
+_U32 = 2.0 ** -24          # unit roundoff of float32
+_ETA32 = 2.0 ** -149       # smallest positive float32 (what an underflowing square may lose)
+
+
+def row_sq_upper(x: torch.Tensor) -> torch.Tensor:
+    """Per-row upper bounds, in float64, on the sums of squares of ``x [n, d]`` -- for the norm behind a
+    clip factor, where only an upper bound is needed for soundness (clipping harder is safe).
+
+    A float32 ``x`` with ``d <= UPPER_MAX_COLS`` is reduced in float32 (one pass, no float64 copy) and
+    the result inflated by the a-priori bound on its rounding: squaring and summing ``d`` non-negative
+    terms in ANY order gives ``s >= (1 - gamma_d) sum_j x_j^2 - d eta`` (Higham, Accuracy and Stability
+    of Numerical Algorithms, Lemma 3.1 and eq. (4.4); ``gamma_d = d u / (1 - d u)``, ``u = 2^-24``,
+    ``eta = 2^-149`` for squares that underflow), so ``(s + d eta) / (1 - gamma_d)`` is >= the exact
+    sum.  The slack is at most ``gamma_d`` relative (6.2e-5 at d = 1024): the norm is over-stated by at
+    most half that.  Rows whose float32 sum overflows, longer rows and other dtypes are summed exactly
+    in float64 (:func:`_row_sq64`)."""
+    n, d = x.shape
+    if x.dtype != torch.float32 or d > UPPER_MAX_COLS:
+        return _row_sq64(x)
+    s = (x * x).sum(1).to(torch.float64)
+    gamma = d * _U32 / (1.0 - d * _U32)
+    out = (s + d * _ETA32) / (1.0 - gamma)
+    big = ~torch.isfinite(s)
+    if bool(big.any()):
+        out[big] = _row_sq64(x[big])
+    return out
+
+
+def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """``x`` and ``y`` are the same elements (the same tensor, or equal views of one storage)."""
+    return x is y or (x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+                      and x.dtype == y.dtype)
 
 
 def _gram_cheaper(T: int, din: int, dout: int) -> bool:
@@ -241,31 +279,57 @@ _CAST_ELEMS = 1 << 18
 
 
 def _row_sq64(W: torch.Tensor) -> torch.Tensor:
-    """Per-row sums of squares of ``W [B, m]`` in float64, cast block by block."""
+    """Per-row sums of squares of ``W [B, m]`` in float64 (``vector_norm`` with a float64 accumulator,
+    squared: relative error ~1e-16), column block by column block for large ``W`` (each block's float64
+    copy stays in cache; a whole-matrix cast is memory-bound)."""
     B, m = W.shape
+    if B * m <= _CAST_ELEMS:
+        return torch.linalg.vector_norm(W, dim=1, dtype=torch.float64).square()
     out = torch.zeros(B, dtype=torch.float64, device=W.device)
     cols = max(1, _CAST_ELEMS // max(B, 1))
     for c in range(0, m, cols):
-        out += W[:, c:c + cols].to(torch.float64).pow(2).sum(1)
+        out += torch.linalg.vector_norm(W[:, c:c + cols], dim=1, dtype=torch.float64).square()
     return out
 
 
 def _conv_weight_grads(mod, a, g) -> torch.Tensor:
-    """Per-sample weight gradients ``[B, out, in k...]`` of a conv with ``groups == 1``, by ONE grouped
-    convolution of the inputs with the back-propagated signals (the samples as groups; the layer's
-    stride becomes the dilation and its dilation the stride) -- about 2x faster than unfolding the
-    inputs into patches and multiplying on the papers' CNN shapes."""
+    """Per-sample weight gradients of a conv with ``groups == 1`` as ``[in, B, out, k0, k1]`` (record b's
+    gradient is ``W[:, b]`` with its first two axes swapped), by ONE grouped convolution of the inputs
+    with the back-propagated signals (the samples as groups; the layer's stride becomes the dilation
+    and its dilation the stride) -- about 2x faster than unfolding the inputs into patches and
+    multiplying on the papers' CNN shapes.  The result is a view of the convolution's output: it is
+    measured and summed in that layout, never copied into a ``[B, out, in k]`` one."""
     pad = _conv_padding(mod)
     if isinstance(mod, nn.Conv1d):
         a, g = a.unsqueeze(2), g.unsqueeze(2)
         k, s, d, p = (1,) + tuple(mod.kernel_size), (1,) + tuple(mod.stride), (1,) + tuple(mod.dilation), (0,) + pad
     else:
         k, s, d, p = tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.dilation), pad
-    B, ci, co = a.shape[0], a.shape[1], g.shape[1]
-    out = Fn.conv2d(a.transpose(0, 1), g.reshape(B * co, 1, g.shape[2], g.shape[3]), stride=d, dilation=s,
-                    padding=p, groups=B)
-    out = out[:, :, :k[0], :k[1]]
-    return out.reshape(ci, B, co, k[0] * k[1]).permute(1, 2, 0, 3).reshape(B, co, ci * k[0] * k[1])
+    B, co = a.shape[0], g.shape[1]
+    # give the convolution exactly the padded extent the k taps reach (reach <= extent + 2 padding: the
+    # layer's own output used no more), so that its output is exactly k wide and contiguous (no slice,
+    # no copy later): the far end is cropped, and where it still needs padding but less than the near
+    # end, the input is padded explicitly (an asymmetric pad the convolution cannot do)
+    reach = [d[j] * (k[j] - 1) + s[j] * (g.shape[2 + j] - 1) + 1 for j in range(2)]
+    far = [reach[j] - a.shape[2 + j] - p[j] for j in range(2)]        # padding (< 0: crop) at the far end
+    at = a.transpose(0, 1)
+    if all(far[j] == p[j] or (p[j] == 0 and far[j] <= 0) for j in range(2)):
+        at = at[:, :, :a.shape[2] + min(far[0], 0), :a.shape[3] + min(far[1], 0)]
+    else:
+        at, p = Fn.pad(at, [p[1], far[1], p[0], far[0]]), (0, 0)
+    out = Fn.conv2d(at, g.reshape(B * co, 1, g.shape[2], g.shape[3]), stride=d, dilation=s, padding=p, groups=B)
+    return out.unflatten(1, (B, co))
+
+
+def _record_sq64(W: torch.Tensor) -> torch.Tensor:
+    """Per-record sums of squares, in float64, of ``W [in, B, ...]`` (records on axis 1), cast block
+    by block along axis 0 (each block's float64 copy stays in cache)."""
+    dims = (0,) + tuple(range(2, W.dim()))
+    step = max(1, _CAST_ELEMS // max(W[0].numel(), 1))
+    out = torch.zeros(W.shape[1], dtype=torch.float64, device=W.device)
+    for c in range(0, W.shape[0], step):
+        out += torch.linalg.vector_norm(W[c:c + step], dim=dims, dtype=torch.float64).square()
+    return out
 
 
 def _conv_formed(mod, a1, g1, a0, g0):
@@ -278,15 +342,16 @@ def _conv_formed(mod, a1, g1, a0, g0):
         W = _conv_weight_grads(mod, a1, bias_sig)
         if not torch.equal(a1, a0):
             W = W + _conv_weight_grads(mod, a1 - a0, g0)
-    B = W.shape[0]
-    norm2 = _row_sq64(W.reshape(B, -1))
+    B = W.shape[1]
+    norm2 = _record_sq64(W)
     has_b = mod.bias is not None
     if has_b:
         bs = bias_sig.reshape(B, bias_sig.shape[1], -1).sum(2)
         norm2 = norm2 + rowdots64([(bs, bs)])[0]
 
-    def sums(f):
-        out = {"weight": torch.einsum("b,boi->oi", f, W).reshape(mod.weight.shape)}
+    def sums(f):      # [in, B] x [in, B, out k0 k1] -> [in, out k0 k1]: a batched matrix product, no copy of W
+        w = torch.matmul(f, W.reshape(W.shape[0], B, -1)).reshape(W.shape[0], *W.shape[2:]).transpose(0, 1)
+        out = {"weight": w.reshape(mod.weight.shape)}
         if has_b:
             out["bias"] = (bs * f[:, None]).sum(0)
         return out
@@ -294,17 +359,11 @@ def _conv_formed(mod, a1, g1, a0, g0):
 
 
 def _norm_stats(mod, a):
-    """The normalised input ``xhat`` of a LayerNorm / GroupNorm (what its weight multiplies)."""
+    """The normalised input ``xhat`` of a LayerNorm / GroupNorm (what its weight multiplies): the
+    layer's own normalisation without its affine part, one fused kernel."""
     if isinstance(mod, nn.LayerNorm):
-        dims = tuple(range(a.dim() - len(mod.normalized_shape), a.dim()))
-        mu = a.mean(dims, keepdim=True)
-        var = a.var(dims, unbiased=False, keepdim=True)
-        return (a - mu) / torch.sqrt(var + mod.eps)
-    B, C = a.shape[:2]
-    r = a.reshape(B, mod.num_groups, -1)
-    mu = r.mean(2, keepdim=True)
-    var = r.var(2, unbiased=False, keepdim=True)
-    return ((r - mu) / torch.sqrt(var + mod.eps)).reshape(a.shape)
+        return Fn.layer_norm(a, mod.normalized_shape, eps=mod.eps)
+    return Fn.group_norm(a, mod.num_groups, eps=mod.eps)
 
 
 def _norm_per_sample(mod, a, g) -> dict:

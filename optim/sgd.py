@@ -141,7 +141,7 @@ class DPSGD(_OneDataset):
                                      sensitivity=self.mechanism.sensitivity("step", self.C),
                                      relation=self.mechanism.release("step").relation)
         self.counts["step"] += 1
-        self._set_params(unflat(flat(cur) - (self.lr / self.B) * noisy, cur))
+        self._descend(cur, noisy, self.lr / self.B)
 
     def _events(self) -> list:
         return self.mechanism.events(self.levels, self.counts)

@@ -141,3 +141,54 @@ def test_weighted_and_automatic_clipping_agree_with_the_naive_loop(seed, batch, 
         else:
             got, _ = clipped_grad_sum(model, sq_loss, x, y, C, params, method=method, weights=w, stabilizer=stab)
         assert_close(got, expected)
+
+
+def _exact_row_sq(x: torch.Tensor) -> list:
+    """Exact per-row sums of squares: float32 squares are exact in float64, fsum rounds once."""
+    return [math.fsum(v * v for v in row) for row in x.to(torch.float64).tolist()]
+
+
+def test_the_float32_norm_bound_is_an_upper_bound_with_at_most_gamma_d_slack():
+    from dpcalib.optim.layers import UPPER_MAX_COLS, row_sq_upper
+
+    g = torch.Generator().manual_seed(0)
+    d = 1000
+    rows = [torch.ones(d), torch.randn(d, generator=g), torch.rand(d, generator=g) * 1e-3,
+            torch.full((d,), 3e-23),                              # squares underflow (subnormal or zero)
+            torch.full((d,), 1e-20), torch.zeros(d)]
+    spike = torch.ones(d)
+    spike[0] = 4096.0                                             # 2^24 + ones: float32 naive sums lose them all
+    rows.append(spike)
+    x = torch.stack(rows).float()
+    up = row_sq_upper(x).tolist()
+    exact = _exact_row_sq(x)
+    gamma = d * 2.0 ** -24 / (1 - d * 2.0 ** -24)
+    for u, e in zip(up, exact):
+        assert u >= e
+        assert u <= e * (1 + 1.01 * gamma) + d * 2.0 ** -149 * 2
+    # overflowing float32 sums fall back to the exact float64 sum; long rows and float64 are exact
+    big = torch.full((3, 8), 3e19)
+    assert row_sq_upper(big).tolist() == pytest.approx(_exact_row_sq(big), rel=1e-15)
+    wide = torch.randn(2, UPPER_MAX_COLS + 1, generator=g)
+    assert row_sq_upper(wide).tolist() == pytest.approx(_exact_row_sq(wide), rel=1e-14)
+    assert row_sq_upper(wide.double()).tolist() == pytest.approx(_exact_row_sq(wide), rel=1e-14)
+
+
+def test_the_float32_ghost_norms_are_never_below_the_exact_norms():
+    from dpcalib.optim.clipping import _ghost_signals
+
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(30, 64), nn.ReLU(), nn.Linear(64, 1))
+    x, y = torch.randn(40, 30), torch.randn(40)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    _, norms = clipped_grad_sum(model, sq_loss, x, y, 1.0, params)
+    # the exact norm of what the path adds for record i: sum over layers ||g_i||^2 (||a_i||^2 + 1)
+    sig = _ghost_signals(model, params, sq_loss, x, y)
+    exact2 = [0.0] * 40
+    for _, a, g, _ in sig:
+        for i, (gg, aa) in enumerate(zip(_exact_row_sq(g), _exact_row_sq(a))):
+            exact2[i] += gg * (aa + 1.0)
+    assert all(n * n >= e for n, e in zip(norms.tolist(), exact2))
+    assert (norms ** 2).tolist() == pytest.approx(exact2, rel=1e-5)
+    _, oracle = naive(model.double(), {k: v.double() for k, v in params.items()}, x.double(), y.double(), 1.0)
+    assert norms.tolist() == pytest.approx(oracle.tolist(), rel=1e-4)

@@ -384,3 +384,29 @@ def test_a_model_with_nn_multiheadattention_is_told_how_to_take_the_fast_path():
     from dpcalib.optim import linear_attention
 
     assert CL.clip_path(linear_attention(model)) == "layers"
+
+
+@pytest.mark.parametrize("conv,size", [
+    (nn.Conv2d(3, 4, 3, stride=2, padding=1), (9, 8)),         # the stride leaves input rows unreached
+    (nn.Conv2d(3, 4, (3, 2), stride=(3, 2), padding=(2, 0), dilation=(1, 2)), (11, 10)),
+    (nn.Conv2d(3, 4, 3, dilation=2, padding="same", bias=False), (7, 9)),
+    (nn.Conv2d(3, 4, 5, stride=1, padding=0), (8, 8)),
+    (nn.Conv1d(3, 4, 3, stride=2, padding=1), (9,)),
+    (nn.Conv1d(3, 4, 4, stride=3, dilation=2), (17,)),
+], ids=["s2p1-odd", "s3x2-d1x2", "dil2-same", "k5p0", "1d-s2", "1d-s3d2"])
+def test_per_sample_conv_weight_gradients_equal_one_backward_per_record(conv, size):
+    """The grouped-convolution rule against autograd on each record alone (float64)."""
+    from dpcalib.optim.layers import _conv_weight_grads
+
+    torch.manual_seed(0)
+    conv = conv.double()
+    B = 3
+    a = torch.randn(B, 3, *size, dtype=torch.float64)
+    out = conv(a)
+    g = torch.randn_like(out)                     # the back-propagated signal of each record
+    W = _conv_weight_grads(conv, a, g)            # [in, B, out, k...]
+    assert W.is_contiguous()
+    for b in range(B):
+        ref, = torch.autograd.grad((conv(a[b:b + 1]) * g[b:b + 1]).sum(), [conv.weight])
+        got = W[:, b].transpose(0, 1).reshape(conv.weight.shape)
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
