@@ -45,7 +45,7 @@ from torch import nn
 from torch.nn import functional as Fn
 from torch.func import functional_call, grad, vmap
 from ..accountant.validation import InputError
-from .layers import (SharedModule, layers_clipped_diff_sum, layers_clipped_sum, row_sq_upper, rowdots64,
+from .layers import (SharedModule, layers_clipped_diff_sum, layers_clipped_sum, rows_sq_upper, rowdots64,
                      supports_layers, unsupported_layers)
 
 __all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
@@ -62,8 +62,8 @@ _ELEMENTWISE = (nn.ReLU, nn.Softplus, nn.Tanh, nn.Sigmoid, nn.Identity, nn.Leaky
 
 
 def supports_ghost(model: nn.Module) -> bool:
-    """True for ``nn.Sequential`` models made of ``nn.Linear`` and elementwise activations only."""
-    return isinstance(model, nn.Sequential) and len(model) > 0 and \
+    """True for ``nn.Sequential`` models made of ``nn.Linear`` (at least one) and elementwise activations only."""
+    return isinstance(model, nn.Sequential) and any(isinstance(m, nn.Linear) for m in model) and \
         all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model)
 
 
@@ -193,9 +193,11 @@ def _ghost_signals_of(cache, model, params, loss_fn, x, y):
 
 def _ghost_sum(sig, factors):
     """``sum_i f_i g_i a_i^T`` (and ``sum_i f_i g_i``) per layer, the factors applied to the narrower signal."""
-    out = {}
+    out, cast = {}, {}
     for name, a, g, has_b in sig:
-        f = _in_dtype(factors, g)
+        if g.dtype not in cast:
+            cast[g.dtype] = _in_dtype(factors, g)
+        f = cast[g.dtype]
         if a.shape[1] < g.shape[1]:
             out[f"{name}.weight"] = g.T @ (a * f[:, None])
             if has_b:
@@ -258,10 +260,10 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
             path = _shared_fallback(model, method)
     if path == "ghost":
         sig = _ghost_signals_of(cache, model, params, loss_fn, x, y)
-        norms2 = 0.0
-        for _, a, g, hb in sig:    # upper bounds of non-negative terms: an upper bound of the norm (sound)
-            norms2 = norms2 + row_sq_upper(g) * (row_sq_upper(a) + (1.0 if hb else 0.0))
-        norms = torch.sqrt(norms2)
+        # sum over layers of ||g||^2 (||a||^2 + [bias]): upper bounds of its non-negative terms bound it
+        sq = rows_sq_upper([t for _, a, g, _ in sig for t in (g, a)])
+        bias = sq.new_tensor([1.0 if hb else 0.0 for *_, hb in sig])[:, None]
+        norms = torch.sqrt((sq[0::2] * (sq[1::2] + bias)).sum(0))
         return _ghost_sum(sig, _weighted(clip_factors(norms, c, stabilizer), weights)), norms
     return _vmap_clipped_sum(lambda i, j: _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j]),
                              params, x.shape[0], c, chunk_size, weights, stabilizer)
