@@ -93,6 +93,22 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
            "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if who == "dpcalib":
         out["path"] = path
+        # where the step's time goes, in the same process after the timed steps: the clipped sum alone
+        # (the per-example part) and the noise draw alone (one standard normal per parameter)
+        from dpcalib.optim.clipping import clipped_grad_sum
+
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        d = sum(v.numel() for v in params.values())
+        g = torch.Generator().manual_seed(0)
+        for name, fn in (("clip_s", lambda: clipped_grad_sum(model, BM.ce_loss, x, y, C, params)),
+                         ("noise_s", lambda: torch.randn(d, generator=g))):
+            fn()
+            part = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                fn()
+                part.append(time.perf_counter() - t0)
+            out[name] = statistics.median(part)
     return out
 
 
@@ -123,8 +139,9 @@ def main(argv=None):
                     print(f"{kind:12s} {who:13s} failed: {r.stderr.strip().splitlines()[-1]}")
                     continue
                 runs.setdefault(who, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
-        rows = {who: {**rs[0], "median_s": statistics.median(r["median_s"] for r in rs),
-                      "max_rss_mib": statistics.median(r["max_rss_mib"] for r in rs)} for who, rs in runs.items()}
+        rows = {who: {**rs[0], **{k: statistics.median(r[k] for r in rs)
+                                  for k in ("median_s", "max_rss_mib", "clip_s", "noise_s") if k in rs[0]}}
+                for who, rs in runs.items()}
         base = rows["non-private"]["median_s"]
         best = min((rows[w] for w in ("opacus-hooks", "opacus-ghost") if w in rows), key=lambda r: r["median_s"])
         for who, r in rows.items():
@@ -132,8 +149,13 @@ def main(argv=None):
             extra = f" ({r['path']} path)" if "path" in r else ""
             print(f"{kind:12s} {who:13s} {r['median_s'] * 1e3:9.1f} {r['median_s'] / base:13.2f}x "
                   f"{r['max_rss_mib']:12.0f} {rel:13.2f}x{extra}")
-        print(f"{kind:12s} dpcalib / best Opacus ({best['who']}): time {rows['dpcalib']['median_s'] / best['median_s']:.2f}x, "
-              f"peak memory {rows['dpcalib']['max_rss_mib'] / best['max_rss_mib']:.2f}x")
+        dp = rows["dpcalib"]
+        print(f"{kind:12s} dpcalib / best Opacus ({best['who']}): time {dp['median_s'] / best['median_s']:.2f}x, "
+              f"peak memory {dp['max_rss_mib'] / best['max_rss_mib']:.2f}x")
+        print(f"{kind:12s} dpcalib step = clipped sum {dp['clip_s'] * 1e3:.1f} ms ({dp['clip_s'] / base:.2f}x "
+              f"non-private) + noise draw {dp['noise_s'] * 1e3:.2f} ms ({dp['noise_s'] / base:.2f}x) + the rest "
+              f"{(dp['median_s'] - dp['clip_s'] - dp['noise_s']) * 1e3:.2f} ms "
+              f"({(dp['median_s'] - dp['clip_s'] - dp['noise_s']) / base:.2f}x)")
     return 0
 
 

@@ -221,9 +221,10 @@ def row_sq_upper(x: torch.Tensor) -> torch.Tensor:
     terms in ANY order gives ``s >= (1 - gamma_d) sum_j x_j^2 - d eta`` (Higham, Accuracy and Stability
     of Numerical Algorithms, Lemma 3.1 and eq. (4.4); ``gamma_d = d u / (1 - d u)``, ``u = 2^-24``,
     ``eta = 2^-149`` for squares that underflow), so ``(s + d eta) / (1 - gamma_d)`` is >= the exact
-    sum.  The slack is at most ``gamma_d`` relative (6.2e-5 at d = 1024): the norm is over-stated by at
-    most half that.  Rows whose float32 sum overflows, longer rows and other dtypes are summed exactly
-    in float64 (:func:`_row_sq64`)."""
+    sum.  The slack is at most ``(1 + gamma_d) / (1 - gamma_d) - 1 ~ 2 gamma_d`` relative on the sum
+    (``gamma_d`` = 6.2e-5 at d = 1024): the norm is over-stated by at most about ``gamma_d``.  Rows
+    whose float32 sum overflows, longer rows and other dtypes are summed exactly in float64
+    (:func:`_row_sq64`)."""
     return rows_sq_upper([x])[0]
 
 
@@ -293,12 +294,17 @@ _CAST_ELEMS = 1 << 18
 
 def _row_sq64(W: torch.Tensor) -> torch.Tensor:
     """Per-row sums of squares of ``W [B, m]`` in float64 (``vector_norm`` with a float64 accumulator,
-    squared: relative error ~1e-16), column block by column block for large ``W`` (each block's float64
-    copy stays in cache; a whole-matrix cast is memory-bound)."""
+    squared: relative error ~1e-16), block by block for large ``W`` -- blocks of whole rows, or of
+    columns when a row alone is larger than a block (each block's float64 copy stays in cache; a
+    whole-matrix cast is memory-bound)."""
     B, m = W.shape
     if B * m <= _CAST_ELEMS:
         return torch.linalg.vector_norm(W, dim=1, dtype=torch.float64).square()
-    out = torch.zeros(B, dtype=torch.float64, device=W.device)
+    if m <= _CAST_ELEMS:                      # many rows: blocks of whole rows
+        rows = _CAST_ELEMS // m
+        return torch.cat([torch.linalg.vector_norm(W[r:r + rows], dim=1, dtype=torch.float64).square()
+                          for r in range(0, B, rows)])
+    out = torch.zeros(B, dtype=torch.float64, device=W.device)       # few, very long rows: blocks of columns
     cols = max(1, _CAST_ELEMS // max(B, 1))
     for c in range(0, m, cols):
         out += torch.linalg.vector_norm(W[:, c:c + cols], dim=1, dtype=torch.float64).square()
