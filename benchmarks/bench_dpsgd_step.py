@@ -82,14 +82,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
             opt.zero_grad()
             crit(gsm(x), y).backward()
             opt.step()
-    for _ in range(2):
-        step()
-    ts = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
-    out = {"model": kind, "who": who, "median_s": statistics.median(ts),
+    out = {"model": kind, "who": who, "median_s": _median_time(step, steps, warmup=2),
            "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if who == "dpcalib":
         out["path"] = path
@@ -100,16 +93,21 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
         params = {k: v.detach() for k, v in model.named_parameters()}
         d = sum(v.numel() for v in params.values())
         g = torch.Generator().manual_seed(0)
-        for name, fn in (("clip_s", lambda: clipped_grad_sum(model, BM.ce_loss, x, y, C, params)),
-                         ("noise_s", lambda: torch.randn(d, generator=g))):
-            fn()
-            part = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                fn()
-                part.append(time.perf_counter() - t0)
-            out[name] = statistics.median(part)
+        out["clip_s"] = _median_time(lambda: clipped_grad_sum(model, BM.ce_loss, x, y, C, params), steps, warmup=1)
+        out["noise_s"] = _median_time(lambda: torch.randn(d, generator=g), steps, warmup=1)
     return out
+
+
+def _median_time(fn, steps: int, warmup: int) -> float:
+    """Median wall time of ``steps`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
 
 
 def main(argv=None):

@@ -232,9 +232,8 @@ def rows_sq_upper(xs: list) -> torch.Tensor:
     """:func:`row_sq_upper` of several ``[n, d_j]`` tensors at once: ``[J, n]`` float64 (one float32
     reduction per tensor, the inflation and the overflow check on the stacked result: few small
     operations, which is what a millisecond step pays for)."""
-    if not all(x.dtype == torch.float32 and x.shape[1] <= UPPER_MAX_COLS for x in xs):
-        return torch.stack([_row_sq64(x) if x.dtype != torch.float32 or x.shape[1] > UPPER_MAX_COLS
-                            else row_sq_upper(x) for x in xs])
+    if not all(_bounded32(x) for x in xs):
+        return torch.stack([row_sq_upper(x) if _bounded32(x) else _row_sq64(x) for x in xs])
     s = torch.stack([(x * x).sum(1) for x in xs]).to(torch.float64)
     add, scale = [], []
     for x in xs:
@@ -248,6 +247,11 @@ def rows_sq_upper(xs: list) -> torch.Tensor:
             if bool(big.any()):
                 out[j, big] = _row_sq64(x[big])
     return out
+
+
+def _bounded32(x: torch.Tensor) -> bool:
+    """``x`` takes :func:`row_sq_upper`'s float32 reduction (float32 rows at most ``UPPER_MAX_COLS`` long)."""
+    return x.dtype == torch.float32 and x.shape[1] <= UPPER_MAX_COLS
 
 
 def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
