@@ -113,10 +113,20 @@ class _Pair:
         return mix if self.kind == "remove" else -mix
 
     def _x_of_mix(self, ell):
-        """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q))."""
+        """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q)).
+
+        ``s = log(e^ell - 1 + q) - log q``; above ``ell = 1`` as ``ell + log1p(-(1 - q) e^-ell)``,
+        so that a loss past ``log(DBL_MAX) ~ 709.8`` (small noise) keeps its own x: through
+        ``expm1`` it overflowed to x = +inf, and every larger loss was rounded DOWN into the
+        bin at 709.8 -- an eps below the truth.  At ``q = 1`` the mixture is the Gaussian, s = ell."""
         ell = np.asarray(ell, dtype=float)
+        if self.q >= 1.0:
+            return self.z * self.z * ell + 0.5
+        big = ell > 1.0
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            inner = np.log(np.maximum(np.expm1(ell) + self.q, 0.0)) - math.log(self.q)
+            small = np.log(np.maximum(np.expm1(np.where(big, 0.0, ell)) + self.q, 0.0))
+            large = ell + np.log1p(-(1.0 - self.q) * np.exp(-np.where(big, ell, 1.0)))
+        inner = np.where(big, large, small) - math.log(self.q)
         return self.z * self.z * inner + 0.5
 
     def mass(self, comps, lo, hi):
@@ -540,7 +550,8 @@ def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
     j0 = -i0                                       # index of the bin (0, h]
     P[j0:r.i0 + r.P.size - i0] = r.P[-r.i0:]
     Q[j0:r.i0 + r.P.size - i0] = r.Q[-r.i0:]
-    na = min(a.P.size, -a.i0)                      # a's bins below 0
+    na = max(0, min(a.P.size, -a.i0))              # a's bins below 0 (none when all its P-mass
+                                                   # sits above 0: tiny noise, q near 1)
     P[a.i0 - i0:a.i0 - i0 + na] = a.P[:na]
     Q[a.i0 - i0:a.i0 - i0 + na] = a.Q[:na]
     atom = max(0.0, 1.0 - float(np.sum(P)) - r.p_above - a.p_below)

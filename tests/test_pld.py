@@ -78,6 +78,20 @@ def test_one_poisson_step_at_tiny_delta_is_bracketed_by_the_closed_form_profile(
     assert b.upper > 0.0
 
 
+@pytest.mark.parametrize("kind", ["poisson", "wor"])
+@pytest.mark.parametrize("q, z", [(0.5, 0.01), (0.9, 0.02), (0.999, 0.01), (0.01, 0.01), (0.999, 2e-4)])
+def test_one_step_at_tiny_noise_is_bracketed_by_the_closed_form_profile(kind, q, z):
+    # losses past log(DBL_MAX) ~ 709.8: the bins once mapped them to x = +inf and rounded them down
+    # to ~710 (eps 709.8 where the truth is 5425), and at q = 0.999, z = 2e-4 the lower bins of
+    # sampling without replacement crashed; the remove pair at rate q is one instance of both events
+    ev = PoissonSampledGaussianEvent(q, z) if kind == "poisson" else WORSampledGaussianEvent(q, z)
+    b = pld_epsilon([(ev, 1)], 1e-5)
+    prof = lambda e: max(float(oracles.wor_profile(q, z, e, d, dps=40)) for d in ("remove", "add"))  # noqa: E731
+    assert prof(b.upper) <= 1e-5
+    assert prof(b.lower) >= 1e-5
+    assert b.upper > 709.8
+
+
 def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     """The envelope step: total mass 1 on every grid, and its profile is max of the two."""
     from dpcalib.accountant import pld as P
