@@ -15,6 +15,7 @@ from .events import (
     GaussianEvent,
     PoissonSampledGaussianEvent,
     WORSampledGaussianEvent,
+    full_batch_form,
 )
 from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
@@ -57,6 +58,7 @@ __all__ = [
     "GaussianEvent",
     "WORSampledGaussianEvent",
     "PoissonSampledGaussianEvent",
+    "full_batch_form",
     "REPLACE_ONE",
     "ADD_REMOVE",
     "PrivacyAccountant",

@@ -28,6 +28,7 @@ from .events import (
     GaussianEvent,
     PoissonSampledGaussianEvent,
     WORSampledGaussianEvent,
+    full_batch_form,
 )
 from .gdp import gdp_epsilon
 
@@ -129,17 +130,19 @@ class PrivacyAccountant:
             orders = DEFAULT_ORDERS
         self._orders = np.unique(validation.orders_array(orders, "orders").ravel())
         self._events: list[tuple[object, int]] = []
+        self._relation: str | None = None
 
     # -- state --------------------------------------------------------------------------------
     @property
     def events(self) -> tuple:
-        """The composed ``(event, count)`` pairs, in order."""
+        """The composed ``(event, count)`` pairs, in order (a sampled event that uses every record
+        is held as the full-batch :class:`GaussianEvent` it is: :func:`full_batch_form`)."""
         return tuple(self._events)
 
     @property
     def neighboring_relation(self) -> str | None:
-        rels = {e.neighboring_relation for e, _ in self._events} - {None}
-        return rels.pop() if rels else None
+        """The relation of the composed sampled events (None: full-batch Gaussians only)."""
+        return self._relation
 
     @property
     def is_full_batch_gaussian(self) -> bool:
@@ -165,7 +168,10 @@ class PrivacyAccountant:
                              f"({event.neighboring_relation}) differs from the composed events' "
                              f"({current}); guarantees under different relations do not compose.")
         if k:
-            self._events.append((event, k))
+            # a sampled event that uses every record is stored as the full-batch Gaussian it is
+            # (exact GDP then answers); its relation is kept here
+            self._events.append((full_batch_form(event), k))
+            self._relation = event.neighboring_relation or current
         return self
 
     # -- analysis -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ __all__ = [
     "REPLACE_ONE",
     "ADD_REMOVE",
     "never_used_probability",
+    "full_batch_form",
 ]
 
 REPLACE_ONE = "replace-one"
@@ -160,6 +161,20 @@ class PoissonSampledGaussianEvent:
 
         return dp_accounting.PoissonSampledDpEvent(
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
+
+
+def full_batch_form(event):
+    """``event`` itself, or -- when its sampling uses every record (Poisson ``q = 1``, without
+    replacement ``b = n``) -- the full-batch :class:`GaussianEvent` it is.
+
+    Every record is then in every release, so the release is the Gaussian mechanism whose noise
+    multiplier is the event's (the noise std over the sensitivity under the event's relation):
+    its privacy loss is exactly Gaussian, and exact Gaussian DP (:mod:`accountant.gdp`) and the
+    Gaussian PLD answer it instead of a subsampled bound.  The caller keeps
+    the event's neighbouring relation (the Gaussian event carries none)."""
+    if isinstance(event, (PoissonSampledGaussianEvent, WORSampledGaussianEvent)) and event.use_probability >= 1.0:
+        return GaussianEvent(event.noise_multiplier)
+    return event
 
 
 def never_used_probability(events) -> float:

@@ -69,7 +69,7 @@ from .caches import cached, clear_cache, register
 from ._pld_compose import _compose, _g, _lower_one, _sum_error, _upper_info, _upper_one, _usable, _window
 from ._pld_steps import (_EVENTS, ALIAS, MEMORY_CAP, MIN_DELTA, RTOL, TAIL, EpsilonBracket, _OverCap,
                          _steps)
-from .events import PoissonSampledGaussianEvent
+from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
 
@@ -295,7 +295,7 @@ def _check_events(events):
     if len(rels) > 1:
         raise InputError("events mix neighbouring relations (add/remove and replace-one); "
                          "guarantees under different relations do not compose.")
-    return out
+    return [(full_batch_form(e), k) for e, k in out]     # q = 1, b = n: the Gaussian PLD, exactly
 
 
 def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,

@@ -67,6 +67,34 @@ def test_mixed_gaussian_and_poisson():
     assert cc["ours_pld_lower"] <= cc["dp_accounting_pld"] <= cc["ours"] * (1 + 1e-3)
 
 
+@pytest.mark.parametrize("event", [WORSampledGaussianEvent.from_sizes(40, 40, 0.7),
+                                   PoissonSampledGaussianEvent(1.0, 0.7)])
+def test_sampling_every_record_is_the_full_batch_gaussian_exactly(event):
+    # b = n or q = 1: every record is in every release, so the composition is mu-GDP, mu = sqrt(k)/z
+    acc = PrivacyAccountant().compose(event, 30)
+    exact = float(oracles.gdp_epsilon(math.sqrt(30) / 0.7, 1e-5))           # mpmath root
+    rep = acc.epsilon_report(1e-5)
+    assert rep.method == "gdp" and rep.epsilon == pytest.approx(exact, rel=1e-10)
+    assert acc.epsilon_bracket(1e-5, methods=("pld",)).upper >= exact
+    assert acc.neighboring_relation == event.neighboring_relation
+    other = PoissonSampledGaussianEvent(0.1, 1.0) if isinstance(event, WORSampledGaussianEvent) \
+        else WORSampledGaussianEvent(0.1, 1.0)
+    with pytest.raises(ValueError, match="neighbouring relation"):
+        acc.compose(other)                   # the relation is kept though the event is held as Gaussian
+
+
+def test_diff2_bvr_with_a_full_local_batch_and_tiny_noise_is_not_under_reported():
+    # b = n_min = 40, sigma3 = 1e-5: the local steps are Gaussian releases of noise multiplier
+    # sigma3 / (2/b) = 2e-4 (Lemma E.1's sensitivity 2C/b); the restarts and differences have
+    # z = sigma n_min P / 2 = 400 and 500.  The PLD once certified eps <= 1427 here (truth: 2.5e7).
+    from dpcalib import mechanisms as M
+
+    m = M.DIFF2BVR(rounds=40, restart_interval=2, clients=20, n_min=40, local_steps=2, batch_size=40)
+    mu = math.sqrt(20 / 400.0 ** 2 + 20 / 500.0 ** 2 + 2 / 2e-4 ** 2)
+    exact = float(oracles.gdp_epsilon(mu, 1e-5))
+    assert m.accountant(1.0, 1.25, 1e-5).get_epsilon(1e-5) == pytest.approx(exact, rel=1e-9)
+
+
 def test_empty_accountant_spends_nothing():
     assert PrivacyAccountant().get_epsilon(1e-5) == 0.0
 
