@@ -92,6 +92,21 @@ def test_one_step_at_tiny_noise_is_bracketed_by_the_closed_form_profile(kind, q,
     assert b.upper > 709.8
 
 
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(kind=st.sampled_from(["poisson", "wor"]), q=log_uniform(1e-3, 1.0), z=log_uniform(0.005, 20.0),
+       delta=log_uniform(1e-12, 0.1))
+def test_every_accountant_of_one_step_is_at_least_the_closed_form_epsilon(kind, q, z, delta):
+    # the remove pair at rate q (and its reverse) is attained by a pair of datasets under both
+    # samplings, so its closed-form eps (mpmath) is a floor for the truth: no accountant may go below
+    ev = PoissonSampledGaussianEvent(q, z) if kind == "poisson" else WORSampledGaussianEvent(q, z)
+    acc = PrivacyAccountant().compose(ev, 1)
+    prof = lambda e: max(float(oracles.wor_profile(q, z, e, d, dps=40)) for d in ("remove", "add"))  # noqa: E731
+    for name in ("best", "rdp"):
+        assert prof(acc.get_epsilon(delta, name)) <= delta * (1 + 1e-9), name
+    b = acc.epsilon_bracket(delta, methods=("pld",))
+    assert prof(b.upper) <= delta * (1 + 1e-9) and (b.lower == 0.0 or prof(b.lower) >= delta * (1 - 1e-9))
+
+
 def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     """The envelope step: total mass 1 on every grid, and its profile is max of the two."""
     from dpcalib.accountant import pld as P
