@@ -9,10 +9,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scipy import stats
-
 from ..accountant.validation import InputError
 from ..accountant import TradeOffCurve, gdp_epsilon
+
+
+def _stats():
+    """scipy.stats, imported on first use (~0.6 s that every import of dpcalib.optim paid)."""
+    from scipy import stats
+
+    return stats
+
 
 __all__ = ["epsilon_lower_bounds", "AuditReport", "CurveCheck", "curve_check", "gdp_thresholds",
            "heldout_lower_bound", "heldout_curve_check", "one_run_p_value", "one_run_epsilon"]
@@ -21,7 +27,7 @@ __all__ = ["epsilon_lower_bounds", "AuditReport", "CurveCheck", "curve_check", "
 # ---- epsilon lower bounds ----------------------------------------------------------------------
 def _cp_upper(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper bound on a binomial rate at confidence 1 - alpha."""
-    return 1.0 if k >= n else float(stats.beta.ppf(1.0 - alpha, k + 1, n - k))
+    return 1.0 if k >= n else float(_stats().beta.ppf(1.0 - alpha, k + 1, n - k))
 
 
 def _direct(fpr_hi, fnr_hi, delta):
@@ -34,14 +40,14 @@ def _direct(fpr_hi, fnr_hi, delta):
 
 
 def _gdp_from_rates(fpr_hi, fnr_hi, delta):
-    mu = float(stats.norm.isf(fpr_hi) - stats.norm.ppf(fnr_hi))
+    mu = float(_stats().norm.isf(fpr_hi) - _stats().norm.ppf(fnr_hi))
     return (0.0, 0.0) if not mu > 0 else (mu, gdp_epsilon(mu, delta) if math.isfinite(mu) else math.inf)
 
 
 def _expected_direct(t, mu, n, delta, alpha):
     """The direct bound a correct mechanism would give at threshold t (T-units), for choosing t."""
-    fpr = float(stats.norm.sf(t))
-    fnr = float(stats.norm.cdf(t - mu))
+    fpr = float(_stats().norm.sf(t))
+    fnr = float(_stats().norm.cdf(t - mu))
     return _direct(_cp_upper(int(round(fpr * n)), n, alpha), _cp_upper(int(round(fnr * n)), n, alpha), delta)
 
 
@@ -125,7 +131,7 @@ class AuditReport:
 # ---- the claimed trade-off curve against measured (FPR, FNR) regions -------------------------------
 def _cp_lower(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson lower bound on a binomial rate at confidence 1 - alpha."""
-    return 0.0 if k <= 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+    return 0.0 if k <= 0 else float(_stats().beta.ppf(alpha, k, n - k + 1))
 
 
 @dataclass(frozen=True)
@@ -243,10 +249,10 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
         raise InputError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
                          "0 <= v <= r <= m, eps >= 0, delta in [0, 1].")
     p = 1.0 / (1.0 + math.exp(-eps))
-    beta = float(stats.binom.sf(v - 1, r, p))
+    beta = float(_stats().binom.sf(v - 1, r, p))
     alpha, acc = 0.0, 0.0
     if delta > 0:
-        pmf = stats.binom.pmf(list(range(v - 1, -1, -1)), r, p)      # P[Bin = v - i], i = 1..v
+        pmf = _stats().binom.pmf(list(range(v - 1, -1, -1)), r, p)      # P[Bin = v - i], i = 1..v
         for i, x in enumerate(pmf, start=1):
             acc += float(x)
             alpha = max(alpha, acc / i)
