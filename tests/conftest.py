@@ -6,7 +6,13 @@ suite's own ``settings(...)`` also say ``derandomize=True``; this profile covers
 does not.
 """
 
+import os
+
 from hypothesis import settings
 
 settings.register_profile("dpcalib", derandomize=True, database=None, deadline=None)
 settings.load_profile("dpcalib")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on a two-core machine: one thread each (torch reads this when it is first imported)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
