@@ -170,8 +170,8 @@ def full_batch_form(event):
     Every record is then in every release, so the release is the Gaussian mechanism whose noise
     multiplier is the event's (the noise std over the sensitivity under the event's relation):
     its privacy loss is exactly Gaussian, and exact Gaussian DP (:mod:`accountant.gdp`) and the
-    Gaussian PLD answer it instead of a subsampled bound.  The caller keeps
-    the event's neighbouring relation (the Gaussian event carries none)."""
+    Gaussian PLD answer it instead of a subsampled bound.  The caller keeps the event's
+    neighbouring relation (the Gaussian event carries none)."""
     if isinstance(event, (PoissonSampledGaussianEvent, WORSampledGaussianEvent)) and event.use_probability >= 1.0:
         return GaussianEvent(event.noise_multiplier)
     return event

@@ -230,8 +230,6 @@ def _sq(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float64).pow(2).sum(1)
 
 
-
-
 def _in_dtype(factors: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return factors.to(like.dtype)
 
