@@ -188,7 +188,8 @@ def _print_epsilon(rep, ends: str | None = None) -> None:
     print(f"epsilon     {_fmt(rep.epsilon)}")
     bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
     if bracket:
-        print(f"            {bracket[0]} ({ends or 'lower: PLD lower bound; upper: certified'})")
+        exact = "exact Gaussian DP at both ends" if rep.method == "gdp" else None
+        print(f"            {bracket[0]} ({ends or exact or 'lower: PLD lower bound; upper: certified'})")
     print(f"delta       {_fmt(rep.delta)}")
     print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
     if rep.order is not None:
@@ -211,8 +212,10 @@ def _print_report(d: dict) -> None:
     print(f"certified   epsilon={_fmt(d['certified_epsilon'])} (best sound accountant for this noise)")
     shuffled = "shuffle_mu" in d["notes"]
     if d.get("epsilon_lower") is not None:
-        kind = "Chua et al.'s shuffle lower bound" if shuffled else "PLD lower bound"
-        print(f"bracket     [{_fmt(d['epsilon_lower'])}, {_fmt(d['epsilon_upper'])}] ({kind}, certified upper)")
+        kind = ("Chua et al.'s shuffle lower bound, certified upper" if shuffled else
+                "exact Gaussian DP at both ends" if d["accounting"].startswith("gdp") else
+                "PLD lower bound, certified upper")
+        print(f"bracket     [{_fmt(d['epsilon_lower'])}, {_fmt(d['epsilon_upper'])}] ({kind})")
     if d["notes"].get("poisson_epsilon_same_noise") is not None:
         print(f"poisson     {_fmt(d['notes']['poisson_epsilon_same_noise'])} (Poisson sampling at q = b/n for the same "
               "steps and noise: NOT valid for shuffled batches)")

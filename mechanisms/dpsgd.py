@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import math
 
-from ..accountant import (GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, ZERO_OUT,
+from ..accountant import (GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, ZERO_OUT, gdp_mu,
                           shuffle_epsilon_bracket, shuffle_lower_epsilon, steps_per_epoch)
 from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
@@ -214,6 +214,13 @@ class DPSGD(Mechanism):
             rep = self.accountant(z, orders=ABADI_ORDERS).epsilon_report(d, "rdp", "mironov", refine=False)
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
             lower_noise = None
+        elif self.sampling_rate >= 1.0:
+            # q = 1: every record is in every step, the steps compose to exactly mu-GDP
+            # (accountant.full_batch_form): the noise in closed form, no search
+            z0, lower_noise = None, None
+            z = self.level("step", math.sqrt(self.steps) / gdp_mu(e, d))
+            while certify(self.accountant(z), d, accountant)[0].epsilon > e:    # rounding: the feasible side
+                z *= 1.0 + 1e-12
         else:
             z0 = z = rdp_start(lambda: self.level("step", calibrate_poisson(
                 self.sampling_rate, self.steps, e, d, conversion="improved", refine=True,
@@ -226,9 +233,13 @@ class DPSGD(Mechanism):
         cert, br = certify(self.accountant(z), d, accountant)
         if method == "tight":
             rep = cert
-            accounting = ("rdp (exact Poisson SGM, real order, improved conversion)" if br is None else
-                          f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
-                          f"directions; {rdp_tight_text(z0, note=cap)})")
+            if self.sampling_rate >= 1.0:
+                accounting = "gdp (exact: q = 1 puts every record in every step)"
+            elif br is None:
+                accounting = "rdp (exact Poisson SGM, real order, improved conversion)"
+            else:
+                accounting = (f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
+                              f"directions; {rdp_tight_text(z0, note=cap)})")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}
