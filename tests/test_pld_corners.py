@@ -112,7 +112,11 @@ def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
     assert math.isfinite(z) and z > 0
     assert rep.certified_epsilon <= eps                          # never overshoots
     assert rep.epsilon_lower <= rep.certified_epsilon
-    assert rep.lower_bound_noise["noise_multiplier"] <= z <= rep.notes["rdp_tight_noise"]["noise_multiplier"]
+    if q == 1.0:        # full batch: exact GDP in closed form, no search (no floor, no RDP start)
+        assert rep.accounting.startswith("gdp (exact") and rep.lower_bound_noise is None
+        assert float(oracles.gdp_delta(eps, math.sqrt(steps) / z)) <= delta
+    else:
+        assert rep.lower_bound_noise["noise_multiplier"] <= z <= rep.notes["rdp_tight_noise"]["noise_multiplier"]
     # the certified value is the accountant's own: recompute it independently of the solver
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(q, z), steps)
     assert acc.epsilon_bracket(delta).upper == pytest.approx(rep.certified_epsilon, rel=1e-12)
