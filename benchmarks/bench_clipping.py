@@ -8,29 +8,17 @@ them the ghost difference formula of the first release (unsound in float32, see
 optim/clipping.py), to show what soundness costs.
 """
 
-import statistics
-import time
-
 import torch
 from torch import nn
 
 from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
 
 from benchmarks.fuzz_clipping import expanded_ghost_diff
+from benchmarks.timing import median_time
 
 
 def sq_loss(out, y):
     return 0.5 * (out.squeeze(-1) - y) ** 2
-
-
-def timeit(fn, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main():
@@ -44,16 +32,16 @@ def main():
         model.zero_grad()
         sq_loss(model(x), y).sum().backward()
 
-    base = timeit(plain, 5)
+    base = median_time(plain, 5)
     rows = [("non-private full-batch gradient", base)]
-    rows.append(("clipped grad sum, ghost", timeit(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="ghost"), 5)))
-    rows.append(("clipped grad sum, vmap", timeit(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="vmap",
+    rows.append(("clipped grad sum, ghost", median_time(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="ghost"), 5)))
+    rows.append(("clipped grad sum, vmap", median_time(lambda: clipped_grad_sum(model, sq_loss, x, y, 1.0, method="vmap",
                                                                          chunk_size=4000), 2)))
-    rows.append(("clipped diff sum, ghost", timeit(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
+    rows.append(("clipped diff sum, ghost", median_time(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
                                                                                  method="ghost"), 5)))
-    rows.append(("clipped diff sum, ghost, expanded (unsound)", timeit(
+    rows.append(("clipped diff sum, ghost, expanded (unsound)", median_time(
         lambda: expanded_ghost_diff(model, sq_loss, x, y, 1.0, p, prev, method="ghost"), 5)))
-    rows.append(("clipped diff sum, vmap", timeit(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
+    rows.append(("clipped diff sum, vmap", median_time(lambda: clipped_grad_diff_sum(model, sq_loss, x, y, 1.0, p, prev,
                                                                                 method="vmap", chunk_size=4000), 2)))
     for name, t in rows:
         print(f"{name:46s} {t * 1e3:9.1f} ms   {t / base:6.2f}x")

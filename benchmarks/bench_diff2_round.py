@@ -20,6 +20,8 @@ from torch import nn
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
 
+from benchmarks.timing import median_time
+
 
 def mlp():
     torch.manual_seed(0)
@@ -54,9 +56,7 @@ def main():
         O.squared_loss(model(x), y).mean().backward()
         sgd.step()
 
-    plain()
-    base = statistics.median([(lambda t0: (plain(), time.perf_counter() - t0)[1])(time.perf_counter())
-                              for _ in range(7)])
+    base = median_time(plain, 7)
     print(f"{'non-private full-batch gradient step':44s} {base * 1e3:9.1f} ms   1.00x")
     for method, n_rounds in (("ghost", 21), ("vmap", 3)):
         opt = O.DIFF2GD(mlp(), O.squared_loss, shards, mech, rep, C1=1.0, C2=1.0, lr=1e-3,

@@ -17,7 +17,8 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
+
+from benchmarks.timing import median_time
 
 BATCH = {"mlp": 256, "cnn": 64, "transformer": 64}
 #: steps timed per model at the default --steps (the MLP's steps take a millisecond: more of them)
@@ -82,7 +83,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
             opt.zero_grad()
             crit(gsm(x), y).backward()
             opt.step()
-    out = {"model": kind, "who": who, "median_s": _median_time(step, steps, warmup=2),
+    out = {"model": kind, "who": who, "median_s": median_time(step, steps, warmup=2),
            "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if who == "dpcalib":
         out["path"] = path
@@ -93,21 +94,9 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
         params = {k: v.detach() for k, v in model.named_parameters()}
         d = sum(v.numel() for v in params.values())
         g = torch.Generator().manual_seed(0)
-        out["clip_s"] = _median_time(lambda: clipped_grad_sum(model, BM.ce_loss, x, y, C, params), steps, warmup=1)
-        out["noise_s"] = _median_time(lambda: torch.randn(d, generator=g), steps, warmup=1)
+        out["clip_s"] = median_time(lambda: clipped_grad_sum(model, BM.ce_loss, x, y, C, params), steps, warmup=1)
+        out["noise_s"] = median_time(lambda: torch.randn(d, generator=g), steps, warmup=1)
     return out
-
-
-def _median_time(fn, steps: int, warmup: int) -> float:
-    """Median wall time of ``steps`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main(argv=None):

@@ -207,6 +207,7 @@ class DPSGD(Mechanism):
         if self.shuffled:
             return self._calibrate_shuffle(e, d, method, accountant, rtol)
         warns, cap = [], None
+        full_batch = self.sampling_rate >= 1.0      # q = 1: every record in every step
         if method == "paper":
             warns.append(paper_warning("DPSGD-E2", "Abadi et al. Thm 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants c1, c2; "
                                        "the noise comes from the numerical Poisson-SGM accountant instead"))
@@ -214,9 +215,9 @@ class DPSGD(Mechanism):
             rep = self.accountant(z, orders=ABADI_ORDERS).epsilon_report(d, "rdp", "mironov", refine=False)
             accounting = "rdp (Poisson SGM, integer orders, Lemma B.4)"
             lower_noise = None
-        elif self.sampling_rate >= 1.0:
-            # q = 1: every record is in every step, the steps compose to exactly mu-GDP
-            # (accountant.full_batch_form): the noise in closed form, no search
+        elif full_batch:
+            # the steps compose to exactly mu-GDP (accountant.full_batch_form): the noise in closed
+            # form, no search
             z0, lower_noise = None, None
             z = self.level("step", math.sqrt(self.steps) / gdp_mu(e, d))
             while certify(self.accountant(z), d, accountant)[0].epsilon > e:    # rounding: the feasible side
@@ -233,7 +234,7 @@ class DPSGD(Mechanism):
         cert, br = certify(self.accountant(z), d, accountant)
         if method == "tight":
             rep = cert
-            if self.sampling_rate >= 1.0:
+            if full_batch:
                 accounting = "gdp (exact: q = 1 puts every record in every step)"
             elif br is None:
                 accounting = "rdp (exact Poisson SGM, real order, improved conversion)"

@@ -40,14 +40,15 @@ def _direct(fpr_hi, fnr_hi, delta):
 
 
 def _gdp_from_rates(fpr_hi, fnr_hi, delta):
-    mu = float(_stats().norm.isf(fpr_hi) - _stats().norm.ppf(fnr_hi))
+    norm = _stats().norm
+    mu = float(norm.isf(fpr_hi) - norm.ppf(fnr_hi))
     return (0.0, 0.0) if not mu > 0 else (mu, gdp_epsilon(mu, delta) if math.isfinite(mu) else math.inf)
 
 
 def _expected_direct(t, mu, n, delta, alpha):
     """The direct bound a correct mechanism would give at threshold t (T-units), for choosing t."""
-    fpr = float(_stats().norm.sf(t))
-    fnr = float(_stats().norm.cdf(t - mu))
+    norm = _stats().norm
+    fpr, fnr = float(norm.sf(t)), float(norm.cdf(t - mu))
     return _direct(_cp_upper(int(round(fpr * n)), n, alpha), _cp_upper(int(round(fnr * n)), n, alpha), delta)
 
 
@@ -249,10 +250,11 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
         raise InputError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
                          "0 <= v <= r <= m, eps >= 0, delta in [0, 1].")
     p = 1.0 / (1.0 + math.exp(-eps))
-    beta = float(_stats().binom.sf(v - 1, r, p))
+    binom = _stats().binom
+    beta = float(binom.sf(v - 1, r, p))
     alpha, acc = 0.0, 0.0
     if delta > 0:
-        pmf = _stats().binom.pmf(list(range(v - 1, -1, -1)), r, p)      # P[Bin = v - i], i = 1..v
+        pmf = binom.pmf(list(range(v - 1, -1, -1)), r, p)      # P[Bin = v - i], i = 1..v
         for i, x in enumerate(pmf, start=1):
             acc += float(x)
             alpha = max(alpha, acc / i)

@@ -23,8 +23,8 @@ norms of float32 signals at most 1024 wide in a gradient's ghost norm -- a float
 its a-priori rounding bound (:func:`optim.layers.row_sq_upper`: an upper bound, over-stating by at
 most about 6.2e-5 relative).  So ``||c_i v_i|| <= C`` up to the float64 rounding of that norm
 (relative ~1e-15) and the one ulp of the factor's cast to the working dtype.  The sum itself is
-then rounded in the working dtype like any sum: removing a record moves it by at most ``w_i C`` plus that rounding, which is relative to the magnitude of the
-summands, never to C.  (An earlier ghost formula expanded ``||g a^T - g' a'^T||^2`` into
+then rounded in the working dtype like any sum: removing a record moves it by at most ``w_i C``
+plus that rounding, which is relative to the magnitude of the summands, never to C.  (An earlier ghost formula expanded ``||g a^T - g' a'^T||^2`` into
 ``||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')`` in the working dtype; at nearby parameter
 points float32 cancellation made that norm wrong by orders of magnitude and let one record move
 the sum by up to thousands of C -- see tests/test_clipping_soundness.py.)
