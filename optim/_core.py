@@ -122,11 +122,13 @@ class NoiseSource:
         if std == 0:
             noise = torch.zeros_like(value)
         else:
-            noise = self._standard(value.shape).mul_(std)
-        if not self.record:     # nothing keeps the noise: add in its buffer (the same sum, one pass less)
-            return noise.add_(value)
+            z = self._standard(value.shape)
+            if not self.record:     # nothing keeps the noise: value + std z into its buffer, in one pass
+                return torch.add(value, z, alpha=std, out=z)
+            noise = z.mul_(std)
         out = value + noise
-        self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
+        if self.record:
+            self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
 
     def privatize_row(self, i: int, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity,

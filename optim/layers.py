@@ -35,6 +35,8 @@ every call (:func:`_check_uses`); either way the caller falls back to vmap.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -235,18 +237,30 @@ def rows_sq_upper(xs: list) -> torch.Tensor:
     if not all(_bounded32(x) for x in xs):
         return torch.stack([row_sq_upper(x) if _bounded32(x) else _row_sq64(x) for x in xs])
     s = torch.stack([(x * x).sum(1) for x in xs]).to(torch.float64)
-    add, scale = [], []
-    for x in xs:
-        d = x.shape[1]
-        add.append(d * _ETA32)
-        scale.append(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)))
-    out = (s + s.new_tensor(add)[:, None]) * s.new_tensor(scale)[:, None]
+    add, scale = _inflation(tuple(x.shape[1] for x in xs), s.device)
+    out = torch.addcmul(add, s, scale)          # add + s * scale, >= (s + d eta) / (1 - gamma_d)
     if not bool(torch.isfinite(s).all()):                 # a float32 sum overflowed: those rows exactly
         for j, x in enumerate(xs):
             big = ~torch.isfinite(s[j])
             if bool(big.any()):
                 out[j, big] = _row_sq64(x[big])
     return out
+
+
+_INFLATION: dict = {}
+
+
+def _inflation(widths: tuple, device) -> tuple:
+    """``(add, scale)`` columns ``[J, 1]`` (float64) with ``add + s * scale >= (s + d eta) / (1 - gamma_d)``
+    for each row length ``d`` of :func:`rows_sq_upper` -- the scale rounded UP, the added term too
+    (kept per widths and device: a millisecond step should not rebuild two small tensors)."""
+    key = (widths, str(device))
+    if key not in _INFLATION:
+        scale = [math.nextafter(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)), math.inf) for d in widths]
+        add = [math.nextafter(d * _ETA32 * s, math.inf) for d, s in zip(widths, scale)]
+        _INFLATION[key] = (torch.tensor(add, dtype=torch.float64, device=device)[:, None],
+                           torch.tensor(scale, dtype=torch.float64, device=device)[:, None])
+    return _INFLATION[key]
 
 
 def _bounded32(x: torch.Tensor) -> bool:

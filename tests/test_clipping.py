@@ -192,3 +192,28 @@ def test_the_float32_ghost_norms_are_never_below_the_exact_norms():
     assert (norms ** 2).tolist() == pytest.approx(exact2, rel=1e-5)
     _, oracle = naive(model.double(), {k: v.double() for k, v in params.items()}, x.double(), y.double(), 1.0)
     assert norms.tolist() == pytest.approx(oracle.tolist(), rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_clip_factors_follow_the_definition(dtype):
+    """min{1, C/||v||}, 0 where the norm is 0 (or NaN) or C = 0, 1 for C = inf (a tensor C: where the norm
+    is > 0) -- per element against the definition in Python floats, for a scalar C (the fast form) and
+    a tensor C; C = 2^-140 is subnormal in float32 (a reciprocal would overflow there)."""
+    from dpcalib.optim.clipping import clip_factors
+
+    tiny = torch.finfo(dtype).tiny
+    t = torch.tensor([0.0, 1e-40, 0.25, 0.999, 1.0, 1.0 + 2 ** -20, 3.0, 1e30, math.inf, math.nan], dtype=dtype)
+    norms = t.tolist()                                  # the values as stored
+    for C in (0.0, 2.0 ** -140, 1e-3, 1.0, 2.5, math.inf):
+        want = [0.0 if not (n > 0) else (1.0 if C == math.inf else min(1.0, C / n)) for n in norms]
+        for c in (C, torch.tensor(C, dtype=dtype)):
+            got = clip_factors(t, c).tolist()
+            expect = [1.0] * len(norms) if C == math.inf and not isinstance(c, torch.Tensor) else want
+            for f, w, n in zip(got, expect, norms):
+                if w < tiny and w != 0.0:     # a subnormal factor: rounded to a multiple of the smallest one
+                    assert 0.0 <= f and f * n <= C + n * torch.finfo(dtype).smallest_normal * 2.0 ** -23, (C, c, n)
+                    continue
+                assert f == pytest.approx(w, rel=2 ** -23 if dtype == torch.float32 else 2 ** -52, abs=0.0), \
+                    (C, c, n)
+                if 0 < n < math.inf and f > 0:            # the clipped norm is C up to one rounding
+                    assert f * n <= C * (1 + (2 ** -23 if dtype == torch.float32 else 2 ** -52)), (C, c, n)
