@@ -2,7 +2,9 @@
 against a non-private step, on the papers' MLP, a GroupNorm CNN and a small transformer
 (benchmarks/models.py).  Every contender runs in its own process (so that peak memory is that
 process's max RSS), on the same model, batch and seed; time is the median of ``--steps`` steps after
-two warm-up steps.  The contenders take turns, ``--rounds`` times (a slow spell of a shared machine
+two warm-up steps.  On the MLP a fifth contender, "floor", is the DP-SGD step written out by hand
+with nothing but its arithmetic (no library, no sampling, no bookkeeping): what no implementation
+of the step on this machine can beat by much.  The contenders take turns, ``--rounds`` times (a slow spell of a shared machine
 then hits them all); each figure is the median over the rounds.  One run; read the ratios,
 measured side by side.
 
@@ -24,6 +26,55 @@ BATCH = {"mlp": 256, "cnn": 64, "transformer": 64}
 #: steps timed per model at the default --steps (the MLP's steps take a millisecond: more of them)
 STEPS = {"mlp": 200, "cnn": 7, "transformer": 15}
 CONTENDERS = ("non-private", "dpcalib", "opacus-hooks", "opacus-ghost")
+#: a hand-written DP-SGD step with nothing but its arithmetic (:func:`_floor_step`): MLP only
+FLOOR = "floor"
+
+
+def _floor_step(model, x, y, scale: float, C: float, z: float):
+    """The MLP's DP-SGD step written out by hand with nothing but its arithmetic, as a floor for any
+    library: forward; back-propagation to the layer outputs only; ghost norms ``||g||^2 (||a||^2 + 1)``
+    (float32, no rounding bound); factors ``C / max(norm, C)``; the weighted products ``(f g)^T a``
+    written into one flat buffer; one standard normal per parameter; ``p -= scale (sum + z C noise)``.
+    No sampling, no copy of the iterate, no record, no checks."""
+    import torch
+    from torch.nn import functional as Fn
+
+    from benchmarks import models as BM
+
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+    params = [t for m in layers for t in (m.weight, m.bias)]
+    flat = torch.empty(sum(p.numel() for p in params))
+    views, i = [], 0
+    for p in params:
+        views.append(flat[i:i + p.numel()].view_as(p))
+        i += p.numel()
+    noise = torch.empty_like(flat)
+    gen = torch.Generator().manual_seed(0)
+
+    def step():
+        h, ins, outs = x, [], []
+        for m in model:
+            if isinstance(m, torch.nn.Linear):
+                out = Fn.linear(h, m.weight.detach(), m.bias.detach())
+                if not out.requires_grad:
+                    out.requires_grad_(True)
+                ins.append(h.detach())
+                outs.append(out)
+                h = out
+            else:
+                h = m(h)
+        gs = torch.autograd.grad(BM.ce_loss(h, y).sum(), outs)
+        norms = sum((g * g).sum(1) * ((a * a).sum(1) + 1.0) for a, g in zip(ins, gs)).sqrt_()
+        f = C / torch.clamp(norms, min=C)
+        for j, (a, g) in enumerate(zip(ins, gs)):
+            fg = g * f[:, None]
+            torch.mm(fg.T, a, out=views[2 * j])
+            torch.sum(fg, 0, out=views[2 * j + 1])
+        noise.normal_(generator=gen)
+        flat.add_(noise, alpha=z * C)
+        with torch.no_grad():
+            torch._foreach_add_(params, views, alpha=-scale)
+    return step
 
 
 def _one(kind: str, who: str, steps: int, threads: int) -> dict:
@@ -38,12 +89,16 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
     x, y = BM.batch(kind, BATCH[kind])
     B, lr, C, z = BATCH[kind], 0.05, 1.0, 1.0
     if who == "non-private":
+        # the mean loss: the same update scale as the private contenders' (lr / B) (sum clipped + noise);
+        # with the summed loss at this lr the iterates left the floats within a few dozen steps
         opt = torch.optim.SGD(model.parameters(), lr=lr)
 
         def step():
             opt.zero_grad()
-            BM.ce_loss(model(x), y).sum().backward()
+            BM.ce_loss(model(x), y).mean().backward()
             opt.step()
+    elif who == "floor":
+        step = _floor_step(model, x, y, lr / B, C, z)
     elif who == "dpcalib":
         # the library's optimizer step as a user runs it (sampling, clipping, the release through the
         # noise source, the update, the output reservoir): Poisson sampling at q = 1 over the batch's
@@ -61,7 +116,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
         from opacus.optimizers import DPOptimizer
 
         gsm = GradSampleModule(model, loss_reduction="sum")
-        opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=lr), noise_multiplier=z, max_grad_norm=C,
+        opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=lr / B), noise_multiplier=z, max_grad_norm=C,
                           expected_batch_size=B, loss_reduction="sum")
 
         def step():
@@ -75,7 +130,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
 
         gsm = GradSampleModuleFastGradientClipping(model, max_grad_norm=C, use_ghost_clipping=True,
                                                    loss_reduction="sum")
-        opt = DPOptimizerFastGradientClipping(torch.optim.SGD(gsm.parameters(), lr=lr), noise_multiplier=z,
+        opt = DPOptimizerFastGradientClipping(torch.optim.SGD(gsm.parameters(), lr=lr / B), noise_multiplier=z,
                                               max_grad_norm=C, expected_batch_size=B, loss_reduction="sum")
         crit = DPLossFastGradientClipping(gsm, opt, nn.CrossEntropyLoss(reduction="sum"), loss_reduction="sum")
 
@@ -118,7 +173,7 @@ def main(argv=None):
     for kind in a.models.split(","):
         runs = {}
         for _ in range(a.rounds):          # the contenders take turns, so that a slow spell hits them all
-            for who in CONTENDERS:
+            for who in CONTENDERS + ((FLOOR,) if kind == "mlp" else ()):
                 r = subprocess.run([sys.executable, "-m", "benchmarks.bench_dpsgd_step", "--child", kind, who,
                                     "--steps", str(a.steps or STEPS[kind]), "--threads", str(a.threads)],
                                    capture_output=True, text=True)
@@ -133,7 +188,7 @@ def main(argv=None):
         best = min((rows[w] for w in ("opacus-hooks", "opacus-ghost") if w in rows), key=lambda r: r["median_s"])
         for who, r in rows.items():
             rel = r["median_s"] / best["median_s"]
-            extra = f" ({r['path']} path)" if "path" in r else ""
+            extra = f" ({r['path']} path)" if "path" in r else (" (hand-written floor)" if who == FLOOR else "")
             print(f"{kind:12s} {who:13s} {r['median_s'] * 1e3:9.1f} {r['median_s'] / base:13.2f}x "
                   f"{r['max_rss_mib']:12.0f} {rel:13.2f}x{extra}")
         dp = rows["dpcalib"]
