@@ -6,7 +6,7 @@ rounds and difference rounds, with the ghost fast path and with the general vmap
 non-private step (forward + backward of the mean loss + ``torch.optim.SGD.step``).  One run;
 read the ratios, which share the machine state.
 
-    python benchmarks/bench_diff2_round.py
+    python -m benchmarks.bench_diff2_round      (from the repository root)
 """
 
 from __future__ import annotations
