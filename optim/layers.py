@@ -256,6 +256,8 @@ def _inflation(widths: tuple, device) -> tuple:
     (kept per widths and device: a millisecond step should not rebuild two small tensors)."""
     key = (widths, str(device))
     if key not in _INFLATION:
+        if len(_INFLATION) >= 256:        # (bounded: a long session of many model shapes)
+            _INFLATION.clear()
         scale = [math.nextafter(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)), math.inf) for d in widths]
         add = [math.nextafter(d * _ETA32 * s, math.inf) for d, s in zip(widths, scale)]
         _INFLATION[key] = (torch.tensor(add, dtype=torch.float64, device=device)[:, None],
