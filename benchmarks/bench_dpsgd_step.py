@@ -4,9 +4,9 @@ against a non-private step, on the papers' MLP, a GroupNorm CNN and a small tran
 process's max RSS), on the same model, batch and seed; time is the median of ``--steps`` steps after
 two warm-up steps.  On the MLP a fifth contender, "floor", is the DP-SGD step written out by hand
 with nothing but its arithmetic (no library, no sampling, no bookkeeping): what no implementation
-of the step on this machine can beat by much.  The contenders take turns, ``--rounds`` times (a slow spell of a shared machine
-then hits them all); each figure is the median over the rounds.  One run; read the ratios,
-measured side by side.
+of the step on this machine can beat by much.  The contenders take turns, ``--rounds`` times (a
+slow spell of a shared machine then hits them all); each figure is the median over the rounds.  One
+run; read the ratios, measured side by side.
 
     python -m benchmarks.bench_dpsgd_step [--models mlp,cnn,transformer] [--steps 7] [--threads 2] [--rounds 3]
 """

@@ -24,7 +24,8 @@ its a-priori rounding bound (:func:`optim.layers.row_sq_upper`: an upper bound, 
 most about 6.2e-5 relative).  So ``||c_i v_i|| <= C`` up to the float64 rounding of that norm
 (relative ~1e-15) and the one ulp of the factor's cast to the working dtype.  The sum itself is
 then rounded in the working dtype like any sum: removing a record moves it by at most ``w_i C``
-plus that rounding, which is relative to the magnitude of the summands, never to C.  (An earlier ghost formula expanded ``||g a^T - g' a'^T||^2`` into
+plus that rounding, which is relative to the magnitude of the summands, never to C.  (An earlier
+ghost formula expanded ``||g a^T - g' a'^T||^2`` into
 ``||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')`` in the working dtype; at nearby parameter
 points float32 cancellation made that norm wrong by orders of magnitude and let one record move
 the sum by up to thousands of C -- see tests/test_clipping_soundness.py.)
@@ -80,10 +81,10 @@ def clip_factors(norms: torch.Tensor, max_norm: float, stabilizer: float | None 
     if not isinstance(max_norm, torch.Tensor):
         if max_norm == math.inf:
             return torch.ones_like(norms)
-        c = norms.new_tensor(max_norm)          # (tensor / tensor: one correctly rounded division)
-        if max_norm > 0:        # C / max(norm, C): exactly 1 up to C, C / norm beyond (few operations)
-            return torch.where(norms > 0, c / torch.clamp(norms, min=max_norm), 0.0)
-        max_norm = c
+        if max_norm == 0:
+            return torch.zeros_like(norms)
+        # C / max(norm, C): exactly 1 up to C, C / norm beyond, as tensor / tensor (rounded once)
+        return torch.where(norms > 0, norms.new_tensor(max_norm) / torch.clamp(norms, min=max_norm), 0.0)
     # a tensor of C's (one per batched run): 1 up to C (also C = inf at an infinite norm), C / norm beyond
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))
     f = torch.where(norms <= max_norm, 1.0, max_norm / safe)

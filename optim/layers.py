@@ -35,6 +35,7 @@ every call (:func:`_check_uses`); either way the caller falls back to vmap.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -247,22 +248,15 @@ def rows_sq_upper(xs: list) -> torch.Tensor:
     return out
 
 
-_INFLATION: dict = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _inflation(widths: tuple, device) -> tuple:
     """``(add, scale)`` columns ``[J, 1]`` (float64) with ``add + s * scale >= (s + d eta) / (1 - gamma_d)``
     for each row length ``d`` of :func:`rows_sq_upper` -- the scale rounded UP, the added term too
     (kept per widths and device: a millisecond step should not rebuild two small tensors)."""
-    key = (widths, str(device))
-    if key not in _INFLATION:
-        if len(_INFLATION) >= 256:        # (bounded: a long session of many model shapes)
-            _INFLATION.clear()
-        scale = [math.nextafter(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)), math.inf) for d in widths]
-        add = [math.nextafter(d * _ETA32 * s, math.inf) for d, s in zip(widths, scale)]
-        _INFLATION[key] = (torch.tensor(add, dtype=torch.float64, device=device)[:, None],
-                           torch.tensor(scale, dtype=torch.float64, device=device)[:, None])
-    return _INFLATION[key]
+    scale = [math.nextafter(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)), math.inf) for d in widths]
+    add = [math.nextafter(d * _ETA32 * s, math.inf) for d, s in zip(widths, scale)]
+    return (torch.tensor(add, dtype=torch.float64, device=device)[:, None],
+            torch.tensor(scale, dtype=torch.float64, device=device)[:, None])
 
 
 def _bounded32(x: torch.Tensor) -> bool:
