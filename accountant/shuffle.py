@@ -109,22 +109,42 @@ def shuffle_upper_epsilon(noise_multiplier, epochs, delta, relation: str = ZERO_
 
 # -- the lower end ------------------------------------------------------------------------------
 
-def _log_cdf_max(c: np.ndarray, z: float, T: int, m: float, pi: float) -> np.ndarray:
-    """``log P(max_t x_t <= c)`` over the ``T`` full batches when the record is in one of them
-    (uniformly) with probability ``1 - pi`` and in none of them otherwise:
-    ``(1 - pi) Phi((c - m)/z) Phi(c/z)^(T-1) + pi Phi(c/z)^T``."""
+def _log_cdf_and_sf_max(c: np.ndarray, z: float, T: int, m: float, pi: float):
+    """``(log F, log S)`` of ``max_t x_t`` over the ``T`` full batches when the record is in one of
+    them (uniformly) with probability ``1 - pi`` and in none of them otherwise:
+    ``F = (1 - pi) A + pi B`` with ``A = Phi((c - m)/z) Phi(c/z)^(T-1)``, ``B = Phi(c/z)^T``, and
+    ``S = 1 - F = (1 - pi)(1 - A) + pi (1 - B)``.
+
+    Each part's tail ``1 - A`` is ``-expm1(log A)`` (``log A <= 0`` exactly, as a sum of
+    ``log_ndtr`` values), so ``S`` never rounds through ``1 - F``: where ``F`` is within an ulp of
+    1 the mixture ``log F`` combined by ``logaddexp`` may round to a tiny positive number, and a
+    tail computed from it would take the log of a negative value."""
     base = (T - 1) * special.log_ndtr(c / z)
     la = special.log_ndtr((c - m) / z) + base
-    if pi <= 0.0:
-        return la
-    lb = special.log_ndtr(c / z) + base
-    return np.logaddexp(math.log1p(-pi) + la, math.log(pi) + lb)
-
-
-def _log_slices(lc1: np.ndarray, lc2: np.ndarray) -> np.ndarray:
-    """``log(F(c2) - F(c1))`` from ``log F`` at both ends (``c1 < c2``)."""
     with np.errstate(divide="ignore"):
-        return lc2 + np.log(-np.expm1(lc1 - lc2))
+        sa = np.log(-np.expm1(np.minimum(la, 0.0)))
+        if pi <= 0.0:
+            return np.minimum(la, 0.0), sa
+        lb = special.log_ndtr(c / z) + base
+        sb = np.log(-np.expm1(np.minimum(lb, 0.0)))
+    lf = np.minimum(np.logaddexp(math.log1p(-pi) + la, math.log(pi) + lb), 0.0)
+    ls = np.logaddexp(math.log1p(-pi) + sa, math.log(pi) + sb)
+    return lf, ls
+
+
+def _log_slices(lf: np.ndarray, ls: np.ndarray) -> np.ndarray:
+    """``log`` of the masses of the slices ``(-inf, c_0], (c_0, c_1], ..., (c_n, inf)`` from
+    ``log F`` and ``log S`` at the edges.  A slice's mass is ``F(c2) - F(c1)`` where ``F(c1) <=
+    1/2`` and ``S(c1) - S(c2)`` above, so that the difference never cancels to rounding noise.
+    Rounding can still make a difference non-positive (two edges closer than the functions'
+    resolution): that slice gets mass 0 (log -inf), see :func:`_epoch_step` for why this keeps
+    the bound."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        by_f = lf[1:] + np.log(-np.expm1(lf[:-1] - lf[1:]))      # F(c2) - F(c1)
+        by_s = ls[:-1] + np.log(-np.expm1(ls[1:] - ls[:-1]))     # S(c1) - S(c2)
+    mid = np.where(lf[:-1] <= math.log(0.5), by_f, by_s)
+    mid = np.where(np.isnan(mid), -np.inf, mid)
+    return np.concatenate(([lf[0]], mid, [ls[-1]]))
 
 
 #: a slice's loss and mass are computed to ~1e-13 relative; these margins put the rounding on the
@@ -148,12 +168,18 @@ def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: 
         raise InputError(f"noise_multiplier={z!r} is not allowed for the shuffle lower bound at this grid: "
                          f"it needs {n} slices; use a coarser discretization.")
     edges = lo_c + gap * np.arange(n + 1)
-    lp = _log_cdf_max(edges, z, T, hi_mean, pi)
-    lq = _log_cdf_max(edges, z, T, lo_mean, pi)
     # slices, plus the two tails as slices of their own (each a coarsening: post-processing)
-    log_p = np.concatenate(([lp[0]], _log_slices(lp[:-1], lp[1:]), [math.log(-math.expm1(lp[-1]))]))
-    log_q = np.concatenate(([lq[0]], _log_slices(lq[:-1], lq[1:]), [math.log(-math.expm1(lq[-1]))]))
+    log_p = _log_slices(*_log_cdf_and_sf_max(edges, z, T, hi_mean, pi))
+    log_q = _log_slices(*_log_cdf_and_sf_max(edges, z, T, lo_mean, pi))
+    # A slice with no P-mass contributes nothing.  A slice with P-mass but no representable
+    # Q-mass (infinite loss), or with a mass that rounding made non-positive, is dropped: the
+    # hockey-stick divergence is a sum over slices of (P_i - e^eps Q_i)_+ >= 0, and over the
+    # composed epochs a sum over products of slices, so leaving terms out only lowers the profile
+    # -- the eps read from it stays a lower bound.
     ok = np.isfinite(log_p) & np.isfinite(log_q)
+    if not ok.any():
+        raise InputError(f"noise_multiplier={z!r} is not allowed for the shuffle lower bound: no slice of the "
+                         "max statistic has a representable mass at this noise.")
     loss = (log_p[ok] - log_q[ok]) - LOSS_MARGIN * (1.0 + np.abs(log_p[ok] - log_q[ok]))
     idx = np.floor(loss / h).astype(np.int64)               # rounded down: the profile only drops
     mass_p = np.exp(log_p[ok]) * (1.0 - MASS_MARGIN)

@@ -23,7 +23,9 @@ def _mp_gdp_epsilon(mu, delta):
     mpmath.mp.dps = 50
     mu = mpmath.mpf(mu)
     f = lambda e: mpmath.ncdf(-e / mu + mu / 2) - mpmath.exp(e) * mpmath.ncdf(-e / mu - mu / 2) - delta  # noqa: E731
-    lo, hi = mpmath.mpf(0), mpmath.mpf(60)          # f decreasing: bisection to 2^-120
+    lo, hi = mpmath.mpf(0), mpmath.mpf(60)          # f decreasing: bisection to 2^-120 of hi
+    while f(hi) > 0:
+        hi *= 2
     for _ in range(120):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
@@ -80,6 +82,88 @@ def test_lower_never_exceeds_upper(n, b, E, z, relation, drop_last):
     br = m.epsilon_bracket(1e-5, z)
     assert 0.0 <= br.lower <= br.upper
     assert br.upper == pytest.approx(shuffle_upper_epsilon(z, E, 1e-5, relation), rel=1e-12)
+
+
+def _grid_settings(count=400, seed=41):
+    """A fixed grid of shuffled-batch settings: n not divisible by b in at least half of them, E in
+    1..10, z in 0.3..5 (log-uniform), both relations, drop_last both ways."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        n = rng.choice([100, 999, 1000, 4096, 10007, 50000, 60000, 123457, 1_000_000])
+        b = min(rng.choice([1, 7, 32, 100, 256, 600, 1000, 4096]), n)
+        if i % 2 == 0 and n % b == 0 and b > 1:
+            b -= 1                                 # every other setting has a partial last batch
+        out.append((n, b, rng.randint(1, 10), math.exp(rng.uniform(math.log(0.3), math.log(5.0))),
+                    rng.choice(["zero-out", "replace-one"]), rng.random() < 0.5))
+    return out
+
+
+GRID = _grid_settings()
+
+
+def test_grid_covers_what_it_claims():
+    assert len(GRID) >= 400
+    assert sum(n % b != 0 for n, b, *_ in GRID) >= len(GRID) / 2
+    assert {E for _, _, E, *_ in GRID} == set(range(1, 11))
+    assert min(z for *_, z, _, _ in GRID) < 0.35 and max(z for *_, z, _, _ in GRID) > 4.5
+    assert {(rel, dl) for *_, rel, dl in GRID} == {(r, d) for r in ("zero-out", "replace-one") for d in (True, False)}
+
+
+def test_bracket_over_a_grid_of_400_settings():
+    """No exception anywhere (156 of these settings ended in 'math domain error' before the tail of
+    the max statistic was computed part by part), lower <= upper, upper = the exact GDP of E
+    releases (mpmath)."""
+    gdp = {}
+    for n, b, E, z, relation, drop_last in GRID:
+        m = DPSGD(sampling="shuffle", n=n, batch_size=b, epochs=E, relation=relation, drop_last=drop_last)
+        br = m.epsilon_bracket(1e-5, z)
+        mu = math.sqrt(E) * (1.0 if relation == "zero-out" else 2.0) / z
+        if mu not in gdp:
+            gdp[mu] = _mp_gdp_epsilon(mu, 1e-5)
+        assert 0.0 <= br.lower <= br.upper, (n, b, E, z, relation, drop_last)
+        assert br.upper == pytest.approx(gdp[mu], rel=1e-9), (n, b, E, z, relation, drop_last)
+
+
+def _mixture_max_pair_epsilon(z, F, pi, hi_mean, lo_mean, delta):
+    """eps(delta) of one epoch's max-statistic pair with a partial batch: the record is in one of the
+    F full batches (uniformly) with probability 1 - pi, else in none, by quadrature of the densities
+    of max_t x_t and a root in eps (written from the definition, not from the code under test)."""
+    def dens(x, m):
+        cdf, pdf = stats.norm.cdf(x / z), stats.norm.pdf(x / z) / z
+        cm, pm = stats.norm.cdf((x - m) / z), stats.norm.pdf((x - m) / z) / z
+        inside = pm * cdf ** (F - 1) + (F - 1) * cm * cdf ** (F - 2) * pdf
+        return (1 - pi) * inside + pi * F * cdf ** (F - 1) * pdf
+
+    lo_x, hi_x = -12 * z, hi_mean + 14 * z
+    grid = np.linspace(lo_x, hi_x, 4001)
+
+    def delta_of(eps):
+        g = dens(grid, hi_mean) - math.exp(eps) * dens(grid, lo_mean)
+        cuts = [lo_x] + [float(grid[i]) for i in np.nonzero(np.diff(np.sign(g)))[0]] + [hi_x]
+        f = lambda x: max(dens(x, hi_mean) - math.exp(eps) * dens(x, lo_mean), 0.0)  # noqa: E731
+        return sum(integrate.quad(f, a, c, limit=400, epsabs=1e-14, epsrel=1e-11)[0]
+                   for a, c in zip(cuts[:-1], cuts[1:]))
+
+    return optimize.brentq(lambda e: delta_of(e) - delta, 0.0, 60.0, xtol=1e-10)
+
+
+@pytest.mark.parametrize("n,b,z,relation", [
+    (60000, 600, 0.8, "zero-out"),       # T = 100 full batches, no partial one
+    (10007, 100, 1.0, "replace-one"),    # 100 full batches and a partial one of 7 records
+    (5050, 100, 0.6, "zero-out"),        # 50 full batches and a partial one of 50
+])
+def test_lower_end_within_1e_2_of_the_quadrature_of_the_max_statistic(n, b, z, relation):
+    F, r = divmod(n, b)
+    hi_mean, lo_mean = (2.0, 1.0) if relation == "zero-out" else (2.0, 0.0)
+    exact = _mixture_max_pair_epsilon(z, F, r / n, hi_mean, lo_mean, 1e-5)
+    for drop_last in (False, True):
+        lo = DPSGD(sampling="shuffle", n=n, batch_size=b, epochs=1, relation=relation,
+                   drop_last=drop_last).epsilon_bracket(1e-5, z).lower
+        assert lo <= exact * (1 + 1e-6)                        # a lower bound on the pair's eps
+        assert lo == pytest.approx(exact, rel=1e-2)            # and close to it
 
 
 def test_documented_setting_lower_end_exceeds_poissons_certified_eps():
