@@ -72,6 +72,33 @@ class Mechanism:
         return tuple(p.name for p in list(inspect.signature(cls.accountant).parameters.values())[1:]
                      if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
+    def noise_values(self, noise: tuple, named: Mapping) -> tuple:
+        """The noise levels in :meth:`noise_names` order from positional values and/or names
+        (``mech.epsilon(delta, **report.noise)``): a name the algorithm does not use is refused
+        unless its value is None (a calibration's report lists e.g. ``sigma4: None``)."""
+        names = self.noise_names()
+        if not named:
+            return tuple(noise)
+        extra = [k for k, val in named.items() if k not in names and val is not None]
+        if extra:
+            raise InputError(f"{extra[0]}={named[extra[0]]!r} is not allowed for {self.name}: expected its noise "
+                             f"levels {', '.join(names)}.")
+        values = list(noise) + [named.get(n) for n in names[len(noise):]]
+        twice = [n for n in names[:len(noise)] if named.get(n) is not None]
+        if twice:
+            raise InputError(f"{twice[0]} is given twice (by position and by name).")
+        missing = [n for n, val in zip(names, values) if val is None and n in self.required_noise()]
+        if missing:
+            raise InputError(f"{missing[0]} is required for {self.name} (its noise levels: {', '.join(names)}).")
+        return tuple(values)
+
+    def required_noise(self) -> tuple:
+        """The noise levels that must be given (those without a default in :meth:`accountant`)."""
+        import inspect
+
+        params = inspect.signature(self.accountant).parameters
+        return tuple(n for n in self.noise_names() if n in params and params[n].default is inspect.Parameter.empty)
+
     def participations(self, release: str, count: int) -> int:
         """How many of ``count`` releases one record can take part in (all of them, unless the
         sampling bounds it: shuffled batches put a record in one batch per epoch)."""
@@ -106,13 +133,15 @@ class Mechanism:
 
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
-    def report(self, delta, *noise, deltas=None, fprs=None):
-        """The :class:`~dpcalib.accountant.PrivacyReport` of a run at these noise levels (or of a
-        :class:`CalibrationReport`'s levels, passed as the one argument after ``delta``)."""
+    def report(self, delta, *noise, deltas=None, fprs=None, **named):
+        """The :class:`~dpcalib.accountant.PrivacyReport` of a run at these noise levels (positional
+        or by name, or a :class:`CalibrationReport`'s levels, passed as the one argument after
+        ``delta``)."""
         from ..accountant.report import DEFAULT_FPRS, privacy_report
 
         if len(noise) == 1 and hasattr(noise[0], "noise") and isinstance(noise[0].noise, dict):
             noise = tuple(noise[0].noise[n] for n in self.noise_names())
+        noise = self.noise_values(noise, named)
         return privacy_report(self.accountant(*noise), delta, deltas, DEFAULT_FPRS if fprs is None else fprs,
                               self.assumptions(delta), lambda d: self.epsilon_bracket(d, *noise),
                               self.report_notes(delta, *noise))
@@ -121,10 +150,11 @@ class Mechanism:
         return ()
 
     def epsilon(self, delta, *noise, accountant: str = "best", conversion: str = "improved",
-                method: str | None = None):
-        """eps spent at ``delta`` by these noise levels (an ``EpsilonReport`` naming the method that
-        certified it); ``accountant``: as ``PrivacyAccountant.epsilon_report`` (``method=``: its old
-        name, deprecated)."""
+                method: str | None = None, **named):
+        """eps spent at ``delta`` by these noise levels, positional or by name (an ``EpsilonReport``
+        naming the method that certified it); ``accountant``: as
+        ``PrivacyAccountant.epsilon_report`` (``method=``: its old name, deprecated)."""
+        noise = self.noise_values(noise, named)
         rep = self.accountant(*noise).epsilon_report(delta, accountant, conversion, method=method)
         if rep.method == "gdp" and self.epsilon_lower(delta, *noise) is not None:
             # the GDP pair's eps is this mechanism's certified upper end, not its exact eps (shuffled

@@ -626,18 +626,21 @@ def check_accountant(accountant: str) -> str:
 
 
 def certify(acc, delta, accountant: str = "pld"):
-    """``(report, bracket)``: the one owner of every ``certified_epsilon``.
+    """``(own, best, bracket)``: the one owner of every ``certified_epsilon``.
 
-    ``"pld"``: ``epsilon_report(delta, accountant="best")`` -- the smallest of exact GDP, the PLD
-    upper bound and RDP -- with its bracket.  ``"rdp"``: ``epsilon_report(delta)`` (exact GDP
-    for full batch, else RDP at the optimal real order, improved conversion), bracket None.
+    ``best`` is ``epsilon_report(delta, accountant="best")`` -- the smallest of exact GDP, the PLD
+    upper bound and RDP -- and ``bracket`` its bracket, whatever the calibration solved on: a
+    report's ``certified_epsilon`` is always the number ``dpcalib epsilon`` prints for the noise.
+    ``own`` is the eps of the accountant the calibration solved on: ``best`` for ``"pld"``;
+    for ``"rdp"`` ``epsilon_report(delta)`` (exact GDP for full batch, else RDP at the optimal real
+    order, improved conversion) -- the calibration's ``achieved_epsilon``.
     """
     from ..accountant.accountant import EpsilonReport
 
-    if accountant == "rdp":
-        return acc.epsilon_report(delta, accountant="auto"), None
     b = acc.epsilon_bracket(delta)
-    return EpsilonReport.from_bracket(b), b
+    best = EpsilonReport.from_bracket(b)
+    own = acc.epsilon_report(delta, accountant="auto") if accountant == "rdp" else best
+    return own, best, b
 
 
 def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, conversion: str,

@@ -103,18 +103,17 @@ class ClipD2P(Mechanism):
         if method == "tight" and accountant == "pld":
             s, _, s_lo, cap = pld_tighten(self.accountant, e, d, s0)
             lower_noise = None if s_lo is None else {"sigma": s_lo}
-        cert, br = certify(self.accountant(s), d, accountant)
-        if method == "tight" and br is not None:
+        own, cert, br = certify(self.accountant(s), d, accountant)
+        if method == "tight" and accountant == "pld":
             rep = cert
             accounting = f"{br.method} (certified upper end of the bracket; {self.relation}; {rdp_tight_text(s0, 'RDP-tight sigma', note=cap)})"
         else:
             rep = self.epsilon(d, s, accountant="auto", conversion=conv)
         notes = {"noise_std": "sigma * C", "relation": self.relation}
-        if method == "tight" and br is not None:
+        if method == "tight" and accountant == "pld":
             notes["rdp_tight_noise"] = None if s0 is None else {"sigma": s0}
         return CalibrationReport(self.name, method, e, d, {"sigma": s}, rep.epsilon, cert.epsilon, rep.order,
-                                 rep.conversion, accounting, tuple(warns), notes, None if br is None else br.lower,
-                                 lower_noise)
+                                 rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)
 
 
 @dataclass(frozen=True)

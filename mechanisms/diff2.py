@@ -384,18 +384,18 @@ class DIFF2BVR(Mechanism):
             lower_noise = None if t_lo is None else {"sigma1": p1 * t_lo, "sigma2": None if p2 is None else p2 * t_lo,
                                                      "sigma3": p3 * t_lo}
             achieved = None
-        cert, br = certify(self.accountant(s1, s2, s3), d, accountant)
+        own, cert, br = certify(self.accountant(s1, s2, s3), d, accountant)
         certified = cert.epsilon
         if achieved is None:
-            achieved, order, conv = certified, cert.order, cert.conversion
-            accounting = ("rdp (WBK19 Thm 27, K-1 noisy steps)" if br is None else
+            achieved, order, conv = own.epsilon, own.order, own.conversion
+            accounting = ("rdp (WBK19 Thm 27, K-1 noisy steps)" if accountant == "rdp" else
                           f"{br.method} (certified upper end of the bracket; WOR replace-one local steps, K-1 noisy "
                           f"steps; {rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX, cap)})")
         noise = {"sigma1": s1, "sigma2": s2, "sigma3": s3, "sigma4": None}
         notes = {"sigma4": SIGMA4_NOTE, "z1": gd._z(s1), "z2": None if s2 is None else gd._z(s2),
                  "z3": self._z3(s3), "u1": uu1, "u2": uu2, "sigma3_term1": term1, "sigma3_term2": term2}
-        if method == "tight" and br is not None:
+        if method == "tight" and accountant == "pld":
             notes["rdp_tight_noise"] = None if t0 is None else {
                 "sigma1": p1 * t0, "sigma2": None if p2 is None else p2 * t0, "sigma3": p3 * t0}
         return CalibrationReport(self.name, method, e, d, noise, achieved, certified, order, conv,
-                                 accounting, tuple(warns), notes, None if br is None else br.lower, lower_noise)
+                                 accounting, tuple(warns), notes, br.lower, lower_noise)

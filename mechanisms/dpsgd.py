@@ -181,7 +181,7 @@ class DPSGD(Mechanism):
                                "sampling; use method='tight'.")
         # E Gaussian releases: exact GDP is the best certified eps under either accountant
         z = smallest_scale(lambda t: self.accountant(t).epsilon_report(d, "auto").epsilon, e, start=1.0, rtol=rtol)
-        cert, br = certify(self.accountant(z), d, accountant)
+        _, cert, _ = certify(self.accountant(z), d, accountant)
         lo = self.epsilon_lower(d, z)
         mu = math.sqrt(self.epochs) * self.sensitivity("step") / z
         notes = {"noise_std_on_sum": "noise_multiplier * C", "shuffle_mu": mu,
@@ -231,12 +231,12 @@ class DPSGD(Mechanism):
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
             else:
                 lower_noise = None
-        cert, br = certify(self.accountant(z), d, accountant)
+        own, cert, br = certify(self.accountant(z), d, accountant)
         if method == "tight":
-            rep = cert
+            rep = own
             if full_batch:
                 accounting = "gdp (exact: q = 1 puts every record in every step)"
-            elif br is None:
+            elif accountant == "rdp":
                 accounting = "rdp (exact Poisson SGM, real order, improved conversion)"
             else:
                 accounting = (f"{br.method} (certified upper end of the bracket; Poisson SGM, remove and add "
@@ -244,8 +244,7 @@ class DPSGD(Mechanism):
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / B (Thm 2.3 of the DiceSGD paper is missing this B^2 for noise "
                                          "on the sum: DPSGD-E1)"}
-        if method == "tight" and br is not None:
+        if method == "tight" and accountant == "pld":
             notes["rdp_tight_noise"] = None if z0 is None else {"noise_multiplier": z0}
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
-                                 rep.order, rep.conversion, accounting, tuple(warns), notes,
-                                 None if br is None else br.lower, lower_noise)
+                                 rep.order, rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)

@@ -161,16 +161,15 @@ class DPSRM(Mechanism):
             s0, st = p0 * t, pt * t
             lower_noise = None if t_lo is None else {"sigma0": p0 * t_lo, "sigma": pt * t_lo}
             achieved = None
-        cert, br = certify(self.accountant(s0, st), d, accountant)
+        own, cert, br = certify(self.accountant(s0, st), d, accountant)
         if achieved is None:
-            achieved, order, conv = cert.epsilon, cert.order, cert.conversion
-            accounting = ("rdp (WBK19 Thm 27)" if br is None else
+            achieved, order, conv = own.epsilon, own.order, own.conversion
+            accounting = ("rdp (WBK19 Thm 27)" if accountant == "rdp" else
                           f"{br.method} (certified upper end of the bracket; fixed-size WOR, replace-one; "
                           f"{rdp_tight_text(t0, WOR_START_LABEL, WOR_START_SUFFIX, cap)})")
         notes = {"alpha_paper": a, "z0": s0 / d0, "z": st / dt,
                  "ratio2_t0": (s0 / d0) ** 2, "ratio2_t": (st / dt) ** 2, "beta": beta}
-        if method == "tight" and br is not None:
+        if method == "tight" and accountant == "pld":
             notes["rdp_tight_noise"] = None if t0 is None else {"sigma0": p0 * t0, "sigma": pt * t0}
         return CalibrationReport(self.name, method, e, d, {"sigma0": s0, "sigma": st}, achieved, cert.epsilon,
-                                 order, conv, accounting, tuple(warns), notes, None if br is None else br.lower,
-                                 lower_noise)
+                                 order, conv, accounting, tuple(warns), notes, br.lower, lower_noise)
