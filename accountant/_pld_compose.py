@@ -94,11 +94,13 @@ def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     w_lo = float(np.max(-(dn - log_alpha) / _LAMBDAS))
     lo_all = sum(s.count * s.i0 for s in steps)
     hi_all = sum(s.count * (s.i0 + s.mass.size - 1) for s in steps)
-    lo = max(lo_all, math.floor(w_lo / h) - 1)
+    # (a Chernoff bound that is not a finite number -- losses past the float range -- bounds
+    # nothing: the window is then the steps' whole range, and the caller sees its size)
+    lo = max(lo_all, math.floor(w_lo / h) - 1) if math.isfinite(w_lo) else lo_all
     ok = _LAMBDAS > lam
     base = lo if r_min is None else max(lo, r_min)
     w_hi = float(np.min((up[ok] - lam * base * h - log_alpha) / (_LAMBDAS[ok] - lam)))
-    hi = min(hi_all, math.ceil(w_hi / h) + 1)
+    hi = min(hi_all, math.ceil(w_hi / h) + 1) if math.isfinite(w_hi) else hi_all
     if lam > 0.0 and r_min is not None and hi > base:
         # tilted, reading only bins from r_min up: mass at a loss L below the window wraps to a
         # bin p >= L + N h (N h >= (hi + 1 - lo') h, the window's span), where un-tilting
@@ -107,7 +109,8 @@ def _window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
         # Lambda(-l') + l' x - lam ((hi + 1) h - x) <= log alpha at x = lo' h.  So the window
         # may start that high (not above r_min): the bins below were never read
         x = float(np.max((log_alpha - dn + lam * (hi + 1) * h) / (_LAMBDAS + lam)))
-        lo = max(lo, min(base, math.floor(x / h) - 1))
+        if math.isfinite(x):
+            lo = max(lo, min(base, math.floor(x / h) - 1))
     return lo, max(hi, lo)
 
 
@@ -226,6 +229,8 @@ def _compose(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     logm = _log_mgfs(steps, h)
     lo, hi = _window(steps, h, math.log(alpha), lam, logm, r_min)
     n = hi - lo + 1
+    if 6 * 8 * n > cap_bytes:        # (before next_fast_len, which overflows past 2^63 points)
+        return None, n
     N = sfft.next_fast_len(max(n, 2), real=True)
     if 6 * 8 * N > cap_bytes:
         return None, N

@@ -29,6 +29,7 @@ from .events import (
     PoissonSampledGaussianEvent,
     WORSampledGaussianEvent,
     full_batch_form,
+    total_variation_bound,
 )
 from .gdp import gdp_epsilon
 
@@ -187,10 +188,30 @@ class PrivacyAccountant:
         """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions)."""
         if not self.is_full_batch_gaussian:
             raise InputError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
-        return math.sqrt(sum(k / (e.noise_multiplier * e.noise_multiplier) for e, k in self._events))
+        # (1/z) * (1/z) rather than 1/z^2: z^2 underflows to 0 for z below 1e-162 (mu is then inf,
+        # eps inf) and 1/z^2 to 0 above 1e154 (mu 0, eps 0) -- never a division by zero
+        return math.sqrt(sum(k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events))
 
     def _linear_slope(self) -> float:
-        return sum(k / (2.0 * e.noise_multiplier * e.noise_multiplier) for e, k in self._events)
+        return sum(0.5 * k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events)
+
+    def total_variation_bound(self) -> float:
+        """An upper bound on ``delta(0)``, the total variation distance between the outputs of two
+        neighbouring runs: :func:`~dpcalib.accountant.events.total_variation_bound` of the events."""
+        return total_variation_bound(self._events)
+
+    def _tv_bracket(self, d: float):
+        """The exact answer eps = 0 when the total variation is at most ``d`` (very large noise, or a
+        record that is almost never sampled), else None.  ``delta(eps)`` is non-increasing in eps and
+        ``delta(0) <= d``, so no eps is smaller -- exact, and no grid or order search is needed (for
+        noise near 1e300 the privacy loss is below every grid and the search cannot start)."""
+        tv = self.total_variation_bound()
+        if tv > d:
+            return None
+        from .pld import EpsilonBracket
+
+        return EpsilonBracket(0.0, 0.0, d, 0.0, True, (f"exact: the two runs' outputs are within total variation "
+                                                        f"{tv:.3g} <= delta, so (0, delta)-DP holds",), "tv")
 
     def get_epsilon(self, delta, accountant: str = "best", conversion: str = "improved",
                     refine: bool = True, *, method: str | None = None) -> float:
@@ -221,6 +242,10 @@ class PrivacyAccountant:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
+        if method in ("pld", "best", "auto"):
+            tv = self._tv_bracket(d)
+            if tv is not None:
+                return EpsilonReport.from_bracket(tv)
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
@@ -263,6 +288,10 @@ class PrivacyAccountant:
                              f"('gdp', 'pld', 'rdp').")
         if not self._events:
             return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",), "none")
+        if methods != ("rdp",):
+            tv = self._tv_bracket(d)
+            if tv is not None:
+                return tv
         if "gdp" in methods and self.is_full_batch_gaussian:
             e = gdp_epsilon(self.gdp_mu(), d)
             # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12

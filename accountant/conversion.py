@@ -95,13 +95,16 @@ def best_epsilon_linear(slope, delta, conversion="improved"):
     """
     _check_conversion(conversion)
     d = validation.delta(delta)
-    s = validation.in_range(slope, "slope", 0.0, math.inf, high_open=True)
+    s = validation.in_range(slope, "slope", 0.0, math.inf)
     if s == 0.0:
         return 0.0, math.inf
     L = -math.log(d)
     a_m = 1.0 + math.sqrt(L / s)
     eps_m = s + 2.0 * math.sqrt(s * L)
-    if conversion == "mironov":
+    if conversion == "mironov" or not a_m - 1.0 > 1e-9:
+        # (a slope so large that the optimal order is within 1e-9 of 1 -- noise below ~1e-5 of the
+        # sensitivity: Mironov's closed form, a valid value the improved one can only lower by
+        # a relative ~1e-9; inf for an infinite slope)
         return eps_m, a_m
 
     def f(x):  # x = log(alpha - 1)

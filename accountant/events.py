@@ -31,6 +31,7 @@ __all__ = [
     "ADD_REMOVE",
     "never_used_probability",
     "full_batch_form",
+    "total_variation_bound",
 ]
 
 REPLACE_ONE = "replace-one"
@@ -195,3 +196,28 @@ def never_used_probability(events) -> float:
             return 0.0
         log_never += k * math.log1p(-p)
     return math.exp(log_never)
+
+
+def total_variation_bound(events) -> float:
+    """An upper bound on the total variation distance between the outputs of two neighbouring runs
+    of a composition of ``(event, count)`` pairs -- ``delta(0)`` of its privacy profile:
+    ``1 - prod (1 - p_i tv(z_i))^(k_i)``.
+
+    ``tv(z) = 2 Phi(1/(2 z)) - 1 = erf(1 / (2 sqrt(2) z))`` is the total variation of the Gaussian
+    pair ``(N(1, z^2), N(0, z^2))``; each event's dominating pair is that pair mixed with weight
+    ``p`` (its use probability: ``q``, ``b/n``, or 1) into ``N(0, z^2)``, whose total variation is
+    ``p tv(z)``.  The composition's profile is at most that of the product of the dominating pairs
+    (the argument of the PLD accountant), and the total variation of a product of pairs is at most
+    ``1 - prod (1 - TV_i)`` (couple the factors one by one).  Every record that is never used, and
+    every noise so large that the release barely moves, makes this small: where it is at most
+    ``delta``, eps = 0 exactly."""
+    from scipy import special
+
+    log_same = 0.0
+    for ev, k in events:
+        p = float(ev.use_probability)
+        tv = min(1.0, p * float(special.erf(1.0 / (2.0 * math.sqrt(2.0) * float(ev.noise_multiplier)))))
+        if tv >= 1.0:
+            return 1.0
+        log_same += k * math.log1p(-tv)
+    return -math.expm1(log_same)

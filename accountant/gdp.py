@@ -44,13 +44,18 @@ def gdp_delta(eps, mu):
 
 
 def gdp_epsilon(mu, delta):
-    """Smallest ``eps >= 0`` with ``delta(eps) <= delta`` for ``mu``-GDP (root of the exact profile).
+    """Smallest ``eps >= 0`` with ``delta(eps) <= delta`` for ``mu``-GDP (root of the exact profile;
+    0 for ``mu = 0``, inf for ``mu = inf``).
 
     Formal guarantee: the root is bracketed and refined by Brent's method to ~1e-15 relative and
     the upper end of the final bracket is returned, so ``gdp_delta(result, mu) <= delta``.
     """
-    m = validation.positive(mu, "mu")
+    m = validation.in_range(mu, "mu", 0.0, math.inf)
     d = validation.delta(delta)
+    if m == 0.0:                  # identical outputs (noise so large that mu underflowed)
+        return 0.0
+    if m == math.inf:             # no noise to speak of: eps beyond every float
+        return math.inf
     ld = _log_target(d)
     if gdp_log_delta(0.0, m) <= ld:
         return 0.0

@@ -289,7 +289,7 @@ def _log_even_moment_quadrature(half_inv_var: float, l: int) -> float:
 def _thm27_terms(z: float, amax: int) -> np.ndarray:
     """Order-independent part of WBK19 Thm 27's j-th term, ``t[j]`` for j = 0..amax
     (dp-accounting's reading; forward differences up to order 256, Thm 9's term above)."""
-    s2 = 1.0 / (2.0 * z * z)
+    s2 = 0.5 / z / z                # inf for z below ~1e-154, never a division by zero
     js = np.arange(amax + 1, dtype=float)
     t = np.full(amax + 1, -np.inf)
     e2 = 2.0 * s2
@@ -336,8 +336,8 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
     flat = a.ravel()
     if g == 0.0:
         out = np.zeros(flat.shape)
-    elif g == 1.0:
-        out = flat / (2.0 * z * z)
+    elif g == 1.0 or not math.isfinite(0.5 / z / z):
+        out = flat * (0.5 / z / z)     # (z below ~1e-154: inf at every order, as is the truth)
     else:
         lg = math.log(g)
         ints = np.unique(np.concatenate([np.floor(flat), np.ceil(flat)]).astype(np.int64))
@@ -354,6 +354,6 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
             lo, hi = math.floor(x), math.ceil(x)
             t = x - lo
             out[idx] = ((1.0 - t) * logm[lo] + t * logm[hi]) / (x - 1.0)
-        out = np.minimum(out, flat / (2.0 * z * z))   # subsampling never hurts
+        out = np.minimum(out, flat * (0.5 / z / z))   # subsampling never hurts
     out = out.reshape(a.shape)
     return float(out) if out.ndim == 0 else out

@@ -25,7 +25,19 @@ __all__ = [
     "positive",
     "delta",
     "writable_file",
+    "run_length",
+    "records",
+    "MAX_RUN_LENGTH",
+    "MAX_RECORDS",
 ]
+
+#: the longest run a mechanism describes (steps, rounds, iterations, epochs, local steps): longer
+#: than any training run, and the privacy-loss distribution of 1e9 steps already takes 10-40 s and
+#: about 2 GB here (docs/testing.md, the parameter-space fuzz)
+MAX_RUN_LENGTH = 10 ** 9
+#: the largest dataset (records, samples per node, clients): larger than any dataset -- a larger
+#: number is a typo, and its sampling rates are below what the accountants are tested at
+MAX_RECORDS = 10 ** 12
 
 
 class InputError(ValueError):
@@ -90,6 +102,26 @@ def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
         raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
     if not (low <= k <= high):
         raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
+    return k
+
+
+def run_length(value, name: str, low: int = 1) -> int:
+    """A run length (steps, rounds, iterations, epochs) in ``[low, MAX_RUN_LENGTH]``; the refusal
+    says why there is a ceiling."""
+    k = integer(value, name, low=low)
+    if k > MAX_RUN_LENGTH:
+        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {MAX_RUN_LENGTH:.0e}] "
+                         "(no training run is longer, and accounting for 1e9 steps already takes 10-40 s and "
+                         "about 2 GB).")
+    return k
+
+
+def records(value, name: str, low: int = 1) -> int:
+    """A number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``."""
+    k = integer(value, name, low=low)
+    if k > MAX_RECORDS:
+        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {MAX_RECORDS:.0e}] "
+                         "(larger than any dataset).")
     return k
 
 

@@ -97,6 +97,13 @@ class _Specs(Mapping):
 SPECS = _Specs()
 
 
+def dumps(obj) -> str:
+    """JSON that is JSON: a number that is not finite is an error of ours, never 'Infinity'."""
+    import json
+
+    return json.dumps(obj, allow_nan=False)
+
+
 def fmt(x) -> str:
     """A number as the command line prints it (6 significant digits; "-" for none)."""
     if x is None:
@@ -113,5 +120,6 @@ def build(algorithm: str, args):
 
     cls = ALGORITHMS[algorithm][0]
     shape = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "shape"}
-    split = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "split"}
+    split = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options
+             if o.target == "split" and hasattr(args, o.field)}     # (epsilon and report take no split)
     return cls(**shape), split

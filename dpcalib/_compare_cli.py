@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ._algorithms import SPECS, build as _build, fmt as _fmt
+from ._algorithms import dumps, SPECS, build as _build, fmt as _fmt
 
 __all__ = ["run"]
 
@@ -50,7 +50,7 @@ def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:
 
 def _print_compare(algorithm, args, paper, rows) -> int:
     if args.json:
-        print(json.dumps({"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
+        print(dumps({"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
                           "warnings": list(paper.warnings)}))
         return 0
     print(f"algorithm {algorithm}, target epsilon={_fmt(args.epsilon)} delta={_fmt(args.delta)}")

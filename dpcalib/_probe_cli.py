@@ -11,6 +11,8 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 
 from __future__ import annotations
 
+from ._algorithms import dumps
+
 import json
 from .accountant.validation import InputError
 
@@ -66,7 +68,7 @@ def run(algorithm: str, args, build_mechanism) -> int:
     r = P.record_probe(build, data, held, seed=args.seed, progress=None if args.progress else False)
     noise = {k: v for k, v in rep.noise.items() if v is not None}
     if args.json:
-        print(json.dumps({**r.as_dict(), "epsilon": args.epsilon, "delta": args.delta, "method": args.method,
+        print(dumps({**r.as_dict(), "epsilon": args.epsilon, "delta": args.delta, "method": args.method,
                           "noise": noise}))
         return 0
     w = r.worst()

@@ -9,6 +9,8 @@ advantage), all from the certified side, with the assumptions in words.
 
 from __future__ import annotations
 
+from ._algorithms import dumps
+
 import argparse
 import json
 
@@ -62,7 +64,7 @@ def _emit(rep, args, title: str, extra: dict | None = None) -> int:
     if args.json:
         out = rep.to_dict()
         out.update(extra or {})
-        print(json.dumps(out))
+        print(dumps(out))
     else:
         if title:
             print(title)

@@ -22,7 +22,7 @@ import math
 import sys
 import warnings
 
-from ._algorithms import SPECS, build, fmt
+from ._algorithms import SPECS, build, dumps as _json, fmt
 
 __all__ = ["main"]
 
@@ -31,6 +31,10 @@ SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
 
 class _UsageError(Exception):
     pass
+
+
+class DeprecatedSpelling(UserWarning):
+    """An option spelled the older way: it still works, and says so on stderr (after success)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +79,11 @@ def _takes_accountant(algorithm: str) -> bool:
     return "accountant" in inspect.signature(ALGORITHMS[algorithm][0].calibrate).parameters
 
 
+#: the commands that calibrate the noise for (--epsilon, --delta) and so take the calibration's options
+#: (--method, the budget split); epsilon and report take the noise levels instead
+CALIBRATING = ("calibrate", "compare", "audit", "probe")
+
+
 def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     spec = SPECS[algorithm]
     from .mechanisms import ALGORITHMS
@@ -82,48 +91,55 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     p = _Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
                 epilog="example:\n  " + _example(command, algorithm),
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    if command in ("calibrate", "compare", "audit", "probe"):
+    if command in CALIBRATING:
         p.add_argument("--epsilon", type=float, required=True,
-                       help="target epsilon > 0" + (" (the claim the audit tests)" if command == "audit" else ""))
-    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+                       help="target epsilon, a number > 0" + (" (the claim the audit tests)" if command == "audit"
+                                                              else ""))
+    p.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
     if command == "calibrate":
         p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
-                       help="paper: closed form as printed; tight: smallest noise, same split (default)")
+                       help="paper: the paper's closed form as printed; tight: the smallest noise, same split; "
+                            "both (default tight)")
         if _takes_accountant(algorithm):
-            p.add_argument("--accountant", choices=["pld", "rdp"], default="pld",
-                           help="what tight mode solves on: pld (default: the best certified eps -- exact GDP, "
-                                "the privacy-loss-distribution upper bound or RDP, whichever is smallest; least "
-                                "noise) or rdp (the RDP accountant only: faster, more noise)")
+            p.add_argument("--accountant", choices=["best", "rdp", "pld"], default="best",
+                           help="what the tight calibration solves on: best (default: the best certified eps -- "
+                                "exact GDP, the privacy-loss-distribution upper bound or RDP, whichever is "
+                                "smallest; least noise) or rdp (RDP alone: faster, more noise); 'pld' is the older "
+                                "spelling of best.  The certified line is the best certified eps either way")
     if command == "audit":
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
         p.add_argument("--runs", type=int, default=None,
-                       help="runs per neighbouring dataset (required unless --one-run)")
+                       help=f"runs per neighbouring dataset, an integer in [2, {MAX_RUNS:.0e}] (required unless "
+                            "--one-run)")
         p.add_argument("--one-run", action="store_true",
                        help="one training run with --canaries gradient canaries, each included with probability 1/2 "
                             "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")
-        p.add_argument("--canaries", type=int, default=1000, help="canaries of the one-run audit (default 1000)")
-        p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
-        p.add_argument("--batch", type=int, default=4096, metavar="RUNS",
-                       help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; "
-                            "default 4096)")
+        p.add_argument("--canaries", type=int, default=None,
+                       help=f"canaries of the one-run audit, an integer in [2, {MAX_CANARIES:.0e}] (default 1000; "
+                            "--one-run only)")
+        p.add_argument("--seed", type=int, default=0, help=f"seed of the first run, an integer in [0, {MAX_SEED}] "
+                                                           "(default 0)")
+        p.add_argument("--batch", type=int, default=None, metavar="RUNS",
+                       help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; an "
+                            "integer >= 1, default 4096; not with --sequential)")
         p.add_argument("--sequential", action="store_true",
                        help="one run after another (the reference path; slow)")
         p.add_argument("--plot", metavar="FILE.png", type=_plot_path,
-                       help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib)")
+                       help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib; "
+                            "not with --one-run)")
         p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     if command in ("epsilon", "report"):
         for name in spec.noise:
             p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
-                           metavar=name.upper(), help=f"noise level {name}")
+                           metavar=name.upper(), help=f"noise level {name}, a number > 0")
     if command == "report":
         from ._report_cli import add_arguments
 
         add_arguments(p, _plot_path)
     if command == "epsilon":
-        p.add_argument("--conversion", choices=["improved", "mironov"], default="improved",
-                       help="RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov (Lemma B.4)")
         _accountant_argument(p)
+        _conversion_argument(p)
         p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
         p.add_argument("--plot", metavar="FILE.png", type=_plot_path, help="draw the curve (needs matplotlib)")
     if command == "probe":
@@ -131,6 +147,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
 
         add_arguments(p, algorithm, {o.flag for o in spec.options})
     for o in spec.options:
+        if o.target == "split" and command not in CALIBRATING:
+            continue                # a calibration's budget split: epsilon and report take the noise itself
         if o.type is bool:
             p.add_argument(o.flag, dest=o.field, action="store_true", help=o.help)
         else:
@@ -138,6 +156,48 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                            default=o.default, help=o.help + ("" if o.default is None else f" (default {o.default})"))
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
     return p
+
+
+def _check_applicable(command: str, args) -> None:
+    """Options that were given but do not apply to what the command will do are refused, never
+    silently ignored (one line, exit 2)."""
+    if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
+        raise _UsageError(f"--conversion={args.conversion} is not allowed without --accountant rdp: only the RDP "
+                          "accountant converts RDP to (eps, delta); the default (best) certifies with exact GDP, the "
+                          "PLD or RDP at the improved conversion")
+    if command == "calibrate" and getattr(args, "accountant", None) == "pld":
+        warnings.warn("--accountant pld of calibrate is now spelled --accountant best (the best certified eps, as in "
+                      "every other command); 'pld' will be refused in a later release", DeprecatedSpelling)
+        args.accountant = "best"
+    if command == "audit":
+        if args.one_run:
+            for flag, given in (("--runs", args.runs is not None), ("--batch", args.batch is not None),
+                                ("--sequential", args.sequential)):
+                if given:
+                    raise _UsageError(f"{flag} is not allowed with --one-run: the one-run audit is one training run "
+                                      "with --canaries canaries")
+            args.canaries = 1000 if args.canaries is None else args.canaries
+        elif args.canaries is not None:
+            raise _UsageError("--canaries is not allowed without --one-run: the many-run audit (--runs) has one "
+                              "differing record, not canaries")
+        if args.sequential and args.batch is not None:
+            raise _UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
+                              "dimension, --sequential runs them one after another")
+        args.batch = 4096 if args.batch is None else args.batch
+        _check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
+
+
+#: ceilings on the work of the commands that run the optimizers, with the reason in each refusal
+MAX_SEED = 2 ** 32 - 1
+MAX_RUNS = 10 ** 6          # each run's output is kept for the statistics (and 1e6 runs take hours)
+MAX_CANARIES = 10 ** 6      # each canary is a record and a score
+
+
+def _check_int(value: int, flag: str, low: int, high: int, why: str = "") -> int:
+    if not low <= value <= high:
+        raise _UsageError(f"{flag}={value} is not allowed: expected an integer in [{low}, {high:g}]"
+                          + (f" ({why})" if why else ""))
+    return value
 
 
 def _example(command: str, algorithm: str) -> str:
@@ -183,15 +243,19 @@ def _report_dict(rep) -> dict:
     return out
 
 
+#: the methods whose eps is exact, and what the bracket line says of them
+EXACT = {"gdp": "exact Gaussian DP at both ends", "tv": "exact: the total variation is at most delta"}
+
+
 def _print_epsilon(rep, ends: str | None = None) -> None:
     """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
     print(f"epsilon     {_fmt(rep.epsilon)}")
     bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
+    exact = EXACT.get(rep.method)
     if bracket:
-        exact = "exact Gaussian DP at both ends" if rep.method == "gdp" else None
         print(f"            {bracket[0]} ({ends or exact or 'lower: PLD lower bound; upper: certified'})")
     print(f"delta       {_fmt(rep.delta)}")
-    print(f"method      {rep.method}" + (" (exact)" if rep.method == "gdp" else ""))
+    print(f"method      {rep.method}" + (" (exact)" if exact else ""))
     if rep.order is not None:
         print(f"order       {_fmt(rep.order)}")
         print(f"conversion  {rep.conversion}")
@@ -291,7 +355,7 @@ def _finish_audit(r, rep, args, head: list) -> int:
         A.plot_audit(r, args.plot)
         d["plot"] = args.plot
     if args.json:
-        print(json.dumps(d))
+        print(_json(d))
         return 0
     for line in head:
         print(line)
@@ -355,7 +419,7 @@ def _cmd_one_run(algorithm: str, args) -> int:
     d = r.as_dict()
     d["noise"] = dict(rep.noise)
     if args.json:
-        print(json.dumps(d))
+        print(_json(d))
         return 0
     print(f"algorithm   {algorithm} (one-run audit)")
     print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
@@ -381,15 +445,31 @@ def _cmd_probe(algorithm: str, args) -> int:
     return run(algorithm, args, _build)
 
 
-def _cmd_list(_args) -> int:
+def _list_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dpcalib list", description=COMMANDS["list"])
+    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
+    return p
+
+
+def _cmd_list(args) -> int:
     from .mechanisms import ALGORITHMS
 
+    rows = []
     for name, (cls, source) in ALGORITHMS.items():
         spec = SPECS[name]
-        opts = " ".join(o.flag + ("" if o.default is None else f"[={o.default}]") for o in spec.options)
-        print(f"{name:10s} {source}")
+        rows.append({"algorithm": name, "source": source, "noise": list(spec.noise),
+                     "options": [{"flag": o.flag, "required": o.required,
+                                  "default": repr(o.default) if isinstance(o.default, float)
+                                  and not math.isfinite(o.default) else o.default,
+                                  "calibration": o.target == "split", "help": o.help} for o in spec.options]})
+    if args.json:
+        print(_json(rows))
+        return 0
+    for r in rows:
+        opts = " ".join(o["flag"] + ("" if o["default"] is None else f"[={o['default']}]") for o in r["options"])
+        print(f"{r['algorithm']:10s} {r['source']}")
         print(f"{'':10s} options: {opts}")
-        print(f"{'':10s} noise:   {', '.join(spec.noise)}")
+        print(f"{'':10s} noise:   {', '.join(r['noise'])}")
     return 0
 
 
@@ -399,7 +479,7 @@ def _cmd_calibrate(algorithm: str, args) -> int:
     extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
     reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra)) for m in methods]
     if args.json:
-        print(json.dumps(reports if len(reports) > 1 else reports[0]))
+        print(_json(reports if len(reports) > 1 else reports[0]))
     else:
         for i, d in enumerate(reports):
             if i:
@@ -412,12 +492,18 @@ def _noise_args(algorithm: str, args) -> list:
     return [getattr(args, "noise_" + n) for n in SPECS[algorithm].noise]
 
 
+def _noise_flags(algorithm: str, args) -> list:
+    return [("--" + n.replace("_", "-"), v) for n, v in zip(SPECS[algorithm].noise, _noise_args(algorithm, args))]
+
+
 def _cmd_epsilon(algorithm: str, args) -> int:
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
     acc = mech.accountant(*noise)
     rep, lower = _epsilon_of(acc, args)
-    own = mech.epsilon_lower(args.delta, *noise)      # the mechanism's own lower bound (shuffled batches)
+    _finite(rep.epsilon, args, _noise_flags(algorithm, args))
+    # the mechanism's own lower bound (shuffled batches; none needed where eps is exactly 0)
+    own = mech.epsilon_lower(args.delta, *noise) if rep.epsilon > 0 else None
     if own is not None:
         from .accountant import EpsilonReport
 
@@ -443,7 +529,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     if args.plot:
         _plot(out["curve"], args.plot, algorithm, args.delta)
     if args.json:
-        print(json.dumps(out))
+        print(_json(out))
     else:
         print(f"algorithm   {algorithm}")
         _print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
@@ -511,15 +597,22 @@ def _cmd_compare(algorithm: str, args) -> int:
 # ---- account (raw events) ----------------------------------------------------------------------
 def _event_spec(kind: str, n_fields: int):
     def parse(text: str):
+        from .accountant.validation import MAX_RUN_LENGTH
+
         parts = text.split(":")
         if len(parts) != n_fields:
             raise argparse.ArgumentTypeError(
                 f"--{kind}={text!r} is not allowed: expected {n_fields} numbers separated by ':'")
         try:
-            return [float(p) for p in parts[:-1]] + [int(parts[-1])]
+            vals = [float(p) for p in parts[:-1]] + [int(parts[-1])]
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"--{kind}={text!r} is not allowed: expected numbers, the last one an integer count") from None
+        if not 0 <= vals[-1] <= MAX_RUN_LENGTH:
+            raise argparse.ArgumentTypeError(
+                f"--{kind}={text!r} is not allowed: expected a COUNT in [0, {MAX_RUN_LENGTH:.0e}] (no training run is "
+                "longer, and accounting for 1e9 steps already takes 10-40 s and about 2 GB)")
+        return vals
     return parse
 
 
@@ -536,61 +629,91 @@ def _account_parser(command: str = "account", description: str = "eps(delta) of 
     acc = _Parser(prog=f"dpcalib {command}", description=description,
                   epilog=example, formatter_class=argparse.RawDescriptionHelpFormatter)
     acc.add_argument("--gaussian", action="append", default=[], type=_event_spec("gaussian", 2),
-                     metavar="Z:COUNT", help="full-batch Gaussian, noise multiplier Z, COUNT times")
+                     metavar="Z:COUNT", help="full-batch Gaussian, noise multiplier Z > 0, COUNT times (repeatable)")
     acc.add_argument("--poisson", action="append", default=[], type=_event_spec("poisson", 3),
-                     metavar="Q:Z:COUNT", help="Poisson-subsampled Gaussian (add/remove)")
+                     metavar="Q:Z:COUNT", help="Poisson-subsampled Gaussian (add/remove): sampling probability Q in "
+                                               "[0, 1], noise multiplier Z > 0, COUNT times (repeatable)")
     acc.add_argument("--wor", action="append", default=[], type=_event_spec("wor", 3),
-                     metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one)")
-    acc.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+                     metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one): "
+                                                   "GAMMA = b/n in [0, 1], Z > 0, COUNT times (repeatable)")
+    acc.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
     if command == "account":
         _accountant_argument(acc)
-        acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default="auto",
-                         help="(older spelling of --accountant: auto = exact GDP for full batch, else RDP)")
-        acc.add_argument("--conversion", choices=["improved", "mironov"], default="improved",
-                         help="RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov "
-                              "(Lemma B.4)")
+        acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default=None,
+                         help="deprecated: the older spelling of --accountant (auto is best)")
+        _conversion_argument(acc)
     acc.add_argument("--json", action="store_true", help="machine-readable output")
     return acc
 
 
 def _accountant_argument(p) -> None:
     p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default=None,
-                   help="best (default): the smallest certified eps of exact GDP, the PLD upper bound and "
-                        "RDP, with the PLD bracket; pld: the PLD bracket only; rdp; gdp (full batch only)")
+                   help="which bound answers: best (default: the smallest certified eps of exact GDP, the "
+                        "privacy-loss-distribution upper bound and RDP, with the PLD bracket), pld (the PLD "
+                        "bracket only), rdp (RDP at the optimal order) or gdp (exact, full batch only)")
+
+
+def _conversion_argument(p) -> None:
+    p.add_argument("--conversion", choices=["improved", "mironov"], default=None,
+                   help="the RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov "
+                        "(DIFF2 Lemma B.4); only with --accountant rdp")
 
 
 def _epsilon_of(acc, args) -> tuple:
     """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD)."""
     from .accountant import EpsilonReport
 
-    which = args.accountant or ("best" if getattr(args, "method", "auto") == "auto" else args.method)
+    which = args.accountant or "best"
     if which in ("best", "pld"):
         b = acc.epsilon_bracket(args.delta, methods=("gdp", "pld", "rdp") if which == "best" else ("pld",))
         lower = b.lower if b.method != "rdp" or b.discretization > 0 else None
         return EpsilonReport.from_bracket(b), lower
     if which == "gdp" and not acc.is_full_batch_gaussian:
-        flag, other = ("--accountant", "best, pld or rdp") if args.accountant else ("--method", "auto or rdp")
-        raise _UsageError(f"{flag} gdp is not allowed for these events: exact Gaussian DP holds only for "
-                          f"full-batch Gaussian releases (--gaussian); use {other}")
-    rep = acc.epsilon_report(args.delta, accountant=which, conversion=args.conversion)
+        raise _UsageError("--accountant gdp is not allowed for these events: exact Gaussian DP holds only for "
+                          "full-batch Gaussian releases (--gaussian); use best, pld or rdp")
+    rep = acc.epsilon_report(args.delta, accountant=which, conversion=args.conversion or "improved")
     return rep, (rep.epsilon if rep.method == "gdp" else None)
+
+
+def _finite(value, args, noise_flags) -> None:
+    """An eps that is not a finite number (noise so small that the privacy loss leaves the floats)
+    is refused, naming the noise the user gave: there is no privacy left to report."""
+    if value is None or math.isfinite(value):
+        return
+    given = ", ".join(f"{f}={v!r}" for f, v in noise_flags) or "the noise"
+    raise _UsageError(f"{given} is not allowed: at this noise the privacy loss exceeds every floating-point "
+                      f"number (eps = {value}, no privacy); expected more noise")
 
 
 def _cmd_account(args) -> int:
     args.command_name = "account"
+    if args.method is not None:
+        if args.accountant is not None:
+            raise _UsageError("--method is not allowed with --accountant: --method is the older spelling of "
+                              "--accountant")
+        warnings.warn("--method of account is deprecated: use --accountant (best, pld, rdp or gdp)",
+                      DeprecatedSpelling)
+        args.accountant = {"auto": "best"}.get(args.method, args.method)
+    _check_applicable("account", args)
     acc = _compose_events(args)
     rep, lower = _epsilon_of(acc, args)
+    _finite(rep.epsilon, args, _event_flags(args))
     out = {"epsilon": rep.epsilon, "delta": rep.delta, "method": rep.method,
            "epsilon_lower": lower, "epsilon_upper": rep.epsilon,
            "order": rep.order, "conversion": rep.conversion, "notes": list(rep.notes)}
     if args.json:
-        print(json.dumps(out))
+        print(_json(out))
     else:
         _print_epsilon(rep)
         for n in rep.notes:
             if not str(n).startswith("bracket ["):
                 print(f"note        {n}")
     return 0
+
+
+def _event_flags(args) -> list:
+    return [(f"--{kind}", ":".join(f"{x:g}" for x in v)) for kind in ("gaussian", "poisson", "wor")
+            for v in getattr(args, kind)]
 
 
 def _compose_events(args):
@@ -619,7 +742,9 @@ def _cmd_report_events(rest) -> int:
     args.command_name = "report"
     if args.plot:
         _need_matplotlib()
-    return run_events(_compose_events(args), args)
+    acc = _compose_events(args)
+    _finite(acc.get_epsilon(args.delta), args, _event_flags(args))
+    return run_events(acc, args)
 
 
 def _cmd_report(algorithm: str, args) -> int:
@@ -628,7 +753,9 @@ def _cmd_report(algorithm: str, args) -> int:
     if args.plot:
         _need_matplotlib()
     mech, _ = _build(algorithm, args)
-    return run_algorithm(algorithm, mech, _noise_args(algorithm, args), SPECS[algorithm].noise, args)
+    noise = _noise_args(algorithm, args)
+    _finite(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
+    return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args)
 
 
 def _show_warnings(caught) -> None:
@@ -639,7 +766,8 @@ def _show_warnings(caught) -> None:
     from .accountant import SubsamplingConditionWarning
     from .mechanisms import PaperConditionWarning
 
-    ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning))]
+    ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning,
+                                                         DeprecatedSpelling))]
     msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in ours))
     for msg in msgs[:20]:
         print(f"dpcalib: warning: {msg}", file=sys.stderr)
@@ -687,9 +815,15 @@ def _require_torch(command: str) -> None:
 
 
 def main(argv=None) -> int:
-    """The ``dpcalib`` command: 0 on success, 2 on a usage error (one line on stderr), 1 on a bug."""
+    """The ``dpcalib`` command: 0 on success; 2 on a user's mistake (one line on stderr naming the
+    option, the value and what is allowed); 1 on a bug (one line "internal error ... please
+    report"); 130 when interrupted -- never a Python traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        rc = _main(argv)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rc = _main(argv)
+        _show_warnings(caught)
         sys.stdout.flush()          # inside the try: a reader that went away is seen here, not at exit
         return rc
     except BrokenPipeError:
@@ -700,60 +834,75 @@ def main(argv=None) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 0
-
-
-def _main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        top = _top_parser()
-        if not argv or argv[0] in ("-h", "--help"):
-            top.print_help()
-            return 0
-        command, rest = top.parse_args(argv[:1]).command, argv[1:]
-        if command == "list":
-            return _cmd_list(None)
-        if command == "account":
-            return _cmd_account(_account_parser().parse_args(rest))
-        if command == "report" and (not rest or rest[0].startswith("-")):
-            return _cmd_report_events(rest)
-        if command == "train":
-            _require_torch("train")
-            from .train import run
-
-            return run(rest, _UsageError)
-        if not rest or rest[0].startswith("-"):
-            if any(a in ("-h", "--help") for a in rest):
-                print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
-                      f"example:\n  {_example(command, 'diff2-gd')}\n\n"
-                      f"'dpcalib {command} ALGORITHM --help' lists the algorithm's options.")
-                return 0
-            raise _UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
-        algorithm = rest[0]
-        if algorithm not in SPECS:
-            raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
-        args = _algo_parser(command, algorithm).parse_args(rest[1:])
-        if command in ("audit", "probe"):
-            _require_torch(command)
-        handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
-                   "audit": _cmd_audit, "probe": _cmd_probe, "report": _cmd_report}[command]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            rc = handler(algorithm, args)
-        _show_warnings(caught)
-        return rc
-    except (_UsageError, ValueError) as exc:
+    except KeyboardInterrupt:
+        print("dpcalib: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise                       # argparse's --help (exit 0)
+    except Exception as exc:        # noqa: BLE001 -- every failure becomes one line
         from .accountant.validation import InputError
 
         msg = " ".join(str(exc).split())
-        if isinstance(exc, ValueError) and not isinstance(exc, InputError):
-            # not a check of the input: a computation failed -- a bug to report, not a usage error
-            import traceback
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            print(f"dpcalib: internal error: {type(exc).__name__}: {msg} (at {where.filename}:{where.lineno}); "
-                  "this is a bug in dpcalib, please report it with the command line", file=sys.stderr)
-            return 1
-        print(f"dpcalib: error: {msg}", file=sys.stderr)
-        return 2
+        if isinstance(exc, (_UsageError, InputError)):
+            print(f"dpcalib: error: {_option_names(msg, argv)}", file=sys.stderr)
+            return 2
+        # not a check of the input: a computation failed -- a bug to report, not a usage error
+        import traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" (at {where.filename}:{where.lineno})" if where else ""
+        print(f"dpcalib: internal error: {type(exc).__name__}: {msg[:300]}{at}; this is a bug in dpcalib, please "
+              "report it with the command line", file=sys.stderr)
+        return 1
+
+
+def _option_names(msg: str, argv: list) -> str:
+    """A refusal from the layers below names the API's argument (``steps=...``, ``C1=...``); on the
+    command line it names the option the user typed (``--steps=...``, ``--c1=...``)."""
+    import re
+
+    m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(=| is | must )", msg)
+    if not m:
+        return msg
+    flag = "--" + m.group(1).lower().replace("_", "-")
+    if flag in argv or any(a.startswith(flag + "=") for a in argv):
+        return flag + msg[len(m.group(1)):]
+    return msg
+
+
+def _main(argv: list) -> int:
+    top = _top_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        top.print_help()
+        return 0
+    command, rest = top.parse_args(argv[:1]).command, argv[1:]
+    if command == "list":
+        return _cmd_list(_list_parser().parse_args(rest))
+    if command == "account":
+        return _cmd_account(_account_parser().parse_args(rest))
+    if command == "report" and (not rest or rest[0].startswith("-")):
+        return _cmd_report_events(rest)
+    if command == "train":
+        _require_torch("train")
+        from .train import run
+
+        return run(rest, _UsageError)
+    if not rest or rest[0].startswith("-"):
+        if any(a in ("-h", "--help") for a in rest):
+            print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
+                  f"example:\n  {_example(command, 'diff2-gd')}\n\n"
+                  f"'dpcalib {command} ALGORITHM --help' lists the algorithm's options.")
+            return 0
+        raise _UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
+    algorithm = rest[0]
+    if algorithm not in SPECS:
+        raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
+    args = _algo_parser(command, algorithm).parse_args(rest[1:])
+    _check_applicable(command, args)
+    if command in ("audit", "probe"):
+        _require_torch(command)
+    handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
+               "audit": _cmd_audit, "probe": _cmd_probe, "report": _cmd_report}[command]
+    return handler(algorithm, args)
 
 
 if __name__ == "__main__":

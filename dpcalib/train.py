@@ -12,6 +12,8 @@ shape, or a local CSV prepared as in the DIFF2 paper; the calibration is the tig
 
 from __future__ import annotations
 
+from ._algorithms import dumps
+
 import argparse
 import json
 import os
@@ -220,7 +222,7 @@ def run(argv, error_cls) -> int:
         with open(out) as f:
             res = json.load(f)
     if a.json:
-        print(json.dumps(res))
+        print(dumps(res))
         return 0
     print(f"algorithm   {res['algorithm']} on {a.world_size} processes ({a.backend})")
     print("noise       " + ", ".join(f"{k}={v:.6g}" for k, v in res["noise"].items()))

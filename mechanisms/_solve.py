@@ -614,14 +614,21 @@ def _pld_tighten(build, target: float, delta: float, start: float | None, rtol: 
 ROOM_STEPS = 6.0
 
 
-#: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``); the first is the default
+#: accountants a tight calibration can solve on (``calibrate(..., accountant=...)``); the first is the default.
+#: ``"best"`` is the name every eps query uses for the same thing (the best certified eps: exact GDP,
+#: the PLD upper bound or RDP) and is accepted as a synonym of ``"pld"``
 ACCOUNTANTS = ("pld", "rdp")
 
 
 def check_accountant(accountant: str) -> str:
+    """The accountant a calibration solves on, ``"pld"`` (best certified; ``"best"`` is its synonym)
+    or ``"rdp"``."""
+    if accountant == "best":
+        return "pld"
     if accountant not in ACCOUNTANTS:
-        raise InputError(f"accountant={accountant!r} is not allowed: expected one of {ACCOUNTANTS} "
-                         f"('pld': the certified privacy-loss-distribution upper bound, tighter and slower).")
+        raise InputError(f"accountant={accountant!r} is not allowed: expected 'best' (also spelled 'pld': the best "
+                         "certified eps -- exact GDP, the privacy-loss-distribution upper bound or RDP) or 'rdp' "
+                         "(RDP alone: faster, more noise).")
     return accountant
 
 

@@ -45,8 +45,8 @@ class ClipD2P(Mechanism):
     calibrate_options = {}
 
     def __post_init__(self):
-        v.integer(self.samples_per_node, "samples_per_node", low=1)
-        v.integer(self.iterations, "iterations", low=1)
+        v.records(self.samples_per_node, "samples_per_node")
+        v.run_length(self.iterations, "iterations")
         if self.relation not in RELATIONS:
             raise InputError(f"relation={self.relation!r} is not allowed: expected one of {RELATIONS}.")
 
@@ -76,7 +76,7 @@ class ClipD2P(Mechanism):
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
         improved conversion (and real orders for add/remove) with ``accountant="rdp"``; with
         ``accountant="pld"`` (the default) the smallest sigma whose certified PLD upper bound meets the target."""
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         J, K = self.samples_per_node, self.iterations
         warns = []
@@ -161,4 +161,10 @@ class AdaD2P:
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
     def calibrate(self, *args, **kwargs):
+        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
+
+    def epsilon_bracket(self, *args, **kwargs):
+        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
+
+    def report(self, *args, **kwargs):
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)

@@ -85,9 +85,9 @@ class DiceSGD(Mechanism):
     calibrate_options = {}
 
     def __post_init__(self):
-        n = v.integer(self.N, "N", low=1)
+        n = v.records(self.N, "N")
         v.integer(self.batch_size, "batch_size", low=1, high=n)
-        v.integer(self.steps, "steps", low=1)
+        v.run_length(self.steps, "steps")
         v.positive(self.C1, "C1")
         v.positive(self.C2, "C2")
         if self.C is not None:
@@ -138,7 +138,7 @@ class DiceSGD(Mechanism):
         ``"tight"``: the assumption-free accountant (DiceSGD-E5), exact by GDP; the paper's sigma1
         is reported beside it in ``notes``.  ``accountant="rdp"``: tight mode solves on RDP alone
         (more noise; for comparison); the default solves on the best certified eps (exact GDP)."""
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         L = math.log(1.0 / d)
         c1, c2, c = self.clips

@@ -59,13 +59,13 @@ class DIFF2GD(Mechanism):
     calibrate_options = {"u": "budget split u > 1 (Prop. 4.1)"}
 
     def __post_init__(self):
-        r = v.integer(self.rounds, "rounds", low=1)
-        v.integer(self.restart_interval, "restart_interval", low=1)
+        r = v.run_length(self.rounds, "rounds")
+        v.run_length(self.restart_interval, "restart_interval")
         if self.restart_interval > r:
             raise InputError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
                              f"in [1, rounds={r}] (T > R leaves no restart after the first round).")
-        v.integer(self.clients, "clients", low=1)
-        v.integer(self.n_min, "n_min", low=1)
+        v.records(self.clients, "clients")
+        v.records(self.n_min, "n_min")
 
     # -- shape --------------------------------------------------------------------------------
     @property
@@ -133,7 +133,7 @@ class DIFF2GD(Mechanism):
         target (never above it) -- the best certified eps (``accountant="pld"``, the default);
         ``accountant="rdp"`` solves on RDP alone (more noise; for comparison).
         """
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         if shares is not None:
             u = self._u_from_shares(shares)
@@ -196,9 +196,9 @@ class DPGD(Mechanism):
     calibrate_options = {}
 
     def __post_init__(self):
-        v.integer(self.rounds, "rounds", low=1)
-        v.integer(self.clients, "clients", low=1)
-        v.integer(self.n_min, "n_min", low=1)
+        v.run_length(self.rounds, "rounds")
+        v.records(self.clients, "clients")
+        v.records(self.n_min, "n_min")
 
     @property
     def _as_diff2(self) -> DIFF2GD:
@@ -253,8 +253,8 @@ class DIFF2BVR(Mechanism):
 
     def __post_init__(self):
         DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)
-        v.integer(self.local_steps, "local_steps", low=1)
-        v.integer(self.batch_size, "batch_size", low=1)
+        v.run_length(self.local_steps, "local_steps")
+        v.records(self.batch_size, "batch_size")
         if self.batch_size > self.n_min:
             raise InputError(f"batch_size={self.batch_size!r} is not allowed: expected an integer in "
                              f"[1, n_min={self.n_min}] (b > n_min: a minibatch larger than the local dataset).")
@@ -334,7 +334,7 @@ class DIFF2BVR(Mechanism):
         target (``accountant="rdp"``); with ``accountant="pld"`` (the default), until the certified eps
         (PLD upper bound of the replace-one WOR pairs, or RDP if smaller) does.
         """
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         uu1 = v.in_range(u1, "u1", 1.0, math.inf, low_open=True, high_open=True)
         uu2 = v.in_range(u2, "u2", 1.0, math.inf, low_open=True, high_open=True)

@@ -87,7 +87,7 @@ class DPSGD(Mechanism):
                 raise v.InputError("sampling_rate and steps are required with sampling='poisson' (got "
                                    f"sampling_rate={self.sampling_rate!r}, steps={self.steps!r}).")
             v.in_range(self.sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)
-            v.integer(self.steps, "steps", low=1)
+            v.run_length(self.steps, "steps")
             return
         for name in ("sampling_rate", "steps"):
             if getattr(self, name) is not None:
@@ -97,7 +97,8 @@ class DPSGD(Mechanism):
         for name in ("n", "batch_size", "epochs"):
             if getattr(self, name) is None:
                 raise v.InputError(f"{name} is required with sampling='shuffle' (n, batch_size and epochs).")
-        v.integer(self.epochs, "epochs", low=1)
+        v.run_length(self.epochs, "epochs")
+        v.records(self.n, "n")
         steps_per_epoch(self.n, self.batch_size, self.drop_last)
         object.__setattr__(self, "relation", check_relation(self.relation or ZERO_OUT))
 
@@ -160,8 +161,8 @@ class DPSGD(Mechanism):
     def poisson_epsilon(self, delta, noise_multiplier) -> float | None:
         """Poisson's certified eps for the same ``q = b/n`` and steps (zero-out only: it is
         add/remove's for Poisson sampling) -- shown beside the bracket, never valid for shuffling."""
-        if not self.shuffled or self.relation != ZERO_OUT:
-            return None
+        if not self.shuffled or self.relation != ZERO_OUT or self.total_steps > v.MAX_RUN_LENGTH:
+            return None               # (no Poisson twin of a run longer than any run: nothing to compare)
         return self.poisson_twin().epsilon(delta, noise_multiplier).epsilon
 
     def report_notes(self, delta, noise_multiplier) -> tuple:
@@ -202,7 +203,7 @@ class DPSGD(Mechanism):
         ``accountant="pld"`` (the default), the smallest noise whose certified eps (the PLD upper bound of both
         directions, or RDP if smaller) meets the target (3-8 % less noise in the common regime, up to 25 % with few
         steps; 0.1-1 s per calibration).  Either way ``certified_epsilon`` is the best certified eps of the answer."""
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         if self.shuffled:
             return self._calibrate_shuffle(e, d, method, accountant, rtol)

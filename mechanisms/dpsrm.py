@@ -51,11 +51,11 @@ class DPSRM(Mechanism):
     calibrate_options = {"beta": "budget split beta (paper mode)"}
 
     def __post_init__(self):
-        n = v.integer(self.n, "n", low=1)
-        v.integer(self.steps, "steps", low=1)
+        n = v.records(self.n, "n")
+        v.run_length(self.steps, "steps")
         for name in ("b0", "b"):
             val = getattr(self, name)
-            v.integer(val, name, low=1)
+            v.records(val, name)
             if val > n:
                 raise InputError(f"{name}={val!r} is not allowed: expected an integer in [1, n={n}] "
                                  "(a batch larger than the dataset).")
@@ -130,7 +130,7 @@ class DPSRM(Mechanism):
         improved conversion hits the target (``accountant="rdp"``), or until the certified
         eps (PLD upper bound of the replace-one WOR pair, or RDP if smaller) does
         (``accountant="pld"``, the default).  ``certified_epsilon`` is the best certified eps of the answer."""
-        check_accountant(accountant)
+        accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         a, p0, pt = self.paper_sigmas(e, d, beta)
         d0, dt = self.sensitivities

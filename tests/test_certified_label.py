@@ -40,7 +40,7 @@ def test_certified_equals_dpcalib_epsilon_of_the_returned_noise(capsys, case, ac
     if method == "paper" and "shuffle" in case:
         pytest.skip("no paper calibration for shuffled batches (refused, tested in test_shuffle)")
     cal = ["calibrate", algo, "--epsilon", "2", "--delta", "1e-5", "--method", method, "--accountant", accountant,
-           *flags]
+           *flags, *[f for k, v in split.items() for f in ("--" + k, str(v))]]
     rep = json.loads(_run(capsys, cal + ["--json"]))
     eps = json.loads(_run(capsys, ["epsilon", algo, "--delta", "1e-5", *flags, *_noise_flags(algo, rep["noise"]),
                                    "--json"]))

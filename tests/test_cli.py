@@ -12,7 +12,7 @@ from dpcalib.mechanisms import ALGORITHMS
 
 SHAPES = {
     "dp-gd": (["--rounds", "200", "--clients", "10", "--n-min", "1651"], dict(rounds=200, clients=10, n_min=1651), {}),
-    "diff2-gd": (["--rounds", "200", "--restart-interval", "20", "--clients", "10", "--n-min", "1651", "--u", "1.5"],
+    "diff2-gd": (["--rounds", "200", "--restart-interval", "20", "--clients", "10", "--n-min", "1651"],
                  dict(rounds=200, restart_interval=20, clients=10, n_min=1651), {"u": 1.5}),
     "diff2-bvr": (["--rounds", "100", "--restart-interval", "10", "--clients", "10", "--n-min", "1651",
                    "--local-steps", "5", "--batch-size", "13"],
@@ -28,6 +28,11 @@ SHAPES = {
 }
 
 
+def split_flags(algo):
+    """The calibration's budget split as options (calibrate, compare: epsilon and report take none)."""
+    return [f for k, v in SHAPES[algo][2].items() for f in ("--" + k, str(v))]
+
+
 def run(*args):
     return subprocess.run([sys.executable, "-m", "dpcalib", *args], capture_output=True, text=True, timeout=300)
 
@@ -36,7 +41,8 @@ def run(*args):
 @pytest.mark.parametrize("method", ["paper", "tight"])
 def test_calibrate_json_equals_api(algo, method):
     flags, shape, split = SHAPES[algo]
-    r = run("calibrate", algo, "--epsilon", "2", "--delta", "1e-5", "--method", method, "--json", *flags)
+    r = run("calibrate", algo, "--epsilon", "2", "--delta", "1e-5", "--method", method, "--json", *flags,
+            *split_flags(algo))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     api = ALGORITHMS[algo][0](**shape).calibrate(2.0, 1e-5, method=method, **split)
@@ -96,7 +102,7 @@ def test_issue_worked_invocation():
 def test_method_both_and_curve_and_compare_and_list():
     flags = SHAPES["diff2-gd"][0]
     both = json.loads(run("calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--method", "both", "--json",
-                          *flags).stdout)
+                          *flags, *split_flags("diff2-gd")).stdout)
     assert [d["method"] for d in both] == ["paper", "tight"] and both[1]["sigma1"] < both[0]["sigma1"]
     cur = json.loads(run("epsilon", "dp-sgd", "--delta", "1e-5", "--noise-multiplier", "1.1", "--sampling-rate", "0.02",
                          "--steps", "150", "--curve", "--json").stdout)["curve"]
@@ -122,25 +128,25 @@ GD = SHAPES["diff2-gd"][0]
     (["calibrate", "diff2-gd", "--epsilon", "0", "--delta", "1e-5", *GD], "epsilon=0.0"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1", *GD], "delta=1.0"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "10", "--restart-interval", "20",
-      "--clients", "10", "--n-min", "1651"], "restart_interval=20"),
+      "--clients", "10", "--n-min", "1651"], "--restart-interval=20"),
     (["calibrate", "diff3-gd", "--epsilon", "3", "--delta", "1e-5"], "ALGORITHM='diff3-gd'"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "2000"], "required"),
     (["calibrate", "diff2-gd", "--epsilon", "three", "--delta", "1e-5", *GD], "invalid float value: 'three'"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "2000", "--restart-interval", "20",
       "--clients", "-10", "--n-min", "1651"], "clients=-10"),
     (["calibrate", "dp-sgd", "--epsilon", "3", "--delta", "1e-5", "--sampling-rate", "1.5", "--steps", "10"],
-     "sampling_rate=1.5"),
+     "--sampling-rate=1.5"),
     (["calibrate", "diff2-bvr", "--epsilon", "3", "--delta", "1e-5", "--rounds", "2000", "--restart-interval", "20",
       "--clients", "10", "--n-min", "1651", "--local-steps", "5", "--batch-size", "13", "--u1", "1.25", "--u2", "1.25"],
      "1/u1 + 1/u2 < 1"),
     (["calibrate", "diff2-bvr", "--epsilon", "3", "--delta", "1e-5", "--rounds", "2000", "--restart-interval", "20",
-      "--clients", "10", "--n-min", "100", "--local-steps", "5", "--batch-size", "130"], "batch_size=130"),
+      "--clients", "10", "--n-min", "100", "--local-steps", "5", "--batch-size", "130"], "--batch-size=130"),
     (["calibrate", "--epsilon", "3"], "ALGORITHM is required"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["calibrate", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--method", "exact", *GD], "invalid choice"),
     (["epsilon", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10"], "--noise-multiplier"),
     (["epsilon", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "10", "--noise-multiplier", "-1"],
-     "noise_multiplier=-1.0"),
+     "--noise-multiplier=-1.0"),
     (["calibrate", "dp-sgd", "--epsilon", "3", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "2.5"],
      "invalid int value: '2.5'"),
 ])

@@ -221,8 +221,8 @@ def test_cli_epsilon_calibrate_report_print_the_same_bracket():
 
 
 @pytest.mark.parametrize("extra,fragment", [
-    (["--steps", "10"], "steps=10 is not allowed"),
-    (["--sampling-rate", "0.01"], "sampling_rate=0.01 is not allowed"),
+    (["--steps", "10"], "--steps=10 is not allowed"),
+    (["--sampling-rate", "0.01"], "--sampling-rate=0.01 is not allowed"),
     (["--relation", "add/remove"], "relation='add/remove'"),
 ])
 def test_cli_shuffle_refuses_poisson_options(extra, fragment):
