@@ -42,6 +42,10 @@ DEFAULT_ORDERS = tuple(float(a) for a in
 
 _EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent)
 
+#: cross_check runs the PLD / PRV anchors only up to this eps and this many compositions
+ANCHOR_MAX_EPSILON = 64.0
+ANCHOR_MAX_COUNT = 10 ** 6
+
 
 @dataclass(frozen=True)
 class EpsilonReport:
@@ -498,10 +502,21 @@ class PrivacyAccountant:
         caught = _Collect()
         absl.addHandler(caught)
         old_propagate, absl.propagate = absl.propagate, False
+        count = sum(k for _, k in self._events)
+        # the anchors' grids grow with eps and their run time with the count: past these they take
+        # many GB (Opacus PRV asked 1.1 TiB at eps 1.8e7) or minutes, and are not run
+        heavy = None
+        if not ours.epsilon <= ANCHOR_MAX_EPSILON:
+            heavy = f"eps {ours.epsilon:.6g} > {ANCHOR_MAX_EPSILON:g}"
+        elif count > ANCHOR_MAX_COUNT:
+            heavy = f"{count} compositions > {ANCHOR_MAX_COUNT:.0e}"
         try:
             dpa_rdp = _second_opinion(notes, "RDP", lambda: _dpa_rdp(event, relation, d))
             dpa_pld = None
-            if rel == REPLACE_ONE:
+            if heavy is not None:
+                notes.append(f"dp-accounting's PLD and Opacus's PRV accountants not run: {heavy} (their grids "
+                             "would need many GB or minutes)")
+            elif rel == REPLACE_ONE:
                 notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
             else:
                 # dp-accounting discretises each event's loss over about 20 / z in steps of the
@@ -518,7 +533,7 @@ class PrivacyAccountant:
             absl.propagate = old_propagate
         if caught.messages:
             notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
-        prv = self._opacus_prv(d, notes)
+        prv = self._opacus_prv(d, notes) if heavy is None else None
         return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
                 "ours_pld_lower": pld.lower, "ours_pld_upper": pld.upper,
                 "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,

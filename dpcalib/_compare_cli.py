@@ -4,6 +4,7 @@ anchors (dp-accounting, Opacus's PRV accountant) side by side."""
 from __future__ import annotations
 
 import json
+import math
 
 from ._algorithms import dumps, SPECS, build as _build, fmt as _fmt
 
@@ -44,6 +45,11 @@ def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:
                      "rdp_mironov_epsilon": acc.get_epsilon(args.delta, "rdp", "mironov"),
                      "dp_accounting_rdp_epsilon": cc["dp_accounting_rdp"],
                      "dp_accounting_pld_epsilon": cc["dp_accounting_pld"], "notes": list(cc["notes"])})
+        row = rows[-1]
+        for k, v in list(row.items()):      # a bound that is not a number (inf: no bound here) is said, not printed
+            if isinstance(v, float) and not math.isfinite(v):
+                row[k] = None
+                row["notes"].append(f"{k}: no finite value here ({v})")
         bar.update(1)
     return rows
 
@@ -61,4 +67,6 @@ def _print_compare(algorithm, args, paper, rows) -> int:
         print(f"noise from {row['noise_from']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in row["noise"].items()))
         for c in cols:
             print(f"  {c:28s} {_fmt(row[c])}")
+        for note in row["notes"]:
+            print(f"  note: {note}")
     return 0

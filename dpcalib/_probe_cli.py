@@ -12,11 +12,15 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 from __future__ import annotations
 
 from ._algorithms import dumps
+from ._limits import MAX_SEED, MAX_TRAINING_RECORDS, check_int, check_real, training_limits
 
 import json
 from .accountant.validation import InputError
 
 __all__ = ["add_arguments", "run"]
+
+#: the widest MLP the probe builds (two hidden layers: H^2 weights per example and step)
+MAX_HIDDEN = 4096
 
 def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     """The probe's own options (the shape options and --epsilon/--delta/--json come from the CLI)."""
@@ -37,11 +41,13 @@ def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     if "--n" not in shape_flags:
         p.add_argument("--n", type=int, default=1000,
                        help="records in the dataset, where the shape does not fix it (default 1000)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units of the MLP d -> H -> H -> 1 (default 64)")
+    p.add_argument("--hidden", type=int, default=64,
+                   help=f"hidden units of the MLP d -> H -> H -> 1, an integer in [1, {MAX_HIDDEN}] (default 64)")
     p.add_argument("--data", default="california",
                    help="a synthetic shape (california, gas_turbine, blogfeedback, covtype, ijcnn1) or the path of a "
                         "numeric CSV whose last column is the target (default california)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the run (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"seed of the data, the model and the run, an integer in [0, {MAX_SEED}] (default 0)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -61,6 +67,14 @@ def run(algorithm: str, args, build_mechanism) -> int:
         if args.sampling == "poisson":
             args.n = None
     mech, split = build_mechanism(algorithm, args)
+    check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
+    check_int(args.hidden, "--hidden", 1, MAX_HIDDEN, "the MLP has two hidden layers: hidden^2 weights")
+    for flag in ("lr", "c1", "c2", "clip"):
+        if getattr(args, flag, None) is not None:
+            check_real(getattr(args, flag), "--" + flag)
+    if n is not None:
+        check_int(n, "--n", 2, MAX_TRAINING_RECORDS, "records the probe keeps in memory")
+    training_limits(algorithm, mech, args, records=n)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
     clips = {k: getattr(args, k, None) for k in ("c1", "c2", "clip")}
     build, data, held = P.probe_harness(algorithm, mech, rep, n=n if n is not None else 1000, hidden=args.hidden,

@@ -23,6 +23,7 @@ import sys
 import warnings
 
 from ._algorithms import SPECS, build, dumps as _json, fmt
+from ._limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int, training_limits as _training_limits
 
 __all__ = ["main"]
 
@@ -187,19 +188,6 @@ def _check_applicable(command: str, args) -> None:
         _check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
 
 
-#: ceilings on the work of the commands that run the optimizers, with the reason in each refusal
-MAX_SEED = 2 ** 32 - 1
-MAX_RUNS = 10 ** 6          # each run's output is kept for the statistics (and 1e6 runs take hours)
-MAX_CANARIES = 10 ** 6      # each canary is a record and a score
-
-
-def _check_int(value: int, flag: str, low: int, high: int, why: str = "") -> int:
-    if not low <= value <= high:
-        raise _UsageError(f"{flag}={value} is not allowed: expected an integer in [{low}, {high:g}]"
-                          + (f" ({why})" if why else ""))
-    return value
-
-
 def _example(command: str, algorithm: str) -> str:
     ex = SPECS[algorithm].example
     if command == "calibrate":
@@ -297,6 +285,12 @@ def _cmd_audit(algorithm: str, args) -> int:
 
     if args.one_run:
         return _cmd_one_run(algorithm, args)
+    if args.runs is None:
+        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
+    _check_int(args.runs, "--runs", 1, MAX_RUNS, "each run's statistic is kept for the bounds, and a million runs "
+                                                 "already take hours here")
+    _check_int(args.batch, "--batch", 1, MAX_RUNS, "runs stacked at a time")
+    _training_limits(algorithm, _build(algorithm, args)[0], args, runs=args.runs)
     if "wor" in REGISTRY[algorithm].audit:
         mech, split = _build(algorithm, args)
         if A.wor_claim(algorithm, mech):
@@ -305,12 +299,6 @@ def _cmd_audit(algorithm: str, args) -> int:
         raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
                          f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
                          "for dp-sgd and dicesgd)")
-    if args.runs is None:
-        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
-    if args.runs < 1:
-        raise _UsageError(f"--runs={args.runs} is not allowed: expected an integer >= 1")
-    if args.batch < 1:
-        raise _UsageError(f"--batch={args.batch} is not allowed: expected an integer >= 1 (runs per batch)")
     mech, split = _build(algorithm, args)
     if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
         rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
@@ -366,7 +354,12 @@ def _finish_audit(r, rep, args, head: list) -> int:
           f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
     if args.plot:
         print(f"plot        {args.plot}")
-    print(f"verdict     {r.verdict}")
+    verdict = r.verdict
+    if verdict == "inconclusive":
+        verdict += (f" (no outcome of {r.runs} runs per dataset could show eps above {_fmt(r.max_epsilon_lo)}, "
+                    f"nor a region below the claimed curve: the claim {_fmt(r.claimed_epsilon)} cannot be refuted "
+                    "with this many runs; use more)")
+    print(f"verdict     {verdict}")
     return 0
 
 
@@ -403,8 +396,7 @@ def _cmd_one_run(algorithm: str, args) -> int:
     if algorithm not in A.ONE_RUN:
         raise _UsageError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
                          "(Poisson-sampled optimizers on one dataset)")
-    if args.canaries < 2:
-        raise _UsageError(f"--canaries={args.canaries} is not allowed: expected an integer >= 2")
+    _check_int(args.canaries, "--canaries", 2, MAX_CANARIES, "each canary is a record of the one run")
     if args.plot:
         raise _UsageError("--plot is not allowed with --one-run: a one-run audit measures one point (the guesses), "
                          "not a trade-off curve")
@@ -412,6 +404,7 @@ def _cmd_one_run(algorithm: str, args) -> int:
     if getattr(mech, "shuffled", False):
         raise _UsageError("--one-run is not allowed with --sampling shuffle: the one-run audit includes each canary "
                           "in each batch independently (Poisson sampling); no audit of shuffled batches is implemented")
+    _training_limits(algorithm, mech, args)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
     build = A.one_run_harness(algorithm, mech, rep, args.canaries)
     r = A.one_run_audit(build, canaries=args.canaries, claimed_epsilon=args.epsilon, delta=args.delta,
@@ -897,6 +890,7 @@ def _main(argv: list) -> int:
     if algorithm not in SPECS:
         raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
     args = _algo_parser(command, algorithm).parse_args(rest[1:])
+    args.command_name = command
     _check_applicable(command, args)
     if command in ("audit", "probe"):
         _require_torch(command)

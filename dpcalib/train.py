@@ -44,25 +44,32 @@ def _parser(error_cls):
                    help="the algorithm (diff2-gd, dp-gd: one client per process; dp-sgd, dp-srm, dicesgd: data-parallel)")
     p.add_argument("--epsilon", type=float, required=True, help="target epsilon > 0")
     p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds R (steps T; required unless --sampling shuffle)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"rounds R (the steps of dp-sgd, dp-srm, dicesgd), an integer in [1, {MAX_TRAIN_ROUNDS:.0e}]; "
+                        "required unless --sampling shuffle")
     p.add_argument("--batch-size", type=int, default=None,
                    help="dp-sgd: expected Poisson batch B (q = B/N) or the shuffled batch b; dicesgd: B; dp-srm: b")
     p.add_argument("--b0", type=int, default=None, help="dp-srm: the first batch b0 (default 4 b)")
     p.add_argument("--sampling", choices=["poisson", "shuffle"], default="poisson", help="dp-sgd's batches (default poisson)")
-    p.add_argument("--epochs", type=int, default=None, help="dp-sgd --sampling shuffle: epochs E")
-    p.add_argument("--restart-interval", type=int, default=1, help="T (diff2-gd; default 1)")
-    p.add_argument("--world-size", type=int, required=True, help="clients = local processes")
+    p.add_argument("--epochs", type=int, default=None, help="dp-sgd --sampling shuffle: epochs E, an integer >= 1")
+    p.add_argument("--restart-interval", type=int, default=1,
+                   help="diff2-gd: rounds between restarts (the paper's T), an integer in [1, --rounds] (default 1)")
+    p.add_argument("--world-size", type=int, required=True,
+                   help=f"local processes (clients of diff2-gd / dp-gd), an integer in [1, {max_world_size()}] "
+                        "(4 per CPU core, at least 16; several machines: torchrun)")
     p.add_argument("--backend", choices=["gloo"], default="gloo", help="gloo (CPU); NCCL runs go through torchrun")
     p.add_argument("--data", default="california", help="a synthetic shape (california, gas_turbine, "
                    "blogfeedback) or the path of a numeric CSV whose last column is the target")
-    p.add_argument("--hidden", type=int, default=10, help="hidden softplus units (default 10)")
+    p.add_argument("--hidden", type=int, default=10, help="hidden softplus units, an integer in [1, 4096] (default 10)")
     p.add_argument("--c1", type=float, default=1.0, help="clip norm C1 of the restart rounds (dp-sgd: C; dp-srm: the "
                    "Lipschitz clip; default 1)")
     p.add_argument("--c2", type=float, default=None, help="C2: the difference rounds clip at C2 ||x_r - x_(r-1)|| "
                    "(default 10); dp-srm: the step bound (default 1); dicesgd: the error clip (default 1)")
     p.add_argument("--lr", type=float, default=0.125, help="learning rate > 0 (default 0.125)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data, noise and output streams (default 0)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a dead or hung peer stops the run")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of data, noise and output streams, an integer in [0, 4294967295] (default 0)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds before a dead or hung peer stops the run, a number in (0, 86400] (default 60)")
     p.add_argument("--checkpoint", help="PATH: checkpoints PATH.rank<r> every --checkpoint-every rounds")
     p.add_argument("--checkpoint-every", type=int, default=50, help="rounds between checkpoints (default 50)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
@@ -71,7 +78,35 @@ def _parser(error_cls):
     return p
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
+def _watch_parent(parent: int) -> None:
+    """End this worker when the process that started it ends, however it ends (SIGKILL included):
+    the kernel's parent-death signal where Linux offers it, and a thread that polls the parent."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle (it ends us)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:                           # the parent ended before we got here
+        os._exit(1)
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _worker(rank: int, world: int, port: int, cfg: dict, out: str, parent: int | None = None) -> None:
+    if parent is not None:
+        _watch_parent(parent)
     import torch
     from torch import nn
 
@@ -182,31 +217,59 @@ def run(argv, error_cls) -> int:
     if not os.path.exists(a.data) and a.data not in SHAPES:
         raise error_cls(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
                          f"{sorted(SHAPES)}")
+    if os.path.isdir(a.data):
+        raise error_cls(f"--data={a.data!r} is not allowed: it is a folder; expected a CSV file")
 
     cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
                                       "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
                                       "resume", "log_every", "batch_size", "b0", "sampling", "epochs")}
     cfg["skip_header"] = 0
     if os.path.exists(a.data):
-        with open(a.data) as f:
-            first = f.readline()
+        try:
+            with open(a.data) as f:
+                first = f.readline()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise error_cls(f"--data={a.data!r} is not allowed: it cannot be read as text ({exc})") from None
         cfg["skip_header"] = 0 if all(_is_number(t) for t in first.strip().split(",")) else 1
-    # validate the run's shape before spawning (the workers would refuse it later, one per process)
+    # the data and the run's shape, checked here before spawning (the workers would refuse them
+    # later, one per process, after seconds of start-up)
+    data = _load_checked(cfg, error_cls)
+    n_records = data.train[0].shape[0]
     if a.algorithm in _data_parallel():
-        one_dataset_mechanism(cfg, _load(cfg).train[0].shape[0])
+        if a.batch_size is not None and a.batch_size > n_records:
+            raise error_cls(f"--batch-size={a.batch_size} is not allowed: expected an integer in [1, {n_records}] "
+                            f"(the training split of --data={a.data!r} holds {n_records} records)")
+        one_dataset_mechanism(cfg, n_records)
     else:
+        if n_records < a.world_size:
+            raise error_cls(f"--world-size={a.world_size} is not allowed: expected at most {n_records} (one shard "
+                            f"of --data={a.data!r} per client, {n_records} training records)")
         M.DIFF2GD(a.rounds, a.restart_interval, a.world_size, 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
+        # a run stopped by Ctrl-C leaves the workers' semaphores to multiprocessing's resource tracker,
+        # which would print a warning about them at exit: it is told not to (the run was stopped)
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_worker, args=(r, a.world_size, port, cfg, out)) for r in range(a.world_size)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
+        procs = [ctx.Process(target=_worker, args=(r, a.world_size, port, cfg, out, os.getpid()), daemon=True)
+                 for r in range(a.world_size)]
+        try:
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+        finally:                 # Ctrl-C or any error here: no worker outlives the run
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                if p.pid is not None:
+                    p.join(5)
+                    if p.is_alive():
+                        p.kill()
         errs = []
         for r in range(a.world_size):
             path = f"{out}.err{r}"
@@ -232,6 +295,30 @@ def run(argv, error_cls) -> int:
     return 0
 
 
+#: the most local processes (4 per core, at least 16): each is a Python process with torch (~300 MB)
+def max_world_size() -> int:
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+#: the most rounds a local run trains (each round runs the model on every process's share)
+MAX_TRAIN_ROUNDS = 10 ** 7
+
+
+def _load_checked(cfg, error_cls):
+    """The run's data, loaded in the parent: a file that is not a numeric table is refused naming
+    --data, before any process starts."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # numpy's "empty input file" is said below, once
+        try:
+            return _load(cfg)
+        except (ValueError, OSError, IndexError) as exc:
+            msg = " ".join(str(exc).split())
+            raise error_cls(f"--data={cfg['data']!r} is not allowed: expected a numeric CSV with at least two rows "
+                            f"and two columns, the last one the target ({msg})") from None
+
+
 def _check_before_spawning(a, error_cls) -> None:
     """Every option a worker would refuse, refused here -- one line, exit 2, before any process
     starts (the workers' own checks stay: they guard the Python API)."""
@@ -241,6 +328,17 @@ def _check_before_spawning(a, error_cls) -> None:
 
     v.positive(a.epsilon, "epsilon")
     v.delta(a.delta)
+    for name, low, high in (("world_size", 1, max_world_size()), ("rounds", 1, MAX_TRAIN_ROUNDS),
+                            ("epochs", 1, v.MAX_RUN_LENGTH), ("batch_size", 1, v.MAX_RECORDS),
+                            ("b0", 1, v.MAX_RECORDS), ("hidden", 1, 4096), ("seed", 0, 2 ** 32 - 1),
+                            ("restart_interval", 1, MAX_TRAIN_ROUNDS)):
+        x = getattr(a, name)
+        if x is not None and not low <= x <= high:
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer in [{low}, {high}]"
+                            + (" (local processes: 4 per CPU core, at least 16; several machines: torchrun)"
+                               if name == "world_size" else ""))
+    if a.timeout is not None and not (0 < a.timeout <= 86400):
+        raise error_cls(f"--timeout={a.timeout!r} is not allowed: expected a number of seconds in (0, 86400]")
     for name in ("lr", "c1", "c2", "timeout"):
         x = getattr(a, name)
         if x is None:
@@ -252,7 +350,8 @@ def _check_before_spawning(a, error_cls) -> None:
         if x is not None and x < low:
             raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
     if a.checkpoint:
-        v.writable_file(a.checkpoint, "--checkpoint")
+        for r in range(a.world_size):           # what the workers write: PATH.rank<r>
+            v.writable_file(f"{a.checkpoint}.rank{r}", "--checkpoint")
         if a.resume:
             missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
                        if not os.path.exists(f"{a.checkpoint}.rank{r}")]

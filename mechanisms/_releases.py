@@ -123,7 +123,7 @@ class Mechanism:
                 "sampling": "; ".join(f"{s.name}: {s.sampling}, {s.per_run}" for s in self.releases),
                 "record": self.record,
                 "steps": ", ".join(f"{s.name}: {s.per_run}" for s in self.releases) + " (this run's shape: "
-                         + ", ".join(f"{k}={v}" for k, v in self.shape().items()) + ")",
+                         + ", ".join(f"{k}={_shown(v)}" for k, v in self.shape().items()) + ")",
                 "delta": delta_text(delta),
                 "attacker": "sees every released value (or anything computed from them) and knows every other "
                             "record: the worst case, so real attacks usually do worse"}
@@ -212,6 +212,11 @@ class Mechanism:
         for ev, k in self.events(noise, counts, clip):
             acc.compose(ev, k)
         return acc
+
+
+def _shown(value) -> str:
+    """A shape value in words: an unbounded parameter (an infinite default) is 'unbounded'."""
+    return "unbounded" if isinstance(value, float) and math.isinf(value) else str(value)
 
 
 #: the earlier name of :class:`Mechanism`

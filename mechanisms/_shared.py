@@ -18,8 +18,17 @@ __all__ = ["check_target", "paper_order", "ABADI_ORDERS", "abadi_multiplier"]
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
 
 
+#: the largest target eps a calibration takes: above it eps promises nothing (e^eps overflows every
+#: float) and the noise it asks for is below the accountants' tested range
+MAX_TARGET_EPSILON = 1e4
+
+
 def check_target(epsilon, delta, method):
     e = v.positive(epsilon, "epsilon")
+    if e > MAX_TARGET_EPSILON:
+        raise InputError(f"epsilon={epsilon!r} is not allowed: expected a target in (0, {MAX_TARGET_EPSILON:g}] (an eps "
+                         "this large promises no privacy -- e^eps overflows every float -- and the noise it asks for "
+                         "is below what the accountants are tested at).")
     d = v.delta(delta)
     if method not in METHODS:
         raise InputError(f"method={method!r} is not allowed: expected one of {METHODS}.")

@@ -328,7 +328,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         curve = _default_curve(build, seed, e, d)
     check = heldout_curve_check(s_d, s_p, curve, confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check)
+                       check, measured_runs=runs - runs // 2)
 
 
 # ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
@@ -453,4 +453,4 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
                "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check)
+                       check, measured_runs=runs - runs // 2)

@@ -102,14 +102,44 @@ class AuditReport:
     details: dict = field(default_factory=dict)
     curve: "CurveCheck | None" = None   # measured (FPR, FNR) regions against the claimed trade-off curve
 
+    #: runs per dataset the eps bounds were measured on (the held-out audits measure on a half)
+    measured_runs: int | None = None
+
     @property
     def verdict(self) -> str:
         """"violation" when a lower bound exceeds the claimed eps (the GDP bound counts only when the
         claim is exactly GDP), or a measured (FPR, FNR) region lies entirely below the claimed
-        trade-off curve; else "consistent"."""
+        trade-off curve; "inconclusive" when no outcome of this many runs could have shown a
+        violation (:attr:`max_epsilon_lo` at most the claim, and no region could fall below the
+        curve); else "consistent"."""
         if self.epsilon_verdict == "violation" or (self.curve is not None and self.curve.violation):
             return "violation"
-        return "consistent"
+        return "consistent" if self.detectable else "inconclusive"
+
+    @property
+    def max_epsilon_lo(self) -> float:
+        """The largest eps lower bound any outcome of these runs can give (perfectly separated
+        samples): the audit's power.  A claim at or above it cannot be refuted by the eps bounds."""
+        n = self.measured_runs or self.runs
+        alpha = 0.025                                   # 95 %, two one-sided intervals (Bonferroni)
+        b = _cp_upper(0, n, alpha)
+        best = _direct(b, b, self.delta)
+        if self.gdp_exact:
+            best = max(best, _gdp_from_rates(b, b, self.delta)[1])
+        return best
+
+    @property
+    def detectable(self) -> bool:
+        """Could some outcome of this many runs have shown a violation of the claim?"""
+        if self.max_epsilon_lo > self.claimed_epsilon + 1e-9:
+            return True
+        c = self.curve
+        if c is None or not c.thresholds:
+            return False
+        # a perfectly separated outcome at one threshold: both rates 0, regions [0, b]
+        alpha = (1.0 - c.confidence) / (2.0 * len(c.thresholds))
+        b = _cp_upper(0, min(c.runs), alpha)
+        return bool(b < float(c.curve(b)))
 
     @property
     def epsilon_verdict(self) -> str:
@@ -123,7 +153,7 @@ class AuditReport:
         out = {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
                "epsilon_lo_gdp": self.epsilon_lo_gdp, "mu_claimed": self.mu_claimed, "mu_lo": self.mu_lo,
-               "verdict": self.verdict, **self.details}
+               "verdict": self.verdict, "max_epsilon_lo": self.max_epsilon_lo, **self.details}
         if self.curve is not None:
             out["curve"] = self.curve.as_dict()
         return out
