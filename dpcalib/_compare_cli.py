@@ -3,7 +3,6 @@ anchors (dp-accounting, Opacus's PRV accountant) side by side."""
 
 from __future__ import annotations
 
-import json
 import math
 
 from ._algorithms import dumps, SPECS, build as _build, fmt as _fmt

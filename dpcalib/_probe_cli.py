@@ -14,7 +14,6 @@ from __future__ import annotations
 from ._algorithms import dumps
 from ._limits import MAX_SEED, MAX_TRAINING_RECORDS, check_int, check_real, training_limits
 
-import json
 from .accountant.validation import InputError
 
 __all__ = ["add_arguments", "run"]

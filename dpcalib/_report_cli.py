@@ -9,10 +9,9 @@ advantage), all from the certified side, with the assumptions in words.
 
 from __future__ import annotations
 
-from ._algorithms import dumps
+from ._algorithms import dumps, fmt
 
 import argparse
-import json
 
 __all__ = ["add_arguments", "run_events", "run_algorithm", "EXAMPLE"]
 
@@ -71,7 +70,7 @@ def _emit(rep, args, title: str, extra: dict | None = None) -> int:
         print(rep.text())
         for k, v in (extra or {}).items():
             if v is not None and k not in ("algorithm", "noise"):
-                print(f"{k.replace('_', ' ')}: {v}")
+                print(f"{k.replace('_', ' ')}: {fmt(v)}")
     return 0
 
 

@@ -17,54 +17,18 @@ and ``train`` do.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import warnings
 
 from ._algorithms import SPECS, build, dumps as _json, fmt
-from ._limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int, training_limits as _training_limits
+from ._common import (CONVERSION_REFUSAL, DeprecatedSpelling, _accountant_argument, _conversion_argument,
+                      _epsilon_of, _finite, _need_matplotlib, _Parser, _plot_path, _print_epsilon, _UsageError)
+from ._limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int
 
 __all__ = ["main"]
 
 SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
-
-
-class _UsageError(Exception):
-    pass
-
-
-class DeprecatedSpelling(UserWarning):
-    """An option spelled the older way: it still works, and says so on stderr (after success)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)     # --sampling is not --sampling-rate
-        super().__init__(*args, **kwargs)
-
-    def error(self, message):  # one line, exit 2, no traceback
-        raise _UsageError(message)
-
-
-#: what matplotlib's savefig writes (by file suffix)
-PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
-
-
-def _plot_path(text: str) -> str:
-    """``--plot FILE``: checked before any work -- a format matplotlib writes and a folder that exists."""
-    import os
-
-    suffix = os.path.splitext(text)[1].lower().lstrip(".")
-    if suffix not in PLOT_FORMATS:
-        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: expected a file name ending in one of "
-                                         f".{', .'.join(PLOT_FORMATS)}")
-    from .accountant.validation import InputError, writable_file
-
-    try:
-        return writable_file(text, "--plot")
-    except InputError as exc:           # argparse reports an ArgumentTypeError's own words
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -163,9 +127,7 @@ def _check_applicable(command: str, args) -> None:
     """Options that were given but do not apply to what the command will do are refused, never
     silently ignored (one line, exit 2)."""
     if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
-        raise _UsageError(f"--conversion={args.conversion} is not allowed without --accountant rdp: only the RDP "
-                          "accountant converts RDP to (eps, delta); the default (best) certifies with exact GDP, the "
-                          "PLD or RDP at the improved conversion")
+        raise _UsageError(CONVERSION_REFUSAL.format(args.conversion))
     if command == "calibrate" and getattr(args, "accountant", None) == "pld":
         warnings.warn("--accountant pld of calibrate is now spelled --accountant best (the best certified eps, as in "
                       "every other command); 'pld' will be refused in a later release", DeprecatedSpelling)
@@ -231,24 +193,6 @@ def _report_dict(rep) -> dict:
     return out
 
 
-#: the methods whose eps is exact, and what the bracket line says of them
-EXACT = {"gdp": "exact Gaussian DP at both ends", "tv": "exact: the total variation is at most delta"}
-
-
-def _print_epsilon(rep, ends: str | None = None) -> None:
-    """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
-    print(f"epsilon     {_fmt(rep.epsilon)}")
-    bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
-    exact = EXACT.get(rep.method)
-    if bracket:
-        print(f"            {bracket[0]} ({ends or exact or 'lower: PLD lower bound; upper: certified'})")
-    print(f"delta       {_fmt(rep.delta)}")
-    print(f"method      {rep.method}" + (" (exact)" if exact else ""))
-    if rep.order is not None:
-        print(f"order       {_fmt(rep.order)}")
-        print(f"conversion  {rep.conversion}")
-
-
 def _print_report(d: dict) -> None:
     print(f"algorithm   {d['algorithm']}")
     print(f"method      {d['method']}")
@@ -278,158 +222,9 @@ def _print_report(d: dict) -> None:
 
 # ---- commands --------------------------------------------------------------------------------
 def _cmd_audit(algorithm: str, args) -> int:
-    from .mechanisms import ClipD2P
+    from ._audit_cli import run
 
-    from .mechanisms import REGISTRY
-    from .optim import audit as A
-
-    if args.one_run:
-        return _cmd_one_run(algorithm, args)
-    if args.runs is None:
-        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
-    _check_int(args.runs, "--runs", 1, MAX_RUNS, "each run's statistic is kept for the bounds, and a million runs "
-                                                 "already take hours here")
-    _check_int(args.batch, "--batch", 1, MAX_RUNS, "runs stacked at a time")
-    _training_limits(algorithm, _build(algorithm, args)[0], args, runs=args.runs)
-    if "wor" in REGISTRY[algorithm].audit:
-        mech, split = _build(algorithm, args)
-        if A.wor_claim(algorithm, mech):
-            return _cmd_audit_wor(algorithm, mech, split, args)
-    if algorithm not in A.AUDITABLE:
-        raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
-                         f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
-                         "for dp-sgd and dicesgd)")
-    mech, split = _build(algorithm, args)
-    if algorithm == "adad2p":   # the paper claims ClipD2P's (eps, delta) for AdaD2P at the same sigma
-        rep = ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").calibrate(
-            args.epsilon, args.delta, method=args.method)
-        noise = dict(rep.noise)
-    else:
-        if algorithm == "dicesgd" and args.method == "paper":
-            raise _UsageError("--method=paper is not allowed for dicesgd: Thm 3.7's claim relies on amplification "
-                             "by sampling, which this audit's statistic (conditioned on the sampling) cannot "
-                             "test; audit the assumption-free (tight) calibration")
-        rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
-        noise = rep
-    build, cd, cp, holder, exact = A.harness(algorithm, mech, noise)
-    if args.plot:
-        _need_matplotlib()
-    curve = None
-    if algorithm == "adad2p":   # the claim is ClipD2P's at the same sigma: its certified curve
-        from .accountant import claimed_tradeoff
-
-        curve = claimed_tradeoff(ClipD2P(mech.samples_per_node, mech.iterations, "replace-one").accountant(
-            noise["sigma"]))
-    r = A.audit(build, cd, cp, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                curve=curve, gdp_exact=exact, progress=None if args.progress else False, seed=args.seed,
-                name=algorithm, batch=None if args.sequential else _audit_batch(build, args))
-    return _finish_audit(r, rep, args, [
-        f"algorithm   {algorithm}",
-        f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)} (GDP mu {_fmt(r.mu_claimed)})",
-        "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
-        f"runs        {r.runs} per neighbouring dataset",
-        f"eps_lo      direct {_fmt(r.epsilon_lo_direct)}   GDP {_fmt(r.epsilon_lo_gdp)} (mu_lo {_fmt(r.mu_lo)}) "
-        "-- 95% confidence lower bounds"])
-
-
-def _finish_audit(r, rep, args, head: list) -> int:
-    """What every many-run audit prints: ``head``, the trade-off curve line, the plot and the verdict
-    (or the report as JSON); draws the plot when ``--plot`` was given."""
-    from .optim import audit as A
-
-    d = r.as_dict()
-    d["noise"] = dict(rep.noise)
-    if args.plot:
-        A.plot_audit(r, args.plot)
-        d["plot"] = args.plot
-    if args.json:
-        print(_json(d))
-        return 0
-    for line in head:
-        print(line)
-    c = r.curve
-    worst = min(range(len(c.thresholds)), key=lambda i: c.fnr_hi[i] - c.claimed_fnr[i])
-    print(f"curve       claimed {c.curve.label()}: {sum(c.below)} of {len(c.below)} measured regions entirely below "
-          f"(tightest: FPR<={_fmt(c.fpr_hi[worst])}, FNR<={_fmt(c.fnr_hi[worst])} vs claimed "
-          f"{_fmt(c.claimed_fnr[worst])}; {c.confidence:.0%} simultaneous)")
-    if args.plot:
-        print(f"plot        {args.plot}")
-    verdict = r.verdict
-    if verdict == "inconclusive":
-        verdict += (f" (no outcome of {r.runs} runs per dataset could show eps above {_fmt(r.max_epsilon_lo)}, "
-                    f"nor a region below the claimed curve: the claim {_fmt(r.claimed_epsilon)} cannot be refuted "
-                    "with this many runs; use more)")
-    print(f"verdict     {verdict}")
-    return 0
-
-
-def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
-    """Claims that rely on fixed-size sampling without replacement (replace-one): audit_wor."""
-    from .optim import audit as A
-
-    if args.runs is None:
-        raise _UsageError("--runs is required (runs per neighbouring dataset), unless --one-run")
-    if args.runs < 2:
-        raise _UsageError(f"--runs={args.runs} is not allowed: expected an integer >= 2 (half of the runs pick the "
-                         "thresholds)")
-    if args.plot:
-        _need_matplotlib()
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # paper-condition warnings are printed by `calibrate`, not here
-        rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
-    build, ca, cb, holder = A.wor_harness(algorithm, mech, rep)
-    r = A.audit_wor(build, ca, cb, runs=args.runs, claimed_epsilon=args.epsilon, delta=args.delta, holder=holder,
-                    progress=None if args.progress else False, seed=args.seed, name=algorithm)
-    return _finish_audit(r, rep, args, [
-        f"algorithm   {algorithm} (sampling without replacement, replace-one)",
-        f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}",
-        "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
-        f"runs        {r.runs} per neighbouring dataset (half pick the thresholds, half measure)",
-        f"eps_lo      direct {_fmt(r.epsilon_lo_direct)} -- 95% confidence lower bound"])
-
-
-def _cmd_one_run(algorithm: str, args) -> int:
-    from .optim import audit as A
-
-    if algorithm not in A.ONE_RUN:
-        raise _UsageError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
-                         "(Poisson-sampled optimizers on one dataset)")
-    _check_int(args.canaries, "--canaries", 2, MAX_CANARIES, "each canary is a record of the one run")
-    if args.plot:
-        raise _UsageError("--plot is not allowed with --one-run: a one-run audit measures one point (the guesses), "
-                         "not a trade-off curve")
-    mech, split = _build(algorithm, args)
-    if getattr(mech, "shuffled", False):
-        raise _UsageError("--one-run is not allowed with --sampling shuffle: the one-run audit includes each canary "
-                          "in each batch independently (Poisson sampling); no audit of shuffled batches is implemented")
-    _training_limits(algorithm, mech, args)
-    rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
-    build = A.one_run_harness(algorithm, mech, rep, args.canaries)
-    r = A.one_run_audit(build, canaries=args.canaries, claimed_epsilon=args.epsilon, delta=args.delta,
-                        seed=args.seed, progress=None if args.progress else False, name=algorithm)
-    d = r.as_dict()
-    d["noise"] = dict(rep.noise)
-    if args.json:
-        print(_json(d))
-        return 0
-    print(f"algorithm   {algorithm} (one-run audit)")
-    print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
-    print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
-    print(f"canaries    {r.canaries} ({r.included} included, each with probability 1/2), one training run")
-    for k, rr, correct, eps in r.guesses:
-        print(f"guesses     k={k} in + {k} out: {correct} of {rr} correct -> eps_lo {_fmt(eps)}")
-    print(f"eps_lo      {_fmt(r.epsilon_lo)} -- 95% confidence lower bound (Bonferroni over the guess counts)")
-    print(f"verdict     {r.verdict}")
-    return 0
-
-
-def _audit_batch(build, args):
-    """``args.batch`` where the optimizer's runs can be batched, else None (one run after another)."""
-    from .optim.batched import supports_batching
-
-    return args.batch if supports_batching(build(args.seed)) else None
+    return run(algorithm, args)
 
 
 def _cmd_probe(algorithm: str, args) -> int:
@@ -557,13 +352,6 @@ def _curve(algorithm: str, args, noise) -> list:
     return out
 
 
-def _need_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise _UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
-
-
 def _plot(curve, path, algorithm, delta) -> None:
     try:
         import matplotlib
@@ -585,159 +373,6 @@ def _cmd_compare(algorithm: str, args) -> int:
     from ._compare_cli import run
 
     return run(algorithm, args)
-
-
-# ---- account (raw events) ----------------------------------------------------------------------
-def _event_spec(kind: str, n_fields: int):
-    def parse(text: str):
-        from .accountant.validation import MAX_RUN_LENGTH
-
-        parts = text.split(":")
-        if len(parts) != n_fields:
-            raise argparse.ArgumentTypeError(
-                f"--{kind}={text!r} is not allowed: expected {n_fields} numbers separated by ':'")
-        try:
-            vals = [float(p) for p in parts[:-1]] + [int(parts[-1])]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--{kind}={text!r} is not allowed: expected numbers, the last one an integer count") from None
-        if not 0 <= vals[-1] <= MAX_RUN_LENGTH:
-            raise argparse.ArgumentTypeError(
-                f"--{kind}={text!r} is not allowed: expected a COUNT in [0, {MAX_RUN_LENGTH:.0e}] (no training run is "
-                "longer, and accounting for 1e9 steps already takes 10-40 s and about 2 GB)")
-        return vals
-    return parse
-
-
-ACCOUNT_EXAMPLE = """example:
-  dpcalib account --poisson 0.01:1.0:10000 --delta 1e-5
-      eps of 10 000 Poisson-subsampled Gaussian steps (q = 0.01, noise multiplier 1.0)
-  dpcalib account --gaussian 10:100 --delta 1e-5 --json
-      100 full-batch Gaussian releases, noise multiplier 10: exact (GDP) eps
-"""
-
-
-def _account_parser(command: str = "account", description: str = "eps(delta) of a composition of Gaussian events",
-                    example: str = ACCOUNT_EXAMPLE) -> argparse.ArgumentParser:
-    acc = _Parser(prog=f"dpcalib {command}", description=description,
-                  epilog=example, formatter_class=argparse.RawDescriptionHelpFormatter)
-    acc.add_argument("--gaussian", action="append", default=[], type=_event_spec("gaussian", 2),
-                     metavar="Z:COUNT", help="full-batch Gaussian, noise multiplier Z > 0, COUNT times (repeatable)")
-    acc.add_argument("--poisson", action="append", default=[], type=_event_spec("poisson", 3),
-                     metavar="Q:Z:COUNT", help="Poisson-subsampled Gaussian (add/remove): sampling probability Q in "
-                                               "[0, 1], noise multiplier Z > 0, COUNT times (repeatable)")
-    acc.add_argument("--wor", action="append", default=[], type=_event_spec("wor", 3),
-                     metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one): "
-                                                   "GAMMA = b/n in [0, 1], Z > 0, COUNT times (repeatable)")
-    acc.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
-    if command == "account":
-        _accountant_argument(acc)
-        acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default=None,
-                         help="deprecated: the older spelling of --accountant (auto is best)")
-        _conversion_argument(acc)
-    acc.add_argument("--json", action="store_true", help="machine-readable output")
-    return acc
-
-
-def _accountant_argument(p) -> None:
-    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default=None,
-                   help="which bound answers: best (default: the smallest certified eps of exact GDP, the "
-                        "privacy-loss-distribution upper bound and RDP, with the PLD bracket), pld (the PLD "
-                        "bracket only), rdp (RDP at the optimal order) or gdp (exact, full batch only)")
-
-
-def _conversion_argument(p) -> None:
-    p.add_argument("--conversion", choices=["improved", "mironov"], default=None,
-                   help="the RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov "
-                        "(DIFF2 Lemma B.4); only with --accountant rdp")
-
-
-def _epsilon_of(acc, args) -> tuple:
-    """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD)."""
-    from .accountant import EpsilonReport
-
-    which = args.accountant or "best"
-    if which in ("best", "pld"):
-        b = acc.epsilon_bracket(args.delta, methods=("gdp", "pld", "rdp") if which == "best" else ("pld",))
-        lower = b.lower if b.method != "rdp" or b.discretization > 0 else None
-        return EpsilonReport.from_bracket(b), lower
-    if which == "gdp" and not acc.is_full_batch_gaussian:
-        raise _UsageError("--accountant gdp is not allowed for these events: exact Gaussian DP holds only for "
-                          "full-batch Gaussian releases (--gaussian); use best, pld or rdp")
-    rep = acc.epsilon_report(args.delta, accountant=which, conversion=args.conversion or "improved")
-    return rep, (rep.epsilon if rep.method == "gdp" else None)
-
-
-def _finite(value, args, noise_flags) -> None:
-    """An eps that is not a finite number (noise so small that the privacy loss leaves the floats)
-    is refused, naming the noise the user gave: there is no privacy left to report."""
-    if value is None or math.isfinite(value):
-        return
-    given = ", ".join(f"{f}={v!r}" for f, v in noise_flags) or "the noise"
-    raise _UsageError(f"{given} is not allowed: at this noise the privacy loss exceeds every floating-point "
-                      f"number (eps = {value}, no privacy); expected more noise")
-
-
-def _cmd_account(args) -> int:
-    args.command_name = "account"
-    if args.method is not None:
-        if args.accountant is not None:
-            raise _UsageError("--method is not allowed with --accountant: --method is the older spelling of "
-                              "--accountant")
-        warnings.warn("--method of account is deprecated: use --accountant (best, pld, rdp or gdp)",
-                      DeprecatedSpelling)
-        args.accountant = {"auto": "best"}.get(args.method, args.method)
-    _check_applicable("account", args)
-    acc = _compose_events(args)
-    rep, lower = _epsilon_of(acc, args)
-    _finite(rep.epsilon, args, _event_flags(args))
-    out = {"epsilon": rep.epsilon, "delta": rep.delta, "method": rep.method,
-           "epsilon_lower": lower, "epsilon_upper": rep.epsilon,
-           "order": rep.order, "conversion": rep.conversion, "notes": list(rep.notes)}
-    if args.json:
-        print(_json(out))
-    else:
-        _print_epsilon(rep)
-        for n in rep.notes:
-            if not str(n).startswith("bracket ["):
-                print(f"note        {n}")
-    return 0
-
-
-def _event_flags(args) -> list:
-    return [(f"--{kind}", ":".join(f"{x:g}" for x in v)) for kind in ("gaussian", "poisson", "wor")
-            for v in getattr(args, kind)]
-
-
-def _compose_events(args):
-    from .accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
-
-    if not (args.gaussian or args.poisson or args.wor):
-        raise _UsageError(f"{args.command_name}: at least one of --gaussian, --poisson, --wor is required")
-    acc = PrivacyAccountant()
-    for z, k in args.gaussian:
-        acc.compose(GaussianEvent(z), k)
-    for q, z, k in args.poisson:
-        acc.compose(PoissonSampledGaussianEvent(q, z), k)
-    for g, z, k in args.wor:
-        acc.compose(WORSampledGaussianEvent(g, z), k)
-    return acc
-
-
-def _cmd_report_events(rest) -> int:
-    """``dpcalib report --poisson ... --delta D``: the raw composition's report."""
-    from ._report_cli import EXAMPLE, add_arguments, run_events
-
-    p = _account_parser("report", "what eps means for a composition of Gaussian events, or for an ALGORITHM's "
-                                  "run ('dpcalib report ALGORITHM --help')", EXAMPLE)
-    add_arguments(p, _plot_path)
-    args = p.parse_args(rest)
-    args.command_name = "report"
-    if args.plot:
-        _need_matplotlib()
-    acc = _compose_events(args)
-    _finite(acc.get_epsilon(args.delta), args, _event_flags(args))
-    return run_events(acc, args)
 
 
 def _cmd_report(algorithm: str, args) -> int:
@@ -871,9 +506,13 @@ def _main(argv: list) -> int:
     if command == "list":
         return _cmd_list(_list_parser().parse_args(rest))
     if command == "account":
-        return _cmd_account(_account_parser().parse_args(rest))
+        from ._account_cli import account_parser, run_account
+
+        return run_account(account_parser().parse_args(rest))
     if command == "report" and (not rest or rest[0].startswith("-")):
-        return _cmd_report_events(rest)
+        from ._account_cli import run_report
+
+        return run_report(rest)
     if command == "train":
         _require_torch("train")
         from .train import run

@@ -13,6 +13,7 @@ of them (tests/test_releases.py).
 
 from __future__ import annotations
 
+import contextvars
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -21,6 +22,9 @@ from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
 __all__ = ["ReleaseSpec", "Mechanism", "Releases"]
+
+#: where :meth:`Mechanism.release_counts` reads the counts an accountant composes
+_COUNTS: contextvars.ContextVar = contextvars.ContextVar("dpcalib_release_counts", default=None)
 
 
 @dataclass(frozen=True)
@@ -119,10 +123,12 @@ class Mechanism:
         from ..accountant.report import delta_text, relation_text
 
         rels = list(dict.fromkeys(s.relation for s in self.releases))
+        made = self.release_counts()
+        runs = {s.name: f"{s.per_run} = {made.get(s.name, 0)} here" for s in self.releases}
         return {"neighbouring_relation": "; ".join(relation_text(r) for r in rels),
-                "sampling": "; ".join(f"{s.name}: {s.sampling}, {s.per_run}" for s in self.releases),
+                "sampling": "; ".join(f"{s.name}: {s.sampling}" for s in self.releases),
                 "record": self.record,
-                "steps": ", ".join(f"{s.name}: {s.per_run}" for s in self.releases) + " (this run's shape: "
+                "steps": ", ".join(f"{s.name}: {runs[s.name]}" for s in self.releases) + " (this run's shape: "
                          + ", ".join(f"{k}={_shown(v)}" for k, v in self.shape().items()) + ")",
                 "delta": delta_text(delta),
                 "attacker": "sees every released value (or anything computed from them) and knows every other "
@@ -207,7 +213,21 @@ class Mechanism:
                 out.append((self._event(spec.name, self.noise_multiplier(spec.name, float(level), clip)), k))
         return out
 
+    def release_counts(self) -> dict:
+        """``name -> count``: how many of each release a whole run makes -- the counts
+        :meth:`accountant` composes (read from it, so that they are written once)."""
+        seen: dict = {}
+        token = _COUNTS.set(seen)
+        try:
+            self.accountant(*[1.0] * len(self.noise_names()))
+        finally:
+            _COUNTS.reset(token)
+        return seen
+
     def _accountant_of(self, noise: Mapping, counts: Mapping, clip=None, **kwargs) -> PrivacyAccountant:
+        seen = _COUNTS.get()
+        if seen is not None:
+            seen.update({k: int(v) for k, v in counts.items()})
         acc = PrivacyAccountant(**kwargs)
         for ev, k in self.events(noise, counts, clip):
             acc.compose(ev, k)

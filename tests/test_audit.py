@@ -210,7 +210,7 @@ def test_cli_audit_of_clipd2p_is_consistent(capsys):
     (["audit", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.1", "--steps", "3", "--runs", "5"],
      "amplification"),
     (["audit", "clipd2p", "--epsilon", "2", "--delta", "1e-5", "--samples-per-node", "5", "--iterations", "2",
-      "--runs", "5"], "samples_per_node=5"),
+      "--runs", "5"], "--samples-per-node=5"),
     (["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2", "--n-min", "3",
       "--runs", "0"], "--runs=0"),
     (["audit", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "20", "--batch-size", "5", "--steps", "2",

@@ -70,7 +70,9 @@ def test_every_option_has_help_and_a_readable_metavar():
     from dpcalib.train import _parser
 
     parsers = [cli._algo_parser(c, a) for c in ("calibrate", "epsilon", "compare") for a in SPECS]
-    parsers += [cli._account_parser(), _parser(ValueError)]
+    from dpcalib._account_cli import account_parser
+
+    parsers = parsers + [account_parser(), _parser(ValueError)]
     for p in parsers:
         for act in p._actions:
             if act.dest == "help":

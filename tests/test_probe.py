@@ -112,7 +112,7 @@ def test_cli_probe_json_and_bad_input(capsys):
     assert d["exceeded"] == 0 and 0.95 < d["worst_ratio"] <= 1 + d["tol"]
     assert {r["relation"] for r in d["rows"]} == {"add/remove"}
     for bad, what in ((["--hidden", "0"], "hidden=0"), (["--lr", "-1"], "lr=-1"), (["--data", "nope"], "data='nope'"),
-                      (["--clip", "-2"], "C=-2")):
+                      (["--clip", "-2"], "--clip=-2")):
         assert main(argv[:-2] + bad) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and what in err, err
