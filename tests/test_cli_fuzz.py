@@ -9,12 +9,12 @@ alarm (a hang fails the test, no timing is asserted).
 """
 
 import random
-import signal
 
 import pytest
 
 from dpcalib._algorithms import SPECS
-from dpcalib.cli import main
+
+from .cli_runner import Hang, alarms, call
 
 BAD = ["nan", "NaN", "inf", "-inf", "-1", "0", "1e300", "-1e300", "abc", "", "1e-320", "0x10", "1.5", "--",
        "3:4", "None"]
@@ -85,38 +85,22 @@ def _invocation(rng):
     return argv
 
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Hang()
-
-
 @pytest.mark.slow
 def test_a_thousand_bad_invocations_exit_0_or_2_with_one_line(capsys):
     rng = random.Random(0)
-    old = signal.signal(signal.SIGALRM, _alarm)
     codes = {}
-    try:
+    with alarms():
         for i in range(1200):
             argv = _invocation(rng)
-            signal.alarm(120)          # generous: a hang, not a slow machine
             try:
-                rc = main(list(argv))
-            except SystemExit as exc:  # argparse's own --help exits 0
-                rc = exc.code
-            except _Hang:
+                rc = call(argv, 120)   # generous: a hang, not a slow machine
+            except Hang:
                 pytest.fail(f"invocation {i} hung: dpcalib {' '.join(argv)}")
-            finally:
-                signal.alarm(0)
             out, err = capsys.readouterr()
             assert rc in (0, 2), (i, argv, rc, err)
             assert "Traceback" not in err and "Traceback" not in out, (i, argv, err)
             if rc == 2:
                 assert err.count("\n") == 1 and err.startswith("dpcalib: error: "), (i, argv, err)
             codes[rc] = codes.get(rc, 0) + 1
-    finally:
-        signal.signal(signal.SIGALRM, old)
     assert sum(codes.values()) == 1200
     assert codes.get(2, 0) > 600 and codes.get(0, 0) > 200     # refused ones and real calibrations both

@@ -6,23 +6,14 @@ under a time limit; it must exit 0 with finite numbers or 2 with one 'dpcalib: e
 never exit 1, a traceback, a hang or a MemoryError.  The cases are a fixed function of the seed;
 the long run (thousands of cases, one process each, with the slow values) is in docs/testing.md."""
 
-import signal
-
 import pytest
 
 from benchmarks import fuzz_cli as F
-from dpcalib.cli import main
+
+from .cli_runner import Hang, alarms, call
 
 CASES = F.cases(320, seed=41, cheap=True)
 CHUNKS = 8
-
-
-class _Hang(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Hang()
 
 
 def test_the_slice_covers_every_command_and_algorithm():
@@ -38,26 +29,18 @@ def test_the_slice_covers_every_command_and_algorithm():
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_every_case_exits_0_with_finite_numbers_or_2_with_one_line(capsys, chunk):
-    old = signal.signal(signal.SIGALRM, _alarm)
     outcomes, bad = [], []
-    try:
+    with alarms():
         for i in range(chunk, len(CASES), CHUNKS):
             argv = CASES[i]
-            signal.alarm(90)                       # a hang, not a slow machine (cases take < 10 s)
             try:
-                rc = main(list(argv))
-            except SystemExit as exc:              # argparse's own --help
-                rc = exc.code
-            except _Hang:
+                rc = call(argv, 90)                # a hang, not a slow machine (cases take < 10 s)
+            except Hang:
                 pytest.fail(f"case {i} hung: dpcalib {' '.join(argv)}")
-            finally:
-                signal.alarm(0)
             out, err = capsys.readouterr()
             verdict = F.judge(rc, out, err)
             if verdict is not None:
                 bad.append((i, verdict, " ".join(argv), err.strip()[-300:]))
             outcomes.append(rc)
-    finally:
-        signal.signal(signal.SIGALRM, old)
     assert not bad, "\n".join(map(str, bad))
     assert set(outcomes) <= {0, 2} and len(outcomes) == len(range(chunk, len(CASES), CHUNKS))

@@ -249,12 +249,10 @@ def _statements(body: str) -> list:
         code = line.split("  # ")[0]
         depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
         if depth <= 0:
-            joined = "\n".join(cur)
             comment = [l.partition("  # ")[2] for l in cur if "  # " in l]
             code_only = "\n".join(l.partition("  # ")[0] for l in cur)
             out.append(code_only + (("  # " + comment[0]) if comment else ""))
             cur, depth = [], 0
-            del joined
     return out
 
 
