@@ -1,0 +1,59 @@
+"""The accounting at the extremes of the noise: eps = 0 exactly where the total variation between the
+two runs is at most delta (an upper bound on delta(0), checked against exact GDP), eps = inf (never a
+crash) where the noise underflows, and every accountant defined from 1e-320 to 1e300."""
+
+import math
+
+import mpmath
+import pytest
+
+from dpcalib.accountant import (GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant,
+                                WORSampledGaussianEvent, gdp_epsilon)
+from dpcalib.accountant.events import total_variation_bound
+
+
+@pytest.mark.parametrize("z,k", [(1.0, 1), (10.0, 100), (1e3, 10), (1e6, 1000), (0.3, 3)])
+def test_total_variation_bound_is_at_least_the_exact_gdp_delta_at_zero(z, k):
+    mu = math.sqrt(k) / z
+    with mpmath.workdps(40):
+        exact = float(2 * mpmath.ncdf(mpmath.mpf(mu) / 2) - 1)     # delta(0) of mu-GDP (Balle & Wang)
+    tv = total_variation_bound([(GaussianEvent(z), k)])
+    assert tv >= exact * (1 - 1e-12)
+    assert tv <= k * exact * 1.0001 + 1e-300                      # and not far above (a union bound's worth)
+
+
+@pytest.mark.parametrize("event", [PoissonSampledGaussianEvent(0.01, 2.0), WORSampledGaussianEvent(0.01, 2.0)])
+def test_one_sampled_step_total_variation_is_the_mixtures(event):
+    # (q N(1) + (1 - q) N(0), N(0)) has total variation q (2 Phi(1/(2z)) - 1)
+    with mpmath.workdps(40):
+        exact = float(mpmath.mpf(0.01) * (2 * mpmath.ncdf(1 / (2 * mpmath.mpf(2))) - 1))
+    assert total_variation_bound([(event, 1)]) == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("make", [lambda z: GaussianEvent(z), lambda z: PoissonSampledGaussianEvent(0.01, z),
+                                  lambda z: WORSampledGaussianEvent(0.01, z)])
+def test_huge_noise_is_exactly_zero_and_tiny_noise_is_inf(make):
+    for z in (1e300, 1e100, 1e20):
+        acc = PrivacyAccountant().compose(make(z), 1000)
+        for accountant in ("best", "pld", "auto"):
+            rep = acc.epsilon_report(1e-5, accountant)
+            assert rep.epsilon == 0.0 and rep.method == "tv"
+        assert acc.epsilon_bracket(1e-5).upper == 0.0
+        assert math.isfinite(acc.get_epsilon(1e-5, "rdp"))        # RDP asked for answers as RDP
+    for z in (1e-320, 1e-300, 1e-200):
+        acc = PrivacyAccountant().compose(make(z), 1000)
+        for accountant in ("best", "rdp"):
+            assert acc.get_epsilon(1e-5, accountant) == math.inf
+
+
+def test_moderate_noise_below_the_total_variation_still_answers_zero_consistently():
+    # z = 50, q = 0.01, 10 steps: total variation ~8e-4 <= delta = 1e-3, so eps = 0; RDP agrees it is small
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 50.0), 10)
+    assert acc.total_variation_bound() <= 1e-3
+    assert acc.get_epsilon(1e-3) == 0.0
+    assert 0.0 <= acc.get_epsilon(1e-3, "rdp") < 0.05
+    assert acc.get_epsilon(1e-4) > 0.0                              # below the total variation: not zero
+
+
+def test_gdp_epsilon_takes_mu_zero_and_inf():
+    assert gdp_epsilon(0.0, 1e-5) == 0.0 and gdp_epsilon(math.inf, 1e-5) == math.inf
