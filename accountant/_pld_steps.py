@@ -222,7 +222,10 @@ register(_BINS.clear)
 
 def _bins_of(pair: _Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
     lo, hi = pair.loss_range(tau)
-    if 10 * 8 * (hi - lo) / h > cap_bytes:
+    # (a loss range that is not finite, or whose grid indices leave int64 -- noise so small that
+    # the losses are past 1e18 grid steps -- is over the cap too: the PLD cannot hold it, RDP answers)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) / h > 2.0 ** 60 \
+            or 10 * 8 * (hi - lo) / h > cap_bytes:
         raise _OverCap
     key = (pair, h, tau)
     if key in _BINS:

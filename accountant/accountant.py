@@ -490,12 +490,17 @@ class PrivacyAccountant:
         d = validation.delta(delta)
         ours = self.epsilon_report(d, accountant="best")
         ours_rdp = self.epsilon_report(d, accountant="rdp")
-        pld = self.epsilon_bracket(d, methods=("pld",))
+        notes = []
+        try:
+            pld = self.epsilon_bracket(d, methods=("pld",))
+            pld_lower, pld_upper = pld.lower, pld.upper
+        except InputError as exc:           # no grid holds the loss (tiny noise): no PLD column
+            pld_lower = pld_upper = None
+            notes.append(f"our PLD bracket alone: {exc}")
         rel = self.neighboring_relation
         nr = dp_accounting.NeighboringRelation
         relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
         event = self.to_dp_event()
-        notes = []
         # dp-accounting is a second opinion: its numerical warnings (absl logging, stderr) and its
         # failures become notes and a None value, never an error of ours.
         absl = logging.getLogger("absl")
@@ -535,6 +540,6 @@ class PrivacyAccountant:
             notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
         prv = self._opacus_prv(d, notes) if heavy is None else None
         return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
-                "ours_pld_lower": pld.lower, "ours_pld_upper": pld.upper,
+                "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper,
                 "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,
                 "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

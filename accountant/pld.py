@@ -429,9 +429,10 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     if predict:
         return (best.discretization if best is not None else 0.0), tuple(trace)
     if best is None:
-        raise InputError(f"memory_cap={cap} is not allowed for these events: even the coarsest grid "
-                         f"(discretization {h:.3g}) does not fit the range of their privacy loss, which "
-                         f"very small noise makes wide; raise memory_cap, or use the RDP accountant.")
+        raise InputError(f"accountant='pld' is not allowed for these events: their privacy loss is so wide (very "
+                         f"small noise) that even the coarsest grid (discretization {h:.3g}) does not fit "
+                         f"memory_cap={cap} bytes; use accountant='best' (RDP answers there) or 'rdp', or raise "
+                         f"memory_cap.")
     return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
 
 

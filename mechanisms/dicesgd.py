@@ -143,7 +143,10 @@ class DiceSGD(Mechanism):
         L = math.log(1.0 / d)
         c1, c2, c = self.clips
         B, N, T = self.batch_size, self.N, self.steps
-        paper_s1 = math.sqrt(32.0 * T * self.G_tilde * L / (N * N * e * e))
+        paper_s1 = math.sqrt(32.0 * T * self.G_tilde * L / (N * N) / e / e)
+        if not math.isfinite(paper_s1):
+            raise v.InputError(f"epsilon={epsilon!r} is not allowed: Thm 3.7's noise sqrt(32 T G L / (N^2 eps^2)) is not "
+                             "a finite number at this eps; expected a larger epsilon.")
         d0, dt = self.sensitivities
         tight_s1 = math.sqrt(d0 * d0 + (T - 1) * dt * dt) / gdp_mu(e, d)
         while self.epsilon(d, tight_s1, accountant="auto").epsilon > e:  # rounding guard: stay on the feasible side

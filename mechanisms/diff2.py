@@ -315,9 +315,27 @@ class DIFF2BVR(Mechanism):
         term2 = 6.0 * a / self.batch_size ** 2
         s3sq = max(term1, term2)
         ok = self._b_conditions(self.batch_size, a, s3sq)
-        best_b = max((bb for bb in range(1, n + 1)
-                      if self._b_conditions(bb, a, max(term1, 6.0 * a / bb ** 2))), default=None)
-        return math.sqrt(s3sq), term1, term2, ok, best_b
+        return math.sqrt(s3sq), term1, term2, ok, self._largest_feasible_b(a, term1)
+
+    def _largest_feasible_b(self, a: int, term1: float):
+        """The largest b in [1, n_min] that meets Lemma B.8's conditions with its own sigma3 (None if
+        none does).  ``b^3 sigma3^2(b) = max(term1 b^3, 6 alpha b)`` grows with b, so the conditions
+        hold on an interval [1, b*]: ``b* = floor(min(n/(2 e alpha), (4 n/(alpha term1))^(1/3),
+        2 n/(3 alpha^2)))``, confirmed on the conditions themselves around it (float rounding) --
+        not a scan of every b up to n_min (which took minutes at n_min = 1e9)."""
+        n = self.n_min
+        cap = min(n / (2.0 * math.e * a), 2.0 * n / (3.0 * a * a),
+                  (4.0 * n / (a * term1)) ** (1.0 / 3.0) if term1 > 0 else math.inf)
+        b = int(min(n, max(0.0, math.floor(cap))))
+
+        def feasible(bb):
+            return 1 <= bb <= n and self._b_conditions(bb, a, max(term1, 6.0 * a / bb ** 2))
+
+        while b < n and feasible(b + 1):
+            b += 1
+        while b >= 1 and not feasible(b):
+            b -= 1
+        return b if b >= 1 else None
 
     def _b_conditions(self, b: int, a: int, s3sq: float) -> bool:
         n = self.n_min

@@ -86,7 +86,7 @@ class DPSGD(Mechanism):
             if self.sampling_rate is None or self.steps is None:
                 raise v.InputError("sampling_rate and steps are required with sampling='poisson' (got "
                                    f"sampling_rate={self.sampling_rate!r}, steps={self.steps!r}).")
-            v.in_range(self.sampling_rate, "sampling_rate", 0.0, 1.0, low_open=True)
+            v.in_range(self.sampling_rate, "sampling_rate", 1.0 / v.MAX_RECORDS, 1.0)
             v.run_length(self.steps, "steps")
             return
         for name in ("sampling_rate", "steps"):

@@ -57,3 +57,25 @@ def test_moderate_noise_below_the_total_variation_still_answers_zero_consistentl
 
 def test_gdp_epsilon_takes_mu_zero_and_inf():
     assert gdp_epsilon(0.0, 1e-5) == 0.0 and gdp_epsilon(math.inf, 1e-5) == math.inf
+
+
+@pytest.mark.parametrize("n_min", [1, 2, 13, 100, 1651, 20000])
+@pytest.mark.parametrize("eps", [0.5, 3.0, 30.0])
+def test_diff2_bvr_largest_feasible_batch_equals_the_scan_of_every_batch(n_min, eps):
+    """Lemma B.8's largest feasible b in closed form equals the scan over every b (the scan took minutes
+    at n_min = 1e9)."""
+    from dpcalib.mechanisms import DIFF2BVR
+    from dpcalib.mechanisms.diff2 import _paper_alpha
+
+    m = DIFF2BVR(200, 20, 10, n_min, 5, 1)
+    a = _paper_alpha(eps, 1e-5)
+    _, term1, _, _, best = m.simple_sigma3(eps, 1e-5)
+    scan = max((b for b in range(1, n_min + 1) if m._b_conditions(b, a, max(term1, 6.0 * a / b ** 2))), default=None)
+    assert best == scan
+
+
+def test_diff2_bvr_paper_calibration_at_a_billion_records_is_quick():
+    from dpcalib.mechanisms import DIFF2BVR
+
+    rep = DIFF2BVR(2000, 20, 10, 10 ** 9, 5, 13).calibrate(3, 1e-5, method="paper")
+    assert 0 < rep.certified_epsilon < 3
