@@ -30,7 +30,7 @@ GD = DIFF2GD(2000, 20, 10, 1651)
      r"u1=1\.25, u2=1\.25 .*1/u1 \+ 1/u2 < 1"),
     (lambda: DIFF2BVR(2000, 20, 10, 1651, 5, 13).calibrate(3, 1e-5, "tight", u1=2, u2=2), r"1/u1 \+ 1/u2 < 1"),
     (lambda: DIFF2BVR(2000, 20, 10, 1651, 5, 13).calibrate(3, 1e-5, u1=1.0), r"u1=1\.0"),
-    (lambda: DPSGD(0.0, 100), r"sampling_rate=0\.0 .*\(0, 1\]"),
+    (lambda: DPSGD(0.0, 100), r"sampling_rate=0\.0 .*\[1e-09, 1\]"),
     (lambda: DPSGD(1.5, 100), r"sampling_rate=1\.5"),
     (lambda: DPSGD(0.01, 0), r"steps=0"),
     (lambda: DPSRM(1000, 10, 2000, 10), r"b0=2000 .*\[1, n=1000\]"),
