@@ -246,7 +246,7 @@ class PrivacyAccountant:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
-        if method in ("pld", "best", "auto"):
+        if method == "auto":                   # (pld and best: epsilon_bracket checks it)
             tv = self._tv_bracket(d)
             if tv is not None:
                 return EpsilonReport.from_bracket(tv)

@@ -167,8 +167,10 @@ def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: 
     gap = h * z * z / max(hi_mean - lo_mean, 1e-12)       # the loss moves by ~h between slices
     # any slicing is a coarsening (post-processing), so wider slices keep the bound, only less
     # tight: at small noise (z below ~0.05) at most MAX_SLICES of them
-    n = int(min(MAX_SLICES, math.ceil((hi_c - lo_c) / gap)))
-    edges = np.linspace(lo_c, hi_c, n + 1)
+    n = int(math.ceil((hi_c - lo_c) / gap))
+    if n > MAX_SLICES:
+        n, gap = MAX_SLICES, (hi_c - lo_c) / MAX_SLICES
+    edges = lo_c + gap * np.arange(n + 1)
     # slices, plus the two tails as slices of their own (each a coarsening: post-processing)
     log_p = _log_slices(*_log_cdf_and_sf_max(edges, z, T, hi_mean, pi))
     log_q = _log_slices(*_log_cdf_and_sf_max(edges, z, T, lo_mean, pi))

@@ -106,24 +106,24 @@ def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
     return k
 
 
+def _capped(value, name: str, low: int, cap: int, why: str) -> int:
+    k = integer(value, name, low=low)
+    if k > cap:
+        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {cap:.0e}] ({why}).")
+    return k
+
+
 def run_length(value, name: str, low: int = 1) -> int:
     """A run length (steps, rounds, iterations, epochs) in ``[low, MAX_RUN_LENGTH]``; the refusal
     says why there is a ceiling."""
-    k = integer(value, name, low=low)
-    if k > MAX_RUN_LENGTH:
-        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {MAX_RUN_LENGTH:.0e}] "
-                         "(no training run is longer, and accounting for 1e9 steps already takes 10-40 s and "
-                         "about 2 GB).")
-    return k
+    return _capped(value, name, low, MAX_RUN_LENGTH, "no training run is longer, and accounting for 1e9 steps "
+                                                     "already takes 10-40 s and about 2 GB")
 
 
 def records(value, name: str, low: int = 1) -> int:
     """A number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``."""
-    k = integer(value, name, low=low)
-    if k > MAX_RECORDS:
-        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {MAX_RECORDS:.0e}] "
-                         "(sampling rates below 1e-9 are beyond what the accountants are tested at).")
-    return k
+    return _capped(value, name, low, MAX_RECORDS, "sampling rates below 1e-9 are beyond what the accountants "
+                                                  "are tested at")
 
 
 def orders_array(alpha, name: str = "alpha", *, integer_only: bool = False,

@@ -75,8 +75,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
         p.add_argument("--runs", type=int, default=None,
-                       help=f"runs per neighbouring dataset, an integer in [2, {MAX_RUNS:.0e}] (required unless "
-                            "--one-run)")
+                       help=f"runs per neighbouring dataset, an integer in [1, {MAX_RUNS:.0e}] (at least 2 for the "
+                            "without-replacement audit; required unless --one-run)")
         p.add_argument("--one-run", action="store_true",
                        help="one training run with --canaries gradient canaries, each included with probability 1/2 "
                             "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")

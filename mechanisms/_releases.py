@@ -91,7 +91,8 @@ class Mechanism:
         twice = [n for n in names[:len(noise)] if named.get(n) is not None]
         if twice:
             raise InputError(f"{twice[0]} is given twice (by position and by name).")
-        missing = [n for n, val in zip(names, values) if val is None and n in self.required_noise()]
+        required = self.required_noise()
+        missing = [n for n, val in zip(names, values) if val is None and n in required]
         if missing:
             raise InputError(f"{missing[0]} is required for {self.name} (its noise levels: {', '.join(names)}).")
         return tuple(values)

@@ -266,3 +266,25 @@ def test_heldout_bound_is_below_the_truth_on_gaussian_samples():
     s_p = list(mu * rng.normal(0.0, 1.0, n) - mu * mu / 2)
     b = A.heldout_lower_bound(s_d, s_p, delta)
     assert 2.0 < b["direct"] <= float(oracles.gdp_epsilon(mu, delta))   # N = 2000 held out caps it near log(2000 / 4)
+
+
+def test_a_verdict_no_outcome_could_refute_is_inconclusive():
+    """With 1 run per dataset even perfectly separated runs bound eps by 0: the verdict says
+    'inconclusive', not 'consistent'; with 2000 runs a violation of eps = 2 is within reach."""
+    import math
+
+    from dpcalib.accountant import gdp_mu
+    from dpcalib.optim.audit_bounds import AuditReport
+
+    def report(runs, claim, measured=None):
+        return AuditReport("dp-gd", claim, 1e-5, runs, 0.0, 0.0, gdp_mu(claim, 1e-5), 0.0, True,
+                           measured_runs=measured)
+
+    assert report(1, 2.0).max_epsilon_lo == 0.0 and report(1, 2.0).verdict == "inconclusive"
+    few = report(2000, 2.0)
+    # perfect separation of 2000 runs: Clopper-Pearson upper end of 0 of 2000 at 97.5 % is 1 - 0.025^(1/2000)
+    b = 1 - 0.025 ** (1 / 2000)
+    assert few.max_epsilon_lo >= math.log((1 - 1e-5 - b) / b) - 1e-9 and few.verdict == "consistent"
+    # the held-out audits measure on half the runs: less power
+    assert report(2000, 2.0, measured=1000).max_epsilon_lo < few.max_epsilon_lo
+    assert report(20, 20.0).verdict == "inconclusive" and report(20, 20.0).max_epsilon_lo < 20.0
