@@ -2,8 +2,8 @@
 RDP -> (eps, delta) conversion, exact Gaussian (GDP) composition, and privacy-loss
 distributions with a certified two-sided bracket on eps(delta) (:mod:`.pld`).
 
-Pure numpy/scipy: importing this package never imports torch (dp-accounting is imported only
-inside :meth:`PrivacyAccountant.cross_check` and ``to_dp_event``).  See docs/accounting.md for
+Pure numpy/scipy: importing this package never imports torch (dp-accounting and Opacus are
+imported only inside :mod:`.interop`'s ``cross_check`` and ``to_dp_event``, the second opinions).  See docs/accounting.md for
 the lemma behind every function.
 """
 

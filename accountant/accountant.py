@@ -1,17 +1,22 @@
 """A privacy accountant that composes heterogeneous Gaussian events and reports eps(delta).
 
 Composition is adaptive (DIFF2 Lemma B.3 / Mironov 2017 Prop. 1: RDP adds at every order).
-``get_epsilon`` answers with the tightest sound method available:
+``get_epsilon`` / ``epsilon_report`` answer with ``accountant="best"`` by default: the smallest
+certified eps of
 
-* every event a full-batch Gaussian -> exact GDP (Balle & Wang 2018): ``mu = sqrt(sum 1/z_i^2)``;
-* otherwise RDP: the total curve on a grid of orders, converted with the chosen conversion, and,
-  when every event allows real orders (Gaussian, Poisson), refined over the real order around
-  the best grid order.
+* exact GDP (Balle & Wang 2018) when every event is a full-batch Gaussian: ``mu = sqrt(sum 1/z_i^2)``;
+* the upper end of the privacy-loss-distribution bracket (:mod:`.pld`);
+* RDP: the total curve on a grid of orders, converted with the chosen conversion, and, when every
+  event allows real orders (Gaussian, Poisson), refined over the real order around the best grid
+  order;
+
+and eps = 0 exactly where the two runs' total variation is at most delta.  ``accountant="pld"``,
+``"rdp"`` or ``"gdp"`` asks one of them.  The second opinions (dp-accounting, Opacus's PRV) are
+:mod:`.interop`'s.
 """
 
 from __future__ import annotations
 
-import logging
 
 import math
 from dataclasses import dataclass, field
@@ -23,8 +28,6 @@ from . import validation
 from .caches import register
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
-    ADD_REMOVE,
-    REPLACE_ONE,
     GaussianEvent,
     PoissonSampledGaussianEvent,
     WORSampledGaussianEvent,
@@ -42,9 +45,6 @@ DEFAULT_ORDERS = tuple(float(a) for a in
 
 _EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent)
 
-#: cross_check runs the PLD / PRV anchors only up to this eps and this many compositions
-ANCHOR_MAX_EPSILON = 64.0
-ANCHOR_MAX_COUNT = 10 ** 6
 
 
 @dataclass(frozen=True)
@@ -74,44 +74,6 @@ def _chosen(accountant: str, method: str | None) -> str:
     warnings.warn("method= of an eps query is now accountant= ('method' is paper|tight, the calibration's)",
                   DeprecationWarning, stacklevel=3)
     return method
-
-
-def _dpa_rdp(event, relation, delta) -> float:
-    from dp_accounting.rdp import rdp_privacy_accountant
-
-    acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
-
-
-def _dpa_pld(event, interval, delta) -> float:
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
-
-    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                                               value_discretization_interval=interval)
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
-
-
-def _second_opinion(notes: list, what: str, fn):
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001 - an anchor's failure is reported, not raised
-        notes.append(f"dp-accounting's {what} accountant failed here ({type(exc).__name__}: "
-                     f"{' '.join(str(exc).split())[:160]})")
-        return None
-
-
-class _Collect(logging.Handler):
-    """Keeps the messages of a logger (dp-accounting's absl warnings) instead of printing them."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(" ".join(record.getMessage().split())[:200])
 
 
 #: RDP reports of recent compositions, keyed by (events, orders, delta, conversion, refine): the
@@ -450,96 +412,14 @@ class PrivacyAccountant:
         return acc
 
     def to_dp_event(self):
-        """The composition as a dp-accounting ``ComposedDpEvent`` (imports dp_accounting lazily)."""
-        import dp_accounting
+        """The composition as a dp-accounting ``ComposedDpEvent`` (:func:`.interop.to_dp_event`)."""
+        from .interop import to_dp_event
 
-        return dp_accounting.ComposedDpEvent(
-            [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in self._events])
-
-    def _opacus_prv(self, d, notes):
-        """Opacus's PRV accountant on the same Poisson/full-batch events (None if it cannot)."""
-        if self.neighboring_relation == REPLACE_ONE:
-            notes.append("Opacus's PRV accountant does not support sampling without replacement")
-            return None
-        try:
-            from opacus.accountants import PRVAccountant
-        except ImportError:
-            notes.append("Opacus is not installed (pip install opacus) -- no PRV column")
-            return None
-        acc = PRVAccountant()
-        for e, k in self._events:
-            q = getattr(e, "sampling_probability", 1.0)
-            acc.history.append((e.noise_multiplier, q, k))
-        try:
-            return float(acc.get_epsilon(delta=d))
-        except Exception as exc:  # a second opinion's failure is a note, never our error
-            notes.append(f"Opacus PRV failed: {type(exc).__name__}: {exc}")
-            return None
+        return to_dp_event(self)
 
     def cross_check(self, delta) -> dict:
-        """Our eps beside dp-accounting's (RDP, and PLD where it supports the events).
+        """Our eps beside dp-accounting's (RDP, and PLD where it supports the events) and Opacus's PRV
+        accountant (:func:`.interop.cross_check`, which documents the keys)."""
+        from .interop import cross_check
 
-        Returns a dict with keys ``ours`` (the ``epsilon_report(accountant="best")`` value),
-        ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion),
-        ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
-        ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
-        add/remove only, None where unsupported or not installed) and ``notes``.
-        """
-        import dp_accounting
-
-        d = validation.delta(delta)
-        ours = self.epsilon_report(d, accountant="best")
-        ours_rdp = self.epsilon_report(d, accountant="rdp")
-        notes = []
-        try:
-            pld = self.epsilon_bracket(d, methods=("pld",))
-            pld_lower, pld_upper = pld.lower, pld.upper
-        except InputError as exc:           # no grid holds the loss (tiny noise): no PLD column
-            pld_lower = pld_upper = None
-            notes.append(f"our PLD bracket alone: {exc}")
-        rel = self.neighboring_relation
-        nr = dp_accounting.NeighboringRelation
-        relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
-        event = self.to_dp_event()
-        # dp-accounting is a second opinion: its numerical warnings (absl logging, stderr) and its
-        # failures become notes and a None value, never an error of ours.
-        absl = logging.getLogger("absl")
-        caught = _Collect()
-        absl.addHandler(caught)
-        old_propagate, absl.propagate = absl.propagate, False
-        count = sum(k for _, k in self._events)
-        # the anchors' grids grow with eps and their run time with the count: past these they take
-        # many GB (Opacus PRV asked 1.1 TiB at eps 1.8e7) or minutes, and are not run
-        heavy = None
-        if not ours.epsilon <= ANCHOR_MAX_EPSILON:
-            heavy = f"eps {ours.epsilon:.6g} > {ANCHOR_MAX_EPSILON:g}"
-        elif count > ANCHOR_MAX_COUNT:
-            heavy = f"{count} compositions > {ANCHOR_MAX_COUNT:.0e}"
-        try:
-            dpa_rdp = _second_opinion(notes, "RDP", lambda: _dpa_rdp(event, relation, d))
-            dpa_pld = None
-            if heavy is not None:
-                notes.append(f"dp-accounting's PLD and Opacus's PRV accountants not run: {heavy} (their grids "
-                             "would need many GB or minutes)")
-            elif rel == REPLACE_ONE:
-                notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
-            else:
-                # dp-accounting discretises each event's loss over about 20 / z in steps of the
-                # interval (1e-4 by default), in Python: a small noise multiplier z would take
-                # minutes, so the interval is widened to keep about 2e5 points per event.
-                z_min = min(e.noise_multiplier for e, _ in self._events)
-                interval = max(1e-4, 20.0 / (z_min * 2e5))
-                if interval > 1e-4:
-                    notes.append(f"dp-accounting's PLD at value_discretization_interval={interval:.3g} (noise "
-                                 f"multiplier {z_min:.3g} < 1; 1e-4 would need over 2e5 points per event)")
-                dpa_pld = _second_opinion(notes, "PLD", lambda: _dpa_pld(event, interval, d))
-        finally:
-            absl.removeHandler(caught)
-            absl.propagate = old_propagate
-        if caught.messages:
-            notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
-        prv = self._opacus_prv(d, notes) if heavy is None else None
-        return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
-                "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper,
-                "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,
-                "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}
+        return cross_check(self, delta)

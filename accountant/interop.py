@@ -10,16 +10,26 @@ dp-accounting's PLD accountant rejects) for their own mechanism:
     acc = PrivacyAccountant.from_dp_event(my_event)
     acc.epsilon_bracket(1e-5)
 
-It is the inverse of :meth:`PrivacyAccountant.to_dp_event`.  dp-accounting itself is never
-imported: the tree is read by class name and attributes, so this module stays numpy-only.
+:func:`to_dp_event` is its inverse, and :func:`cross_check` puts an accountant's eps beside
+dp-accounting's RDP and PLD accountants and Opacus's PRV accountant (the second opinions of
+``PrivacyAccountant.cross_check`` and ``dpcalib compare``).  dp-accounting and Opacus are imported
+only inside those two (lazily): reading a tree needs neither, it goes by class name and attributes.
 """
 
 from __future__ import annotations
 
-from .validation import InputError
-from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+import logging
 
-__all__ = ["from_dp_event"]
+from .validation import InputError
+from . import validation
+from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+
+__all__ = ["from_dp_event", "to_dp_event", "cross_check", "ANCHOR_MAX_EPSILON", "ANCHOR_MAX_COUNT"]
+
+#: cross_check runs the PLD / PRV anchors only up to this eps and this many compositions
+ANCHOR_MAX_EPSILON = 64.0
+ANCHOR_MAX_COUNT = 10 ** 6
+
 
 _SUPPORTED = ("GaussianDpEvent", "PoissonSampledDpEvent", "SampledWithoutReplacementDpEvent",
               "SelfComposedDpEvent", "ComposedDpEvent", "NoOpDpEvent")
@@ -73,3 +83,140 @@ def from_dp_event(event) -> list:
         else:
             merged.append((ev, k))
     return merged
+
+
+# ---- dpcalib -> dp-accounting, and the second opinions ------------------------------------------
+def _dpa_rdp(event, relation, delta) -> float:
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def _dpa_pld(event, interval, delta) -> float:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=interval)
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def _second_opinion(notes: list, what: str, fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - an anchor's failure is reported, not raised
+        notes.append(f"dp-accounting's {what} accountant failed here ({type(exc).__name__}: "
+                     f"{' '.join(str(exc).split())[:160]})")
+        return None
+
+
+class _Collect(logging.Handler):
+    """Keeps the messages of a logger (dp-accounting's absl warnings) instead of printing them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(" ".join(record.getMessage().split())[:200])
+
+
+def to_dp_event(accountant):
+    """The composition held by ``accountant`` as a dp-accounting ``ComposedDpEvent`` (imports
+    dp_accounting lazily)."""
+    import dp_accounting
+
+    return dp_accounting.ComposedDpEvent(
+        [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in accountant.events])
+
+
+def _opacus_prv(accountant, d, notes):
+    """Opacus's PRV accountant on the same Poisson/full-batch events (None if it cannot)."""
+    if accountant.neighboring_relation == REPLACE_ONE:
+        notes.append("Opacus's PRV accountant does not support sampling without replacement")
+        return None
+    try:
+        from opacus.accountants import PRVAccountant
+    except ImportError:
+        notes.append("Opacus is not installed (pip install opacus) -- no PRV column")
+        return None
+    acc = PRVAccountant()
+    for e, k in accountant.events:
+        q = getattr(e, "sampling_probability", 1.0)
+        acc.history.append((e.noise_multiplier, q, k))
+    try:
+        return float(acc.get_epsilon(delta=d))
+    except Exception as exc:  # a second opinion's failure is a note, never our error
+        notes.append(f"Opacus PRV failed: {type(exc).__name__}: {exc}")
+        return None
+
+def cross_check(accountant, delta) -> dict:
+    """``accountant``'s eps beside dp-accounting's (RDP, and PLD where it supports the events).
+
+    Returns a dict with keys ``ours`` (the ``epsilon_report(accountant="best")`` value),
+    ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion),
+    ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
+    ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
+    add/remove only, None where unsupported or not installed) and ``notes``.
+    """
+    import dp_accounting
+
+    d = validation.delta(delta)
+    ours = accountant.epsilon_report(d, accountant="best")
+    ours_rdp = accountant.epsilon_report(d, accountant="rdp")
+    notes = []
+    try:
+        pld = accountant.epsilon_bracket(d, methods=("pld",))
+        pld_lower, pld_upper = pld.lower, pld.upper
+    except InputError as exc:           # no grid holds the loss (tiny noise): no PLD column
+        pld_lower = pld_upper = None
+        notes.append(f"our PLD bracket alone: {exc}")
+    rel = accountant.neighboring_relation
+    nr = dp_accounting.NeighboringRelation
+    relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
+    event = to_dp_event(accountant)
+    # dp-accounting is a second opinion: its numerical warnings (absl logging, stderr) and its
+    # failures become notes and a None value, never an error of ours.
+    absl = logging.getLogger("absl")
+    caught = _Collect()
+    absl.addHandler(caught)
+    old_propagate, absl.propagate = absl.propagate, False
+    count = sum(k for _, k in accountant.events)
+    # the anchors' grids grow with eps and their run time with the count: past these they take
+    # many GB (Opacus PRV asked 1.1 TiB at eps 1.8e7) or minutes, and are not run
+    heavy = None
+    if not ours.epsilon <= ANCHOR_MAX_EPSILON:
+        heavy = f"eps {ours.epsilon:.6g} > {ANCHOR_MAX_EPSILON:g}"
+    elif count > ANCHOR_MAX_COUNT:
+        heavy = f"{count} compositions > {ANCHOR_MAX_COUNT:.0e}"
+    try:
+        dpa_rdp = _second_opinion(notes, "RDP", lambda: _dpa_rdp(event, relation, d))
+        dpa_pld = None
+        if heavy is not None:
+            notes.append(f"dp-accounting's PLD and Opacus's PRV accountants not run: {heavy} (their grids "
+                         "would need many GB or minutes)")
+        elif rel == REPLACE_ONE:
+            notes.append("dp-accounting's PLD accountant does not support sampling without replacement")
+        else:
+            # dp-accounting discretises each event's loss over about 20 / z in steps of the
+            # interval (1e-4 by default), in Python: a small noise multiplier z would take
+            # minutes, so the interval is widened to keep about 2e5 points per event.
+            z_min = min(e.noise_multiplier for e, _ in accountant.events)
+            interval = max(1e-4, 20.0 / (z_min * 2e5))
+            if interval > 1e-4:
+                notes.append(f"dp-accounting's PLD at value_discretization_interval={interval:.3g} (noise "
+                             f"multiplier {z_min:.3g} < 1; 1e-4 would need over 2e5 points per event)")
+            dpa_pld = _second_opinion(notes, "PLD", lambda: _dpa_pld(event, interval, d))
+    finally:
+        absl.removeHandler(caught)
+        absl.propagate = old_propagate
+    if caught.messages:
+        notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
+    prv = _opacus_prv(accountant, d, notes) if heavy is None else None
+    return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
+            "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper,
+            "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,
+            "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

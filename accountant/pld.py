@@ -51,7 +51,7 @@ Discretisation (grid ``h``; losses at ``i*h``):
   subtracted from the lower one.  When delta is small the composition is repeated with the
   pmfs tilted by ``e^(lam L)`` toward the delta-quantile, so that the FFT's round-off stays
   relative to delta (down to delta = 1e-300); the round-off is bounded per bin by a
-  floating-point error model (see :func:`_compose`) and added to / taken from the masses.
+  floating-point error model (see :func:`compose_steps`) and added to / taken from the masses.
 
 The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
 the best certified answer is returned with a note).
@@ -66,9 +66,10 @@ import numpy as np
 from .validation import InputError
 from . import validation
 from .caches import cached, clear_cache, register
-from ._pld_compose import _compose, _g, _lower_one, _sum_error, _upper_info, _upper_one, _usable, _window
-from ._pld_steps import (_EVENTS, ALIAS, MEMORY_CAP, MIN_DELTA, RTOL, TAIL, EpsilonBracket, _OverCap,
-                         _steps)
+from .pld_compose import (compose_steps, loss_window, lower_one, lower_usable, rounding_gap, sum_error, upper_info,
+                          upper_one)
+from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL)
+from .pld_discretise import discretised_steps
 from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
@@ -148,7 +149,7 @@ def _upper_ends(key):
     re-composition -- is at or below an earlier direction's lower end cannot be the worse one:
     it is not refined further (its entry is then that coarser or first upper end).  The 8x
     coarser composition (done for large windows and for later directions) is also the fine
-    one's hint (:func:`_upper_one`)."""
+    one's hint (:func:`upper_one`)."""
     if ("upper",) + key in _SIDES:
         return _SIDES[("upper",) + key]
     ev, d, h, cap = key
@@ -161,27 +162,27 @@ def _upper_ends(key):
         big = False                  # the first direction's fine window is large (hint first)
         if not out:
             try:
-                steps = _steps(ev, h, tau, direction, cap)
-            except _OverCap:
+                steps = discretised_steps(ev, h, tau, direction, cap)
+            except OverCap:
                 return _remember(("upper",) + key, _OVER)
-            a, b = _window(steps, h, math.log(ALIAS * d)) if steps else (0, 0)
+            a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps else (0, 0)
             big = b - a + 1 >= HINT_POINTS
         if out or big:
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
             try:
-                coarse = _upper_info(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
-            except _OverCap:
+                coarse = upper_info(discretised_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
+            except OverCap:
                 coarse = None
             if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
                 out.append((coarse[0], coarse[1]))
                 continue
         if steps is None:
             try:
-                steps = _steps(ev, h, tau, direction, cap)
-            except _OverCap:
+                steps = discretised_steps(ev, h, tau, direction, cap)
+            except OverCap:
                 return _remember(("upper",) + key, _OVER)
-        lo, up = _upper_one(steps, h, d, cap, floor, coarse)
+        lo, up = upper_one(steps, h, d, cap, floor, coarse)
         if lo is None:
             return _remember(("upper",) + key, _OVER)
         out.append((lo, up))
@@ -214,35 +215,35 @@ def _lower_ends(key, ups):
             # cannot raise the maximum; it is not composed (for Poisson DP-SGD the add direction,
             # ~40 % of the cost)
             try:
-                c = _upper_info(_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, max(out))
-            except _OverCap:
+                c = upper_info(discretised_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, max(out))
+            except OverCap:
                 c = None
             if c is not None and c[1] is not None and c[1] <= max(out):
                 continue
         try:
-            steps, lsteps = _steps(ev, h, tau, direction, cap, lower=True)
-        except _OverCap:
+            steps, lsteps = discretised_steps(ev, h, tau, direction, cap, lower=True)
+        except OverCap:
             return _remember(ck, _OVER)
         hl = h
-        if not _usable(lsteps):
+        if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
             # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
             # a grid point they usually exist (:func:`_aligned_grid`) -- else Hoeffding's end
             ha = _aligned_grid(ev, h)
             if ha is not None:
                 try:
-                    _, la = _steps(ev, ha, tau, direction, cap, lower=True)
-                except _OverCap:
+                    _, la = discretised_steps(ev, ha, tau, direction, cap, lower=True)
+                except OverCap:
                     la = None
-                if la is not None and _usable(la):
+                if la is not None and lower_usable(la):
                     lsteps, hl = la, ha
-        if not _usable(lsteps):                       # Hoeffding's end from the upper steps
+        if not lower_usable(lsteps):                       # Hoeffding's end from the upper steps
             u = _upper_ends(key)
             if u is _OVER:
                 return _remember(ck, _OVER)
             out.append(u[_directions(ev).index(direction)][0])
             continue
-        lo = _lower_one(lsteps, hl, d, cap)
+        lo = lower_one(lsteps, hl, d, cap)
         if lo is None:
             return _remember(ck, _OVER)
         out.append(lo)
@@ -277,7 +278,7 @@ def _aligned_grid(events, h: float) -> float | None:
 def _check_events(events):
     out = []
     for item in events:
-        if isinstance(item, _EVENTS):
+        if isinstance(item, EVENTS):
             ev, k = item, 1
         else:
             try:
@@ -285,9 +286,9 @@ def _check_events(events):
             except (TypeError, ValueError):
                 raise InputError(f"events: {item!r} is not allowed: expected an event or an "
                                  f"(event, count) pair.") from None
-        if not isinstance(ev, _EVENTS):
+        if not isinstance(ev, EVENTS):
             raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in _EVENTS)}.")
+                             f"{', '.join(t.__name__ for t in EVENTS)}.")
         k = validation.integer(k, "count", low=0)
         if k:
             out.append((ev, k))
@@ -451,7 +452,7 @@ def _delta_upper(comp, h: float, eps: float) -> float:
     """Certified upper bound on ``delta(eps)`` from an upper composition: its finite atoms, the
     infinite-loss mass, the wrapped-around mass and the summation error."""
     m = comp.upper_mass
-    return min(1.0, _delta_fin(m, comp.lo, h, eps) + comp.inf + comp.alias + _sum_error(m))
+    return min(1.0, _delta_fin(m, comp.lo, h, eps) + comp.inf + comp.alias + sum_error(m))
 
 
 def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
@@ -466,27 +467,27 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
     lows, ups = [], []
     for direction in _directions(ev):
         try:
-            steps, lsteps = _steps(ev, h, tau, direction, memory_cap, lower=True)
-        except _OverCap:
+            steps, lsteps = discretised_steps(ev, h, tau, direction, memory_cap, lower=True)
+        except OverCap:
             steps, lsteps = None, None
-        comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
+        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
         if comp is None:
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
         up = _delta_upper(comp, h, e)
         p = max(1e-4 * up, 1e-300)
         t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
-        shift = t + K * _g(h)
+        shift = t + K * rounding_gap(h)
         if K * h <= shift:
             shift, p = K * h, 0.0
         low = comp.lower_mass
         lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
-              - _sum_error(low))
-        if _usable(lsteps):
-            lcomp = _compose(lsteps, h, 1e-16, memory_cap)[0]
+              - sum_error(low))
+        if lower_usable(lsteps):
+            lcomp = compose_steps(lsteps, h, 1e-16, memory_cap)[0]
             if lcomp is not None:
                 low = lcomp.lower_mass
-                lo = max(lo, _delta_fin(low, lcomp.lo, h, e) - lcomp.alias - _sum_error(low))
+                lo = max(lo, _delta_fin(low, lcomp.lo, h, e) - lcomp.alias - sum_error(low))
         lows.append(max(lo, 0.0))
         ups.append(up)
     return max(lows), max(ups)
@@ -515,10 +516,10 @@ def _upper_compositions(ev, h: float, memory_cap: int):
     tau = 1e-15 / sum(k for _, k in ev)
     for direction in _directions(ev):
         try:
-            steps = _steps(ev, h, tau, direction, memory_cap)
-        except _OverCap:
+            steps = discretised_steps(ev, h, tau, direction, memory_cap)
+        except OverCap:
             steps = None
-        comp = _compose(steps, h, 1e-16, memory_cap)[0] if steps else None
+        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
         if comp is None:
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={memory_cap} bytes; choose a coarser grid.")
@@ -535,7 +536,7 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
     (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`pld_profile`:
     the finite atoms of the connect-the-dots composition with their round-off added, the
     infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding."""
-    from ._pld_compose import _suffix_rounding, _suffix_sums
+    from .pld_compose import suffix_rounding, suffix_sums
 
     h = validation.positive(discretization, "discretization")
     ev = _check_events(events)
@@ -544,9 +545,9 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
     out = []
     for comp in _upper_compositions(ev, h, memory_cap):
         m = comp.upper_mass
-        c = comp.inf + comp.alias + _sum_error(m)
-        A, B = _suffix_sums(m, comp.lo, h)
-        slack = 4.0 * _suffix_rounding(m.size, h)
+        c = comp.inf + comp.alias + sum_error(m)
+        A, B = suffix_sums(m, comp.lo, h)
+        slack = 4.0 * suffix_rounding(m.size, h)
         j0 = max(0, -comp.lo)
         eps = (comp.lo + np.arange(j0, m.size)) * h
         dl = A[j0:] - B[j0:] + slack * A[j0:] + c

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from . import validation
-from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
+from .logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = ["poisson_gaussian_rdp"]
 

@@ -158,7 +158,7 @@ MAX_SLICES = 4_000_000
 def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: float, E: int,
                 log_tail: float):
     """One epoch of the max statistic as a lower PLD step (grid ``h``; masses under ``P``)."""
-    from ._pld_steps import _Step
+    from .pld_pairs import Step
 
     # the cube range: below lo_c, P(max <= lo_c) <= e^log_tail; above hi_c, P(max > hi_c) <= e^log_tail
     lo_c = z * float(special.ndtri(math.exp(log_tail / T))) + min(lo_mean, 0.0)
@@ -188,18 +188,18 @@ def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: 
     mass_p = np.exp(log_p[ok]) * (1.0 - MASS_MARGIN)
     i0 = int(idx.min())
     mass = np.bincount(idx - i0, weights=mass_p)
-    return _Step(i0, mass, 0.0, 0.0, E)
+    return Step(i0, mass, 0.0, 0.0, E)
 
 
 @cached(64)
 def _lower_cached(z: float, T: int, pi: float, E: int, d: float, relation: str, h: float) -> float:
-    from ._pld_compose import _lower_one
-    from ._pld_steps import MEMORY_CAP
+    from .pld_compose import lower_one
+    from .pld_pairs import MEMORY_CAP
 
     hi_mean, lo_mean = (2.0, 1.0) if relation == ZERO_OUT else (2.0, 0.0)
     log_tail = math.log(1e-6 * d / E)
     step = _epoch_step(z, T, pi, hi_mean, lo_mean, h, E, log_tail)
-    eps = _lower_one([step], h, d, MEMORY_CAP)
+    eps = lower_one([step], h, d, MEMORY_CAP)
     if eps is None:
         raise InputError(f"epochs={E!r} is not allowed for the shuffle lower bound at discretization {h:g}: the "
                          "composition does not fit the memory cap; use a coarser discretization.")
@@ -223,7 +223,7 @@ def shuffle_lower_epsilon(noise_multiplier, n, batch_size, epochs, delta, relati
 def shuffle_epsilon_bracket(noise_multiplier, n, batch_size, epochs, delta, relation: str = ZERO_OUT,
                             drop_last: bool = False):
     """``EpsilonBracket`` of shuffled batches: the lower bound above and the certified GDP upper end."""
-    from ._pld_steps import EpsilonBracket
+    from .pld_pairs import EpsilonBracket
 
     T = steps_per_epoch(n, batch_size, drop_last)
     up = shuffle_upper_epsilon(noise_multiplier, epochs, delta, relation)

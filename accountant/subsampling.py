@@ -22,7 +22,7 @@ import numpy as np
 from .validation import InputError
 from . import validation
 from .caches import cached
-from ._logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
+from .logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
 __all__ = [
     "subsampled_rdp_wor",

@@ -14,7 +14,7 @@ import argparse
 import os
 import time
 
-import dpcalib.optim._core as core
+import dpcalib.optim.algorithms.core as core
 from dpcalib.optim import audit as A
 
 from audit_full_batch import DELTA, builder

@@ -20,7 +20,7 @@ from torch import nn
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-import dpcalib.optim._core as core
+import dpcalib.optim.algorithms.core as core
 from dpcalib.optim import audit as A
 
 DELTA = 1e-5

@@ -17,7 +17,7 @@ import warnings
 
 import torch
 import dpcalib.mechanisms as M
-import dpcalib.optim._core as core
+import dpcalib.optim.algorithms.core as core
 from dpcalib.accountant import claimed_tradeoff
 from dpcalib.optim import audit as A
 

@@ -5,13 +5,13 @@
 Ratios to a non-private full-batch gradient step (forward + backward of the summed loss) for:
 clipped gradient sum (ghost, vmap) and clipped gradient-difference sum (ghost, vmap), and beside
 them the ghost difference formula of the first release (unsound in float32, see
-optim/clipping.py), to show what soundness costs.
+optim/clipping/paths.py), to show what soundness costs.
 """
 
 import torch
 from torch import nn
 
-from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
+from dpcalib.optim.clipping.paths import clipped_grad_diff_sum, clipped_grad_sum
 
 from benchmarks.fuzz_clipping import expanded_ghost_diff
 from benchmarks.timing import median_time

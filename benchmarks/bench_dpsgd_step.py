@@ -105,7 +105,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
         # records draws every record every step, so the batch is the same as the other contenders'
         from dpcalib import mechanisms as M
         from dpcalib.optim import DPSGD
-        from dpcalib.optim.clipping import clip_path
+        from dpcalib.optim.clipping.paths import clip_path
 
         path = clip_path(model)
         opt = DPSGD(model, BM.ce_loss, (x, y), M.DPSGD(sampling_rate=1.0, steps=steps + 2), {"noise_multiplier": z},
@@ -144,7 +144,7 @@ def _one(kind: str, who: str, steps: int, threads: int) -> dict:
         out["path"] = path
         # where the step's time goes, in the same process after the timed steps: the clipped sum alone
         # (the per-example part) and the noise draw alone (one standard normal per parameter)
-        from dpcalib.optim.clipping import clipped_grad_sum
+        from dpcalib.optim.clipping.paths import clipped_grad_sum
 
         params = {k: v.detach() for k, v in model.named_parameters()}
         d = sum(v.numel() for v in params.values())

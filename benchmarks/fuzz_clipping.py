@@ -35,8 +35,8 @@ import time
 import torch
 from torch import nn
 
-from dpcalib.optim import clipping
-from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum
+from dpcalib.optim.clipping import paths as clipping
+from dpcalib.optim.clipping.paths import clipped_grad_diff_sum, clipped_grad_sum
 
 STEPS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
 CLIPS = (1e-3, 1e-2, 1.0, 100.0)

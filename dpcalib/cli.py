@@ -21,10 +21,10 @@ import math
 import sys
 import warnings
 
-from ._algorithms import SPECS, build, dumps as _json, fmt
-from ._common import (CONVERSION_REFUSAL, DeprecatedSpelling, _accountant_argument, _conversion_argument,
-                      _epsilon_of, _finite, _need_matplotlib, _Parser, _plot_path, _print_epsilon, _UsageError)
-from ._limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int
+from .commands.algorithms import SPECS, build, dumps as _json, fmt
+from .commands.common import (CONVERSION_REFUSAL, DeprecatedSpelling, accountant_argument, conversion_argument,
+                      epsilon_of, finite_epsilon, need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
+from .commands.limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int
 
 __all__ = ["main"]
 
@@ -53,7 +53,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     spec = SPECS[algorithm]
     from .mechanisms import ALGORITHMS
 
-    p = _Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
+    p = Parser(prog=f"dpcalib {command} {algorithm}", description=ALGORITHMS[algorithm][1],
                 epilog="example:\n  " + _example(command, algorithm),
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if command in CALIBRATING:
@@ -90,7 +90,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                             "integer >= 1, default 4096; not with --sequential)")
         p.add_argument("--sequential", action="store_true",
                        help="one run after another (the reference path; slow)")
-        p.add_argument("--plot", metavar="FILE.png", type=_plot_path,
+        p.add_argument("--plot", metavar="FILE.png", type=writable_plot,
                        help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib; "
                             "not with --one-run)")
         p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -99,16 +99,16 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
             p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
                            metavar=name.upper(), help=f"noise level {name}, a number > 0")
     if command == "report":
-        from ._report_cli import add_arguments
+        from .commands.report import add_arguments
 
-        add_arguments(p, _plot_path)
+        add_arguments(p, writable_plot)
     if command == "epsilon":
-        _accountant_argument(p)
-        _conversion_argument(p)
+        accountant_argument(p)
+        conversion_argument(p)
         p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
-        p.add_argument("--plot", metavar="FILE.png", type=_plot_path, help="draw the curve (needs matplotlib)")
+        p.add_argument("--plot", metavar="FILE.png", type=writable_plot, help="draw the curve (needs matplotlib)")
     if command == "probe":
-        from ._probe_cli import add_arguments
+        from .commands.probe import add_arguments
 
         add_arguments(p, algorithm, {o.flag for o in spec.options})
     for o in spec.options:
@@ -127,7 +127,7 @@ def _check_applicable(command: str, args) -> None:
     """Options that were given but do not apply to what the command will do are refused, never
     silently ignored (one line, exit 2)."""
     if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
-        raise _UsageError(CONVERSION_REFUSAL.format(args.conversion))
+        raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
     if command == "calibrate" and getattr(args, "accountant", None) == "pld":
         warnings.warn("--accountant pld of calibrate is now spelled --accountant best (the best certified eps, as in "
                       "every other command); 'pld' will be refused in a later release", DeprecatedSpelling)
@@ -137,14 +137,14 @@ def _check_applicable(command: str, args) -> None:
             for flag, given in (("--runs", args.runs is not None), ("--batch", args.batch is not None),
                                 ("--sequential", args.sequential)):
                 if given:
-                    raise _UsageError(f"{flag} is not allowed with --one-run: the one-run audit is one training run "
+                    raise UsageError(f"{flag} is not allowed with --one-run: the one-run audit is one training run "
                                       "with --canaries canaries")
             args.canaries = 1000 if args.canaries is None else args.canaries
         elif args.canaries is not None:
-            raise _UsageError("--canaries is not allowed without --one-run: the many-run audit (--runs) has one "
+            raise UsageError("--canaries is not allowed without --one-run: the many-run audit (--runs) has one "
                               "differing record, not canaries")
         if args.sequential and args.batch is not None:
-            raise _UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
+            raise UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
                               "dimension, --sequential runs them one after another")
         args.batch = 4096 if args.batch is None else args.batch
         _check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
@@ -194,6 +194,8 @@ def _report_dict(rep) -> dict:
 
 
 def _print_report(d: dict) -> None:
+    from .mechanisms import REGISTRY
+
     print(f"algorithm   {d['algorithm']}")
     print(f"method      {d['method']}")
     print(f"target      epsilon={_fmt(d['epsilon'])} delta={_fmt(d['delta'])}")
@@ -201,7 +203,7 @@ def _print_report(d: dict) -> None:
         note = "" if val is not None else f"   ({d['notes'].get(name, '')})"
         print(f"{name:11s} {_fmt(val)}{note}")
     for s in SIGMAS:
-        if s not in d["noise"] and d["algorithm"].startswith(("diff2", "dp-gd")):
+        if s not in d["noise"] and REGISTRY[d["algorithm"]].noise_notes:
             print(f"{s:11s} -   ({d['notes'].get(s, '')})")
     how = f"order {_fmt(d['order'])}, conversion {d['conversion']}; " if d["order"] is not None else ""
     print(f"achieved    epsilon={_fmt(d['achieved_epsilon'])} ({how}{d['accounting']})")
@@ -222,19 +224,19 @@ def _print_report(d: dict) -> None:
 
 # ---- commands --------------------------------------------------------------------------------
 def _cmd_audit(algorithm: str, args) -> int:
-    from ._audit_cli import run
+    from .commands.audit import run
 
     return run(algorithm, args)
 
 
 def _cmd_probe(algorithm: str, args) -> int:
-    from ._probe_cli import run
+    from .commands.probe import run
 
     return run(algorithm, args, _build)
 
 
 def _list_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dpcalib list", description=COMMANDS["list"])
+    p = Parser(prog="dpcalib list", description=COMMANDS["list"])
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
     return p
 
@@ -288,8 +290,8 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
     acc = mech.accountant(*noise)
-    rep, lower = _epsilon_of(acc, args)
-    _finite(rep.epsilon, args, _noise_flags(algorithm, args))
+    rep, lower = epsilon_of(acc, args)
+    finite_epsilon(rep.epsilon, args, _noise_flags(algorithm, args))
     # the mechanism's own lower bound (shuffled batches; none needed where eps is exactly 0)
     own = mech.epsilon_lower(args.delta, *noise) if rep.epsilon > 0 else None
     if own is not None:
@@ -307,11 +309,12 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     if getattr(mech, "poisson_epsilon", None) is not None:
         out["poisson_epsilon"] = mech.poisson_epsilon(args.delta, *noise)
     out["warnings"] = []
-    if algorithm == "constd2p":
+    from .mechanisms import REGISTRY
+
+    if REGISTRY[algorithm].warnings:
         from .mechanisms import paper_warning
 
-        out["warnings"].append(paper_warning("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every "
-                                             "gradient norm <= G"))
+        out["warnings"].extend(paper_warning(erratum, text) for erratum, text in REGISTRY[algorithm].warnings)
     if args.curve or args.plot:
         out["curve"] = _curve(algorithm, args, noise)
     if args.plot:
@@ -320,7 +323,7 @@ def _cmd_epsilon(algorithm: str, args) -> int:
         print(_json(out))
     else:
         print(f"algorithm   {algorithm}")
-        _print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
+        print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
         for n in rep.notes:
             if own is not None and not str(n).startswith("bracket ["):
                 print(f"note        {n}")
@@ -347,7 +350,7 @@ def _curve(algorithm: str, args, noise) -> list:
             ns.restart_interval = min(ns.restart_interval, r)
         mech, _ = _build(algorithm, ns)
         # the same owner as the headline: the chosen accountant, so the last point is the headline eps
-        out.append({"rounds": r, "epsilon": _epsilon_of(mech.accountant(*noise), args)[0].epsilon,
+        out.append({"rounds": r, "epsilon": epsilon_of(mech.accountant(*noise), args)[0].epsilon,
                     "unit": field})
     return out
 
@@ -359,7 +362,7 @@ def _plot(curve, path, algorithm, delta) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise _UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([p["rounds"] for p in curve], [p["epsilon"] for p in curve], marker="o")
     ax.set_xlabel("rounds")
@@ -370,19 +373,19 @@ def _plot(curve, path, algorithm, delta) -> None:
 
 
 def _cmd_compare(algorithm: str, args) -> int:
-    from ._compare_cli import run
+    from .commands.compare import run
 
     return run(algorithm, args)
 
 
 def _cmd_report(algorithm: str, args) -> int:
-    from ._report_cli import run_algorithm
+    from .commands.report import run_algorithm
 
     if args.plot:
-        _need_matplotlib()
+        need_matplotlib()
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
-    _finite(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
+    finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
     return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args)
 
 
@@ -420,12 +423,12 @@ def _top_parser() -> argparse.ArgumentParser:
     """``dpcalib COMMAND ...``: argparse subparsers, one per command of :data:`COMMANDS`, which
     choose the command (and print the help); each command parses the rest of the line with its
     own parser (the algorithm's, built from the registry and the mechanism)."""
-    p = _Parser(prog="dpcalib", description="Privacy accounting and noise calibration for DP nonconvex optimizers.",
+    p = Parser(prog="dpcalib", description="Privacy accounting and noise calibration for DP nonconvex optimizers.",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="'dpcalib COMMAND ALGORITHM --help' shows the algorithm's options and a worked example, e.g.\n"
                        "  dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
                        "--clients 10 --n-min 1651 --u 1.25 --method paper --json")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True,
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True,
                            title="commands")
     for name, text in COMMANDS.items():
         sub.add_parser(name, help=text, add_help=False, prog=f"dpcalib {name}")
@@ -438,7 +441,7 @@ def _require_torch(command: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError as exc:
-        raise _UsageError(f"{command} needs PyTorch, which is not installed ({exc}): "
+        raise UsageError(f"{command} needs PyTorch, which is not installed ({exc}): "
                           "pip install 'dpcalib[torch]'") from None
 
 
@@ -471,7 +474,7 @@ def main(argv=None) -> int:
         from .accountant.validation import InputError
 
         msg = " ".join(str(exc).split())
-        if isinstance(exc, (_UsageError, InputError)):
+        if isinstance(exc, (UsageError, InputError)):
             print(f"dpcalib: error: {_option_names(msg, argv)}", file=sys.stderr)
             return 2
         # not a check of the input: a computation failed -- a bug to report, not a usage error
@@ -506,28 +509,28 @@ def _main(argv: list) -> int:
     if command == "list":
         return _cmd_list(_list_parser().parse_args(rest))
     if command == "account":
-        from ._account_cli import account_parser, run_account
+        from .commands.account import account_parser, run_account
 
         return run_account(account_parser().parse_args(rest))
     if command == "report" and (not rest or rest[0].startswith("-")):
-        from ._account_cli import run_report
+        from .commands.account import run_report
 
         return run_report(rest)
     if command == "train":
         _require_torch("train")
-        from .train import run
+        from .commands.train import run
 
-        return run(rest, _UsageError)
+        return run(rest, UsageError)
     if not rest or rest[0].startswith("-"):
         if any(a in ("-h", "--help") for a in rest):
             print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
                   f"example:\n  {_example(command, 'diff2-gd')}\n\n"
                   f"'dpcalib {command} ALGORITHM --help' lists the algorithm's options.")
             return 0
-        raise _UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
+        raise UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
     algorithm = rest[0]
     if algorithm not in SPECS:
-        raise _UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
+        raise UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
     args = _algo_parser(command, algorithm).parse_args(rest[1:])
     args.command_name = command
     _check_applicable(command, args)

@@ -26,7 +26,7 @@ from torch import nn
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim import distributed as D
+from dpcalib.optim.algorithms import distributed as D
 
 
 def main(argv=None):
@@ -42,7 +42,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     D.init_process_group(a.backend, timeout_s=a.timeout)            # RANK, WORLD_SIZE from torchrun
-    rank, world = D.dist.get_rank(), D.dist.get_world_size()
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     if a.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = "cuda" if a.backend == "nccl" else "cpu"

@@ -6,22 +6,21 @@ Each class is a frozen description of a run's shape (validated at construction) 
 See docs/calibration.md.
 """
 
-from ._releases import Mechanism, Releases, ReleaseSpec
-from ._report import METHODS, CalibrationReport, PaperConditionWarning, paper_warning
+from .releases import Mechanism, Releases, ReleaseSpec
+from .report import METHODS, CalibrationReport, PaperConditionWarning, paper_warning
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
 from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
-from ._shared import ABADI_ORDERS
+from .shared import ABADI_ORDERS
 from .dpsgd import DPSGD, classical_gaussian_multiplier
 from .dpsrm import DPSRM
 
-from .registry import REGISTRY, Algorithm
+from .registry import ALGORITHMS, REGISTRY, Algorithm, Names, lookup, register
 
-#: name -> (class, source), derived from :data:`REGISTRY` (the one list of the algorithms)
-ALGORITHMS = {name: (a.mechanism, a.source) for name, a in REGISTRY.items()}
 
 __all__ = [
-    "ALGORITHMS", "REGISTRY", "Algorithm", "METHODS", "CalibrationReport", "PaperConditionWarning", "NoPrivacyGuaranteeError",
+    "ALGORITHMS", "REGISTRY", "Algorithm", "Names", "lookup", "register", "METHODS", "CalibrationReport",
+    "PaperConditionWarning", "NoPrivacyGuaranteeError",
     "paper_warning", "Mechanism", "Releases", "ReleaseSpec",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",
     "dice_safe_sigma1_rdp", "dice_code_multiplier", "classical_gaussian_multiplier", "ClipD2P", "ConstD2P", "AdaD2P",

@@ -16,11 +16,12 @@ from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from ._releases import Mechanism, ReleaseSpec
-from ._report import CalibrationReport, paper_warning
-from ._solve import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, start_rtol, tight_scale
-from ._shared import check_target as _check_target
-from ._solve import calibrate_poisson
+from .releases import Mechanism, ReleaseSpec
+from .report import CalibrationReport, paper_warning
+from .search import start_rtol, tight_scale
+from .tighten import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .shared import check_target as _check_target
+from .tighten import calibrate_poisson
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
 
@@ -153,6 +154,11 @@ class AdaD2P:
     field_help = {"samples_per_node": "samples per node J", "iterations": "iterations K"}
     calibrate_options = {}
     noise_levels = ("sigma",)     # what the paper calls its noise (no release is accountable)
+
+    def claimed_mechanism(self) -> "ClipD2P":
+        """The run whose guarantee the paper claims for AdaD2P at the same sigma (Prop. 2 is stated
+        for the family): ClipD2P of the same shape under replace-one -- what an audit holds it to."""
+        return ClipD2P(self.samples_per_node, self.iterations, "replace-one")
 
     def accountant(self, *args, **kwargs):
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)

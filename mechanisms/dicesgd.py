@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
 from ..accountant import validation as v
 
-from ._releases import Mechanism, ReleaseSpec
-from ._report import CalibrationReport, paper_warning
-from ._shared import abadi_multiplier, check_target as _check_target
-from ._solve import check_accountant, smallest_scale
+from .releases import Mechanism, ReleaseSpec
+from .report import CalibrationReport, paper_warning
+from .shared import abadi_multiplier, check_target as _check_target
+from .search import smallest_scale
+from .tighten import check_accountant
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 

@@ -19,11 +19,11 @@ from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEve
 from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
-from ._releases import Mechanism, ReleaseSpec
-from ._report import CalibrationReport, paper_warning
-from ._shared import check_target as _check_target, paper_order
-from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
-                     rdp_tight_text, smallest_scale, start_rtol, tight_scale)
+from .releases import Mechanism, ReleaseSpec
+from .report import CalibrationReport, paper_warning
+from .shared import check_target as _check_target, paper_order
+from .search import smallest_scale, start_rtol, tight_scale
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 

@@ -18,11 +18,11 @@ from ..accountant import (GaussianEvent, PoissonSampledGaussianEvent, PrivacyAcc
 from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
-from ._releases import Mechanism, ReleaseSpec
-from ._report import CalibrationReport, paper_warning
-from ._solve import (calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text,
-                     smallest_scale, start_rtol)
-from ._shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
+from .releases import Mechanism, ReleaseSpec
+from .report import CalibrationReport, paper_warning
+from .search import smallest_scale, start_rtol
+from .tighten import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
 

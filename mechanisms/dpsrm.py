@@ -15,11 +15,11 @@ from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from ._releases import Mechanism, ReleaseSpec
-from ._report import CalibrationReport, paper_warning
-from ._solve import (WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start,
-                     rdp_tight_text, start_rtol, tight_scale)
-from ._shared import check_target as _check_target, paper_order
+from .releases import Mechanism, ReleaseSpec
+from .report import CalibrationReport, paper_warning
+from .search import start_rtol, tight_scale
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .shared import check_target as _check_target, paper_order
 
 __all__ = ["DPSRM"]
 

@@ -5,12 +5,15 @@ know about an algorithm by name.  Every list of algorithm names in the project i
 one entry here (tests/test_layout.py checks that no other list is written out).
 
 The optimizer is named by a string (``"sgd:DPSGD"`` in ``dpcalib.optim``), so that this layer
-and the command line never import torch; :mod:`dpcalib.optim.registry` resolves it.
+and the command line never import torch; :mod:`dpcalib.optim.algorithms.registry` resolves it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from ..accountant.validation import InputError
 
 from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .dicesgd import DiceSGD
@@ -18,7 +21,7 @@ from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .dpsgd import DPSGD
 from .dpsrm import DPSRM
 
-__all__ = ["Algorithm", "REGISTRY", "names"]
+__all__ = ["Algorithm", "REGISTRY", "names", "Names", "ALGORITHMS", "lookup", "register"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Algorithm:
     name: str
     mechanism: type
     source: str
-    optimizer: str                 # "module:Class" in dpcalib.optim
+    optimizer: str                 # "module:Class" in dpcalib.optim.algorithms, or "package.module:Class"
     audit: tuple = ()              # "llr": many-run white-box audit conditioned on the sampling
                                    # (full batch, assumption-free, J = 1); "wor": the replace-one
                                    # coupling of sampling without replacement; "one-run"
@@ -38,6 +41,28 @@ class Algorithm:
     examples: dict = field(default_factory=dict)   # command -> a worked command line
     probe: dict | None = None      # the record probe's defaults: lr and the clip options that are not
                                    # shape options (c1, c2, clip), the papers' values; None: no probe
+    # ---- how the reference optimizer takes its records and clip norms (the checks, `train` and the
+    # command line build every run from these; no module outside this file branches on a name)
+    data: str = "dataset"          # "clients": a list of `clients` shards; "nodes": a list of node tables;
+                                   # "dataset": one table
+    records: str | None = None     # the mechanism field that fixes the records per shard / node / dataset
+                                   # (None: any number, e.g. DP-SGD's Poisson sampling)
+    clips: dict = field(default_factory=dict)   # clip option (c1, c2, clip) -> the optimizer's keyword
+    clip_enforced: bool = True     # False: the clip norm is an estimate the update never enforces (ConstD2P)
+    claimed_by: str | None = None  # the paper claims this algorithm has that algorithm's guarantee at the
+                                   # same noise (AdaD2P: ClipD2P's); its mechanism's `claimed_mechanism()`
+    paper_auditable: bool = True   # False: the paper's claim rests on amplification by sampling, which the
+                                   # many-run audit (conditioned on the sampling) cannot test
+    warnings: tuple = ()           # (erratum id, text): printed with every eps of this algorithm
+    noise_notes: bool = False      # print every noise level the paper names, "-" with the reason where unused
+    no_guarantee: str = ""         # why the algorithm claims no sensitivity at all (no probe, no calibration)
+    # ---- `dpcalib train` (only where `train` is set): the run's quantities -- rounds, restart_interval,
+    # world (processes), n_min, n (records), batch_size, b0, sampling, rate (b / n, Poisson), shuffle_n and
+    # shuffle_batch (shuffled epochs), epochs, c1, c2 -- onto the mechanism's fields and the optimizer's
+    # keywords; train_defaults fill quantities the command line left out
+    train_shape: dict = field(default_factory=dict)      # mechanism field -> quantity
+    train_clips: dict = field(default_factory=dict)      # optimizer keyword -> quantity
+    train_defaults: dict = field(default_factory=dict)   # quantity -> its value when not given
 
 
 def _ex(**kw) -> dict:
@@ -46,13 +71,20 @@ def _ex(**kw) -> dict:
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dp-gd", DPGD, "DIFF2 (Murata & Suzuki, ICML 2023), DP-GD baseline: Prop. 4.1 with T = 1, u -> 1",
-              "diff2:DPGD", ("llr",), batched=True, train="clients", examples=_ex(
+              "diff2:DPGD", ("llr",), batched=True, train="clients", data="clients", records="n_min",
+              clips={"c1": "C1"}, noise_notes=True,
+              train_shape={"rounds": "rounds", "clients": "world", "n_min": "n_min"}, train_clips={"C1": "c1"},
+              examples=_ex(
                   calibrate="dpcalib calibrate dp-gd --epsilon 3 --delta 1e-5 --rounds 2000 --clients 10 --n-min 1651",
                   audit="dpcalib audit dp-gd --epsilon 2 --delta 1e-5 --rounds 4 --clients 2 --n-min 5 --runs 2000",
                   probe="dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250"),
               probe={"lr": 0.125, "c1": 1.0}),
     Algorithm("diff2-gd", DIFF2GD, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithms 1-3, Prop. 4.1",
-              "diff2:DIFF2GD", ("llr",), batched=True, train="clients", examples=_ex(
+              "diff2:DIFF2GD", ("llr",), batched=True, train="clients", data="clients", records="n_min",
+              clips={"c1": "C1", "c2": "C2"}, noise_notes=True,
+              train_shape={"rounds": "rounds", "restart_interval": "restart_interval", "clients": "world",
+                           "n_min": "n_min"},
+              train_clips={"C1": "c1", "C2": "c2"}, train_defaults={"c2": 10.0}, examples=_ex(
                   calibrate="dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
                             "--clients 10 --n-min 1651 --u 1.25 --method paper",
                   audit="dpcalib audit diff2-gd --epsilon 2 --delta 1e-5 --rounds 4 --restart-interval 2 --clients 2 "
@@ -61,7 +93,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--n-min 250 --c2 0.01"),
               probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
     Algorithm("diff2-bvr", DIFF2BVR, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithm 4, Prop. E.2",
-              "diff2:DIFF2BVR", ("wor",), examples=_ex(
+              "diff2:DIFF2BVR", ("wor",), data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"},
+              noise_notes=True, examples=_ex(
                   calibrate="dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
                             "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
                   audit="dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
@@ -70,20 +103,29 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--n-min 500 --local-steps 3 --batch-size 50"),
               probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
     Algorithm("dp-sgd", DPSGD, "Abadi et al. 2016; DPSGD-GC of DiceSGD (Zhang et al.) Algorithm 1, Thm 2.3",
-              "sgd:DPSGD", ("one-run",), train="data-parallel", examples=_ex(
+              "sgd:DPSGD", ("one-run",), train="data-parallel", clips={"clip": "C"},
+              train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
+                           "batch_size": "shuffle_batch", "epochs": "epochs"},
+              train_clips={"C": "c1"}, examples=_ex(
                   calibrate="dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
                   audit="dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
                   probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("dp-srm", DPSRM, "DP-SRM (Wang, Jayaraman, Evans & Gu), supplement eqs. 2.3, 2.5",
-              "sgd:DPSRM", ("wor",), train="data-parallel", examples=_ex(
+              "sgd:DPSRM", ("wor",), train="data-parallel", records="n",
+              train_shape={"n": "n", "steps": "rounds", "b0": "b0", "b": "batch_size", "lipschitz": "c1",
+                           "step_bound": "c2"},
+              train_defaults={"c2": 1.0}, examples=_ex(
                   calibrate="dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
                   audit="dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
                         "--step-bound 1 --runs 1000",
                   probe="dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16"),
               probe={"lr": 0.1}),
     Algorithm("dicesgd", DiceSGD, "DiceSGD (Zhang, Bu, Wu & Hong, 2024), Algorithms 2-4, Thm 3.7",
-              "sgd:DiceSGD", ("llr", "one-run"), train="data-parallel", examples=_ex(
+              "sgd:DiceSGD", ("llr", "one-run"), train="data-parallel", records="N",
+              train_shape={"N": "n", "batch_size": "batch_size", "steps": "rounds", "C1": "c1", "C2": "c2"},
+              train_defaults={"c2": 1.0},
+              paper_auditable=False, examples=_ex(
                   calibrate="dpcalib calibrate dicesgd --epsilon 2 --delta 1e-5 --n 50000 --batch-size 1000 "
                             "--steps 150 --c1 1 --c2 1 --c 1 --method both",
                   audit="dpcalib audit dicesgd --epsilon 2 --delta 1e-5 --n 20 --batch-size 5 --steps 4 --c1 1 "
@@ -92,7 +134,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--c2 1 --c 1"),
               probe={"lr": 0.1}),
     Algorithm("clipd2p", ClipD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 3, Prop. 2",
-              "d2p:ClipD2P", ("llr", "wor"), examples=_ex(
+              "d2p:ClipD2P", ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"},
+              examples=_ex(
                   calibrate="dpcalib calibrate clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 "
                             "--iterations 3500",
                   audit="dpcalib audit clipd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
@@ -100,7 +143,10 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("constd2p", ConstD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 2, Prop. 2",
-              "d2p:ConstD2P", ("llr",), examples=_ex(
+              "d2p:ConstD2P", ("llr",), data="nodes", records="samples_per_node", clips={"clip": "G"},
+              clip_enforced=False,
+              warnings=(("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every gradient norm <= G"),),
+              examples=_ex(
                   calibrate="dpcalib calibrate constd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 "
                             "--iterations 3500",
                   audit="dpcalib audit constd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
@@ -108,11 +154,32 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe constd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("adad2p", AdaD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 1 -- no valid guarantee",
-              "d2p:AdaD2P", ("llr",), examples=_ex(
+              "d2p:AdaD2P", ("llr",), data="nodes", records="samples_per_node", claimed_by="clipd2p",
+              no_guarantee="its noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1",
+              examples=_ex(
                   calibrate="dpcalib calibrate adad2p --epsilon 1 --delta 1e-5   (refused: no guarantee)",
                   audit="dpcalib audit adad2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 --runs 300",
                   probe="dpcalib probe adad2p ...   (refused: AdaD2P claims no sensitivity)")),
 )}
+
+
+def lookup(name: str) -> Algorithm:
+    """The registry entry of ``name``; an unknown name raises :class:`InputError` listing the known ones."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise InputError(f"algorithm={name!r} is not allowed: expected one of {', '.join(REGISTRY)}.") from None
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add an algorithm (its mechanism, optimizer and the facts above) to the registry: every command,
+    check and list derived from the registry then knows it.  A name already taken is refused."""
+    if not isinstance(algorithm, Algorithm):
+        raise InputError(f"algorithm={algorithm!r} is not allowed: expected a registry.Algorithm.")
+    if algorithm.name in REGISTRY:
+        raise InputError(f"algorithm.name={algorithm.name!r} is not allowed: that name is registered already.")
+    REGISTRY[algorithm.name] = algorithm
+    return algorithm
 
 
 def names(*, audit: str | None = None, batched: bool | None = None, train: bool | str | None = None) -> tuple:
@@ -121,3 +188,56 @@ def names(*, audit: str | None = None, batched: bool | None = None, train: bool 
     return tuple(n for n, a in REGISTRY.items()
                  if (audit is None or audit in a.audit) and (batched is None or a.batched == batched)
                  and (train is None or (bool(a.train) == train if isinstance(train, bool) else a.train == train)))
+
+
+class Names(Sequence):
+    """:func:`names` as a live view: read from the registry at every use, so that an algorithm
+    registered after import is in it too (``AUDITABLE``, ``ONE_RUN``, ``BATCHABLE``, ...)."""
+
+    def __init__(self, **which):
+        self._which = which
+
+    def _now(self) -> tuple:
+        return names(**self._which)
+
+    def __getitem__(self, i):
+        return self._now()[i]
+
+    def __len__(self):
+        return len(self._now())
+
+    def __contains__(self, name):
+        return name in self._now()
+
+    def __iter__(self):
+        return iter(self._now())
+
+    def __eq__(self, other):
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
+
+    def __hash__(self):
+        return hash(self._now())
+
+    def __repr__(self):
+        return repr(self._now())
+
+
+class _Algorithms(Mapping):
+    """name -> (mechanism class, source), read from the registry at every use."""
+
+    def __getitem__(self, name):
+        a = REGISTRY[name]
+        return a.mechanism, a.source
+
+    def __iter__(self):
+        return iter(list(REGISTRY))
+
+    def __len__(self):
+        return len(REGISTRY)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
+#: name -> (class, source), derived from :data:`REGISTRY` (the one list of the algorithms)
+ALGORITHMS = _Algorithms()

@@ -17,23 +17,27 @@ except ImportError as _exc:       # accounting, calibration and the CLI do not n
     raise ImportError("dpcalib.optim (the reference optimizers, audits and distributed runs) needs PyTorch, "
                       f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
 
-from . import (audit, audit_bounds, canaries, data, graph, harness, lockstep, per_example, probe,  # noqa: E402
-               replay, runner, sampling)
-from ._core import NoiseSource, PrivateOptimizer, Release, squared_loss
-from .checks import noise_ks_test, noise_std_test
-from .attention import LinearMultiheadAttention, linear_attention
-from .clipping import (ClippingFallbackWarning, clip_factors, clip_path, clipped_grad_diff_sum, clipped_grad_sum,
-                       supports_ghost)
-from .per_example import PerExample
-from .d2p import AdaD2P, ClipD2P, ConstD2P
-from .diff2 import DIFF2BVR, DIFF2GD, DPGD
-from .sgd import DPSGD, DPSRM, DiceSGD
-from .registry import OPTIMIZERS
+from . import deprecated as _deprecated  # noqa: E402  (old module paths, one release)
+from . import algorithms, audit, clipping, data, run, tensors  # noqa: E402
+from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS,  # noqa: E402
+                         DiceSGD, NoiseSource, PrivateOptimizer, Release, squared_loss)
+from .audit import noise_ks_test, noise_std_test  # noqa: E402
+from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, PerExample, clip_factors,  # noqa: E402
+                       clip_path, clipped_grad_diff_sum, clipped_grad_sum, linear_attention, supports_ghost)
+
+_deprecated.install()
 
 __all__ = [
     "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test", "noise_ks_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "clip_path",
-    "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention", "audit", "data", "graph",
-    "probe", "sampling", "canaries", "per_example", "replay", "runner", "lockstep", "audit_bounds", "harness",
+    "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention",
+    "algorithms", "audit", "clipping", "data", "run", "tensors",
 ]
+
+
+def __getattr__(name: str):
+    """The old module attributes (``dpcalib.optim.harness``, ...), with a DeprecationWarning."""
+    if name in _deprecated.MOVED:
+        return _deprecated.attribute(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ from torch import nn
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim import distributed as D
+from dpcalib.optim.algorithms import distributed as D
 
 
 def model():

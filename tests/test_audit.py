@@ -11,8 +11,9 @@ from torch import nn
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim import audit as A, audit_bounds
-from dpcalib.optim._core import NoiseSource
+from dpcalib.optim import audit as A
+from dpcalib.optim.audit import bounds as audit_bounds
+from dpcalib.optim.algorithms.core import NoiseSource
 
 from tests import oracles
 from tests.builders import NAMES, build, mlp
@@ -53,7 +54,7 @@ def test_sensitivity_probe_catches_adad2p_private_noise_scale():
 
 def test_sensitivity_probe_catches_a_missing_clip(monkeypatch):
     # planted bug: the canary's gradient is not clipped
-    from dpcalib.optim.canaries import GradientCanary
+    from dpcalib.optim.audit.canaries import GradientCanary
     monkeypatch.setattr(GradientCanary, "_clip", lambda self, g, c, stabilizer=None: g)
     rep = A.sensitivity_probe(lambda s: build("dp-sgd", mlp(), seed=s, record=False, rounds=6)[0])
     assert not rep.passed and rep.max_ratio > 1e3
@@ -133,7 +134,7 @@ class _Shrunk(NoiseSource):
 
 
 def test_audit_catches_noise_secretly_scaled_by_0_7(monkeypatch):
-    monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Shrunk)
+    monkeypatch.setattr("dpcalib.optim.algorithms.core.NoiseSource", _Shrunk)
     b, rep = _full_batch("dp-gd")
     assert isinstance(b(0).privatizer, _Shrunk)
     r = A.audit(b, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), runs=1000,
@@ -176,7 +177,7 @@ def test_audit_input_errors():
         A.audit(b, A.zero(3), A.zero(3), runs=3, claimed_epsilon=-1.0, delta=1e-5)
     with pytest.raises(ValueError, match="delta"):
         A.audit(b, A.zero(3), A.zero(3), runs=3, claimed_epsilon=1.0, delta=2.0)
-    from dpcalib.optim.canaries import plant
+    from dpcalib.optim.audit.canaries import plant
     opt = b(0)
     with pytest.raises(ValueError, match="gradient"):
         plant(opt, torch.zeros(5))
@@ -253,7 +254,7 @@ class _Tiny(NoiseSource):
 
 
 def test_poisson_audit_catches_a_dp_sgd_with_a_fifth_of_its_noise(monkeypatch):
-    monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Tiny)
+    monkeypatch.setattr("dpcalib.optim.algorithms.core.NoiseSource", _Tiny)
     r = A.audit_poisson(_dpsgd(), A.constant(3, 1e6), rate=0.5, runs=400, claimed_epsilon=2.0, delta=1e-5,
                         progress=False)
     assert r.verdict == "violation" and r.epsilon_lo_direct > 2.0
@@ -274,7 +275,7 @@ def test_a_verdict_no_outcome_could_refute_is_inconclusive():
     import math
 
     from dpcalib.accountant import gdp_mu
-    from dpcalib.optim.audit_bounds import AuditReport
+    from dpcalib.optim.audit.bounds import AuditReport
 
     def report(runs, claim, measured=None):
         return AuditReport("dp-gd", claim, 1e-5, runs, 0.0, 0.0, gdp_mu(claim, 1e-5), 0.0, True,

@@ -1,4 +1,4 @@
-"""Batched audit runs (optim/batched.py) against the sequential leader/twin pairs of the real
+"""Batched audit runs (optim/audit/batched.py) against the sequential leader/twin pairs of the real
 optimizers (the oracle), and the reduced version of the 10^5-run full-batch audit."""
 
 import math
@@ -11,7 +11,7 @@ from torch import nn
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
 from dpcalib.optim import audit as A
-from dpcalib.optim import batched as B
+from dpcalib.optim.audit import batched as B
 
 CANARIES = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
 
@@ -66,7 +66,7 @@ def test_zero_noise_point_masses_are_the_same_in_both_paths():
 def test_a_batched_audit_refuses_an_optimizer_it_does_not_model(monkeypatch):
     build, _ = _builder("dp-gd")
     # planted bug: the sequential optimizer no longer clips the canary's gradient
-    from dpcalib.optim.canaries import GradientCanary
+    from dpcalib.optim.audit.canaries import GradientCanary
     monkeypatch.setattr(GradientCanary, "_clip", lambda self, g, c, stabilizer=None: g)
     with pytest.raises(RuntimeError, match="disagrees with the optimizer itself on seed 0"):
         A.llr_samples(build, *CANARIES, runs=3, batch=8, progress=False)

@@ -1,5 +1,5 @@
 """The f-DP verdict: claimed trade-off curves (accountant/tradeoff.py) against closed forms and the
-exact trade-off of one subsampled Gaussian step; measured regions (optim/audit.py); the planted
+exact trade-off of one subsampled Gaussian step; measured regions (optim/audit/drivers.py); the planted
 0.8 x noise bug caught by the curve at fewer runs than by the eps bound at delta = 1e-5."""
 
 import sys
@@ -99,7 +99,7 @@ def test_curve_check_on_exact_gaussian_statistics():
 def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bound(monkeypatch):
     """Curve: violation at 8 000 runs per dataset.  eps lower bound at delta = 1e-5 (direct, valid for
     any mechanism): no violation even at 64 000 runs (benchmarks/audit_curve.py: not within 256 000)."""
-    import dpcalib.optim._core as core
+    import dpcalib.optim.algorithms.core as core
     from dpcalib.optim import audit as A
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

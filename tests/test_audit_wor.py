@@ -1,5 +1,5 @@
 """Audits of claims that rely on fixed-size sampling without replacement under replace-one
-(optim/audit.py: WORCoupling, wor_llr, audit_wor): DP-SRM with b < n, DIFF2-BVR-L-SGD's local
+(optim/audit/drivers.py: WORCoupling, wor_llr, audit_wor): DP-SRM with b < n, DIFF2-BVR-L-SGD's local
 steps, ClipD2P with J > 1 -- consistent at their tight calibrations, and a planted bug in each
 (noise x 0.5, or a claim whose sampling rate is half the one run) gives "violation"."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import dpcalib.optim._core as core
-from dpcalib.optim import audit as A, lockstep
+import dpcalib.optim.algorithms.core as core
+from dpcalib.optim import audit as A
+from dpcalib.optim.audit import lockstep
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from audit_wor import EPS, _HalfNoise, _clipd2p, _diff2bvr, _dpsrm, audit  # noqa: E402

@@ -198,7 +198,7 @@ def _assert_room_certified(q, k, target):
 def test_extrapolation_of_coarse_upper_ends():
     """The fine stage's guess: upper = U + C h^2 through the two finest other grids 15 % apart or more;
     no guess from grids too close together or from upper ends that grow as the grid shrinks."""
-    from dpcalib.mechanisms._solve import _extrapolated
+    from dpcalib.mechanisms.tighten import _extrapolated
 
     U, C, t = 2.0, 300.0, 2.0
     ups = ((1e-3, U + C * 1e-6), (4e-4, U + C * 1.6e-7), (2e-4, U + C * 4e-8))
@@ -231,7 +231,7 @@ def test_pld_search_goes_on_when_the_extrapolated_guess_is_off(monkeypatch):
     the root: the search must see that by the coarse slope and go on to within rtol."""
     from dpcalib.accountant import pld
     from dpcalib.accountant.pld import pld_epsilon_at
-    from dpcalib.mechanisms import _solve
+    from dpcalib.mechanisms import tighten as _solve
 
     orig = _solve._extrapolated
     monkeypatch.setattr(_solve, "_extrapolated",
@@ -249,14 +249,14 @@ def test_pld_room_shortcut_never_overstates_the_room(monkeypatch):
     """The room's one-evaluation shortcut steps ROOM_STEPS x the bracket's gap below the answer;
     where that step would be long (here forced: 1000 x), the room is searched instead, so the
     reported room stays within 0.2 % and its scale is still certified (dp-accounting above target)."""
-    from dpcalib.mechanisms import _solve
+    from dpcalib.mechanisms import tighten as _solve
 
     monkeypatch.setattr(_solve, "ROOM_STEPS", 1000.0)
     _assert_room_certified(0.01, 100, 2.0)
 
 
 def test_loglog_scale_finds_the_smallest_feasible_scale_in_few_evaluations():
-    from dpcalib.mechanisms._solve import loglog_scale
+    from dpcalib.mechanisms.search import loglog_scale
 
     for c, p, target, start in [(3.0, 1.0, 0.7, 1.0), (50.0, 2.0, 0.01, 1.0), (1e-3, 1.4, 5.0, 300.0)]:
         calls = []
@@ -274,7 +274,7 @@ def test_loglog_scale_finds_the_smallest_feasible_scale_in_few_evaluations():
 
 
 def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_order():
-    from dpcalib.mechanisms._solve import calibrate_poisson
+    from dpcalib.mechanisms.tighten import calibrate_poisson
 
     for q, k, e in [(0.01, 100, 2.0), (0.001, 1000, 1.0), (0.1, 50, 8.0)]:
         exact = calibrate_poisson(q, k, e, 1e-5, conversion="improved", refine=True, rtol=1e-9)
@@ -285,7 +285,7 @@ def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_o
 
 
 def test_the_first_pld_step_follows_the_rdp_slope():
-    from dpcalib.mechanisms._solve import _rdp_slope
+    from dpcalib.mechanisms.tighten import _rdp_slope
 
     # few steps, small noise: eps falls steeply with the noise (a central difference of the
     # accountant's RDP eps over real orders: -2.7); many steps: close to 1/scale (-1.36)
@@ -296,7 +296,7 @@ def test_the_first_pld_step_follows_the_rdp_slope():
 
 
 def test_pld_tighten_nudges_up_until_the_final_report_meets_the_target(monkeypatch):
-    from dpcalib.mechanisms import _solve
+    from dpcalib.mechanisms import tighten as _solve
 
     build = DPSGD(0.01, 100).accountant
     t_ok, _, _, _ = _solve.pld_tighten(build, 2.0, 1e-5, 0.8267)
@@ -310,10 +310,10 @@ def test_pld_tighten_nudges_up_until_the_final_report_meets_the_target(monkeypat
 def test_loglog_root_bisects_when_an_end_of_the_bracket_has_eps_zero():
     # a feasible end where eps = 0 (log eps = -inf) has no value for regula falsi: the step
     # was -inf/-inf = NaN, and a NaN noise reached the events (delta = 0.5 DP-SGD calibrations)
-    from dpcalib.mechanisms._solve import _loglog_root
+    from dpcalib.mechanisms.search import loglog_root
 
     f = lambda x: -math.inf if x >= 1.0 else 1.0 - x      # noqa: E731  (root at x = 1)
-    x = _loglog_root(f, 2.0, f(2.0), 0.0, 1e-9)
+    x = loglog_root(f, 2.0, f(2.0), 0.0, 1e-9)
     assert 1.0 <= x <= 1.0 + 2e-9
 
 
@@ -323,7 +323,7 @@ def test_a_calibration_the_search_cap_stopped_says_so(monkeypatch):
     # the cap.  The answer is sound (certified eps below the target), larger than the tight one,
     # and the accounting line says why eps stopped short; no room is claimed.
     from dpcalib.accountant import pld
-    from dpcalib.mechanisms import _solve
+    from dpcalib.mechanisms import tighten as _solve
 
     monkeypatch.setattr(_solve, "SEARCH_CAP", 1 << 20)
     pld.clear_cache()
@@ -367,7 +367,7 @@ def test_fine_rtol_loosens_only_for_a_report_that_stops_wide():
     # bracket is wider than the accountant's own tolerance (memory cap, floor), to a tenth of its
     # relative width, at most 1e-4 (DP-SRM b0 = 1, bracket [0.2302, 0.2479]: 7 near-cap
     # compositions of 3 s became 4)
-    from dpcalib.mechanisms._solve import WIDE_RTOL, _fine_rtol
+    from dpcalib.mechanisms.tighten import WIDE_RTOL, _fine_rtol
 
     assert _fine_rtol(1e-6, None) == 1e-6 and _fine_rtol(1e-6, (None, None)) == 1e-6
     assert _fine_rtol(1e-6, (0.99998, 1.0)) == 1e-6                 # converged (2e-5 <= 3e-5)
@@ -382,7 +382,7 @@ def test_loglog_root_near_the_memory_cap_stops_at_unknown_rtol():
     # bisections (3 s each near the cap, DP-SRM with b0 = 3: 81 s); with unknown_rtol the search
     # stops once the bracket against the unknown end is that narrow -- still on an evaluated,
     # feasible point.
-    from dpcalib.mechanisms._solve import _loglog_root
+    from dpcalib.mechanisms.search import loglog_root
 
     calls = []
 
@@ -390,11 +390,11 @@ def test_loglog_root_near_the_memory_cap_stops_at_unknown_rtol():
         calls.append(x)
         return math.inf if x < 0.0 else -(x + 5.0) / 10.0
 
-    x = _loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, grow=True)
+    x = loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, grow=True)
     n_exact = len(calls)
     assert 0.0 <= x <= 1e-6 and f(x) <= 0.0
     calls.clear()
-    x = _loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, unknown_rtol=1e-2, grow=True)
+    x = loglog_root(f, 1.0, f(1.0), 0.7, 1e-6, unknown_rtol=1e-2, grow=True)
     assert 0.0 <= x <= 1e-2 and f(x) <= 0.0
     assert len(calls) <= n_exact - 5
 
@@ -402,7 +402,7 @@ def test_loglog_root_near_the_memory_cap_stops_at_unknown_rtol():
 def test_loglog_root_grows_its_step_on_a_long_walk():
     # a root 6 (log) units below the start, with a secant that asks for the whole way: steps
     # of at most 0.3 need 20 evaluations; doubling the limit each time the secant is clamped, 6.
-    from dpcalib.mechanisms._solve import _loglog_root
+    from dpcalib.mechanisms.search import loglog_root
 
     calls = []
 
@@ -410,10 +410,10 @@ def test_loglog_root_grows_its_step_on_a_long_walk():
         calls.append(x)
         return -(x + 6.0) * 0.5
 
-    x = _loglog_root(f, 0.0, f(0.0), -0.3, 1e-6)
+    x = loglog_root(f, 0.0, f(0.0), -0.3, 1e-6)
     n_fixed = len(calls)
     calls.clear()
-    y = _loglog_root(f, 0.0, f(0.0), -0.3, 1e-6, grow=True)
+    y = loglog_root(f, 0.0, f(0.0), -0.3, 1e-6, grow=True)
     assert -6.0 <= x <= -6.0 + 1e-6 and -6.0 <= y <= -6.0 + 1e-6
     assert n_fixed >= 18 and len(calls) <= 8
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dpcalib._algorithms import SPECS
+from dpcalib.commands.algorithms import SPECS
 from dpcalib.cli import main
 from dpcalib.mechanisms import ALGORITHMS
 

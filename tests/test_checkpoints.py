@@ -85,3 +85,20 @@ def test_a_checkpoint_in_a_missing_folder_is_refused_before_the_first_round(tmp_
     with pytest.raises(ValueError, match="does not exist"):
         opt.run(progress=False, checkpoint=tmp_path / "missing" / "ck.pt")
     assert opt.round == 0
+
+
+PRE_MOVE = os.path.join(os.path.dirname(__file__), "data", "checkpoints_047569c")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_checkpoint_written_before_the_move_to_sub_packages_resumes_bit_for_bit(name):
+    """tests/data/checkpoints_047569c/make.py ran on 047569c (optim/ as 27 flat modules): a
+    checkpoint after 4 rounds, and the parameters after 8 more rounds of the same run.  The current
+    code loads that checkpoint and reaches the same parameters, bit for bit."""
+    opt, _ = build(name, mlp(), seed=3)
+    opt.load_checkpoint(os.path.join(PRE_MOVE, f"ck_{name}.pt"))
+    assert opt.round == 4
+    opt.run(8, progress=False)
+    want = torch.load(os.path.join(PRE_MOVE, "final_params.pt"), weights_only=True)[name]
+    got = opt.params()
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want), name

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dpcalib._algorithms import SPECS
+from dpcalib.commands.algorithms import SPECS
 from dpcalib.cli import main
 from dpcalib.mechanisms import ALGORITHMS
 

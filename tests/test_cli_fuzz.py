@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from dpcalib._algorithms import SPECS
+from dpcalib.commands.algorithms import SPECS
 
 from .cli_runner import Hang, alarms, call
 

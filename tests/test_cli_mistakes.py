@@ -66,11 +66,11 @@ def test_train_refuses_bad_options_before_starting_a_process(capsys, monkeypatch
 
 
 def test_every_option_has_help_and_a_readable_metavar():
-    from dpcalib._algorithms import SPECS
-    from dpcalib.train import _parser
+    from dpcalib.commands.algorithms import SPECS
+    from dpcalib.commands.train import _parser
 
     parsers = [cli._algo_parser(c, a) for c in ("calibrate", "epsilon", "compare") for a in SPECS]
-    from dpcalib._account_cli import account_parser
+    from dpcalib.commands.account import account_parser
 
     parsers = parsers + [account_parser(), _parser(ValueError)]
     for p in parsers:

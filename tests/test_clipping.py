@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from dpcalib.optim.clipping import clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
+from dpcalib.optim.clipping.paths import clipped_grad_diff_sum, clipped_grad_sum, supports_ghost
 
 ACTS = [nn.Softplus, nn.ReLU, nn.Tanh, nn.Sigmoid]
 
@@ -149,7 +149,7 @@ def _exact_row_sq(x: torch.Tensor) -> list:
 
 
 def test_the_float32_norm_bound_is_an_upper_bound_with_at_most_2_gamma_d_slack():
-    from dpcalib.optim.layers import UPPER_MAX_COLS, row_sq_upper
+    from dpcalib.optim.clipping.numerics import UPPER_MAX_COLS, row_sq_upper
 
     g = torch.Generator().manual_seed(0)
     d = 1000
@@ -175,7 +175,7 @@ def test_the_float32_norm_bound_is_an_upper_bound_with_at_most_2_gamma_d_slack()
 
 
 def test_the_float32_ghost_norms_are_never_below_the_exact_norms():
-    from dpcalib.optim.clipping import _ghost_signals
+    from dpcalib.optim.clipping.paths import _ghost_signals
 
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(30, 64), nn.ReLU(), nn.Linear(64, 1))
@@ -199,7 +199,7 @@ def test_clip_factors_follow_the_definition(dtype):
     """min{1, C/||v||}, 0 where the norm is 0 (or NaN) or C = 0, 1 for C = inf (a tensor C: where the norm
     is > 0) -- per element against the definition in Python floats, for a scalar C (the fast form) and
     a tensor C; C = 2^-140 is subnormal in float32 (a reciprocal would overflow there)."""
-    from dpcalib.optim.clipping import clip_factors
+    from dpcalib.optim.clipping.paths import clip_factors
 
     tiny = torch.finfo(dtype).tiny
     t = torch.tensor([0.0, 1e-40, 0.25, 0.999, 1.0, 1.0 + 2 ** -20, 3.0, 1e30, math.inf, math.nan], dtype=dtype)

@@ -1,4 +1,4 @@
-"""The layers path of per-sample clipping (optim/layers.py): every layer kind and the three benchmark
+"""The layers path of per-sample clipping (optim/clipping/layers.py): every layer kind and the three benchmark
 models against a naive per-sample float64 loop (one backward per record), and leave-one-out
 soundness on real records (removed, replaced) at parameter steps down to 1e-6, float32 and float64."""
 
@@ -13,7 +13,7 @@ from torch.func import functional_call
 from torch.nn import functional as Fn
 
 from benchmarks import models as BM
-from dpcalib.optim import clipping as CL
+from dpcalib.optim.clipping import paths as CL
 
 
 class Tree(nn.Module):
@@ -256,7 +256,7 @@ def test_a_module_run_twice_falls_back_to_vmap():
 def test_full_batch_rounds_reuse_the_previous_points_signals_and_give_the_same_run(arch):
     """DIFF2-GD's difference rounds need the signals at x_{r-1}, which the round before computed: with the
     cache every round after the first computes one point, and the run is bitwise the run without it."""
-    from dpcalib.optim.per_example import PerExample
+    from dpcalib.optim.clipping.per_example import PerExample
     from tests.builders import build
 
     def model():
@@ -289,7 +289,7 @@ class _SqueezeOut(nn.Module):
 
 
 def test_the_cache_never_answers_for_changed_data_or_parameters():
-    from dpcalib.optim.signals import SignalCache
+    from dpcalib.optim.clipping.signals import SignalCache
 
     cache = SignalCache()
     model = nn.Linear(3, 1)
@@ -396,7 +396,7 @@ def test_a_model_with_nn_multiheadattention_is_told_how_to_take_the_fast_path():
 ], ids=["s2p1-odd", "s3x2-d1x2", "dil2-same", "k5p0", "1d-s2", "1d-s3d2"])
 def test_per_sample_conv_weight_gradients_equal_one_backward_per_record(conv, size):
     """The grouped-convolution rule against autograd on each record alone (float64)."""
-    from dpcalib.optim.layers import _conv_weight_grads
+    from dpcalib.optim.clipping.conv import conv_weight_grads as _conv_weight_grads
 
     torch.manual_seed(0)
     conv = conv.double()

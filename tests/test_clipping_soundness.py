@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from benchmarks import fuzz_clipping as F
-from dpcalib.optim import clipping
+from dpcalib.optim.clipping import paths as clipping
 
 N, PER_CELL = 48, 4
 

@@ -1,6 +1,9 @@
 """The house: the package's import graph, built from the source (function-local imports included),
-has no cycle; layers import only downward (accountant <- mechanisms <- optim <- command line) and
-only public names of the layers below; no module is over 800 lines."""
+has no cycle, between modules or between folders; layers import only downward (accountant <-
+mechanisms <- optim <- command line), and so do the folders inside a layer (optim: tensors, data
+<- clipping, run <- algorithms <- audit); no module imports a private name (or a private module) of
+another; no module is over 600 lines; every package says its job (and, inside a layer, what it may
+import) in its docstring."""
 
 import ast
 import pathlib
@@ -9,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: folder -> (installed package, layer rank)
 FOLDERS = {"accountant": ("dpcalib.accountant", 0), "mechanisms": ("dpcalib.mechanisms", 1),
            "optim": ("dpcalib.optim", 2), "dpcalib": ("dpcalib", 3)}
-MAX_LINES = 800
+MAX_LINES = 600
 
 
 def _modules() -> dict:
@@ -81,7 +84,7 @@ EDGES = _edges()
 
 def test_the_graph_was_read():
     assert len(MODULES) > 40 and len(EDGES) > 100
-    assert ("dpcalib.optim.sgd", "dpcalib.optim._core", "PrivateOptimizer") in {e[:3] for e in EDGES}
+    assert ("dpcalib.optim.algorithms.sgd", "dpcalib.optim.algorithms.core", "PrivateOptimizer") in {e[:3] for e in EDGES}
 
 
 def test_layers_import_only_downward():
@@ -139,21 +142,22 @@ def test_no_import_cycle():
     assert not cycles, cycles
 
 
-def test_no_module_is_over_800_lines():
+def test_no_module_is_over_600_lines():
     long = {m: n for m, (p, _) in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
 
 
 def test_no_paper_file_imports_a_sibling_paper_file():
-    """What two papers' calibrations share lives in mechanisms/_shared.py or _solve.py."""
-    papers = {m for m in MODULES if m.startswith("dpcalib.mechanisms.") and not m.rsplit(".", 1)[1].startswith("_")
-              and m != "dpcalib.mechanisms.registry"}
+    """What two papers' calibrations share lives in mechanisms/shared.py, search.py or tighten.py."""
+    from dpcalib.mechanisms import REGISTRY
+
+    papers = {a.mechanism.__module__ for a in REGISTRY.values()}      # the modules that define a paper's run
     bad = [(a, b, ln) for a, b, _, ln in EDGES if a in papers and b in papers and a != b]
     assert not bad, bad
 
 
 #: the only plain ValueErrors the library raises: failed computations (bugs), never a bad input
-INTERNAL_VALUE_ERRORS = {"dpcalib.accountant.roots", "dpcalib.accountant._pld_compose", "dpcalib.mechanisms._solve"}
+INTERNAL_VALUE_ERRORS = {"dpcalib.accountant.roots", "dpcalib.accountant.pld_compose", "dpcalib.mechanisms.search"}
 
 
 def test_bad_input_is_an_input_error_everywhere():
@@ -190,3 +194,84 @@ def test_algorithm_names_are_listed_once():
                 if len(keys) >= 2:
                     bad.append((mod, node.lineno, keys))
     assert not bad, bad
+
+
+#: the folders inside a layer, by rank: a folder imports only folders of a lower rank (and itself)
+FOLDER_RANKS = {
+    "dpcalib.optim.tensors": 0, "dpcalib.optim.data": 0, "dpcalib.optim.clipping": 1, "dpcalib.optim.run": 1,
+    "dpcalib.optim.algorithms": 2, "dpcalib.optim.audit": 3, "dpcalib.optim": 4,
+    "dpcalib.commands": 0, "dpcalib": 1,
+}
+
+
+def folder(mod: str) -> str:
+    """The folder (sub-package, or a layer's top) a module lives in."""
+    parts = mod.split(".")
+    if layer(mod) == 2:
+        return ".".join(parts[:3]) if len(parts) > 2 and ".".join(parts[:3]) in FOLDER_RANKS else "dpcalib.optim"
+    if layer(mod) == 3:
+        return "dpcalib.commands" if mod.startswith("dpcalib.commands") else "dpcalib"
+    return layer_root(mod)
+
+
+def test_every_module_is_in_a_ranked_folder():
+    assert {folder(m) for m in MODULES if layer(m) >= 2} == set(FOLDER_RANKS)
+
+
+def test_folders_inside_a_layer_import_only_downward():
+    up = [(a, b, ln) for a, b, _, ln in EDGES if layer(a) == layer(b) and folder(a) != folder(b)
+          and FOLDER_RANKS[folder(b)] >= FOLDER_RANKS[folder(a)]]
+    assert not up, up
+
+
+def test_no_folder_cycle():
+    graph = {}
+    for a, b, _, _ in EDGES:
+        if folder(a) != folder(b):
+            graph.setdefault(folder(a), set()).add(folder(b))
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for n in graph.get(todo.pop(), ()):
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return seen
+
+    assert not [f for f in graph if f in reach(f)]
+
+
+def test_no_private_name_is_imported_across_modules():
+    """``from .x import _y`` or ``from ._x import y`` is knowledge of another module's insides: what a
+    module needs of another becomes that module's public name."""
+    bad = []
+    for mod, (path, is_pkg) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dpcalib")):
+                segments = [s for s in (node.module or "").split(".") if s]
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private or any(s.startswith("_") for s in segments):
+                    bad.append((mod, node.lineno, node.module, private))
+            elif isinstance(node, ast.Import):
+                bad += [(mod, node.lineno, a.name) for a in node.names
+                        if a.name.startswith("dpcalib") and any(s.startswith("_") for s in a.name.split("."))]
+    assert not bad, bad
+
+
+def test_every_package_states_its_job():
+    """Every package's docstring says what it is for; the folders inside a layer also say what they may
+    import (the rule test_folders_inside_a_layer_import_only_downward holds them to)."""
+    for mod, (path, is_pkg) in MODULES.items():
+        if not is_pkg:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert len(doc.split()) >= 20, (mod, doc)
+        if mod in FOLDER_RANKS and mod.count(".") >= 1 and mod not in ("dpcalib.optim",):
+            assert "May import:" in doc, mod
+
+
+def test_the_folder_rule_sees_an_upward_import():
+    """The folder rule is not vacuous: the checks (audit, rank 3) import the updates (rank 2), never back."""
+    assert any(folder(a) == "dpcalib.optim.audit" and folder(b) == "dpcalib.optim.algorithms" for a, b, _, _ in EDGES)
+    assert FOLDER_RANKS["dpcalib.optim.algorithms"] < FOLDER_RANKS["dpcalib.optim.audit"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dpcalib._algorithms import SPECS
+from dpcalib.commands.algorithms import SPECS
 from dpcalib.cli import main
 from dpcalib.mechanisms import DIFF2BVR, DPSGD, DPSRM, ClipD2P
 from tests.test_cli import SHAPES
@@ -82,7 +82,7 @@ def test_the_curve_ends_at_the_headline_in_json_and_text(algo, capsys):
 def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
     import tqdm.auto
 
-    from dpcalib.mechanisms import _solve
+    from dpcalib.mechanisms import tighten as _solve
 
     bars = []
 

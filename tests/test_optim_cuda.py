@@ -79,7 +79,7 @@ def test_the_layers_path_on_cuda_matches_cpu(kind):
     """The per-layer rules (conv by grouped convolution, embeddings, norms, attention) on a CUDA device:
     the clipped sums and difference sums of the CPU run, float64."""
     from benchmarks import models as BM
-    from dpcalib.optim import clipping as CL
+    from dpcalib.optim.clipping import paths as CL
 
     out = []
     for device in ("cpu", "cuda"):

@@ -10,7 +10,7 @@ from torch import nn
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim.graph import exponential_hops, mixing_matrix, period, sgp_offsets
+from dpcalib.optim.run.graph import exponential_hops, mixing_matrix, period, sgp_offsets
 
 INF = math.inf
 

@@ -9,7 +9,7 @@ import torch
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim._core import NoiseSource
+from dpcalib.optim.algorithms.core import NoiseSource
 
 from tests.builders import DELTA, NAMES, build, data, mlp, shards  # noqa: F401
 
@@ -70,7 +70,7 @@ class _Shrunk(NoiseSource):
 
 @pytest.mark.parametrize("name", ["diff2-gd", "dp-sgd", "dicesgd", "clipd2p"])
 def test_mis_scaled_noise_is_detected(name, monkeypatch):
-    monkeypatch.setattr("dpcalib.optim._core.NoiseSource", _Shrunk)
+    monkeypatch.setattr("dpcalib.optim.algorithms.core.NoiseSource", _Shrunk)
     opt, _ = build(name, mlp(), seed=3, rounds=30)
     assert isinstance(opt.privatizer, _Shrunk)
     opt.run(progress=False)

@@ -23,8 +23,8 @@ from dpcalib.accountant import (
     PrivacyAccountant,
     WORSampledGaussianEvent,
 )
-from dpcalib.accountant import _pld_compose as PC
-from dpcalib.accountant import _pld_steps as PS
+from dpcalib.accountant import pld_compose as PC
+from dpcalib.accountant import pld_discretise as PS
 from dpcalib.accountant.pld import pld_delta, pld_epsilon
 
 from tests import oracles
@@ -112,7 +112,7 @@ def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     from dpcalib.accountant import pld as P
 
     for h in (1e-2, 1e-4, 1e-6):
-        pair = [PS._rounded_step(PS._Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
+        pair = [PS._rounded_step(PS.Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
                 for d in ("remove", "add")]
         sym = PS._symmetrised(*pair, h)
         assert abs(sym.mass.sum() + sym.inf - 1.0) <= 1e-12
@@ -153,8 +153,8 @@ def test_poisson_bracket_is_the_worse_direction():
     d = 1e-6
     per_direction = []
     for direction in ("remove", "add"):
-        steps = PS._steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
-        per_direction.append(PC._upper_one(steps, h, d, P.MEMORY_CAP)[1])
+        steps = PS.discretised_steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
+        per_direction.append(PC.upper_one(steps, h, d, P.MEMORY_CAP)[1])
     lo, up = P.pld_epsilon_at(ev, d, h)
     assert up == pytest.approx(max(per_direction), rel=1e-6)
     assert per_direction[0] != per_direction[1]
@@ -277,11 +277,11 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
     from dpcalib.accountant import pld as P
 
     if kind == "both":      # the replace-one envelope of sampling without replacement
-        bins = PS._symmetrised_bins(*(PS._bins_of(PS._Pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._symmetrised_bins(*(PS._bins_of(PS.Pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
                                      for d in ("remove", "add")))
         true = lambda e: max(oracles.wor_profile(q, z, e, d, dps=30) for d in ("remove", "add"))  # noqa: E731
     else:
-        bins = PS._bins_of(PS._Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._bins_of(PS.Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
         true = lambda e: oracles.wor_profile(q, z, e, kind, dps=30)  # noqa: E731
     low = PS._lower_step(bins, h, 1)
     if low is None:     # allowed only when the grid does not resolve the loss's range (~q wide)
@@ -304,7 +304,7 @@ def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
     from dpcalib.accountant import pld as P
 
     h = 1e-4
-    low = PS._lower_step(PS._bins_of(PS._Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
+    low = PS._lower_step(PS._bins_of(PS.Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
     losses = (low.i0 + np.arange(low.mass.size)) * h
     for e in (math.log1p(-q) - 3 * h, math.log1p(-q) - 50 * h):
         got = float(np.sum(low.mass * -np.expm1(e - losses)))
@@ -362,16 +362,16 @@ def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
     for i in range(n - 1, -1, -1):
         acc = np.longdouble(x[i]) + r * acc
         ref[i] = acc
-    got = PS._decayed_suffix(x, h)
+    got = PS.decayed_suffix(x, h)
     rel = float(np.max(np.abs(got - ref) / ref))
-    assert rel <= PC._suffix_rounding(n, h) and rel < 1e-12
+    assert rel <= PC.suffix_rounding(n, h) and rel < 1e-12
 
 
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
 def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
     from dpcalib.accountant import pld as P
 
-    step = PS._steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
+    step = PS.discretised_steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
     keep = step.mass > 0
     x = ((step.i0 + np.arange(step.mass.size)) * h)[keep]
     lm = np.log(step.mass[keep])
@@ -448,13 +448,13 @@ def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
 def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch):
     """The tilted window starts where the wrapped-in mass is damped below alpha; composing on the
     window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
-    from dpcalib.accountant import _pld_compose as C
+    from dpcalib.accountant import pld_compose as C
     from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
     h, d = 1e-4, 1e-5
     sizes = []
-    orig_compose = C._compose       # the tilted compositions are made in _pld_compose
+    orig_compose = C.compose_steps       # the tilted compositions are made in pld_compose
 
     def compose(steps, h, alpha, cap, lam=0.0, r_min=None):
         out = orig_compose(steps, h, alpha, cap, lam, r_min)
@@ -462,16 +462,16 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
             sizes.append(out[0].mass.size)
         return out
 
-    monkeypatch.setattr(C, "_compose", compose)
+    monkeypatch.setattr(C, "compose_steps", compose)
     P.clear_cache()
     raised = P.pld_epsilon_at(ev, d, h, side="upper")[1]
-    orig_window = C._window
+    orig_window = C.loss_window
 
     def window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
         lo, hi = orig_window(steps, h, log_alpha, lam, logm, r_min)
         return min(lo, orig_window(steps, h, log_alpha, 0.0, logm)[0]), hi
 
-    monkeypatch.setattr(C, "_window", window)
+    monkeypatch.setattr(C, "loss_window", window)
     P.clear_cache()
     full = P.pld_epsilon_at(ev, d, h, side="upper")[1]
     P.clear_cache()
@@ -529,13 +529,13 @@ def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(
         ev = [(PoissonSampledGaussianEvent(q, z), k)]
         tau = pld.TAIL * 1e-5 / k
         # oracle: the lower end of each direction, both composed
-        each = [pld._lower_one(pld._steps(ev, h, tau, d, pld.MEMORY_CAP, lower=True)[1], h, 1e-5,
+        each = [pld.lower_one(pld.discretised_steps(ev, h, tau, d, pld.MEMORY_CAP, lower=True)[1], h, 1e-5,
                                pld.MEMORY_CAP) for d in ("remove", "add")]
         calls = []
-        real = pld._lower_one
-        monkeypatch.setattr(pld, "_lower_one", lambda *a: calls.append(1) or real(*a))
+        real = pld.lower_one
+        monkeypatch.setattr(pld, "lower_one", lambda *a: calls.append(1) or real(*a))
         pld.clear_cache()
         lo, up = pld.pld_epsilon_at(ev, 1e-5, h, side="lower")
         assert lo == max(each) and up == math.inf
         assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed
-        monkeypatch.setattr(pld, "_lower_one", real)
+        monkeypatch.setattr(pld, "lower_one", real)

@@ -187,7 +187,7 @@ def test_an_atom_between_grid_points_gets_its_lower_steps_on_an_aligned_grid(mon
 def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
     # a concave kink of a whole unit at the bottom with only 1e-9 above (the mid-bin atom): the
     # block would have to span the whole step; it gives up at that kink's vertex
-    from dpcalib.accountant._pld_steps import _MAX_BLOCK, _convexify
+    from dpcalib.accountant.pld_discretise import _MAX_BLOCK, _convexify
 
     m = np.concatenate(([0.0, 2.0, -1.0], np.full(4 * _MAX_BLOCK, 1e-9)))
     assert _convexify(m.copy(), 1e-4) == 2

@@ -1,4 +1,4 @@
-"""The record-level sensitivity probe (optim/probe.py, `dpcalib probe`): neighbouring datasets that
+"""The record-level sensitivity probe (optim/audit/probe.py, `dpcalib probe`): neighbouring datasets that
 differ in one real record, run through the same per-example code as any run.
 
 Oracles: the claimed sensitivities are the mechanisms' (Lemma C.1 etc.); the probe must reach them
@@ -17,8 +17,9 @@ import torch
 
 import dpcalib.mechanisms as M
 from dpcalib.cli import main
-from dpcalib.optim import clipping, per_example, probe as P
-from dpcalib.optim.sampling import ForcedRecord, Sampler
+from dpcalib.optim.audit import probe as P
+from dpcalib.optim.clipping import paths as clipping, per_example
+from dpcalib.optim.data.sampling import ForcedRecord, Sampler
 
 # (algorithm, mechanism, epsilon, harness keywords): small runs of every algorithm that claims a sensitivity
 CASES = [

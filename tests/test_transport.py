@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dpcalib.optim as O  # noqa: E402
-from dpcalib.optim import transport as T  # noqa: E402
+from dpcalib.optim.run import transport as T  # noqa: E402
 from tests.builders import build, mlp  # noqa: E402
 
 # what an algorithm is made of: none of it may be written in the distributed module
@@ -20,14 +20,14 @@ KERNEL = {"_step", "_diff2_round", "_local_phase", "_combine", "_stds", "_sample
 
 
 def test_the_distributed_module_defines_no_update_release_or_event():
-    src = inspect.getsource(pytest.importorskip("dpcalib.optim.distributed"))
+    src = inspect.getsource(pytest.importorskip("dpcalib.optim.algorithms.distributed"))
     defined = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
     assert not defined & KERNEL, defined & KERNEL
     assert "noise_multiplier" not in src and ".events(" not in src and "sensitivity(" not in src
 
 
 def test_every_distributed_optimizer_is_the_one_process_optimizer_on_a_transport():
-    D = pytest.importorskip("dpcalib.optim.distributed")
+    D = pytest.importorskip("dpcalib.optim.algorithms.distributed")
     pairs = {D.DistributedDIFF2GD: O.DIFF2GD, D.DistributedDIFF2BVR: O.DIFF2BVR, D.DistributedClipD2P: O.ClipD2P,
              D.DistributedConstD2P: O.ConstD2P, D.DistributedAdaD2P: O.AdaD2P}
     for dist_cls, one in pairs.items():
@@ -81,7 +81,7 @@ def test_canaries_need_the_one_process_transport():
     opt, _ = build("diff2-gd", mlp(), seed=0)
     opt.transport = _Elsewhere()
     d = sum(p.numel() for p in opt.model.parameters())
-    from dpcalib.optim.canaries import plant
+    from dpcalib.optim.audit.canaries import plant
     with pytest.raises(ValueError, match="canary is not allowed on the elsewhere transport"):
         plant(opt, torch.zeros(d, dtype=opt.dtype))
 

@@ -1,0 +1,206 @@
+"""Privacy-loss distributions, part 1: each event's dominating pair (its privacy-loss function and
+masses, exactly), the discretised step the other parts exchange, and the constants of the method.
+Part 2 discretises the pairs on a grid (:mod:`.pld_discretise`), part 3 composes the steps
+(:mod:`.pld_compose`), and :mod:`.pld` searches the grid and answers queries (the public API, with
+the method and its references).  The chain runs one way: pairs <- discretise <- compose <- pld.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import special
+
+from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+
+__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
+           "EpsilonBracket", "Pair", "Step", "OverCap"]
+
+EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
+#: default memory cap of one composition (bytes)
+MEMORY_CAP = 1 << 30
+#: smallest delta the PLD answers (the tilted composition keeps every charge relative to
+#: delta; below this, probabilities leave the double-precision range)
+MIN_DELTA = 1e-300
+#: default relative width of a bracket (``upper - lower <= max(RTOL * upper, atol)``)
+RTOL = 3e-5
+
+#: re-compose tilted toward the delta-quantile when the round-off charge above the lower end
+#: exceeds this fraction of delta (the charge moves the upper end by about that much, relative)
+RETILT = 1e-6
+#: the same for the lower end (it needs far less accuracy than the upper end a calibration
+#: solves on)
+LOWER_RETILT = 1e-3
+#: mass charged (as infinite loss) for the per-step tails beyond the grid, in all, and for the
+#: wrapped-around mass of a composition, per side -- fractions of delta.  Each moves eps by
+#: about that fraction of its own scale (~1e-8 relative); smaller costs grid points
+TAIL = 1e-8
+ALIAS = 1e-8
+
+
+@dataclass(frozen=True)
+class EpsilonBracket:
+    """``eps(delta)`` of a composition: ``lower <= true eps <= upper`` (``upper`` is certified)."""
+
+    lower: float
+    upper: float
+    delta: float
+    discretization: float
+    converged: bool
+    notes: tuple = field(default=())
+    #: the sound method that gave ``upper`` ("pld", or "gdp"/"rdp" when the accountant's
+    #: :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_bracket` found them smaller)
+    method: str = "pld"
+
+    @property
+    def width(self) -> float:
+        return self.upper - self.lower
+
+
+# -- one-dimensional Gaussian-mixture pairs ---------------------------------------------------
+
+def _norm_mass(a, b):
+    """P(a < X <= b) for X ~ N(0, 1), accurate in both tails (a <= b elementwise)."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    upper = special.ndtr(-a) - special.ndtr(-b)
+    lower = special.ndtr(b) - special.ndtr(a)
+    return np.maximum(np.where(a >= 0.0, upper, lower), 0.0)
+
+
+def _edge_masses(t):
+    """``P(t_k < X <= t_(k+1))`` for X ~ N(0, 1) and non-decreasing edges ``t``: the same tail-accurate
+    formulas as :func:`_norm_mass` (upper-tail differences right of 0, lower-tail ones left of it),
+    from ONE evaluation of ``Phi(-|t|)`` per edge instead of four per bin."""
+    t = np.asarray(t, dtype=float)
+    g = special.ndtr(-np.abs(t))                  # Phi(-|t|): the smaller tail at every edge
+    a, b, ga, gb = t[:-1], t[1:], g[:-1], g[1:]
+    out = np.where(a >= 0.0, ga - gb, np.where(b <= 0.0, gb - ga, 1.0 - ga - gb))
+    return np.maximum(out, 0.0)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """``P = sum w N(m, z^2)`` vs ``Q = sum w N(m, z^2)``; loss monotone in x.
+
+    ``kind``: "gauss" (P=N(1), Q=N(0)), "remove" (P=mix, Q=N(0)), "add" (P=N(0), Q=mix).
+    """
+
+    kind: str
+    z: float
+    q: float = 1.0
+
+    @property
+    def p_comps(self):
+        if self.kind == "gauss":
+            return ((1.0, 1.0),)
+        if self.kind == "remove":
+            return ((1.0 - self.q, 0.0), (self.q, 1.0))
+        return ((1.0, 0.0),)
+
+    @property
+    def q_comps(self):
+        if self.kind == "add":
+            return ((1.0 - self.q, 0.0), (self.q, 1.0))
+        return ((1.0, 0.0),)
+
+    def loss(self, x):
+        """Privacy loss at x."""
+        x = np.asarray(x, dtype=float)
+        s = (x - 0.5) / (self.z * self.z)
+        if self.kind == "gauss":
+            return s
+        with np.errstate(divide="ignore"):
+            mix = np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
+        return mix if self.kind == "remove" else -mix
+
+    def _x_of_mix(self, ell):
+        """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q)).
+
+        ``s = log(e^ell - 1 + q) - log q``; above ``ell = 1`` as ``ell + log1p(-(1 - q) e^-ell)``,
+        so that a loss past ``log(DBL_MAX) ~ 709.8`` (small noise) keeps its own x: through
+        ``expm1`` it overflowed to x = +inf, and every larger loss was rounded DOWN into the
+        bin at 709.8 -- an eps below the truth.  At ``q = 1`` the mixture is the Gaussian, s = ell."""
+        ell = np.asarray(ell, dtype=float)
+        if self.q >= 1.0:
+            return self.z * self.z * ell + 0.5
+        big = ell > 1.0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            small = np.log(np.maximum(np.expm1(np.where(big, 0.0, ell)) + self.q, 0.0))
+            large = ell + np.log1p(-(1.0 - self.q) * np.exp(-np.where(big, ell, 1.0)))
+        inner = np.where(big, large, small) - math.log(self.q)
+        return self.z * self.z * inner + 0.5
+
+    def mass(self, comps, lo, hi):
+        """Mixture mass of lo < x <= hi."""
+        out = 0.0
+        for w, m in comps:
+            if w > 0:
+                out = out + w * _norm_mass((lo - m) / self.z, (hi - m) / self.z)
+        return out
+
+    def _edge_mass(self, comps, x, memo=None):
+        """Mixture masses of the bins between consecutive non-decreasing edges ``x`` (``memo``:
+        per-component masses already computed on the same edges, shared by P and Q)."""
+        out = 0.0
+        for w, m in comps:
+            if w > 0:
+                if memo is None or m not in memo:
+                    e = _edge_masses((x - m) / self.z)
+                    if memo is not None:
+                        memo[m] = e
+                else:
+                    e = memo[m]
+                out = out + w * e
+        return out
+
+    def bins(self, eps_edges):
+        """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
+        e = np.asarray(eps_edges, dtype=float)
+        if self.kind == "add":   # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
+            x = self._x_of_mix(-e)[::-1]
+            below, above = (x[-1], np.inf), (-np.inf, x[0])
+            memo = {}
+            P = self._edge_mass(self.p_comps, x, memo)[::-1]
+            Q = self._edge_mass(self.q_comps, x, memo)[::-1]
+        else:
+            x = self.z * self.z * e + 0.5 if self.kind == "gauss" else self._x_of_mix(e)
+            below, above = (-np.inf, x[0]), (x[-1], np.inf)
+            memo = {}
+            P = self._edge_mass(self.p_comps, x, memo)
+            Q = self._edge_mass(self.q_comps, x, memo)
+        p_below = float(self.mass(self.p_comps, *below))
+        p_above = float(self.mass(self.p_comps, *above))
+        return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
+
+    def loss_range(self, tau):
+        """Losses beyond which each tail of P has mass at most tau."""
+        r = float(-special.ndtri(max(tau, 1e-300))) * self.z
+        ms = [m for _, m in self.p_comps]
+        a, b = self.loss(min(ms) - r), self.loss(max(ms) + r)
+        lo, hi = (a, b) if self.kind != "add" else (b, a)
+        if self.kind == "remove":
+            lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)
+        if self.kind == "add":
+            hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)
+        return float(lo), float(hi)
+
+
+@dataclass
+class Step:
+    """A discretised step: finite masses at (i0 + j) * h, an infinite-loss mass, tail masses."""
+
+    i0: int
+    mass: np.ndarray
+    inf: float
+    bad: float     # mass of the true loss outside the grid (rounded up or sent to infinity)
+    count: int
+    # log E[e^(l L)] over the finite atoms at +-_LAMBDAS, computed once (a bracket needs them
+    # for every composition and re-composition of the step)
+    lmgf: tuple | None = field(default=None, repr=False, compare=False)
+
+
+class OverCap(Exception):
+    pass

@@ -1,0 +1,131 @@
+"""Per-algorithm command-line options, derived from the mechanisms (one registry).
+
+The shape options are the mechanism dataclass's fields (flag ``--field-name``, type and default
+from the field, help from the class's ``field_help``); the calibration options are the
+``calibrate`` keywords the class lists in ``calibrate_options`` (default from the signature); the
+noise levels are the positional parameters of the class's ``accountant`` (in that order).  Only
+the worked examples are written here.  Everything is computed on first use, so that importing
+the CLI stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+@dataclass(frozen=True)
+class Opt:
+    flag: str            # --rounds
+    field: str           # constructor / calibrate keyword
+    type: type
+    help: str
+    default: object = None  # shown in --help; None: no default
+    target: str = "shape"   # "shape" (constructor), "split" (calibrate keyword)
+    required: bool = False
+    choices: tuple | None = None  # the values argparse accepts (the class's ``field_choices``)
+
+
+@dataclass(frozen=True)
+class Spec:
+    options: tuple         # shape and split options
+    noise: tuple           # names of the noise levels, in the order epsilon() takes them
+    rounds_field: str | None  # the count that grows with training (for --curve)
+    example: str
+
+
+ROUNDS_FIELDS = ("rounds", "steps", "iterations")
+
+
+def _type(annotation) -> type:
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return _TYPES[name.split("|")[0].strip()]
+
+
+def spec_of(cls) -> Spec:
+    """The command-line description of a mechanism class."""
+    opts = []
+    for f in dataclasses.fields(cls):
+        has_default = f.default is not dataclasses.MISSING
+        opts.append(Opt("--" + f.name.lower().replace("_", "-"), f.name, _type(f.type), cls.field_help[f.name],
+                        f.default if has_default else None, "shape", not has_default,
+                        getattr(cls, "field_choices", {}).get(f.name)))
+    params = inspect.signature(cls.calibrate).parameters
+    for name, text in cls.calibrate_options.items():
+        default = params[name].default
+        opts.append(Opt("--" + name.replace("_", "-"), name, type(default), text, default, "split"))
+    noise = getattr(cls, "noise_levels", None)
+    if not isinstance(noise, tuple):
+        noise = tuple(p.name for p in list(inspect.signature(cls.accountant).parameters.values())[1:]
+                      if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    from ..mechanisms import Mechanism
+
+    names = [f.name for f in dataclasses.fields(cls)]
+    # the count that grows with training, for --curve (none for a mechanism without accountable releases)
+    rounds = next((r for r in ROUNDS_FIELDS if r in names), None) if issubclass(cls, Mechanism) else None
+    from ..mechanisms import REGISTRY
+
+    return Spec(tuple(opts), noise, rounds, REGISTRY[cls.name].examples["calibrate"])
+
+
+class _Specs(Mapping):
+    """``name -> Spec`` for every algorithm of the registry, each built on first use (an algorithm
+    registered after import is here too)."""
+
+    def __init__(self):
+        self._d = {}
+
+    def __getitem__(self, key):
+        from ..mechanisms import REGISTRY
+
+        if key not in REGISTRY:
+            raise KeyError(key)
+        cls = REGISTRY[key].mechanism
+        if self._d.get(key, (None,))[0] is not cls:
+            self._d[key] = (cls, spec_of(cls))
+        return self._d[key][1]
+
+    def __iter__(self):
+        from ..mechanisms import REGISTRY
+
+        return iter(list(REGISTRY))
+
+    def __len__(self):
+        from ..mechanisms import REGISTRY
+
+        return len(REGISTRY)
+
+
+SPECS = _Specs()
+
+
+def dumps(obj) -> str:
+    """JSON that is JSON: a number that is not finite is an error of ours, never 'Infinity'."""
+    import json
+
+    return json.dumps(obj, allow_nan=False)
+
+
+def fmt(x) -> str:
+    """A number as the command line prints it (6 significant digits; "-" for none)."""
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def build(algorithm: str, args):
+    """``(mechanism, split)`` from parsed options: the shape options construct the mechanism, the
+    split options are ``calibrate`` keywords."""
+    from ..mechanisms import REGISTRY
+
+    cls = REGISTRY[algorithm].mechanism
+    shape = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options if o.target == "shape"}
+    split = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options
+             if o.target == "split" and hasattr(args, o.field)}     # (epsilon and report take no split)
+    return cls(**shape), split

@@ -1,0 +1,118 @@
+"""What the command line's parts share: the error types, the parser that refuses in one line, the
+--plot and --accountant options, and how an eps is chosen, checked and printed."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from .algorithms import fmt as _fmt
+
+#: the refusal of --conversion without --accountant rdp (epsilon, account)
+CONVERSION_REFUSAL = ("--conversion={} is not allowed without --accountant rdp: only the RDP accountant converts RDP "
+                      "to (eps, delta); the default (best) certifies with exact GDP, the PLD or RDP at the improved "
+                      "conversion")
+
+__all__ = ["CONVERSION_REFUSAL", "UsageError", "DeprecatedSpelling", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
+           "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon"]
+
+
+class UsageError(Exception):
+    pass
+
+
+class DeprecatedSpelling(UserWarning):
+    """An option spelled the older way: it still works, and says so on stderr (after success)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)     # --sampling is not --sampling-rate
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):  # one line, exit 2, no traceback
+        raise UsageError(message)
+
+
+#: what matplotlib's savefig writes (by file suffix)
+PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
+
+
+def writable_plot(text: str) -> str:
+    """``--plot FILE``: checked before any work -- a format matplotlib writes and a folder that exists."""
+    import os
+
+    suffix = os.path.splitext(text)[1].lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise argparse.ArgumentTypeError(f"--plot={text!r} is not allowed: expected a file name ending in one of "
+                                         f".{', .'.join(PLOT_FORMATS)}")
+    from ..accountant.validation import InputError, writable_file
+
+    try:
+        return writable_file(text, "--plot")
+    except InputError as exc:           # argparse reports an ArgumentTypeError's own words
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: the methods whose eps is exact, and what the bracket line says of them
+EXACT = {"gdp": "exact Gaussian DP at both ends", "tv": "exact: the total variation is at most delta"}
+
+
+def print_epsilon(rep, ends: str | None = None) -> None:
+    """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
+    print(f"epsilon     {_fmt(rep.epsilon)}")
+    bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
+    exact = EXACT.get(rep.method)
+    if bracket:
+        print(f"            {bracket[0]} ({ends or exact or 'lower: PLD lower bound; upper: certified'})")
+    print(f"delta       {_fmt(rep.delta)}")
+    print(f"method      {rep.method}" + (" (exact)" if exact else ""))
+    if rep.order is not None:
+        print(f"order       {_fmt(rep.order)}")
+        print(f"conversion  {rep.conversion}")
+
+
+def need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+
+
+def accountant_argument(p) -> None:
+    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default=None,
+                   help="which bound answers: best (default: the smallest certified eps of exact GDP, the "
+                        "privacy-loss-distribution upper bound and RDP, with the PLD bracket), pld (the PLD "
+                        "bracket only), rdp (RDP at the optimal order) or gdp (exact, full batch only)")
+
+
+def conversion_argument(p) -> None:
+    p.add_argument("--conversion", choices=["improved", "mironov"], default=None,
+                   help="the RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov "
+                        "(DIFF2 Lemma B.4); only with --accountant rdp")
+
+
+def epsilon_of(acc, args) -> tuple:
+    """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD)."""
+    from ..accountant import EpsilonReport
+
+    which = args.accountant or "best"
+    if which in ("best", "pld"):
+        b = acc.epsilon_bracket(args.delta, methods=("gdp", "pld", "rdp") if which == "best" else ("pld",))
+        lower = b.lower if b.method != "rdp" or b.discretization > 0 else None
+        return EpsilonReport.from_bracket(b), lower
+    if which == "gdp" and not acc.is_full_batch_gaussian:
+        raise UsageError("--accountant gdp is not allowed for these events: exact Gaussian DP holds only for "
+                          "full-batch Gaussian releases (--gaussian); use best, pld or rdp")
+    rep = acc.epsilon_report(args.delta, accountant=which, conversion=args.conversion or "improved")
+    return rep, (rep.epsilon if rep.method == "gdp" else None)
+
+
+def finite_epsilon(value, args, noise_flags) -> None:
+    """An eps that is not a finite number (noise so small that the privacy loss leaves the floats)
+    is refused, naming the noise the user gave: there is no privacy left to report."""
+    if value is None or math.isfinite(value):
+        return
+    given = ", ".join(f"{f}={v!r}" for f, v in noise_flags) or "the noise"
+    raise UsageError(f"{given} is not allowed: at this noise the privacy loss exceeds every floating-point "
+                      f"number (eps = {value}, no privacy); expected more noise")

@@ -1,0 +1,85 @@
+"""Ceilings on the work of the commands that train (audit, probe, train), each refusal with its
+reason: the optimizers hold every record in memory and run it through the model at every step, so
+a run's size is refused before any of it starts, never discovered hours or gigabytes later."""
+
+from __future__ import annotations
+
+from .algorithms import SPECS
+from ..accountant.validation import InputError
+
+#: ceilings on the work of the commands that run the optimizers, with the reason in each refusal
+MAX_SEED = 2 ** 32 - 1
+MAX_RUNS = 10 ** 6          # each run's output is kept for the statistics (and 1e6 runs take hours)
+MAX_CANARIES = 10 ** 6      # each canary is a record and a score
+
+
+#: the commands that train (audit, probe): the most steps of one run, the most records, and the most
+#: model steps over all runs of an audit (at >= 0.1 ms a step, 1e8 steps are hours)
+MAX_TRAINING_STEPS = 10 ** 6
+MAX_TRAINING_RECORDS = 10 ** 6
+MAX_AUDIT_STEPS = 10 ** 8
+
+
+def _run_length(mech) -> int:
+    """The steps (releases) one run of the mechanism makes: ``total_steps`` where the mechanism
+    says it, else the product of its run-length fields (rounds x local steps for DIFF2-BVR)."""
+    total = getattr(mech, "total_steps", None)
+    if isinstance(total, int):
+        return total
+    n = 1
+    for f in ("rounds", "steps", "iterations", "local_steps"):
+        v = getattr(mech, f, None)
+        if isinstance(v, int):
+            n *= v
+    return n
+
+
+def _dataset_records(mech, args) -> int:
+    """The records the run's datasets hold (all clients or nodes together)."""
+    import dataclasses
+
+    shape = {f.name: getattr(mech, f.name) for f in dataclasses.fields(mech)}
+    if "n_min" in shape:
+        return shape["n_min"] * shape.get("clients", 1)
+    for f in ("N", "n", "samples_per_node"):
+        if shape.get(f) is not None:
+            return shape[f] * (4 if f == "samples_per_node" else 1)
+    return getattr(args, "n", None) or 0
+
+
+def training_limits(algorithm: str, mech, args, runs: int = 1, records: int | None = None) -> None:
+    """Refuse a run whose size would take hours or all the memory, before any of it starts: the
+    optimizers hold every record in memory and run it through the model at every step."""
+    steps = _run_length(mech)
+    field = SPECS[algorithm].rounds_field or "steps"
+    flag = "--" + (field if getattr(args, field, None) is not None else "epochs").replace("_", "-")
+    if steps > MAX_TRAINING_STEPS:
+        raise InputError(f"{flag}={getattr(args, flag[2:].replace('-', '_'), steps)} is not allowed for "
+                          f"{args.command_name}: a run of {steps} steps is over the {MAX_TRAINING_STEPS:.0e} this "
+                          "command trains (each step runs the model on the batch; longer runs take hours)")
+    if runs * steps > MAX_AUDIT_STEPS:
+        raise InputError(f"--runs={runs} is not allowed with {steps} steps a run: {2 * runs * steps:.3g} model steps in "
+                          f"all (both datasets) is over the {2 * MAX_AUDIT_STEPS:.0e} an audit runs (hours here); "
+                          "expected fewer runs or a shorter run")
+    records = _dataset_records(mech, args) if records is None else records
+    if records > MAX_TRAINING_RECORDS:
+        raise InputError(f"the datasets of this run hold {records} records, over the {MAX_TRAINING_RECORDS:.0e} that "
+                          f"{args.command_name} trains on (every record is kept in memory and runs through the "
+                          "model at every step): expected smaller shape options (--n, --n-min, --clients, "
+                          "--samples-per-node)")
+
+
+def check_int(value: int, flag: str, low: int, high: int, why: str = "") -> int:
+    if not low <= value <= high:
+        raise InputError(f"{flag}={value} is not allowed: expected an integer in [{low}, {high}]"
+                          + (f" ({why})" if why else ""))
+    return value
+
+
+def check_real(value: float, flag: str, low: float = 0.0, high: float = float("inf")) -> float:
+    """A finite number in ``(low, high]`` (a learning rate, a clip norm)."""
+    import math
+
+    if not (math.isfinite(value) and low < value <= high):
+        raise InputError(f"{flag}={value!r} is not allowed: expected a finite number in ({low:g}, {high:g}]")
+    return value

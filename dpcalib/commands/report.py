@@ -1,0 +1,91 @@
+"""``dpcalib report``: what a run's eps means -- eps brackets at several delta, GDP mu where exact, the
+trade-off curve and the attack risk (largest membership-inference TPR at low FPR, largest
+advantage), all from the certified side, with the assumptions in words.
+
+    dpcalib report --poisson Q:Z:COUNT [--gaussian Z:COUNT] [--wor GAMMA:Z:COUNT] --delta D
+    dpcalib report ALGORITHM --delta D [shape options] [noise options, as in epsilon]
+    ... [--deltas D1,D2,...] [--fprs A1,A2,...] [--plot FILE.png] [--json]
+"""
+
+from __future__ import annotations
+
+from .algorithms import dumps, fmt
+
+import argparse
+
+__all__ = ["add_arguments", "run_events", "run_algorithm", "EXAMPLE"]
+
+EXAMPLE = """examples:
+  dpcalib report --poisson 0.01:1.0:10000 --delta 1e-5
+      eps brackets, trade-off curve and attack risk of 10 000 Poisson-subsampled Gaussian steps
+  dpcalib report dp-sgd --delta 1e-5 --sampling shuffle --n 60000 --batch-size 600 --epochs 1 --noise-multiplier 0.8
+      shuffled batches: the bracket [Chua et al.'s lower bound, exact GDP], beside Poisson's eps
+"""
+
+
+def _numbers(flag: str, low: float, high: float):
+    def parse(text: str):
+        try:
+            vals = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not allowed: expected numbers separated by ','") \
+                from None
+        if not vals or not all(low < x < high for x in vals):
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not allowed: expected numbers in ({low:g}, {high:g}) "
+                                             "separated by ','")
+        return tuple(vals)
+    return parse
+
+
+def add_arguments(p, plot_path) -> None:
+    """The report's own options (both forms)."""
+    from ..accountant.report import DEFAULT_DELTAS, DEFAULT_FPRS
+
+    p.add_argument("--deltas", type=_numbers("--deltas", 0.0, 1.0), default=None, metavar="D1,D2,...",
+                   help="the deltas of the eps table (default " + ",".join(f"{d:g}" for d in DEFAULT_DELTAS)
+                        + "; --delta is always included)")
+    p.add_argument("--fprs", type=_numbers("--fprs", 0.0, 1.0), default=DEFAULT_FPRS, metavar="A1,A2,...",
+                   help="false-positive rates of the attack-risk terms (default "
+                        + ",".join(f"{a:g}" for a in DEFAULT_FPRS) + ")")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path,
+                   help="draw the certified trade-off curve and the ROC bound with the attack points (needs matplotlib)")
+
+
+def _emit(rep, args, title: str, extra: dict | None = None) -> int:
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            from ..accountant.validation import InputError
+
+            raise InputError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+        rep.plot(args.plot, title)
+    if args.json:
+        out = rep.to_dict()
+        out.update(extra or {})
+        print(dumps(out))
+    else:
+        if title:
+            print(title)
+        print(rep.text())
+        for k, v in (extra or {}).items():
+            if v is not None and k not in ("algorithm", "noise"):
+                print(f"{k.replace('_', ' ')}: {fmt(v)}")
+    return 0
+
+
+def run_events(acc, args) -> int:
+    """``dpcalib report --poisson ... --delta D``."""
+    rep = acc.report(args.delta, args.deltas, args.fprs)
+    return _emit(rep, args, "")
+
+
+def run_algorithm(algorithm: str, mech, noise: list, names, args) -> int:
+    """``dpcalib report ALGORITHM ...``: the mechanism's report (its bracket and assumptions)."""
+    rep = mech.report(args.delta, *noise, deltas=args.deltas, fprs=args.fprs)
+    extra = {"algorithm": algorithm, "noise": dict(zip(names, noise))}
+    pe = getattr(mech, "poisson_epsilon", None)
+    if pe is not None:
+        extra["poisson_epsilon"] = pe(args.delta, *noise)
+    return _emit(rep, args, f"algorithm   {algorithm} ({', '.join(f'{k}={v:g}' for k, v in extra['noise'].items())})",
+                 extra)

@@ -1,0 +1,397 @@
+"""``dpcalib train``: the reference optimizers on several local processes (torch.distributed).
+
+Spawns ``--world-size`` processes on this machine (gloo on CPU).  DIFF2-GD / DP-GD: each process is
+a client holding its shard of the data.  DP-SGD, DP-SRM, DiceSGD: data-parallel -- every process
+holds the data, draws the same batch, computes the per-example terms of its share of it; the
+clipped sums are all-reduced and rank 0 adds the noise once.  Data: synthetic data of a paper's
+shape, or a local CSV prepared as in the DIFF2 paper; the calibration is the tight one for
+(``--epsilon``, ``--delta``); rank 0 reports the metrics.  For several machines use ``torchrun``
+(docs/distributed.md).
+"""
+
+
+from __future__ import annotations
+
+from .algorithms import dumps
+from ..mechanisms.registry import lookup, names
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import traceback
+
+
+def _data_parallel() -> tuple:
+    """The algorithms that run data-parallel on one dataset (the others: one client per process)."""
+    from ..mechanisms.registry import names
+
+    return names(train="data-parallel")
+
+
+def _parser(error_cls):
+    class P(argparse.ArgumentParser):
+        def error(self, message):
+            raise error_cls(message)
+
+    p = P(prog="dpcalib train", description=__doc__.splitlines()[0].replace("``", ""), allow_abbrev=False,
+          epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
+                 "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..mechanisms.registry import names
+
+    p.add_argument("algorithm", choices=names(train=True),
+                   help="the algorithm (diff2-gd, dp-gd: one client per process; dp-sgd, dp-srm, dicesgd: data-parallel)")
+    p.add_argument("--epsilon", type=float, required=True, help="target epsilon > 0")
+    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"rounds R (the steps of dp-sgd, dp-srm, dicesgd), an integer in [1, {MAX_TRAIN_ROUNDS:.0e}]; "
+                        "required unless --sampling shuffle")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="dp-sgd: expected Poisson batch B (q = B/N) or the shuffled batch b; dicesgd: B; dp-srm: b")
+    p.add_argument("--b0", type=int, default=None, help="dp-srm: the first batch b0 (default 4 b)")
+    p.add_argument("--sampling", choices=["poisson", "shuffle"], default="poisson", help="dp-sgd's batches (default poisson)")
+    p.add_argument("--epochs", type=int, default=None, help="dp-sgd --sampling shuffle: epochs E, an integer >= 1")
+    p.add_argument("--restart-interval", type=int, default=1,
+                   help="diff2-gd: rounds between restarts (the paper's T), an integer in [1, --rounds] (default 1)")
+    p.add_argument("--world-size", type=int, required=True,
+                   help=f"local processes (clients of diff2-gd / dp-gd), an integer in [1, {max_world_size()}] "
+                        "(4 per CPU core, at least 16; several machines: torchrun)")
+    p.add_argument("--backend", choices=["gloo"], default="gloo", help="gloo (CPU); NCCL runs go through torchrun")
+    p.add_argument("--data", default="california", help="a synthetic shape (california, gas_turbine, "
+                   "blogfeedback) or the path of a numeric CSV whose last column is the target")
+    p.add_argument("--hidden", type=int, default=10, help="hidden softplus units, an integer in [1, 4096] (default 10)")
+    p.add_argument("--c1", type=float, default=1.0, help="clip norm C1 of the restart rounds (dp-sgd: C; dp-srm: the "
+                   "Lipschitz clip; default 1)")
+    p.add_argument("--c2", type=float, default=None, help="C2: the difference rounds clip at C2 ||x_r - x_(r-1)|| "
+                   "(default 10); dp-srm: the step bound (default 1); dicesgd: the error clip (default 1)")
+    p.add_argument("--lr", type=float, default=0.125, help="learning rate > 0 (default 0.125)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of data, noise and output streams, an integer in [0, 4294967295] (default 0)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds before a dead or hung peer stops the run, a number in (0, 86400] (default 60)")
+    p.add_argument("--checkpoint", help="PATH: checkpoints PATH.rank<r> every --checkpoint-every rounds")
+    p.add_argument("--checkpoint-every", type=int, default=50, help="rounds between checkpoints (default 50)")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--log-every", type=int, default=None, help="rounds between metrics rows (default R/100)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker when the process that started it ends, however it ends (SIGKILL included):
+    the kernel's parent-death signal where Linux offers it, and a thread that polls the parent."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle (it ends us)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:                           # the parent ended before we got here
+        os._exit(1)
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _worker(rank: int, world: int, port: int, cfg: dict, out: str, parent: int | None = None) -> None:
+    if parent is not None:
+        _watch_parent(parent)
+    from .. import optim as O
+    from ..optim.algorithms import distributed as D
+
+    try:
+        D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                             timeout_s=cfg["timeout"])
+        data = _load(cfg)
+        if cfg["algorithm"] in _data_parallel():
+            opt, rep = _one_dataset(cfg, data, D, O)
+        else:
+            opt, rep = _clients(cfg, data, world, rank, O, D)
+        if cfg["resume"]:
+            opt.load_checkpoint(cfg["checkpoint"])
+        opt.run(log_every=cfg["log_every"], progress=False, checkpoint=cfg["checkpoint"],
+                checkpoint_every=cfg["checkpoint_every"] if cfg["checkpoint"] else None)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump({"algorithm": cfg["algorithm"], "noise": {k: v for k, v in rep.noise.items() if v is not None},
+                           "epsilon_spent": opt.epsilon_spent(), "delta": cfg["delta"], "metrics": opt.metrics}, f)
+        D.shutdown()
+    except D.DistributedRunError as exc:
+        with open(f"{out}.err{rank}", "w") as f:
+            f.write(str(exc))
+        D.abandon(1)                             # the group cannot be torn down: a peer is gone
+    except Exception as exc:  # noqa: BLE001 -- reported to the parent as one line
+        with open(f"{out}.err{rank}", "w") as f:
+            f.write(" ".join(str(exc).split()) or traceback.format_exc().splitlines()[-1])
+        sys.exit(2)
+
+
+def _load(cfg):
+    from .. import optim as O
+
+    if os.path.exists(cfg["data"]):
+        return O.data.load_csv(cfg["data"], skip_header=cfg["skip_header"], seed=cfg["seed"])
+    return O.data.prepare(*O.data.synthetic(cfg["data"], seed=0), seed=cfg["seed"])
+
+
+def _model(cfg, d_in):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(cfg["seed"])
+    return nn.Sequential(nn.Linear(d_in, cfg["hidden"]), nn.Softplus(), nn.Linear(cfg["hidden"], 1))
+
+
+def _quantities(cfg, *, n=None, world=None, n_min=None) -> dict:
+    """What this run fixes, by the names of the registry's ``train_shape`` / ``train_clips`` (its
+    ``train_defaults`` fill what the command line left out)."""
+    b, shuffle = cfg["batch_size"], cfg["sampling"] == "shuffle"
+    q = {"rounds": cfg["rounds"], "restart_interval": cfg["restart_interval"], "world": world, "n_min": n_min,
+         "n": n, "batch_size": b, "sampling": cfg["sampling"], "epochs": cfg["epochs"], "c1": cfg["c1"],
+         "c2": cfg["c2"], "b0": cfg["b0"]}
+    if n is not None and b is not None:
+        q["b0"] = cfg["b0"] if cfg["b0"] is not None else min(n, 4 * b)
+        q["rate"] = None if shuffle else min(1.0, b / n)
+        q["shuffle_n"], q["shuffle_batch"] = (n, b) if shuffle else (None, None)
+    for name, value in lookup(cfg["algorithm"]).train_defaults.items():
+        if q.get(name) is None:
+            q[name] = value
+    return q
+
+
+def train_mechanism(cfg, **where):
+    """``(mechanism, quantities)`` of this run -- ``where``: ``n`` records (data-parallel) or ``world``
+    processes of ``n_min`` records each (one client per process); validates the shape."""
+    entry, q = lookup(cfg["algorithm"]), _quantities(cfg, **where)
+    return entry.mechanism(**{f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}), q
+
+
+def _optimizer(cfg, model, data, mech, rep, q, O, D):
+    from ..optim.algorithms.registry import optimizer_class
+
+    entry = lookup(cfg["algorithm"])
+    kw = {keyword: q[name] for keyword, name in entry.train_clips.items()}
+    return D.on_ranks(optimizer_class(cfg["algorithm"]))(model, O.squared_loss, data, mech, rep, lr=cfg["lr"],
+                                                         seed=cfg["seed"], **kw)
+
+
+def _one_dataset(cfg, data, D, O):
+    x, y = data.train
+    mech, q = train_mechanism(cfg, n=x.shape[0])
+    rep = mech.calibrate(cfg["epsilon"], cfg["delta"], method="tight")
+    return _optimizer(cfg, _model(cfg, x.shape[1]), (x, y), mech, rep, q, O, D), rep
+
+
+def _clients(cfg, data, world, rank, O, D):
+    shard = data.shards(world)[rank]
+    mech, q = train_mechanism(cfg, world=world, n_min=data.n_min(world))
+    rep = mech.calibrate(cfg["epsilon"], cfg["delta"], method="tight")
+    return _optimizer(cfg, _model(cfg, shard[0].shape[1]), shard, mech, rep, q, O, D), rep
+
+
+def run(argv, error_cls) -> int:
+    a = _parser(error_cls).parse_args(argv)
+    if a.world_size < 1:
+        raise error_cls(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
+    if a.resume and not a.checkpoint:
+        raise error_cls("--resume is not allowed without --checkpoint PATH")
+    entry = lookup(a.algorithm)
+    if entry.train == "clients" and "restart_interval" not in entry.train_shape and a.restart_interval != 1:
+        raise error_cls(f"--restart-interval={a.restart_interval} is not allowed for {a.algorithm}: expected 1")
+    _check_shape_options(a, error_cls)
+    import multiprocessing as mp
+
+    from ..optim.data.datasets import SHAPES
+
+    _check_before_spawning(a, error_cls)
+    if not os.path.exists(a.data) and a.data not in SHAPES:
+        raise error_cls(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
+                         f"{sorted(SHAPES)}")
+    if os.path.isdir(a.data):
+        raise error_cls(f"--data={a.data!r} is not allowed: it is a folder; expected a CSV file")
+
+    cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
+                                      "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
+                                      "resume", "log_every", "batch_size", "b0", "sampling", "epochs")}
+    cfg["skip_header"] = 0
+    if os.path.exists(a.data):
+        try:
+            with open(a.data) as f:
+                first = f.readline()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise error_cls(f"--data={a.data!r} is not allowed: it cannot be read as text ({exc})") from None
+        cfg["skip_header"] = 0 if all(_is_number(t) for t in first.strip().split(",")) else 1
+    # the data and the run's shape, checked here before spawning (the workers would refuse them
+    # later, one per process, after seconds of start-up)
+    data = _load_checked(cfg, error_cls)
+    n_records = data.train[0].shape[0]
+    if a.algorithm in _data_parallel():
+        if a.batch_size is not None and a.batch_size > n_records:
+            raise error_cls(f"--batch-size={a.batch_size} is not allowed: expected an integer in [1, {n_records}] "
+                            f"(the training split of --data={a.data!r} holds {n_records} records)")
+        train_mechanism(cfg, n=n_records)
+    else:
+        if n_records < a.world_size:
+            raise error_cls(f"--world-size={a.world_size} is not allowed: expected at most {n_records} (one shard "
+                            f"of --data={a.data!r} per client, {n_records} training records)")
+        train_mechanism(cfg, world=a.world_size, n_min=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        # a run stopped by Ctrl-C leaves the workers' semaphores to multiprocessing's resource tracker,
+        # which would print a warning about them at exit: it is told not to (the run was stopped)
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_worker, args=(r, a.world_size, port, cfg, out, os.getpid()), daemon=True)
+                 for r in range(a.world_size)]
+        try:
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+        finally:                 # Ctrl-C or any error here: no worker outlives the run
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                if p.pid is not None:
+                    p.join(5)
+                    if p.is_alive():
+                        p.kill()
+        errs = []
+        for r in range(a.world_size):
+            path = f"{out}.err{r}"
+            if os.path.exists(path):
+                with open(path) as f:
+                    msg = f.read()
+                msg = msg if msg.startswith("rank") else f"rank {r}: {msg}"
+                if msg.split(": ", 1)[-1] not in [e.split(": ", 1)[-1] for e in errs]:
+                    errs.append(msg)
+        if errs or not os.path.exists(out):
+            raise error_cls("the run stopped: " + ("; ".join(errs) if errs else
+                                                   f"exit codes {[p.exitcode for p in procs]}"))
+        with open(out) as f:
+            res = json.load(f)
+    if a.json:
+        print(dumps(res))
+        return 0
+    print(f"algorithm   {res['algorithm']} on {a.world_size} processes ({a.backend})")
+    print("noise       " + ", ".join(f"{k}={v:.6g}" for k, v in res["noise"].items()))
+    for m in res["metrics"]:
+        print(f"round {m['round']:6d}  loss {m['loss']:.6g}  grad norm {m['grad_norm']:.6g}  eps {m['epsilon']:.6g}")
+    print(f"spent       epsilon={res['epsilon_spent']:.6g} delta={res['delta']:g}")
+    return 0
+
+
+#: the most local processes (4 per core, at least 16): each is a Python process with torch (~300 MB)
+def max_world_size() -> int:
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+#: the most rounds a local run trains (each round runs the model on every process's share)
+MAX_TRAIN_ROUNDS = 10 ** 7
+
+
+def _load_checked(cfg, error_cls):
+    """The run's data, loaded in the parent: a file that is not a numeric table is refused naming
+    --data, before any process starts."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # numpy's "empty input file" is said below, once
+        try:
+            return _load(cfg)
+        except (ValueError, OSError, IndexError) as exc:
+            msg = " ".join(str(exc).split())
+            raise error_cls(f"--data={cfg['data']!r} is not allowed: expected a numeric CSV with at least two rows "
+                            f"and two columns, the last one the target ({msg})") from None
+
+
+def _check_before_spawning(a, error_cls) -> None:
+    """Every option a worker would refuse, refused here -- one line, exit 2, before any process
+    starts (the workers' own checks stay: they guard the Python API)."""
+    import math
+
+    from ..accountant import validation as v
+
+    v.positive(a.epsilon, "epsilon")
+    v.delta(a.delta)
+    for name, low, high in (("world_size", 1, max_world_size()), ("rounds", 1, MAX_TRAIN_ROUNDS),
+                            ("epochs", 1, v.MAX_RUN_LENGTH), ("batch_size", 1, v.MAX_RECORDS),
+                            ("b0", 1, v.MAX_RECORDS), ("hidden", 1, 4096), ("seed", 0, 2 ** 32 - 1),
+                            ("restart_interval", 1, MAX_TRAIN_ROUNDS)):
+        x = getattr(a, name)
+        if x is not None and not low <= x <= high:
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer in [{low}, {high}]"
+                            + (" (local processes: 4 per CPU core, at least 16; several machines: torchrun)"
+                               if name == "world_size" else ""))
+    if a.timeout is not None and not (0 < a.timeout <= 86400):
+        raise error_cls(f"--timeout={a.timeout!r} is not allowed: expected a number of seconds in (0, 86400]")
+    for name in ("lr", "c1", "c2", "timeout"):
+        x = getattr(a, name)
+        if x is None:
+            continue
+        if not (x > 0) or math.isinf(x):
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
+    for name, low in (("hidden", 1), ("checkpoint_every", 1), ("log_every", 1)):
+        x = getattr(a, name)
+        if x is not None and x < low:
+            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
+    if a.checkpoint:
+        for r in range(a.world_size):           # what the workers write: PATH.rank<r>
+            v.writable_file(f"{a.checkpoint}.rank{r}", "--checkpoint")
+        if a.resume:
+            missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
+                       if not os.path.exists(f"{a.checkpoint}.rank{r}")]
+            if missing:
+                raise error_cls(f"--resume is not allowed: no checkpoint {missing[0]!r}")
+
+
+def _check_shape_options(a, error_cls) -> None:
+    """The options each kind of run takes (one line, before any process starts)."""
+    if a.algorithm in _data_parallel():
+        if a.batch_size is None:
+            raise error_cls(f"--batch-size is required for {a.algorithm}")
+        shuffles = "sampling" in lookup(a.algorithm).train_shape      # its mechanism has a shuffle accountant
+        if shuffles and a.sampling == "shuffle":
+            if a.epochs is None or a.rounds is not None:
+                raise error_cls("--sampling shuffle takes --epochs E and not --rounds (the steps follow from N, b, E)")
+        elif a.rounds is None:
+            raise error_cls(f"--rounds is required for {a.algorithm}")
+        if a.sampling == "shuffle" and not shuffles:
+            raise error_cls(f"--sampling shuffle is not allowed for {a.algorithm}: only "
+                            f"{', '.join(n for n in names(train=True) if 'sampling' in lookup(n).train_shape)} "
+                            "has a shuffle accountant")
+        if a.restart_interval != 1:
+            raise error_cls(f"--restart-interval is not allowed for {a.algorithm} (a DIFF2 option)")
+        return
+    if a.rounds is None:
+        raise error_cls(f"--rounds is required for {a.algorithm}")
+    for name in ("batch_size", "b0", "epochs"):
+        if getattr(a, name) is not None:
+            raise error_cls(f"--{name.replace('_', '-')} is not allowed for {a.algorithm}: one client per process, "
+                            "full batch")
+    if a.sampling != "poisson":
+        raise error_cls(f"--sampling is not allowed for {a.algorithm}")
+
+
+def _is_number(t: str) -> bool:
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return False

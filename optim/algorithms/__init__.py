@@ -1,0 +1,21 @@
+"""The updates: one module per paper family, each a :class:`~.core.PrivateOptimizer` subclass
+whose ``_step`` is one round of the algorithm.
+
+Job: :mod:`.core` (the base class, the noise source that makes and records every release, the
+random streams), :mod:`.diff2` (DP-GD, DIFF2-GD, DIFF2-BVR-L-SGD), :mod:`.sgd` (DP-SGD /
+DPSGD-GC, DP-SRM, DiceSGD), :mod:`.d2p` (ClipD2P, ConstD2P, AdaD2P), :mod:`.registry` (the
+optimizer of each registered algorithm) and :mod:`.distributed` (the same classes on the
+torch.distributed transports; imported on demand).
+
+May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms`, and the sub-packages below it
+(``run``, ``clipping``, ``data``, ``tensors``); never a check (``audit``).
+"""
+
+from .core import NoiseSource, PrivateOptimizer, Release, squared_loss
+from .d2p import AdaD2P, ClipD2P, ConstD2P
+from .diff2 import DIFF2BVR, DIFF2GD, DPGD
+from .sgd import DPSGD, DPSRM, DiceSGD
+from .registry import OPTIMIZERS
+
+__all__ = ["NoiseSource", "PrivateOptimizer", "Release", "squared_loss", "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD",
+           "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P", "OPTIMIZERS"]

@@ -1,0 +1,424 @@
+"""What every reference optimizer's update shares: the noise source, release records, the random
+streams, the output iterate, the events of the releases made and the privacy they spend.  The loop
+that drives an update -- metrics, progress bar, checkpoints -- is :mod:`dpcalib.optim.run.runner`; what the
+records of a batch contribute is :mod:`dpcalib.optim.clipping.per_example`; how batches are drawn is
+:mod:`dpcalib.optim.data.sampling`.  An update knows none of the checks that watch it.
+
+Randomness is split into three independent ``torch.Generator`` streams derived from one seed
+(``numpy.random.SeedSequence(seed).spawn(3)``):
+
+* ``data``   -- minibatch / Poisson sampling (public randomness of the mechanism),
+* ``noise``  -- the DP noise, owned by :class:`NoiseSource` and never used for anything else,
+* ``output`` -- the data-independent choice of the returned iterate (``x^out``).
+
+A checkpoint (:mod:`dpcalib.optim.run.runner`) saves all three, so a resumed run makes exactly the same draws.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from ...accountant.validation import InputError
+from ...accountant import PrivacyAccountant
+from ...mechanisms import CalibrationReport
+
+from ..clipping.per_example import PerExample
+from ..run.runner import Runner
+from ..tensors import flat
+from ..data.sampling import Sampler
+from ..run.transport import ONE_PROCESS
+
+__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "split_public", "stream_seeds", "node_seeds",
+           "check_clip", "check_lr"]
+
+
+def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-example squared error ``||f(x) - y||^2`` (regression, DIFF2 experiments)."""
+    return (output.reshape(output.shape[0], -1) - target.reshape(target.shape[0], -1)).pow(2).sum(1)
+
+
+@dataclass
+class Release:
+    """One noisy release as the algorithm performs it.
+
+    ``std`` is the per-coordinate noise std actually requested, ``sensitivity`` the L2
+    sensitivity the algorithm claims for the noiseless query (``None``: no claim, e.g. AdaD2P),
+    ``relation`` the neighbouring relation of that claim, ``noise`` the added noise (float64, CPU)
+    when noise recording is on.  ``std / sensitivity`` is the noise multiplier.  With
+    ``record_values`` (audits) also ``value``, the noiseless query (float64, CPU), and
+    ``released`` = value + noise exactly as returned to the algorithm.  A query of the form
+    "fresh data-dependent term + public state" (DIFF2's ``+ v~_{r-1}``, DP-SRM's ``(1 - gamma) v^{t-1}``)
+    also records ``fresh``, the term before the public state was added: the claimed sensitivity
+    bounds its move, and a check can measure that move without the rounding of the public part.
+    """
+
+    round: int
+    name: str
+    std: float
+    sensitivity: float | None
+    relation: str
+    noise: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+    released: torch.Tensor | None = None
+    fresh: torch.Tensor | None = None
+
+
+def split_public(value, public):
+    """``(fresh term or None, the whole query)`` of a query ``value + public``."""
+    return (None, value) if public is None else (value, value + public)
+
+
+class NoiseSource:
+    """Adds Gaussian noise to the algorithm's queries from a dedicated, seedable generator, and
+    optionally records every release (see :class:`Release`)."""
+
+    def __init__(self, seed: int, device, dtype, record: bool = False, record_noise: bool = True,
+                 record_values: bool = False):
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(int(seed))
+        self.device, self.dtype = device, dtype
+        self.record = bool(record) or bool(record_values)
+        self.record_noise = bool(record_noise)
+        self.record_values = bool(record_values)
+        self.releases: list[Release] = []
+        self.row_generators: list | None = None
+
+    def use_rows(self, seeds) -> None:
+        """One generator per row of :meth:`privatize_rows` (per D2P node), so that node i's noise is
+        the same stream whether the nodes are simulated together or run as separate processes."""
+        self.row_generators = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+
+    def _standard(self, shape, generator=None) -> torch.Tensor:
+        """Standard normal draws (every noise draw goes through here)."""
+        g = self.generator if generator is None else generator
+        return torch.randn(shape, generator=g, device=self.device, dtype=self.dtype)
+
+    def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str,
+                  public: torch.Tensor | None = None):
+        """``value (+ public) + N(0, std^2 I)`` (no draw when std = 0): one release.  ``public``: a
+        data-independent term of the query (see :class:`Release`)."""
+        if std < 0 or math.isnan(std):
+            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
+        fresh, value = split_public(value, public)
+        if std == 0:
+            noise = torch.zeros_like(value)
+        else:
+            z = self._standard(value.shape)
+            if not self.record:     # nothing keeps the noise: value + std z into its buffer, in one pass
+                return torch.add(value, z, alpha=std, out=z)
+            noise = z.mul_(std)
+        out = value + noise
+        if self.record:
+            self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
+        return out
+
+    def privatize_row(self, i: int, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity,
+                      relation: str, public: torch.Tensor | None = None):
+        """``value (+ public) + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
+        if std < 0 or math.isnan(std):
+            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
+        fresh, value = split_public(value, public)
+        noise = torch.zeros_like(value) if std == 0 else std * self._standard(value.shape, self.row_generators[i])
+        out = value + noise
+        self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
+        return out
+
+    def privatize_rows(self, values: torch.Tensor, stds: torch.Tensor, *, round: int, names, sensitivity,
+                       relation: str):
+        """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
+        rows = values.shape[0]
+        if self.row_generators is None:
+            z = self._standard(values.shape)
+        else:
+            if len(self.row_generators) != rows:
+                raise InputError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
+                                 "generators were set.")
+            z = torch.stack([self._standard(values.shape[1:], g) for g in self.row_generators])
+        noise = stds.reshape(rows, 1).to(self.dtype) * z
+        out = values + noise
+        for i in range(rows):
+            self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i], values[i], out[i])
+        return out
+
+    def _log(self, round, name, std, sensitivity, relation, noise, value, out, fresh=None):
+        if self.record:
+            cpu = lambda t: t.detach().to("cpu", torch.float64).clone()  # noqa: E731
+            self.releases.append(Release(
+                round, name, float(std), sensitivity, relation, cpu(noise) if self.record_noise else None,
+                cpu(value) if self.record_values else None,
+                out.detach().clone() if self.record_values else None,
+                cpu(fresh) if self.record_values and fresh is not None else None))
+
+    def state_dict(self) -> dict:
+        """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``)."""
+        rows = None if self.row_generators is None else [g.get_state() for g in self.row_generators]
+        return {"generator": self.generator.get_state(),
+                "releases": [{f.name: getattr(r, f.name) for f in fields(Release)} for r in self.releases],
+                "rows": rows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.releases = [Release(**r) for r in state["releases"]]
+        if state.get("rows") is not None:
+            for g, st in zip(self.row_generators, state["rows"]):
+                g.set_state(st)
+
+
+def _seed_of(ss) -> int:
+    return int(ss.generate_state(1, dtype=np.uint64)[0] % (2 ** 63))
+
+
+def stream_seeds(seed: int) -> list[int]:
+    """(data, noise, output) seeds of a run."""
+    return [_seed_of(s) for s in np.random.SeedSequence(int(seed)).spawn(3)]
+
+
+def node_seeds(seed: int, nodes: int) -> tuple[list[int], list[int]]:
+    """Per-node (data, noise) seeds of a decentralised run: node i's streams are the same in the
+    one-process simulation and on rank i of a multi-process run."""
+    data, noise, _ = np.random.SeedSequence(int(seed)).spawn(3)
+    return [_seed_of(s) for s in data.spawn(nodes)], [_seed_of(s) for s in noise.spawn(nodes)]
+
+
+def _noise_levels(noise) -> dict:
+    if isinstance(noise, CalibrationReport):
+        return {k: v for k, v in noise.noise.items() if v is not None}
+    if isinstance(noise, dict):
+        out = {}
+        for k, v in noise.items():
+            if v is None:
+                continue
+            f = float(v)
+            if not (f >= 0) or math.isinf(f):
+                raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
+            out[k] = f
+        return out
+    raise InputError(f"noise={noise!r} is not allowed: expected a CalibrationReport or a dict of noise levels.")
+
+
+def check_clip(value, name: str) -> float:
+    c = float(value)
+    if math.isnan(c) or c < 0:
+        raise InputError(f"{name}={value!r} is not allowed: expected a number in [0, inf].")
+    return c
+
+
+def check_lr(value, name: str = "lr") -> float:
+    f = float(value)
+    if not (f > 0) or math.isinf(f):
+        raise InputError(f"{name}={value!r} is not allowed: expected a finite number > 0.")
+    return f
+
+
+class PrivateOptimizer:
+    """Base class of the updates.  Subclasses set ``mechanism``, ``total_rounds`` and implement
+    ``_step(r)`` (one round: its releases go through ``self.privatizer``), ``_events()``, ``_state()`` /
+    ``_load_state()`` and ``_objective()``.  Minibatches are drawn through ``sampler``
+    (:class:`~dpcalib.optim.data.sampling.Sampler`, the plain draws by default), and the per-example part of
+    every query is asked of ``per_example`` (:class:`~dpcalib.optim.clipping.per_example.PerExample`, naming the
+    records by ``(holder, index)``).  :class:`~dpcalib.optim.run.runner.Runner` drives the rounds
+    (:meth:`run` is its shortcut)."""
+
+    name = "private-optimizer"
+
+    def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
+                 record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
+                 chunk_size: int = 1024, transport=None, sampler: Sampler | None = None):
+        if not isinstance(model, nn.Module):
+            raise InputError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
+        if not callable(loss_fn):
+            raise InputError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
+                             "per-example losses.")
+        self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
+        self.transport = ONE_PROCESS if transport is None else transport
+        first = next(model.parameters(), None)
+        if first is None:
+            raise InputError("model is not allowed: it has no parameters.")
+        self.device, self.dtype = first.device, first.dtype
+        self.levels = _noise_levels(noise)
+        self.delta = noise.delta if isinstance(noise, CalibrationReport) else None
+        if isinstance(noise, CalibrationReport) and noise.algorithm != getattr(mechanism, "name", None):
+            raise InputError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
+                             f"{getattr(mechanism, 'name', mechanism)!r}.")
+        s_data, s_noise, s_out = stream_seeds(seed)
+        self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
+        self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
+        self.privatizer = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
+        self.clip_method, self.chunk_size = clip_method, int(chunk_size)
+        # what the records of a batch contribute (dpcalib.optim.clipping.per_example); a check may put another object here
+        self.per_example = PerExample(clip_method, chunk_size)
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise InputError(f"sampler={sampler!r} is not allowed: expected a dpcalib.optim.data.sampling.Sampler.")
+        self.sampler = Sampler() if sampler is None else sampler   # how minibatches are drawn (dpcalib.optim.data.sampling)
+        self.round = 0
+        self.counts: Counter = Counter()
+        self.metrics: list[dict] = []
+        self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
+        self._n_candidates = 0
+
+    @property
+    def noise(self) -> NoiseSource:
+        """Deprecated name of :attr:`privatizer`, the run's source of noise and record of its
+        releases ("noise" is the calibrated levels: the ``noise=`` argument)."""
+        import warnings
+
+        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
+        return self.privatizer
+
+    @noise.setter
+    def noise(self, value: NoiseSource) -> None:
+        import warnings
+
+        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
+        self.privatizer = value
+
+    def holders(self) -> int:
+        """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record."""
+        return 1
+
+    # -- helpers for subclasses ----------------------------------------------------------------
+    def _need(self, key: str) -> float:
+        if key not in self.levels:
+            raise InputError(f"noise is not allowed: it has no {key!r} (got {sorted(self.levels)}).")
+        return self.levels[key]
+
+    def _to(self, t) -> torch.Tensor:
+        t = torch.as_tensor(t)
+        return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
+
+    def params(self) -> dict:
+        """A copy of the current parameters (never a view: the model is updated in place)."""
+        return {k: p.detach().clone() for k, p in self.model.named_parameters()}
+
+    def _set_params(self, new: dict) -> None:
+        with torch.no_grad():
+            for k, p in self.model.named_parameters():
+                p.copy_(new[k])
+
+    def _descend(self, cur: dict, direction: torch.Tensor, scale: float) -> None:
+        """Set the model's parameters to ``cur - scale * direction`` (``direction`` flat, in ``cur``'s
+        order), written into the parameters in one pass."""
+        with torch.no_grad():
+            i = 0
+            for k, p in self.model.named_parameters():
+                n = p.numel()
+                torch.sub(cur[k], direction[i:i + n].view_as(p), alpha=scale, out=p)
+                i += n
+
+    def _offer_output(self, candidate: dict) -> None:
+        """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""
+        self._n_candidates += 1
+        u = torch.rand((), generator=self.output_generator).item()
+        if self._out is None or u < 1.0 / self._n_candidates:
+            self._out = {k: v.detach().clone() for k, v in candidate.items()}
+
+    def output(self) -> dict:
+        """The iterate the paper returns (uniform among the candidates; the last one if none)."""
+        return self._out if self._out is not None else self.params()
+
+    # -- privacy ---------------------------------------------------------------------------------
+    def sampled_record_signal(self, norm: float) -> tuple[float, float]:
+        """``(sampling rate, what one Poisson-sampled record whose gradient has norm ``norm`` adds to
+        a release along that gradient)`` -- for updates that release a clipped sum of Poisson-sampled
+        records (DP-SGD, DiceSGD); the others have no such release."""
+        raise InputError(f"{self.name} makes no release of a clipped sum of Poisson-sampled records.")
+
+    def _events(self) -> list:
+        """``[(event, count)]`` of the releases made so far (worst-case client / node)."""
+        raise NotImplementedError
+
+    def accountant(self) -> PrivacyAccountant:
+        acc = PrivacyAccountant()
+        for ev, k in self._events():
+            if k:
+                acc.compose(ev, k)
+        return acc
+
+    def epsilon_spent(self, delta: float | None = None, accountant: str = "best") -> float:
+        """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise.
+        ``accountant``: as :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report` -- the best
+        certified eps by default (for the whole calibrated run, the number ``dpcalib epsilon``
+        prints), ``"auto"`` for the fast GDP/RDP bound."""
+        d = self.delta if delta is None else delta
+        if d is None:
+            raise InputError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
+        if self.round == 0:
+            return 0.0
+        if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):
+            return math.inf
+        return float(self.accountant().get_epsilon(d, accountant))
+
+    def _noise_keys(self) -> tuple:
+        return tuple(self.levels)
+
+    def _epsilon_metric(self, delta) -> float:
+        """The metrics' eps: the best certified eps spent so far (at the end of the calibrated run,
+        the run's eps -- what ``dpcalib epsilon`` prints for it)."""
+        return self.epsilon_spent(delta) if delta is not None else math.nan
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def _objective(self):
+        """``(x, y, weights)`` with f = sum_i w_i l(x_i, y_i) the training objective."""
+        raise NotImplementedError
+
+    def _eval_params(self) -> dict:
+        return self.params()
+
+    def _loss_and_grad(self, params: dict, x, y, w) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sum_i w_i l(params; x_i, y_i), its gradient as one flat vector)`` by plain autograd."""
+        p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        loss = (self.loss_fn(functional_call(self.model, p, (x,)), y) * w).sum()
+        g = torch.autograd.grad(loss, list(p.values()))
+        return loss.detach(), flat(dict(zip(p, g)))
+
+    def evaluate(self, params: dict | None = None) -> dict:
+        """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private.
+        On a multi-process transport this is a collective: every process adds its share."""
+        return self.transport.metrics(*self._loss_and_grad(params or self._eval_params(), *self._objective()))
+
+    # -- run loop --------------------------------------------------------------------------------
+    def _step(self, r: int) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """One round (one release of the mechanism)."""
+        if self.round >= self.total_rounds:
+            raise RuntimeError(f"the run is complete: {self.total_rounds} rounds were calibrated "
+                               "(running further would spend more privacy than the calibration covers).")
+        self.round += 1
+        self._step(self.round)
+
+    # -- state -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {}
+
+    def _load_state(self, state: dict) -> None:
+        pass
+
+    # -- shortcuts to the runner (dpcalib.optim.run.runner.Runner owns the loop, metrics and checkpoints) -----
+    def run(self, rounds: int | None = None, **kwargs) -> list[dict]:
+        """:meth:`dpcalib.optim.run.runner.Runner.run`: run ``rounds`` more rounds (default: to the calibrated total)."""
+        return Runner(self).run(rounds, **kwargs)
+
+    def state_dict(self) -> dict:
+        """:meth:`dpcalib.optim.run.runner.Runner.state_dict`: the whole state as plain data."""
+        return Runner(self).state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """:meth:`dpcalib.optim.run.runner.Runner.load_state_dict`: resume from :meth:`state_dict`."""
+        Runner(self).load_state_dict(state)
+
+    def save_checkpoint(self, path) -> None:
+        """:meth:`dpcalib.optim.run.runner.Runner.save_checkpoint` (atomic)."""
+        Runner(self).save_checkpoint(path)
+
+    def load_checkpoint(self, path) -> None:
+        """:meth:`dpcalib.optim.run.runner.Runner.load_checkpoint` (read with ``weights_only=True``: never unpickles)."""
+        Runner(self).load_checkpoint(path)

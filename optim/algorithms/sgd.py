@@ -1,0 +1,328 @@
+"""Minibatch optimizers on one dataset: DP-SGD / DPSGD-GC (Abadi et al. 2016; DiceSGD paper Algorithm 1), DP-SRM (practical
+clipped variant, DPSRM-E4) and DiceSGD with its Adam and automatic variants (DiceSGD paper Algorithms 2-4).
+
+Sampling is exactly what each accountant assumes: Poisson (every record independently with
+probability q) for DP-SGD and DiceSGD, fixed-size without replacement for DP-SRM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...accountant.validation import InputError
+from ... import mechanisms as M
+
+from ..tensors import flat, unflat
+from .core import PrivateOptimizer, check_clip, check_lr
+from ..clipping.paths import clip_factors
+
+__all__ = ["DPSGD", "DPSRM", "DiceSGD"]
+
+
+class _OneDataset(PrivateOptimizer):
+    _mechanism_type = None
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, **kwargs):
+        if not isinstance(mechanism, self._mechanism_type):
+            raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
+                             f"mechanisms.{self._mechanism_type.__name__}.")
+        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, **kwargs)
+        self.dataset = None
+        if not isinstance(data, (list, tuple)) and hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+            # a map-style dataset (torch.utils.data.Dataset): records are read when a batch draws them
+            self.dataset, self.x, self.y = data, None, None
+            self.n = len(data)
+            if self.n == 0:
+                raise InputError("data is not allowed: the dataset is empty.")
+        else:
+            if not isinstance(data, (list, tuple)) or len(data) != 2:
+                raise InputError("data is not allowed: expected a pair (x, y) of tensors or a map-style dataset "
+                                 "whose items are (x_i, y_i).")
+            self.x, self.y = (self._to(t) for t in data)
+            if self.x.shape[0] != self.y.shape[0] or self.x.shape[0] == 0:
+                raise InputError(f"data is not allowed: {self.x.shape[0]} inputs and {self.y.shape[0]} targets "
+                                 "(expected the same positive number).")
+            self.n = self.x.shape[0]
+        self.w = torch.full((self.n,), 1.0 / self.n, device=self.device, dtype=self.dtype)
+
+    def _poisson(self, q: float) -> torch.Tensor:
+        """Indices of a Poisson sample: every record independently with probability q."""
+        return self.sampler.poisson(self.n, q, self.data_generator)
+
+    def _without_replacement(self, size: int) -> torch.Tensor:
+        return self.sampler.without_replacement(self.n, size, self.data_generator)
+
+    def _rows(self, idx: torch.Tensor):
+        """``(x[idx], y[idx])`` on the model's device: from the tensors, or read from the dataset item by
+        item (only the drawn records) and stacked."""
+        if self.dataset is None:
+            return self.x[idx], self.y[idx]
+        items = [self.dataset[int(i)] for i in idx.tolist()] or [self.dataset[0]]
+        xs = torch.stack([torch.as_tensor(it[0]) for it in items])
+        ys = torch.stack([torch.as_tensor(it[1]) for it in items])
+        if idx.numel() == 0:
+            xs, ys = xs[:0], ys[:0]
+        return self._to(xs), self._to(ys)
+
+    def _loss_and_grad(self, params: dict, x, y, w):
+        if self.dataset is None:
+            return super()._loss_and_grad(params, x, y, w)
+        loss, grad = 0.0, 0.0                       # the dataset, 4096 records at a time
+        for s in range(0, self.n, 4096):
+            idx = torch.arange(s, min(s + 4096, self.n))
+            xs, ys = self._rows(idx)
+            lo, g = super()._loss_and_grad(params, xs, ys, w[s:s + idx.numel()])
+            loss, grad = loss + lo, grad + g
+        return loss, grad
+
+    def _clipped(self, idx, c, cur, stabilizer=None):
+        """``sum_{i in idx} clip(grad l(cur; z_i), c)`` (flat), asked of the per-example object for this
+        process's share of the batch and summed over the processes by the transport (data-parallel)."""
+        mine = self.transport.share(idx)
+        xs, ys = self._rows(mine)
+        part = self.per_example.clipped_sum(self.model, self.loss_fn, cur, xs, ys, c, ids=(0, mine),
+                                            stabilizer=stabilizer)
+        return self.transport.aggregate(part)
+
+    def _objective(self):
+        return self.x, self.y, self.w
+
+
+class DPSGD(_OneDataset):
+    """DP-SGD with gradient clipping (Abadi et al.; DPSGD-GC, Algorithm 1 of the DiceSGD paper):
+    ``x <- x - (lr/B) (sum_{i in B_t} clip(grad l(x, z_i), C) + N(0, z^2 C^2 I))`` with ``B_t`` a
+    Poisson sample at rate ``q`` and ``B = q n`` the expected batch size (the noise is on the SUM,
+    std ``z C``; claimed sensitivity ``C`` under add/remove).  ``mechanism``:
+    :class:`mechanisms.DPSGD`; ``noise``: its calibration (``noise_multiplier``)."""
+
+    name = "dp-sgd"
+    _mechanism_type = M.DPSGD
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, C: float, lr: float, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        self.C, self.lr = check_clip(C, "C"), check_lr(lr)
+        self.total_rounds = mechanism.total_steps
+        self.z = self._need("noise_multiplier")
+        if self.C == math.inf and self.z > 0:
+            raise InputError(f"C=inf is not allowed with noise_multiplier={self.z}: unclipped gradients have "
+                             "unbounded sensitivity.")
+        if mechanism.shuffled:
+            if mechanism.n != self.n:
+                raise InputError(f"mechanism.n={mechanism.n} is not allowed: the data holds {self.n} records.")
+            self.q, self.B = mechanism.batch_size / self.n, float(mechanism.batch_size)
+        else:
+            self.q = mechanism.sampling_rate
+            self.B = self.q * self.n
+        self.perm = None                    # shuffled batches: this epoch's permutation
+
+    def _batch(self, r: int) -> torch.Tensor:
+        """The records of round ``r`` (1-based): a Poisson sample, or batch ``(r-1) mod T`` of the
+        epoch's permutation (drawn at the epoch's first round)."""
+        if not self.mechanism.shuffled:
+            return self._poisson(self.q)
+        j = (r - 1) % self.mechanism.steps_per_epoch
+        if j == 0 or self.perm is None:
+            self.perm = self.sampler.permutation(self.n, self.data_generator)
+        return self.sampler.shuffled(self.perm, j, self.mechanism.batch_size)
+
+    def _state(self) -> dict:
+        return {"perm": self.perm}
+
+    def _load_state(self, state: dict) -> None:
+        self.perm = state.get("perm")
+
+    def _step(self, r: int) -> None:
+        cur = self.params()
+        self._offer_output(cur)
+        s = self._clipped(self._batch(r), self.C, cur)
+        std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
+        noisy = self.transport.release(self.privatizer, s, std, round=r, name="clipped gradient sum",
+                                     sensitivity=self.mechanism.sensitivity("step", self.C),
+                                     relation=self.mechanism.release("step").relation)
+        self.counts["step"] += 1
+        self._descend(cur, noisy, self.lr / self.B)
+
+    def _events(self) -> list:
+        return self.mechanism.events(self.levels, self.counts)
+
+    def sampled_record_signal(self, norm: float) -> tuple[float, float]:
+        """``(sampling rate, what one sampled record whose gradient has norm ``norm`` adds to the
+        release along that gradient)``: DP-SGD releases the clipped SUM."""
+        f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C, None)[0])
+        return self.q, norm * f
+
+
+class DPSRM(_OneDataset):
+    """DP-SRM, practical clipped variant (reconstructed: DPSRM-E4).
+
+    ``t = 0``: ``v^0 = (1/b0) sum_{B_0} clip(grad l(theta^0), C1) + N(0, sigma0^2 I)``.
+    ``t >= 1``: ``theta^t = theta^{t-1} - eta_{t-1} v^{t-1}`` and
+    ``v^t = (1/b) sum_{B_t} [(1-gamma) clip(grad l(theta^t) - grad l(theta^{t-1}), C2)
+    + gamma clip(grad l(theta^t), C1)] + (1-gamma) v^{t-1} + N(0, sigma^2 I)``, with ``B_0, B_t`` drawn
+    WITHOUT replacement (sizes b0, b).  ``eta = lr``, or ``min(lr, max_step/||v||)`` when
+    ``max_step`` is given (the paper's normalised step, which caps ``||theta^t - theta^{t-1}||``).
+    C1, C2, gamma are the mechanism's ``lipschitz``, ``step_bound``, ``momentum``; the noise stds
+    ``sigma0``, ``sigma`` are ABSOLUTE stds."""
+
+    name = "dp-srm"
+    _mechanism_type = M.DPSRM
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, max_step: float | None = None,
+                 C1: float | None = None, C2: float | None = None, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        m = mechanism
+        if self.n != m.n:
+            raise InputError(f"data has {self.n} records, which is not allowed: the calibration is for n={m.n} "
+                             "(the sampling rates b0/n, b/n would differ).")
+        self.sigma0, self.sigma = self._need("sigma0"), self._need("sigma")
+        self.C1 = check_clip(m.lipschitz if C1 is None else C1, "C1")
+        self.C2 = check_clip(m.step_bound if C2 is None else C2, "C2")
+        if (self.sigma0 > 0 or self.sigma > 0) and (self.C1 > m.lipschitz or self.C2 > m.step_bound):
+            raise InputError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+                             f"assumes C1 <= lipschitz={m.lipschitz} and C2 <= step_bound={m.step_bound}.")
+        self.gamma, self.b0, self.b = m.momentum, m.b0, m.b
+        self.lr = check_lr(lr)
+        self.max_step = None if max_step is None else check_lr(max_step, "max_step")
+        self.total_rounds = m.steps
+        self.v = None
+
+    def _eta(self, v) -> float:
+        if self.max_step is None:
+            return self.lr
+        nv = float(torch.linalg.vector_norm(v))
+        return self.lr if nv == 0.0 else min(self.lr, self.max_step / nv)
+
+    def _step(self, r: int) -> None:
+        prev = self.params()
+        if r == 1:
+            cur = prev
+            self._offer_output(cur)
+            v = self._clipped(self._without_replacement(self.b0), self.C1, cur) / self.b0
+            level, kind = self.sigma0, "v^0"
+        else:
+            cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
+            self._set_params(cur)
+            self._offer_output(cur)
+            idx = self._without_replacement(self.b)
+            mine = self.transport.share(idx)
+            xs, ys = self._rows(mine)
+            dsum = self.transport.aggregate(self.per_example.clipped_diff_sum(
+                self.model, self.loss_fn, cur, prev, xs, ys, self.C2, ids=(0, mine)))
+            g = self._clipped(idx, self.C1, cur)
+            v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b
+            level, kind = self.sigma, "v^t"
+        m = self.mechanism
+        public = None if r == 1 else (1.0 - self.gamma) * self.v     # the released v^{t-1} is public
+        self.v = self.transport.release(self.privatizer, v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
+                                      relation=m.release(kind).relation, public=public)
+        self.counts[kind] += 1
+
+    def _events(self) -> list:
+        return self.mechanism.events(self.levels, self.counts)
+
+    def _noise_keys(self) -> tuple:
+        return ("sigma0", "sigma") if self.counts["v^t"] else ("sigma0",)
+
+    def _state(self) -> dict:
+        return {"v": self.v}
+
+    def _load_state(self, state: dict) -> None:
+        self.v = state["v"]
+
+
+class DiceSGD(_OneDataset):
+    """DiceSGD (Algorithms 2-4 of the DiceSGD paper): clipping with error feedback.
+
+    ``v^t = (1/B) sum_{B_t} clip(g_i, C1) + clip(e^t, C2)`` (B_t Poisson at rate B/N, divided by
+    the nominal B); ``x <- x - lr (v^t + w^t)``, ``w^t ~ N(0, sigma1^2 I)`` (noise on the AVERAGE);
+    ``e^{t+1} = e^t + (1/B) sum_{B_t} g_i - v^t`` (noise-free; e is never released).
+    ``optimizer="adam"``: Algorithm 3, Adam on ``v^t + w^t`` with bias corrections
+    ``1 - beta^(t+1)`` (Adam's bias correction at step t + 1).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
+    x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free,
+    DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
+
+    name = "dicesgd"
+    _mechanism_type = M.DiceSGD
+
+    def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, optimizer: str = "sgd",
+                 betas=(0.9, 0.999), eps: float = 1e-8, stabilizer: float = 0.01, C1: float | None = None,
+                 C2: float | None = None, **kwargs):
+        super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
+        m = mechanism
+        if self.n != m.N:
+            raise InputError(f"data has {self.n} records, which is not allowed: the calibration is for N={m.N} "
+                             "(the Poisson rate B/N would differ).")
+        if optimizer not in ("sgd", "adam"):
+            raise InputError(f"optimizer={optimizer!r} is not allowed: expected 'sgd' or 'adam'.")
+        c1, c2, _ = m.clips
+        self.sigma1 = self._need("sigma1")
+        self.C1 = check_clip(c1 if C1 is None else C1, "C1")
+        self.C2 = check_clip(c2 if C2 is None else C2, "C2")
+        if self.sigma1 > 0 and (self.C1 > c1 or self.C2 > c2):
+            raise InputError(f"C1={self.C1}, C2={self.C2} are not allowed with non-zero noise: the calibration "
+                             f"assumes C1 <= {c1} and C2 <= {c2}.")
+        self.automatic = bool(m.automatic)
+        self.stabilizer = float(stabilizer) if self.automatic else None
+        if self.automatic and not (self.stabilizer > 0):
+            raise InputError(f"stabilizer={stabilizer!r} is not allowed: expected a number > 0.")
+        self.lr, self.opt = check_lr(lr), optimizer
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        for name, b in (("betas[0]", self.beta1), ("betas[1]", self.beta2)):
+            if not 0.0 <= b < 1.0:
+                raise InputError(f"{name}={b!r} is not allowed: expected a number in [0, 1).")
+        self.adam_eps = float(eps)
+        self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
+        d = sum(p.numel() for p in self.model.parameters())
+        self.e = torch.zeros(d, device=self.device, dtype=self.dtype)
+        self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
+
+    def sampled_record_signal(self, norm: float) -> tuple[float, float]:
+        """``(sampling rate, what one sampled record whose gradient has norm ``norm`` adds to the
+        release along that gradient)``: the clipped sum over the nominal batch B (the error feedback
+        is not a record's)."""
+        f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C1, self.stabilizer)[0])
+        return self.q, norm * f / self.B
+
+    def _clip_e(self):
+        ne = torch.linalg.vector_norm(self.e).reshape(1)
+        return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
+
+    def _step(self, r: int) -> None:
+        t = r - 1
+        cur = self.params()
+        self._offer_output(cur)
+        idx = self._poisson(self.q)
+        clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
+        mine = self.transport.share(idx)
+        xs, ys = self._rows(mine)
+        plain = self.transport.aggregate(self.per_example.grad_sum(self.model, self.loss_fn, cur, xs, ys,
+                                                                   ids=(0, mine)))
+        v = clipped / self.B + self._clip_e()
+        kind, m = ("first" if t == 0 else "later"), self.mechanism
+        vw = self.transport.release(self.privatizer, v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
+                                  sensitivity=m.sensitivity(kind, (self.C1, self.C2)),
+                                  relation=m.release(kind).relation)
+        self.counts[kind] += 1
+        if self.opt == "sgd":
+            step = vw
+        else:
+            vt = vw
+            self.m1 = self.beta1 * self.m1 + (1.0 - self.beta1) * vt
+            self.m2 = self.beta2 * self.m2 + (1.0 - self.beta2) * vt * vt
+            m1h = self.m1 / (1.0 - self.beta1 ** (t + 1))
+            m2h = self.m2 / (1.0 - self.beta2 ** (t + 1))
+            step = m1h / (torch.sqrt(m2h) + self.adam_eps)
+        self.e = self.e + plain / self.B - v
+        self._set_params(unflat(flat(cur) - self.lr * step, cur))
+
+    def _events(self) -> list:
+        # the clips this run really uses (<= the calibration's): their sensitivity, the run's epsilon
+        return self.mechanism.events(self.levels, self.counts, (self.C1, self.C2))
+
+    def _state(self) -> dict:
+        return {"e": self.e, "m1": self.m1, "m2": self.m2}
+
+    def _load_state(self, state: dict) -> None:
+        self.e, self.m1, self.m2 = state["e"], state["m1"], state["m2"]

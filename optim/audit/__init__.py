@@ -1,0 +1,37 @@
+"""The checks: everything that watches a run without being part of it.
+
+Job: the record-level sensitivity probe (:mod:`.probe`), the white-box audits and their drivers
+(:mod:`.drivers`: many-run likelihood-ratio audits, Poisson and without-replacement audits,
+one-run audits), the lockstep leader/twin runs (:mod:`.lockstep`) with the twin's replayed noise
+(:mod:`.replay`), the canaries and sampler couplings (:mod:`.canaries`), batched audit runs
+(:mod:`.batched`), the statistics that turn scores into eps lower bounds (:mod:`.bounds`), the
+noise tests (:mod:`.noise_tests`) and the standard audit setups (:mod:`.harnesses`).
+
+May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms` and every other sub-package of
+:mod:`dpcalib.optim` (``algorithms``, ``run``, ``clipping``, ``data``, ``tensors``); nothing
+imports it but :mod:`dpcalib.optim` itself and the command line.  A check enters a run only through
+its sampler, its per-example object and its noise source (tests/test_architecture.py).
+"""
+
+from .bounds import (AuditReport, CurveCheck, curve_check, epsilon_lower_bounds, gdp_thresholds,
+                     heldout_curve_check, heldout_lower_bound, one_run_epsilon, one_run_p_value)
+from .canaries import GradientCanary, ManyCanaries, WORCoupling, plant
+from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, ProbeReport, audit, audit_poisson, audit_wor,
+                      llr_samples, one_run_audit, plot_audit, sensitivity_probe, spent_tradeoff)
+from .harnesses import AUDITABLE, ONE_RUN, harness, one_run_harness, wor_claim, wor_harness
+from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wor_llr, zero
+from .noise_tests import NoiseKSTest, NoiseStdTest, noise_ks_test, noise_std_test
+from .probe import PROBE_DEFAULTS, SLACK_ULPS, Pair, RecordProbeReport, pairs, probe_harness, record_probe
+from .replay import ReplaySource
+from ...accountant import TradeOffCurve
+
+__all__ = [
+    "AuditReport", "CurveCheck", "curve_check", "epsilon_lower_bounds", "gdp_thresholds", "heldout_curve_check",
+    "heldout_lower_bound", "one_run_epsilon", "one_run_p_value", "GradientCanary", "ManyCanaries", "WORCoupling",
+    "plant", "CANARY_NORM", "DEFAULT_BATCH", "OneRunReport", "ProbeReport", "audit", "audit_poisson", "audit_wor",
+    "llr_samples", "one_run_audit", "plot_audit", "sensitivity_probe", "spent_tradeoff", "AUDITABLE", "ONE_RUN",
+    "harness", "one_run_harness", "wor_claim", "wor_harness", "alternating", "constant", "pair_llr", "release_llr",
+    "run_pair", "wor_llr", "zero", "NoiseKSTest", "NoiseStdTest", "noise_ks_test", "noise_std_test",
+    "PROBE_DEFAULTS", "SLACK_ULPS", "Pair", "RecordProbeReport", "pairs", "probe_harness", "record_probe",
+    "ReplaySource", "TradeOffCurve",
+]

@@ -1,0 +1,442 @@
+"""Empirical checks of the calibrated noise: sensitivity probes and white-box privacy audits.
+
+Both run the real optimizers twice in lockstep: a **leader** on dataset D (one record replaced
+by a gradient canary A) and a **twin** on the neighbouring dataset D' (canary B) whose noise
+source is a :class:`~dpcalib.optim.audit.replay.ReplaySource`: the twin receives the leader's releases
+instead of adding its own noise, so it walks the same public history (same sampling, same
+iterates) while its data and hidden state (DIFF2 differences, DP-SRM momentum, DiceSGD error
+feedback) are its own.  At every release this gives both noiseless queries ``q_D``, ``q_D'`` and
+both requested stds at the state actually visited.
+
+* **Sensitivity probe**: ``||q_D - q_D'||`` against the sensitivity the algorithm claims, for
+  adversarial canaries (zero, huge, opposite gradients); and ``std_D == std_D'`` (the noise scale
+  must not depend on private data -- AdaD2P fails this).
+* **Privacy audit**: the log-likelihood ratio ``S = sum_r log N(o_r; q_D, s_D^2) / N(o_r; q_D', s_D'^2)``
+  of all releases, N runs with D the truth and N with D' the truth; 95 %-confidence lower bounds on
+  eps from Clopper-Pearson intervals on the false positive / negative rates at thresholds fixed
+  before looking (from the claimed GDP mu and N): the direct bound and the GDP bound.  For a
+  full-batch Gaussian mechanism and a canary at the claimed sensitivity, ``S`` is exactly
+  N(+mu^2/2, mu^2) vs N(-mu^2/2, mu^2).  The LLR conditions on the sampling, so the audit is valid
+  for claims that do not rely on amplification by sampling (full batches, J = 1, DiceSGD's
+  assumption-free accountant); see docs/audit.md.
+* **Trade-off curve**: measured (FPR, FNR) regions against the claimed f-DP curve
+  (:func:`curve_check`, :func:`plot_audit`).
+* **Sampled claims**: Poisson (:func:`audit_poisson`), fixed-size without replacement under
+  replace-one (:func:`audit_wor`, the coupling :class:`WORCoupling`); one training run with many
+  canaries (:func:`one_run_audit`, Steinke, Nasr & Jagielski 2023).
+* Batched runs of DP-GD / DIFF2-GD: :mod:`dpcalib.optim.audit.batched` (``audit(..., batch=...)``).
+
+This module holds the drivers and the reports; the lockstep runs and likelihood ratios are
+:mod:`dpcalib.optim.audit.lockstep`, the statistics :mod:`dpcalib.optim.audit.bounds`, the
+standard harnesses :mod:`dpcalib.optim.audit.harnesses` (all re-exported by
+:mod:`dpcalib.optim.audit`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from ...accountant.validation import InputError
+from ...accountant import TradeOffCurve, gdp_mu
+
+from .bounds import (AuditReport, curve_check, epsilon_lower_bounds, gdp_thresholds, heldout_curve_check,
+                     heldout_lower_bound, one_run_epsilon)
+from .batched import batched_llr, supports_batching
+from .canaries import ManyCanaries
+from .harnesses import ONE_RUN
+from .lockstep import (follow_run, lead_run, logaddexp, alternating, constant, pair_llr, release_llr, run_pair,
+                       wor_llr, zero)
+from ..data.sampling import ForcedRecord
+
+__all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", "plot_audit", "audit_wor",
+           "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    rows: tuple            # (pair, release name, max observed / claimed sensitivity, releases)
+    max_ratio: float       # over all pairs and releases with a claim
+    exceeded: int          # releases whose change exceeds the claim beyond floating-point rounding
+    std_mismatches: int    # releases where the requested std differs between D and D'
+    unclaimed: int         # releases without a claimed sensitivity (AdaD2P)
+
+    @property
+    def passed(self) -> bool:
+        return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
+
+
+def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
+                      seed: int = 0) -> ProbeReport:
+    """Replace the ``holder``'s record 0 by each pair of candidate canaries and measure, at every
+    release of the visited trajectory, ``||q_A - q_B||`` against the claimed sensitivity.
+
+    ``build(seed)`` returns a fresh optimizer (same configuration every call).  Default candidates:
+    zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
+    Under add/remove only pairs with the zero candidate (= the record removed) are compared.
+    """
+    probe = build(seed)
+    d = sum(p.numel() for p in probe.model.parameters())
+    if candidates is None:
+        candidates = {"zero": zero(d), "huge": constant(d, 1e6), "opposite": constant(d, -1e6),
+                      "alternating": alternating(d, 1e6)}
+    names = list(candidates)
+    rows, worst, mism, unclaimed, exceeded = [], 0.0, 0, 0, 0
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
+            rl, rt = leader.privatizer.releases, twin.privatizer.releases
+            if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
+                continue
+            per_name: dict = {}
+            for x, y in zip(rl, rt):
+                if x.std != y.std:
+                    mism += 1
+                if x.sensitivity is None:
+                    unclaimed += 1
+                    continue
+                dist = float(torch.linalg.vector_norm(x.value - y.value))
+                ulp = torch.finfo(leader.dtype).eps
+                slack = 1e-9 + 8 * ulp * float(torch.linalg.vector_norm(x.value) + torch.linalg.vector_norm(y.value))
+                exceeded += dist > x.sensitivity * (1 + 1e-9) + slack
+                ratio = dist / x.sensitivity if x.sensitivity > 0 else (math.inf if dist > 1e-12 else 0.0)
+                key = x.name.split(" (")[0] if "client" not in x.name else "v~ (local)"
+                prev = per_name.get(key, (0.0, 0))
+                per_name[key] = (max(prev[0], ratio), prev[1] + 1)
+            for key, (ratio, count) in per_name.items():
+                rows.append((f"{a} -> {b}", key, ratio, count))
+                worst = max(worst, ratio)
+    return ProbeReport(tuple(rows), worst, exceeded, mism, unclaimed)
+
+
+def plot_audit(report: AuditReport, path) -> None:
+    """Draw the claimed trade-off curve, the measured (FPR, FNR) points and their simultaneous
+    confidence regions (needs matplotlib: ``pip install 'dpcalib[plot]'``)."""
+    import numpy as np
+
+    if report.curve is None:
+        raise InputError("report is not allowed: it carries no trade-off measurements (curve=None).")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
+    except ImportError as exc:
+        raise InputError(f"plot is not available: matplotlib is not installed ({exc}); "
+                         "pip install 'dpcalib[plot]'") from None
+    c = report.curve
+    alpha = np.linspace(0.0, 1.0, 401)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 4.6))
+    ax.plot(alpha, 1.0 - alpha, color="0.75", lw=1, ls=":", label="perfect privacy (1 - FPR)")
+    ax.plot(alpha, c.curve(alpha), color="C0", lw=2, label=f"claimed: {c.curve.label()}")
+    for a, b, alo, ahi, blo, bhi, w in zip(c.fpr, c.fnr, c.fpr_lo, c.fpr_hi, c.fnr_lo, c.fnr_hi, c.below):
+        col = "C3" if w else "C2"
+        ax.add_patch(Rectangle((alo, blo), ahi - alo, bhi - blo, facecolor=col, alpha=0.25, edgecolor=col))
+        ax.plot([a], [b], "o", color=col, ms=4)
+    ax.plot([], [], "s", color="C2", alpha=0.5, label=f"measured, {c.confidence:.0%} simultaneous regions")
+    if c.violation:
+        ax.plot([], [], "s", color="C3", alpha=0.5, label="region entirely below the claim")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("FPR (type I: say D when D' is true)")
+    ax.set_ylabel("FNR (type II: say D' when D is true)")
+    ax.legend(loc="upper right", fontsize=7)
+    # the vertical gap to the claim over each region: [b_lo - f(a_lo), b_hi - f(a_hi)] (f non-increasing)
+    fa = np.asarray(c.fpr)
+    gap = np.asarray(c.fnr) - c.curve(fa)
+    lo = np.asarray(c.fnr_lo) - c.curve(np.asarray(c.fpr_lo))
+    hi = np.asarray(c.fnr_hi) - c.curve(np.asarray(c.fpr_hi))
+    cols = ["C3" if w else "C2" for w in c.below]
+    for x, g, l, h, col in zip(fa, gap, lo, hi, cols):
+        bx.errorbar([x], [g], yerr=[[g - l], [h - g]], fmt="o", color=col, capsize=4)
+    bx.axhline(0.0, color="C0", lw=2, label="claimed curve")
+    bx.set_xlabel("FPR")
+    bx.set_ylabel("FNR - claimed f(FPR)  (region's range)")
+    bx.set_title("below 0 everywhere in a region: violation", fontsize=8)
+    bx.legend(loc="best", fontsize=7)
+    fig.suptitle(f"{report.algorithm}: claimed eps={report.claimed_epsilon:g}, delta={report.delta:g}, "
+                 f"{c.runs[0]} runs/dataset -- verdict: {report.verdict}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+DEFAULT_BATCH = 4096
+
+
+def _check_runs(runs, low: int) -> int:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < low:
+        raise InputError(f"runs={runs!r} is not allowed: expected an integer >= {low}.")
+    return runs
+
+
+def _check_claim(claimed_epsilon, delta) -> tuple[float, float]:
+    """``(eps, delta)`` of the claim an audit tests, validated."""
+    e = float(claimed_epsilon)
+    if not e > 0 or math.isinf(e):
+        raise InputError(f"claimed_epsilon={claimed_epsilon!r} is not allowed: expected a finite number > 0.")
+    d = float(delta)
+    if not 0 < d < 1:
+        raise InputError(f"delta={delta!r} is not allowed: expected a number in (0, 1).")
+    return e, d
+
+
+def _paired_runs(one, runs: int, seed: int, desc: str, progress) -> tuple[list, list]:
+    """``one(seed, truth_is_d)`` for ``runs`` runs with D the truth (seeds ``seed + 2 i``) and
+    ``runs`` with D' (``seed + 2 i + 1``), one after another, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    s_d, s_p = [], []
+    bar = tqdm(total=2 * runs, desc=desc, disable=(None if progress is None else not progress), leave=False)
+    try:
+        for i in range(runs):
+            s_d.append(one(seed + 2 * i, True))
+            bar.update(1)
+            s_p.append(one(seed + 2 * i + 1, False))
+            bar.update(1)
+    finally:
+        bar.close()
+    return s_d, s_p
+
+
+def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, holder: int = 0,
+                batch: int | str | None = "auto", progress: bool | None = None) -> tuple[list, list]:
+    """``(S under D, S under D')``: the transcript log-likelihood ratio ``log p_D - log p_D'`` of
+    ``runs`` runs with D the truth (seeds ``seed + 2 i``) and ``runs`` with D' (``seed + 2 i + 1``).
+
+    ``batch``: ``None`` -- one leader/twin pair after another (the oracle); an integer -- that many
+    runs stacked along a tensor dimension (:mod:`dpcalib.optim.audit.batched`; DP-GD and DIFF2-GD), same value
+    per run; ``"auto"`` -- batched (4096 runs per batch) where the optimizer supports it.
+    """
+    _check_runs(runs, 1)
+    if batch == "auto":
+        batch = DEFAULT_BATCH if supports_batching(build(seed)) else None
+    if batch is not None:
+        seeds = [seed + i for i in range(2 * runs)]
+        s = batched_llr(build, canary_d, canary_dprime, seeds, [i % 2 == 0 for i in range(2 * runs)],
+                        holder=holder, batch=batch, progress=progress)
+        return s[0::2], s[1::2]
+    return _paired_runs(lambda sd, truth: pair_llr(build, sd, canary_d, canary_dprime, truth, holder), runs, seed,
+                        "audit", progress)
+
+
+def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
+          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
+          seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
+          curve: TradeOffCurve | None = None) -> AuditReport:
+    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
+    (``canary_dprime``); returns the eps lower bounds, the measured trade-off against the claimed
+    curve, and the verdict against ``claimed_epsilon``.
+
+    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
+    ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
+    ``curve``: the claimed trade-off curve (:func:`dpcalib.accountant.claimed_tradeoff` of the
+    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the curve the
+    optimizer's own accountant certifies for a complete run (:func:`spent_tradeoff`).
+    Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
+    ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+    """
+    _check_runs(runs, 1)
+    e, d = _check_claim(claimed_epsilon, delta)
+    mu = gdp_mu(e, d)
+    s_d, s_p = llr_samples(build, canary_d, canary_dprime, runs=runs, seed=seed, holder=holder, batch=batch,
+                           progress=progress)
+    b = epsilon_lower_bounds(s_d, s_p, d, mu, confidence)
+    finite = [v for v in s_d + s_p if math.isfinite(v)]
+    details = {k: b[k] for k in ("threshold_direct", "threshold_gdp", "fpr_direct", "fnr_direct", "fpr_gdp",
+                                 "fnr_gdp")}
+    details["mean_llr_d"] = sum(v for v in s_d if math.isfinite(v)) / max(1, len([v for v in s_d if math.isfinite(v)]))
+    details["infinite_llr"] = len(s_d) + len(s_p) - len(finite)
+    if curve is None:
+        curve = TradeOffCurve.gdp(mu) if gdp_exact else _default_curve(build, seed, e, d)
+    check = curve_check(s_d, s_p, curve, gdp_thresholds(mu), confidence)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
+                       details, check)
+
+
+def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
+    """The trade-off curve the optimizer's own accountant certifies for one complete run (exact GDP
+    for full-batch Gaussian compositions, else the PLD profile's envelope): the claim a curve check
+    tests when the caller gives none."""
+    from ...accountant import claimed_tradeoff
+
+    spent = build(seed)
+    spent.run(progress=False, log_every=spent.total_rounds)
+    return claimed_tradeoff(spent.accountant())
+
+
+def _default_curve(build, seed, e, d) -> TradeOffCurve:
+    """:func:`spent_tradeoff`, or the (eps, delta) curve of the stated claim where the optimizer has no
+    accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
+    from ...mechanisms import NoPrivacyGuaranteeError
+
+    try:
+        return spent_tradeoff(build, seed)
+    except NoPrivacyGuaranteeError:
+        return TradeOffCurve.epsilon_delta(e, d)
+
+
+def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
+                  confidence: float = 0.95, progress: bool | None = None, seed: int = 0,
+                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
+    """Audit of a Poisson-sampled optimizer under add/remove (D: with the canary record, D': without).
+
+    The canary's inclusion is the mechanism's secret, so the statistic must not use it: two
+    followers walk the leader's public history, one with the canary FORCED into every sample
+    (``q_in``) and one without it (``q_out``); the others' sampling is shared.  Per release,
+    ``log((1 - rate) + rate * p_in(o)/p_out(o))`` -- the exact LLR of a Poisson-subsampled Gaussian
+    step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
+    carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
+    optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
+    """
+    _check_runs(runs, 2)
+    q = float(rate)
+    if not 0.0 < q <= 1.0:
+        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
+    e, d = _check_claim(claimed_epsilon, delta)
+    dim = sum(p.numel() for p in build(seed).model.parameters())
+    absent = zero(dim)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+
+    def one(s, truth_has_canary):
+        leader = lead_run(build, s, canary if truth_has_canary else absent)
+        f_in, f_out = follow_run(build, s, leader, canary), follow_run(build, s, leader, absent)
+        f_in.sampler = ForcedRecord(0, 0, present=True)      # record 0 (the canary) in every sample
+        for _ in range(leader.total_rounds):
+            leader.step()
+            f_in.step()
+            f_out.step()
+        total = 0.0
+        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
+            o = x.released.detach().to("cpu", torch.float64)
+            llr = release_llr(o, a.value, a.std, b.value, b.std)
+            total += logaddexp(log_keep, math.log(q) + llr)
+        return total
+
+    s_d, s_p = _paired_runs(one, runs, seed, "audit", progress)
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": "Poisson mixture LLR, held-out threshold"}
+    if curve is None:
+        curve = _default_curve(build, seed, e, d)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check, measured_runs=runs - runs // 2)
+
+
+# ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
+#: the norm of every one-run canary's gradient (far above any clip: it is clipped to exactly C)
+CANARY_NORM = 1e6
+
+
+@dataclass(frozen=True)
+class OneRunReport:
+    algorithm: str
+    claimed_epsilon: float
+    delta: float
+    canaries: int
+    included: int
+    epsilon_lo: float              # max over the guess counts tried (Bonferroni-corrected)
+    guesses: tuple                 # (k, r, correct, eps_lo at the corrected level) per k
+    seed: int
+
+    @property
+    def verdict(self) -> str:
+        return "violation" if self.epsilon_lo > self.claimed_epsilon + 1e-9 else "consistent"
+
+    def as_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
+                "canaries": self.canaries, "included": self.included, "epsilon_lo": self.epsilon_lo,
+                "verdict": self.verdict, "guesses": [dict(zip(("k", "r", "correct", "epsilon_lo"), g))
+                                                     for g in self.guesses]}
+
+
+def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
+                  confidence: float = 0.95, seed: int = 0, progress: bool | None = None,
+                  name: str | None = None) -> OneRunReport:
+    """One-run audit (Steinke, Nasr & Jagielski, NeurIPS 2023) of a Poisson-sampled optimizer
+    (DP-SGD, DiceSGD): ONE training run with ``canaries`` = m gradient canaries, each a record of
+    the dataset with probability 1/2; canary i's gradient is 1e6 along its own coordinate of the
+    model (distinct coordinates: m <= number of parameters), so it is clipped to exactly C.  The
+    auditor sees every release (white box) and scores canary i by the sum over releases of the
+    Poisson-subsampled Gaussian LLR of the released value's coordinate (in vs out, at the claimed
+    std and the canary's contribution; the optimal score of one canary); it guesses "in" for
+    the k highest and "out" for the k lowest scores.  The eps lower bound is their Theorem 3
+    (:func:`one_run_epsilon`), maximised over the guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
+    ``1 - (1 - confidence)/len(ks)``), so the reported bound holds at ``confidence``.
+    """
+    import numpy as np
+
+    m = int(canaries)
+    opt = build(seed)
+    d = sum(p.numel() for p in opt.model.parameters())
+    if opt.name not in ONE_RUN:
+        raise InputError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
+                         "optimizer on one dataset (dp-sgd, dicesgd).")
+    if isinstance(canaries, bool) or not 2 <= m <= d:
+        raise InputError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
+                         "of the model per canary).")
+    if m * d * 8 > 1 << 30:
+        raise InputError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
+                         f"gradients ({m} x {d} float64) would need more than 1 GiB.")
+    e, dl = _check_claim(claimed_epsilon, delta)
+    ks = [max(1, m // 20), max(1, m // 10), max(1, m // 5)] if ks is None else [int(k) for k in ks]
+    if not ks or any(not 1 <= k <= m // 2 for k in ks):
+        raise InputError(f"ks={ks!r} is not allowed: expected guess counts in [1, {m // 2}].")
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7])
+    coords = rng.permutation(d)[:m]
+    included = rng.random(m) < 0.5
+    grads = torch.zeros(m, d, dtype=torch.float64)
+    grads[torch.arange(m), torch.as_tensor(coords)] = CANARY_NORM
+    ManyCanaries(grads, torch.as_tensor(included)).install(opt)
+    opt.privatizer.record, opt.privatizer.record_noise, opt.privatizer.record_values = True, False, True
+    opt.run(progress=progress, log_every=opt.total_rounds)
+    q, c = opt.sampled_record_signal(CANARY_NORM)
+    scores = np.zeros(m)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+    for rel in opt.privatizer.releases:
+        x = rel.released.detach().to("cpu", torch.float64).reshape(-1).numpy()[coords]
+        s2 = rel.std * rel.std
+        if s2 == 0.0:
+            continue
+        # log((1 - q) + q N(x; c, s^2) / N(x; 0, s^2)): the canary's per-release LLR, in vs out
+        scores += np.logaddexp(log_keep, math.log(q) + (x * c - 0.5 * c * c) / s2)
+    order = np.argsort(scores, kind="stable")
+    a_each = (1.0 - confidence) / len(ks)
+    rows, best = [], 0.0
+    for k in ks:
+        guess_in, guess_out = order[-k:], order[:k]
+        correct = int(included[guess_in].sum() + (~included[guess_out]).sum())
+        eps_k = one_run_epsilon(m, 2 * k, correct, dl, 1.0 - a_each)
+        rows.append((k, 2 * k, correct, eps_k))
+        best = max(best, eps_k)
+    return OneRunReport(name or opt.name, e, dl, m, int(included.sum()), best, tuple(rows), int(seed))
+
+
+#: optimizers the one-run audit supports (Poisson-sampled, one dataset)
+
+
+def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,
+              curve: TradeOffCurve | None = None, confidence: float = 0.95, progress: bool | None = None,
+              seed: int = 0, name: str | None = None) -> AuditReport:
+    """Audit of a claim that relies on fixed-size sampling without replacement under replace-one
+    (DP-SRM with b < n, DIFF2-BVR-L-SGD's local steps, ClipD2P with J > 1): D holds canary A as
+    record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
+    trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
+    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
+    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends)."""
+    _check_runs(runs, 2)
+    e, d = _check_claim(claimed_epsilon, delta)
+    s_d, s_p = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
+                            "audit (w/o replacement)", progress)
+    if curve is None:
+        curve = spent_tradeoff(build, seed)
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check, measured_runs=runs - runs // 2)

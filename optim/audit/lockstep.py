@@ -1,0 +1,172 @@
+"""Lockstep runs of the white-box audits and their likelihood ratios.
+
+A **leader** runs on dataset D (record 0 of a holder a gradient canary, :mod:`dpcalib.optim.audit.canaries`)
+and records its releases; a **twin** on the neighbouring D' walks the leader's public history
+through a :class:`~dpcalib.optim.audit.replay.ReplaySource`.  At every release both noiseless queries and both
+stds are known at the state actually visited, which gives the log-likelihood ratio of the whole
+transcript (:func:`pair_llr`) -- or, for fixed-size sampling without replacement, the exact
+mixture ratio of the replace-one coupling (:func:`wor_llr`, with the coupled samplers of
+:class:`~dpcalib.optim.audit.canaries.WORCoupling`).  Drivers and reports: :mod:`optim.audit`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .canaries import WORCoupling, plant
+from .replay import ReplaySource
+
+__all__ = ["zero", "constant", "alternating", "lead_run", "follow_run", "run_pair", "release_llr", "pair_llr", "wor_llr",
+           "logaddexp"]
+
+
+# ---- canaries ----------------------------------------------------------------------------------
+def _unit(d: int, direction=None) -> torch.Tensor:
+    u = torch.ones(d, dtype=torch.float64) if direction is None else torch.as_tensor(direction, dtype=torch.float64)
+    return u / torch.linalg.vector_norm(u)
+
+
+def zero(d: int):
+    """A record with zero gradient everywhere (under add/remove: the same as no record)."""
+    z = torch.zeros(d, dtype=torch.float64)
+    return lambda j: z
+
+
+def constant(d: int, norm: float, direction=None):
+    """The same gradient ``norm * u`` at every point."""
+    g = norm * _unit(d, direction)
+    return lambda j: g
+
+
+def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
+    """``sign * (-1)^j * norm * u`` at the j-th point: its differences between consecutive points
+    are ``2 norm`` long, so DIFF2's difference rounds carry it too."""
+    g = sign * norm * _unit(d, direction)
+    return lambda j: g if j % 2 == 0 else -g
+
+
+# ---- lockstep runs -----------------------------------------------------------------------------
+def lead_run(build, seed, canary, holder=0):
+    """A run that records its releases with their values (the truth of an experiment); record 0 of
+    the ``holder`` is the gradient canary (:func:`dpcalib.optim.audit.canaries.plant`)."""
+    leader = build(seed)
+    leader.privatizer.record = leader.privatizer.record_values = True
+    plant(leader, canary, holder)
+    return leader
+
+
+def follow_run(build, seed, leader, canary, holder=0):
+    """A run on another dataset that walks ``leader``'s public history (see :class:`~dpcalib.optim.audit.replay.ReplaySource`)."""
+    f = build(seed)
+    plant(f, canary, holder)
+    f.privatizer = ReplaySource(leader.privatizer, f.device, f.dtype)
+    return f
+
+
+def _leader_twin(build, seed, canary_a, canary_b, holder):
+    leader = lead_run(build, seed, canary_a, holder)
+    return leader, follow_run(build, seed, leader, canary_b, holder)
+
+
+def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: int | None = None):
+    """Leader (canary A) and twin (canary B) stepped in lockstep; returns both optimizers."""
+    leader, twin = _leader_twin(build, seed, canary_a, canary_b, holder)
+    n = leader.total_rounds if rounds is None else int(rounds)
+    for _ in range(n):
+        leader.step()
+        twin.step()
+    return leader, twin
+
+
+# ---- likelihood ratio --------------------------------------------------------------------------
+def _log_density(o, q, s):
+    """log N(o; q, s^2 I) without the 2 pi term; a point mass when s = 0 (+inf at q, -inf elsewhere)."""
+    if s == 0.0:
+        return math.inf if torch.equal(o, q) else -math.inf
+    return float(-torch.sum((o - q) ** 2) / (2.0 * s * s)) - o.numel() * math.log(s)
+
+
+def release_llr(o, q_a, s_a, q_b, s_b) -> float:
+    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0)."""
+    la, lb = _log_density(o, q_a, s_a), _log_density(o, q_b, s_b)
+    if math.isinf(la) and math.isinf(lb):
+        return 0.0 if la == lb else la
+    return la - lb
+
+
+def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
+    """S = log p_D(transcript) - log p_D'(transcript) (D carries canary A)."""
+    total = 0.0
+    for x, y in zip(leader.privatizer.releases, twin.privatizer.releases):
+        o = x.released.detach().to("cpu", torch.float64)
+        q_t, s_t, q_o, s_o = x.value, x.std, y.value, y.std
+        llr = release_llr(o, q_t, s_t, q_o, s_o) if truth_is_a else release_llr(o, q_o, s_o, q_t, s_t)
+        total += llr
+        if math.isinf(total):
+            return total
+    return total
+
+
+def pair_llr(build, seed: int, canary_d, canary_dprime, truth_is_d: bool, holder: int = 0) -> float:
+    """One run's statistic ``S = log p_D - log p_D'``: a leader releasing from D (``truth_is_d``) or
+    D', and its twin on the other dataset."""
+    a, b = (canary_d, canary_dprime) if truth_is_d else (canary_dprime, canary_d)
+    return _llr_of_pair(*run_pair(build, seed, a, b, holder=holder), truth_is_a=truth_is_d)
+
+
+# ---- fixed-size sampling without replacement (replace-one) ----------------------------------------
+def _log_kernel(o, q, s: float) -> float:
+    """``-||o - q||^2 / (2 s^2)`` (the part of log N(o; q, s^2 I) that differs between means); a point
+    mass for s = 0 (0 at q, -inf elsewhere)."""
+    if s == 0.0:
+        return 0.0 if torch.equal(o, q) else -math.inf
+    return float(-torch.sum((o - q) ** 2) / (2.0 * s * s))
+
+
+def logaddexp(x: float, y: float) -> float:
+    """``log(e^x + e^y)`` in double precision (either may be -inf)."""
+    m = max(x, y)
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log1p(math.exp(min(x, y) - m))
+
+
+def _mixture_llr(o, q_out, q_a, q_b, s: float, gamma: float) -> float:
+    """``log p_A(o) - log p_B(o)`` with ``p_X = (1 - gamma) N(q_out, s^2) + gamma N(q_X, s^2)``."""
+    la, lb, lo = _log_kernel(o, q_a, s), _log_kernel(o, q_b, s), _log_kernel(o, q_out, s)
+    if gamma < 1.0:
+        w_out, w_in = math.log1p(-gamma), math.log(gamma)
+        la, lb = logaddexp(w_out + lo, w_in + la), logaddexp(w_out + lo, w_in + lb)
+    if la == lb:
+        return 0.0
+    return la - lb
+
+
+def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int = 0) -> float:
+    """One run of the without-replacement statistic: the leader releases from D (canary A) or D'
+    (canary B); three followers walk its public history with the coupled batches -- "out", "in"
+    with canary A, "in" with canary B -- and each release contributes the exact mixture LLR
+    (:func:`_mixture_llr`, gamma = b/n of the sample that could hold the canary; a release whose
+    query holds the canary for sure -- a full batch -- has gamma = 1; one that cannot -- another
+    client's local step -- has equal queries and contributes 0)."""
+    leader = lead_run(build, seed, canary_a if truth_is_a else canary_b, holder)
+    f_out = follow_run(build, seed, leader, canary_a, holder)
+    f_a = follow_run(build, seed, leader, canary_a, holder)
+    f_b = follow_run(build, seed, leader, canary_b, holder)
+    for f, mode in ((f_out, "out"), (f_a, "in"), (f_b, "in")):
+        f.sampler = WORCoupling(seed, mode, (lambda f=f: len(f.privatizer.releases)), holder, base=f.sampler)
+    for _ in range(leader.total_rounds):
+        leader.step()
+        for f in (f_out, f_a, f_b):
+            f.step()
+    gam = f_out.sampler.gammas
+    if f_a.sampler.gammas != gam or f_b.sampler.gammas != gam:
+        raise RuntimeError("the followers sampled differently: the optimizer's sampling depends on private data.")
+    total = 0.0
+    for i, (x, u, a, b) in enumerate(zip(leader.privatizer.releases, f_out.privatizer.releases, f_a.privatizer.releases,
+                                         f_b.privatizer.releases)):
+        o = x.released.detach().to("cpu", torch.float64)
+        total += _mixture_llr(o, u.value, a.value, b.value, a.std, gam.get(i, 1.0))
+    return total

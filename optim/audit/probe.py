@@ -1,0 +1,324 @@
+"""Record-level sensitivity probe: neighbouring datasets that differ in one real record.
+
+The probe runs an optimizer on a dataset D (the **leader**, recording every release with its
+noiseless value) and, in lockstep, on a neighbouring dataset D' (the **twin**), whose noise source
+replays the leader's releases (:class:`~dpcalib.optim.audit.replay.ReplaySource`): the twin walks the same
+public history -- the same iterates, the same minibatches -- while everything computed from its
+data, hidden state included (DiceSGD's error feedback, DIFF2-BVR's local iterates, the D2P
+nodes), is its own.  At every release both noiseless queries ``q_D``, ``q_D'`` come from the
+per-example code that real records go through (forward, backward, clipping: the same calls as
+any run); nothing is injected.
+
+Neighbours (:func:`pairs`) are built in the data layer, at one slot of one holder's data:
+
+* **replace-one**: the record against another real record of the data set (held out), against
+  adversarial records (features x 1e3, label negated, label x 1e3, the all-zero record) and
+  against a *canary record* (features x 1e2, label 1e6: a real input whose gradient and gradient
+  difference are far above any clip norm at the states visited, so its clipped term sits at the
+  claim), and the canary against the canary with its label negated (opposite clipped terms: the
+  worst replace-one pair);
+* **add/remove**: each of those records present in D and absent from D'.
+
+For sampled releases the differing record is forced into every sample of the leader (the worst
+case), through the sampler (:class:`~dpcalib.optim.data.sampling.ForcedRecord`): under replace-one the twin's
+sample holds its own record at the same slot, under add/remove the twin's sample is the leader's
+without it.  Each release's move ``||q_D - q_D'||`` is compared with the sensitivity the
+algorithm claims for it; a move above ``claim + slack`` is an excess, ``slack`` being the float
+rounding stated here: ``SLACK_ULPS * eps(dtype) * (||q_D|| + ||q_D'||)`` (relative to the queries'
+magnitude, never to the claim).  The noise stds of D and D' must be equal too (the scale may not
+depend on private data).  Algorithms that claim no sensitivity (AdaD2P) are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ...accountant.validation import InputError
+from ...mechanisms import REGISTRY
+from .replay import ReplaySource
+from ..algorithms.d2p import NoGuarantee
+from ..data.sampling import ForcedRecord
+
+__all__ = ["Pair", "pairs", "record_probe", "RecordProbeReport", "SLACK_ULPS", "PROBE_DEFAULTS", "probe_harness"]
+
+#: the float slack of a move, in units of eps(dtype) * (||q_D|| + ||q_D'||)
+SLACK_ULPS = 64
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two neighbouring datasets at one slot: ``record_d`` there in D, ``record_dprime`` in D'
+    (``None``: the slot is empty in D', add/remove)."""
+
+    label: str
+    relation: str
+    record_d: tuple
+    record_dprime: tuple | None
+
+
+def _candidates(x, y, held_out) -> dict:
+    hx, hy = held_out
+    canary = (x * 1e2, torch.full_like(y, 1e6))
+    return {"a record": (x, y), "another record": (hx, hy), "features x 1e3": (x * 1e3, y),
+            "label negated": (x, -y), "label x 1e3": (x, y * 1e3),
+            "all-zero record": (torch.zeros_like(x), torch.zeros_like(y)), "canary record": canary}
+
+
+def pairs(x, y, held_out, relation: str) -> tuple:
+    """The neighbouring pairs the probe runs for the record ``(x, y)`` at the probed slot, with
+    ``held_out`` another real record of the same distribution (see the module docstring)."""
+    cand = _candidates(x, y, held_out)
+    if relation in ("add/remove", "zero-out"):
+        # zero-out (shuffled batches): the record replaced by one that contributes nothing -- in the
+        # batch's sum, the record taken out (the batch size that divides it is fixed)
+        return tuple(Pair(f"{k} / removed", relation, r, None) for k, r in cand.items())
+    if relation != "replace-one":
+        raise InputError(f"relation={relation!r} is not allowed: expected 'add/remove', 'zero-out' or 'replace-one'.")
+    out = [Pair(f"a record -> {k}", relation, cand["a record"], r) for k, r in cand.items() if k != "a record"]
+    cx, cy = cand["canary record"]
+    out.append(Pair("canary record -> canary, label negated", relation, (cx, cy), (cx, -cy)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RecordProbeReport:
+    """``rows``: one dict per (release kind, pair): ``release``, ``pair``, ``relation``,
+    ``worst_ratio`` (move / claim), ``releases``.  ``tol``: the largest slack / claim over all
+    releases (every release satisfies ``move <= claim (1 + tol)`` when ``exceeded == 0``)."""
+
+    algorithm: str
+    rows: tuple
+    worst_ratio: float
+    tol: float
+    exceeded: int
+    std_mismatches: int
+    releases: int
+    slot: tuple
+
+    @property
+    def passed(self) -> bool:
+        return self.exceeded == 0 and self.std_mismatches == 0
+
+    def worst(self) -> dict:
+        return max(self.rows, key=lambda r: r["worst_ratio"])
+
+    def as_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "worst_ratio": self.worst_ratio, "tol": self.tol,
+                "exceeded": self.exceeded, "std_mismatches": self.std_mismatches, "releases": self.releases,
+                "slot": {"holder": self.slot[0], "index": self.slot[1]}, "rows": [dict(r) for r in self.rows]}
+
+
+def _with_record(data: list, holder: int, index: int, record) -> list:
+    """A copy of ``data`` (a list of (x, y) per holder) with ``record`` at the slot."""
+    out = []
+    for h, (x, y) in enumerate(data):
+        if h == holder:
+            x, y = x.clone(), y.clone()
+            x[index], y[index] = record[0].to(x.dtype), record[1].to(y.dtype)
+        out.append((x, y))
+    return out
+
+
+class _Counting(ForcedRecord):
+    """:class:`ForcedRecord` that counts the samples it drew for the probed holder."""
+
+    def __init__(self, holder, index, present):
+        super().__init__(holder, index, present)
+        self.draws = 0
+
+    def poisson(self, n, q, generator, *, holder=0):
+        self.draws += self._mine(holder)
+        return super().poisson(n, q, generator, holder=holder)
+
+    def without_replacement(self, n, size, generator, *, holder=0):
+        self.draws += self._mine(holder)
+        return super().without_replacement(n, size, generator, holder=holder)
+
+    def one(self, n, generator, *, holder=0):
+        self.draws += self._mine(holder)
+        return super().one(n, generator, holder=holder)
+
+    def shuffled(self, perm, j, size, *, holder=0):
+        self.draws += self._mine(holder)
+        return super().shuffled(perm, j, size, holder=holder)
+
+
+def _release_kind(name: str) -> str:
+    """A release's name without what varies between releases of one kind (the client, the node, k)."""
+    if "local" in name:
+        return "v~ (local)"
+    return "node i: g + N" if name.startswith("node ") else name
+
+
+def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: int = 0, rounds: int | None = None,
+                 seed: int = 0, pair_list=None, progress: bool | None = None) -> RecordProbeReport:
+    """Probe every release of a run against its claimed sensitivity on real neighbouring records.
+
+    ``build(data, seed, sampler)`` returns a fresh optimizer on ``data`` (a list of (x, y), one per
+    holder: the clients or nodes; one entry for one dataset) drawing its minibatches through
+    ``sampler``.  The slot ``data[holder][index]`` is the record that differs; ``held_out`` is a
+    real record outside ``data``.  ``pair_list``: the neighbouring pairs (default :func:`pairs` of
+    the slot's record under the run's neighbouring relation).  ``rounds``: default the whole run.
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(data, (list, tuple)) or not data:
+        raise InputError("data is not allowed: expected a non-empty list of (x, y) pairs, one per holder.")
+    if not 0 <= int(holder) < len(data):
+        raise InputError(f"holder={holder!r} is not allowed: expected an integer in [0, {len(data) - 1}].")
+    if not 0 <= int(index) < data[holder][0].shape[0]:
+        raise InputError(f"index={index!r} is not allowed: expected an integer in [0, {data[holder][0].shape[0] - 1}].")
+    first = build(data, seed, None)
+    name = first.name
+    if isinstance(first, NoGuarantee):
+        raise InputError(f"algorithm={name!r} is not allowed for a sensitivity probe: it claims no sensitivity "
+                         "(AdaD2P's noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1).")
+    relation = _relation(first)
+    if pair_list is None:
+        x, y = data[holder]
+        pair_list = pairs(x[index], y[index], held_out, relation)
+    n = first.total_rounds if rounds is None else int(rounds)
+    if not 1 <= n <= first.total_rounds:
+        raise InputError(f"rounds={rounds!r} is not allowed: expected an integer in [1, {first.total_rounds}].")
+    eps = torch.finfo(first.dtype).eps
+    stats: dict = {}
+    worst, tol, exceeded, mismatches, count = 0.0, 0.0, 0, 0, 0
+    bar = tqdm(total=len(pair_list) * n, desc=f"probe {name}", disable=(None if progress is None else not progress),
+               leave=False)
+    try:
+        for pr in pair_list:
+            lead_s = _Counting(holder, index, True)
+            leader = build(_with_record(data, holder, index, pr.record_d), seed, lead_s)
+            leader.privatizer.record = leader.privatizer.record_values = True
+            twin_s = _Counting(holder, index, pr.record_dprime is not None)
+            twin = build(_with_record(data, holder, index, pr.record_dprime or pr.record_d), seed, twin_s)
+            twin.privatizer = ReplaySource(leader.privatizer, twin.device, twin.dtype)
+            for _ in range(n):
+                leader.step()
+                twin.step()
+                bar.update(1)
+            if pr.record_dprime is None and twin_s.draws == 0:
+                raise InputError(f"algorithm={name!r} is not allowed for an add/remove probe: its releases draw no "
+                                 "sample, so the record cannot be taken out (its claim is under replace-one).")
+            for a, b in zip(leader.privatizer.releases, twin.privatizer.releases):
+                count += 1
+                if a.std != b.std:
+                    mismatches += 1
+                qa, qb = (a.value, b.value) if a.fresh is None else (a.fresh, b.fresh)
+                move = float(torch.linalg.vector_norm(qa - qb))
+                slack = SLACK_ULPS * eps * float(torch.linalg.vector_norm(qa) + torch.linalg.vector_norm(qb))
+                claim = a.sensitivity
+                if claim > 0:
+                    ratio, t = move / claim, slack / claim
+                else:
+                    ratio, t = (0.0 if move <= slack else math.inf), 0.0
+                exceeded += move > claim + slack
+                tol, worst = max(tol, t), max(worst, ratio)
+                key = (_release_kind(a.name), pr.label)
+                r0, c0 = stats.get(key, (0.0, 0))
+                stats[key] = (max(r0, ratio), c0 + 1)
+    finally:
+        bar.close()
+    rows = tuple({"release": k, "pair": p, "relation": relation, "worst_ratio": r, "releases": c}
+                 for (k, p), (r, c) in stats.items())
+    return RecordProbeReport(name, rows, worst, tol, exceeded, mismatches, count, (int(holder), int(index)))
+
+
+def _relation(opt) -> str:
+    rels = {spec.relation for spec in opt.mechanism.releases}
+    if len(rels) != 1:
+        raise InputError(f"algorithm={opt.name!r} is not allowed: its releases mix neighbouring relations {rels}.")
+    return rels.pop()
+
+
+# ---- the standard probe of each algorithm (CLI and docs) ---------------------------------------------
+#: per algorithm: the learning rate and the clip norms that are not shape options (the papers' values),
+#: from the one registry (``dpcalib.mechanisms.REGISTRY``)
+PROBE_DEFAULTS = {name: dict(a.probe) for name, a in REGISTRY.items() if a.probe is not None}
+
+
+def refusal(algorithm: str) -> str:
+    """Why ``algorithm`` has no standard probe."""
+    entry = REGISTRY.get(algorithm) if isinstance(algorithm, str) else None
+    if entry is not None and entry.no_guarantee:
+        return (f"ALGORITHM={algorithm!r} is not allowed for a sensitivity probe: it claims no sensitivity "
+                f"({entry.no_guarantee})")
+    probed = ", ".join(name for name, a in REGISTRY.items() if a.probe is not None)
+    return f"ALGORITHM={algorithm!r} is not allowed for a probe: expected one of {probed}"
+
+
+#: nodes of the standard D2P probe network
+PROBE_NODES = 4
+
+
+def _table(name: str, rows: int, seed: int):
+    """``(x, y)`` float tensors: ``rows`` records of a synthetic shape or a numeric CSV (last column: the
+    target), prepared as in the DIFF2 paper (standardised features; targets scaled by max |y|)."""
+    import os
+
+    from .. import data as D
+
+    if os.path.exists(name):
+        t = D.load_csv(name, test_fraction=0.0, seed=seed)
+    elif name in D.SHAPES:
+        t = D.prepare(*D.synthetic(name, n=rows, seed=seed), task="regression", test_fraction=0.0, seed=seed)
+    else:
+        raise InputError(f"data={name!r} is not allowed: expected a synthetic shape ({', '.join(sorted(D.SHAPES))}) "
+                         "or the path of a numeric CSV file.")
+    if t.x_train.shape[0] < rows:
+        raise InputError(f"data={name!r} is not allowed: it has {t.x_train.shape[0]} records, the run needs {rows} "
+                         "(and one held out).")
+    return t.x_train[:rows], t.y_train[:rows].to(t.x_train.dtype)
+
+
+def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: int = 64, data: str = "california",
+                  lr: float | None = None, clips: dict | None = None, seed: int = 0, dtype=torch.float32):
+    """``(build, data, held_out)`` of the standard record probe of ``algorithm`` at the run shape
+    ``mechanism`` and noise ``noise``: an MLP d -> hidden -> hidden -> 1 (softplus; the papers'
+    model family) with the squared loss, on ``data`` (a synthetic shape or a CSV); as many records
+    as the shape fixes (the registry entry's ``records``: DIFF2 family n_min per client; DP-SRM n;
+    DiceSGD N; D2P J per node on 4 nodes), else ``n`` (DP-SGD).  ``lr``, ``clips`` (``c1``, ``c2``,
+    ``clip``, passed as the entry's ``clips`` keywords): default the entry's ``probe``."""
+    from torch import nn
+
+    from ..algorithms.registry import optimizer_class, squared_loss
+
+    entry = REGISTRY.get(algorithm) if isinstance(algorithm, str) else None
+    if entry is None or entry.probe is None:
+        raise InputError(refusal(algorithm))
+    opts = {**entry.probe, **{k: v for k, v in (clips or {}).items() if v is not None}}
+    if lr is not None:
+        opts["lr"] = lr
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        raise InputError(f"hidden={hidden!r} is not allowed: expected an integer >= 1.")
+    fixed = getattr(mechanism, entry.records, None) if entry.records else None
+    if entry.data == "clients":
+        holders, per = mechanism.clients, fixed
+    elif entry.data == "nodes":
+        holders, per = PROBE_NODES, fixed
+    else:
+        holders, per = 1, (fixed if entry.records else n)
+    if isinstance(per, bool) or not isinstance(per, int) or per < 2:
+        raise InputError(f"n={per!r} is not allowed: expected an integer >= 2 (records per dataset).")
+    x, y = _table(data, holders * per + 1, seed)
+    x, y = x.to(dtype), y.to(dtype)
+    held_out = (x[-1], y[-1])
+    tables = [(x[h * per:(h + 1) * per], y[h * per:(h + 1) * per]) for h in range(holders)]
+    d_in = x.shape[1]
+
+    def model():
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(d_in, hidden), nn.Softplus(), nn.Linear(hidden, hidden), nn.Softplus(),
+                             nn.Linear(hidden, 1)).to(dtype)
+
+    cls = optimizer_class(algorithm)
+    kw = {"lr": opts["lr"], **{keyword: opts[option] for option, keyword in entry.clips.items()}}
+
+    def build(tabs, s, sampler):
+        payload = tabs[0] if holders == 1 else tabs
+        return cls(model(), squared_loss, payload, mechanism, noise, seed=s, sampler=sampler, **kw)
+
+    return build, tables, held_out

@@ -1,0 +1,102 @@
+"""``nn.MultiheadAttention`` with its projections as ``nn.Linear`` layers, for fast per-sample clipping.
+
+``nn.MultiheadAttention`` keeps the query/key/value projections in one fused ``in_proj_weight`` and
+uses ``out_proj``'s weight functionally, so no per-layer rule sees them (the layers path of
+:mod:`optim.clipping` sends such a model to vmap).  :func:`linear_attention` replaces every one in
+a module tree, in place, by :class:`LinearMultiheadAttention`: the same function (the same weights,
+split into ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj``; masks, ``batch_first``, dropout,
+``need_weights``), whose four Linear layers the per-layer rules clip.  It also works inside
+``nn.TransformerEncoderLayer`` / ``DecoderLayer`` (training mode: their fused fast path is an
+inference-only path).  Not supported (refused): ``add_bias_kv``, ``add_zero_attn``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as Fn
+
+from ...accountant.validation import InputError
+
+__all__ = ["LinearMultiheadAttention", "linear_attention"]
+
+
+class LinearMultiheadAttention(nn.Module):
+    """Multi-head attention from four ``nn.Linear`` layers, call-compatible with ``nn.MultiheadAttention``."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, kdim=None,
+                 vdim=None, batch_first: bool = False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise InputError(f"num_heads={num_heads!r} is not allowed: expected a divisor of embed_dim={embed_dim}.")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, float(dropout), batch_first
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(kdim or embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(vdim or embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    @classmethod
+    def from_module(cls, m: nn.MultiheadAttention) -> "LinearMultiheadAttention":
+        """The same attention as ``m`` (its weights copied)."""
+        if m.bias_k is not None or m.add_zero_attn:
+            raise InputError("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not allowed: "
+                             "LinearMultiheadAttention has no rule for them.")
+        E = m.embed_dim
+        w0 = m.out_proj.weight
+        new = cls(E, m.num_heads, m.dropout, m.in_proj_bias is not None, m.kdim, m.vdim, m.batch_first)
+        new = new.to(device=w0.device, dtype=w0.dtype)
+        with torch.no_grad():
+            if m._qkv_same_embed_dim:
+                ws = (m.in_proj_weight[:E], m.in_proj_weight[E:2 * E], m.in_proj_weight[2 * E:])
+            else:
+                ws = (m.q_proj_weight, m.k_proj_weight, m.v_proj_weight)
+            for j, lin in enumerate((new.q_proj, new.k_proj, new.v_proj)):
+                lin.weight.copy_(ws[j])
+                if m.in_proj_bias is not None:
+                    lin.bias.copy_(m.in_proj_bias[j * E:(j + 1) * E])
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if m.out_proj.bias is not None:
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        new.train(m.training)
+        return new
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
+                average_attn_weights: bool = True, is_causal: bool = False):
+        if not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        B, L, E = query.shape
+        S = key.shape[1]
+        h, d = self.num_heads, self.head_dim
+        q = self.q_proj(query).reshape(B, L, h, d).transpose(1, 2)
+        k = self.k_proj(key).reshape(B, S, h, d).transpose(1, 2)
+        v = self.v_proj(value).reshape(B, S, h, d).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if attn_mask is None and is_causal:
+            attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
+        if attn_mask is not None:
+            am = attn_mask.reshape(B, h, L, S) if attn_mask.dim() == 3 else attn_mask
+            scores = scores.masked_fill(am, float("-inf")) if am.dtype == torch.bool else scores + am
+        if key_padding_mask is not None:
+            kpm = key_padding_mask.reshape(B, 1, 1, S)
+            scores = scores.masked_fill(kpm, float("-inf")) if kpm.dtype == torch.bool else scores + kpm
+        att = Fn.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+        out = self.out_proj((att @ v).transpose(1, 2).reshape(B, L, E))
+        if not self.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        return out, (att.mean(1) if average_attn_weights else att)
+
+
+def linear_attention(model: nn.Module) -> nn.Module:
+    """Replace every ``nn.MultiheadAttention`` in ``model`` (in place) by the equivalent
+    :class:`LinearMultiheadAttention`; returns ``model``.  Convert before building the optimizer."""
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.MultiheadAttention):
+            setattr(model, name, LinearMultiheadAttention.from_module(child))
+        else:
+            linear_attention(child)
+    return model

@@ -1,0 +1,121 @@
+"""The layers path's rule for ``nn.Conv1d`` / ``nn.Conv2d`` (any stride, zero padding, dilation,
+groups): the Linear rule with ``A`` the unfolded input patches (``T`` = output positions), per
+group; or, for ``groups == 1`` where forming the per-record weight gradients is cheaper than the
+Gram products, ONE grouped convolution of the inputs with the back-propagated signals
+(:func:`conv_weight_grads`), measured and summed as the same matrices."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as Fn
+
+from .linear import outer_terms
+from .numerics import gram_cheaper, record_sq64, rowdots64
+from .rules import Rule, register_rule
+
+__all__ = ["conv_padding", "conv_blocks", "conv_weight_grads", "conv_formed", "RULE"]
+
+
+def conv_padding(m):
+    """The conv's numeric padding, or None when it has none we unfold (a non-zero mode, uneven 'same')."""
+    if m.padding_mode != "zeros":
+        return None
+    if m.padding == "valid":
+        return (0,) * len(m.kernel_size)
+    if m.padding == "same":
+        pads = []
+        for k, d in zip(m.kernel_size, m.dilation):
+            if (d * (k - 1)) % 2:
+                return None
+            pads.append(d * (k - 1) // 2)
+        return tuple(pads)
+    return tuple(m.padding)
+
+
+def conv_blocks(mod, a, g):
+    """``[(A [B, T, in k], G [B, T, out])]``: the unfolded input patches and the signals, one block per group."""
+    B = a.shape[0]
+    pad = conv_padding(mod)
+    if isinstance(mod, nn.Conv1d):
+        a4 = a.unsqueeze(2)
+        k, d, s, pd = (1, mod.kernel_size[0]), (1, mod.dilation[0]), (1, mod.stride[0]), (0, pad[0])
+    else:
+        a4, k, d, s, pd = a, mod.kernel_size, mod.dilation, mod.stride, pad
+    cols = Fn.unfold(a4, k, dilation=d, padding=pd, stride=s)            # [B, C_in k, L]
+    G = g.reshape(B, g.shape[1], -1)                                     # [B, C_out, L]
+    ng = mod.groups
+    ci, co = cols.shape[1] // ng, G.shape[1] // ng
+    return [(cols[:, j * ci:(j + 1) * ci].transpose(1, 2), G[:, j * co:(j + 1) * co].transpose(1, 2))
+            for j in range(ng)]
+
+
+def conv_weight_grads(mod, a, g) -> torch.Tensor:
+    """Per-sample weight gradients of a conv with ``groups == 1`` as ``[in, B, out, k0, k1]`` (record b's
+    gradient is ``W[:, b]`` with its first two axes swapped), by ONE grouped convolution of the inputs
+    with the back-propagated signals (the samples as groups; the layer's stride becomes the dilation
+    and its dilation the stride) -- about 2x faster than unfolding the inputs into patches and
+    multiplying on the papers' CNN shapes.  The result is a view of the convolution's output: it is
+    measured and summed in that layout, never copied into a ``[B, out, in k]`` one."""
+    pad = conv_padding(mod)
+    if isinstance(mod, nn.Conv1d):
+        a, g = a.unsqueeze(2), g.unsqueeze(2)
+        k, s, d, p = (1,) + tuple(mod.kernel_size), (1,) + tuple(mod.stride), (1,) + tuple(mod.dilation), (0,) + pad
+    else:
+        k, s, d, p = tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.dilation), pad
+    B, co = a.shape[0], g.shape[1]
+    # give the convolution exactly the padded extent the k taps reach (reach <= extent + 2 padding: the
+    # layer's own output used no more), so that its output is exactly k wide and contiguous (no slice,
+    # no copy later): the far end is cropped, and where it still needs padding but less than the near
+    # end, the input is padded explicitly (an asymmetric pad the convolution cannot do)
+    reach = [d[j] * (k[j] - 1) + s[j] * (g.shape[2 + j] - 1) + 1 for j in range(2)]
+    far = [reach[j] - a.shape[2 + j] - p[j] for j in range(2)]        # padding (< 0: crop) at the far end
+    at = a.transpose(0, 1)
+    if all(far[j] == p[j] or (p[j] == 0 and far[j] <= 0) for j in range(2)):
+        at = at[:, :, :a.shape[2] + min(far[0], 0), :a.shape[3] + min(far[1], 0)]
+    else:
+        at, p = Fn.pad(at, [p[1], far[1], p[0], far[0]]), (0, 0)
+    out = Fn.conv2d(at, g.reshape(B * co, 1, g.shape[2], g.shape[3]), stride=d, dilation=s, padding=p, groups=B)
+    return out.unflatten(1, (B, co))
+
+
+def conv_formed(mod, a1, g1, a0, g0):
+    """A conv's ``(norm2, sums)`` from the formed per-sample weight gradients (gradient, or the
+    difference ``dg a^T + g0 da^T``), measured and summed as the same matrices."""
+    if a0 is None:
+        W, bias_sig = conv_weight_grads(mod, a1, g1), g1
+    else:
+        bias_sig = g1 - g0
+        W = conv_weight_grads(mod, a1, bias_sig)
+        if not torch.equal(a1, a0):
+            W = W + conv_weight_grads(mod, a1 - a0, g0)
+    B = W.shape[1]
+    norm2 = record_sq64(W)
+    has_b = mod.bias is not None
+    if has_b:
+        bs = bias_sig.reshape(B, bias_sig.shape[1], -1).sum(2)
+        norm2 = norm2 + rowdots64([(bs, bs)])[0]
+
+    def sums(f):      # [in, B] x [in, B, out k0 k1] -> [in, out k0 k1]: a batched matrix product, no copy of W
+        w = torch.matmul(f, W.reshape(W.shape[0], B, -1)).reshape(W.shape[0], *W.shape[2:]).transpose(0, 1)
+        out = {"weight": w.reshape(mod.weight.shape)}
+        if has_b:
+            out["bias"] = (bs * f[:, None]).sum(0)
+        return out
+    return norm2, sums
+
+
+def terms(mod, a1, g1, a0=None, g0=None):
+    if mod.groups == 1:
+        T, din = g1[0].numel() // g1.shape[1], mod.weight[0].numel()
+        if not gram_cheaper(T, din, mod.out_channels):      # formed: one grouped convolution, no unfold
+            return conv_formed(mod, a1, g1, a0, g0)
+    b0 = conv_blocks(mod, a0, g0) if a0 is not None else None
+    return outer_terms(mod, conv_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0))
+
+
+def why_not(m) -> str | None:
+    return f"padding {m.padding!r} / mode {m.padding_mode!r}" if conv_padding(m) is None else None
+
+
+RULE = register_rule(Rule((nn.Conv1d, nn.Conv2d), terms, why_not))

@@ -1,0 +1,172 @@
+"""The float64 numerics every per-layer rule of the layers path shares: per-row dot products and
+sums of squares accumulated in float64 (block by block, so that the float64 copies stay in cache),
+the a-priori-inflated float32 upper bound of a row's sum of squares, and the per-record norms and
+sums of matrices ``sum_k G_k^T A_k`` (Gram products when cheaper, else the matrices formed once,
+measured and summed as the same matrices).  The guarantee they serve: :mod:`.layers`."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+__all__ = ["ROW_BLOCK", "rowdots64", "UPPER_MAX_COLS", "row_sq_upper", "rows_sq_upper", "gram_cheaper", "gram_block",
+           "CAST_ELEMS", "row_sq64", "record_sq64"]
+
+
+#: rows per block of :func:`rowdots64` (the float64 copies of a block stay in cache)
+ROW_BLOCK = 1024
+
+
+def rowdots64(pairs) -> list:
+    """``[sum_j x_ij y_ij for (x, y) in pairs]``: per-row dot products of ``[n, d]`` tensors accumulated in
+    float64.  A pair of one tensor with itself is a squared norm (:func:`row_sq64`); other pairs are cast
+    block by block (casting whole matrices to float64 is memory-bound; a block's copies stay in cache)."""
+    n = pairs[0][0].shape[0]
+    dev = pairs[0][0].device
+    out = [row_sq64(x) if _same(x, y) else torch.empty(n, dtype=torch.float64, device=dev) for x, y in pairs]
+    cross = [(o, x, y) for o, (x, y) in zip(out, pairs) if not _same(x, y)]
+    for s in range(0, n if cross else 0, ROW_BLOCK):
+        e = min(s + ROW_BLOCK, n)
+        memo = {}
+
+        def f64(t):
+            k = id(t)
+            if k not in memo:
+                memo[k] = t[s:e].to(torch.float64)
+            return memo[k]
+        for o, x, y in cross:
+            o[s:e] = torch.einsum("ij,ij->i", f64(x), f64(y))
+    return out
+
+
+#: rows at most this long take :func:`row_sq_upper`'s float32 reduction (its slack gamma_d <= 6.2e-5)
+UPPER_MAX_COLS = 1024
+
+
+_U32 = 2.0 ** -24          # unit roundoff of float32
+
+
+_ETA32 = 2.0 ** -149       # smallest positive float32 (what an underflowing square may lose)
+
+
+def row_sq_upper(x: torch.Tensor) -> torch.Tensor:
+    """Per-row upper bounds, in float64, on the sums of squares of ``x [n, d]`` -- for the norm behind a
+    clip factor, where only an upper bound is needed for soundness (clipping harder is safe).
+
+    A float32 ``x`` with ``d <= UPPER_MAX_COLS`` is reduced in float32 (one pass, no float64 copy) and
+    the result inflated by the a-priori bound on its rounding: squaring and summing ``d`` non-negative
+    terms in ANY order gives ``s >= (1 - gamma_d) sum_j x_j^2 - d eta`` (Higham, Accuracy and Stability
+    of Numerical Algorithms, Lemma 3.1 and eq. (4.4); ``gamma_d = d u / (1 - d u)``, ``u = 2^-24``,
+    ``eta = 2^-149`` for squares that underflow), so ``(s + d eta) / (1 - gamma_d)`` is >= the exact
+    sum.  The slack is at most ``(1 + gamma_d) / (1 - gamma_d) - 1 ~ 2 gamma_d`` relative on the sum
+    (``gamma_d`` = 6.2e-5 at d = 1024): the norm is over-stated by at most about ``gamma_d``.  Rows
+    whose float32 sum overflows, longer rows and other dtypes are summed exactly in float64
+    (:func:`row_sq64`)."""
+    return rows_sq_upper([x])[0]
+
+
+def rows_sq_upper(xs: list) -> torch.Tensor:
+    """:func:`row_sq_upper` of several ``[n, d_j]`` tensors at once: ``[J, n]`` float64 (one float32
+    reduction per tensor, the inflation and the overflow check on the stacked result: few small
+    operations, which is what a millisecond step pays for)."""
+    if not all(_bounded32(x) for x in xs):
+        return torch.stack([row_sq_upper(x) if _bounded32(x) else row_sq64(x) for x in xs])
+    s = torch.stack([(x * x).sum(1) for x in xs]).to(torch.float64)
+    add, scale = _inflation(tuple(x.shape[1] for x in xs), s.device)
+    out = torch.addcmul(add, s, scale)          # add + s * scale, >= (s + d eta) / (1 - gamma_d)
+    if not bool(torch.isfinite(s).all()):                 # a float32 sum overflowed: those rows exactly
+        for j, x in enumerate(xs):
+            big = ~torch.isfinite(s[j])
+            if bool(big.any()):
+                out[j, big] = row_sq64(x[big])
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _inflation(widths: tuple, device) -> tuple:
+    """``(add, scale)`` columns ``[J, 1]`` (float64) with ``add + s * scale >= (s + d eta) / (1 - gamma_d)``
+    for each row length ``d`` of :func:`rows_sq_upper` -- the scale rounded UP, the added term too
+    (kept per widths and device: a millisecond step should not rebuild two small tensors)."""
+    scale = [math.nextafter(1.0 / (1.0 - d * _U32 / (1.0 - d * _U32)), math.inf) for d in widths]
+    add = [math.nextafter(d * _ETA32 * s, math.inf) for d, s in zip(widths, scale)]
+    return (torch.tensor(add, dtype=torch.float64, device=device)[:, None],
+            torch.tensor(scale, dtype=torch.float64, device=device)[:, None])
+
+
+def _bounded32(x: torch.Tensor) -> bool:
+    """``x`` takes :func:`row_sq_upper`'s float32 reduction (float32 rows at most ``UPPER_MAX_COLS`` long)."""
+    return x.dtype == torch.float32 and x.shape[1] <= UPPER_MAX_COLS
+
+
+def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """``x`` and ``y`` are the same elements (the same tensor, or equal views of one storage)."""
+    return x is y or (x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+                      and x.dtype == y.dtype)
+
+
+def gram_cheaper(T: int, din: int, dout: int) -> bool:
+    return T * (din + dout) < din * dout
+
+
+def gram_block(terms):
+    """``(norm2 [B] float64, sums(f) -> [out, in])`` of the per-record matrices ``sum_k G_k^T A_k``
+    (``terms = [(G [B, T, out], A [B, T, in]), ...]``).  Gram products (float64) when cheaper --
+    the sum is then formed from the signals; otherwise the per-record matrices are formed once in
+    the working dtype, their norms taken in float64 and the SAME matrices summed, so that the norm
+    is always that of the vector added."""
+    G0, A0 = terms[0]
+    B, T, din = A0.shape
+    dout = G0.shape[2]
+    if T == 1 and len(terms) == 1:
+        gg, aa = rowdots64([(G0[:, 0], G0[:, 0]), (A0[:, 0], A0[:, 0])])
+        n2 = gg * aa
+        return n2, (lambda f: (G0[:, 0] * f[:, None]).T @ A0[:, 0])
+    if gram_cheaper(T, din, dout):
+        n2 = torch.zeros(B, dtype=torch.float64, device=A0.device)
+        step = max(1, CAST_ELEMS // max(T * (din + dout) * len(terms), 1))   # records per float64 block
+        for s in range(0, B, step):
+            c = [(G[s:s + step].to(torch.float64), A[s:s + step].to(torch.float64)) for G, A in terms]
+            for i, (Gi, Ai) in enumerate(c):
+                for j in range(i, len(c)):
+                    Gj, Aj = c[j]
+                    v = ((Ai @ Aj.transpose(1, 2)) * (Gi @ Gj.transpose(1, 2))).sum((1, 2))
+                    n2[s:s + step] += v if i == j else 2.0 * v
+        return n2, (lambda f: sum(torch.einsum("bto,bti->oi", G * f[:, None, None], A) for G, A in terms))
+    W = sum(torch.einsum("bto,bti->boi", G, A) for G, A in terms)            # [B, out, in]
+    return row_sq64(W.reshape(B, -1)), (lambda f: torch.einsum("b,boi->oi", f, W))
+
+
+#: elements per float64 block of :func:`row_sq64` and of the Gram products (the copies stay in cache)
+CAST_ELEMS = 1 << 18
+
+
+def row_sq64(W: torch.Tensor) -> torch.Tensor:
+    """Per-row sums of squares of ``W [B, m]`` in float64 (``vector_norm`` with a float64 accumulator,
+    squared: relative error ~1e-16), block by block for large ``W`` -- blocks of whole rows, or of
+    columns when a row alone is larger than a block (each block's float64 copy stays in cache; a
+    whole-matrix cast is memory-bound)."""
+    B, m = W.shape
+    if B * m <= CAST_ELEMS:
+        return torch.linalg.vector_norm(W, dim=1, dtype=torch.float64).square()
+    if m <= CAST_ELEMS:                      # many rows: blocks of whole rows
+        rows = CAST_ELEMS // m
+        return torch.cat([torch.linalg.vector_norm(W[r:r + rows], dim=1, dtype=torch.float64).square()
+                          for r in range(0, B, rows)])
+    out = torch.zeros(B, dtype=torch.float64, device=W.device)       # few, very long rows: blocks of columns
+    cols = max(1, CAST_ELEMS // max(B, 1))
+    for c in range(0, m, cols):
+        out += torch.linalg.vector_norm(W[:, c:c + cols], dim=1, dtype=torch.float64).square()
+    return out
+
+
+def record_sq64(W: torch.Tensor) -> torch.Tensor:
+    """Per-record sums of squares, in float64, of ``W [in, B, ...]`` (records on axis 1), cast block
+    by block along axis 0 (each block's float64 copy stays in cache)."""
+    dims = (0,) + tuple(range(2, W.dim()))
+    step = max(1, CAST_ELEMS // max(W[0].numel(), 1))
+    out = torch.zeros(W.shape[1], dtype=torch.float64, device=W.device)
+    for c in range(0, W.shape[0], step):
+        out += torch.linalg.vector_norm(W[c:c + step], dim=dims, dtype=torch.float64).square()
+    return out

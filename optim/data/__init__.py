@@ -1,0 +1,12 @@
+"""The data layer: the datasets (in-memory tables, the papers' shapes and preprocessing, CSV
+files, shards; :mod:`.datasets`) and how batches are drawn from them (:mod:`.sampling`:
+Poisson, fixed-size without replacement, shuffled epochs, full batches; the probe's forced
+record).
+
+May import: :mod:`dpcalib.accountant` (its input checks) and torch; nothing else of dpcalib.
+"""
+
+from .datasets import SHAPES, TabularData, equal_shards, load_csv, prepare, synthetic
+from .sampling import ForcedRecord, Sampler
+
+__all__ = ["SHAPES", "TabularData", "prepare", "load_csv", "equal_shards", "synthetic", "Sampler", "ForcedRecord"]

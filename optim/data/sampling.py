@@ -1,0 +1,111 @@
+"""How a run draws the records of each release: the samplers the accountants assume.
+
+Every reference optimizer draws its minibatches through a :class:`Sampler` (its ``sampler``
+argument), from the run's data generator:
+
+* :meth:`Sampler.poisson` -- every record independently with probability q (DP-SGD, DiceSGD,
+  ClipD2P / ConstD2P under add/remove);
+* :meth:`Sampler.without_replacement` -- a fixed-size sample without replacement (DP-SRM,
+  DIFF2-BVR-L-SGD's local steps);
+* :meth:`Sampler.one` -- one record uniformly (ClipD2P / ConstD2P under replace-one, J records);
+* :meth:`Sampler.permutation` + :meth:`Sampler.shuffled` -- shuffled batches: each epoch a random
+  permutation cut into consecutive batches of ``b`` (DP-SGD with ``sampling="shuffle"``; the last
+  batch is short unless the mechanism drops it).
+
+``holder`` names whose records are drawn (the client or node; 0 for one dataset).  The sampler
+is the one place where the draws can be changed for a check: :class:`ForcedRecord` (the record
+probe, :mod:`dpcalib.optim.audit.probe`) puts one record into every sample, or takes it out of every sample,
+which is the worst case of a sampled release and the add/remove neighbour of a Poisson sample.
+The optimizers' update code never knows which sampler drives it.
+"""
+
+from __future__ import annotations
+
+import torch
+from ...accountant.validation import InputError
+
+__all__ = ["Sampler", "ForcedRecord"]
+
+
+class Sampler:
+    """The plain draws (what the accountant assumes)."""
+
+    def poisson(self, n: int, q: float, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
+        """Indices (ascending) of a Poisson sample of ``n`` records at rate ``q``."""
+        keep = torch.rand(n, generator=generator, device=generator.device) < q
+        return keep.nonzero().flatten()
+
+    def without_replacement(self, n: int, size: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
+        """``size`` distinct indices of ``n`` records, uniformly."""
+        return torch.randperm(n, generator=generator, device=generator.device)[:size]
+
+    def one(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
+        """One index of ``n`` records, uniformly (a tensor of shape [1])."""
+        return torch.randint(n, (1,), generator=generator, device=generator.device)
+
+    def permutation(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
+        """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch)."""
+        return torch.randperm(n, generator=generator, device=generator.device)
+
+    def shuffled(self, perm: torch.Tensor, j: int, size: int, *, holder: int = 0) -> torch.Tensor:
+        """Batch ``j`` of an epoch: records ``j*size .. (j+1)*size - 1`` of its permutation."""
+        return perm[j * size:(j + 1) * size]
+
+
+class ForcedRecord(Sampler):
+    """The plain draws (same generator calls, so the other records are drawn as in the plain run),
+    then record ``index`` of ``holder`` put into every sample (``present=True``; a fixed-size sample
+    keeps its size: the record takes the last slot unless it is already in) or taken out of every
+    sample (``present=False``).  A shuffled batch is compared under zero-out: the record joins it
+    (nobody displaced) or leaves it.  Samples of other holders are left alone."""
+
+    def __init__(self, holder: int, index: int, present: bool):
+        self.holder, self.index, self.present = int(holder), int(index), bool(present)
+
+    def _mine(self, holder: int) -> bool:
+        return int(holder) == self.holder
+
+    def _without(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx[idx != self.index]
+
+    def poisson(self, n, q, generator, *, holder=0):
+        idx = super().poisson(n, q, generator, holder=holder)
+        if not self._mine(holder):
+            return idx
+        idx = self._without(idx)
+        if self.present:
+            idx = torch.sort(torch.cat([idx, idx.new_tensor([self.index])])).values
+        return idx
+
+    def without_replacement(self, n, size, generator, *, holder=0):
+        return self._fixed_size(super().without_replacement(n, size, generator, holder=holder), holder)
+
+    def shuffled(self, perm, j, size, *, holder=0):
+        # shuffled batches are compared under zero-out: the record's contribution is there or not, the
+        # other records of the batch are the same (present: the record joins the batch if the
+        # permutation put it elsewhere; absent: it is taken out)
+        idx = super().shuffled(perm, j, size, holder=holder)
+        if not self._mine(holder):
+            return idx
+        idx = self._without(idx)
+        return torch.cat([idx, idx.new_tensor([self.index])]) if self.present else idx
+
+    def _fixed_size(self, idx, holder):
+        if not self._mine(holder):
+            return idx
+        if not self.present:
+            return self._without(idx)
+        if bool((idx == self.index).any()) or idx.numel() == 0:
+            return idx
+        idx = idx.clone()
+        idx[-1] = self.index
+        return idx
+
+    def one(self, n, generator, *, holder=0):
+        idx = super().one(n, generator, holder=holder)
+        if not self._mine(holder):
+            return idx
+        if not self.present:
+            raise InputError("present=False is not allowed for a one-record sample: removing the only record of a "
+                             "replace-one release has no meaning (probe it under replace-one).")
+        return idx.new_tensor([self.index])

@@ -1,0 +1,55 @@
+"""The old module paths of dpcalib.optim (27 flat modules before the sub-packages by job) still
+import for one release, each with a DeprecationWarning that names the new home, and answer with
+the very objects of the new modules."""
+
+import importlib
+import sys
+import warnings
+
+import pytest
+
+pytest.importorskip("torch")
+
+import dpcalib.optim as O  # noqa: E402
+from dpcalib.optim.deprecated import MOVED  # noqa: E402
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_old_path_imports_with_a_deprecation_warning(old, monkeypatch):
+    monkeypatch.delitem(sys.modules, f"dpcalib.optim.{old}", raising=False)
+    with pytest.warns(DeprecationWarning, match=f"dpcalib.optim.{old} moved to dpcalib.optim.{MOVED[old][0]}"):
+        mod = importlib.import_module(f"dpcalib.optim.{old}")
+    for new in MOVED[old]:
+        target = importlib.import_module(f"dpcalib.optim.{new}")
+        for name in target.__all__:
+            assert getattr(mod, name) is getattr(target, name), (old, name)
+
+
+def test_old_names_used_as_attributes_and_in_from_imports(monkeypatch):
+    for old in ("harness", "sgd", "distributed"):     # as if imported for the first time
+        monkeypatch.delitem(sys.modules, f"dpcalib.optim.{old}", raising=False)
+        monkeypatch.delattr(O, old, raising=False)
+    with pytest.warns(DeprecationWarning, match="dpcalib.optim.harness moved"):
+        h = O.harness
+    assert h.harness is O.audit.harness
+    with pytest.warns(DeprecationWarning):
+        from dpcalib.optim.sgd import DPSGD
+    assert DPSGD is O.DPSGD
+    with pytest.warns(DeprecationWarning):
+        from dpcalib.optim.distributed import DistributedDPSGD, init_process_group  # noqa: F401
+    from dpcalib.optim.algorithms.distributed import DistributedDPSGD as new
+    assert DistributedDPSGD is new
+
+
+def test_the_new_paths_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for mod in ("algorithms", "algorithms.core", "audit", "audit.harnesses", "clipping", "clipping.layers",
+                    "data", "data.sampling", "run", "run.runner", "tensors"):
+            importlib.import_module(f"dpcalib.optim.{mod}")
+        assert O.data.prepare and O.audit.audit and O.clipping.clip_factors
+
+
+def test_an_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        O.nope  # noqa: B018
