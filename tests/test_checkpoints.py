@@ -101,4 +101,11 @@ def test_a_checkpoint_written_before_the_move_to_sub_packages_resumes_bit_for_bi
     opt.run(8, progress=False)
     want = torch.load(os.path.join(PRE_MOVE, "final_params.pt"), weights_only=True)[name]
     got = opt.params()
-    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want), name
+    assert list(got) == list(want)
+    if name.startswith("clipd2p"):
+        # ClipD2P's clip norms are taken in float64 since the commit after 047569c (they were the
+        # float32 norm of the float32 gradient): the float32 iterates differ by rounding, no more
+        assert all(torch.allclose(got[k], want[k], rtol=1e-6, atol=1e-7) for k in want), name
+        assert not all(torch.equal(got[k], want[k]) for k in want), "the float64 norms changed nothing?"
+    else:
+        assert all(torch.equal(got[k], want[k]) for k in want), name

@@ -2,8 +2,9 @@
 Gaussian noise over the time-varying directed exponential graph (AdaD2P paper App. C).
 
 The n nodes are simulated in one process with their parameters stacked along dimension 0
-(``X`` is n x d); per-node, per-sample gradients come from one nested ``torch.func.vmap``, the
-mixing is one matrix product ``X <- P^k X_half``.  The same code runs one node per process on
+(``X`` is n x d); per-node, per-sample gradients and their clipped sums come from the clipping
+package (:mod:`dpcalib.optim.clipping.points`: one nested ``torch.func.vmap``, norms in float64),
+the mixing is one matrix product ``X <- P^k X_half``.  The same code runs one node per process on
 torch.distributed: ``X`` then has the rank's one row and the mixing is a push-sum exchange
 (:class:`dpcalib.optim.run.ranks.NodesOnRanks`; see :mod:`dpcalib.optim.run.transport`).  Node i's
 iteration k:
@@ -23,7 +24,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.func import functional_call, grad, vmap
 
 from ...accountant.validation import InputError
 from ... import mechanisms as M
@@ -31,7 +31,7 @@ from ...mechanisms import paper_warning
 
 from ..tensors import flat, unflat
 from .core import PrivateOptimizer, check_clip, check_lr, node_seeds
-from ..clipping.paths import clip_factors
+from ..clipping.points import clipped_point_sums, point_grads
 from ..run.graph import VARIANTS
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P"]
@@ -83,14 +83,7 @@ class _Decentralized(PrivateOptimizer):
         self.X = x0.unsqueeze(0).repeat(len(here), 1)                 # x_i^0 = z_i^0 = model's parameters
         self.w = torch.ones(len(here), device=self.device, dtype=self.dtype)
 
-        def one(pflat, xi, yi):
-            p, i = {}, 0
-            for k, t in self.like.items():
-                p[k] = pflat[i:i + t.numel()].reshape(t.shape)
-                i += t.numel()
-            return self.loss_fn(functional_call(self.model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)).sum()
-
-        self._grads = vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+        self._grads = point_grads(self.model, self.loss_fn, self.like)
 
     def _sample(self):
         """``(x [n, M, ...], y [n, M], mask [n, M])``: the examples each node here uses this iteration."""
@@ -185,8 +178,7 @@ class ClipD2P(_Decentralized):
                              "sensitivity.")
 
     def _combine(self, g, mask):
-        f = clip_factors(torch.linalg.vector_norm(g, dim=2), self.C) * mask
-        return torch.einsum("nm,nmd->nd", f, g)
+        return clipped_point_sums(g, self.C, mask)
 
     def _stds(self, g_nodes):
         s = 0.0 if self.sigma == 0.0 else self.mechanism.std("iteration", self.sigma, self.C)

@@ -7,8 +7,9 @@ walks exactly the leader's iterates and hidden state -- DIFF2's running estimato
 released value -- so at every release the two only differ in the canary's term of the current
 query.  A batched round therefore needs, per run, one iterate, the previous iterate and ``v~``:
 
-* per-example gradients of every run at once: ``vmap`` over runs of ``vmap`` over records of
-  ``grad`` of the per-example loss (:mod:`torch.func`), any ``nn.Module``;
+* per-example gradients of every run at once, from the clipping package
+  (:func:`dpcalib.optim.clipping.points.point_grads`: ``vmap`` over runs of ``vmap`` over records of
+  ``grad`` of the per-example loss, any ``nn.Module``; the D2P nodes' gradients are the same code);
 * the clip of each run (DIFF2's ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` differs per run) and the
   noise std from the mechanism (``mechanism.std``: the one owner of the rule), the clipping rule
   from :func:`optim.clipping.clip_factors`;
@@ -27,7 +28,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.func import functional_call, grad, vmap
 
 from ...accountant.validation import InputError
 from ...mechanisms.registry import Names
@@ -35,6 +35,7 @@ from ..algorithms.core import stream_seeds
 from ..tensors import flat
 from .canaries import plant
 from ..clipping.paths import clip_factors
+from ..clipping.points import clipped_point_sums, point_grads
 
 __all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
 
@@ -67,39 +68,26 @@ class _Batch:
         self.w = t.w.clone()
         self.w_canary = float(t.w[row])
         self.w[row] = 0.0
-        self.names = [k for k, _ in t.model.named_parameters()]
-        self.shapes = [p.shape for _, p in t.model.named_parameters()]
-        self.sizes = [p.numel() for _, p in t.model.named_parameters()]
-        self.d = sum(self.sizes)
-
-        def loss_one(p, x, y):
-            return t.loss_fn(functional_call(t.model, p, (x.unsqueeze(0),)), y.unsqueeze(0)).sum()
-
-        self._per_example = vmap(vmap(grad(loss_one), in_dims=(None, 0, 0)), in_dims=(0, None, None))
+        self.d = sum(p.numel() for p in t.model.parameters())
+        like = {k: p.detach() for k, p in t.model.named_parameters()}
+        self._grads = point_grads(t.model, t.loss_fn, like, shared_records=True)
 
     def per_example(self, theta: torch.Tensor) -> torch.Tensor:
         """``[runs, records, d]`` per-example gradients at each run's flat parameters ``theta``."""
-        n = theta.shape[0]
-        params, i = {}, 0
-        for k, shape, size in zip(self.names, self.shapes, self.sizes):
-            params[k] = theta[:, i:i + size].reshape(n, *shape)
-            i += size
-        g = self._per_example(params, self.t.x, self.t.y)
-        return torch.cat([g[k].reshape(n, self.t.x.shape[0], -1) for k in self.names], dim=2)
+        return self._grads(theta, self.t.x, self.t.y)
 
 
 def _clipped_sum(per: torch.Tensor, c, w: torch.Tensor) -> torch.Tensor:
-    """``sum_i w_i clip(per_i, c)`` per run (``c``: a float or one clip per run)."""
-    norms = torch.linalg.vector_norm(per, dim=2)
-    cc = c[:, None] if isinstance(c, torch.Tensor) else c
-    f = clip_factors(norms, cc) * w
-    return torch.einsum("rn,rnd->rd", f, per)
+    """``sum_i w_i clip(per_i, c)`` per run (``c``: a float or one clip per run): the clipping
+    package's clipped sums over points (:func:`dpcalib.optim.clipping.points.clipped_point_sums`,
+    the D2P nodes' too; norms in float64)."""
+    return clipped_point_sums(per, c, w)
 
 
 def _canary_term(bt, g: torch.Tensor, c, runs: int) -> torch.Tensor:
     """``w_canary * clip(g, c)`` per run (``g``: the canary's gradient or gradient difference)."""
-    n = torch.linalg.vector_norm(g).reshape(1)
-    f = clip_factors(n, c)                      # c a tensor [runs]: one factor per run
+    n = torch.linalg.vector_norm(g, dtype=torch.float64).reshape(1)     # as the canary's own clip (canaries.py)
+    f = clip_factors(n, c).to(g.dtype)          # c a tensor [runs]: one factor per run
     return bt.w_canary * f.reshape(-1, 1).expand(runs, 1) * g.reshape(1, -1)
 
 

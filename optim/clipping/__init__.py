@@ -4,7 +4,8 @@ Job: the clipped sums of per-example gradients and of per-example gradient diffe
 paths (:mod:`.paths`: ghost norms, per-layer gradients, ``torch.func.vmap``), the per-layer rules
 (:mod:`.layers`: Linear, Conv, Embedding, LayerNorm, GroupNorm, with the shared float64
 numerics), attention built from them (:mod:`.attention`), the reuse of one batch's signals
-(:mod:`.signals`) and the object the updates ask for every per-example part of a query
+(:mod:`.signals`), the per-example gradients and clipped sums at several parameter points at
+once -- the D2P nodes, the batched audit's runs (:mod:`.points`) -- and the object the updates ask for every per-example part of a query
 (:mod:`.per_example`).  The norm clipped is the norm of the vector added, computed in float64.
 
 May import: :mod:`dpcalib.accountant` (its input checks), :mod:`dpcalib.optim.tensors` and torch.
@@ -14,8 +15,10 @@ from .attention import LinearMultiheadAttention, linear_attention
 from .paths import (ClippingFallbackWarning, clip_factors, clip_path, clipped_grad_diff_sum, clipped_grad_sum,
                     supports_ghost, supports_layers)
 from .per_example import PerExample
+from .points import clipped_point_sums, point_grads
 from .signals import SignalCache
 
 __all__ = ["LinearMultiheadAttention", "linear_attention", "ClippingFallbackWarning", "clip_factors", "clip_path",
            "clipped_grad_diff_sum", "clipped_grad_sum", "supports_ghost", "supports_layers", "PerExample",
+           "point_grads", "clipped_point_sums",
            "SignalCache"]
