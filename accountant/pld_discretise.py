@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .caches import cached, register
-from .events import GaussianEvent, PoissonSampledGaussianEvent
-from .pld_pairs import OverCap, Pair, Step
+from .pld_pairs import OverCap, Pair, Step, dominating_pairs
 
 __all__ = ["discretised_steps", "decay_block", "decayed_suffix"]
 
@@ -380,27 +379,21 @@ def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
 
 def discretised_steps(events, h, tau, direction, cap, lower=False):
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
-    in the list where the lower construction failed)."""
+    in the list where the lower construction failed).  Each event's dominating pairs come from
+    :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
+    symmetrised."""
     ups, los = [], []
     for ev, k in events:
-        z = ev.noise_multiplier
-        if isinstance(ev, GaussianEvent):
-            b = _bins_of(Pair("gauss", z), h, tau, cap)
-            ups.append(_upper_step(b, h, k))
-        elif isinstance(ev, PoissonSampledGaussianEvent):
-            q = ev.sampling_probability
-            if q == 0.0:
-                continue
-            b = _bins_of(Pair(direction, z, q), h, tau, cap)
-            ups.append(_upper_step(b, h, k))
+        pairs = dominating_pairs(ev, direction)
+        if not pairs:
+            continue
+        bins = [_bins_of(pr, h, tau, cap) for pr in pairs]
+        if len(bins) == 1:
+            ups.append(_upper_step(bins[0], h, k))
+            b = bins[0]
         else:
-            g = ev.sampling_ratio
-            if g == 0.0:
-                continue
-            rb = _bins_of(Pair("remove", z, g), h, tau, cap)
-            ab = _bins_of(Pair("add", z, g), h, tau, cap)
-            ups.append(_symmetrised(_upper_step(rb, h, k), _upper_step(ab, h, k), h))
-            b = _symmetrised_bins(rb, ab) if lower else None
+            ups.append(_symmetrised(*(_upper_step(bi, h, k) for bi in bins), h))
+            b = _symmetrised_bins(*bins) if lower else None
         if lower:
             los.append(_lower_step(b, h, k))
     return (ups, los) if lower else ups

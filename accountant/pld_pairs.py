@@ -16,7 +16,8 @@ from scipy import special
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
-           "EpsilonBracket", "Pair", "Step", "OverCap"]
+           "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
+           "Step", "OverCap"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -81,40 +82,21 @@ def _edge_masses(t):
     return np.maximum(out, 0.0)
 
 
-@dataclass(frozen=True)
 class Pair:
-    """``P = sum w N(m, z^2)`` vs ``Q = sum w N(m, z^2)``; loss monotone in x.
+    """A dominating pair ``(P, Q)`` of one-dimensional Gaussian mixtures ``sum w N(m, z^2)`` whose
+    privacy loss ``L = log P/Q`` is monotone in x: :class:`GaussianPair`, :class:`RemovePair`,
+    :class:`AddPair`.  :func:`dominating_pairs` chooses an event's; the discretiser
+    (:mod:`.pld_discretise`) reads every pair through :meth:`bins` and :meth:`loss_range` alone."""
 
-    ``kind``: "gauss" (P=N(1), Q=N(0)), "remove" (P=mix, Q=N(0)), "add" (P=N(0), Q=mix).
-    """
-
-    kind: str
     z: float
-    q: float = 1.0
+    q: float
 
-    @property
-    def p_comps(self):
-        if self.kind == "gauss":
-            return ((1.0, 1.0),)
-        if self.kind == "remove":
-            return ((1.0 - self.q, 0.0), (self.q, 1.0))
-        return ((1.0, 0.0),)
-
-    @property
-    def q_comps(self):
-        if self.kind == "add":
-            return ((1.0 - self.q, 0.0), (self.q, 1.0))
-        return ((1.0, 0.0),)
+    p_comps: tuple = ()
+    q_comps: tuple = ()
 
     def loss(self, x):
         """Privacy loss at x."""
-        x = np.asarray(x, dtype=float)
-        s = (x - 0.5) / (self.z * self.z)
-        if self.kind == "gauss":
-            return s
-        with np.errstate(divide="ignore"):
-            mix = np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
-        return mix if self.kind == "remove" else -mix
+        raise NotImplementedError
 
     def _x_of_mix(self, ell):
         """x with log(1 - q + q e^s(x)) = ell (-inf where ell <= log(1-q)).
@@ -132,6 +114,13 @@ class Pair:
             large = ell + np.log1p(-(1.0 - self.q) * np.exp(-np.where(big, ell, 1.0)))
         inner = np.where(big, large, small) - math.log(self.q)
         return self.z * self.z * inner + 0.5
+
+    def _mix_loss(self, x):
+        """``log(1 - q + q e^s(x))``, ``s = (x - 1/2) / z^2``: the loss of the remove pair."""
+        x = np.asarray(x, dtype=float)
+        s = (x - 0.5) / (self.z * self.z)
+        with np.errstate(divide="ignore"):
+            return np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
 
     def mass(self, comps, lo, hi):
         """Mixture mass of lo < x <= hi."""
@@ -156,36 +145,135 @@ class Pair:
                 out = out + w * e
         return out
 
+    def _x_edges(self, e):
+        """The x of the loss edges ``e`` (increasing with the loss)."""
+        raise NotImplementedError
+
     def bins(self, eps_edges):
         """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
         e = np.asarray(eps_edges, dtype=float)
-        if self.kind == "add":   # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
-            x = self._x_of_mix(-e)[::-1]
-            below, above = (x[-1], np.inf), (-np.inf, x[0])
-            memo = {}
-            P = self._edge_mass(self.p_comps, x, memo)[::-1]
-            Q = self._edge_mass(self.q_comps, x, memo)[::-1]
-        else:
-            x = self.z * self.z * e + 0.5 if self.kind == "gauss" else self._x_of_mix(e)
-            below, above = (-np.inf, x[0]), (x[-1], np.inf)
-            memo = {}
-            P = self._edge_mass(self.p_comps, x, memo)
-            Q = self._edge_mass(self.q_comps, x, memo)
+        x = self._x_edges(e)
+        below, above = (-np.inf, x[0]), (x[-1], np.inf)
+        memo = {}
+        P = self._edge_mass(self.p_comps, x, memo)
+        Q = self._edge_mass(self.q_comps, x, memo)
+        p_below = float(self.mass(self.p_comps, *below))
+        p_above = float(self.mass(self.p_comps, *above))
+        return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
+
+    def _tails(self, tau):
+        """The losses at the two ends of P's bulk (each tail beyond has mass at most tau)."""
+        r = float(-special.ndtri(max(tau, 1e-300))) * self.z
+        ms = [m for _, m in self.p_comps]
+        return self.loss(min(ms) - r), self.loss(max(ms) + r)
+
+    def loss_range(self, tau):
+        """Losses beyond which each tail of P has mass at most tau."""
+        lo, hi = self._tails(tau)
+        return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class GaussianPair(Pair):
+    """``P = N(1, z^2)`` vs ``Q = N(0, z^2)``: a full-batch Gaussian release of sensitivity 1."""
+
+    z: float
+    q: float = 1.0
+
+    p_comps = ((1.0, 1.0),)
+    q_comps = ((1.0, 0.0),)
+
+    def loss(self, x):
+        x = np.asarray(x, dtype=float)
+        return (x - 0.5) / (self.z * self.z)
+
+    def _x_edges(self, e):
+        return self.z * self.z * e + 0.5
+
+
+@dataclass(frozen=True)
+class RemovePair(Pair):
+    """``P = (1 - q) N(0, z^2) + q N(1, z^2)`` vs ``Q = N(0, z^2)``: a record sampled with probability q,
+    removed (the remove direction of Poisson sampling; one half of sampling without replacement)."""
+
+    z: float
+    q: float = 1.0
+
+    @property
+    def p_comps(self):
+        return ((1.0 - self.q, 0.0), (self.q, 1.0))
+
+    q_comps = ((1.0, 0.0),)
+
+    def loss(self, x):
+        return self._mix_loss(x)
+
+    def _x_edges(self, e):
+        return self._x_of_mix(e)
+
+    def loss_range(self, tau):
+        lo, hi = self._tails(tau)
+        lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
+        return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class AddPair(Pair):
+    """``P = N(0, z^2)`` vs ``Q = (1 - q) N(0, z^2) + q N(1, z^2)``: the add direction."""
+
+    z: float
+    q: float = 1.0
+
+    p_comps = ((1.0, 0.0),)
+
+    @property
+    def q_comps(self):
+        return ((1.0 - self.q, 0.0), (self.q, 1.0))
+
+    def loss(self, x):
+        return -self._mix_loss(x)
+
+    def bins(self, eps_edges):
+        # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
+        e = np.asarray(eps_edges, dtype=float)
+        x = self._x_of_mix(-e)[::-1]
+        below, above = (x[-1], np.inf), (-np.inf, x[0])
+        memo = {}
+        P = self._edge_mass(self.p_comps, x, memo)[::-1]
+        Q = self._edge_mass(self.q_comps, x, memo)[::-1]
         p_below = float(self.mass(self.p_comps, *below))
         p_above = float(self.mass(self.p_comps, *above))
         return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
 
     def loss_range(self, tau):
-        """Losses beyond which each tail of P has mass at most tau."""
-        r = float(-special.ndtri(max(tau, 1e-300))) * self.z
-        ms = [m for _, m in self.p_comps]
-        a, b = self.loss(min(ms) - r), self.loss(max(ms) + r)
-        lo, hi = (a, b) if self.kind != "add" else (b, a)
-        if self.kind == "remove":
-            lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)
-        if self.kind == "add":
-            hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)
+        a, b = self._tails(tau)
+        lo, hi = b, a                                                       # the loss decreases in x
+        hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
         return float(lo), float(hi)
+
+
+#: a pair by its direction's name ("gauss", "remove", "add")
+PAIRS = {"gauss": GaussianPair, "remove": RemovePair, "add": AddPair}
+
+
+def pair(kind: str, z: float, q: float = 1.0) -> Pair:
+    """The pair of one direction by name (``PAIRS``)."""
+    return PAIRS[kind](z, q)
+
+
+def dominating_pairs(event, direction: str) -> tuple:
+    """The dominating pairs of one event, in the order the discretiser composes them: one pair, or --
+    sampling without replacement under replace-one -- the remove and the add pair, whose discretised
+    steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0).
+    ``direction``: "remove" or "add", the direction a Poisson event's pair takes."""
+    z = event.noise_multiplier
+    if isinstance(event, GaussianEvent):
+        return (GaussianPair(z),)
+    if isinstance(event, PoissonSampledGaussianEvent):
+        q = event.sampling_probability
+        return () if q == 0.0 else (PAIRS[direction](z, q),)
+    g = event.sampling_ratio
+    return () if g == 0.0 else (RemovePair(z, g), AddPair(z, g))
 
 
 @dataclass

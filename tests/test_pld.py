@@ -25,6 +25,7 @@ from dpcalib.accountant import (
 )
 from dpcalib.accountant import pld_compose as PC
 from dpcalib.accountant import pld_discretise as PS
+from dpcalib.accountant import pld_pairs as PP
 from dpcalib.accountant.pld import pld_delta, pld_epsilon
 
 from tests import oracles
@@ -112,7 +113,7 @@ def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     from dpcalib.accountant import pld as P
 
     for h in (1e-2, 1e-4, 1e-6):
-        pair = [PS._rounded_step(PS.Pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
+        pair = [PS._rounded_step(PP.pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
                 for d in ("remove", "add")]
         sym = PS._symmetrised(*pair, h)
         assert abs(sym.mass.sum() + sym.inf - 1.0) <= 1e-12
@@ -277,11 +278,11 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
     from dpcalib.accountant import pld as P
 
     if kind == "both":      # the replace-one envelope of sampling without replacement
-        bins = PS._symmetrised_bins(*(PS._bins_of(PS.Pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._symmetrised_bins(*(PS._bins_of(PP.pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
                                      for d in ("remove", "add")))
         true = lambda e: max(oracles.wor_profile(q, z, e, d, dps=30) for d in ("remove", "add"))  # noqa: E731
     else:
-        bins = PS._bins_of(PS.Pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._bins_of(PP.pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
         true = lambda e: oracles.wor_profile(q, z, e, kind, dps=30)  # noqa: E731
     low = PS._lower_step(bins, h, 1)
     if low is None:     # allowed only when the grid does not resolve the loss's range (~q wide)
@@ -304,7 +305,7 @@ def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
     from dpcalib.accountant import pld as P
 
     h = 1e-4
-    low = PS._lower_step(PS._bins_of(PS.Pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
+    low = PS._lower_step(PS._bins_of(PP.pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
     losses = (low.i0 + np.arange(low.mass.size)) * h
     for e in (math.log1p(-q) - 3 * h, math.log1p(-q) - 50 * h):
         got = float(np.sum(low.mass * -np.expm1(e - losses)))
