@@ -7,10 +7,12 @@ non-private step (forward + backward of the mean loss + ``torch.optim.SGD.step``
 read the ratios, which share the machine state.
 
     python -m benchmarks.bench_diff2_round      (from the repository root)
+    python -m benchmarks.bench_diff2_round --methods ghost     (the fast path only: ~30 s)
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -40,7 +42,10 @@ def timed_rounds(opt, rounds):
     return {k: statistics.median(v) for k, v in kinds.items() if v}
 
 
-def main():
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="ghost,vmap", help="clipping paths to time (default ghost,vmap)")
+    methods = ap.parse_args(argv).methods.split(",")
     torch.set_num_threads(2)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16_000, 54, generator=g), torch.randn(16_000, generator=g)
@@ -59,6 +64,8 @@ def main():
     base = median_time(plain, 7)
     print(f"{'non-private full-batch gradient step':44s} {base * 1e3:9.1f} ms   1.00x")
     for method, n_rounds in (("ghost", 21), ("vmap", 3)):
+        if method not in methods:
+            continue
         opt = O.DIFF2GD(mlp(), O.squared_loss, shards, mech, rep, C1=1.0, C2=1.0, lr=1e-3,
                         clip_method=method, chunk_size=4000)
         t = timed_rounds(opt, n_rounds)
