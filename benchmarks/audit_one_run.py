@@ -61,8 +61,8 @@ def main(argv=None):
     core_cls = core.NoiseSource
 
     class Scaled(core_cls):
-        def _standard(self, shape, generator=None):
-            return 0.3 * super()._standard(shape, generator)
+        def standard(self, shape, generator=None):
+            return 0.3 * super().standard(shape, generator)
     core.NoiseSource = Scaled
     rs = [one_run(2.0, s) for s in range(a.seeds)]
     print(f"one-run   eps 2, noise x0.3: eps_lo per seed [{', '.join(f'{r.epsilon_lo:.3f}' for r in rs)}]; "

@@ -52,8 +52,8 @@ def _diff2bvr():
 class _HalfNoise(core.NoiseSource):
     """Planted bug: the noise actually added is 0.5 x the claimed std."""
 
-    def _standard(self, shape, generator=None):
-        return 0.5 * super()._standard(shape, generator)
+    def standard(self, shape, generator=None):
+        return 0.5 * super().standard(shape, generator)
 
 
 def audit(setup, runs):

@@ -82,3 +82,16 @@ def test_the_random_source_is_the_privatizer_and_noise_is_its_deprecated_name():
     assert isinstance(opt.privatizer, O.NoiseSource)
     with pytest.warns(DeprecationWarning, match="opt.privatizer"):
         assert opt.noise is opt.privatizer
+
+
+@pytest.mark.parametrize("path", ["run/runner.py"] + [f"audit/{m}.py" for m in (
+    "batched", "bounds", "canaries", "drivers", "harnesses", "lockstep", "noise_tests", "probe", "replay")])
+def test_the_runner_and_the_checks_read_only_public_names_of_the_update(path):
+    """The runner and the checks drive an update through its public methods (``algorithm_state``,
+    ``output_state``, ``epsilon_metric``, ``is_restart``, ``privatizer.standard``...), never its private
+    attributes: an update may change its insides freely."""
+    tree = ast.parse((OPTIM / path).read_text())
+    private = sorted({(n.value.id, n.attr) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id != "self" and n.attr.startswith("_")
+                      and not n.attr.startswith("__")})
+    assert not private, private

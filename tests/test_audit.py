@@ -129,8 +129,8 @@ def test_audit_of_full_batch_gaussian_optimizers_is_consistent_and_tight(name):
 class _Shrunk(NoiseSource):
     """Planted bug: the noise actually added is 0.7 x the claimed std."""
 
-    def _standard(self, shape, generator=None):
-        return 0.7 * super()._standard(shape, generator)
+    def standard(self, shape, generator=None):
+        return 0.7 * super().standard(shape, generator)
 
 
 def test_audit_catches_noise_secretly_scaled_by_0_7(monkeypatch):
@@ -249,8 +249,8 @@ def test_poisson_audit_of_dp_sgd_is_consistent():
 class _Tiny(NoiseSource):
     """Planted bug: the noise actually added is 0.2 x the claimed std."""
 
-    def _standard(self, shape, generator=None):
-        return 0.2 * super()._standard(shape, generator)
+    def standard(self, shape, generator=None):
+        return 0.2 * super().standard(shape, generator)
 
 
 def test_poisson_audit_catches_a_dp_sgd_with_a_fifth_of_its_noise(monkeypatch):

@@ -106,8 +106,8 @@ def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bo
     from audit_full_batch import builder
 
     class Shrunk(core.NoiseSource):
-        def _standard(self, shape, generator=None):
-            return 0.8 * super()._standard(shape, generator)
+        def standard(self, shape, generator=None):
+            return 0.8 * super().standard(shape, generator)
 
     monkeypatch.setattr(core, "NoiseSource", Shrunk)
     build, rep = builder("dp-gd")

@@ -54,8 +54,8 @@ def test_one_run_audit_of_dp_sgd_is_consistent(eps):
 
 def test_one_run_audit_catches_0_3_x_the_noise(monkeypatch):
     class Scaled(core.NoiseSource):
-        def _standard(self, shape, generator=None):
-            return 0.3 * super()._standard(shape, generator)
+        def standard(self, shape, generator=None):
+            return 0.3 * super().standard(shape, generator)
 
     monkeypatch.setattr(core, "NoiseSource", Scaled)
     build = _dpsgd(2.0)

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 import dpcalib.optim as O  # noqa: E402
 from dpcalib.optim.deprecated import MOVED  # noqa: E402
@@ -53,3 +53,13 @@ def test_the_new_paths_do_not_warn():
 def test_an_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         O.nope  # noqa: B018
+
+
+def test_a_noise_source_overriding_the_old_hook_name_still_plants_its_noise():
+    from dpcalib.optim.algorithms.core import NoiseSource
+
+    with pytest.warns(DeprecationWarning, match="_standard is now NoiseSource.standard"):
+        class Silent(NoiseSource):
+            def _standard(self, shape, generator=None):
+                return 0.0 * super().standard(shape, generator)
+    assert torch.equal(Silent(1, "cpu", torch.float64).standard((3,)), torch.zeros(3, dtype=torch.float64))

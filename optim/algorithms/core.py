@@ -95,8 +95,18 @@ class NoiseSource:
         the same stream whether the nodes are simulated together or run as separate processes."""
         self.row_generators = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
 
-    def _standard(self, shape, generator=None) -> torch.Tensor:
-        """Standard normal draws (every noise draw goes through here)."""
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_standard" in cls.__dict__ and "standard" not in cls.__dict__:   # the hook's old name
+            import warnings
+
+            warnings.warn(f"{cls.__name__}._standard is now NoiseSource.standard: override that; this alias goes in "
+                          "the next release.", DeprecationWarning, stacklevel=2)
+            cls.standard = cls.__dict__["_standard"]
+
+    def standard(self, shape, generator=None) -> torch.Tensor:
+        """Standard normal draws (every noise draw goes through here; a check that plants mis-scaled
+        noise overrides this)."""
         g = self.generator if generator is None else generator
         return torch.randn(shape, generator=g, device=self.device, dtype=self.dtype)
 
@@ -110,7 +120,7 @@ class NoiseSource:
         if std == 0:
             noise = torch.zeros_like(value)
         else:
-            z = self._standard(value.shape)
+            z = self.standard(value.shape)
             if not self.record:     # nothing keeps the noise: value + std z into its buffer, in one pass
                 return torch.add(value, z, alpha=std, out=z)
             noise = z.mul_(std)
@@ -125,7 +135,7 @@ class NoiseSource:
         if std < 0 or math.isnan(std):
             raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = split_public(value, public)
-        noise = torch.zeros_like(value) if std == 0 else std * self._standard(value.shape, self.row_generators[i])
+        noise = torch.zeros_like(value) if std == 0 else std * self.standard(value.shape, self.row_generators[i])
         out = value + noise
         self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
@@ -135,12 +145,12 @@ class NoiseSource:
         """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
         rows = values.shape[0]
         if self.row_generators is None:
-            z = self._standard(values.shape)
+            z = self.standard(values.shape)
         else:
             if len(self.row_generators) != rows:
                 raise InputError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
                                  "generators were set.")
-            z = torch.stack([self._standard(values.shape[1:], g) for g in self.row_generators])
+            z = torch.stack([self.standard(values.shape[1:], g) for g in self.row_generators])
         noise = stds.reshape(rows, 1).to(self.dtype) * z
         out = values + noise
         for i in range(rows):
@@ -358,7 +368,7 @@ class PrivateOptimizer:
     def _noise_keys(self) -> tuple:
         return tuple(self.levels)
 
-    def _epsilon_metric(self, delta) -> float:
+    def epsilon_metric(self, delta) -> float:
         """The metrics' eps: the best certified eps spent so far (at the end of the calibrated run,
         the run's eps -- what ``dpcalib epsilon`` prints for it)."""
         return self.epsilon_spent(delta) if delta is not None else math.nan
@@ -397,10 +407,25 @@ class PrivateOptimizer:
 
     # -- state -----------------------------------------------------------------------------
     def _state(self) -> dict:
+        """The algorithm's own state (plain tensors, numbers, lists, dicts): the hook a subclass writes."""
         return {}
 
     def _load_state(self, state: dict) -> None:
-        pass
+        """Restore :meth:`_state`'s output: the hook a subclass writes."""
+
+    def algorithm_state(self) -> dict:
+        """What a checkpoint keeps of the algorithm itself (:meth:`_state`), for the runner."""
+        return self._state()
+
+    def load_algorithm_state(self, state: dict) -> None:
+        self._load_state(state)
+
+    def output_state(self) -> tuple:
+        """``(iterate kept for output, candidates seen)``: the output reservoir, for the runner."""
+        return self._out, self._n_candidates
+
+    def load_output_state(self, out, n_candidates: int) -> None:
+        self._out, self._n_candidates = out, int(n_candidates)
 
     # -- shortcuts to the runner (dpcalib.optim.run.runner.Runner owns the loop, metrics and checkpoints) -----
     def run(self, rounds: int | None = None, **kwargs) -> list[dict]:

@@ -227,7 +227,7 @@ class NoGuarantee:
     def epsilon_spent(self, delta=None, accountant: str = "best") -> float:
         return math.inf if self.round else 0.0
 
-    def _epsilon_metric(self, delta) -> float:
+    def epsilon_metric(self, delta) -> float:
         return self.epsilon_spent()
 
 

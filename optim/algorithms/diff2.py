@@ -112,25 +112,33 @@ class DIFF2GD(PrivateOptimizer):
         return self.P
 
     # -- one round -------------------------------------------------------------------------------
-    def _restart(self, r: int) -> bool:
+    def is_restart(self, r: int) -> bool:
+        """Is round ``r`` (1-based) a restart round (r = 1, T + 1, ...)?"""
         return (r - 1) % self.T == 0
+
+    def difference_clip(self, dx):
+        """A difference round's clip ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` from the step length ``dx`` (a
+        number, or a tensor of them: one per batched run); 0 where the iterate did not move."""
+        if isinstance(dx, torch.Tensor):
+            return torch.where(dx == 0, torch.zeros_like(dx), self.C2 * dx)
+        return 0.0 if dx == 0.0 else self.C2 * dx
 
     def _diff2_round(self, r: int) -> dict:
         """Lines 2-12 of Algorithm 1: returns x_r (does not change the model)."""
         cur = self.params()
-        if self._restart(r):
+        if self.is_restart(r):
             part = self.per_example.clipped_sum(self.model, self.loss_fn, cur, self.x, self.y, self.C1, ids=self.ids,
                                                 weights=self.w)
             c, s, kind = self.C1, self.sigma1, "restart"
             v = self.transport.aggregate(part)
         else:
             dx = _step_length(cur, self.prev, self.lr, r)
-            c = 0.0 if dx == 0.0 else self.C2 * dx
+            c = self.difference_clip(dx)
             part = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, self.prev, self.x, self.y, c,
                                                      ids=self.ids, weights=self.w)
             s, kind = self.sigma2, "difference"
             v = self.transport.aggregate(part)
-        public = None if self._restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
+        public = None if self.is_restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
         std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
         vt = self.transport.release(self.privatizer, v, std, round=r, name=f"v~ ({kind})",
                                     sensitivity=self.mechanism.sensitivity(kind, c),

@@ -126,7 +126,7 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
     stat = torch.zeros(runs, dtype=torch.float64, device=dev)
     for r in range(1, t.total_rounds + 1):
         j = r - 1                                   # id of the parameter point (visit order)
-        if t._restart(r):
+        if t.is_restart(r):
             part = _clipped_sum(bt.per_example(theta), t.C1, bt.w)
             c = torch.full((runs,), t.C1, dtype=torch.float64, device=dev)
             s, kind = t.sigma1, "restart"
@@ -135,7 +135,7 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
             q_p = part + _canary_term(bt, g_p, t.C1, runs)
         else:
             dx = torch.linalg.vector_norm(theta - prev, dim=1).to(torch.float64)
-            c = torch.where(dx == 0, torch.zeros_like(dx), t.C2 * dx)
+            c = t.difference_clip(dx)                           # the update's own rule, per run
             per = bt.per_example(theta) - bt.per_example(prev)
             part = _clipped_sum(per, c.to(dt), bt.w) + v
             s, kind = t.sigma2, "difference"
@@ -148,7 +148,7 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
         else:
             std = torch.where(c == 0, torch.zeros_like(c), torch.as_tensor(t.mechanism.std(kind, s, c)))
         draw = (std > 0).tolist()
-        z = torch.stack([src._standard((bt.d,)) if k else torch.zeros(bt.d, device=dev, dtype=dt)
+        z = torch.stack([src.standard((bt.d,)) if k else torch.zeros(bt.d, device=dev, dtype=dt)
                          for src, k in zip(sources, draw)])
         o = torch.where(truth, q_d, q_p) + std.to(dt).reshape(-1, 1) * z
         stat = stat + _llr(o, q_d, q_p, std)

@@ -102,7 +102,7 @@ class Runner:
         u = self.update
         m = {"round": u.round, **u.evaluate()}
         d = u.delta if delta is None else delta
-        m["epsilon"] = u._epsilon_metric(d)
+        m["epsilon"] = u.epsilon_metric(d)
         if u.metrics and u.metrics[-1]["round"] == u.round:
             u.metrics[-1] = m
         else:
@@ -113,9 +113,9 @@ class Runner:
         return {
             "algorithm": u.name, "round": u.round, "total_rounds": u.total_rounds,
             "model": {k: v.clone() for k, v in u.model.state_dict().items()},
-            "state": u._state(), "counts": dict(u.counts), "metrics": list(u.metrics),
+            "state": u.algorithm_state(), "counts": dict(u.counts), "metrics": list(u.metrics),
             "rng": {"data": u.data_generator.get_state(), "output": u.output_generator.get_state()},
-            "noise": u.privatizer.state_dict(), "out": u._out, "n_candidates": u._n_candidates,
+            "noise": u.privatizer.state_dict(), "out": u.output_state()[0], "n_candidates": u.output_state()[1],
             "levels": dict(u.levels), "format": CHECKPOINT_FORMAT,
             "mechanism": _shape(u.mechanism), "transport": u.transport.name,
         }
@@ -147,14 +147,14 @@ class Runner:
             raise InputError(f"checkpoint is not allowed: its model's parameters {theirs} differ from this "
                              f"model's {mine}.")
         u.model.load_state_dict(state["model"])
-        u._load_state(_move(state["state"], u.device))
+        u.load_algorithm_state(_move(state["state"], u.device))
         u.round = int(state["round"])
         u.counts = Counter(state["counts"])
         u.metrics = list(state["metrics"])
         u.data_generator.set_state(state["rng"]["data"])
         u.output_generator.set_state(state["rng"]["output"])
         u.privatizer.load_state_dict(state["noise"])
-        u._out, u._n_candidates = _move(state["out"], u.device), int(state["n_candidates"])
+        u.load_output_state(_move(state["out"], u.device), state["n_candidates"])
 
     def save_checkpoint(self, path) -> None:
         """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""
