@@ -145,18 +145,25 @@ class Pair:
                 out = out + w * e
         return out
 
+    #: the loss decreases in x (the add pair): the x of the edges run backwards, and so do the bins
+    decreasing = False
+
     def _x_edges(self, e):
-        """The x of the loss edges ``e`` (increasing with the loss)."""
+        """The x of the loss edges ``e``, non-decreasing (for a decreasing loss: of ``-e``, reversed)."""
         raise NotImplementedError
 
     def bins(self, eps_edges):
         """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
         e = np.asarray(eps_edges, dtype=float)
         x = self._x_edges(e)
-        below, above = (-np.inf, x[0]), (x[-1], np.inf)
         memo = {}
         P = self._edge_mass(self.p_comps, x, memo)
         Q = self._edge_mass(self.q_comps, x, memo)
+        if self.decreasing:            # L > e  <=>  x < x_mix(-e): the bins run right to left
+            below, above = (x[-1], np.inf), (-np.inf, x[0])
+            P, Q = P[::-1], Q[::-1]
+        else:
+            below, above = (-np.inf, x[0]), (x[-1], np.inf)
         p_below = float(self.mass(self.p_comps, *below))
         p_above = float(self.mass(self.p_comps, *above))
         return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
@@ -233,17 +240,10 @@ class AddPair(Pair):
     def loss(self, x):
         return -self._mix_loss(x)
 
-    def bins(self, eps_edges):
-        # L > e  <=>  x < x_mix(-e): the edges decrease, bins run right to left
-        e = np.asarray(eps_edges, dtype=float)
-        x = self._x_of_mix(-e)[::-1]
-        below, above = (x[-1], np.inf), (-np.inf, x[0])
-        memo = {}
-        P = self._edge_mass(self.p_comps, x, memo)[::-1]
-        Q = self._edge_mass(self.q_comps, x, memo)[::-1]
-        p_below = float(self.mass(self.p_comps, *below))
-        p_above = float(self.mass(self.p_comps, *above))
-        return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
+    decreasing = True
+
+    def _x_edges(self, e):
+        return self._x_of_mix(-e)[::-1]
 
     def loss_range(self, tau):
         a, b = self._tails(tau)

@@ -21,7 +21,7 @@ from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .dpsgd import DPSGD
 from .dpsrm import DPSRM
 
-__all__ = ["Algorithm", "REGISTRY", "names", "Names", "ALGORITHMS", "lookup", "register"]
+__all__ = ["Algorithm", "REGISTRY", "names", "Names", "RegistryView", "ALGORITHMS", "lookup", "register"]
 
 
 @dataclass(frozen=True)
@@ -222,12 +222,17 @@ class Names(Sequence):
         return repr(self._now())
 
 
-class _Algorithms(Mapping):
-    """name -> (mechanism class, source), read from the registry at every use."""
+class RegistryView(Mapping):
+    """``name -> of(name)`` for every registered algorithm, read from the registry at every use (so an
+    algorithm registered after import is in it too): ``ALGORITHMS``, ``OPTIMIZERS``."""
+
+    def __init__(self, of):
+        self._of = of
 
     def __getitem__(self, name):
-        a = REGISTRY[name]
-        return a.mechanism, a.source
+        if name not in REGISTRY:
+            raise KeyError(name)
+        return self._of(name)
 
     def __iter__(self):
         return iter(list(REGISTRY))
@@ -240,4 +245,4 @@ class _Algorithms(Mapping):
 
 
 #: name -> (class, source), derived from :data:`REGISTRY` (the one list of the algorithms)
-ALGORITHMS = _Algorithms()
+ALGORITHMS = RegistryView(lambda name: (REGISTRY[name].mechanism, REGISTRY[name].source))

@@ -5,10 +5,9 @@ outside dpcalib)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import import_module
 
-from ...mechanisms import REGISTRY, lookup
+from ...mechanisms.registry import RegistryView, lookup
 
 from .core import squared_loss
 from .d2p import AdaD2P, ClipD2P, ConstD2P
@@ -29,24 +28,5 @@ def optimizer_class(name: str) -> type:
     return getattr(import_module(module if "." in module else f"{__package__}.{module}"), cls)
 
 
-class _Optimizers(Mapping):
-    """registry name -> optimizer class, read from the registry at each lookup (so an algorithm
-    registered after import is here too)."""
-
-    def __getitem__(self, name):
-        if name not in REGISTRY:
-            raise KeyError(name)
-        return optimizer_class(name)
-
-    def __iter__(self):
-        return iter(list(REGISTRY))
-
-    def __len__(self):
-        return len(REGISTRY)
-
-    def __repr__(self):
-        return repr(dict(self))
-
-
 #: registry name -> optimizer class
-OPTIMIZERS = _Optimizers()
+OPTIMIZERS = RegistryView(optimizer_class)
