@@ -1,5 +1,5 @@
 """The models of the per-sample clipping benchmarks and tests: the papers' MLP, a GroupNorm CNN
-(ResNet-like, CIFAR-shaped) and a small transformer built from Embedding, Linear and LayerNorm.
+(ResNet-like, CIFAR-shaped), a plain Conv-GroupNorm CNN without residuals and a small transformer built from Embedding, Linear and LayerNorm.
 Each comes with a per-example loss and a batch of inputs and targets."""
 
 from __future__ import annotations
@@ -99,6 +99,23 @@ class SmallTransformer(nn.Module):
         return self.head(h.mean(1))
 
 
+class PlainCNN(nn.Module):
+    """Conv (with bias) - GroupNorm - ReLU in three stages 64-128-256 (strided), no residuals, global
+    pooling, a Linear classifier: the plain CIFAR-shaped CNN a user brings."""
+
+    def __init__(self, widths=(64, 128, 256), classes=10, groups=8):
+        super().__init__()
+        layers, c = [], 3
+        for i, w in enumerate(widths):
+            layers += [nn.Conv2d(c, w, 3, stride=1 if i == 0 else 2, padding=1), nn.GroupNorm(groups, w), nn.ReLU()]
+            c = w
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
 def ce_loss(out, y):
     """Per-example cross-entropy."""
     return Fn.cross_entropy(out, y, reduction="none")
@@ -109,7 +126,7 @@ def batch(kind: str, n: int, dtype=torch.float32, seed=0, small: bool = False):
     g = torch.Generator().manual_seed(seed)
     if kind == "mlp":
         return torch.randn(n, 54, generator=g).to(dtype), torch.randint(0, 7, (n,), generator=g)
-    if kind == "cnn":
+    if kind in ("cnn", "plaincnn"):
         return torch.randn(n, 3, 32, 32, generator=g).to(dtype), torch.randint(0, 10, (n,), generator=g)
     ids = torch.randint(1, 50 if small else 5000, (n, 32), generator=g)
     ids[:, -3:] = 0                                    # padding at the end of every sequence
@@ -123,4 +140,6 @@ def model(kind: str, dtype=torch.float32, seed=0, small: bool = False) -> nn.Mod
         return mlp(width=32 if small else 256, dtype=dtype, seed=seed)
     if kind == "cnn":
         return (GroupNormCNN((8, 16, 16), groups=4) if small else GroupNormCNN()).to(dtype)
+    if kind == "plaincnn":
+        return (PlainCNN((8, 16, 16), groups=4) if small else PlainCNN()).to(dtype)
     return (SmallTransformer(vocab=50, d=16, heads=2, ff=32, tokens=32) if small else SmallTransformer()).to(dtype)

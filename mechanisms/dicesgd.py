@@ -96,6 +96,12 @@ class DiceSGD(Mechanism):
         v.in_range(self.G_prime, "G_prime", 0.0, math.inf)
 
     @property
+    def sampling_rate(self) -> float:
+        """The Poisson rate ``B/N`` of the batches (the proof's sampling; the assumption-free
+        accountant does not amplify by it)."""
+        return self.batch_size / self.N
+
+    @property
     def clips(self):
         """(C1, C2, C) actually in force (automatic variant: 1, 1, 1)."""
         if self.automatic:

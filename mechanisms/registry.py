@@ -63,6 +63,9 @@ class Algorithm:
     train_shape: dict = field(default_factory=dict)      # mechanism field -> quantity
     train_clips: dict = field(default_factory=dict)      # optimizer keyword -> quantity
     train_defaults: dict = field(default_factory=dict)   # quantity -> its value when not given
+    # ---- the engine (dpcalib.optim.PrivacyEngine, a user's own loop): the batch samplings its accountant
+    # covers ("poisson", "wor": fixed size without replacement, "shuffle"), the first the default; () : none
+    engine: tuple = ()
 
 
 def _ex(**kw) -> dict:
@@ -106,7 +109,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               "sgd:DPSGD", ("one-run",), train="data-parallel", clips={"clip": "C"},
               train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
                            "batch_size": "shuffle_batch", "epochs": "epochs"},
-              train_clips={"C": "c1"}, examples=_ex(
+              train_clips={"C": "c1"}, engine=("poisson", "shuffle"), examples=_ex(
                   calibrate="dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
                   audit="dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
                   probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),
@@ -114,8 +117,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dp-srm", DPSRM, "DP-SRM (Wang, Jayaraman, Evans & Gu), supplement eqs. 2.3, 2.5",
               "sgd:DPSRM", ("wor",), train="data-parallel", records="n",
               train_shape={"n": "n", "steps": "rounds", "b0": "b0", "b": "batch_size", "lipschitz": "c1",
-                           "step_bound": "c2"},
-              train_defaults={"c2": 1.0}, examples=_ex(
+                           "step_bound": "c2", "momentum": "momentum"},
+              train_defaults={"c2": 1.0}, engine=("wor",), examples=_ex(
                   calibrate="dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
                   audit="dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
                         "--step-bound 1 --runs 1000",
@@ -124,7 +127,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dicesgd", DiceSGD, "DiceSGD (Zhang, Bu, Wu & Hong, 2024), Algorithms 2-4, Thm 3.7",
               "sgd:DiceSGD", ("llr", "one-run"), train="data-parallel", records="N",
               train_shape={"N": "n", "batch_size": "batch_size", "steps": "rounds", "C1": "c1", "C2": "c2"},
-              train_defaults={"c2": 1.0},
+              train_defaults={"c2": 1.0}, engine=("poisson",),
               paper_auditable=False, examples=_ex(
                   calibrate="dpcalib calibrate dicesgd --epsilon 2 --delta 1e-5 --n 50000 --batch-size 1000 "
                             "--steps 150 --c1 1 --c2 1 --c 1 --method both",

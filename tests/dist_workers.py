@@ -72,6 +72,17 @@ def run(kind, rank, world, port, outdir, opts):
     try:
         D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                              timeout_s=opts.get("timeout", 20))
+        if kind.startswith("engine-"):
+            from tests import engine_setup as S
+
+            algorithm = kind[len("engine-"):]
+            x, y = S.data()
+            net = S.model()
+            engine, m, opt, crit, loader = S.private(algorithm, net, x, y, distributed=True)
+            S.loop(m, opt, crit, loader)
+            torch.save({"x": S.flat(net), "eps": engine.get_epsilon(1e-5)}, os.path.join(outdir, f"out{rank}.pt"))
+            D.shutdown()
+            return
         if kind in ONE_DATASET:
             cls, data, mech, rep, kw = one_dataset_setup(kind)
             opt = getattr(D, "Distributed" + cls)(model(), O.squared_loss, data, mech, rep, seed=5, **kw)

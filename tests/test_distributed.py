@@ -57,6 +57,23 @@ def _flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.parametrize("algorithm", ["dp-sgd", "dicesgd", "dp-srm"])
+def test_the_engines_loop_on_two_processes_equals_the_one_process_loop(tmp_path, algorithm):
+    """dpcalib.optim.PrivacyEngine(distributed=True) under gloo: each rank runs the user's loop on its share of
+    every logical batch, the per-record terms are summed over the ranks, the noise is drawn once."""
+    from tests import engine_setup as S
+
+    codes = launch("engine-" + algorithm, 2, tmp_path)
+    assert codes == [0, 0], errors(tmp_path, 2)
+    x, y = S.data()
+    net = S.model()
+    engine, m, opt, crit, loader = S.private(algorithm, net, x, y)
+    S.loop(m, opt, crit, loader)
+    for out in outputs(tmp_path, 2):
+        torch.testing.assert_close(out["x"], S.flat(net), rtol=1e-6, atol=1e-12)
+        assert out["eps"] == engine.get_epsilon(1e-5)
+
+
 @pytest.mark.parametrize("kind,world", [("dpsgd", 2), ("dpsgd-shuffle", 3), ("dpsrm", 3), ("dicesgd", 2)])
 def test_one_dataset_optimizers_data_parallel_match_the_one_process_run(tmp_path, kind, world):
     """DP-SGD (Poisson and shuffled), DP-SRM, DiceSGD: each batch's records split over the ranks, the clipped

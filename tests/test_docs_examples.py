@@ -240,19 +240,31 @@ def test_python_block_runs_and_its_comments_are_its_values(body, tmp_path):
 
 
 def _statements(body: str) -> list:
-    """The block's statements (a statement continues while brackets are open)."""
-    out, cur, depth = [], [], 0
+    """The block's statements (a statement continues while brackets are open, and a compound
+    statement -- ``for ...:`` -- while its lines are indented)."""
+    out, cur, depth, compound = [], [], 0, False
+
+    def close():
+        comment = [l.partition("  # ")[2] for l in cur if "  # " in l]
+        code_only = "\n".join(l.partition("  # ")[0] for l in cur)
+        out.append(code_only + (("  # " + comment[0]) if comment and not compound else ""))
+
     for line in body.splitlines():
+        if compound and line.strip() and not line[0].isspace():
+            close()
+            cur, depth, compound = [], 0, False
         if not line.strip() and not cur:
             continue
         cur.append(line)
         code = line.split("  # ")[0]
         depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
-        if depth <= 0:
-            comment = [l.partition("  # ")[2] for l in cur if "  # " in l]
-            code_only = "\n".join(l.partition("  # ")[0] for l in cur)
-            out.append(code_only + (("  # " + comment[0]) if comment else ""))
+        if depth <= 0 and code.rstrip().endswith(":") and not code[0].isspace():
+            compound = True
+        if depth <= 0 and not compound:
+            close()
             cur, depth = [], 0
+    if cur:
+        close()
     return out
 
 

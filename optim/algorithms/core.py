@@ -322,6 +322,11 @@ class PrivateOptimizer:
                 torch.sub(cur[k], direction[i:i + n].view_as(p), alpha=scale, out=p)
                 i += n
 
+    def release(self, value: torch.Tensor, std: float, **kwargs) -> torch.Tensor:
+        """One release through the run's transport and noise source (what a kernel is handed:
+        ``value + N(0, std^2 I)``, recorded and, on several processes, drawn once)."""
+        return self.transport.release(self.privatizer, value, std, **kwargs)
+
     def _offer_output(self, candidate: dict) -> None:
         """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""
         self._n_candidates += 1

@@ -16,13 +16,19 @@ from ... import mechanisms as M
 
 from ..tensors import flat, unflat
 from .core import PrivateOptimizer, check_clip, check_lr
+from .kernels import DiceSGDKernel, DPSGDKernel, DPSRMKernel, RecordQueries
 from ..clipping.paths import clip_factors
 
 __all__ = ["DPSGD", "DPSRM", "DiceSGD"]
 
 
 class _OneDataset(PrivateOptimizer):
+    """The driver of a one-dataset kernel (:mod:`.kernels`): draws the batch from the run's data,
+    asks the kernel for its release through :class:`~.kernels.RecordQueries`, writes the parameters."""
+
     _mechanism_type = None
+    #: the kernel class this driver runs (the engine, dpcalib.optim.engine, runs the same one)
+    kernel_class = None
 
     def __init__(self, model, loss_fn, data, mechanism, noise, **kwargs):
         if not isinstance(mechanism, self._mechanism_type):
@@ -54,7 +60,7 @@ class _OneDataset(PrivateOptimizer):
     def _without_replacement(self, size: int) -> torch.Tensor:
         return self.sampler.without_replacement(self.n, size, self.data_generator)
 
-    def _rows(self, idx: torch.Tensor):
+    def rows(self, idx: torch.Tensor):
         """``(x[idx], y[idx])`` on the model's device: from the tensors, or read from the dataset item by
         item (only the drawn records) and stacked."""
         if self.dataset is None:
@@ -72,19 +78,10 @@ class _OneDataset(PrivateOptimizer):
         loss, grad = 0.0, 0.0                       # the dataset, 4096 records at a time
         for s in range(0, self.n, 4096):
             idx = torch.arange(s, min(s + 4096, self.n))
-            xs, ys = self._rows(idx)
+            xs, ys = self.rows(idx)
             lo, g = super()._loss_and_grad(params, xs, ys, w[s:s + idx.numel()])
             loss, grad = loss + lo, grad + g
         return loss, grad
-
-    def _clipped(self, idx, c, cur, stabilizer=None):
-        """``sum_{i in idx} clip(grad l(cur; z_i), c)`` (flat), asked of the per-example object for this
-        process's share of the batch and summed over the processes by the transport (data-parallel)."""
-        mine = self.transport.share(idx)
-        xs, ys = self._rows(mine)
-        part = self.per_example.clipped_sum(self.model, self.loss_fn, cur, xs, ys, c, ids=(0, mine),
-                                            stabilizer=stabilizer)
-        return self.transport.aggregate(part)
 
     def _objective(self):
         return self.x, self.y, self.w
@@ -99,6 +96,7 @@ class DPSGD(_OneDataset):
 
     name = "dp-sgd"
     _mechanism_type = M.DPSGD
+    kernel_class = DPSGDKernel
 
     def __init__(self, model, loss_fn, data, mechanism, noise, *, C: float, lr: float, **kwargs):
         super().__init__(model, loss_fn, data, mechanism, noise, **kwargs)
@@ -116,6 +114,7 @@ class DPSGD(_OneDataset):
             self.q = mechanism.sampling_rate
             self.B = self.q * self.n
         self.perm = None                    # shuffled batches: this epoch's permutation
+        self.kernel = DPSGDKernel(mechanism, self.levels, C=self.C, B=self.B)
 
     def _batch(self, r: int) -> torch.Tensor:
         """The records of round ``r`` (1-based): a Poisson sample, or batch ``(r-1) mod T`` of the
@@ -136,12 +135,8 @@ class DPSGD(_OneDataset):
     def _step(self, r: int) -> None:
         cur = self.params()
         self._offer_output(cur)
-        s = self._clipped(self._batch(r), self.C, cur)
-        std = 0.0 if self.z == 0.0 else self.mechanism.std("step", self.z, self.C)
-        noisy = self.transport.release(self.privatizer, s, std, round=r, name="clipped gradient sum",
-                                     sensitivity=self.mechanism.sensitivity("step", self.C),
-                                     relation=self.mechanism.release("step").relation)
-        self.counts["step"] += 1
+        noisy, kind = self.kernel.step(RecordQueries(self, self._batch(r), cur), self.release, r)
+        self.counts[kind] += 1
         self._descend(cur, noisy, self.lr / self.B)
 
     def _events(self) -> list:
@@ -168,6 +163,7 @@ class DPSRM(_OneDataset):
 
     name = "dp-srm"
     _mechanism_type = M.DPSRM
+    kernel_class = DPSRMKernel
 
     def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, max_step: float | None = None,
                  C1: float | None = None, C2: float | None = None, **kwargs):
@@ -186,7 +182,12 @@ class DPSRM(_OneDataset):
         self.lr = check_lr(lr)
         self.max_step = None if max_step is None else check_lr(max_step, "max_step")
         self.total_rounds = m.steps
-        self.v = None
+        self.kernel = DPSRMKernel(m, self.levels, C1=self.C1, C2=self.C2)
+
+    @property
+    def v(self):
+        """The last released ``v^t`` (the kernel's state)."""
+        return self.kernel.v
 
     def _eta(self, v) -> float:
         if self.max_step is None:
@@ -195,28 +196,16 @@ class DPSRM(_OneDataset):
         return self.lr if nv == 0.0 else min(self.lr, self.max_step / nv)
 
     def _step(self, r: int) -> None:
-        prev = self.params()
-        if r == 1:
+        prev, first = self.params(), r == 1
+        if first:
             cur = prev
-            self._offer_output(cur)
-            v = self._clipped(self._without_replacement(self.b0), self.C1, cur) / self.b0
-            level, kind = self.sigma0, "v^0"
         else:
-            cur = unflat(flat(prev) - self._eta(self.v) * self.v, prev)
+            v = self.kernel.v
+            cur = unflat(flat(prev) - self._eta(v) * v, prev)
             self._set_params(cur)
-            self._offer_output(cur)
-            idx = self._without_replacement(self.b)
-            mine = self.transport.share(idx)
-            xs, ys = self._rows(mine)
-            dsum = self.transport.aggregate(self.per_example.clipped_diff_sum(
-                self.model, self.loss_fn, cur, prev, xs, ys, self.C2, ids=(0, mine)))
-            g = self._clipped(idx, self.C1, cur)
-            v = ((1.0 - self.gamma) * dsum + self.gamma * g) / self.b
-            level, kind = self.sigma, "v^t"
-        m = self.mechanism
-        public = None if r == 1 else (1.0 - self.gamma) * self.v     # the released v^{t-1} is public
-        self.v = self.transport.release(self.privatizer, v, m.std(kind, level), round=r, name=kind, sensitivity=m.sensitivity(kind),
-                                      relation=m.release(kind).relation, public=public)
+        self._offer_output(cur)
+        idx = self._without_replacement(self.kernel.batch_size(first))
+        _, kind = self.kernel.step(RecordQueries(self, idx, cur, prev), self.release, r, first)
         self.counts[kind] += 1
 
     def _events(self) -> list:
@@ -226,10 +215,10 @@ class DPSRM(_OneDataset):
         return ("sigma0", "sigma") if self.counts["v^t"] else ("sigma0",)
 
     def _state(self) -> dict:
-        return {"v": self.v}
+        return self.kernel.state_dict()
 
     def _load_state(self, state: dict) -> None:
-        self.v = state["v"]
+        self.kernel.load_state_dict(state)
 
 
 class DiceSGD(_OneDataset):
@@ -245,6 +234,7 @@ class DiceSGD(_OneDataset):
 
     name = "dicesgd"
     _mechanism_type = M.DiceSGD
+    kernel_class = DiceSGDKernel
 
     def __init__(self, model, loss_fn, data, mechanism, noise, *, lr: float, optimizer: str = "sgd",
                  betas=(0.9, 0.999), eps: float = 1e-8, stabilizer: float = 0.01, C1: float | None = None,
@@ -275,8 +265,14 @@ class DiceSGD(_OneDataset):
         self.adam_eps = float(eps)
         self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
         d = sum(p.numel() for p in self.model.parameters())
-        self.e = torch.zeros(d, device=self.device, dtype=self.dtype)
+        self.kernel = DiceSGDKernel(m, self.levels, C1=self.C1, C2=self.C2, stabilizer=self.stabilizer, dim=d,
+                                    device=self.device, dtype=self.dtype)
         self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
+
+    @property
+    def e(self):
+        """The error feedback ``e^t`` (the kernel's state; never released)."""
+        return self.kernel.e
 
     def sampled_record_signal(self, norm: float) -> tuple[float, float]:
         """``(sampling rate, what one sampled record whose gradient has norm ``norm`` adds to the
@@ -285,25 +281,12 @@ class DiceSGD(_OneDataset):
         f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C1, self.stabilizer)[0])
         return self.q, norm * f / self.B
 
-    def _clip_e(self):
-        ne = torch.linalg.vector_norm(self.e).reshape(1)
-        return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
-
     def _step(self, r: int) -> None:
         t = r - 1
         cur = self.params()
         self._offer_output(cur)
         idx = self._poisson(self.q)
-        clipped = self._clipped(idx, self.C1, cur, self.stabilizer)
-        mine = self.transport.share(idx)
-        xs, ys = self._rows(mine)
-        plain = self.transport.aggregate(self.per_example.grad_sum(self.model, self.loss_fn, cur, xs, ys,
-                                                                   ids=(0, mine)))
-        v = clipped / self.B + self._clip_e()
-        kind, m = ("first" if t == 0 else "later"), self.mechanism
-        vw = self.transport.release(self.privatizer, v, m.std(kind, self.sigma1), round=r, name=f"v^t + w^t ({kind})",
-                                  sensitivity=m.sensitivity(kind, (self.C1, self.C2)),
-                                  relation=m.release(kind).relation)
+        vw, kind = self.kernel.step(RecordQueries(self, idx, cur), self.release, r, t == 0)
         self.counts[kind] += 1
         if self.opt == "sgd":
             step = vw
@@ -314,7 +297,6 @@ class DiceSGD(_OneDataset):
             m1h = self.m1 / (1.0 - self.beta1 ** (t + 1))
             m2h = self.m2 / (1.0 - self.beta2 ** (t + 1))
             step = m1h / (torch.sqrt(m2h) + self.adam_eps)
-        self.e = self.e + plain / self.B - v
         self._set_params(unflat(flat(cur) - self.lr * step, cur))
 
     def _events(self) -> list:
@@ -322,7 +304,8 @@ class DiceSGD(_OneDataset):
         return self.mechanism.events(self.levels, self.counts, (self.C1, self.C2))
 
     def _state(self) -> dict:
-        return {"e": self.e, "m1": self.m1, "m2": self.m2}
+        return {**self.kernel.state_dict(), "m1": self.m1, "m2": self.m2}
 
     def _load_state(self, state: dict) -> None:
-        self.e, self.m1, self.m2 = state["e"], state["m1"], state["m2"]
+        self.kernel.load_state_dict(state)
+        self.m1, self.m2 = state["m1"], state["m2"]

@@ -47,7 +47,8 @@ from torch.func import functional_call
 from . import conv, embedding, linear, normalization  # noqa: F401  (each registers its layer kind's rule)
 from .rules import rule_for
 
-__all__ = ["unsupported_layers", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule"]
+__all__ = ["unsupported_layers", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
+           "signal_terms", "add_sums", "check_single_use"]
 
 
 def _why_not(m: nn.Module) -> str | None:
@@ -160,31 +161,62 @@ def _signals_of(cache, model, params, loss_fn, x, y, s, e):
                          lambda: _signals(model, params, loss_fn, x[s:e], y[s:e]))
 
 
+def signal_terms(sig1, sig0=None) -> tuple:
+    """``(norm2 [B] float64, [(module name, sums)])`` of every layer's signals ``[(name, module, a, g)]``
+    at one point (``sig0`` None: the gradient) or at two (the difference): the records' squared norms
+    summed over the layers, and each layer's ``sums(f)`` (:class:`~.rules.Rule`)."""
+    if sig0 is None:
+        sig0 = [None] * len(sig1)
+    terms, norm2 = [], None
+    for r1, r0 in zip(sig1, sig0):
+        name, mod, a1, g1 = r1
+        n2, sums = _layer_terms(mod, a1, g1, *((r0[2], r0[3]) if r0 is not None else ()))
+        if norm2 is None:
+            norm2 = torch.zeros(a1.shape[0], dtype=torch.float64, device=a1.device)
+        norm2 = norm2 + n2
+        terms.append((name, sums))
+    return norm2, terms
+
+
+def add_sums(total: dict, terms, f) -> None:
+    """``total[param] += sum_i f_i v_i`` for every layer of :func:`signal_terms` (``f`` in the parameters' dtype)."""
+    for name, sums in terms:
+        for p, v in sums(f).items():
+            total[_key(name, p)] += v
+
+
+def check_single_use(model, params: dict, x, args=(), kwargs=None) -> None:
+    """Raise :class:`SharedModule` unless every parameter reaches the output through exactly one call
+    of its own module (:func:`_check_uses` on a forward of ``x`` at ``params``)."""
+    p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+    names, handles = [], []
+    for name, m in model.named_modules():
+        if any(True for _ in m.parameters(recurse=False)):
+            handles.append(m.register_forward_hook(lambda mod, inp, out, name=name: names.append(name)))
+    try:
+        with torch.enable_grad():
+            out = functional_call(model, p, (x,) + tuple(args), kwargs or {})
+    finally:
+        for h in handles:
+            h.remove()
+    if len(set(names)) != len(names):
+        raise SharedModule(next(n for n in names if names.count(n) > 1))
+    _check_uses(out.sum(), p, set(names))
+
+
 def _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer, factors_of, cache=None):
     total = {k: torch.zeros_like(v) for k, v in params.items()}
     all_norms = []
     for s in range(0, x.shape[0], chunk_size):
         e = min(s + chunk_size, x.shape[0])
-        xs = x[s:e]
         sig0 = _signals_of(cache, model, prev, loss_fn, x, y, s, e) if prev is not None else None
         sig1 = _signals_of(cache, model, params, loss_fn, x, y, s, e)
-        if sig0 is None:
-            sig0 = [None] * len(sig1)
-        terms = []
-        norm2 = torch.zeros(xs.shape[0], dtype=torch.float64, device=xs.device)
-        for r1, r0 in zip(sig1, sig0):
-            name, mod, a1, g1 = r1
-            n2, sums = _layer_terms(mod, a1, g1, *((r0[2], r0[3]) if r0 is not None else ()))
-            norm2 = norm2 + n2
-            terms.append((name, sums))
+        norm2, terms = signal_terms(sig1, sig0)
         norms = torch.sqrt(torch.clamp(norm2, min=0.0))
         f = factors_of(norms, c, stabilizer)
         if weights is not None:
             f = f * weights[s:s + chunk_size].to(f.dtype)
-        fw = f.to(next(iter(params.values())).dtype)
-        for name, sums in terms:
-            for p, v in sums(fw).items():
-                total[_key(name, p)] += v
+        add_sums(total, terms, f.to(next(iter(params.values())).dtype))
         all_norms.append(norms)
     return total, torch.cat(all_norms)
 

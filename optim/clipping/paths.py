@@ -50,7 +50,7 @@ from .layers import SharedModule, layers_clipped_diff_sum, layers_clipped_sum, s
 from .numerics import rowdots64, rows_sq_upper
 
 __all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
-           "ClippingFallbackWarning", "clip_path"]
+           "ClippingFallbackWarning", "clip_path", "ghost_clipped_sum", "ghost_clipped_diff_sum"]
 
 METHODS = ("auto", "ghost", "layers", "vmap")
 
@@ -229,6 +229,55 @@ def _ghost_sum(sig, factors):
     return out
 
 
+def _factors(norms, c, stabilizer, weights, scale):
+    """The clip factors of vectors ``scale * u_i`` whose ``||u_i||`` are ``norms``, times ``scale``
+    (what multiplies ``u_i``); ``scale`` None: the vectors are the ``u_i`` themselves."""
+    if scale is None:
+        return _weighted(clip_factors(norms, c, stabilizer), weights)
+    return _weighted(clip_factors(norms * scale, c, stabilizer) * scale, weights)
+
+
+def ghost_clipped_sum(sig, c: float, weights=None, stabilizer=None, scale: float | None = None):
+    """``(sum_i w_i clip(v_i, C), ||v_i||)`` of an MLP's per-record gradients from its ghost signals
+    ``[(name, a [B, in], g [B, out], has_bias)]`` (``v_i = scale * (g_i a_i^T, g_i)``; ``scale``:
+    signals left by a mean-reduced loss, multiplied by the batch's rows)."""
+    # sum over layers of ||g||^2 (||a||^2 + [bias]): upper bounds of its non-negative terms bound it
+    sq = rows_sq_upper([t for _, a, g, _ in sig for t in (g, a)])
+    norms = _ghost_norms(sq[0::2], sq[1::2], [hb for *_, hb in sig])
+    return _ghost_sum(sig, _factors(norms, c, stabilizer, weights, scale)), norms if scale is None else norms * scale
+
+
+def ghost_clipped_diff_sum(s1, s0, c: float, weights=None, scale: float | None = None):
+    """The same for the records' gradient differences between the point of ``s1`` and that of ``s0``."""
+    # record i adds v_i = dg_i a_i^T + g0_i da_i^T (+ dg_i for the bias): norms and sum from the same
+    # differences, norms in float64 (module docstring: the guarantee)
+    parts = []
+    norms2 = torch.zeros(s1[0][1].shape[0], dtype=torch.float64, device=s1[0][1].device)
+    for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
+        dg = g - g0
+        da = None if torch.equal(a, a0) else a - a0     # the first layer's input is the data itself
+        if da is None:
+            dgdg, aa = rowdots64([(dg, dg), (a, a)])
+            norms2 = norms2 + dgdg * (aa + (1.0 if hb else 0.0))
+        else:
+            dgdg, aa, g0g0, dada, dgg0, ada = rowdots64([(dg, dg), (a, a), (g0, g0), (da, da), (dg, g0), (a, da)])
+            norms2 = norms2 + dgdg * (aa + (1.0 if hb else 0.0)) + g0g0 * dada + 2.0 * dgg0 * ada
+        parts.append((name, a, dg, g0, da, hb))
+    norms = torch.sqrt(torch.clamp(norms2, min=0.0))
+    f = _factors(norms, c, None, weights, scale)
+    out = {}
+    for name, a, dg, g0, da, hb in parts:
+        fc = _in_dtype(f, dg)[:, None]
+        cdg = dg * fc
+        w = cdg.T @ a
+        if da is not None:
+            w = w + (g0 * fc).T @ da
+        out[f"{name}.weight"] = w
+        if hb:
+            out[f"{name}.bias"] = cdg.sum(0)
+    return out, norms if scale is None else norms * scale
+
+
 # ---- general path -----------------------------------------------------------------------------
 def _per_sample_grads(model, params, loss_fn, x, y):
     def one(p, xi, yi):
@@ -276,11 +325,7 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
         except SharedModule:
             path = _shared_fallback(model, method)
     if path == "ghost":
-        sig = _ghost_signals_of(cache, model, params, loss_fn, x, y)
-        # sum over layers of ||g||^2 (||a||^2 + [bias]): upper bounds of its non-negative terms bound it
-        sq = rows_sq_upper([t for _, a, g, _ in sig for t in (g, a)])
-        norms = _ghost_norms(sq[0::2], sq[1::2], [hb for *_, hb in sig])
-        return _ghost_sum(sig, _weighted(clip_factors(norms, c, stabilizer), weights)), norms
+        return ghost_clipped_sum(_ghost_signals_of(cache, model, params, loss_fn, x, y), c, weights, stabilizer)
     return _vmap_clipped_sum(lambda i, j: _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j]),
                              params, x.shape[0], c, chunk_size, weights, stabilizer)
 
@@ -303,33 +348,7 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     if path == "ghost":
         s0 = _ghost_signals_of(cache, model, params_prev, loss_fn, x, y)     # (the earlier point first: kept)
         s1 = _ghost_signals_of(cache, model, params, loss_fn, x, y)
-        # record i adds v_i = dg_i a_i^T + g0_i da_i^T (+ dg_i for the bias): norms and sum from the same
-        # differences, norms in float64 (module docstring: the guarantee)
-        parts = []
-        norms2 = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-        for (name, a, g, hb), (_, a0, g0, _) in zip(s1, s0):
-            dg = g - g0
-            da = None if torch.equal(a, a0) else a - a0     # the first layer's input is the data itself
-            if da is None:
-                dgdg, aa = rowdots64([(dg, dg), (a, a)])
-                norms2 = norms2 + dgdg * (aa + (1.0 if hb else 0.0))
-            else:
-                dgdg, aa, g0g0, dada, dgg0, ada = rowdots64([(dg, dg), (a, a), (g0, g0), (da, da), (dg, g0), (a, da)])
-                norms2 = norms2 + dgdg * (aa + (1.0 if hb else 0.0)) + g0g0 * dada + 2.0 * dgg0 * ada
-            parts.append((name, a, dg, g0, da, hb))
-        norms = torch.sqrt(torch.clamp(norms2, min=0.0))
-        f = _weighted(clip_factors(norms, c), weights)
-        out = {}
-        for name, a, dg, g0, da, hb in parts:
-            fc = _in_dtype(f, dg)[:, None]
-            cdg = dg * fc
-            w = cdg.T @ a
-            if da is not None:
-                w = w + (g0 * fc).T @ da
-            out[f"{name}.weight"] = w
-            if hb:
-                out[f"{name}.bias"] = cdg.sum(0)
-        return out, norms
+        return ghost_clipped_diff_sum(s1, s0, c, weights)
 
     def diffs(i, j):
         g1 = _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j])

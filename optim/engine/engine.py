@@ -1,0 +1,341 @@
+"""``PrivacyEngine``: dpcalib's private updates in the user's own training loop, with Opacus's names.
+
+    from dpcalib.optim import PrivacyEngine          # was: from opacus import PrivacyEngine
+    engine = PrivacyEngine()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=model, optimizer=optimizer, data_loader=loader,
+        target_epsilon=3.0, target_delta=1e-5, epochs=10, max_grad_norm=1.0)
+    for epoch in range(10):
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+    engine.get_epsilon(1e-5)                          # the best certified eps of what ran
+
+``make_private`` returns the three objects of Opacus -- a :class:`~.module.PrivateModule`, a
+:class:`~.optimizer.DPOptimizer` around the user's ``torch.optim`` optimizer and a data loader
+whose batch sampler is the one the accountant assumes (:mod:`.loader`) -- plus, when a
+``criterion`` is given, the criterion to call in the loop (first after the optimizer, as Opacus's
+ghost mode returns it).  What is new against Opacus: ``algorithm=`` (``"dp-sgd"``, ``"dicesgd"``,
+``"dp-srm"``: every registered algorithm with an ``engine`` entry), ``sampling=`` (``"poisson"``,
+``"wor"``, ``"shuffle"``, as the algorithm's accountant covers), the tight certified calibration, a
+ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.audit`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from ...accountant.validation import InputError
+from ...mechanisms import CalibrationReport
+from ...mechanisms.registry import lookup
+
+from ..algorithms.core import NoiseSource, stream_seeds
+from ..algorithms.registry import optimizer_class
+from ..run.transport import ONE_PROCESS
+from .ledger import Ledger
+from .loader import (FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler, check_loader, private_loader)
+from .module import REDUCTIONS, PrivateModule
+from .optimizer import DPOptimizer
+
+__all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS"]
+
+#: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
+ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
+_SAMPLERS = {"poisson": "Poisson", "wor": "fixed size without replacement", "shuffle": "shuffled epochs"}
+
+
+class DPLoss:
+    """The user's criterion, noting each batch's target for the private step (DP-SRM's gradient at
+    the previous point needs the batch's loss).  Call it as the criterion itself."""
+
+    def __init__(self, criterion, module: PrivateModule):
+        self.criterion, self.module = criterion, module
+
+    @property
+    def reduction(self):
+        return getattr(self.criterion, "reduction", self.module.loss_reduction)
+
+    def __call__(self, output, target, *args, **kwargs):
+        caps = self.module.captures
+        if caps and caps[-1].target is None:
+            caps[-1].target = target.detach() if isinstance(target, torch.Tensor) else target
+        return self.criterion(output, target, *args, **kwargs)
+
+
+def _levels(mechanism, noise_multiplier, noise) -> dict:
+    names = mechanism.noise_names()
+    if noise is not None and noise_multiplier is not None:
+        raise InputError("noise_multiplier and noise are not allowed together: give one.")
+    if noise is None and noise_multiplier is None:
+        raise InputError(f"noise_multiplier is required (or noise={{{', '.join(repr(n) + ': ...' for n in names)}}}).")
+    if noise is None:
+        if names != ("noise_multiplier",):
+            raise InputError(f"noise_multiplier={noise_multiplier!r} is not allowed for {mechanism.name}: its noise "
+                             f"levels are {', '.join(names)}; give noise={{...}}.")
+        noise = {"noise_multiplier": noise_multiplier}
+    if isinstance(noise, CalibrationReport):
+        if noise.algorithm != mechanism.name:
+            raise InputError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive {mechanism.name!r}.")
+        noise = noise.noise
+    if not isinstance(noise, dict):
+        raise InputError(f"noise={noise!r} is not allowed: expected a dict of noise levels or a CalibrationReport.")
+    out = {}
+    for k in names:
+        v = noise.get(k)
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.") from None
+        if not (f >= 0) or math.isinf(f):
+            raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
+        out[k] = f
+    extra = sorted(set(noise) - set(names))
+    if extra:
+        raise InputError(f"noise[{extra[0]!r}] is not allowed for {mechanism.name}: its levels are {', '.join(names)}.")
+    return out
+
+
+class PrivacyEngine:
+    """One private training run (or several loaders / optimizers charged to one ledger).
+
+    ``accountant``: what :meth:`get_epsilon` reports -- ``"best"`` (default: the smallest certified
+    eps of exact GDP, the PLD bracket's upper end and RDP), or ``"auto"``, ``"gdp"``, ``"rdp"``,
+    ``"pld"``; Opacus's ``"prv"`` (an estimate, not a bound) is answered by ``"best"``."""
+
+    def __init__(self, accountant: str = "best", secure_mode: bool = False):
+        if accountant == "prv":
+            accountant = "best"
+        if accountant not in ACCOUNTANTS:
+            raise InputError(f"accountant={accountant!r} is not allowed: expected one of {', '.join(ACCOUNTANTS)}.")
+        if secure_mode:
+            raise InputError("secure_mode=True is not allowed: the noise comes from torch.Generator (seedable, "
+                             "reproducible), not from a cryptographic source.")
+        self.accountant = accountant
+        self.ledger = Ledger()
+        self.budget = None
+
+    # -- the run's shape ------------------------------------------------------------------------------
+    def _mechanism(self, entry, *, n, batch_size, steps_per_pass, sampling, epochs, steps, max_grad_norm, C2, b0,
+                   momentum, drop_last):
+        if epochs is not None and steps is not None:
+            raise InputError("epochs and steps are not allowed together: give one.")
+        for name, val in (("epochs", epochs), ("steps", steps)):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+                raise InputError(f"{name}={val!r} is not allowed: expected an integer >= 1.")
+        shuffle = sampling == "shuffle"
+        if shuffle and steps is not None and steps % steps_per_pass:
+            raise InputError(f"steps={steps} is not allowed with sampling='shuffle': expected whole epochs (a multiple "
+                             f"of {steps_per_pass} batches); give epochs.")
+        E = epochs if epochs is not None else (steps // steps_per_pass if steps is not None else 1)
+        T = steps if steps is not None else E * steps_per_pass
+        q = {"rounds": None if shuffle else T, "n": n, "batch_size": batch_size, "sampling": sampling,
+             "epochs": E if shuffle else None, "c1": max_grad_norm, "c2": C2, "b0": batch_size if b0 is None else b0,
+             "momentum": momentum,
+             "rate": None if shuffle else 1.0 / steps_per_pass, "shuffle_n": n if shuffle else None,
+             "shuffle_batch": batch_size if shuffle else None}
+        for name, value in entry.train_defaults.items():
+            if q.get(name) is None:
+                q[name] = value
+        fields = {f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}
+        if shuffle and "sampling" in entry.train_shape:
+            fields["drop_last"] = bool(drop_last)
+        return entry.mechanism(**fields)
+
+    def _plan(self, module, data_loader, algorithm, sampling, poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
+              momentum):
+        entry = lookup(algorithm)
+        if not entry.engine:
+            raise InputError(f"algorithm={algorithm!r} is not allowed here: the engine runs one-dataset algorithms "
+                             f"({', '.join(_engine_algorithms())}); {algorithm} has its own optimizer "
+                             "(dpcalib.optim).")
+        if sampling is None:
+            sampling = entry.engine[0] if poisson_sampling or "shuffle" not in entry.engine else "shuffle"
+        if sampling not in entry.engine:
+            known = sampling in _SAMPLERS
+            raise InputError(f"sampling={sampling!r} is not allowed for {algorithm}: " + (
+                f"its accountant covers {', '.join(entry.engine)} only ({_SAMPLERS[sampling]} batches would be "
+                "accounted as something they are not)." if known else f"expected one of {', '.join(entry.engine)}."))
+        check_loader(data_loader)
+        if max_grad_norm is None or isinstance(max_grad_norm, bool):
+            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a number > 0.")
+        c = float(max_grad_norm)
+        if not (c > 0) or math.isinf(c):
+            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0.")
+        n = len(data_loader.dataset)
+        bs = data_loader.batch_sampler
+        batch_size = getattr(bs, "b", None) or data_loader.batch_size
+        steps_per_pass = len(bs)
+        if batch_size is None:
+            raise InputError("data_loader is not allowed: its batch size is not known.")
+        mech = self._mechanism(entry, n=n, batch_size=batch_size, steps_per_pass=steps_per_pass, sampling=sampling,
+                               epochs=epochs, steps=steps, max_grad_norm=c, C2=C2, b0=b0, momentum=momentum,
+                               drop_last=getattr(bs, "drop_last", False))
+        return entry, mech, sampling, n, batch_size, steps_per_pass, c
+
+    # -- Opacus's entry points --------------------------------------------------------------------------
+    def make_private(self, *, module, optimizer, data_loader, noise_multiplier=None, max_grad_norm, criterion=None,
+                     algorithm: str = "dp-sgd", sampling: str | None = None, noise=None, loss_reduction: str = "mean",
+                     seed: int = 0, epochs: int | None = None, steps: int | None = None, C2: float | None = None,
+                     b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
+                     allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
+                     grad_sample_mode: str | None = None, noise_generator=None, **kwargs):
+        """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
+
+        Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
+        data_loader)`` when ``criterion`` is given (call the returned one in the loop).  ``epochs`` /
+        ``steps`` give the run's planned length (the calibration's; default one pass over the
+        loader); the ledger charges what really runs.  ``distributed=True``: every process of an
+        initialised ``torch.distributed`` group runs this loop on its share of each batch (the
+        clipped sums are reduced, the noise drawn once).  Opacus's ``grad_sample_mode`` is accepted
+        and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``."""
+        return self._make(module=module, optimizer=optimizer, data_loader=data_loader,
+                          noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, criterion=criterion,
+                          algorithm=algorithm, sampling=sampling, noise=noise, loss_reduction=loss_reduction,
+                          seed=seed, epochs=epochs, steps=steps, C2=C2, b0=b0, momentum=momentum,
+                          poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
+                          distributed=distributed, clipping=clipping, noise_generator=noise_generator,
+                          kwargs=kwargs, target=None)
+
+    def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
+                                  steps=None, max_grad_norm, **kwargs):
+        """As :meth:`make_private`, with the noise calibrated so that the whole run (``epochs``
+        passes over the loader, or ``steps`` steps) spends at most ``target_epsilon`` at
+        ``target_delta`` (the tight certified calibration of the algorithm's mechanism, checked
+        against its certified upper bound).  A step past that run raises."""
+        if epochs is None and steps is None:
+            raise InputError("epochs or steps is required: the calibration is for a run of a known length.")
+        if "noise_multiplier" in kwargs or "noise" in kwargs:
+            raise InputError("noise_multiplier is not allowed here: make_private_with_epsilon calibrates it; use "
+                             "make_private to give it.")
+        return self._make(module=module, optimizer=optimizer, data_loader=data_loader, noise_multiplier=None,
+                          max_grad_norm=max_grad_norm, epochs=epochs, steps=steps,
+                          target=(target_epsilon, target_delta), **_defaults(kwargs))
+
+    def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
+              noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
+              distributed, clipping, noise_generator, kwargs, target):
+        unknown = sorted(set(kwargs) - {"grad_sample_mode", "batch_first", "wrap_model", "total_steps"})
+        if unknown:
+            raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
+        if clipping != "flat":
+            raise InputError(f"clipping={clipping!r} is not allowed: expected 'flat' (one clip norm over every "
+                             "parameter; per-layer and adaptive clipping are not accounted here).")
+        if noise_generator is not None:
+            raise InputError("noise_generator is not allowed: the noise stream is derived from seed= (give seed).")
+        if loss_reduction not in REDUCTIONS:
+            raise InputError(f"loss_reduction={loss_reduction!r} is not allowed: expected 'mean' or 'sum'.")
+        if criterion is not None and getattr(criterion, "reduction", loss_reduction) != loss_reduction:
+            raise InputError(f"criterion.reduction={criterion.reduction!r} is not allowed with loss_reduction="
+                             f"{loss_reduction!r}: say the criterion's reduction (the per-record terms are scaled by it).")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InputError(f"seed={seed!r} is not allowed: expected an integer.")
+        entry, mech, sampling, n, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
+                                                              poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
+                                                              momentum)
+        budget = None
+        if target is not None:
+            eps, delta = target
+            rep = mech.calibrate(eps, delta)
+            levels = _levels(mech, None, rep.noise)
+            budget = {"mechanism": mech, "levels": levels, "epsilon": float(eps), "delta": float(delta),
+                      "calibration": rep}
+            self.budget = budget
+        else:
+            levels = _levels(mech, noise_multiplier, noise)
+        kernel_class = getattr(optimizer_class(algorithm), "kernel_class", None)
+        if kernel_class is None:
+            raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
+                             "batch.")
+        private = PrivateModule(module, loss_reduction=loss_reduction)
+        first = next(module.parameters())
+        dim = sum(p.numel() for p in module.parameters())
+        kernel = kernel_class.for_run(mech, levels, n=n, clip=c, dim=dim, device=first.device, dtype=first.dtype)
+        needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
+        if needs_prev and criterion is None:
+            raise InputError(f"criterion is required for {algorithm}: its step needs the batch's gradients at the "
+                             "previous point (pass criterion=..., and call the criterion make_private returns).")
+        transport, share = ONE_PROCESS, (0, 1)
+        if distributed:
+            from ..run.ranks import BatchOnRanks
+
+            transport = BatchOnRanks(0)
+            share = (transport.rank, transport.world)
+        s_data, s_noise, _ = stream_seeds(seed)
+        gen = torch.Generator(device="cpu").manual_seed(s_data)
+        if sampling == "poisson":
+            sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share)
+        elif sampling == "wor":
+            sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None))
+        else:
+            sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=getattr(data_loader.batch_sampler, "drop_last",
+                                                                              False))
+        loader = private_loader(data_loader, sampler)
+        privatizer = NoiseSource(s_noise, first.device, first.dtype)
+        wrapped = DPLoss(criterion, private) if criterion is not None else None
+        opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
+                          privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
+                          criterion=wrapped)
+        opt.expected_batch_size = kernel.normaliser if kernel.normaliser != 1.0 else b
+        if wrapped is not None:
+            return private, opt, wrapped, loader
+        return private, opt, loader
+
+    # -- privacy spent ----------------------------------------------------------------------------------
+    def get_epsilon(self, delta: float) -> float:
+        """eps spent so far at ``delta`` by every step charged to this engine (see :class:`PrivacyEngine`)."""
+        return self.ledger.epsilon(delta, self.accountant)
+
+    def epsilon_bracket(self, delta: float):
+        """The certified upper end and a lower bound on the true eps of what ran (shuffled epochs:
+        the shuffle bracket, whose upper end :meth:`get_epsilon` reports)."""
+        return self.ledger.epsilon_bracket(delta)
+
+    # -- checkpoints (read back with weights_only=True: nothing is unpickled) ---------------------------
+    def state_dict(self) -> dict:
+        return {"ledger": self.ledger.state_dict(), "accountant": self.accountant}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ledger.load_state_dict(state["ledger"])
+        self.accountant = state["accountant"]
+
+    def save_checkpoint(self, *, path, module, optimizer, data_loader=None, checkpoint_dict=None) -> None:
+        """The whole run -- module, optimizer (the wrapped one, the kernel's state, the noise stream,
+        the previous point), the loader's position and the ledger -- to ``path`` (atomic)."""
+        state = {"engine": self.state_dict(), "module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                 "data_loader": None if data_loader is None else data_loader.state_dict(),
+                 "extra": checkpoint_dict or {}}
+        tmp = f"{path}.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load_checkpoint(self, *, path, module, optimizer, data_loader=None) -> dict:
+        """Resume from :meth:`save_checkpoint` (``weights_only=True``); returns its ``checkpoint_dict``."""
+        state = torch.load(path, weights_only=True)
+        self.load_state_dict(state["engine"])
+        module.load_state_dict(state["module"])
+        optimizer.load_state_dict(state["optimizer"])
+        if data_loader is not None and state["data_loader"] is not None:
+            data_loader.load_state_dict(state["data_loader"])
+        return state["extra"]
+
+
+def _defaults(kwargs: dict) -> dict:
+    """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
+    out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=0, C2=None,
+               b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
+               clipping="flat", noise_generator=None)
+    rest = {}
+    for k, v in kwargs.items():
+        (out if k in out else rest).__setitem__(k, v)
+    out["kwargs"] = rest
+    return out
+
+
+def _engine_algorithms() -> list:
+    from ...mechanisms.registry import REGISTRY
+
+    return [name for name, a in REGISTRY.items() if a.engine]

@@ -1,0 +1,202 @@
+"""The data loader the accountant assumes, built from the user's ``DataLoader``.
+
+:func:`private_loader` keeps the user's dataset and loader settings (workers, collate function,
+pin memory, worker init, persistent workers, prefetch) and replaces the batch sampler by the one
+the accounting of the run assumes:
+
+* :class:`PoissonBatchSampler` -- every record independently with probability ``q`` in every batch
+  (variable sizes, empty batches included), ``steps`` batches per pass;
+* :class:`FixedSizeBatchSampler` -- ``b`` distinct records uniformly without replacement in every
+  batch (DP-SRM; its first batch may have another size, ``b0``);
+* :class:`ShuffleBatchSampler` -- each epoch a uniformly random permutation cut into consecutive
+  batches of ``b`` (the last one short unless ``drop_last``): ``DataLoader(shuffle=True)``, which
+  is accounted by the shuffle bracket, never as Poisson.
+
+The samplers draw exactly as :class:`dpcalib.optim.data.sampling.Sampler` does from the same
+generator (``torch.rand(n) < q``, ``torch.randperm(n)``), so a loop over this loader sees the same
+batches as the reference optimizer with the same seed.  A sampler the accounting cannot follow
+(a weighted, subset or distributed sampler, a custom ``batch_sampler``, an ``IterableDataset``)
+is refused with the reason; the user's sequential or random sampler is replaced.  An empty Poisson
+batch is collated as tensors with zero rows (the shape of one record).
+
+With ``share=(rank, world)`` (data-parallel) every process draws the same logical batch and loads
+its records ``rank, rank + world, ...`` (:class:`dpcalib.optim.run.ranks.BatchOnRanks`' share).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler)
+from torch.utils.data import Sampler as TorchSampler
+
+from ...accountant.validation import InputError
+
+__all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "private_loader", "check_loader",
+           "DPDataLoader"]
+
+
+class _Batches(TorchSampler):
+    """A batch sampler over ``n`` records from ``generator``; ``share``: this process's part.
+
+    Position: each pass over the loader starts from the generator's state at its start; a
+    checkpoint keeps that state, the batches drawn before the pass and how many of the pass the
+    loop consumed (:class:`DPDataLoader` counts them: workers draw ahead), so a resumed pass draws
+    the same batches and skips the consumed ones."""
+
+    def __init__(self, n: int, generator: torch.Generator, share=(0, 1)):
+        self.n, self.generator = int(n), generator
+        self.rank, self.world = (int(share[0]), int(share[1]))
+        self.drawn = 0                  # batches drawn so far
+        self.pass_state, self.pass_drawn = generator.get_state(), 0
+        self.skip = 0
+
+    def __iter__(self):
+        self.pass_state, self.pass_drawn = self.generator.get_state(), self.drawn
+        skip, self.skip = self.skip, 0
+        for j, idx in enumerate(self._draws(self.drawn)):
+            self.drawn += 1
+            if j >= skip:
+                yield idx[self.rank::self.world].tolist()
+
+    def position(self, consumed: int) -> dict:
+        return {"generator": self.pass_state, "drawn": self.pass_drawn, "skip": int(consumed)}
+
+    def load_position(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.drawn, self.skip = int(state["drawn"]), int(state["skip"])
+
+
+class PoissonBatchSampler(_Batches):
+    """``steps`` Poisson batches at rate ``q`` per pass over the loader."""
+
+    sampling = "poisson"
+
+    def __init__(self, n, q: float, steps: int, generator, share=(0, 1)):
+        super().__init__(n, generator, share)
+        self.q, self.steps = float(q), int(steps)
+
+    def __len__(self):
+        return self.steps
+
+    def _draws(self, start):
+        for _ in range(self.steps):
+            keep = torch.rand(self.n, generator=self.generator, device=self.generator.device) < self.q
+            yield keep.nonzero().flatten()
+
+
+class FixedSizeBatchSampler(_Batches):
+    """``steps`` batches of ``b`` distinct records per pass (the very first of the run ``b0``)."""
+
+    sampling = "wor"
+
+    def __init__(self, n, b: int, steps: int, generator, share=(0, 1), b0: int | None = None):
+        super().__init__(n, generator, share)
+        self.b, self.steps, self.b0 = int(b), int(steps), int(b if b0 is None else b0)
+
+    def __len__(self):
+        return self.steps
+
+    def _draws(self, start):
+        for _ in range(self.steps):
+            size = self.b0 if self.drawn == 0 else self.b
+            yield torch.randperm(self.n, generator=self.generator, device=self.generator.device)[:size]
+
+
+class ShuffleBatchSampler(_Batches):
+    """One epoch per pass: a random permutation cut into batches of ``b``."""
+
+    sampling = "shuffle"
+
+    def __init__(self, n, b: int, generator, share=(0, 1), drop_last: bool = False):
+        super().__init__(n, generator, share)
+        self.b, self.drop_last = int(b), bool(drop_last)
+
+    def __len__(self):
+        return self.n // self.b if self.drop_last else -(-self.n // self.b)
+
+    def _draws(self, start):
+        perm = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
+        for j in range(len(self)):
+            yield perm[j * self.b:(j + 1) * self.b]
+
+
+class DPDataLoader(DataLoader):
+    """The user's loader with the run's batch sampler; counts the batches the loop consumed in the
+    current pass (its position for a checkpoint)."""
+
+    consumed = 0
+
+    def __iter__(self):
+        self.consumed = 0
+        for batch in super().__iter__():
+            self.consumed += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return self.batch_sampler.position(self.consumed)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_position(state)
+
+
+def _empty_like(batch):
+    """The collated batch of one record, cut to zero rows (tensors), recursively."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:0]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_empty_like(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _empty_like(v) for k, v in batch.items()}
+    return batch
+
+
+class _Collate:
+    """The user's collate function; an empty batch becomes zero-row tensors shaped like a record."""
+
+    def __init__(self, collate, dataset):
+        self.collate, self.dataset = collate, dataset
+
+    def __call__(self, items):
+        if len(items) == 0:
+            return _empty_like(self.collate([self.dataset[0]]))
+        return self.collate(items)
+
+
+def check_loader(data_loader) -> None:
+    """Refuse a loader whose sampling the accountant cannot follow (one line, the reason)."""
+    if not isinstance(data_loader, DataLoader):
+        raise InputError(f"data_loader={type(data_loader).__name__} is not allowed: expected a "
+                         "torch.utils.data.DataLoader.")
+    ds = data_loader.dataset
+    if isinstance(ds, IterableDataset):
+        raise InputError("data_loader is not allowed: its dataset is an IterableDataset, whose records cannot be "
+                         "sampled by index (the accountant needs every record to be drawable at its rate).")
+    try:
+        n = len(ds)
+    except TypeError:
+        raise InputError("data_loader is not allowed: its dataset has no len().") from None
+    if n == 0:
+        raise InputError("data_loader is not allowed: its dataset is empty.")
+    bs = data_loader.batch_sampler
+    if bs is not None and type(bs) is not BatchSampler and not isinstance(bs, _Batches):
+        raise InputError(f"data_loader is not allowed: its batch_sampler {type(bs).__name__} decides the batches, "
+                         "and the accountant could not follow it; give a plain DataLoader(dataset, batch_size=...).")
+    inner = bs.sampler if type(bs) is BatchSampler else None
+    if inner is not None and type(inner) not in (SequentialSampler, RandomSampler):
+        raise InputError(f"data_loader is not allowed: its sampler {type(inner).__name__} draws records in a way the "
+                         "accountant does not cover (it would be replaced by the run's own sampling, changing what "
+                         "you asked for); give a plain DataLoader(dataset, batch_size=...).")
+    if data_loader.batch_size is None and not isinstance(bs, _Batches):
+        raise InputError("data_loader is not allowed: it has batch_size=None (records one at a time); give a "
+                         "batch_size.")
+
+
+def private_loader(data_loader, batch_sampler) -> DataLoader:
+    """A ``DataLoader`` over the user's dataset with ``batch_sampler`` and the user's settings."""
+    d = data_loader
+    kwargs = dict(num_workers=d.num_workers, collate_fn=_Collate(d.collate_fn, d.dataset), pin_memory=d.pin_memory,
+                  timeout=d.timeout, worker_init_fn=d.worker_init_fn, multiprocessing_context=d.multiprocessing_context,
+                  persistent_workers=d.persistent_workers if d.num_workers > 0 else False)
+    if d.num_workers > 0 and d.prefetch_factor is not None:
+        kwargs["prefetch_factor"] = d.prefetch_factor
+    return DPDataLoader(d.dataset, batch_sampler=batch_sampler, **kwargs)

@@ -1,0 +1,247 @@
+"""The user's ``torch.optim`` optimizer, wrapped: its ``.grad`` is the algorithm's private direction.
+
+:class:`DPOptimizer` is a ``torch.optim.Optimizer`` (learning-rate schedulers, ``state_dict``,
+``param_groups`` are the wrapped optimizer's own).  Its :meth:`DPOptimizer.step`:
+
+1. asks the batch's captures (:mod:`.module`) for the terms the kernel declares
+   (:meth:`~dpcalib.optim.algorithms.kernels.Kernel.asks`), summed over the physical batches of the
+   logical batch and, on several processes, over the processes (the transport);
+2. checks the budget: a step past the calibrated run raises (``allow_overspend=True``: warns);
+3. runs the kernel (:mod:`dpcalib.optim.algorithms.kernels`): it releases through the run's noise
+   source -- the same noise, sensitivity and record as the reference optimizer -- and updates its
+   state (DiceSGD's error feedback, DP-SRM's momentum);
+4. charges the release to the engine's ledger (:mod:`.ledger`) as it ran;
+5. writes :meth:`~dpcalib.optim.algorithms.kernels.Kernel.direction` into every parameter's
+   ``.grad`` and calls the wrapped optimizer's ``step``.
+
+A physical batch that is not the last of its logical batch (:class:`.memory.BatchMemoryManager`
+signals it) only adds its terms.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch.optim import Optimizer
+
+from ...accountant.validation import InputError
+
+__all__ = ["DPOptimizer", "BudgetExceeded", "OverspendWarning"]
+
+
+class BudgetExceeded(RuntimeError):
+    """A step would spend more privacy than the calibrated run (``allow_overspend=False``)."""
+
+
+class OverspendWarning(UserWarning):
+    """A step spent more privacy than the calibrated run (``allow_overspend=True``)."""
+
+
+class _Summed:
+    """The kernel's queries answered from terms already summed over the logical batch, in the order
+    the kernel declared them."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def _get(self, key):
+        if key not in self.values:
+            raise RuntimeError(f"the kernel asked for {key}, which it did not declare")    # pragma: no cover
+        return self.values[key]
+
+    def clipped_sum(self, c, stabilizer=None):
+        return self._get(("clipped_sum", float(c), stabilizer))
+
+    def clipped_diff_sum(self, c):
+        return self._get(("clipped_diff_sum", float(c)))
+
+    def grad_sum(self):
+        return self._get(("grad_sum",))
+
+
+class DPOptimizer(Optimizer):
+    """``optimizer`` (any ``torch.optim.Optimizer``) driven by ``kernel`` on the batches of
+    ``module`` (a :class:`~.module.PrivateModule`).  Built by :class:`~.engine.PrivacyEngine`."""
+
+    def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
+                 allow_overspend: bool = False, criterion=None):
+        if not isinstance(optimizer, Optimizer):
+            raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
+        if isinstance(optimizer, DPOptimizer):
+            raise InputError("optimizer is not allowed: it is already a DPOptimizer (make_private was called on it).")
+        mine = {id(p) for _, p in module.named}
+        foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in mine]
+        if foreign:
+            raise InputError(f"optimizer is not allowed: {len(foreign)} of its parameters are not the module's (the "
+                             "private direction is defined for the module's parameters only).")
+        self.original_optimizer = optimizer
+        self.module, self.kernel, self.mechanism, self.ledger = module, kernel, mechanism, ledger
+        self.privatizer, self.transport = privatizer, transport
+        self.budget, self.allow_overspend, self.criterion = budget, bool(allow_overspend), criterion
+        self.round = 0                      # logical steps taken
+        self.prev = None                    # the parameters before the last step (DP-SRM's previous point)
+        self._keeps_prev = any(op == "clipped_diff_sum" for first in (True, False) for op, _ in kernel.asks(first))
+        self._sums: dict | None = None      # terms of the logical batch so far
+        self._skip = False
+        self._step_hooks: list = []
+
+    # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
+    @property
+    def param_groups(self):
+        return self.original_optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self.original_optimizer.param_groups = value
+
+    @property
+    def state(self):
+        return self.original_optimizer.state
+
+    @state.setter
+    def state(self, value):
+        self.original_optimizer.state = value
+
+    @property
+    def defaults(self):
+        return self.original_optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self.original_optimizer.defaults = value
+
+    def __repr__(self):
+        return f"DPOptimizer({self.kernel.name}, noise={self.noise}, {self.original_optimizer!r})"
+
+    # -- noise (Opacus's name for DP-SGD's level, and every algorithm's levels) --------------------------
+    @property
+    def noise(self) -> dict:
+        """The noise levels of the next step (``{"noise_multiplier": z}`` for DP-SGD)."""
+        return dict(self.kernel.levels)
+
+    def set_noise(self, **levels) -> None:
+        """Change noise levels from the next step on (charged to the ledger as they run)."""
+        for k, v in levels.items():
+            if k not in self.kernel.levels:
+                raise InputError(f"{k}={v!r} is not allowed: this algorithm's noise levels are {sorted(self.kernel.levels)}.")
+            f = float(v)
+            if not (f >= 0) or math.isinf(f):
+                raise InputError(f"{k}={v!r} is not allowed: expected a finite number >= 0.")
+            self.kernel.levels[k] = f
+
+    @property
+    def noise_multiplier(self) -> float:
+        """DP-SGD's noise multiplier (Opacus's name); settable mid-run."""
+        if "noise_multiplier" not in self.kernel.levels:
+            raise AttributeError(f"{self.kernel.name} has no noise_multiplier: its levels are {sorted(self.kernel.levels)}")
+        return self.kernel.levels["noise_multiplier"]
+
+    @noise_multiplier.setter
+    def noise_multiplier(self, value):
+        self.set_noise(noise_multiplier=value)
+
+    @property
+    def max_grad_norm(self) -> float:
+        return self.kernel.clip
+
+    # -- the loop's calls -------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True):
+        self.original_optimizer.zero_grad(set_to_none)
+        self.module.clear()
+
+    def signal_skip_step(self, do_skip: bool = True) -> None:
+        """The next :meth:`step` is a physical batch that is not the last of its logical batch."""
+        self._skip = bool(do_skip)
+
+    def _first(self) -> bool:
+        return self.round == 0
+
+    def _accumulate(self) -> None:
+        caps = [c for c in self.module.captures if c.complete()]
+        if len(caps) != len(self.module.captures) or not caps:
+            raise InputError("optimizer.step() is not allowed here: no backward of the batch's loss since the last "
+                             "step (call loss.backward() on the output of the module make_private returned).")
+        out = {} if self._sums is None else self._sums
+        for op, args in self.kernel.asks(self._first()):
+            key = (op,) + tuple(float(a) if isinstance(a, (int, float)) and a is not None else a for a in args)
+            for cap in caps:
+                if op == "clipped_sum":
+                    v = cap.clipped_sum(*args)
+                elif op == "grad_sum":
+                    v = cap.grad_sum()
+                else:
+                    v = cap.clipped_diff_sum(args[0], self.prev, self.criterion)
+                out[key] = v if key not in out else out[key] + v
+        self._sums = out
+        self.module.clear()
+
+    def _check_budget(self, kind: str) -> None:
+        if self.budget is None:
+            return
+        after = self.ledger.with_step(self.mechanism, self.kernel.levels, kind)
+        plan = self.budget
+        planned = {k: v for k, v in plan["mechanism"].release_counts().items() if v}
+        same = (len(after.groups) == 1 and after.groups[0][0] == plan["mechanism"]
+                and after.groups[0][1] == {k: float(v) for k, v in plan["levels"].items()})
+        if same and all(c <= planned.get(k, 0) for k, c in after.groups[0][2].items()):
+            return                              # within the calibrated run
+        eps = after.epsilon(plan["delta"])
+        if eps <= plan["epsilon"]:
+            return
+        msg = (f"step {self.round + 1} would spend eps = {eps:.6g} at delta = {plan['delta']:g}, past the budget "
+               f"eps = {plan['epsilon']:g} (the calibrated run has {sum(planned.values())} steps)")
+        if not self.allow_overspend:
+            raise BudgetExceeded(msg + "; make_private(..., allow_overspend=True) to go on and keep charging.")
+        warnings.warn(msg, OverspendWarning, stacklevel=3)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._accumulate()
+        if self._skip:
+            self._skip = False
+            return loss
+        first = self._first()
+        kind = self.kernel.kind(first)
+        self._check_budget(kind)
+        sums = {k: self.transport.aggregate(v) for k, v in self._sums.items()}
+        self._sums = None
+        self.round += 1
+        released, kind = self.kernel.step(_Summed(sums), self._release, self.round, first)
+        self.ledger.charge(self.mechanism, self.kernel.levels, kind)
+        direction = self.kernel.direction(released)
+        if self._keeps_prev:
+            self.prev = {k: p.detach().clone() for k, p in self.module.named}
+        i = 0
+        for _, p in self.module.named:               # views of the one direction vector, made fresh each step
+            n = p.numel()
+            p.grad = direction[i:i + n].view_as(p)
+            i += n
+        for hook in self._step_hooks:
+            hook(self)
+        self.original_optimizer.step()
+        return loss
+
+    def _release(self, value, std, **kw):
+        return self.transport.release(self.privatizer, value, std, **kw)
+
+    def attach_step_hook(self, fn) -> None:
+        """``fn(optimizer)`` after each private step's release, before the wrapped optimizer's step."""
+        self._step_hooks.append(fn)
+
+    # -- state -------------------------------------------------------------------------------------------
+    def state_dict(self):
+        return {"optimizer": self.original_optimizer.state_dict(), "round": self.round, "prev": self.prev,
+                "kernel": self.kernel.state_dict(), "levels": dict(self.kernel.levels),
+                "noise": self.privatizer.state_dict()}
+
+    def load_state_dict(self, state):
+        self.original_optimizer.load_state_dict(state["optimizer"])
+        self.round, self.prev = int(state["round"]), state["prev"]
+        self.kernel.load_state_dict(state["kernel"])
+        self.kernel.levels = dict(state["levels"])
+        self.privatizer.load_state_dict(state["noise"])
