@@ -474,3 +474,52 @@ def test_param_groups_and_a_learning_rate_schedule_are_the_wrapped_optimizers():
     state = opt.state_dict()
     assert state["optimizer"]["param_groups"][1]["lr"] == pytest.approx(0.05 * 0.5 ** 4)
     assert state["round"] == 12 and state["levels"] == {"noise_multiplier": 0.0}
+
+
+def test_frozen_layers_are_constants_and_a_second_forward_is_refused():
+    """Fine-tuning: a frozen first layer is no record's gradient (the run equals the reference optimizer
+    on the trained layers, the frozen ones untouched); a layer half frozen takes the vmap path; two
+    training forwards before one step would count a record twice and are refused."""
+    net, ref_net = S.copies()
+    for m in (net, ref_net):
+        for p in m[0].parameters():
+            p.requires_grad_(False)
+    x, y = S.data()
+    engine, m, opt, crit, loader = S.private("dp-sgd", net, x, y,
+                                             optimizer=lambda p: torch.optim.SGD([q for q in p if q.requires_grad],
+                                                                                 lr=S.LR["dp-sgd"]))
+    assert m.fast and [k for k, _ in m.named] == ["2.weight", "2.bias"]
+    frozen = S.flat(net[0]).clone()
+
+    class Head(nn.Module):             # the reference optimizer over the trained layer, the frozen one as data
+        def __init__(self):
+            super().__init__()
+            self.head = ref_net[2]
+
+        def forward(self, h):
+            return self.head(h)
+
+    with torch.no_grad():
+        h = torch.tanh(ref_net[0](x))
+    ref = S.reference("dp-sgd", Head(), h, y)
+
+    def compare(k):
+        ref.step()
+
+    S.loop(m, opt, crit, loader, after=compare)
+    assert torch.equal(S.flat(net[0]), frozen)
+    torch.testing.assert_close(S.flat(net[2]), S.flat(ref_net[2]), rtol=1e-9, atol=1e-12)
+    half = S.model()
+    half[2].bias.requires_grad_(False)
+    with pytest.warns(O.ClippingFallbackWarning, match="frozen"):
+        _, m2, opt2, crit2, loader2 = S.private("dp-sgd", half, x, y)
+    assert not m2.fast
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        S.loop(m2, opt2, crit2, loader2, epochs=1)
+    m3, opt3, loader3 = _make()
+    xb, yb = next(iter(loader3))
+    nn.MSELoss()(m3(xb), yb).backward()
+    nn.MSELoss()(m3(xb), yb).backward()
+    with pytest.raises(InputError, match="2 training forwards"):
+        opt3.step()

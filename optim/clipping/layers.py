@@ -47,11 +47,11 @@ from torch.func import functional_call
 from . import conv, embedding, linear, normalization  # noqa: F401  (each registers its layer kind's rule)
 from .rules import rule_for
 
-__all__ = ["unsupported_layers", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
+__all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
            "signal_terms", "add_sums", "check_single_use"]
 
 
-def _why_not(m: nn.Module) -> str | None:
+def why_not(m: nn.Module) -> str | None:
     """Why the layers path cannot take this module (None: it can)."""
     own = {k for k, _ in m.named_parameters(recurse=False)}
     if not own:
@@ -70,7 +70,7 @@ def unsupported_layers(model: nn.Module) -> list:
     """``"name (Type): reason"`` for every module with parameters the layers path cannot take."""
     out = []
     for name, m in model.named_modules():
-        why = _why_not(m)
+        why = why_not(m)
         if why is not None:
             out.append(f"{name or '<model>'} ({type(m).__name__}): {why}")
     return out

@@ -114,8 +114,10 @@ class PrivacyEngine:
         if secure_mode:
             raise InputError("secure_mode=True is not allowed: the noise comes from torch.Generator (seedable, "
                              "reproducible), not from a cryptographic source.")
-        self.accountant = accountant
+        self.accountant_kind = accountant
         self.ledger = Ledger()
+        #: Opacus's ``privacy_engine.accountant`` (``get_epsilon(delta)``, ``len()``): the ledger's answers
+        self.accountant = _Accountant(self)
         self.budget = None
 
     # -- the run's shape ------------------------------------------------------------------------------
@@ -233,6 +235,9 @@ class PrivacyEngine:
                              f"{loss_reduction!r}: say the criterion's reduction (the per-record terms are scaled by it).")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise InputError(f"seed={seed!r} is not allowed: expected an integer.")
+        if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
+            raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
+                             "the module's parameters (not one make_private returned).")
         entry, mech, sampling, n, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
                                                               poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
                                                               momentum)
@@ -287,7 +292,7 @@ class PrivacyEngine:
     # -- privacy spent ----------------------------------------------------------------------------------
     def get_epsilon(self, delta: float) -> float:
         """eps spent so far at ``delta`` by every step charged to this engine (see :class:`PrivacyEngine`)."""
-        return self.ledger.epsilon(delta, self.accountant)
+        return self.ledger.epsilon(delta, self.accountant_kind)
 
     def epsilon_bracket(self, delta: float):
         """The certified upper end and a lower bound on the true eps of what ran (shuffled epochs:
@@ -296,11 +301,11 @@ class PrivacyEngine:
 
     # -- checkpoints (read back with weights_only=True: nothing is unpickled) ---------------------------
     def state_dict(self) -> dict:
-        return {"ledger": self.ledger.state_dict(), "accountant": self.accountant}
+        return {"ledger": self.ledger.state_dict(), "accountant": self.accountant_kind}
 
     def load_state_dict(self, state: dict) -> None:
         self.ledger.load_state_dict(state["ledger"])
-        self.accountant = state["accountant"]
+        self.accountant_kind = state["accountant"]
 
     def save_checkpoint(self, *, path, module, optimizer, data_loader=None, checkpoint_dict=None) -> None:
         """The whole run -- module, optimizer (the wrapped one, the kernel's state, the noise stream,
@@ -321,6 +326,22 @@ class PrivacyEngine:
         if data_loader is not None and state["data_loader"] is not None:
             data_loader.load_state_dict(state["data_loader"])
         return state["extra"]
+
+
+class _Accountant:
+    """``privacy_engine.accountant`` as Opacus scripts use it."""
+
+    def __init__(self, engine: "PrivacyEngine"):
+        self.engine = engine
+
+    def get_epsilon(self, delta: float, **kwargs) -> float:
+        return self.engine.get_epsilon(delta)
+
+    def __len__(self) -> int:
+        return self.engine.ledger.steps
+
+    def mechanism(self) -> str:
+        return self.engine.accountant_kind
 
 
 def _defaults(kwargs: dict) -> dict:

@@ -29,7 +29,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ...accountant.validation import InputError
-from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_terms, unsupported_layers
+from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_terms, why_not
 from ..clipping.paths import (ClippingFallbackWarning, clip_factors, clipped_grad_diff_sum, clipped_grad_sum,
                               ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost)
 from ..clipping.per_example import flat_of
@@ -166,17 +166,27 @@ class PrivateModule(nn.Module):
                              "no record has its own gradient; replace it with GroupNorm (or LayerNorm).")
         if next(module.parameters(), None) is None:
             raise InputError("module is not allowed: it has no parameters.")
+        #: the parameters trained (``requires_grad``) by name, in the order of every flat vector of the run;
+        #: frozen ones are constants of the model (fine-tuning), outside every record's gradient
+        self.named = [(k, p) for k, p in module.named_parameters() if p.requires_grad]
+        if not self.named:
+            raise InputError("module is not allowed: none of its parameters requires grad (nothing to train).")
         self._module = module
         self.loss_reduction = loss_reduction
-        self.unsupported = unsupported_layers(module)
+        self._owners, self.unsupported = [], []
+        for name, m in module.named_modules():
+            own = [p.requires_grad for _, p in m.named_parameters(recurse=False)]
+            if not any(own):
+                continue
+            why = why_not(m) or (None if all(own) else "some of its parameters are frozen")
+            if why is not None:
+                self.unsupported.append(f"{name or '<model>'} ({type(m).__name__}): {why}")
+            self._owners.append((name, m))
         self.fast = not self.unsupported           # decided again at the first forward (parameters used once)
         self.ghost = supports_ghost(module)
-        #: the module's parameters by name, in the order of every flat vector of the run
-        self.named = list(module.named_parameters())
         self._checked = False
         self.captures: list[Capture] = []
         self._rec = None                  # (records, grads) while a forward is recorded
-        self._owners = [(name, m) for name, m in module.named_modules() if any(True for _ in m.parameters(recurse=False))]
         self._handles = [] if self.unsupported else [
             m.register_forward_hook(lambda mod, inp, out, name=name: self._record(name, mod, inp, out))
             for name, m in self._owners]
@@ -219,7 +229,7 @@ class PrivateModule(nn.Module):
             out = functional_call(self._module, params, (x,) + tuple(args), kwargs)
             out = out + out.new_zeros((), requires_grad=True)
             cap.out = out.detach()
-            out.register_hook(lambda g: cap.grads.__setitem__("out", g))
+            out.register_hook(lambda g: cap.grads.__setitem__("out", g if "out" not in cap.grads else cap.grads["out"] + g))
         return out
 
     def _record(self, name, mod, inp, out):
@@ -235,7 +245,7 @@ class PrivateModule(nn.Module):
         z = out if out.requires_grad else out + out.new_zeros((), requires_grad=True)
         i = len(records)
         records.append((name, mod, inp[0].detach(), z))
-        z.register_hook(lambda g, i=i: grads.__setitem__(i, g))
+        z.register_hook(lambda g, i=i: grads.__setitem__(i, g if i not in grads else grads[i] + g))
         return z
 
     def _hooked(self, params, x, args, kwargs, records, grads):

@@ -71,7 +71,7 @@ class DPOptimizer(Optimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
         if isinstance(optimizer, DPOptimizer):
             raise InputError("optimizer is not allowed: it is already a DPOptimizer (make_private was called on it).")
-        mine = {id(p) for _, p in module.named}
+        mine = {id(p) for p in module.inner.parameters()}
         foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in mine]
         if foreign:
             raise InputError(f"optimizer is not allowed: {len(foreign)} of its parameters are not the module's (the "
@@ -159,8 +159,12 @@ class DPOptimizer(Optimizer):
         return self.round == 0
 
     def _accumulate(self) -> None:
-        caps = [c for c in self.module.captures if c.complete()]
-        if len(caps) != len(self.module.captures) or not caps:
+        caps = self.module.captures
+        if len(caps) > 1:
+            raise InputError(f"optimizer.step() is not allowed here: the module ran {len(caps)} training forwards since "
+                             "the last step, and a record in two of them would count twice; run evaluation under "
+                             "torch.no_grad() or model.eval(), and cut a batch into chunks with BatchMemoryManager.")
+        if not caps or not caps[0].complete():
             raise InputError("optimizer.step() is not allowed here: no backward of the batch's loss since the last "
                              "step (call loss.backward() on the output of the module make_private returned).")
         out = {} if self._sums is None else self._sums
@@ -182,7 +186,9 @@ class DPOptimizer(Optimizer):
             return
         after = self.ledger.with_step(self.mechanism, self.kernel.levels, kind)
         plan = self.budget
-        planned = {k: v for k, v in plan["mechanism"].release_counts().items() if v}
+        if "planned" not in plan:
+            plan["planned"] = {k: v for k, v in plan["mechanism"].release_counts().items() if v}
+        planned = plan["planned"]
         same = (len(after.groups) == 1 and after.groups[0][0] == plan["mechanism"]
                 and after.groups[0][1] == {k: float(v) for k, v in plan["levels"].items()})
         if same and all(c <= planned.get(k, 0) for k, c in after.groups[0][2].items()):
