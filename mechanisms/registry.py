@@ -121,7 +121,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               train_defaults={"c2": 1.0}, engine=("wor",), examples=_ex(
                   calibrate="dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
                   audit="dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
-                        "--step-bound 1 --runs 1000",
+                        "--step-bound 1 --runs 200",
                   probe="dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16"),
               probe={"lr": 0.1}),
     Algorithm("dicesgd", DiceSGD, "DiceSGD (Zhang, Bu, Wu & Hong, 2024), Algorithms 2-4, Thm 3.7",

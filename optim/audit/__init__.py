@@ -5,7 +5,9 @@ Job: the record-level sensitivity probe (:mod:`.probe`), the white-box audits an
 one-run audits), the lockstep leader/twin runs (:mod:`.lockstep`) with the twin's replayed noise
 (:mod:`.replay`), the canaries and sampler couplings (:mod:`.canaries`), batched audit runs
 (:mod:`.batched`), the statistics that turn scores into eps lower bounds (:mod:`.bounds`), the
-noise tests (:mod:`.noise_tests`) and the standard audit setups (:mod:`.harnesses`).
+noise tests (:mod:`.noise_tests`), the standard audit setups (:mod:`.harnesses`), the checks of
+anyone's private step behind one small contract (:mod:`.steps`) and the statistics for anyone's
+scores (:mod:`.scores`).
 
 May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms` and every other sub-package of
 :mod:`dpcalib.optim` (``algorithms``, ``run``, ``clipping``, ``data``, ``tensors``); nothing
@@ -23,6 +25,9 @@ from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wo
 from .noise_tests import NoiseKSTest, NoiseStdTest, noise_ks_test, noise_std_test
 from .probe import PROBE_DEFAULTS, SLACK_ULPS, Pair, RecordProbeReport, pairs, probe_harness, record_probe
 from .replay import ReplaySource
+from .scores import ScoresAudit, epsilon_from_guesses, epsilon_from_scores
+from .steps import (EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim, StepReport, audit_step, check_step,
+                    noise_test_step, probe_step, sampler_test)
 from ...accountant import TradeOffCurve
 
 __all__ = [
@@ -33,5 +38,7 @@ __all__ = [
     "harness", "one_run_harness", "wor_claim", "wor_harness", "alternating", "constant", "pair_llr", "release_llr",
     "run_pair", "wor_llr", "zero", "NoiseKSTest", "NoiseStdTest", "noise_ks_test", "noise_std_test",
     "PROBE_DEFAULTS", "SLACK_ULPS", "Pair", "RecordProbeReport", "pairs", "probe_harness", "record_probe",
-    "ReplaySource", "TradeOffCurve",
+    "ReplaySource", "TradeOffCurve", "ScoresAudit", "epsilon_from_scores", "epsilon_from_guesses", "PrivateStep",
+    "StepClaim", "FunctionStep", "EngineStep", "OpacusStep", "StepReport", "check_step", "probe_step", "noise_test_step",
+    "audit_step", "sampler_test",
 ]

@@ -20,7 +20,7 @@ def _stats():
     return stats
 
 
-__all__ = ["epsilon_lower_bounds", "AuditReport", "CurveCheck", "curve_check", "gdp_thresholds",
+__all__ = ["epsilon_lower_bounds", "audit_power", "AuditReport", "CurveCheck", "curve_check", "gdp_thresholds",
            "heldout_lower_bound", "heldout_curve_check", "one_run_p_value", "one_run_epsilon"]
 
 
@@ -88,6 +88,17 @@ def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confide
             "fpr_gdp": fpr_g / n1, "fnr_gdp": fnr_g / n0}
 
 
+def audit_power(runs: int, delta: float, gdp: bool, confidence: float = 0.95) -> float:
+    """The largest eps lower bound ``runs`` runs per dataset can give (perfectly separated scores):
+    the direct bound, and the GDP bound where the claim is GDP."""
+    alpha = (1.0 - confidence) / 2.0                # two one-sided intervals (Bonferroni)
+    b = _cp_upper(0, runs, alpha)
+    best = _direct(b, b, delta)
+    if gdp:
+        best = max(best, _gdp_from_rates(b, b, delta)[1])
+    return best
+
+
 @dataclass(frozen=True)
 class AuditReport:
     algorithm: str
@@ -104,6 +115,9 @@ class AuditReport:
 
     #: runs per dataset the eps bounds were measured on (the held-out audits measure on a half)
     measured_runs: int | None = None
+    #: ``(scores under D, scores under D')`` the bounds were computed from (not in :meth:`as_dict`):
+    #: :func:`dpcalib.optim.audit.scores.epsilon_from_scores` gives the same bounds back from them
+    scores: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def verdict(self) -> str:
@@ -120,13 +134,7 @@ class AuditReport:
     def max_epsilon_lo(self) -> float:
         """The largest eps lower bound any outcome of these runs can give (perfectly separated
         samples): the audit's power.  A claim at or above it cannot be refuted by the eps bounds."""
-        n = self.measured_runs or self.runs
-        alpha = 0.025                                   # 95 %, two one-sided intervals (Bonferroni)
-        b = _cp_upper(0, n, alpha)
-        best = _direct(b, b, self.delta)
-        if self.gdp_exact:
-            best = max(best, _gdp_from_rates(b, b, self.delta)[1])
-        return best
+        return audit_power(self.measured_runs or self.runs, self.delta, self.gdp_exact)
 
     @property
     def detectable(self) -> bool:

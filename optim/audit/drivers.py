@@ -254,7 +254,7 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
         curve = TradeOffCurve.gdp(mu) if gdp_exact else _default_curve(build, seed, e, d)
     check = curve_check(s_d, s_p, curve, gdp_thresholds(mu), confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
-                       details, check)
+                       details, check, scores=(s_d, s_p))
 
 
 def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
@@ -324,7 +324,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         curve = _default_curve(build, seed, e, d)
     check = heldout_curve_check(s_d, s_p, curve, confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2)
+                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
 
 
 # ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
@@ -439,4 +439,4 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
                "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2)
+                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))

@@ -158,7 +158,8 @@ class DPOptimizer(Optimizer):
     def _first(self) -> bool:
         return self.round == 0
 
-    def _accumulate(self) -> None:
+    def _terms(self) -> dict:
+        """The terms the kernel asks for, of the one batch the module recorded since the last step."""
         caps = self.module.captures
         if len(caps) > 1:
             raise InputError(f"optimizer.step() is not allowed here: the module ran {len(caps)} training forwards since "
@@ -167,19 +168,40 @@ class DPOptimizer(Optimizer):
         if not caps or not caps[0].complete():
             raise InputError("optimizer.step() is not allowed here: no backward of the batch's loss since the last "
                              "step (call loss.backward() on the output of the module make_private returned).")
-        out = {} if self._sums is None else self._sums
+        cap, out = caps[0], {}
         for op, args in self.kernel.asks(self._first()):
             key = (op,) + tuple(float(a) if isinstance(a, (int, float)) and a is not None else a for a in args)
-            for cap in caps:
-                if op == "clipped_sum":
-                    v = cap.clipped_sum(*args)
-                elif op == "grad_sum":
-                    v = cap.grad_sum()
-                else:
-                    v = cap.clipped_diff_sum(args[0], self.prev, self.criterion)
-                out[key] = v if key not in out else out[key] + v
-        self._sums = out
+            if op == "clipped_sum":
+                out[key] = cap.clipped_sum(*args)
+            elif op == "grad_sum":
+                out[key] = cap.grad_sum()
+            else:
+                out[key] = cap.clipped_diff_sum(args[0], self.prev, self.criterion)
+        return out
+
+    def _accumulate(self) -> None:
+        terms = self._terms()
+        self._sums = terms if self._sums is None else {k: self._sums[k] + v for k, v in terms.items()}
         self.module.clear()
+
+    def release_of(self, *, noise: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The release :meth:`step` would make on the batch the module recorded, at the current
+        parameters -- from ``generator`` (default: the run's noise stream), or noiseless -- while
+        nothing is charged, stepped or kept (the kernel's state, levels and stream are restored).
+        What the checks of :mod:`dpcalib.optim.audit.steps` call."""
+        sums = {k: self.transport.aggregate(v) for k, v in self._terms().items()}
+        state, levels, gen = self.kernel.state_dict(), dict(self.kernel.levels), self.privatizer.generator
+        if generator is not None:
+            self.privatizer.generator = generator
+        if not noise:
+            self.kernel.levels = {k: 0.0 for k in levels}
+        try:
+            released, _ = self.kernel.step(_Summed(sums), self._release, self.round + 1, self._first())
+            return released.clone()
+        finally:
+            self.kernel.load_state_dict(state)
+            self.kernel.levels, self.privatizer.generator = levels, gen
+            self.module.clear()
 
     def _check_budget(self, kind: str) -> None:
         if self.budget is None:

@@ -1,0 +1,450 @@
+"""Check anyone's private step: the record probe, the noise test, an audit and the sampler test
+for a step written by dpcalib's engine, by Opacus, or by the user.
+
+**The contract** (:class:`PrivateStep`): ``release(batch, *, noise, generator)`` returns the value
+one step releases on ``batch`` at the current parameters -- flat, what the noise was added to
+(e.g. the noisy sum of clipped gradients) -- with the noise drawn from ``generator``
+(``noise=False``: the noiseless value), and leaves the parameters and the step's own state as they
+were; ``claim`` (:class:`StepClaim`) says what the step claims: the L2 sensitivity of that value
+for one record under a neighbouring relation, the std of the noise, the batch sampling.  The
+checks see one release at a time (white box): they cannot see what happens across steps (error
+feedback, momentum) except through what one release exposes.
+
+Adapters: :class:`FunctionStep` (a plain function), :class:`EngineStep` (the optimizer of
+:class:`dpcalib.optim.PrivacyEngine`), :class:`OpacusStep` (Opacus's ``DPOptimizer`` as
+``make_private`` returns it, through its ``pre_step``: clip, noise, scale).
+
+**The checks**: :func:`probe_step` (one record removed, added -- a canary whose features are a
+record's times +-1e3, whose gradient reaches any clip norm -- or replaced -- by another record,
+the canary, an all-zero one -- moves the noiseless release by at most the claimed sensitivity), :func:`noise_test_step` (the released noise against the claimed std:
+chi-square interval on the std ratio, Kolmogorov-Smirnov, independence of draws from different
+generators), :func:`audit_step` (many independent
+releases on two neighbouring batches -> a lower bound on eps with 95 % confidence against the
+claimed eps of one release), :func:`sampler_test` (the batch sizes a loader really produces
+against what the accounting assumes), and :func:`check_step` (the first three in one report).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ...accountant import gdp_epsilon
+from ...accountant.validation import InputError
+from ..algorithms.core import Release
+from .noise_tests import noise_ks_test, noise_std_test
+from .scores import epsilon_from_scores
+
+__all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep", "probe_step", "noise_test_step",
+           "audit_step", "sampler_test", "check_step", "StepReport", "SamplerReport", "RELATIONS", "SAMPLINGS"]
+
+RELATIONS = ("add/remove", "replace-one")
+SAMPLINGS = ("poisson", "wor", "shuffle", "full batch")
+#: float slack of the probe, in units of the working dtype's eps times the releases' norms
+SLACK_ULPS = 64
+#: the probe's added canaries: a record's features times these (their gradients' norms sweep
+#: orders of magnitude, so that some lands near any clip norm and some far above it)
+CANARY_SCALES = (1e3, -1e3, 1e2, -1e2, 10.0, -10.0, 3.0, -3.0, 0.3, -0.3, 0.1, -0.1, 0.03, 0.01)
+
+
+@dataclass(frozen=True)
+class StepClaim:
+    """What a step claims about one release: ``sensitivity`` (L2, one record, under ``relation``),
+    ``noise_std`` (per coordinate), and the sampling of its batches (``sample_rate`` for Poisson,
+    ``batch_size`` for fixed-size or shuffled batches)."""
+
+    sensitivity: float
+    noise_std: float
+    relation: str = "add/remove"
+    sampling: str = "poisson"
+    sample_rate: float | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self):
+        for name in ("sensitivity", "noise_std"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0) or math.isinf(v):
+                raise InputError(f"{name}={v!r} is not allowed: expected a finite number >= 0.")
+        if self.relation not in RELATIONS:
+            raise InputError(f"relation={self.relation!r} is not allowed: expected one of {', '.join(RELATIONS)}.")
+        if self.sampling not in SAMPLINGS:
+            raise InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
+        if self.sampling == "poisson" and self.sample_rate is not None and not 0.0 < self.sample_rate <= 1.0:
+            raise InputError(f"sample_rate={self.sample_rate!r} is not allowed: expected a number in (0, 1].")
+
+    def epsilon(self, delta: float) -> float:
+        """The claimed eps of one release given its batch (a Gaussian mechanism, no amplification by
+        sampling: what a check that holds the batch fixed can test); inf without noise."""
+        if self.noise_std == 0.0:
+            return math.inf if self.sensitivity > 0 else 0.0
+        return float(gdp_epsilon(self.sensitivity / self.noise_std, delta))
+
+
+class PrivateStep:
+    """The contract (see the module text).  Subclasses implement :meth:`release` and set ``claim``."""
+
+    claim: StepClaim
+
+    def release(self, batch, *, noise: bool, generator: torch.Generator) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _flat64(t) -> torch.Tensor:
+    return torch.as_tensor(t).detach().reshape(-1).to("cpu", torch.float64)
+
+
+class FunctionStep(PrivateStep):
+    """A plain function ``fn(batch, noise: bool, generator) -> released tensor`` and its claim."""
+
+    def __init__(self, fn, claim: StepClaim):
+        if not callable(fn):
+            raise InputError(f"fn={fn!r} is not allowed: expected a callable (batch, noise, generator) -> tensor.")
+        if not isinstance(claim, StepClaim):
+            raise InputError(f"claim={claim!r} is not allowed: expected a StepClaim.")
+        self.fn, self.claim = fn, claim
+
+    def release(self, batch, *, noise, generator):
+        return _flat64(self.fn(batch, noise, generator))
+
+
+class EngineStep(PrivateStep):
+    """The optimizer ``make_private`` returned (:class:`dpcalib.optim.engine.DPOptimizer`), its
+    module and the loss (``criterion(output, target)``, reduced as ``make_private`` was told): the
+    kernel's release on the batch at the current parameters, through the optimizer's own per-record
+    terms and noise source, its state restored after each call (nothing is charged or stepped)."""
+
+    def __init__(self, module, optimizer, criterion):
+        if not hasattr(optimizer, "kernel") or not hasattr(optimizer, "release_of"):
+            raise InputError("optimizer is not allowed: expected the DPOptimizer that PrivacyEngine.make_private "
+                             "returned.")
+        self.module, self.optimizer, self.criterion = module, optimizer, criterion
+        k = optimizer.kernel
+        kind = k.kind(optimizer.round == 0)
+        m = optimizer.mechanism
+        spec = m.release(kind)
+        sampling = {"Poisson": "poisson", "fixed size without replacement": "wor"}.get(spec.sampling, "full batch")
+        if getattr(m, "shuffled", False):
+            sampling = "shuffle"
+        self.claim = StepClaim(float(m.sensitivity(kind, k.clip) if spec.scale == "clip" else m.sensitivity(kind)),
+                               float(k.std(kind)), "add/remove" if spec.relation in ("add/remove", "zero-out")
+                               else "replace-one", sampling, getattr(m, "sampling_rate", None),
+                               getattr(m, "batch_size", None))
+
+    def release(self, batch, *, noise, generator):
+        x, y = batch
+        self.optimizer.zero_grad()
+        self.criterion(self.module(x), y).backward()
+        return _flat64(self.optimizer.release_of(noise=noise, generator=generator))
+
+
+class OpacusStep(PrivateStep):
+    """Opacus's ``DPOptimizer`` and ``GradSampleModule`` as ``PrivacyEngine.make_private`` returns
+    them (hooks mode): forward, backward, then its ``pre_step`` -- per-sample clipping, noise from
+    its ``generator``, scaling -- and the noisy SUM read back from ``.grad`` (times the expected
+    batch size for a mean loss).  The accountant's step hook is held off; the gradients are zeroed."""
+
+    def __init__(self, module, optimizer, criterion, sample_rate: float | None = None):
+        if not hasattr(optimizer, "pre_step") or not hasattr(optimizer, "noise_multiplier"):
+            raise InputError("optimizer is not allowed: expected Opacus's DPOptimizer.")
+        self.module, self.optimizer, self.criterion = module, optimizer, criterion
+        C, z = float(optimizer.max_grad_norm), float(optimizer.noise_multiplier)
+        self.claim = StepClaim(C, z * C, "add/remove", "poisson", sample_rate)
+
+    def release(self, batch, *, noise, generator):
+        opt = self.optimizer
+        x, y = batch
+        opt.zero_grad()
+        self.criterion(self.module(x), y).backward()
+        z, gen, hook = opt.noise_multiplier, opt.generator, opt.step_hook
+        opt.noise_multiplier, opt.generator, opt.step_hook = (z if noise else 0.0), generator, None
+        try:
+            opt.pre_step()
+        finally:
+            opt.noise_multiplier, opt.generator, opt.step_hook = z, gen, hook
+        scale = opt.expected_batch_size * opt.accumulated_iterations if opt.loss_reduction == "mean" else 1.0
+        out = torch.cat([p.grad.reshape(-1) for p in opt.params]) * scale
+        opt.zero_grad()
+        return _flat64(out)
+
+
+def _check_step(step) -> None:
+    if not isinstance(step, PrivateStep):
+        raise InputError(f"step={type(step).__name__} is not allowed: expected a PrivateStep (FunctionStep, "
+                         "EngineStep, OpacusStep).")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(seed))
+
+
+def _rows(batch) -> int:
+    return int(batch[0].shape[0])
+
+
+def _without(batch, i: int):
+    keep = [j for j in range(_rows(batch)) if j != i]
+    return tuple(t[keep] for t in batch)
+
+
+def _replaced(batch, i: int, record):
+    out = tuple(t.clone() for t in batch)
+    for t, v in zip(out, record):
+        t[i] = v
+    return out
+
+
+def _neighbours(batch, i: int, relation: str) -> dict:
+    """name -> (neighbouring batch, claim multiplier) of record ``i`` of ``batch``."""
+    x = batch[0]
+    j = (i + 1) % _rows(batch)
+    records = {"another record": tuple(t[j] for t in batch)}
+    if x.is_floating_point():
+        records["features x 1e3"] = (x[i] * 1e3,) + tuple(t[i] for t in batch[1:])
+        records["all-zero record"] = (torch.zeros_like(x[i]),) + tuple(t[i] for t in batch[1:])
+    replace = 2.0 if relation == "add/remove" else 1.0
+    out = {f"{name} (replaced)": (_replaced(batch, i, r), replace) for name, r in records.items()}
+    if relation == "add/remove":
+        out["removed"] = (_without(batch, i), 1.0)
+        if x.is_floating_point():      # canaries whose gradients sweep the norms around any clip, added
+            for scale in CANARY_SCALES:
+                extra = (x[i] * scale,) + tuple(t[i] for t in batch[1:])
+                out[f"features x {scale:g} added"] = (tuple(torch.cat([t, v[None]]) for t, v in zip(batch, extra)), 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The worst move of the noiseless release over its claim, per neighbour."""
+
+    worst_ratio: float
+    rows: list = field(repr=False)
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.worst_ratio <= 1.0 + self.tolerance
+
+
+def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-5) -> ProbeResult:
+    """One record removed or replaced moves the noiseless release by at most the claimed
+    sensitivity (x2 for a replacement under add/remove), up to ``tolerance`` relative plus the
+    release's float rounding (:data:`SLACK_ULPS` ulps of the two releases' norms)."""
+    _check_step(step)
+    c = step.claim
+    base = step.release(batch, noise=False, generator=_gen(0))
+    eps = torch.finfo(batch[0].dtype if batch[0].is_floating_point() else torch.float32).eps
+    rows, worst = [], 0.0
+    for i in records:
+        for name, (nb, mult) in _neighbours(batch, int(i), c.relation).items():
+            other = step.release(nb, noise=False, generator=_gen(0))
+            move = float((base - other).norm())
+            claim = mult * c.sensitivity
+            slack = SLACK_ULPS * eps * float(base.norm() + other.norm())
+            ratio = math.inf if claim == 0 and move > slack else (0.0 if claim == 0 else max(0.0, move - slack) / claim)
+            rows.append({"record": int(i), "neighbour": name, "move": move, "claim": claim, "ratio": ratio})
+            worst = max(worst, ratio)
+    return ProbeResult(worst, rows, float(tolerance))
+
+
+@dataclass(frozen=True)
+class IndependenceTest:
+    """Noise draws from different generators are independent: ``z`` is ``sum_{i<j} <n_i, n_j> /
+    std^2`` over its standard deviation ``sqrt(d k (k - 1) / 2)`` (about N(0, 1) for independent
+    isotropic draws; noise drawn once and reused gives ``z ~ sqrt(d k (k - 1) / 2)``)."""
+
+    z: float
+    p_value: float
+    level: float
+
+    @property
+    def passed(self) -> bool:
+        return self.p_value >= self.level
+
+
+def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1, level: float = 1e-3):
+    """``(std test, KS test, independence test)`` of the released noise -- release minus the
+    noiseless release on the same batch, from ``draws`` generators -- against the claimed std."""
+    from scipy import stats
+
+    _check_step(step)
+    base = step.release(batch, noise=False, generator=_gen(0))
+    std = step.claim.noise_std
+    noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(int(draws))]
+    rel = [Release(k, "step", std, step.claim.sensitivity, step.claim.relation, v) for k, v in enumerate(noise)]
+    k, dim = len(noise), noise[0].numel()
+    if std > 0 and k > 1:
+        total = noise[0] * 0.0
+        cross = 0.0
+        for v in noise:
+            cross += float(total @ v)
+            total = total + v
+        z = cross / (std * std) / math.sqrt(dim * k * (k - 1) / 2.0)
+        ind = IndependenceTest(z, float(2.0 * stats.norm.sf(abs(z))), float(level))
+    else:
+        ind = IndependenceTest(0.0, 1.0, float(level))
+    return noise_std_test(rel, level), noise_ks_test(rel, level), ind
+
+
+def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, record: int = 0, seed: int = 2,
+               confidence: float = 0.95):
+    """Many independent releases on the batch without record ``record`` (add/remove; replace-one: the
+    record replaced by an all-zero one) and with it; score: the released value's projection on the
+    direction between the two noiseless releases, as the log-likelihood ratio of the claimed
+    Gaussian noise.  -> :class:`~.scores.ScoresAudit` against the claimed eps of one release."""
+    _check_step(step)
+    c = step.claim
+    with_r = batch
+    without = _without(batch, record) if c.relation == "add/remove" else _replaced(
+        batch, record, (torch.zeros_like(batch[0][record]),) + tuple(t[record] for t in batch[1:]))
+    r1 = step.release(with_r, noise=False, generator=_gen(0))
+    r0 = step.release(without, noise=False, generator=_gen(0))
+    d = r1 - r0
+    gap = float(d.norm())
+    u = d / gap if gap > 0 else d
+    sigma = c.noise_std if c.noise_std > 0 else 1.0
+
+    def score(b, base, k):
+        proj = float((step.release(b, noise=True, generator=_gen(seed + k)) - r0) @ u)
+        return (proj * gap - 0.5 * gap * gap) / (sigma * sigma)
+
+    s_in = [score(with_r, r1, 2 * k) for k in range(int(runs))]
+    s_out = [score(without, r0, 2 * k + 1) for k in range(int(runs))]
+    return epsilon_from_scores(s_in, s_out, delta=delta, confidence=confidence, claimed_epsilon=c.epsilon(delta),
+                               statistic="llr")
+
+
+@dataclass(frozen=True)
+class SamplerReport:
+    """The batch sizes a loader produced against the claimed sampling."""
+
+    claimed: str
+    sizes: list = field(repr=False)
+    p_value: float
+    passed: bool
+    note: str
+
+    def text(self) -> str:
+        return f"sampler: {'ok' if self.passed else 'FLAGGED'} ({self.note})"
+
+
+def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches: int = 500, level: float = 1e-3,
+                 delta: float = 1e-5) -> SamplerReport:
+    """The sizes of ``batches`` batches of ``data_loader`` against ``claim``'s sampling: Poisson at
+    ``sample_rate`` (a chi-square test against Binomial(n, q), which fixed-size or shuffled batches
+    fail: their sizes do not vary), or fixed size ``batch_size``.  A flagged Poisson claim prints
+    the shuffle bracket of the same run beside Poisson's eps (what a shuffled loader really spends)."""
+    from scipy import stats
+
+    ds = getattr(data_loader, "dataset", None)
+    n = int(n if n is not None else len(ds))
+    sizes = []
+    while len(sizes) < batches:
+        before = len(sizes)
+        for b in data_loader:
+            x = b[0] if isinstance(b, (list, tuple)) else b
+            sizes.append(int(x.shape[0]))
+            if len(sizes) >= batches:
+                break
+        if len(sizes) == before:
+            raise InputError("data_loader is not allowed: it produced no batch.")
+    if claim.sampling == "poisson":
+        q = claim.sample_rate
+        if q is None:
+            raise InputError("claim.sample_rate is required to test a Poisson claim.")
+        hi = int(stats.binom.ppf(1 - 1e-6, n, q)) + 1
+        lo = int(stats.binom.ppf(1e-6, n, q))
+        k = list(range(lo, hi + 1))
+        expected = [stats.binom.pmf(v, n, q) * len(sizes) for v in k]
+        expected[0] += stats.binom.cdf(lo - 1, n, q) * len(sizes)
+        expected[-1] += stats.binom.sf(hi, n, q) * len(sizes)
+        observed = [sum(1 for s in sizes if s == v) for v in k]
+        observed[0] += sum(1 for s in sizes if s < lo)
+        observed[-1] += sum(1 for s in sizes if s > hi)
+        # pool the sparse cells (expected < 5) into their neighbours, as a chi-square test needs
+        obs, exp, acc_o, acc_e = [], [], 0.0, 0.0
+        for o, e in zip(observed, expected):
+            acc_o, acc_e = acc_o + o, acc_e + e
+            if acc_e >= 5.0:
+                obs.append(acc_o)
+                exp.append(acc_e)
+                acc_o, acc_e = 0.0, 0.0
+        if acc_e > 0 and obs:
+            obs[-1] += acc_o
+            exp[-1] += acc_e
+        p = float(stats.chisquare(obs, [e * sum(obs) / sum(exp) for e in exp]).pvalue) if len(obs) > 1 else 0.0
+        passed = p >= level
+        note = f"Poisson(q = {q:g}) claimed; sizes mean {sum(sizes) / len(sizes):.4g} (expected {n * q:.4g}), " \
+               f"{len(set(sizes))} distinct, chi-square p = {p:.3g}"
+        if not passed and len(set(sizes)) == 1 and claim.noise_std > 0 and claim.sensitivity > 0:
+            from ...mechanisms import DPSGD
+
+            b = sizes[0]
+            z = claim.noise_std / claim.sensitivity
+            steps = -(-n // b)
+            shuffled = DPSGD(sampling="shuffle", n=n, batch_size=b, epochs=1).epsilon_bracket(delta, z)
+            poisson = DPSGD(b / n, steps).epsilon(delta, z).epsilon
+            note += (f"; every batch has {b} records: fixed-size or shuffled batches, not Poisson.  One epoch of "
+                     f"{steps} such batches at noise {z:.4g} spends eps in [{shuffled.lower:.4g}, "
+                     f"{shuffled.upper:.4g}] (shuffle bracket, delta {delta:g}), not Poisson's {poisson:.4g}")
+        return SamplerReport("poisson", sizes, p, passed, note)
+    b = claim.batch_size
+    if b is None:
+        raise InputError(f"claim.batch_size is required to test a {claim.sampling} claim.")
+    bad = [s for s in sizes if s != b and not (claim.sampling == "shuffle" and s == n % b)]
+    return SamplerReport(claim.sampling, sizes, 0.0 if bad else 1.0, not bad,
+                         f"{claim.sampling} batches of {b} claimed; {len(bad)} of {len(sizes)} batches differ")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """:func:`check_step`'s verdicts: the probe, the noise tests and (with ``runs``) the audit."""
+
+    probe: ProbeResult
+    noise_std: object
+    noise_ks: object
+    noise_independence: IndependenceTest
+    audit: object | None
+    claimed_epsilon: float
+    delta: float
+
+    @property
+    def flagged(self) -> list:
+        out = []
+        if not self.probe.passed:
+            out.append(f"probe: a record moved the release by {self.probe.worst_ratio:.6g} x its claimed sensitivity")
+        if not self.noise_std.passed:
+            lo, hi = self.noise_std.ratio_interval
+            out.append(f"noise: std / claimed std in [{lo:.4g}, {hi:.4g}] (p = {self.noise_std.p_value:.3g})")
+        if not self.noise_ks.passed:
+            out.append(f"noise: not Gaussian at the claimed std (smallest KS p = {self.noise_ks.min_p:.3g} of "
+                       f"{len(self.noise_ks.p_values)})")
+        if not self.noise_independence.passed:
+            out.append(f"noise: draws from different generators are correlated (z = {self.noise_independence.z:.4g})")
+        if self.audit is not None and self.audit.verdict == "violation":
+            out.append(f"audit: eps >= {self.audit.epsilon_lo:.6g} > claimed {self.claimed_epsilon:.6g}")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.flagged
+
+    def text(self) -> str:
+        lines = [f"probe: worst move {self.probe.worst_ratio:.8g} of the claim (tolerance {self.probe.tolerance:g})",
+                 f"noise: std ratio {self.noise_std.ratio:.6g} in [{self.noise_std.ratio_interval[0]:.4g}, "
+                 f"{self.noise_std.ratio_interval[1]:.4g}], smallest KS p = {self.noise_ks.min_p:.3g}, independence z = "
+                 f"{self.noise_independence.z:.3g}"]
+        if self.audit is not None:
+            lines.append("audit: " + self.audit.text())
+        lines.append("verdict: " + ("passed" if self.passed else "FLAGGED -- " + "; ".join(self.flagged)))
+        return "\n".join(lines)
+
+
+def check_step(step: PrivateStep, batch, *, delta: float = 1e-5, records=(0,), draws: int = 20, runs: int = 0,
+               tolerance: float = 1e-5) -> StepReport:
+    """The probe, the noise test and (``runs`` > 0) the audit of one step on ``batch``."""
+    probe = probe_step(step, batch, records=records, tolerance=tolerance)
+    std, ks, ind = noise_test_step(step, batch, draws=draws)
+    audit = audit_step(step, batch, delta=delta, runs=runs, record=int(records[0])) if runs else None
+    return StepReport(probe, std, ks, ind, audit, step.claim.epsilon(delta), delta)
