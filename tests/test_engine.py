@@ -54,21 +54,7 @@ def test_adam_and_adamw_are_applied_to_the_reference_direction(name):
     ref = S.reference("dp-sgd", shadow, x, y, record_values=True)
     torch_opt = make(shadow.parameters())
     worst = []
-
-    def follow(k):
-        before = {n: p.detach().clone() for n, p in shadow.named_parameters()}
-        ref.step()                                       # the reference's own release at this point
-        released = ref.privatizer.releases[-1].released / ref.B
-        with torch.no_grad():
-            i = 0
-            for n, p in shadow.named_parameters():
-                p.copy_(before[n])
-                p.grad = released[i:i + p.numel()].view_as(p).clone()
-                i += p.numel()
-        torch_opt.step()
-        worst.append(float((S.flat(net) - S.flat(shadow)).abs().max() / S.flat(shadow).abs().max()))
-
-    S.loop(m, opt, crit, loader, after=follow)
+    S.loop(m, opt, crit, loader, after=S.applied_to_reference(net, shadow, ref, torch_opt, worst))
     assert max(worst) < 1e-6
 
 
@@ -454,22 +440,11 @@ def test_param_groups_and_a_learning_rate_schedule_are_the_wrapped_optimizers():
     ref_sched = torch.optim.lr_scheduler.StepLR(torch_opt, step_size=3, gamma=0.5)
     worst = []
 
-    def follow(k):
+    def schedules():
         sched.step()
-        before = {n: p.detach().clone() for n, p in shadow.named_parameters()}
-        ref.step()
-        released = ref.privatizer.releases[-1].released / ref.B
-        with torch.no_grad():
-            i = 0
-            for n, p in shadow.named_parameters():
-                p.copy_(before[n])
-                p.grad = released[i:i + p.numel()].view_as(p).clone()
-                i += p.numel()
-        torch_opt.step()
         ref_sched.step()
-        worst.append(float((S.flat(net) - S.flat(shadow)).abs().max() / S.flat(shadow).abs().max()))
 
-    S.loop(m, opt, crit, loader, after=follow)
+    S.loop(m, opt, crit, loader, after=S.applied_to_reference(net, shadow, ref, torch_opt, worst, each=schedules))
     assert opt.param_groups[0]["lr"] == pytest.approx(0.2 * 0.5 ** 4) and max(worst) < 1e-6
     state = opt.state_dict()
     assert state["optimizer"]["param_groups"][1]["lr"] == pytest.approx(0.05 * 0.5 ** 4)
