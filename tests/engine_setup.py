@@ -86,23 +86,25 @@ def copies(dtype=torch.float64):
     return net, copy.deepcopy(net)
 
 
-def applied_to_reference(net, shadow, ref, torch_opt, worst, each=None):
+def applied_to_reference(net, shadow, ref, torch_opt, worst, before=None, after=None):
     """``after(k)`` for :func:`loop`: the reference's own release at the shadow's point (its DP-SGD
     release / B), handed to ``torch_opt`` as the shadow's ``.grad`` -- the run the engine must equal
     with that torch optimizer; the worst relative difference so far is appended to ``worst``.
-    ``each()``: called first (a learning-rate schedule's step)."""
+    ``before()`` / ``after()``: called first / after the shadow's step (the two schedules' steps)."""
     def follow(k):
-        if each is not None:
-            each()
-        before = {n: p.detach().clone() for n, p in shadow.named_parameters()}
+        if before is not None:
+            before()
+        point = {n: p.detach().clone() for n, p in shadow.named_parameters()}
         ref.step()
         released = ref.privatizer.releases[-1].released / ref.B
         with torch.no_grad():
             i = 0
             for n, p in shadow.named_parameters():
-                p.copy_(before[n])
+                p.copy_(point[n])
                 p.grad = released[i:i + p.numel()].view_as(p).clone()
                 i += p.numel()
         torch_opt.step()
+        if after is not None:
+            after()
         worst.append(float((flat(net) - flat(shadow)).abs().max() / flat(shadow).abs().max()))
     return follow

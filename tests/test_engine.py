@@ -439,12 +439,8 @@ def test_param_groups_and_a_learning_rate_schedule_are_the_wrapped_optimizers():
     torch_opt = make(shadow)
     ref_sched = torch.optim.lr_scheduler.StepLR(torch_opt, step_size=3, gamma=0.5)
     worst = []
-
-    def schedules():
-        sched.step()
-        ref_sched.step()
-
-    S.loop(m, opt, crit, loader, after=S.applied_to_reference(net, shadow, ref, torch_opt, worst, each=schedules))
+    S.loop(m, opt, crit, loader, after=S.applied_to_reference(net, shadow, ref, torch_opt, worst, before=sched.step,
+                                                              after=ref_sched.step))
     assert opt.param_groups[0]["lr"] == pytest.approx(0.2 * 0.5 ** 4) and max(worst) < 1e-6
     state = opt.state_dict()
     assert state["optimizer"]["param_groups"][1]["lr"] == pytest.approx(0.05 * 0.5 ** 4)
