@@ -66,10 +66,10 @@ def test_dpsrm_whose_claim_has_half_the_sampling_rate_is_caught():
     assert r.epsilon_lo_direct <= EPS             # the eps bound at 1e-5 alone does not see it
 
 
-@pytest.mark.parametrize("setup, runs", [(_clipd2p, 400), (_diff2bvr, 300)], ids=["clipd2p", "diff2-bvr"])
+@pytest.mark.parametrize("setup, runs", [(_clipd2p, 300), (_diff2bvr, 300)], ids=["clipd2p", "diff2-bvr"])
 def test_wor_audits_catch_half_the_noise(setup, runs, monkeypatch):
     # (a sweep caught both at every count tried: clipd2p at 200, 300, 400, diff2-bvr at 150, 250,
-    # 300 runs per dataset; the counts leave a 2x margin)
+    # 300 runs per dataset; the counts leave a 1.5x and 2x margin -- clipd2p at 300, not 400, for CI's time)
     monkeypatch.setattr(core, "NoiseSource", _HalfNoise)
     s = setup()
     assert isinstance(s[0](0).privatizer, _HalfNoise)

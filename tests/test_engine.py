@@ -351,6 +351,11 @@ def test_a_step_without_a_backward_is_refused():
     m(xb)
     with pytest.raises(InputError, match="no backward"):
         opt.step()
+    for call in (lambda: m(input=xb), lambda: m([xb])):
+        with pytest.raises(InputError, match="first positional input must be the batch"):
+            call()
+    with torch.no_grad():
+        assert m(xb).shape == (xb.shape[0], 1)              # evaluation: the plain module
 
 
 # -- 3. record-level soundness through the engine's module -----------------------------------------------

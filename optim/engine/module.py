@@ -205,12 +205,14 @@ class PrivateModule(nn.Module):
     def clear(self) -> None:
         self.captures = []
 
-    def forward(self, x, *args, **kwargs):
+    def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
-            return self._module(x, *args, **kwargs)
-        if not isinstance(x, torch.Tensor):
-            raise InputError(f"x={type(x).__name__} is not allowed: the module's first input must be the batch, a "
-                             "tensor whose first dimension indexes the records.")
+            return self._module(*args, **kwargs)
+        if not args or not isinstance(args[0], torch.Tensor):
+            got = type(args[0]).__name__ if args else "no positional input"
+            raise InputError(f"the module's input ({got}) is not allowed in training: its first positional input must "
+                             "be the batch, a tensor whose first dimension indexes the records.")
+        x, args = args[0], args[1:]
         params = self.params()
         if self.fast and not self._checked:
             self._checked = True
