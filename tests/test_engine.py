@@ -322,6 +322,8 @@ def _make(**kw):
     (dict(epochs=0), "epochs=0"),
     (dict(epochs=1, steps=3), "epochs and steps"),
     (dict(seed=1.5), "seed=1.5"),
+    (dict(seed=-3), "seed=-3"),
+    (dict(module=nn.Sequential(nn.Linear(4, 1)), noise_multiplier=1e300), "more than the model's torch.float32"),
     (dict(module=nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 1)).double()), "BatchNorm"),
     (dict(secret=1), "secret="),
 ])

@@ -233,8 +233,8 @@ class PrivacyEngine:
         if criterion is not None and getattr(criterion, "reduction", loss_reduction) != loss_reduction:
             raise InputError(f"criterion.reduction={criterion.reduction!r} is not allowed with loss_reduction="
                              f"{loss_reduction!r}: say the criterion's reduction (the per-record terms are scaled by it).")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise InputError(f"seed={seed!r} is not allowed: expected an integer.")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InputError(f"seed={seed!r} is not allowed: expected an integer >= 0.")
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
                              "the module's parameters (not one make_private returned).")
@@ -259,6 +259,7 @@ class PrivacyEngine:
         first = next(module.parameters())
         dim = sum(p.numel() for p in module.parameters())
         kernel = kernel_class.for_run(mech, levels, n=n, clip=c, dim=dim, device=first.device, dtype=first.dtype)
+        kernel.dtype = first.dtype
         needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
         if needs_prev and criterion is None:
             raise InputError(f"criterion is required for {algorithm}: its step needs the batch's gradients at the "
