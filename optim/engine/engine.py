@@ -259,7 +259,6 @@ class PrivacyEngine:
         first = next(module.parameters())
         dim = sum(p.numel() for p in module.parameters())
         kernel = kernel_class.for_run(mech, levels, n=n, clip=c, dim=dim, device=first.device, dtype=first.dtype)
-        kernel.dtype = first.dtype
         needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
         if needs_prev and criterion is None:
             raise InputError(f"criterion is required for {algorithm}: its step needs the batch's gradients at the "

@@ -39,19 +39,19 @@ class OverspendWarning(UserWarning):
     """A step spent more privacy than the calibrated run (``allow_overspend=True``)."""
 
 
-def _check_stds(kernel, levels: dict) -> None:
+def _check_stds(kernel, levels: dict, dtype) -> None:
     """Every release's std at ``levels`` must be a number of the model's dtype (a float32 model cannot
     carry a std of 1e300: the noise would be inf)."""
     saved = kernel.levels
     kernel.levels = levels
     try:
-        top = torch.finfo(kernel.dtype).max if getattr(kernel, "dtype", None) is not None else math.inf
+        top = torch.finfo(dtype).max
         for first in (True, False):
             kind = kernel.kind(first)
             std = kernel.std(kind)
             if not std < top:
                 raise InputError(f"noise={levels} is not allowed: the std of the release {kind!r} is {std:g}, more than "
-                                 f"the model's {kernel.dtype} can hold ({top:g}).")
+                                 f"the model's {dtype} can hold ({top:g}).")
     finally:
         kernel.levels = saved
 
@@ -94,7 +94,8 @@ class DPOptimizer(Optimizer):
             raise InputError(f"optimizer is not allowed: {len(foreign)} of its parameters are not the module's (the "
                              "private direction is defined for the module's parameters only).")
         self.original_optimizer = optimizer
-        _check_stds(kernel, dict(kernel.levels))
+        self.dtype = module.named[0][1].dtype
+        _check_stds(kernel, dict(kernel.levels), self.dtype)
         self.module, self.kernel, self.mechanism, self.ledger = module, kernel, mechanism, ledger
         self.privatizer, self.transport = privatizer, transport
         self.budget, self.allow_overspend, self.criterion = budget, bool(allow_overspend), criterion
@@ -147,7 +148,7 @@ class DPOptimizer(Optimizer):
             f = float(v)
             if not (f >= 0) or math.isinf(f):
                 raise InputError(f"{k}={v!r} is not allowed: expected a finite number >= 0.")
-            _check_stds(self.kernel, {**self.kernel.levels, k: f})
+            _check_stds(self.kernel, {**self.kernel.levels, k: f}, self.dtype)
             self.kernel.levels[k] = f
 
     @property
