@@ -45,8 +45,11 @@ def timed_rounds(opt, rounds):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="ghost,vmap", help="clipping paths to time (default ghost,vmap)")
-    methods = ap.parse_args(argv).methods.split(",")
-    torch.set_num_threads(2)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    a = ap.parse_args(argv)
+    methods = a.methods.split(",")
+    if a.threads:
+        torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16_000, 54, generator=g), torch.randn(16_000, generator=g)
     shards = O.data.equal_shards(x, y, 10)

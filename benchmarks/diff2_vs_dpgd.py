@@ -50,7 +50,7 @@ def run(algo: str, seed: int, rounds: int, C1: float, C2: float, lr: float):
         opt = O.DPGD(model, O.squared_loss, shards, mech, mech.calibrate(EPS, DELTA, "tight"), C1=C1, lr=lr,
                      seed=seed)
     else:
-        mech = M.DIFF2GD(rounds, max(1, rounds // 100), P, n_min)
+        mech = M.DIFF2GD(rounds, max(2, rounds // 100), P, n_min)
         opt = O.DIFF2GD(model, O.squared_loss, shards, mech, mech.calibrate(EPS, DELTA, "tight"), C1=C1, C2=C2,
                         lr=lr, seed=seed)
     opt.run(progress=False, log_every=rounds)
@@ -73,8 +73,10 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="smaller tuning grid")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     a = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     lrs = [0.5 ** i for i in range(0, 6)]
     c1s = [1.0, 3.0] if a.quick else [1.0, 3.0, 10.0]
     c2s = [1.0, 3.0] if a.quick else [1.0, 3.0, 10.0]

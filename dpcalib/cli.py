@@ -220,6 +220,8 @@ def _print_report(d: dict) -> None:
     if d.get("lower_bound_noise"):
         room = ", ".join(f"{k}={_fmt(v)}" for k, v in d["lower_bound_noise"].items() if v is not None)
         print(f"floor       {room} (below this noise the lower bound already exceeds the target)")
+    if d["notes"].get("versus_dp_sgd"):
+        print(f"note        {d['notes']['versus_dp_sgd']}")
 
 
 # ---- commands --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .shared import abadi_multiplier, check_target as _check_target
 from .search import smallest_scale
-from .tighten import check_accountant
+from .tighten import calibrate_poisson, check_accountant
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
@@ -139,6 +139,26 @@ class DiceSGD(Mechanism):
         S = 16.0 * self.steps * self.G_tilde / (sigma1 ** 2 * self.N ** 2)
         return S + 2.0 * math.sqrt(S * math.log(1.0 / delta))
 
+    def _versus_dp_sgd(self, e: float, d: float, s1: float) -> dict:
+        """How this noise compares with DP-SGD's (DPSGD-GC) at the same setting: Poisson rate B/N, T steps,
+        (eps, delta), clip C1, noise on the average.  DP-SGD's multiplier comes from the exact Poisson RDP
+        (at least its tight noise), so the ratio is a lower bound on the true one."""
+        c1 = self.clips[0]
+        z = calibrate_poisson(self.batch_size / self.N, self.steps, e, d, conversion="improved", refine=True,
+                              rtol=1e-6, exact=True)
+        sgd = z * c1 / self.batch_size
+        out = {"dp_sgd_sigma1": sgd, "ratio_to_dp_sgd": s1 / sgd}
+        if s1 > 3.0 * sgd:
+            out["versus_dp_sgd"] = (
+                f"sigma1 = {s1:.4g} is {s1 / sgd:.3g}x DP-SGD's noise on the average ({sgd:.4g}: multiplier {z:.4g}, "
+                f"C = C1 = {c1:g}, B = {self.batch_size}) at the same setting.  The sound (assumption-free) noise must "
+                "cover the error feedback e^t, which is never subsampled and moves by up to 2 C2 per step when one "
+                "record changes; the paper's smaller noise needs its Assumptions 3.4-3.5 (bounded gradient deviation, "
+                "G' <= C) and Lemma A.6's amplification of that hidden state, which are not verified "
+                "(DiceSGD-E2, DiceSGD-E5 in docs/errata.md).  A smaller C2 lowers it; without amplification of the "
+                "error feedback it stays above DP-SGD's.")
+        return out
+
     def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
         """``"paper"``: Thm 3.7, ``sigma1^2 = 32 T G~ log(1/delta) / (N^2 eps^2)`` (automatic variant:
         ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
@@ -192,5 +212,6 @@ class DiceSGD(Mechanism):
         if achieved is None:
             achieved, order, conv, accounting = certified, None, None, "gdp (assumption-free, DiceSGD-E5)"
         notes["noise_multiplier"] = s1 * B / c1
+        notes.update(self._versus_dp_sgd(e, d, s1))
         return CalibrationReport(self.name, method, e, d, {"sigma1": s1}, achieved, certified, order, conv,
                                  accounting, tuple(warns), notes)

@@ -20,7 +20,8 @@ except ImportError as _exc:       # accounting, calibration and the CLI do not n
 from . import deprecated as _deprecated  # noqa: E402  (old module paths, one release)
 from . import algorithms, audit, clipping, data, engine, run, tensors  # noqa: E402
 from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS,  # noqa: E402
-                         DiceSGD, NoiseSource, PrivateOptimizer, Release, squared_loss)
+                         DiceSGD, NoiseSource, PrivateOptimizer, Release, accuracy,
+                         cross_entropy_loss, squared_loss)
 from .audit import noise_ks_test, noise_std_test  # noqa: E402
 from .engine import BatchMemoryManager, BudgetExceeded, PrivacyEngine  # noqa: E402
 from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, PerExample, clip_factors,  # noqa: E402
@@ -29,7 +30,7 @@ from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, PerExa
 _deprecated.install()
 
 __all__ = [
-    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "noise_std_test", "noise_ks_test",
+    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "noise_std_test", "noise_ks_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "clip_path",
     "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention",

@@ -92,7 +92,10 @@ def test_restart_interval_one_is_dp_gd_exactly():
     mech_a = M.DIFF2GD(rounds=8, restart_interval=1, clients=3, n_min=20)
     mech_b = M.DPGD(rounds=8, clients=3, n_min=20)
     noise = {"sigma1": 0.01}
-    oa = O.DIFF2GD(a, O.squared_loss, shards, mech_a, noise, C1=1.0, C2=1.0, lr=0.1, seed=5)
+    # DIFF2-GD at T = 1 would silently be DP-GD: refused, naming the option (a benchmark's max(1, R // 100) did this)
+    with pytest.raises(ValueError, match=r"restart_interval=1 is not allowed for DIFF2-GD.*O.DPGD"):
+        O.DIFF2GD(a, O.squared_loss, shards, mech_a, noise, C1=1.0, C2=1.0, lr=0.1, seed=5)
+    oa = O.DPGD(a, O.squared_loss, shards, mech_a, noise, C1=1.0, lr=0.1, seed=5)
     ob = O.DPGD(b, O.squared_loss, shards, mech_b, noise, C1=1.0, lr=0.1, seed=5)
     oa.run(progress=False, delta=1e-5)
     ob.run(progress=False, delta=1e-5)

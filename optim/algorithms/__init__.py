@@ -11,11 +11,11 @@ May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms`, and the sub-pa
 (``run``, ``clipping``, ``data``, ``tensors``); never a check (``audit``).
 """
 
-from .core import NoiseSource, PrivateOptimizer, Release, squared_loss
+from .core import NoiseSource, PrivateOptimizer, Release, accuracy, cross_entropy_loss, squared_loss
 from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .sgd import DPSGD, DPSRM, DiceSGD
 from .registry import OPTIMIZERS
 
-__all__ = ["NoiseSource", "PrivateOptimizer", "Release", "squared_loss", "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD",
+__all__ = ["NoiseSource", "PrivateOptimizer", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD",
            "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P", "OPTIMIZERS"]

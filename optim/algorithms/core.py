@@ -35,13 +35,35 @@ from ..tensors import flat
 from ..data.sampling import Sampler
 from ..run.transport import ONE_PROCESS
 
-__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "split_public", "stream_seeds", "node_seeds",
+__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_entropy_loss", "accuracy", "split_public", "stream_seeds", "node_seeds",
            "check_clip", "check_lr"]
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-example squared error ``||f(x) - y||^2`` (regression, DIFF2 experiments)."""
     return (output.reshape(output.shape[0], -1) - target.reshape(target.shape[0], -1)).pow(2).sum(1)
+
+
+def cross_entropy_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy of logits (classification).  ``output`` of shape (n, k >= 2):
+    softmax cross-entropy with integer labels 0..k-1; of shape (n,) or (n, 1): binary logistic
+    loss ``log(1 + exp(-s z))`` with labels 0/1 (bool, int or float; s = +-1 for label 1/0)."""
+    if output.dim() == 1 or (output.dim() == 2 and output.shape[1] == 1):
+        return torch.nn.functional.binary_cross_entropy_with_logits(
+            output.reshape(-1), target.reshape(-1).to(output.dtype), reduction="none")
+    return torch.nn.functional.cross_entropy(output, target.reshape(-1).long(), reduction="none")
+
+
+def accuracy(output: torch.Tensor, target: torch.Tensor) -> float:
+    """Fraction of examples whose predicted class (argmax of the logits; logit > 0 for one output)
+    is the label."""
+    if output.shape[0] == 0:
+        return math.nan
+    if output.dim() == 1 or (output.dim() == 2 and output.shape[1] == 1):
+        pred = (output.reshape(-1) > 0).long()
+    else:
+        pred = output.argmax(1)
+    return float((pred == target.reshape(-1).long()).double().mean())
 
 
 @dataclass
@@ -238,16 +260,31 @@ class PrivateOptimizer:
 
     name = "private-optimizer"
 
+    #: does the update add a regulariser's gradient to its direction (see ``regularizer``)?
+    supports_regularizer = False
+
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
                  record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None, sampler: Sampler | None = None):
+                 chunk_size: int = 1024, transport=None, sampler: Sampler | None = None, regularizer=None):
         if not isinstance(model, nn.Module):
             raise InputError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
             raise InputError(f"loss_fn={loss_fn!r} is not allowed: expected a callable (output, target) -> "
                              "per-example losses.")
         self.model, self.loss_fn, self.mechanism = model, loss_fn, mechanism
+        if regularizer is not None and not callable(regularizer):
+            raise InputError(f"regularizer={regularizer!r} is not allowed: expected a callable (parameters dict) -> "
+                             "scalar tensor.")
+        if regularizer is not None and not self.supports_regularizer:
+            raise InputError(f"regularizer is not allowed for {self.name}: only DP-GD, DIFF2-GD, DP-SGD, DP-SRM and "
+                             "DiceSGD add a regulariser's gradient to their direction.")
+        #: r(params): a data-independent term of the objective f = sum_i w_i l_i + r; its gradient is
+        #: public (it depends on the released iterate only) and is added to the noisy direction
+        self.regularizer = regularizer
         self.transport = ONE_PROCESS if transport is None else transport
+        if regularizer is not None and self.transport is not ONE_PROCESS:
+            raise InputError("regularizer is not allowed on several processes: each would add it to its share "
+                             "of the objective.")
         first = next(model.parameters(), None)
         if first is None:
             raise InputError("model is not allowed: it has no parameters.")
@@ -362,13 +399,17 @@ class PrivateOptimizer:
         certified eps by default (for the whole calibrated run, the number ``dpcalib epsilon``
         prints), ``"auto"`` for the fast GDP/RDP bound."""
         d = self.delta if delta is None else delta
-        if d is None:
-            raise InputError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
         if self.round == 0:
             return 0.0
-        if any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys()):
-            return math.inf
+        if self._noiseless():
+            return math.inf               # a release without noise: no eps holds, at any delta
+        if d is None:
+            raise InputError("delta=None is not allowed here: the noise was not a CalibrationReport; pass delta.")
         return float(self.accountant().get_epsilon(d, accountant))
+
+    def _noiseless(self) -> bool:
+        """Has a release been made with zero noise (so that no finite eps holds)?"""
+        return any(self.levels.get(k, 1.0) == 0.0 for k in self._noise_keys())
 
     def _noise_keys(self) -> tuple:
         return tuple(self.levels)
@@ -376,6 +417,8 @@ class PrivateOptimizer:
     def epsilon_metric(self, delta) -> float:
         """The metrics' eps: the best certified eps spent so far (at the end of the calibrated run,
         the run's eps -- what ``dpcalib epsilon`` prints for it)."""
+        if self.round > 0 and self._noiseless():
+            return math.inf
         return self.epsilon_spent(delta) if delta is not None else math.nan
 
     # -- metrics ---------------------------------------------------------------------------------
@@ -393,10 +436,73 @@ class PrivateOptimizer:
         g = torch.autograd.grad(loss, list(p.values()))
         return loss.detach(), flat(dict(zip(p, g)))
 
-    def evaluate(self, params: dict | None = None) -> dict:
-        """Train loss f and ||grad f|| at ``params`` (current iterate by default); not private.
-        On a multi-process transport this is a collective: every process adds its share."""
-        return self.transport.metrics(*self._loss_and_grad(params or self._eval_params(), *self._objective()))
+    def regularizer_value_and_grad(self, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(r(params), grad r(params) as one flat vector)`` (zeros without a regulariser)."""
+        if self.regularizer is None:
+            n = sum(v.numel() for v in params.values())
+            z = torch.zeros((), device=self.device, dtype=self.dtype)
+            return z, torch.zeros(n, device=self.device, dtype=self.dtype)
+        p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        r = self.regularizer(p)
+        if not isinstance(r, torch.Tensor) or r.numel() != 1:
+            raise InputError(f"regularizer is not allowed: it returned {type(r).__name__}, expected a scalar tensor.")
+        g = torch.autograd.grad(r.reshape(()), list(p.values()), allow_unused=True)
+        g = [torch.zeros_like(v) if gi is None else gi for gi, v in zip(g, p.values())]
+        return r.detach().reshape(()), flat(dict(zip(p, g)))
+
+    def _regularized(self, direction: torch.Tensor, params: dict, scale: float = 1.0) -> torch.Tensor:
+        """``direction + scale * grad r(params)``: the released direction plus the public gradient of the
+        regulariser (post-processing: no privacy cost); ``direction`` itself without one."""
+        if self.regularizer is None:
+            return direction
+        return direction + scale * self.regularizer_value_and_grad(params)[1].to(direction.dtype)
+
+    def evaluate(self, params: dict | None = None, *, test=None, metrics: dict | None = None) -> dict:
+        """Train objective f = sum_i w_i l_i (+ the regulariser) and ||grad f|| at ``params`` (current iterate
+        by default); not private.  ``test=(x, y)``: also ``test_loss`` (the mean loss l over the test records,
+        without the regulariser); ``metrics={"name": fn(output, target) -> float}`` (e.g.
+        ``{"accuracy": O.accuracy}``): each on the training records (``train_<name>``) and, with ``test``, on
+        the test records (``test_<name>``).  On a multi-process transport this is a collective: every process
+        adds its share of f (the other metrics are this process's)."""
+        params = params or self._eval_params()
+        loss, grad = self._loss_and_grad(params, *self._objective())
+        if self.regularizer is not None:
+            r, gr = self.regularizer_value_and_grad(params)
+            out = self.transport.metrics(loss, grad, extra=(r, gr)) if self.transport.name != "one-process" else \
+                self.transport.metrics(loss + r, grad + gr)
+        else:
+            out = self.transport.metrics(loss, grad)
+        metrics = {} if metrics is None else dict(metrics)
+        for name, fn in metrics.items():
+            if not callable(fn):
+                raise InputError(f"metrics[{name!r}]={fn!r} is not allowed: expected a callable (output, target) -> float.")
+        if metrics or test is not None:
+            with torch.no_grad():
+                x, y, _ = self._objective()
+                if metrics:
+                    if not isinstance(x, torch.Tensor):
+                        raise InputError("metrics is not allowed here: the training records are read from a "
+                                         "dataset item by item; evaluate the metrics on tensors (test=...).")
+                    out_train = self._predict(params, x)
+                    for name, fn in metrics.items():
+                        out[f"train_{name}"] = float(fn(out_train, y))
+                if test is not None:
+                    if not (isinstance(test, (tuple, list)) and len(test) == 2):
+                        raise InputError("test is not allowed: expected a pair (x_test, y_test).")
+                    xt, yt = self._to(test[0]), self._to(test[1])
+                    if xt.shape[0] != yt.shape[0] or xt.shape[0] == 0:
+                        raise InputError(f"test is not allowed: x_test has {xt.shape[0]} rows and y_test "
+                                         f"{yt.shape[0]} (expected the same number, >= 1).")
+                    ot = self._predict(params, xt)
+                    out["test_loss"] = float(self.loss_fn(ot, yt).mean())
+                    for name, fn in metrics.items():
+                        out[f"test_{name}"] = float(fn(ot, yt))
+        return out
+
+    def _predict(self, params: dict, x: torch.Tensor) -> torch.Tensor:
+        """The model's outputs at ``params`` (4096 rows at a time)."""
+        parts = [functional_call(self.model, params, (x[s:s + 4096],)) for s in range(0, x.shape[0], 4096)]
+        return torch.cat(parts) if parts else functional_call(self.model, params, (x,))
 
     # -- run loop --------------------------------------------------------------------------------
     def _step(self, r: int) -> None:

@@ -70,18 +70,24 @@ class DIFF2GD(PrivateOptimizer):
 
     name = "diff2-gd"
     _mechanism_types = (M.DIFF2GD,)
+    supports_regularizer = True
+    #: T = 1 makes every round a restart round: the run would silently be DP-GD
+    refuses_dp_gd = True
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
                  seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None, sampler=None):
+                 chunk_size: int = 1024, transport=None, sampler=None, regularizer=None):
         if not isinstance(mechanism, self._mechanism_types):
             raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
         super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
                          record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
-                         transport=transport, sampler=sampler)
+                         transport=transport, sampler=sampler, regularizer=regularizer)
         m = mechanism
         self.T = getattr(m, "restart_interval", 1)
+        if self.refuses_dp_gd and self.T == 1:
+            raise InputError("mechanism.restart_interval=1 is not allowed for DIFF2-GD: every round would be a "
+                             "restart round, i.e. the run would be DP-GD (use O.DPGD with M.DPGD, or T >= 2).")
         self.P, self.n_min, self.total_rounds = m.clients, m.n_min, m.rounds
         self.C1, self.C2 = check_clip(C1, "C1"), check_clip(C2, "C2")
         self.lr = check_lr(lr)
@@ -145,7 +151,7 @@ class DIFF2GD(PrivateOptimizer):
                                     relation=self.mechanism.release(kind).relation, public=public)
         self.counts[kind] += 1
         self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
-        return unflat(flat(cur) - self.lr * vt, cur)
+        return unflat(flat(cur) - self.lr * self._regularized(vt, cur), cur)
 
     def _step(self, r: int) -> None:
         self._offer_output(self.params())      # x^out = x_{r^-1}, r^ ~ Unif[R]  (x_0^out := x_0)
@@ -173,6 +179,7 @@ class DPGD(DIFF2GD):
     ``(1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``.
     ``mechanism``: :class:`mechanisms.DPGD` (or a :class:`mechanisms.DIFF2GD` with T = 1)."""
 
+    refuses_dp_gd = False
     name = "dp-gd"
     _mechanism_types = (M.DPGD, M.DIFF2GD)
 
@@ -196,6 +203,8 @@ class DIFF2BVR(DIFF2GD):
 
     name = "diff2-bvr"
     _mechanism_types = (M.DIFF2BVR,)
+    supports_regularizer = False
+    refuses_dp_gd = False        # local steps: not DP-GD even at T = 1
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf,
                  C3: float | None = None, lr: float, **kwargs):

@@ -94,6 +94,7 @@ class DPSGD(_OneDataset):
     std ``z C``; claimed sensitivity ``C`` under add/remove).  ``mechanism``:
     :class:`mechanisms.DPSGD`; ``noise``: its calibration (``noise_multiplier``)."""
 
+    supports_regularizer = True
     name = "dp-sgd"
     _mechanism_type = M.DPSGD
     kernel_class = DPSGDKernel
@@ -137,7 +138,7 @@ class DPSGD(_OneDataset):
         self._offer_output(cur)
         noisy, kind = self.kernel.step(RecordQueries(self, self._batch(r), cur), self.release, r)
         self.counts[kind] += 1
-        self._descend(cur, noisy, self.lr / self.B)
+        self._descend(cur, self._regularized(noisy, cur, self.B), self.lr / self.B)
 
     def _events(self) -> list:
         return self.mechanism.events(self.levels, self.counts)
@@ -161,6 +162,7 @@ class DPSRM(_OneDataset):
     C1, C2, gamma are the mechanism's ``lipschitz``, ``step_bound``, ``momentum``; the noise stds
     ``sigma0``, ``sigma`` are ABSOLUTE stds."""
 
+    supports_regularizer = True
     name = "dp-srm"
     _mechanism_type = M.DPSRM
     kernel_class = DPSRMKernel
@@ -200,8 +202,8 @@ class DPSRM(_OneDataset):
         if first:
             cur = prev
         else:
-            v = self.kernel.v
-            cur = unflat(flat(prev) - self._eta(v) * v, prev)
+            d = self._regularized(self.kernel.v, prev)
+            cur = unflat(flat(prev) - self._eta(d) * d, prev)
             self._set_params(cur)
         self._offer_output(cur)
         idx = self._without_replacement(self.kernel.batch_size(first))
@@ -232,6 +234,7 @@ class DiceSGD(_OneDataset):
     x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free,
     DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
 
+    supports_regularizer = True
     name = "dicesgd"
     _mechanism_type = M.DiceSGD
     kernel_class = DiceSGDKernel
@@ -287,6 +290,7 @@ class DiceSGD(_OneDataset):
         self._offer_output(cur)
         idx = self._poisson(self.q)
         vw, kind = self.kernel.step(RecordQueries(self, idx, cur), self.release, r, t == 0)
+        vw = self._regularized(vw, cur)
         self.counts[kind] += 1
         if self.opt == "sgd":
             step = vw

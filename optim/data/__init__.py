@@ -6,7 +6,7 @@ record).
 May import: :mod:`dpcalib.accountant` (its input checks) and torch; nothing else of dpcalib.
 """
 
-from .datasets import SHAPES, TabularData, equal_shards, load_csv, prepare, synthetic
+from .datasets import SHAPES, TabularData, encode_table, equal_shards, load_csv, prepare, synthetic
 from .sampling import ForcedRecord, Sampler
 
-__all__ = ["SHAPES", "TabularData", "prepare", "load_csv", "equal_shards", "synthetic", "Sampler", "ForcedRecord"]
+__all__ = ["SHAPES", "TabularData", "prepare", "encode_table", "load_csv", "equal_shards", "synthetic", "Sampler", "ForcedRecord"]

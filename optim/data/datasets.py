@@ -4,6 +4,7 @@ Preprocessing (DIFF2 Sec. 6 / App. A): standardise every feature to mean 0, std 
 regression targets divided by max |y| over the whole dataset; random 80 % / 20 % train/test split;
 the training set cut into P equal i.i.d. shards (sizes differ by at most one record).
 
+Tables with text (categorical) columns are coded by :func:`encode_table` (ordinal or one-hot).
 Nothing is downloaded: :func:`load_csv` reads a local file, :func:`synthetic` draws data with the
 shape of a paper's dataset (:data:`SHAPES`) from a fixed random "teacher" network.
 """
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from ...accountant.validation import InputError
 
-__all__ = ["SHAPES", "TabularData", "prepare", "load_csv", "equal_shards", "synthetic"]
+__all__ = ["SHAPES", "TabularData", "prepare", "encode_table", "load_csv", "equal_shards", "synthetic"]
 
 #: name -> (rows, features, task, classes): the datasets of the papers (DIFF2 Sec. 6, DP-SRM and AdaD2P experiments).
 SHAPES = {
@@ -48,6 +49,8 @@ class TabularData:
     x_test: torch.Tensor
     y_test: torch.Tensor
     task: str
+    columns: tuple = ()       #: the feature names (text columns coded as :func:`encode_table` says)
+    classes: tuple | None = None   #: classification: what label 0, 1, ... stands for
 
     def shards(self, clients: int) -> list:
         """Equal i.i.d. shards of the training set, one per client (DIFF2: P = 10)."""
@@ -61,37 +64,143 @@ class TabularData:
     def train(self):
         return self.x_train, self.y_train
 
+    @property
+    def test(self):
+        return self.x_test, self.y_test
+
+
+def _columns(x):
+    """``(names, list of 1-d object/number arrays)`` of a table: a pandas DataFrame, a dict of
+    columns, or an (n, d) array-like (names ``"0"``, ``"1"``, ...)."""
+    if hasattr(x, "columns") and hasattr(x, "__getitem__") and not isinstance(x, np.ndarray):   # a DataFrame
+        return [str(c) for c in x.columns], [np.asarray(x[c]) for c in x.columns]
+    if isinstance(x, dict):
+        return [str(c) for c in x], [np.asarray(v) for v in x.values()]
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise InputError(f"x is not allowed: expected a table of shape (n, d), got shape {a.shape}.")
+    return [str(j) for j in range(a.shape[1])], [a[:, j] for j in range(a.shape[1])]
+
+
+def _is_numeric(col: np.ndarray) -> bool:
+    if col.dtype.kind in "biuf":
+        return True
+    if col.dtype.kind == "O":
+        try:
+            col.astype(np.float64)
+            return True
+        except (TypeError, ValueError):
+            return False
+    return False
+
+
+def _order(name: str, col: np.ndarray, categories: dict) -> list:
+    """The values of a categorical column in the order they are coded: ``categories[name]`` when
+    given (every value present must be listed), else sorted."""
+    present = sorted({str(v) for v in col})
+    if name not in categories:
+        return present
+    order = [str(v) for v in categories[name]]
+    missing = sorted(set(present) - set(order))
+    if missing:
+        raise InputError(f"categories[{name!r}] is not allowed: it does not list the values {missing[:5]} "
+                         f"of column {name!r}.")
+    return order
+
+
+def encode_table(x, *, categorical: str = "ordinal", categories: dict | None = None) -> tuple[np.ndarray, list, list]:
+    """``(numeric (n, d') float64 array, column names, which columns are one-hot)`` of a table whose
+    columns may hold text.
+
+    A column that is not numeric is *categorical*: ``categorical="ordinal"`` codes it 0, 1, 2, ... in
+    the order ``categories[name]`` gives (e.g. ``{"cut": ["Fair", "Good", "Very Good", "Premium",
+    "Ideal"]}``), or in sorted order when the column is not named there; ``"onehot"`` replaces it by
+    one 0/1 column per value (``"name=value"``); ``"refuse"`` raises, naming the column.
+    """
+    if categorical not in ("ordinal", "onehot", "refuse"):
+        raise InputError(f"categorical={categorical!r} is not allowed: expected 'ordinal', 'onehot' or 'refuse'.")
+    categories = {} if categories is None else {str(k): v for k, v in dict(categories).items()}
+    names, cols = _columns(x)
+    unknown = sorted(set(categories) - set(names))
+    if unknown:
+        raise InputError(f"categories is not allowed: it names columns {unknown} that the table does not have.")
+    out, out_names, onehot = [], [], []
+    for name, col in zip(names, cols):
+        if _is_numeric(col) and name not in categories:
+            out.append(col.astype(np.float64))
+            out_names.append(name)
+            onehot.append(False)
+            continue
+        if categorical == "refuse":
+            raise InputError(f"x is not allowed: column {name!r} is not numeric (e.g. {col[0]!r}); pass "
+                             "categorical='ordinal' or 'onehot' to code it.")
+        order = _order(name, col, categories)
+        code = {v: i for i, v in enumerate(order)}
+        idx = np.array([code[str(v)] for v in col], dtype=np.int64)
+        if categorical == "ordinal":
+            out.append(idx.astype(np.float64))
+            out_names.append(name)
+            onehot.append(False)
+        else:
+            for i, value in enumerate(order):
+                out.append((idx == i).astype(np.float64))
+                out_names.append(f"{name}={value}")
+                onehot.append(True)
+    n = len(cols[0]) if cols else 0
+    return (np.stack(out, axis=1) if out else np.zeros((n, 0))), out_names, onehot
+
+
+def _labels(y) -> tuple[np.ndarray, tuple]:
+    """Class labels 0..k-1 and the classes they stand for (sorted)."""
+    classes, codes = np.unique(np.asarray(y).astype(str) if np.asarray(y).dtype.kind in "OUS" else np.asarray(y),
+                               return_inverse=True)
+    return codes.astype(np.int64), tuple(c.item() if hasattr(c, "item") else c for c in classes)
+
 
 def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed: int = 0,
-            standardize: bool = True, scale_target: bool = True, dtype=torch.float32) -> TabularData:
-    """The papers' preprocessing of arrays ``x`` (n x d) and ``y`` (n,)."""
-    x = np.asarray(x, dtype=np.float64)
+            standardize: bool = True, scale_target: bool = True, dtype=torch.float32,
+            categorical: str = "ordinal", categories: dict | None = None) -> TabularData:
+    """The papers' preprocessing of a table ``x`` (n x d: an array, a pandas DataFrame or a dict of
+    columns) and targets ``y`` (n,): text columns coded (:func:`encode_table`: ``categorical``,
+    ``categories``), every numeric and ordinal column standardised to mean 0, std 1 (one-hot
+    columns stay 0/1), regression targets divided by max |y|, classification targets coded
+    0..k-1 (``TabularData.classes``: what each code stands for), a random train/test split."""
+    if task not in ("regression", "classification"):
+        raise InputError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
+    x, names, onehot = encode_table(x, categorical=categorical, categories=categories)
     y = np.asarray(y)
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or len(x) < 2:
         raise InputError(f"x, y are not allowed: expected x of shape (n, d) and y of shape (n,) with n >= 2, "
                          f"got {x.shape} and {y.shape}.")
-    if task not in ("regression", "classification"):
-        raise InputError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
     if not 0.0 <= float(test_fraction) < 1.0:
         raise InputError(f"test_fraction={test_fraction!r} is not allowed: expected a number in [0, 1).")
     if not np.all(np.isfinite(x)):
         raise InputError("x is not allowed: it contains NaN or infinite values.")
     if standardize:
+        keep = np.array(onehot, dtype=bool)
         sd = x.std(0)
-        x = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
+        z = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
+        x = np.where(keep[None, :], x, z)
+    classes = None
     if task == "regression":
-        y = y.astype(np.float64)
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InputError("y is not allowed for task='regression': it is not numeric.") from None
         if not np.all(np.isfinite(y)):
             raise InputError("y is not allowed: it contains NaN or infinite values.")
         if scale_target:
             m = np.abs(y).max()
             y = y / (m if m > 0 else 1.0)
+    else:
+        y, classes = _labels(y)
     perm = np.random.default_rng(seed).permutation(len(x))
     n_test = int(round(len(x) * float(test_fraction)))
     test, train = perm[:n_test], perm[n_test:]
     ty = dtype if task == "regression" else torch.long
     t = lambda a, d: torch.as_tensor(np.ascontiguousarray(a), dtype=d)  # noqa: E731
-    return TabularData(t(x[train], dtype), t(y[train], ty), t(x[test], dtype), t(y[test], ty), task)
+    return TabularData(t(x[train], dtype), t(y[train], ty), t(x[test], dtype), t(y[test], ty), task,
+                       tuple(names), classes)
 
 
 def load_csv(path, target: int = -1, *, delimiter: str = ",", skip_header: int = 0, **kwargs) -> TabularData:

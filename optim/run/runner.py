@@ -59,7 +59,7 @@ class Runner:
 
     def run(self, rounds: int | None = None, *, log_every: int | None = None, progress: bool | None = None,
             checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-            delta: float | None = None) -> list[dict]:
+            delta: float | None = None, test=None, metrics: dict | None = None) -> list[dict]:
         """Run ``rounds`` more rounds (default: to the calibrated total).
 
         Every ``log_every`` rounds (default ``max(1, total // 100)``) and at the end, appends
@@ -67,6 +67,8 @@ class Runner:
         certified eps spent so far; at the end of the calibrated run, the run's eps).  ``progress``: tqdm bar
         (``None``: shown on a terminal).  ``checkpoint``/``checkpoint_every``: save the whole state
         there every that many rounds and at the end; :meth:`load_checkpoint` resumes exactly.
+        ``test=(x, y)`` and ``metrics={"name": fn}``: also logged, as the update's ``evaluate`` computes
+        them (test loss, e.g. accuracy on the training and test records).
         """
         u = self.update
         left = u.total_rounds - u.round
@@ -89,7 +91,7 @@ class Runner:
                 u.step()
                 bar.update(1)
                 if u.round % every == 0 or i == n - 1:
-                    self.log_metrics(delta)
+                    self.log_metrics(delta, test=test, metrics=metrics)
                     bar.set_postfix(loss=f"{u.metrics[-1]['loss']:.4g}", eps=f"{u.metrics[-1]['epsilon']:.3g}")
                 if checkpoint is not None and (
                         (checkpoint_every is not None and u.round % int(checkpoint_every) == 0) or i == n - 1):
@@ -98,9 +100,9 @@ class Runner:
             bar.close()
         return u.metrics
 
-    def log_metrics(self, delta=None) -> None:
+    def log_metrics(self, delta=None, *, test=None, metrics: dict | None = None) -> None:
         u = self.update
-        m = {"round": u.round, **u.evaluate()}
+        m = {"round": u.round, **u.evaluate(test=test, metrics=metrics)}
         d = u.delta if delta is None else delta
         m["epsilon"] = u.epsilon_metric(d)
         if u.metrics and u.metrics[-1]["round"] == u.round:
