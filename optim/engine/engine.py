@@ -184,7 +184,7 @@ class PrivacyEngine:
                      seed: int = 0, epochs: int | None = None, steps: int | None = None, C2: float | None = None,
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
-                     grad_sample_mode: str | None = None, noise_generator=None, **kwargs):
+                     grad_sample_mode: str | None = None, noise_generator=None, regularizer=None, **kwargs):
         """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
 
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
@@ -193,14 +193,18 @@ class PrivacyEngine:
         loader); the ledger charges what really runs.  ``distributed=True``: every process of an
         initialised ``torch.distributed`` group runs this loop on its share of each batch (the
         clipped sums are reduced, the noise drawn once).  Opacus's ``grad_sample_mode`` is accepted
-        and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``."""
+        and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``.
+        ``regularizer``: ``r(params) -> scalar`` (params: the module's named parameters), a
+        data-independent term of the objective; its gradient is public and is added to the private
+        direction after the release (a term added to the loss instead would reach the parameters
+        outside the private forward: refused at ``step``)."""
         return self._make(module=module, optimizer=optimizer, data_loader=data_loader,
                           noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, criterion=criterion,
                           algorithm=algorithm, sampling=sampling, noise=noise, loss_reduction=loss_reduction,
                           seed=seed, epochs=epochs, steps=steps, C2=C2, b0=b0, momentum=momentum,
                           poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
                           distributed=distributed, clipping=clipping, noise_generator=noise_generator,
-                          kwargs=kwargs, target=None)
+                          regularizer=regularizer, kwargs=kwargs, target=None)
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
@@ -219,13 +223,16 @@ class PrivacyEngine:
 
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
               noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
-              distributed, clipping, noise_generator, kwargs, target):
+              distributed, clipping, noise_generator, regularizer, kwargs, target):
         unknown = sorted(set(kwargs) - {"grad_sample_mode", "batch_first", "wrap_model", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
         if clipping != "flat":
             raise InputError(f"clipping={clipping!r} is not allowed: expected 'flat' (one clip norm over every "
                              "parameter; per-layer and adaptive clipping are not accounted here).")
+        if regularizer is not None and not callable(regularizer):
+            raise InputError(f"regularizer={regularizer!r} is not allowed: expected a callable (parameters dict) -> "
+                             "scalar tensor.")
         if noise_generator is not None:
             raise InputError("noise_generator is not allowed: the noise stream is derived from seed= (give seed).")
         if loss_reduction not in REDUCTIONS:
@@ -283,7 +290,7 @@ class PrivacyEngine:
         wrapped = DPLoss(criterion, private) if criterion is not None else None
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
-                          criterion=wrapped)
+                          criterion=wrapped, regularizer=regularizer)
         opt.expected_batch_size = kernel.normaliser if kernel.normaliser != 1.0 else b
         if wrapped is not None:
             return private, opt, wrapped, loader
@@ -348,7 +355,7 @@ def _defaults(kwargs: dict) -> dict:
     """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
     out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=0, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
-               clipping="flat", noise_generator=None)
+               clipping="flat", noise_generator=None, regularizer=None)
     rest = {}
     for k, v in kwargs.items():
         (out if k in out else rest).__setitem__(k, v)

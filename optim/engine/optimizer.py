@@ -83,7 +83,7 @@ class DPOptimizer(Optimizer):
     ``module`` (a :class:`~.module.PrivateModule`).  Built by :class:`~.engine.PrivacyEngine`."""
 
     def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
-                 allow_overspend: bool = False, criterion=None):
+                 allow_overspend: bool = False, criterion=None, regularizer=None):
         if not isinstance(optimizer, Optimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
         if isinstance(optimizer, DPOptimizer):
@@ -105,6 +105,8 @@ class DPOptimizer(Optimizer):
         self._sums: dict | None = None      # terms of the logical batch so far
         self._skip = False
         self._step_hooks: list = []
+        self.regularizer = regularizer      # r(params): its gradient is added to the direction (public)
+        self._given = None                  # the .grad views the last step wrote, and their sum of squares
 
     # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
     @property
@@ -253,6 +255,7 @@ class DPOptimizer(Optimizer):
         if self._skip:
             self._skip = False
             return loss
+        self._refuse_foreign_grads()
         first = self._first()
         kind = self.kernel.kind(first)
         self._check_budget(kind)
@@ -262,6 +265,8 @@ class DPOptimizer(Optimizer):
         released, kind = self.kernel.step(_Summed(sums), self._release, self.round, first)
         self.ledger.charge(self.mechanism, self.kernel.levels, kind)
         direction = self.kernel.direction(released)
+        if self.regularizer is not None:
+            direction = direction + self._regularizer_grad().to(direction.dtype)
         if self._keeps_prev:
             self.prev = {k: p.detach().clone() for k, p in self.module.named}
         i = 0
@@ -269,10 +274,39 @@ class DPOptimizer(Optimizer):
             n = p.numel()
             p.grad = direction[i:i + n].view_as(p)
             i += n
+        self._given = ([p.grad for _, p in self.module.named], float(direction.square().sum()))
         for hook in self._step_hooks:
             hook(self)
         self.original_optimizer.step()
         return loss
+
+    def _regularizer_grad(self) -> torch.Tensor:
+        """grad r at the current parameters, flat in the module's order."""
+        params = {k: p.detach().requires_grad_(True) for k, p in self.module.named}
+        r = self.regularizer(params)
+        if not isinstance(r, torch.Tensor) or r.numel() != 1:
+            raise InputError(f"regularizer is not allowed: it returned {type(r).__name__}, expected a scalar tensor.")
+        gs = torch.autograd.grad(r.reshape(()), list(params.values()), allow_unused=True)
+        return torch.cat([(torch.zeros_like(v) if g is None else g).reshape(-1) for g, v in zip(gs, params.values())])
+
+    def _refuse_foreign_grads(self) -> None:
+        """A gradient on the parameters that the private forward did not make (a regulariser added to the
+        loss, a term computed from the parameters outside the module) would be overwritten by the private
+        direction -- silently dropped -- or, if it were kept, could carry data that was never clipped or
+        noised.  Refused in one line."""
+        views, sq = self._given if self._given is not None else (None, None)
+        mine = views is not None and all(p.grad is v for (_, p), v in zip(self.module.named, views))
+        if mine:
+            now = sum(float(v.square().sum()) for v in views)
+            foreign = now != 0.0 and now != sq       # zeroed in place (zero_grad(set_to_none=False)) is fine
+        else:
+            foreign = any(p.grad is not None and (views is None or p.grad is not views[i]) and bool(p.grad.any())
+                          for i, (_, p) in enumerate(self.module.named))
+        if foreign:
+            raise InputError("optimizer.step() is not allowed here: a gradient reached the parameters outside the "
+                             "private forward (e.g. a regulariser added to the loss), which the private step would "
+                             "drop; pass regularizer=fn(params) to make_private (its gradient is public and is added "
+                             "after the release), and call optimizer.zero_grad() before each batch.")
 
     def _release(self, value, std, **kw):
         return self.transport.release(self.privatizer, value, std, **kw)
