@@ -1,0 +1,1 @@
+"""The papers' experiments on real data that installs offline (docs/experiments.md)."""
