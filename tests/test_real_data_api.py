@@ -63,6 +63,29 @@ def test_text_columns_are_refused_or_named_in_one_line():
         O.data.prepare(TABLE, TABLE["cut"])
 
 
+@pytest.mark.parametrize("x,y,kw,needle", [
+    ({"a": [1.0, 2, 3, 4], "c": ["x", None, "y", "x"]}, [1.0, 2, 3, 4], {}, r"column 'c' has missing values"),
+    ({"a": [1.0, 2, 3, 4], "c": ["x", float("nan"), "y", "x"]}, [1.0, 2, 3, 4], {}, r"column 'c' has missing values"),
+    ({"a": [1.0, 2, 3], "b": [1.0, 2]}, [1.0, 2, 3], {}, r"columns have different lengths \[2, 3\]"),
+    ({"a": np.zeros((4, 2))}, [1.0, 2, 3, 4], {}, r"column 'a' is not one-dimensional"),
+    ({"a": np.array([1 + 1j, 2, 3, 4])}, [1.0, 2, 3, 4], {}, r"column 'a' holds complex numbers"),
+    ({"c": ["F", "G", "F", "G"]}, [1.0, 2, 3, 4], {"categories": {"c": "FG"}}, r"categories\['c'\]='FG' .*a list"),
+    ({"c": ["F", "G", "F", "G"]}, [1.0, 2, 3, 4], {"categories": ["c"]}, r"categories=\['c'\] .*a dict"),
+    ({"a": [1.0, 2, 3, 4]}, [0, 1, float("nan"), 1], {"task": "classification"}, r"y is not allowed: .*missing or non-finite"),
+    ({"a": [1.0, 2, 3, 4]}, ["a", None, "b", "a"], {"task": "classification"}, r"y is not allowed: .*missing or non-finite"),
+    ({"a": [1.0, math.inf, 3, 4]}, [1.0, 2, 3, 4], {}, r"NaN or infinite"),
+    (np.arange(4.0), [1.0, 2, 3, 4], {}, r"expected a table of shape \(n, d\), got shape \(4,\)"),
+])
+def test_a_table_that_cannot_be_coded_is_refused_naming_the_column(x, y, kw, needle):
+    with pytest.raises(ValueError, match=needle):
+        O.data.prepare(x, y, **kw)
+
+
+def test_a_column_near_1e300_is_standardised_not_zeroed():
+    d = O.data.prepare({"a": [1e300, -1e300, 1.0, 2.0]}, [1.0, 2, 3, 4], test_fraction=0.0, dtype=torch.float64)
+    assert sorted(round(v, 6) for v in d.x_train[:, 0].tolist()) == [-1.414214, 0.0, 0.0, 1.414214]
+
+
 def test_a_numeric_array_is_prepared_as_before():
     x = np.arange(20.0).reshape(10, 2)
     d = O.data.prepare(x, np.arange(10.0), seed=3)

@@ -73,19 +73,45 @@ def _columns(x):
     """``(names, list of 1-d object/number arrays)`` of a table: a pandas DataFrame, a dict of
     columns, or an (n, d) array-like (names ``"0"``, ``"1"``, ...)."""
     if hasattr(x, "columns") and hasattr(x, "__getitem__") and not isinstance(x, np.ndarray):   # a DataFrame
-        return [str(c) for c in x.columns], [np.asarray(x[c]) for c in x.columns]
-    if isinstance(x, dict):
-        return [str(c) for c in x], [np.asarray(v) for v in x.values()]
+        names, cols = [str(c) for c in x.columns], [np.asarray(x[c]) for c in x.columns]
+    elif isinstance(x, dict):
+        names, cols = [str(c) for c in x], [_column(v) for v in x.values()]
+    else:
+        names = cols = None
+    if names is not None:
+        bad = [n for n, c in zip(names, cols) if c.ndim != 1]
+        if bad:
+            raise InputError(f"x is not allowed: column {bad[0]!r} is not one-dimensional.")
+        lengths = sorted({len(c) for c in cols})
+        if len(lengths) > 1:
+            raise InputError(f"x is not allowed: its columns have different lengths {lengths}.")
+        return names, cols
     a = np.asarray(x)
     if a.ndim != 2:
         raise InputError(f"x is not allowed: expected a table of shape (n, d), got shape {a.shape}.")
     return [str(j) for j in range(a.shape[1])], [a[:, j] for j in range(a.shape[1])]
 
 
+def _column(values) -> np.ndarray:
+    """One column as an array; a list mixing text and numbers (or None / NaN) stays an object array, so
+    that a missing value is not turned into the text 'nan' / 'None'."""
+    a = np.asarray(values)
+    if a.dtype.kind in "US" and a.ndim == 1:
+        return np.array(list(values), dtype=object)
+    return a
+
+
+def _missing(col: np.ndarray) -> bool:
+    """Does a column hold a missing value (None, or NaN in a text column)?"""
+    if col.dtype.kind != "O":
+        return False
+    return any(v is None or (isinstance(v, float) and v != v) for v in col)
+
+
 def _is_numeric(col: np.ndarray) -> bool:
     if col.dtype.kind in "biuf":
         return True
-    if col.dtype.kind == "O":
+    if col.dtype.kind in "OUS":
         try:
             col.astype(np.float64)
             return True
@@ -119,13 +145,25 @@ def encode_table(x, *, categorical: str = "ordinal", categories: dict | None = N
     """
     if categorical not in ("ordinal", "onehot", "refuse"):
         raise InputError(f"categorical={categorical!r} is not allowed: expected 'ordinal', 'onehot' or 'refuse'.")
-    categories = {} if categories is None else {str(k): v for k, v in dict(categories).items()}
+    if categories is not None and not isinstance(categories, dict):
+        raise InputError(f"categories={categories!r} is not allowed: expected a dict column name -> list of its values "
+                         "in order.")
+    categories = {} if categories is None else {str(k): v for k, v in categories.items()}
+    bad = [k for k, v in categories.items() if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__")]
+    if bad:
+        raise InputError(f"categories[{bad[0]!r}]={categories[bad[0]]!r} is not allowed: expected a list of the "
+                         "column's values in order.")
     names, cols = _columns(x)
     unknown = sorted(set(categories) - set(names))
     if unknown:
         raise InputError(f"categories is not allowed: it names columns {unknown} that the table does not have.")
     out, out_names, onehot = [], [], []
     for name, col in zip(names, cols):
+        if col.dtype.kind == "c":
+            raise InputError(f"x is not allowed: column {name!r} holds complex numbers.")
+        if _missing(col):
+            raise InputError(f"x is not allowed: column {name!r} has missing values (None or NaN); fill or drop "
+                             "them first.")
         if _is_numeric(col) and name not in categories:
             out.append(col.astype(np.float64))
             out_names.append(name)
@@ -152,6 +190,9 @@ def encode_table(x, *, categorical: str = "ordinal", categories: dict | None = N
 
 def _labels(y) -> tuple[np.ndarray, tuple]:
     """Class labels 0..k-1 and the classes they stand for (sorted)."""
+    a = np.asarray(y)
+    if _missing(a) or (a.dtype.kind == "f" and not np.all(np.isfinite(a))):
+        raise InputError("y is not allowed: it has missing or non-finite labels (None, NaN, inf).")
     classes, codes = np.unique(np.asarray(y).astype(str) if np.asarray(y).dtype.kind in "OUS" else np.asarray(y),
                                return_inverse=True)
     return codes.astype(np.int64), tuple(c.item() if hasattr(c, "item") else c for c in classes)
@@ -178,8 +219,15 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
         raise InputError("x is not allowed: it contains NaN or infinite values.")
     if standardize:
         keep = np.array(onehot, dtype=bool)
-        sd = x.std(0)
-        z = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sd = x.std(0)
+        if not np.all(np.isfinite(sd)):        # a column near 1e300 has no finite variance: divide first
+            scale = np.abs(x).max(0)
+            xs = x / np.where(scale > 0, scale, 1.0)
+            sd, mean = xs.std(0), xs.mean(0)
+            z = (xs - mean) / np.where(sd > 0, sd, 1.0)
+        else:
+            z = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
         x = np.where(keep[None, :], x, z)
     classes = None
     if task == "regression":
