@@ -144,8 +144,11 @@ class DiceSGD(Mechanism):
         (eps, delta), clip C1, noise on the average.  DP-SGD's multiplier comes from the exact Poisson RDP
         (at least its tight noise), so the ratio is a lower bound on the true one."""
         c1 = self.clips[0]
-        z = calibrate_poisson(self.batch_size / self.N, self.steps, e, d, conversion="improved", refine=True,
-                              rtol=1e-6, exact=True)
+        try:
+            z = calibrate_poisson(self.batch_size / self.N, self.steps, e, d, conversion="improved", refine=True,
+                                  rtol=1e-6, exact=True)
+        except (v.InputError, ArithmeticError):      # no DP-SGD noise meets this target: nothing to compare
+            return {"dp_sgd_sigma1": None, "ratio_to_dp_sgd": None}
         sgd = z * c1 / self.batch_size
         out = {"dp_sgd_sigma1": sgd, "ratio_to_dp_sgd": s1 / sgd}
         if s1 > 3.0 * sgd:

@@ -245,6 +245,9 @@ def test_dicesgd_notes_how_far_its_sound_noise_is_above_dp_sgd():
         assert main(["calibrate", "dicesgd", "--n", "1437", "--batch-size", "64", "--steps", "449",
                      "--epsilon", "2", "--delta", "1e-5"]) == 0
     assert "note        sigma1 = 85.06 is 2.44e+03x DP-SGD's" in out.getvalue()
+    # where no DP-SGD noise meets the target (its accountant gives up), the calibration still answers
+    far = M.DiceSGD(10**9, 1, 10**6).calibrate(1e-3, 1e-12)
+    assert far.noise["sigma1"] > 0 and far.notes["ratio_to_dp_sgd"] is None and "versus_dp_sgd" not in far.notes
 
 
 # ---- the experiments' extra ---------------------------------------------------------------------------
