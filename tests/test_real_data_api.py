@@ -326,3 +326,12 @@ def test_a_regulariser_added_to_the_loss_is_refused_not_dropped():
     assert opt.round == 3
     with pytest.raises(ValueError, match="regularizer=0.1 is not allowed"):
         S.private("dp-sgd", S.copies()[0], x, y, regularizer=0.1)
+
+
+def test_the_cli_refuses_a_diff2_run_that_would_be_dp_gd(capsys):
+    from dpcalib.cli import main
+
+    rc = main(["train", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "4", "--world-size", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--restart-interval=1 is not allowed for diff2-gd: every round would be a restart" in err
+    assert "Traceback" not in err

@@ -54,7 +54,8 @@ def _parser(error_cls):
     p.add_argument("--sampling", choices=["poisson", "shuffle"], default="poisson", help="dp-sgd's batches (default poisson)")
     p.add_argument("--epochs", type=int, default=None, help="dp-sgd --sampling shuffle: epochs E, an integer >= 1")
     p.add_argument("--restart-interval", type=int, default=1,
-                   help="diff2-gd: rounds between restarts (the paper's T), an integer in [1, --rounds] (default 1)")
+                   help="diff2-gd: rounds between restarts (the paper's T), an integer in [2, --rounds]; required "
+                        "for diff2-gd (1 would make it dp-gd)")
     p.add_argument("--world-size", type=int, required=True,
                    help=f"local processes (clients of diff2-gd / dp-gd), an integer in [1, {max_world_size()}] "
                         "(4 per CPU core, at least 16; several machines: torchrun)")
@@ -211,6 +212,10 @@ def run(argv, error_cls) -> int:
     if entry.train == "clients" and "restart_interval" not in entry.train_shape and a.restart_interval != 1:
         raise error_cls(f"--restart-interval={a.restart_interval} is not allowed for {a.algorithm}: expected 1")
     _check_shape_options(a, error_cls)
+    if "restart_interval" in entry.train_shape and a.restart_interval == 1:
+        raise error_cls(f"--restart-interval=1 is not allowed for {a.algorithm}: every round would be a restart, "
+                        "i.e. the run would be dp-gd (dpcalib train dp-gd), so give an interval >= 2 (the paper: "
+                        "0.01 R)")
     import multiprocessing as mp
 
     from ..optim.data.datasets import SHAPES

@@ -85,7 +85,7 @@ class DIFF2GD(PrivateOptimizer):
                          transport=transport, sampler=sampler, regularizer=regularizer)
         m = mechanism
         self.T = getattr(m, "restart_interval", 1)
-        if self.refuses_dp_gd and self.T == 1:
+        if self.refuses_dp_gd and isinstance(m, M.DIFF2GD) and m.restart_interval == 1:
             raise InputError("mechanism.restart_interval=1 is not allowed for DIFF2-GD: every round would be a "
                              "restart round, i.e. the run would be DP-GD (use O.DPGD with M.DPGD, or T >= 2).")
         self.P, self.n_min, self.total_rounds = m.clients, m.n_min, m.rounds
