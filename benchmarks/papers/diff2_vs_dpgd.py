@@ -11,7 +11,7 @@ x eta in {2, 1, ..., 1/128} (2^-i); DIFF2-GD 27 settings drawn (fixed seed) from
 initialisation, noise) with three noises: the sound tight calibration at the claimed eps, the paper's
 formula (Prop. 4.1; the eps dpcalib certifies for it is reported), and none (the same clipping).
 
-    python benchmarks/papers/diff2_vs_dpgd.py [--data diabetes diamonds] [--rounds 500] [--seeds 5]
+    python benchmarks/papers/diff2_vs_dpgd.py [--data diabetes diamonds] [--rounds 500] [--seeds 5] [--tag T]
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    ap.add_argument("--tag", default="", help="suffix of the result and plot files (e.g. R2000 for a longer run)")
     a = ap.parse_args(argv)
     import torch
 
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
         out["data"][name] = {"n_train": len(dev.x_train), "n_min": n_min, "chosen": chosen,
                              "paper_noise_certified_eps": eps_paper, "runs": table, "tests": tests,
                              "curves": {k: v for k, v in runs.items()}}
-        common.plot_curves(f"diff2_vs_dpgd_{name}", [
+        common.plot_curves(f"diff2_vs_dpgd_{name}{'_' + a.tag if a.tag else ''}", [
             ("train loss", "loss", {k: v for k, v in runs.items() if not k.endswith("none")}),
             ("train gradient norm", "grad_norm", {k: v for k, v in runs.items() if not k.endswith("none")}),
             ("test loss", "test_loss", {k: v for k, v in runs.items() if not k.endswith("none")})],
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
             print(f"[{name}] {noise} noise: DIFF2-GD min grad norm {common.fmt([r['min_grad_norm'] for r in table['diff2-gd/' + noise]])}"
                   f" vs DP-GD {common.fmt([r['min_grad_norm'] for r in table['dp-gd/' + noise]])}: lower on "
                   f"{t['wins']}/{a.seeds} seeds, p = {t['p']:.3g}", flush=True)
-    print("results:", common.save("diff2_vs_dpgd", out, t0))
+    print("results:", common.save("diff2_vs_dpgd" + (f"_{a.tag}" if a.tag else ""), out, t0))
     return 0
 
 

@@ -35,8 +35,8 @@ def second_half(curve) -> float:
     return sum(vals) / len(vals)
 
 
-def diff2():
-    r = _load("diff2_vs_dpgd")
+def diff2(name="diff2_vs_dpgd"):
+    r = _load(name)
     if r is None:
         return
     print(f"### DIFF2-GD vs DP-GD (eps {r['eps']:g}, delta {r['delta']:g}, P = {r['P']}, R = {r['rounds']}, "
@@ -118,5 +118,6 @@ def srm():
 
 if __name__ == "__main__":
     diff2()
+    diff2("diff2_vs_dpgd_R2000")
     dice()
     srm()
