@@ -12,7 +12,7 @@ both (the paper's Algorithm 3 for DiceSGD; DPSGD-GC "following Bu et al."), both
 no noise (the same clipping).  Tuning: Adam's lr in {0.1, 0.03, 0.01, 0.003, 0.001} on the development
 seed 100 by the final train loss (unstable runs excluded, ``common.unstable``), separately for every
 (algorithm, noise, C, eps); then 5 evaluation seeds.  Also DiceSGD as the authors' code sets it
-(``dicesgd-code``: C2 = C1 / B at the average's scale, DiceSGD-E11) with its sound noise.
+(``dicesgd-code``: C2 = C1 / B at the average's scale, DiceSGD-E6) with its sound noise.
 
     python benchmarks/papers/dicesgd_vs_dpsgd.py [--epochs 20] [--seeds 5]
 """
@@ -76,7 +76,7 @@ def run(key: str, data, seed: int, epochs: int, C: float, eps: float, lr: float)
                      algorithm="dp-sgd" if algo == "dpsgd-gc" else "dicesgd")
     if algo == "dicesgd":
         common_kw["C2"] = C
-    if algo == "dicesgd-code":            # the authors' code: C2 = C1 / B at the average's scale (DiceSGD-E11)
+    if algo == "dicesgd-code":            # the authors' code: C2 = C1 / B at the average's scale (DiceSGD-E6)
         common_kw["C2"] = C / B
     if noise == "sound":
         pm, opt, dl = engine.make_private_with_epsilon(target_epsilon=eps, target_delta=DELTA, **common_kw)
