@@ -77,6 +77,19 @@ def loop(m, opt, crit, loader, epochs=EPOCHS, after=None):
     return k
 
 
+def beside_reference(ref, net, ref_net, m, opt, crit, loader):
+    """Run the user's loop with the reference optimizer stepping after each step: ``(steps, the
+    worst relative difference of the two iterates over the run)``."""
+    worst = []
+
+    def compare(k):
+        ref.step()
+        worst.append(float((flat(net) - flat(ref_net)).abs().max() / flat(ref_net).abs().max()))
+
+    k = loop(m, opt, crit, loader, after=compare)
+    return k, max(worst)
+
+
 def flat(net):
     return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 

@@ -289,14 +289,8 @@ def test_the_engine_adds_the_regularisers_gradient_as_the_reference_does(algorit
     engine, m, opt, crit, loader = S.private(algorithm, net, x, y, regularizer=nonconvex)
     if algorithm == "dp-srm":
         ref.step()
-    worst = []
-
-    def compare(k):
-        ref.step()
-        worst.append(float((S.flat(net) - S.flat(ref_net)).abs().max() / S.flat(ref_net).abs().max()))
-
-    S.loop(m, opt, crit, loader, after=compare)
-    assert max(worst) < 1e-6
+    _, worst = S.beside_reference(ref, net, ref_net, m, opt, crit, loader)
+    assert worst < 1e-6
     # and the regulariser moved the run: without it the iterates differ
     plain, _ = S.copies()
     _, m2, opt2, crit2, loader2 = S.private(algorithm, plain, x, y)
