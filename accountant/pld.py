@@ -66,8 +66,8 @@ import numpy as np
 from .validation import InputError
 from . import validation
 from .caches import cached, clear_cache, register
-from .pld_compose import (compose_steps, loss_window, lower_one, lower_usable, rounding_gap, sum_error, upper_info,
-                          upper_one)
+from .pld_compose import compose_steps, loss_window
+from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
 from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL)
 from .pld_discretise import discretised_steps
 from .events import PoissonSampledGaussianEvent, full_batch_form
@@ -487,7 +487,8 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
             lcomp = compose_steps(lsteps, h, 1e-16, memory_cap)[0]
             if lcomp is not None:
                 low = lcomp.lower_mass
-                lo = max(lo, _delta_fin(low, lcomp.lo, h, e) - lcomp.alias - sum_error(low))
+                e_rel = e - lcomp.shift + lcomp.shift_error     # the grid's anchor (a larger eps: less delta)
+                lo = max(lo, _delta_fin(low, lcomp.lo, h, e_rel) - lcomp.alias - sum_error(low))
         lows.append(max(lo, 0.0))
         ups.append(up)
     return max(lows), max(ups)
@@ -536,7 +537,7 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
     (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`pld_profile`:
     the finite atoms of the connect-the-dots composition with their round-off added, the
     infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding."""
-    from .pld_compose import suffix_rounding, suffix_sums
+    from .pld_bracket import suffix_rounding, suffix_sums
 
     h = validation.positive(discretization, "discretization")
     ev = _check_events(events)

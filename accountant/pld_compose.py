@@ -1,6 +1,8 @@
-"""Privacy-loss distributions, part 2: composition of the discretised steps by one FFT on a
-Chernoff window (tilted toward small delta, with its round-off bounded), and the reading of
-``eps(delta)`` / ``delta(eps)`` from a composition.  The method: :mod:`accountant.pld`.
+"""Privacy-loss distributions, part 3: composition of the discretised steps by one FFT on a
+Chernoff window (tilted toward small delta, with its round-off bounded), and the split
+composition of one step kind whose edge atom would drown its tail in round-off.  Reading
+``eps(delta)`` from a composition and the bracket of one grid: :mod:`.pld_bracket`; the method:
+:mod:`accountant.pld`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import fft as sfft
 
-from .pld_discretise import decay_block, decayed_suffix
-from .pld_pairs import ALIAS, LOWER_RETILT, RETILT, Step
+from .pld_pairs import Step
 
-__all__ = ["compose_steps", "loss_window", "lower_one", "lower_usable", "rounding_gap", "sum_error",
-           "upper_info", "upper_one", "suffix_rounding", "suffix_sums"]
+__all__ = ["LAMBDAS", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
 
 
 
@@ -24,13 +24,13 @@ __all__ = ["compose_steps", "loss_window", "lower_one", "lower_usable", "roundin
 #: the tilts of the Chernoff windows and of the re-tilted compositions: up to 2^20, so that a
 #: narrow privacy loss (large noise: per-step spread ~1/z) read at a tiny delta (many spreads
 #: out) still gets its optimal tilt ~ eps / variance
-_LAMBDAS = 2.0 ** np.arange(-10, 21)
+LAMBDAS = 2.0 ** np.arange(-10, 21)
 
 
 def _log_mgf(step: Step, h: float, lam: np.ndarray) -> np.ndarray:
     """Upper bounds on ``log E[e^(l L)]`` over the step's finite atoms, for ``l`` in ``lam``.
 
-    ``lam`` is a doubling ladder of one sign (``_LAMBDAS`` or ``-_LAMBDAS``): with ``x = sign *
+    ``lam`` is a doubling ladder of one sign (``LAMBDAS`` or ``-LAMBDAS``): with ``x = sign *
     L`` and its largest atom ``x_max``, ``v = e^(|l_0| (x - x_max)) <= 1`` takes one exponential
     and each next level is ``v * v`` -- no further exponentials.  After ``k`` squarings ``v``
     errs by at most ``3 * 2^k u`` relative (``<= 4e-7`` for the 31 levels) and the sum by
@@ -94,16 +94,16 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     Tilted with ``r_min`` given, ``lo`` is then raised as far as the mass below it, wrapped
     to the top and damped there by un-tilting, stays at most ``alpha`` (never above ``r_min``).
     """
-    up, dn = logm if logm is not None else _log_mgfs(steps, h)
-    w_lo = float(np.max(-(dn - log_alpha) / _LAMBDAS))
+    up, dn = logm if logm is not None else log_mgfs(steps, h)
+    w_lo = float(np.max(-(dn - log_alpha) / LAMBDAS))
     lo_all = sum(s.count * s.i0 for s in steps)
     hi_all = sum(s.count * (s.i0 + s.mass.size - 1) for s in steps)
     # (a Chernoff bound that is not a finite number -- losses past the float range -- bounds
     # nothing: the window is then the steps' whole range, and the caller sees its size)
     lo = max(lo_all, math.floor(w_lo / h) - 1) if math.isfinite(w_lo) else lo_all
-    ok = _LAMBDAS > lam
+    ok = LAMBDAS > lam
     base = lo if r_min is None else max(lo, r_min)
-    w_hi = float(np.min((up[ok] - lam * base * h - log_alpha) / (_LAMBDAS[ok] - lam)))
+    w_hi = float(np.min((up[ok] - lam * base * h - log_alpha) / (LAMBDAS[ok] - lam)))
     hi = min(hi_all, math.ceil(w_hi / h) + 1) if math.isfinite(w_hi) else hi_all
     if lam > 0.0 and r_min is not None and hi > base:
         # tilted, reading only bins from r_min up: mass at a loss L below the window wraps to a
@@ -112,23 +112,23 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
         # P(L < lo' h) e^(-lam (hi + 1 - lo') h) there, at most alpha when (Chernoff, l' > 0)
         # Lambda(-l') + l' x - lam ((hi + 1) h - x) <= log alpha at x = lo' h.  So the window
         # may start that high (not above r_min): the bins below were never read
-        x = float(np.max((log_alpha - dn + lam * (hi + 1) * h) / (_LAMBDAS + lam)))
+        x = float(np.max((log_alpha - dn + lam * (hi + 1) * h) / (LAMBDAS + lam)))
         if math.isfinite(x):
             lo = max(lo, min(base, math.floor(x / h) - 1))
     return lo, max(hi, lo)
 
 
-def _log_mgfs(steps, h):
-    """log E[e^(l L)] of the composed discrete loss for l in +-_LAMBDAS (finite atoms only)."""
+def log_mgfs(steps, h):
+    """log E[e^(l L)] of the composed discrete loss for l in +-LAMBDAS (finite atoms only)."""
     for s in steps:
         if s.lmgf is None:
-            s.lmgf = (_log_mgf(s, h, _LAMBDAS), _log_mgf(s, h, -_LAMBDAS))
+            s.lmgf = (_log_mgf(s, h, LAMBDAS), _log_mgf(s, h, -LAMBDAS))
     up = sum(s.count * s.lmgf[0] for s in steps)
     dn = sum(s.count * s.lmgf[1] for s in steps)
     return up, dn
 
 
-def _tilt(up, log_delta):
+def delta_tilt(up, log_delta):
     """The Chernoff-optimal tilt for the delta-quantile of the composed loss (0 if none helps).
 
     The best of the doubling ladder, then refined between its neighbours by the quadratic model
@@ -137,7 +137,7 @@ def _tilt(up, log_delta):
     puts the tilted bulk many spreads away from the quantile for a narrow loss at a tiny delta
     (z = 100, 10 steps, delta = 1e-120: 9 spreads, below the FFT's round-off); any tilt gives
     a valid bracket, so the model only has to be good, not certain."""
-    cand = _LAMBDAS[_LAMBDAS <= _LAMBDAS[-3]]
+    cand = LAMBDAS[LAMBDAS <= LAMBDAS[-3]]
     x = (up[:cand.size] - log_delta) / cand
     i = int(np.argmin(x))
     lam = float(cand[i])
@@ -157,6 +157,13 @@ class _Composed:
     alias: float       # bound on the wrapped-around mass (both sides)
     bad: float         # total mass of the true losses outside the per-step grids
     count: int         # number of steps K
+    shift: float = 0.0  # the composed grid's anchor (sum of count * step shift): mass[j] sits at
+                        # shift + (lo + j) h
+
+    @property
+    def shift_error(self):
+        """A bound on the rounding of :attr:`shift` (and of adding it to an eps)."""
+        return 8.0 * float(np.finfo(float).eps) * (abs(self.shift) + 1.0) * 1e3 if self.shift else 0.0
 
     @property
     def upper_mass(self):
@@ -224,13 +231,15 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     read, and the window is sized so that this is at most ``alpha`` (:func:`loss_window`).
     """
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
+    shift = math.fsum(s.count * s.shift for s in steps)
     if any(not float(np.sum(s.mass)) > 0.0 for s in steps):   # all of a step's mass is infinite
         K = sum(s.count for s in steps)
-        return _Composed(0, np.zeros(1), np.zeros(1), inf, 0.0, sum(s.count * s.bad for s in steps), K), 1
+        return _Composed(0, np.zeros(1), np.zeros(1), inf, 0.0, sum(s.count * s.bad for s in steps), K,
+                         shift), 1
     if len(steps) == 1 and steps[0].count == 1:      # nothing to compose: no FFT, no round-off
         s = steps[0]
-        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, 0.0, s.bad, 1), s.mass.size
-    logm = _log_mgfs(steps, h)
+        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, 0.0, s.bad, 1, shift), s.mass.size
+    logm = log_mgfs(steps, h)
     lo, hi = loss_window(steps, h, math.log(alpha), lam, logm, r_min)
     n = hi - lo + 1
     if 6 * 8 * n > cap_bytes:        # (before next_fast_len, which overflows past 2^63 points)
@@ -306,213 +315,165 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
-    return _Composed(lo, mass, err, inf, 2.0 * alpha, bad, K), N
+    return _Composed(lo, mass, err, inf, 2.0 * alpha, bad, K, shift), N
 
 
-def suffix_sums(mass: np.ndarray, lo: int, h: float):
-    """A_j = sum_{s>=j} m_s and B_j = sum_{s>=j} m_s e^{(j-s)h} for non-negative masses.
-
-    A is a cumulative sum, B :func:`decayed_suffix`; both add non-negative terms, so each
-    carries a relative rounding error of at most :func:`suffix_rounding` (``~n u``) --
-    relative to the suffix sum itself, hence to the tail delta is read from (:func:`_eps_at`
-    charges it).
-    """
-    A = np.cumsum(mass[::-1])[::-1]
-    B = decayed_suffix(mass, h)
-    return A, B
+#: the most binomial terms a split composition sums (:func:`split_composition`), and the
+#: largest expected number of steps in the rare part (``K p``) where it splits at all
+_SPLIT_TERMS = 64
+_SPLIT_RARE = 8.0
 
 
-def suffix_rounding(n: int, h: float) -> float:
-    """Relative rounding error bound of :func:`decayed_suffix` and of a suffix cumsum of ``n``
-    non-negative terms: ``n`` additions; the block weights (``exp`` of an argument of at most
-    32, rounded: ``<= 34 u`` each, and three of them per term); per doubling pass of the
-    carries a weight (``exp`` of an argument below 746: ``<= 747 u``) and two roundings."""
-    nb = -(-n // decay_block(n, h)) if n else 0
-    passes = max(0, nb - 1).bit_length()
-    return (n + 2 + 140 + 750 * passes) * float(np.finfo(float).eps)
+def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
+    """The largest ``s`` (a multiple of the pooling block) such that the ``K``-fold composition of
+    the step's atoms below index ``s`` has mass at most ``alpha`` from grid index ``r_min`` on; 0 if
+    none.
+
+    Chernoff, as :func:`loss_window`: ``P(S > x) <= exp(K log E[e^(l L)] - l x)`` over the ladder
+    ``LAMBDAS``, for every prefix of the step at once -- the prefix sums of ``m e^(l x)`` in log
+    space (``logaddexp.accumulate``: no underflow, whatever the scale).  Atoms are pooled in at most
+    65 536 blocks, each block's mass at its largest loss (an upper bound on every moment), and a
+    margin of ``1e-8`` covers the rounding of the logs."""
+    K = step.count
+    n = step.mass.size
+    B = max(1, -(-n // 65536))
+    nb = -(-n // B)
+    m = np.zeros(nb * B)
+    m[:n] = np.maximum(step.mass, 0.0)
+    m = m.reshape(nb, B).sum(axis=1)
+    xb = (step.i0 + np.arange(nb) * B + (B - 1)) * h
+    with np.errstate(divide="ignore"):
+        lm = np.log(m)
+    S = np.logaddexp.accumulate(lm[None, :] + LAMBDAS[:, None] * xb[None, :], axis=1)
+    with np.errstate(invalid="ignore"):
+        w_hi = np.min((K * (S + 1e-8) - log_alpha) / LAMBDAS[:, None], axis=0)
+    ok = ~(np.ceil(w_hi / h) + 1 >= r_min)            # (a prefix of no mass: -inf, fine)
+    bad = np.nonzero(~ok)[0]
+    j = int(bad[0]) if bad.size else nb               # blocks 0 .. j-1 qualify
+    return min(n, j * B)
 
 
-def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: int) -> float:
-    """Smallest eps with  sum_s mass_s (1 - e^(eps - (lo+s) h))_+ + c <= delta  (may be +-inf).
+def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: float, r_min: int):
+    """The tilted composition of one step kind read above ``r_min``, without the part that cannot
+    reach there; None where it does not apply.
 
-    ``mass >= 0``.  The suffix sums of non-negative terms carry a relative rounding error of at
-    most ``r = suffix_rounding(n, h)`` (``~n u``); the profile at a grid point, ``A - B``, is
-    moved by ``4 r A`` toward the conservative side (``side=+1``: up, for the upper bound;
-    ``-1``: down, for the lower bound).
-    """
+    A Poisson step with little noise is an atom of nearly all the mass near its edge plus a thin
+    part with large losses.  Its ``K``-fold composition's tail above ``eps`` -- all that ``delta``
+    reads -- comes from the thin part, but an FFT's round-off is relative to the whole: the atom
+    keeps every Fourier coefficient near 1, so each output bin errs by ~``K u log N`` of the total
+    mass, tilted or not (``q = 1e-4``, 378 steps, ``delta = 1e-8``: a charge of 1e-3 delta, a floor
+    of ~5e-4 on the bracket's width).  So split the step at ``s``: ``a`` the atoms below, ``b``
+    the rest, ``(a + b)^K = sum_k C(K, k) a^(K-k) b^k``.  The ``k = 0`` term is not composed: ``s``
+    is the largest split whose ``a^K`` has mass at most ``alpha`` from ``r_min`` on (Chernoff), and
+    that ``alpha`` is charged.  The terms ``k = 1 .. k_max`` are summed in the Fourier domain, each
+    with the binomial weight of the normalised parts, and the bound on their round-off follows
+    :func:`compose_steps`'s model term by term: with ``A = |t_a| / |a|``, ``B = |t_b| / |b|`` and
+    ``p_k`` the binomial weights, a coefficient errs by at most ``u log2 N sum_k p_k ((K - k)
+    A^(K-k-1) B^k + k A^(K-k) B^(k-1))`` to first order -- small where ``b``'s spectrum has
+    decayed, unlike ``K`` times the full spectrum.  The terms beyond ``k_max`` (binomial tail at
+    most ``alpha``) are charged too."""
+    from scipy import special
+
+    K = step.count
+    if K < 2 or lam <= 0.0 or r_min is None:
+        return None
+    log_alpha = math.log(alpha)
+    mass = step.mass
     n = mass.size
-    A, B = suffix_sums(mass, lo, h)
-    slack = 4.0 * suffix_rounding(n, h) * side
-    cl = float(c)
-    dl = float(delta)
-
-    def prof(Aj, Bj):
-        return Aj - Bj + slack * Aj + cl
-
-    if c >= delta and side > 0:
-        return math.inf
-    if prof(A[0], B[0]) <= dl:          # reached at or below the window's first point: below it
-        j, floor = 0, -math.inf          # the formula holds (-inf: all the mass is within delta)
-    else:
-        # the first grid point lo + j (j = 1 .. n; j = n: beyond the window, delta = c) where the
-        # profile is at most delta, by bisection: the profile is non-increasing in exact
-        # arithmetic.  Where round-off made it wiggle, bisection still ends on a point j with
-        # R(j - 1) > delta >= R(j), which is sound on both sides: for the upper end R >= the
-        # true profile, so R(j) <= delta puts the true crossing at or below j; for the lower end
-        # R <= the true profile, so R(j - 1) > delta puts it above j - 1.
-        def R(j):
-            return cl if j >= n else prof(float(A[j]), float(B[j]))
-
-        if R(n) > dl:
-            return math.inf
-        i, j = 0, n                     # R(i) > delta >= R(j)
-        while j - i > 1:
-            m = (i + j) // 2
-            if R(m) <= dl:
-                j = m
-            else:
-                i = m
-        if j >= n:
-            return (lo + n - 1) * h
-        # the crossing is in (x_(j-1), x_j], where delta(eps) = A_j - e^(eps - x_j) B_j + c (the
-        # atoms at or below x_(j-1) no longer count).  If that is <= delta already at the left
-        # end (num <= 0: e.g. no atom above x_(j-1), or the slack charged at x_(j-1) alone kept
-        # R(j - 1) above delta), the answer is x_(j-1) itself: the true profile is continuous
-        # there, so the upper end stays certified, and the lower end (R <= true profile) stays
-        # below the truth.  Never below x_(j-1): R(j - 1) > delta.
-        floor = (lo + j - 1) * h
-    num = A[j] * (1 + slack) + cl - dl
-    if num <= 0.0:
-        return floor
-    return max((lo + j) * h + float(np.log(num / (B[j] * (1 - slack)))), floor)
-
-
-def sum_error(mass: np.ndarray) -> float:
-    """Bound on the rounding of a sum of n non-negative terms in double precision."""
-    return 2.0 * (mass.size + 2) * float(np.finfo(float).eps) * float(np.sum(mass)) + 1e-300
-
-
-def rounding_gap(h: float) -> float:
-    r = h / -math.expm1(-h)
-    return r - 1.0 - math.log(r)
-
-
-def _retilt(steps, comp, h, delta, alpha, cap_bytes, r_min, threshold=RETILT):
-    """A second composition tilted toward the delta-quantile (reading only bins above
-    ``r_min``) when the first one's round-off charge there exceeds ``threshold * delta``; None
-    if not needed or not possible."""
-    j = max(0, r_min - comp.lo)
-    if not (float(np.sum(comp.err[j:])) > threshold * delta and comp.count > 1):
+    # every atom that reaches r_min beside K - 1 of the lowest is in b.  The split pays only
+    # where b is rare, K p <= _SPLIT_RARE: the unsplit spectrum is then ~(1 - p)^K ~ 1 all along
+    # (the round-off floor); where b is common it has decayed by e^-(K p) and the plain
+    # composition is as good (a million steps of q = 1e-4: K p ~ 100)
+    reach = r_min - (K - 1) * step.i0 - step.i0
+    p_min = float(np.sum(mass[max(0, min(n, reach)):])) / max(float(np.sum(mass)), 1e-300)
+    if K * p_min > _SPLIT_RARE:
         return None
-    return _tilted(steps, h, delta, alpha, cap_bytes, r_min, comp.mass.size)
-
-
-def _tilted(steps, h, delta, alpha, cap_bytes, r_min, n0):
-    """The composition tilted toward the delta-quantile, reading only bins above ``r_min``: the
-    largest tilt up to the Chernoff-optimal one whose window is at most 4 times ``n0`` (the
-    untilted window; a steep tilt makes the wrapped-around tail expensive); None if no tilt
-    helps or over the memory cap."""
-    if sum(s.count for s in steps) <= 1:
+    s = _split_point(step, h, log_alpha, r_min)
+    if not 0 < s < n:
         return None
-    logm = _log_mgfs(steps, h)
-    lam = _tilt(logm[0], math.log(delta))
-    for cand in [lam] + [float(c) for c in _LAMBDAS[::-1] if c < lam]:
-        a, b = loss_window(steps, h, math.log(alpha), cand, logm, r_min)
-        if b - a + 1 <= 4 * n0 + 16:
-            lam = cand
+    ma, mb = float(np.sum(mass[:s])), float(np.sum(mass[s:]))
+    if not (ma > 0.0 and mb > 0.0):
+        return None
+    p = mb / (ma + mb)
+    if K * p > _SPLIT_RARE:
+        return None
+    kmax = None
+    for k in range(1, _SPLIT_TERMS + 1):
+        if float(special.bdtrc(k, K, p)) * (ma + mb) ** K <= alpha:
+            kmax = k
             break
-    else:
-        lam = 0.0
-    if lam <= 0.0:
+    if kmax is None:
         return None
-    return compose_steps(steps, h, alpha, cap_bytes, lam, r_min)[0]
-
-
-def upper_one(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
-    """``(lower, upper)`` of one direction at grid h from its connect-the-dots steps; ``(None,
-    None)`` over the memory cap.  The lower end is Hoeffding's, read from the same composition.
-
-    A first composition without tilt gives a bracket; if its round-off charge above the lower
-    end exceeds ``RETILT * delta`` (small delta, many steps), a composition tilted toward the
-    delta-quantile, reading only bins above that lower end, gives another; both are valid and
-    the result is their intersection.  ``floor`` is a lower bound on the answer from another
-    direction: when the first upper end is already at or below it, this direction cannot be
-    the worse one and is not re-composed.
-
-    ``hint``: ``(lower, upper, retilted)`` of the same direction on a coarser grid (both ends
-    valid for this one too).  When that composition had to be re-tilted, the untilted one is
-    skipped here: the tilted composition reads the bins above the coarse lower end, and the
-    result is intersected with the coarse bracket.
-    """
-    return upper_info(steps, h, delta, cap_bytes, floor, hint)[:2]
-
-
-def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
-    """:func:`upper_one` and whether a tilted composition was needed (``retilted``)."""
-    if not steps:
-        return 0.0, 0.0, False
-    alpha = ALIAS * delta
-    if hint is not None and hint[2] and hint[0] is not None:
-        lo_c, up_c, _ = hint
-        lo_, hi_ = loss_window(steps, h, math.log(alpha))
-        comp2 = _tilted(steps, h, delta, alpha, cap_bytes, math.floor(lo_c / h) - 1, hi_ - lo_ + 1)
-        if comp2 is not None:
-            lo2, up2 = _read_bracket(comp2, h, delta)
-            lower, upper = max(lo_c, lo2), min(up_c, up2)
-            return lower, max(upper, lower), True
-    comp, _ = compose_steps(steps, h, alpha, cap_bytes)
-    if comp is None:
-        return None, None, False
-    lower, upper = _read_bracket(comp, h, delta)
-    if upper <= floor:
-        return lower, upper, False
-    comp2 = _retilt(steps, comp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1)
-    if comp2 is not None:
-        lo2, up2 = _read_bracket(comp2, h, delta)
-        lower, upper = max(lower, lo2), min(upper, up2)
-    return lower, max(upper, lower), comp2 is not None
-
-
-def lower_one(lower_steps, h, delta, cap_bytes):
-    """The lower end of one direction from the composition of its lower steps
-    (:func:`_lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
-    ``LOWER_RETILT * delta``; None over the memory cap."""
-    alpha = ALIAS * delta
-    lcomp, _ = compose_steps(lower_steps, h, alpha, cap_bytes)
-    if lcomp is None:
+    logm = log_mgfs([step], h)
+    lo, hi = loss_window([step], h, log_alpha, lam, logm, r_min)
+    nw = hi - lo + 1
+    if 6 * 8 * nw > cap_bytes:
         return None
-    lower = _read_lower(lcomp, h, delta)
-    lcomp2 = _retilt(lower_steps, lcomp, h, delta, alpha, cap_bytes, math.floor(lower / h) - 1,
-                     LOWER_RETILT)
-    if lcomp2 is not None:
-        lower = max(lower, _read_lower(lcomp2, h, delta))
-    return lower
-
-
-def lower_usable(lower_steps) -> bool:
-    """Lower steps exist for every event and none is empty (an empty one bounds nothing)."""
-    return bool(lower_steps) and all(s is not None and float(np.sum(s.mass)) > 0.0 for s in lower_steps)
-
-
-def _read_lower(comp, h, delta):
-    """Lower end from a composition of lower steps: their profile is below the true one, so
-    (minus the wrapped-around mass and the round-off) the eps it reads is a lower bound."""
-    x = _eps_at(comp.lower_mass, comp.lo, h, -comp.alias, delta, -1)
-    return max(x, 0.0)
-
-
-def _read_bracket(comp, h, delta):
-    clipped = comp.upper_mass
-    c_up = comp.inf + comp.alias
-    upper = _eps_at(clipped, comp.lo, h, c_up, delta, +1)
-    p = 1e-6 * delta
-    K = comp.count
-    t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
-    shift = t + K * rounding_gap(h)
-    if K * h <= shift:        # each rounding error is below h: the sum is below K h surely
-        shift, p = K * h, 0.0
-    low = comp.lower_mass
-    c_lo = comp.alias + comp.bad + p
-    x = _eps_at(low, comp.lo, h, -c_lo, delta, -1)
-    lower = x - shift
-    return max(lower, 0.0), max(upper, 0.0)
+    N = sfft.next_fast_len(max(nw, 2), real=True)
+    if 8 * 8 * N > cap_bytes:
+        return None
+    x = (step.i0 + np.arange(n)) * h
+    with np.errstate(divide="ignore"):
+        lw = np.log(mass) + lam * x
+    mx = float(np.max(lw))
+    w = np.exp(lw - mx)
+    tot = float(w.sum())
+    w /= tot
+    big = K * (mx + math.log(tot))
+    wa, wb = w[:s], w[s:]
+    sa, sb = float(wa.sum()), float(wb.sum())
+    if not (sa > 0.0 and sb > 0.0):
+        return None
+    ta = sfft.rfft(_cyclic(wa / sa, step.i0, N))
+    tb = sfft.rfft(_cyclic(wb / sb, step.i0 + s, N))
+    A = np.minimum(np.abs(ta), 1.0)
+    B = np.minimum(np.abs(tb), 1.0)
+    with np.errstate(divide="ignore"):
+        la = np.log(A)
+    # the binomial weights of the tilted parts (sa + sb = 1 up to rounding)
+    ks = np.arange(0, kmax + 1)
+    logw = (special.gammaln(K + 1) - special.gammaln(ks + 1) - special.gammaln(K - ks + 1)
+            + ks * math.log(sb) + (K - ks) * math.log(sa))
+    F = np.zeros_like(ta)
+    G = np.zeros(A.size)
+    Ta = _power(ta, la, K - kmax)                  # t_a^(K-k), k = kmax first
+    Ak = np.exp((K - kmax) * la)                   # A^(K-k)
+    Tb = [None] * (kmax + 1)
+    Tb[1] = tb
+    Bk = [None] * (kmax + 1)
+    Bk[0], Bk[1] = np.ones(B.size), B
+    for k in range(2, kmax + 1):
+        Tb[k] = Tb[k - 1] * tb
+        Bk[k] = Bk[k - 1] * B
+    with np.errstate(divide="ignore", invalid="ignore"):
+        Aprev = np.where(A > 0.0, Ak / A, 0.0) if K - kmax >= 1 else np.zeros(A.size)
+    for k in range(kmax, 0, -1):
+        wk = math.exp(float(logw[k]))
+        F += wk * (Ta * Tb[k])
+        G += wk * ((K - k) * Aprev * Bk[k] + k * Ak * Bk[k - 1])
+        Ta = Ta * ta
+        Aprev = Ak
+        Ak = Ak * A
+    del Ta, Tb, Bk
+    ends = [0] if N % 2 else [0, -1]
+    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
+    xs = F.view(np.float64)
+    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
+    rms_F = math.sqrt(max(sq, 0.0) / N)
+    out = sfft.irfft(F, N)
+    del F
+    start = lo % N
+    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
+    u = np.finfo(float).eps
+    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * kmax * u))
+    j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
+    j0 = min(max(j0, r_min - lo, 0), nw)
+    out_mass = np.zeros(nw)
+    err = np.ones(nw)
+    if j0 < nw:
+        scale = np.exp(big - lam * h * (lo + np.arange(j0, nw)))
+        np.multiply(vals[j0:], scale, out=out_mass[j0:])
+        np.minimum(level * scale, 1.0, out=err[j0:])
+    inf = -math.expm1(K * math.log1p(-min(step.inf, 1.0)))
+    tail = float(special.bdtrc(kmax, K, p)) * (ma + mb) ** K
+    return _Composed(lo, out_mass, err, inf, 3.0 * alpha + tail, K * step.bad, K, K * step.shift)

@@ -1,7 +1,7 @@
 """Privacy-loss distributions, part 2: each event's dominating pair discretised on a grid of width h
 -- the upper (connect-the-dots) rounding and the lower rounding with its convex pooling, the
 symmetrised add/remove step, and the decayed suffix sums the tails use.  Pairs: :mod:`.pld_pairs`;
-composition: :mod:`.pld_compose`; the method and its references: :mod:`.pld`.
+composition: :mod:`.pld_compose`; brackets: :mod:`.pld_bracket`; the method and its references: :mod:`.pld`.
 """
 
 from __future__ import annotations
@@ -128,7 +128,10 @@ def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
     Bq[:-1] = decayed_suffix(Pe * inv_lam, h)
     terms = -math.expm1(-h) * (rho + Bq[1:])
     f = np.zeros(n + 1)
-    f[:-1] = np.cumsum(terms[::-1])[::-1]
+    # (the suffix sums in extended precision where the platform has it: their rounding, n terms,
+    # is paid for below by scaling the whole measure down -- mass lost at every step, K times over;
+    # in doubles, n = 2.4e6 points and K = 1e6 steps lost 5e-4 of the composed mass)
+    f[:-1] = np.cumsum(terms[::-1].astype(np.longdouble))[::-1]
     gp = np.zeros(n + 2)
     gp[1:-1] = gap                                # gp[i] = gap_(i-1)
     plain = np.maximum(gp[:-1], gp[1:])           # d_i = max(gap_(i-1), gap_i), i = 0..n
@@ -137,6 +140,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
     # :func:`_aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
     # vertex in place, must then lower the upper one by ~h times that mass, a concave kink the
     # thin tail above cannot repay; the plain rule lowers both by the gap, ~0.)
+    best = None
     for bottom in (True, False):
         d = plain.copy()
         if bottom:
@@ -157,11 +161,29 @@ def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
                 break               # a kink far below the top: closing lower down does not help
             if m is not None:
                 # below its lowest atom the measure's profile is a line below f's (d_0 >= 0):
-                # scaled down by the round-off of f's sums (n terms), so that it stays below f
-                # in floats
-                m *= 1.0 - (n + 16) * 2.0 ** -52
-                return Step(b.i0, m, 0.0, 0.0, count)
-    return None
+                # scaled down by the round-off of f (the decayed sums B, the n-term suffix sum
+                # in extended precision, a few roundings per term), so that it stays below f in
+                # floats
+                m *= 1.0 - _F_ROUNDING(n, h)
+                # the bottom rule's measure unless it closes below the plain rule's: an atom on
+                # the bottom grid point (frac ~ 0, an anchored grid's edge atom) makes the bottom
+                # rule lower the vertex above by ~h times its mass, and the measure then closes
+                # at J = 1 -- every loss above the atom dropped
+                if best is None or int(J) > 2 * best[0]:
+                    best = (int(J), m)
+                break
+        if best is not None and 2 * best[0] >= n:
+            break
+    return None if best is None else Step(b.i0, best[1], 0.0, 0.0, count)
+
+
+def _F_ROUNDING(n: int, h: float) -> float:
+    """Relative rounding bound of the profile values ``f`` of :func:`_lower_step`: the decayed
+    suffix sums (:func:`decayed_rounding`), the ``n``-term suffix sum in ``np.longdouble``
+    (``n`` of its epsilons: 80-bit on x86, a double elsewhere), and 16 double roundings per term,
+    all twice over."""
+    u = float(np.finfo(float).eps)
+    return 2.0 * (decayed_rounding(n, h) + n * float(np.finfo(np.longdouble).eps) + 16 * u)
 
 
 #: at most this many vertices at the bottom of a lower step are lowered by the weighted rule
@@ -377,6 +399,82 @@ def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
     return _Bins(i0, P, Q, a.p_below, r.p_above)
 
 
+def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int) -> Step | None:
+    """The lower step of a Poisson pair on the grid anchored at its edge atom (None where the pair
+    has no edge, or the construction fails).
+
+    With little noise nearly all of a subsampled step's mass sits within a tiny offset of the
+    loss's hard edge (``log(1 - q)`` for remove, ``-log(1 - q)`` for add): an atom of most of
+    the mass with a thin tail.  On the grid ``j h`` that atom lies mid-bin, and every lower
+    measure on that grid must, in effect, round it down -- ~its offset from the grid point, per
+    step, ``K`` times over (the lower end of a ``q = 2.8e-4``, 181-step bracket stayed ~1e-3
+    below the upper one down to ``h = 1.6e-4``).  Here the *edge cell* -- the losses from the
+    edge to within ``h`` of it -- is merged into one atom at its ``Q/P``-mean point ``g``
+    (:meth:`~.pld_pairs.RemovePair.cell_point`; Jensen: ``(1 - t e^-L)_+`` is convex in ``e^-L``,
+    so the merged profile is lower), and the grid is anchored there: atoms at ``g + j h``.  The
+    cell's far end is ``g + h`` (add: ``g - h``), ``g`` just below the fixed point of that relation, so
+    the bin next to the edge holds that atom at its grid end and nothing else (its profile has no
+    chord gap: no vertex at the bottom is lowered, which would shift every loss below it).  The rest is :func:`_lower_step` on the anchored bins (losses relative to ``g``: ``Q``
+    scaled by ``e^g``).  The step carries ``shift = g``; a composition of ``K`` such steps is
+    read at ``eps - K g``."""
+    edge = pair.edge
+    if edge is None:
+        return None
+    lo, hi = pair.loss_range(tau)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or 10 * 8 * (hi - lo) / h > cap_bytes:
+        raise OverCap
+    sign = -1.0 if pair.decreasing else 1.0
+
+    x_of = pair.x_of
+    # the anchor g: at most the Q/P-mean point of the cell that ends one grid step from it,
+    # (edge, g + h] for remove, [g - h, edge) for add -- then the edge bin holds exactly that
+    # cell, merged into one atom at its grid end (no chord gap).  The mean point of the cell
+    # ending at b moves little with b: iterate g <- point(g +- h) to its fixed point, step a
+    # little below it, and check
+    g = edge
+    for _ in range(60):
+        ng = pair.cell_point(x_of(g + sign * h))
+        if not math.isfinite(ng):
+            return None
+        done = abs(ng - g) <= 1e-12 * h
+        g = ng
+        if done:
+            break
+    step_down = 1e-12 * h + 1e-15 * abs(g)
+    for _ in range(8):
+        cand = g - step_down
+        if pair.cell_point(x_of(cand + sign * h)) >= cand:
+            g = cand
+            break
+        step_down *= 16.0
+    else:
+        return None
+    xb = x_of(g + sign * h)
+    P_edge = float(pair.mass(pair.p_comps, -np.inf, xb))      # the cell: x below xb
+    Qs_edge = P_edge                                           # its atom sits at g: ratio 1
+    with np.errstate(over="ignore"):
+        eg = math.exp(g)
+    if sign > 0:                                  # remove: bins (g + k h, g + (k+1) h], k >= 1
+        k1 = max(2, math.ceil((hi - g) / h) + 1)
+        P, Q, _, _ = pair.bins(g + h * np.arange(1, k1 + 1, dtype=float))
+        P = np.concatenate(([P_edge], P))
+        Qs = np.concatenate(([Qs_edge], Q * eg))
+        i0 = 0
+    else:                                         # add: bins (g + k h, g + (k+1) h], k <= -2
+        i0 = min(-2, math.floor((lo - g) / h) - 1)
+        P, Q, _, _ = pair.bins(g + h * np.arange(i0, 0, dtype=float))
+        P = np.concatenate((P, [P_edge]))
+        Qs = np.concatenate((Q * eg, [Qs_edge]))
+    step = _lower_step(_Bins(i0, P, Qs, 0.0, 0.0), h, count)
+    if step is not None:
+        step.shift = g
+    return step
+
+
+#: lower steps of single Poisson pairs are built on the grid anchored at the edge atom
+ANCHORED = True
+
+
 def discretised_steps(events, h, tau, direction, cap, lower=False):
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
     in the list where the lower construction failed).  Each event's dominating pairs come from
@@ -395,8 +493,20 @@ def discretised_steps(events, h, tau, direction, cap, lower=False):
             ups.append(_symmetrised(*(_upper_step(bi, h, k) for bi in bins), h))
             b = _symmetrised_bins(*bins) if lower else None
         if lower:
-            los.append(_lower_step(b, h, k))
+            a = _anchored_lower_step(pairs[0], h, tau, k, cap) if ANCHORED and len(pairs) == 1 else None
+            los.append(a if a is not None else _lower_step(b, h, k))
     return (ups, los) if lower else ups
+
+
+def decayed_rounding(n: int, h: float) -> float:
+    """Relative rounding bound of :func:`decayed_suffix` on ``n`` points: within a block of ``L``
+    points a cumulative sum (``L`` additions) and three block weights (``exp`` of an argument of at
+    most 32: ``<= 34 u`` each); per doubling pass of the carries a weight (``exp`` of an argument
+    below 746: ``<= 747 u``) and two roundings; the carry's own weight and addition."""
+    L = decay_block(n, h) if n else 0
+    nb = -(-n // L) if n else 0
+    passes = max(0, nb - 1).bit_length()
+    return (L + 2 + 140 + 750 * passes) * float(np.finfo(float).eps)
 
 
 _DECAY_SPAN = 32.0     # e^-h decays by at most e^-32 inside a block of decayed_suffix

@@ -1,8 +1,8 @@
 """Privacy-loss distributions, part 1: each event's dominating pair (its privacy-loss function and
 masses, exactly), the discretised step the other parts exchange, and the constants of the method.
 Part 2 discretises the pairs on a grid (:mod:`.pld_discretise`), part 3 composes the steps
-(:mod:`.pld_compose`), and :mod:`.pld` searches the grid and answers queries (the public API, with
-the method and its references).  The chain runs one way: pairs <- discretise <- compose <- pld.
+(:mod:`.pld_compose`), part 4 reads a bracket from it (:mod:`.pld_bracket`), and :mod:`.pld` searches the grid and answers queries (the public API, with
+the method and its references).  The chain runs one way: pairs <- discretise <- compose <- bracket <- pld.
 """
 
 from __future__ import annotations
@@ -147,10 +147,16 @@ class Pair:
 
     #: the loss decreases in x (the add pair): the x of the edges run backwards, and so do the bins
     decreasing = False
+    #: the hard edge of the loss (Poisson pairs: ``log(1 - q)`` for remove, ``-log(1 - q)`` for add)
+    edge = None
 
     def _x_edges(self, e):
         """The x of the loss edges ``e``, non-decreasing (for a decreasing loss: of ``-e``, reversed)."""
         raise NotImplementedError
+
+    def x_of(self, loss: float) -> float:
+        """The x where the privacy loss equals ``loss`` (the loss is monotone in x)."""
+        return float(self._x_edges(np.array([loss], dtype=float))[0])
 
     def bins(self, eps_edges):
         """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
@@ -223,6 +229,16 @@ class RemovePair(Pair):
         lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
         return float(lo), float(hi)
 
+    @property
+    def edge(self):
+        """The hard edge of the loss, ``log(1 - q)`` (its minimum), or None (``q = 1``)."""
+        return math.log1p(-self.q) if 0.0 < self.q < 1.0 else None
+
+    def cell_point(self, x):
+        """A point at or below ``-log E_P[e^-L | cell]`` of the edge cell ``{x' <= x}`` (losses from the
+        edge up to ``L(x)``; :func:`_edge_point`)."""
+        return _edge_point(self, self.edge, x, +1)
+
 
 @dataclass(frozen=True)
 class AddPair(Pair):
@@ -250,6 +266,39 @@ class AddPair(Pair):
         lo, hi = b, a                                                       # the loss decreases in x
         hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
         return float(lo), float(hi)
+
+    @property
+    def edge(self):
+        """The hard edge of the loss, ``-log(1 - q)`` (its maximum), or None (``q = 1``)."""
+        return -math.log1p(-self.q) if 0.0 < self.q < 1.0 else None
+
+    def cell_point(self, x):
+        """A point at or below ``-log E_P[e^-L | cell]`` of the edge cell ``{x' <= x}`` (losses from
+        ``L(x)`` up to the edge; :func:`_edge_point`)."""
+        return _edge_point(self, self.edge, x, -1)
+
+
+def _edge_point(pr, edge, x, sign):
+    """``L* = -log E_P[e^-L | cell]`` of a Poisson pair's edge cell (the x below ``x``), lowered by a
+    margin that covers its rounding.
+
+    The remove pair's loss is ``log(1 - q) + log(1 + q/(1 - q) e^s)``, so on the cell
+    ``E_P[e^-L | cell] = Q(cell) / P(cell) = 1 / ((1 - q) (1 + q/(1 - q) P1/P0))`` with ``P0``, ``P1`` the
+    masses of ``N(0, z^2)`` and ``N(1, z^2)`` below ``x``; the add pair's loss is its negative, with
+    ``P`` and ``Q`` swapped.  ``log1p`` keeps the tiny offset from the edge exact, where ``log(P/Q)``
+    of two masses near 1 would round it away.  Merging the cell's mass into one atom at ``L*``
+    keeps its ``P``- and ``Q``-masses and lowers its profile (Jensen: ``(1 - t y)_+`` is convex in
+    ``y = e^-L``); an atom below ``L*`` lowers it further, so the margin keeps the bound sound."""
+    from scipy import special
+
+    z, q = pr.z, pr.q
+    p0 = float(special.ndtr(x / z))
+    p1 = float(special.ndtr((x - 1.0) / z))
+    if not p0 > 0.0:
+        return -math.inf if sign > 0 else edge     # an empty cell (never asked for)
+    off = math.log1p(q / (1.0 - q) * (p1 / p0))      # >= 0: the cell's offset from the edge
+    star = edge + off if sign > 0 else edge - off
+    return star - (1e-13 + 1e-12 * abs(star))
 
 
 #: a pair by its direction's name ("gauss", "remove", "add")
@@ -288,6 +337,9 @@ class Step:
     # log E[e^(l L)] over the finite atoms at +-_LAMBDAS, computed once (a bracket needs them
     # for every composition and re-composition of the step)
     lmgf: tuple | None = field(default=None, repr=False, compare=False)
+    #: the grid's anchor: the atoms sit at ``shift + (i0 + j) * h`` (0 but for the anchored lower
+    #: steps of :mod:`.pld_discretise`); a composition adds ``count * shift``
+    shift: float = 0.0
 
 
 class OverCap(Exception):

@@ -193,7 +193,7 @@ def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: 
 
 @cached(64)
 def _lower_cached(z: float, T: int, pi: float, E: int, d: float, relation: str, h: float) -> float:
-    from .pld_compose import lower_one
+    from .pld_bracket import lower_one
     from .pld_pairs import MEMORY_CAP
 
     hi_mean, lo_mean = (2.0, 1.0) if relation == ZERO_OUT else (2.0, 0.0)

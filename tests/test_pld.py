@@ -23,6 +23,7 @@ from dpcalib.accountant import (
     PrivacyAccountant,
     WORSampledGaussianEvent,
 )
+from dpcalib.accountant import pld_bracket as PB
 from dpcalib.accountant import pld_compose as PC
 from dpcalib.accountant import pld_discretise as PS
 from dpcalib.accountant import pld_pairs as PP
@@ -155,7 +156,7 @@ def test_poisson_bracket_is_the_worse_direction():
     per_direction = []
     for direction in ("remove", "add"):
         steps = PS.discretised_steps(ev, h, 1e-15, direction, P.MEMORY_CAP)
-        per_direction.append(PC.upper_one(steps, h, d, P.MEMORY_CAP)[1])
+        per_direction.append(PB.upper_one(steps, h, d, P.MEMORY_CAP)[1])
     lo, up = P.pld_epsilon_at(ev, d, h)
     assert up == pytest.approx(max(per_direction), rel=1e-6)
     assert per_direction[0] != per_direction[1]
@@ -365,7 +366,7 @@ def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
         ref[i] = acc
     got = PS.decayed_suffix(x, h)
     rel = float(np.max(np.abs(got - ref) / ref))
-    assert rel <= PC.suffix_rounding(n, h) and rel < 1e-12
+    assert rel <= PB.suffix_rounding(n, h) and rel < 1e-12
 
 
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
@@ -376,7 +377,7 @@ def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
     keep = step.mass > 0
     x = ((step.i0 + np.arange(step.mass.size)) * h)[keep]
     lm = np.log(step.mass[keep])
-    for lam in (PC._LAMBDAS, -PC._LAMBDAS):
+    for lam in (PC.LAMBDAS, -PC.LAMBDAS):
         direct = np.array([np.logaddexp.reduce(lm + t * x) for t in lam])
         got = PC._log_mgf(step, h, lam)
         assert np.all(got >= direct)
@@ -449,13 +450,14 @@ def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
 def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch):
     """The tilted window starts where the wrapped-in mass is damped below alpha; composing on the
     window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
+    from dpcalib.accountant import pld_bracket as B
     from dpcalib.accountant import pld_compose as C
     from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
     h, d = 1e-4, 1e-5
     sizes = []
-    orig_compose = C.compose_steps       # the tilted compositions are made in pld_compose
+    orig_compose = C.compose_steps       # the tilted compositions are asked for in pld_bracket
 
     def compose(steps, h, alpha, cap, lam=0.0, r_min=None):
         out = orig_compose(steps, h, alpha, cap, lam, r_min)
@@ -463,7 +465,7 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
             sizes.append(out[0].mass.size)
         return out
 
-    monkeypatch.setattr(C, "compose_steps", compose)
+    monkeypatch.setattr(B, "compose_steps", compose)
     P.clear_cache()
     raised = P.pld_epsilon_at(ev, d, h, side="upper")[1]
     orig_window = C.loss_window
@@ -472,7 +474,8 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
         lo, hi = orig_window(steps, h, log_alpha, lam, logm, r_min)
         return min(lo, orig_window(steps, h, log_alpha, 0.0, logm)[0]), hi
 
-    monkeypatch.setattr(C, "loss_window", window)
+    monkeypatch.setattr(C, "loss_window", window)      # compose_steps' own window
+    monkeypatch.setattr(B, "loss_window", window)      # the choice of the tilt
     P.clear_cache()
     full = P.pld_epsilon_at(ev, d, h, side="upper")[1]
     P.clear_cache()

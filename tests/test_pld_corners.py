@@ -163,25 +163,31 @@ def test_a_refinement_step_over_the_cap_retries_half_as_fine():
     assert capped.lower <= fine.upper and fine.lower <= capped.upper
 
 
-def test_an_atom_between_grid_points_gets_its_lower_steps_on_an_aligned_grid(monkeypatch):
+def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeypatch):
     # One Poisson step, q = 0.00137, z = 0.182: almost all the mass sits just above log(1 - q),
     # mid-way between grid points; its chord gap broke the lower steps, and the lower end was
-    # Hoeffding's.  On the grid that puts log(1 - q) on a grid point they exist.  Oracle: the
-    # closed-form profile (mpmath): delta(lower) >= delta >= delta(upper), both directions.
-    from dpcalib.accountant import pld
+    # Hoeffding's (0.025 wide on the 0.025 grid).  Single Poisson pairs now take their lower steps
+    # on the grid anchored at the atom (tests/test_pld_small_q.py); without that, the plain grid's
+    # lower step still exists -- the weighted bottom rule closed it at J = 1 (every loss above
+    # the atom dropped), and the plain rule is now taken where it closes twice as high -- and so
+    # does the aligned grid's, the fallback.  Oracle: the closed-form profile (mpmath):
+    # delta(lower) >= delta >= delta(upper), both directions.
+    from dpcalib.accountant import pld, pld_discretise
 
     q, z, delta = 0.00137, 0.182, 8.8e-6
-    b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
 
     def prof(e):
         return max(float(oracles.wor_profile(q, z, e, d)) for d in ("remove", "add"))
 
-    assert prof(b.lower) >= delta * (1 - 1e-9) and prof(b.upper) <= delta * (1 + 1e-9)
-    assert b.converged and b.width <= 1e-5
+    monkeypatch.setattr(pld_discretise, "ANCHORED", False)
+    for aligned in (True, False):
+        if not aligned:
+            monkeypatch.setattr(pld, "_aligned_grid", lambda events, h: None)
+        pld.clear_cache()
+        b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
+        assert prof(b.lower) >= delta * (1 - 1e-9) and prof(b.upper) <= delta * (1 + 1e-9)
+        assert b.converged and b.width <= 3e-5 * b.upper and b.width < 0.01 * b.discretization
     pld.clear_cache()
-    monkeypatch.setattr(pld, "_aligned_grid", lambda events, h: None)
-    wide = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
-    assert wide.discretization < b.discretization       # without it: finer grids for the same tolerance
 
 
 def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
@@ -202,9 +208,15 @@ def test_refinement_stops_where_a_floor_shows(monkeypatch):
     # charge, growing with the grid points, has taken over (the next grids' own widths were
     # 0.0115 at 4.1e-5 and 0.0153 at 6.1e-6; a calibration there took 70 s).  The refinement
     # stops at 2.8e-4 instead of composing 4.1e-5 (7x the cost, 7 % narrower).  The bracket
-    # (the intersection) must hold the truth: RDP is above it.
-    from dpcalib.accountant import pld
+    # (the intersection) must hold the truth: RDP is above it.  (That floor was the edge atom's
+    # and the FFT's round-off against it; the anchored lower steps and the split composition
+    # remove it -- the same configuration now converges on a 1.6e-3 grid, last assertion -- so
+    # the stop rule is exercised here with both switched off.)
+    from dpcalib.accountant import pld, pld_bracket, pld_discretise
 
+    monkeypatch.setattr(pld_discretise, "ANCHORED", False)
+    monkeypatch.setattr(pld_bracket, "SPLIT", False)
+    pld.clear_cache()
     grids = []
     real = pld.pld_epsilon_at
     monkeypatch.setattr(pld, "pld_epsilon_at", lambda *a, **k: grids.append(a[2]) or real(*a, **k))
@@ -214,3 +226,8 @@ def test_refinement_stops_where_a_floor_shows(monkeypatch):
     assert any("stopped narrowing" in n for n in b.notes)
     rdp = PrivacyAccountant().compose(ev, 37).get_epsilon(1.1545065346121449e-10, "rdp")
     assert 0.0 < b.lower <= b.upper <= rdp and b.width <= 0.0125
+    monkeypatch.undo()
+    pld.clear_cache()
+    now = pld_epsilon([(ev, 37)], 1.1545065346121449e-10)
+    assert now.converged and now.discretization > 1e-3 and now.width <= 3e-5 * now.upper
+    assert b.lower <= now.upper and now.lower <= b.upper
