@@ -74,7 +74,7 @@ from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
 
-__all__ = ["EpsilonBracket", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
+__all__ = ["EpsilonBracket", "first_grid", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
            "MEMORY_CAP", "MIN_DELTA", "RTOL"]
 
 
@@ -322,6 +322,14 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
 
 
+def first_grid(events, delta: float) -> float:
+    """The grid the automatic refinement of :func:`pld_epsilon` starts on: ``0.5 / sqrt(K log(1e6 /
+    delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05."""
+    d = _delta(delta)
+    K = sum(k for _, k in _check_events(events))
+    return _on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
+
+
 def _on_ladder(h: float) -> float:
     """The largest grid step ``0.05 * 2^(-k/4)`` (k integer) not above ``h``.
 
@@ -370,7 +378,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={cap} bytes; choose a coarser grid.")
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
-    h = _on_ladder(min(0.05, 0.5 / math.sqrt(K * math.log(1e6 / d))))
+    h = first_grid(ev, d)
     best = None
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller

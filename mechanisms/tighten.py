@@ -47,7 +47,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     every noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
     """
     from ..accountant.events import never_used_probability
-    from ..accountant.pld import MIN_DELTA, pld_epsilon, pld_epsilon_at, report_grid
+    from ..accountant.pld import MIN_DELTA, first_grid, pld_epsilon, pld_epsilon_at, report_grid
 
     if delta < MIN_DELTA:
         return start, False
@@ -72,17 +72,35 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
             return math.log(up / target) if up > 0 else -math.inf      # eps = 0 meets any target
         return f
 
-    b = pld_epsilon(build(start).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
-    if not b.upper < target:       # the coarse bracket is too wide to tell: the fine one
-        b = pld_epsilon(build(start).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
-    if not b.upper < target or b.discretization <= 0.0:
-        return start, False
-    x0 = math.log(start)
-    f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
     # eps ~ 1/scale (Poisson, small eps) to 1/scale^3 (few steps): a first step with the slope of
     # the RDP curve at the start (its grid answer at two scales, ~1 ms), at most 26 % down
     # (PLD-tight noise is rarely further below RDP-tight; where it is, the secant steps go on)
     k0 = _rdp_slope(build, start, delta)
+    x0 = math.log(start)
+    # where eps at the start is far below the target (the RDP start 1.7x the answer's noise, eps
+    # there 40x smaller: q = 1e-4, 378 steps, delta = 1e-8), a 1 % bracket there needs a grid
+    # ~10x finer than one at the answer: first a rough root (1 %) on the refinement's first grid
+    # -- its upper end is certified too, so that root is a feasible start -- and the coarse grid
+    # chosen there
+    h0 = first_grid(build(start).events, delta)
+    f_first = on(h0)
+    v0 = f_first(x0)
+    if math.isfinite(v0) and v0 < math.log(0.3):
+        xr = loglog_root(f_first, x0, v0, x0 + max(v0 / -k0, -0.3), 1e-2, predict=True,
+                         unknown_rtol=CAP_RTOL, grow=True)
+        if math.isfinite(f_first(xr)) and f_first(xr) <= 0.0:
+            x0 = xr
+    b = pld_epsilon(build(math.exp(x0)).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+    if not b.upper < target:       # the coarse bracket is too wide to tell: the fine one
+        b = pld_epsilon(build(math.exp(x0)).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
+    if not b.upper < target or b.discretization <= 0.0:
+        if x0 == math.log(start):
+            return start, False
+        x0 = math.log(start)
+        b = pld_epsilon(build(start).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+        if not b.upper < target or b.discretization <= 0.0:
+            return start, False
+    f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
     x1 = x0 + max(f0 / -k0, -0.3) if math.isfinite(f0) else x0 - 0.3
     slope = []
 
