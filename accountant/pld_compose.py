@@ -210,6 +210,28 @@ def _cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
     return a
 
 
+def _untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min):
+    """Masses and per-bin error bounds of a tilted composition's window ``vals`` (grid indices
+    ``lo ..``; round-off ``level`` per bin, tilted units).
+
+    Un-tilting multiplies bin j by ``e^(big - lam (lo + j) h)``, decreasing in j: its error bound
+    ``level * e^(...)`` is at least 1 on a prefix of the window -- those bins (and, with
+    ``r_min``, the bins below ``r_min``, never read) are unresolved: error 1, mass 0 (and where
+    the exponent reaches 700: no overflow below)."""
+    n = vals.size
+    j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
+    if r_min is not None:
+        j0 = max(j0, r_min - lo)
+    j0 = min(max(j0, 0), n)
+    mass = np.zeros(n)
+    err = np.ones(n)
+    if j0 < n:
+        scale = np.exp(big - lam * h * (lo + np.arange(j0, n)))
+        np.multiply(vals[j0:], scale, out=mass[j0:])
+        np.minimum(level * scale, 1.0, out=err[j0:])
+    return mass, err
+
+
 def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     """Compose the steps with one FFT of the pmfs tilted by ``e^(lam L)``.
 
@@ -298,20 +320,7 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
         if err[0] >= 1.0:
             mass[:] = 0.0                  # unresolved bins: anything in [0, 1]
     else:
-        # un-tilting multiplies bin j by e^(big - lam (lo + j) h), decreasing in j: its error
-        # bound level * e^(...) is at least 1 on a prefix of the window -- those bins (and, with
-        # r_min, the bins below r_min, never read) are unresolved: error 1, mass 0
-        # (and where the exponent reaches 700: no overflow below)
-        j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
-        if r_min is not None:
-            j0 = max(j0, r_min - lo)
-        j0 = min(max(j0, 0), n)
-        mass = np.zeros(n)
-        err = np.ones(n)
-        if j0 < n:
-            scale = np.exp(big - lam * h * (lo + np.arange(j0, n)))
-            np.multiply(vals[j0:], scale, out=mass[j0:])
-            np.minimum(level * scale, 1.0, out=err[j0:])
+        mass, err = _untilt(vals, big, lam, h, lo, level, r_min)
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
@@ -466,14 +475,7 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
     u = np.finfo(float).eps
     level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * kmax * u))
-    j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
-    j0 = min(max(j0, r_min - lo, 0), nw)
-    out_mass = np.zeros(nw)
-    err = np.ones(nw)
-    if j0 < nw:
-        scale = np.exp(big - lam * h * (lo + np.arange(j0, nw)))
-        np.multiply(vals[j0:], scale, out=out_mass[j0:])
-        np.minimum(level * scale, 1.0, out=err[j0:])
+    out_mass, err = _untilt(vals, big, lam, h, lo, level, r_min)
     inf = -math.expm1(K * math.log1p(-min(step.inf, 1.0)))
     tail = float(special.bdtrc(kmax, K, p)) * (ma + mb) ** K
     return _Composed(lo, out_mass, err, inf, 3.0 * alpha + tail, K * step.bad, K, K * step.shift)
