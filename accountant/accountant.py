@@ -35,6 +35,7 @@ from .events import (
     total_variation_bound,
 )
 from .gdp import gdp_epsilon
+from .roots import bounded_min
 
 __all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
 
@@ -381,15 +382,12 @@ class PrivacyAccountant:
         if hi <= lo:
             return eps0, order0
 
-        from scipy import optimize  # imported here: it costs ~0.4 s and only this path needs it
-
         def f(a):
             return float(rdp_to_dp(a, self.rdp([a])[0], d, conversion))
 
-        res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded",
-                                       options={"xatol": rtol * max(1.0, order0)})
-        if res.success and res.fun < eps0:
-            return float(res.fun), float(res.x)
+        x, fx, ok = bounded_min(f, lo, hi, xatol=rtol * max(1.0, order0))
+        if ok and fx < eps0:
+            return float(fx), float(x)
         return eps0, order0
 
     def report(self, delta, deltas=None, fprs=None, assumptions=None):
