@@ -74,7 +74,7 @@ from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
 
-__all__ = ["EpsilonBracket", "first_grid", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
+__all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
            "MEMORY_CAP", "MIN_DELTA", "RTOL"]
 
 
@@ -328,6 +328,26 @@ def first_grid(events, delta: float) -> float:
     d = _delta(delta)
     K = sum(k for _, k in _check_events(events))
     return _on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
+
+
+def window_points(events, delta: float, discretization: float) -> int:
+    """Grid points of the first direction's untilted composition window at grid
+    ``discretization`` (the size of the FFT one bracket at that grid costs; tilted re-compositions
+    are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
+    its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
+    ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
+    d = _delta(delta)
+    h = validation.positive(discretization, "discretization")
+    ev = tuple(_check_events(events))
+    K = sum(k for _, k in ev)
+    try:
+        steps = discretised_steps(ev, h, TAIL * d / max(K, 1), _directions(ev)[0], MEMORY_CAP) if ev else []
+    except OverCap:
+        return MEMORY_CAP // 8
+    if not steps:
+        return 0
+    a, b = loss_window(steps, h, math.log(ALIAS * d))
+    return int(b - a + 1)
 
 
 def _on_ladder(h: float) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from .validation import InputError
+
 __all__ = ["brentq", "golden_min", "bounded_min"]
 
 _EPS = 2.220446049250313e-16
@@ -94,7 +96,7 @@ def bounded_min(f, lo: float, hi: float, xatol: float = 1e-5, maxiter: int = 500
     or a value was NaN.
     """
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-        raise ValueError(f"bounded_min: bounds ({lo!r}, {hi!r}) must be finite with lo <= hi.")
+        raise InputError(f"bounded_min: bounds ({lo!r}, {hi!r}) must be finite with lo <= hi.")
     sqrt_eps = math.sqrt(2.2e-16)
     golden = 0.5 * (3.0 - math.sqrt(5.0))
     a, b = lo, hi

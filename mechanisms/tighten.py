@@ -12,7 +12,7 @@ from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from .search import NO_FEASIBLE_NOISE, loglog_root, smallest_scale, tight_scale
 
-__all__ = ["SEARCH_CAP", "CAP_RTOL", "calibrate_poisson", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "floor_note",
+__all__ = ["SEARCH_CAP", "CAP_RTOL", "BIG_POINTS", "BIG_RTOL", "calibrate_poisson", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "floor_note",
            "rdp_start", "pld_start", "rdp_tight_text", "check_accountant", "certify", "ACCOUNTANTS", "WOR_START_LABEL",
            "WOR_START_SUFFIX"]
 
@@ -47,7 +47,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     every noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
     """
     from ..accountant.events import never_used_probability
-    from ..accountant.pld import MIN_DELTA, first_grid, pld_epsilon, pld_epsilon_at, report_grid
+    from ..accountant.pld import MIN_DELTA, first_grid, pld_epsilon, pld_epsilon_at, report_grid, window_points
 
     if delta < MIN_DELTA:
         return start, False
@@ -139,6 +139,12 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
             break
         h = hb
         r = _fine_rtol(rtol, wide)
+        # a fine grid of millions of points (a million steps at q = 1e-4: seconds a bracket)
+        # is solved to BIG_RTOL: its first feasible evaluation within that of the root ends it
+        if window_points(ev, delta, b.discretization) * (b.discretization / h) >= BIG_POINTS:
+            r, accept, aim = max(r, BIG_RTOL), 1.0, 0.1
+        else:
+            accept, aim = 0.6, 0.3
         f = on(h)
         # the fine upper end at xt extrapolated from the coarse grids' (O(h^2)): a first
         # evaluation just above the root it predicts is usually feasible and within rtol of
@@ -146,9 +152,9 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         fp = _extrapolated(ups, h, target)
         ft = None
         if fp is not None:
-            x1 = xt - fp / k + 0.3 * r
+            x1 = xt - fp / k + aim * r
             f1 = f(x1)
-            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= 0.6 * r:   # x1 - root ~ f1 / k
+            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= accept * r:   # x1 - root ~ f1 / k
                 xt = x1
                 continue
             if math.isfinite(f1):
@@ -165,6 +171,13 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         t = min(start, t * (1.0 + step))
         step *= 2.0
     return t, any(x < math.log(t) for x in over)
+
+
+#: a fine grid whose composition window holds at least this many points (~1 s a bracket here) is
+#: solved to :data:`BIG_RTOL` instead of the search's ``rtol``: one fine evaluation instead of
+#: two or three, for at most that much more noise than the smallest the grid certifies
+BIG_POINTS = 1 << 21
+BIG_RTOL = 1e-5
 
 
 #: the fine stage's tolerance where the report's bracket stops wide (memory cap or floor) is

@@ -245,6 +245,41 @@ def test_pld_search_goes_on_when_the_extrapolated_guess_is_off(monkeypatch):
     assert pld_epsilon_at(mech.accountant(z * (1 - 2e-6)).events, delta, h)[1] > target
 
 
+def test_a_big_fine_grid_is_solved_to_big_rtol(monkeypatch):
+    """Where the fine grid's window holds BIG_POINTS or more (here forced: every grid), the search
+    stops at its first feasible point within BIG_RTOL of the root: the answer is still certified
+    on the report's grid, at or above the tight one, and 1.2e-5 less noise exceeds the target."""
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.pld import pld_epsilon_at
+    from dpcalib.mechanisms import tighten as _solve
+
+    mech, target, delta = DPSGD(0.01, 100), 2.0, 1e-5
+    pld.clear_cache()
+    tight = mech.calibrate(target, delta, accountant="pld")["noise_multiplier"]
+    monkeypatch.setattr(_solve, "BIG_POINTS", 1)
+    pld.clear_cache()
+    z = mech.calibrate(target, delta, accountant="pld")["noise_multiplier"]
+    h = mech.accountant(z).epsilon_bracket(delta).discretization
+    assert pld_epsilon_at(mech.accountant(z).events, delta, h)[1] <= target
+    assert tight * (1 - 1e-6) <= z
+    assert pld_epsilon_at(mech.accountant(z * (1 - 1.2 * _solve.BIG_RTOL)).events, delta, h)[1] > target
+
+
+def test_window_points_scale_with_the_grid():
+    """The window's span in loss units is a property of the composition, not of the grid: a
+    coarse grid's count predicts a fine one's within a few % (what the search's BIG_POINTS test relies on)."""
+    from dpcalib.accountant import PoissonSampledGaussianEvent
+    from dpcalib.accountant.pld import window_points
+
+    for q, z, k, delta in [(1e-4, 0.69, 10_000, 1e-5), (0.01, 1.0, 100, 1e-8), (1.0, 3.0, 50, 1e-6)]:
+        ev = [(PoissonSampledGaussianEvent(q, z), k)]
+        a, b = window_points(ev, delta, 1e-3), window_points(ev, delta, 1e-4)
+        assert a > 10 and abs(b * 1e-4 / (a * 1e-3) - 1.0) < 0.05, (q, a, b)
+    assert window_points([], 1e-5, 1e-3) == 0
+    with pytest.raises(ValueError, match="discretization"):
+        window_points([(PoissonSampledGaussianEvent(0.01, 1.0), 10)], 1e-5, 0.0)
+
+
 def test_pld_room_shortcut_never_overstates_the_room(monkeypatch):
     """The room's one-evaluation shortcut steps ROOM_STEPS x the bracket's gap below the answer;
     where that step would be long (here forced: 1000 x), the room is searched instead, so the
