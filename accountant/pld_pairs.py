@@ -175,10 +175,21 @@ class Pair:
         return np.asarray(P, dtype=float), np.asarray(Q, dtype=float), p_below, p_above
 
     def _tails(self, tau):
-        """The losses at the two ends of P's bulk (each tail beyond has mass at most tau)."""
-        r = float(-special.ndtri(max(tau, 1e-300))) * self.z
-        ms = [m for _, m in self.p_comps]
-        return self.loss(min(ms) - r), self.loss(max(ms) + r)
+        """The losses at the two ends of P's bulk (each tail beyond has mass at most tau).
+
+        Each of P's ``n`` components ``w N(m, z^2)`` gets ``tau / n`` of a tail: it is cut at
+        ``m +- z Phi^-1(1 - tau / (n w))``, so a component of small weight -- the sampled record's,
+        weight q -- is cut much closer to its mean than one of weight ~1 (at q = 1e-4, z = 0.69,
+        tau = 1e-19 the remove pair's upper loss end drops from 4.8 to 3.4: 30 % fewer grid points
+        a step and a 23 % narrower composed window).  The mass beyond is what the step charges
+        (computed exactly from the bins), so the cut decides the tightness, never the soundness."""
+        comps = [(w, m) for w, m in self.p_comps if w > 0.0]
+        if not comps:
+            comps = [(1.0, m) for _, m in self.p_comps]
+        n = len(comps)
+        r = [(m, max(0.0, float(-special.ndtri(min(0.5, max(tau / (n * w), 1e-300))))) * self.z)
+             for w, m in comps]
+        return self.loss(min(m - d for m, d in r)), self.loss(max(m + d for m, d in r))
 
     def loss_range(self, tau):
         """Losses beyond which each tail of P has mass at most tau."""
