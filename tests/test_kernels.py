@@ -1,6 +1,7 @@
 """The one-dataset reference optimizers run as drivers over the kernels of
 dpcalib.optim.algorithms.kernels: their iterates are bit for bit those of the code before the
-change (tests/data/trajectories_093f4a2, written by its make.py on 093f4a2)."""
+change (tests/data/trajectories_093f4a2, written by its make.py on 093f4a2, run with the noise levels
+it computed there: NOISE in make.py)."""
 
 import importlib.util
 import os
