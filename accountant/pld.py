@@ -123,6 +123,11 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
 
 
+def _step_tail(ev, d: float) -> float:
+    """Mass each step's tails beyond its grid may hold: ``TAIL * delta`` shared by the K steps."""
+    return TAIL * d / max(sum(k for _, k in ev), 1)
+
+
 _OVER = object()                                   # a composition over the memory cap
 _SIDES: dict = {}                                  # (side, events, delta, h, cap) -> ends
 
@@ -153,8 +158,7 @@ def _upper_ends(key):
     if ("upper",) + key in _SIDES:
         return _SIDES[("upper",) + key]
     ev, d, h, cap = key
-    K = sum(k for _, k in ev)
-    tau = TAIL * d / max(K, 1)
+    tau = _step_tail(ev, d)
     out = []
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
@@ -203,8 +207,7 @@ def _lower_ends(key, ups):
     ck = ("lower", skip) + key
     if ck in _SIDES:
         return _SIDES[ck]
-    K = sum(k for _, k in ev)
-    tau = TAIL * d / max(K, 1)
+    tau = _step_tail(ev, d)
     out = []
     for direction, skipped in zip(_directions(ev), skip):
         if skipped:
@@ -339,9 +342,8 @@ def window_points(events, delta: float, discretization: float) -> int:
     d = _delta(delta)
     h = validation.positive(discretization, "discretization")
     ev = tuple(_check_events(events))
-    K = sum(k for _, k in ev)
     try:
-        steps = discretised_steps(ev, h, TAIL * d / max(K, 1), _directions(ev)[0], MEMORY_CAP) if ev else []
+        steps = discretised_steps(ev, h, _step_tail(ev, d), _directions(ev)[0], MEMORY_CAP) if ev else []
     except OverCap:
         return MEMORY_CAP // 8
     if not steps:

@@ -183,9 +183,7 @@ class Pair:
         tau = 1e-19 the remove pair's upper loss end drops from 4.8 to 3.4: 30 % fewer grid points
         a step and a 23 % narrower composed window).  The mass beyond is what the step charges
         (computed exactly from the bins), so the cut decides the tightness, never the soundness."""
-        comps = [(w, m) for w, m in self.p_comps if w > 0.0]
-        if not comps:
-            comps = [(1.0, m) for _, m in self.p_comps]
+        comps = [(w, m) for w, m in self.p_comps if w > 0.0]       # (q = 1: the one at m = 1)
         n = len(comps)
         r = [(m, max(0.0, float(-special.ndtri(min(0.5, max(tau / (n * w), 1e-300))))) * self.z)
              for w, m in comps]

@@ -116,7 +116,9 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         k = (pts[-1][1] - pts[-2][1]) / (pts[-1][0] - pts[-2][0])
     k = min(k, -0.1)
     # the fine stage, on the grid the report at the answer uses (again if the answer moves to
-    # another grid of the ladder)
+    # another grid of the ladder); the span of its window in loss units, counted once on the
+    # coarse grid (it barely depends on the grid or on a move of the answer)
+    span = window_points(build(math.exp(xt)).events, delta, b.discretization) * b.discretization
     h = None
     for _ in range(3):
         # the report's grid, predicted without evaluating it (on the first pass) -- then the
@@ -141,7 +143,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         r = _fine_rtol(rtol, wide)
         # a fine grid of millions of points (a million steps at q = 1e-4: seconds a bracket)
         # is solved to BIG_RTOL: its first feasible evaluation within that of the root ends it
-        if window_points(ev, delta, b.discretization) * (b.discretization / h) >= BIG_POINTS:
+        if span / h >= BIG_POINTS:
             r, accept, aim = max(r, BIG_RTOL), 1.0, 0.1
         else:
             accept, aim = 0.6, 0.3
