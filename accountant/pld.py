@@ -75,7 +75,7 @@ from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
 __all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
-           "MEMORY_CAP", "MIN_DELTA", "RTOL"]
+           "MAX_DISCRETIZATION", "MEMORY_CAP", "MIN_DELTA", "RTOL"]
 
 
 def _directions(events):
@@ -106,7 +106,7 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     if side not in ("both", "upper", "lower"):
         raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
     d = _delta(delta)
-    h = validation.positive(discretization, "discretization")
+    h = _grid(discretization)
     ev = tuple(_check_events(events))
     key = (ev, d, h, memory_cap)
     if side == "lower":         # every value below is a function of the key alone (no cache state)
@@ -121,6 +121,16 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     if lows is _OVER:
         return None, None
     return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
+
+
+#: largest grid step accepted: the automatic refinement never goes above it; past ~88 the 8x
+#: coarser hint grid overflowed e^h (1e3 and 1e300 raised OverflowError), and no loss needs such a grid
+MAX_DISCRETIZATION = 64.0
+
+
+def _grid(discretization) -> float:
+    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range."""
+    return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
 
 
 def _step_tail(ev, d: float) -> float:
@@ -313,7 +323,8 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
       rtol, atol: the grid is refined until ``upper - lower <= max(rtol * upper, atol)``.
       memory_cap: bytes one composition may use; when the next refinement would exceed it the
         best bracket so far is returned with ``converged=False`` and a note.
-      discretization: a fixed grid step instead of the automatic choice.
+      discretization: a fixed grid step in (0, 64] (``MAX_DISCRETIZATION``) instead of the
+        automatic choice.
     """
     d = _delta(delta)
     r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
@@ -340,7 +351,7 @@ def window_points(events, delta: float, discretization: float) -> int:
     its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
     ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
     d = _delta(delta)
-    h = validation.positive(discretization, "discretization")
+    h = _grid(discretization)
     ev = tuple(_check_events(events))
     try:
         steps = discretised_steps(ev, h, _step_tail(ev, d), _directions(ev)[0], MEMORY_CAP) if ev else []
@@ -394,7 +405,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
 
     K = sum(k for _, k in ev)
     if discretization is not None:
-        h = validation.positive(discretization, "discretization")
+        h = _grid(discretization)
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None:
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
@@ -488,7 +499,7 @@ def _delta_upper(comp, h: float, eps: float) -> float:
 def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
     """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``."""
     e = validation.real(epsilon, "epsilon")
-    h = validation.positive(discretization, "discretization")
+    h = _grid(discretization)
     ev = _check_events(events)
     if not ev:
         return 0.0, 0.0
@@ -531,7 +542,7 @@ def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int 
     eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
     if eps.ndim != 1 or not np.all(np.isfinite(eps)):
         raise InputError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
-    h = validation.positive(discretization, "discretization")
+    h = _grid(discretization)
     ev = _check_events(events)
     if not ev:
         return np.zeros(eps.shape)
@@ -569,7 +580,7 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
     infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding."""
     from .pld_bracket import suffix_rounding, suffix_sums
 
-    h = validation.positive(discretization, "discretization")
+    h = _grid(discretization)
     ev = _check_events(events)
     if not ev:
         return [(np.zeros(1), np.zeros(1))]

@@ -249,6 +249,27 @@ def test_bad_arguments_are_named(kwargs, name):
         pld_epsilon([GaussianEvent(1.0)], **kwargs)
 
 
+@pytest.mark.parametrize("h", [1e3, 1e300, math.inf, 0.0, -1e-300])
+def test_a_grid_step_out_of_range_is_refused_by_every_entry(h):
+    # above 64 (MAX_DISCRETIZATION) a grid used to raise OverflowError (an 8x coarser hint grid
+    # past ~88 overflowed e^h); now every entry that takes a grid names the option and the range
+    from dpcalib.accountant.pld import pld_delta, pld_epsilon_at, window_points
+
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 10)]
+    for call in (lambda: pld_epsilon(ev, 1e-5, discretization=h), lambda: pld_epsilon_at(ev, 1e-5, h),
+                 lambda: window_points(ev, 1e-5, h), lambda: pld_delta(ev, 1.0, h)):
+        with pytest.raises(ValueError, match=r"discretization=.*\(0, 64\]"):
+            call()
+
+
+def test_the_largest_grid_step_answers():
+    from dpcalib.accountant.pld import MAX_DISCRETIZATION, pld_epsilon_at
+
+    lo, up = pld_epsilon_at([(PoissonSampledGaussianEvent(0.01, 1.0), 10)], 1e-5, MAX_DISCRETIZATION)
+    rdp = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 10).get_epsilon(1e-5, "rdp")
+    assert 0.0 <= lo <= rdp and lo <= up and math.isfinite(up)      # a valid, if useless, bracket
+
+
 def test_events_of_two_relations_are_refused():
     with pytest.raises(ValueError, match="neighbouring relations"):
         pld_epsilon([PoissonSampledGaussianEvent(0.1, 1.0), WORSampledGaussianEvent(0.1, 1.0)], 1e-5)
