@@ -70,6 +70,8 @@ from .pld_compose import compose_steps, loss_window
 from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
 from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL)
 from .pld_discretise import discretised_steps
+from .pld_blocks import block_plan, blocked_steps
+from .pld_pairs import dominating_pairs
 from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
@@ -133,6 +135,36 @@ def _grid(discretization) -> float:
     return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
 
 
+#: compose the many steps of one Poisson pair in blocks (:mod:`.pld_blocks`)
+BLOCKS = True
+
+
+def _steps(ev, h, tau, direction, cap, d, lower=False):
+    """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
+    events with :data:`~.pld_blocks.BLOCK_MIN` or more steps of one Poisson pair composed in
+    blocks (:func:`~.pld_blocks.blocked_steps`) where those apply.  With ``lower``: the lower
+    steps only."""
+    out, plain = [], []
+    for e, k in ev:
+        pairs = dominating_pairs(e, direction) if BLOCKS else ()
+        bl = blocked_steps(pairs[0], h, tau, k, d, cap, lower) if len(pairs) == 1 else None
+        if bl is None:
+            plain.append((e, k))
+        else:
+            out.extend(bl)
+    if plain:
+        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower)
+        out = out + (got[1] if lower else got)
+    return out
+
+
+def _blockable(ev) -> bool:
+    """Whether some event's steps are composed in blocks (where :func:`~.pld_blocks.blocked_steps`
+    does not fall back to the plain steps)."""
+    return BLOCKS and any(block_plan(k) is not None and isinstance(e, PoissonSampledGaussianEvent)
+                          and 0.0 < e.sampling_probability < 1.0 for e, k in ev)
+
+
 def _step_tail(ev, d: float) -> float:
     """Mass each step's tails beyond its grid may hold: ``TAIL * delta`` shared by the K steps."""
     return TAIL * d / max(sum(k for _, k in ev), 1)
@@ -170,22 +202,38 @@ def _upper_ends(key):
     ev, d, h, cap = key
     tau = _step_tail(ev, d)
     out = []
+    # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
+    # skip a later one by -- and small windows: no coarser composition first
+    blocks = _blockable(ev)
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
         coarse = steps = None
         big = False                  # the first direction's fine window is large (hint first)
         if not out:
             try:
-                steps = discretised_steps(ev, h, tau, direction, cap)
+                steps = _steps(ev, h, tau, direction, cap, d)
             except OverCap:
                 return _remember(("upper",) + key, _OVER)
             a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps else (0, 0)
             big = b - a + 1 >= HINT_POINTS
-        if out or big:
+        if out and blocks:
+            # blocks give no lower end here, but only the largest upper end is read: a later
+            # direction whose upper end on an 8x coarser grid (certified as any grid's, and cheap)
+            # is at or below an earlier one's upper end keeps that coarser end
+            ceiling = max(up for _, up in out)
+            try:
+                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, ceiling)
+            except OverCap:
+                coarse = None
+            if coarse is not None and coarse[1] is not None and coarse[1] <= ceiling:
+                out.append((coarse[0], coarse[1]))
+                continue
+            coarse = None
+        if (out or big) and not blocks:
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
             try:
-                coarse = upper_info(discretised_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, floor)
+                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, floor)
             except OverCap:
                 coarse = None
             if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
@@ -193,7 +241,7 @@ def _upper_ends(key):
                 continue
         if steps is None:
             try:
-                steps = discretised_steps(ev, h, tau, direction, cap)
+                steps = _steps(ev, h, tau, direction, cap, d)
             except OverCap:
                 return _remember(("upper",) + key, _OVER)
         lo, up = upper_one(steps, h, d, cap, floor, coarse)
@@ -219,22 +267,22 @@ def _lower_ends(key, ups):
         return _SIDES[ck]
     tau = _step_tail(ev, d)
     out = []
-    for direction, skipped in zip(_directions(ev), skip):
-        if skipped:
-            continue
+    for i, (direction, skipped) in enumerate(zip(_directions(ev), skip)):
+        if skipped or (ups is not None and out and ups[i][1] <= max(out)):
+            continue                 # (its lower end is at most its upper end: not the maximum)
         if ups is None and out:
             # lower end only (no upper ends known): a later direction whose upper end -- on an 8x
             # coarser grid, certified as any grid's -- is at or below the lower end found so far
             # cannot raise the maximum; it is not composed (for Poisson DP-SGD the add direction,
             # ~40 % of the cost)
             try:
-                c = upper_info(discretised_steps(ev, 8.0 * h, tau, direction, cap), 8.0 * h, d, cap, max(out))
+                c = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, max(out))
             except OverCap:
                 c = None
             if c is not None and c[1] is not None and c[1] <= max(out):
                 continue
         try:
-            steps, lsteps = discretised_steps(ev, h, tau, direction, cap, lower=True)
+            lsteps = _steps(ev, h, tau, direction, cap, d, lower=True)
         except OverCap:
             return _remember(ck, _OVER)
         hl = h
@@ -245,7 +293,7 @@ def _lower_ends(key, ups):
             ha = _aligned_grid(ev, h)
             if ha is not None:
                 try:
-                    _, la = discretised_steps(ev, ha, tau, direction, cap, lower=True)
+                    la = _steps(ev, ha, tau, direction, cap, d, lower=True)
                 except OverCap:
                     la = None
                 if la is not None and lower_usable(la):

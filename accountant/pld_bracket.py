@@ -223,6 +223,8 @@ def _read_bracket(comp, h, delta):
     clipped = comp.upper_mass
     c_up = comp.inf + comp.alias
     upper = _eps_at(clipped, comp.lo, h, c_up, delta, +1) + comp.shift + comp.shift_error
+    if comp.blocked:          # a block's atoms are not within h of the true loss: no Hoeffding end
+        return 0.0, max(upper, 0.0)
     p = 1e-6 * delta
     K = comp.count
     t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)

@@ -7,6 +7,7 @@ composition of one step kind whose edge atom would drown its tail in round-off. 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from scipy import fft as sfft
 
 from .pld_pairs import Step
 
-__all__ = ["LAMBDAS", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
+__all__ = ["LAMBDAS", "compose_powers", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
 
 
 
@@ -159,6 +160,7 @@ class _Composed:
     count: int         # number of steps K
     shift: float = 0.0  # the composed grid's anchor (sum of count * step shift): mass[j] sits at
                         # shift + (lo + j) h
+    blocked: bool = False  # a step stands for a block of steps: no Hoeffding end (Step.block)
 
     @property
     def shift_error(self):
@@ -172,6 +174,18 @@ class _Composed:
     @property
     def lower_mass(self):
         return np.clip(self.mass - self.err, 0.0, 1.0)
+
+
+def _charges(steps) -> float:
+    """The profile offset the steps' charges add to a composition (:attr:`Step.charge`): ``f_(A*B)
+    <= f_(A'*B) + c |B|`` for a measure ``A`` whose profile is within ``c`` of ``A'``'s, so each
+    step's ``count * charge`` is multiplied by the largest total mass the others can have (the
+    steps' masses, at least 1 each)."""
+    c = math.fsum(s.count * s.charge for s in steps)
+    if c <= 0.0:
+        return 0.0
+    logm = math.fsum(s.count * math.log(max(1.0, float(np.sum(s.mass)) + s.inf)) for s in steps)
+    return c * math.exp(min(logm, 700.0)) * (1.0 + 1e-12)
 
 
 def _power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
@@ -256,11 +270,12 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     shift = math.fsum(s.count * s.shift for s in steps)
     if any(not float(np.sum(s.mass)) > 0.0 for s in steps):   # all of a step's mass is infinite
         K = sum(s.count for s in steps)
-        return _Composed(0, np.zeros(1), np.zeros(1), inf, 0.0, sum(s.count * s.bad for s in steps), K,
-                         shift), 1
+        return _Composed(0, np.zeros(1), np.zeros(1), inf, _charges(steps), sum(s.count * s.bad for s in steps), K,
+                         shift, any(s.block > 1 for s in steps)), 1
     if len(steps) == 1 and steps[0].count == 1:      # nothing to compose: no FFT, no round-off
         s = steps[0]
-        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, 0.0, s.bad, 1, shift), s.mass.size
+        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, s.charge, s.bad, 1, shift,
+                         s.block > 1), s.mass.size
     logm = log_mgfs(steps, h)
     lo, hi = loss_window(steps, h, math.log(alpha), lam, logm, r_min)
     n = hi - lo + 1
@@ -289,7 +304,9 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
         t = sfft.rfft(_cyclic(w, s.i0, N))
         with np.errstate(divide="ignore"):
             lr = np.log(np.abs(t))
-        logG = (s.count - 1) * lr if logG is None else logG + (s.count - 1) * lr
+        # (a step composed once adds nothing: 0 * log|t| would be NaN where t is exactly 0)
+        g_s = (s.count - 1) * lr if s.count > 1 else np.zeros(lr.size)
+        logG = g_s if logG is None else logG + g_s
         t = _power(t, lr, s.count)
         F = t if F is None else F * t
     # means over the full spectrum (the half spectrum counts twice except its ends)
@@ -324,7 +341,79 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
-    return _Composed(lo, mass, err, inf, 2.0 * alpha, bad, K, shift), N
+    return _Composed(lo, mass, err, inf, 2.0 * alpha + _charges(steps), bad, K, shift,
+                     any(s.block > 1 for s in steps)), N
+
+
+def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
+    """:func:`compose_steps` of one step kind for several counts at once: one transform of the
+    step, its powers, one inverse transform each -- ``[_Composed]`` in the order of ``counts``, or
+    None over the memory cap.
+
+    Each count keeps its own Chernoff window ``[lo_c, hi_c]`` (:func:`loss_window`, tilted by
+    ``lam``, read from its own low end); the cyclic grid has ``N >= hi_c - lo_c + 1`` points for
+    every count, so each window sits on it as in :func:`compose_steps` (what lies beyond
+    ``lo_c + N - 1`` wraps around, bounded as there; the points in between are not read), and
+    each count's round-off bound is :func:`compose_steps`'s with ``K = c``."""
+    counts = [int(c) for c in counts]
+    if any(c < 1 for c in counts) or not float(np.sum(step.mass)) > 0.0:
+        raise ValueError("compose_powers needs counts >= 1 and a step with finite mass")
+    one = dataclasses.replace(step, count=1)
+    logm = log_mgfs([one], h)
+    wins = [loss_window([dataclasses.replace(one, count=c)], h, math.log(alpha), lam, (c * logm[0], c * logm[1]))
+            for c in counts]
+    n_max = max(hi - lo + 1 for lo, hi in wins)
+    if 6 * 8 * n_max > cap_bytes:
+        return None
+    N = sfft.next_fast_len(max(n_max, 2), real=True)
+    if 6 * 8 * N > cap_bytes:
+        return None
+    if lam == 0.0:
+        tot = float(step.mass.sum())
+        w = step.mass / tot
+        big1 = math.log(tot)
+    else:
+        x = (step.i0 + np.arange(step.mass.size)) * h
+        with np.errstate(divide="ignore"):
+            lw = np.log(step.mass) + lam * x
+        mx = float(np.max(lw))
+        w = np.exp(lw - mx)
+        tot = float(w.sum())
+        w /= tot
+        big1 = mx + math.log(tot)
+    t = sfft.rfft(_cyclic(w, step.i0, N))
+    with np.errstate(divide="ignore"):
+        lr = np.log(np.abs(t))
+    ends = [0] if N % 2 else [0, -1]
+    u = np.finfo(float).eps
+    out = []
+    for c, (lo, hi) in zip(counts, wins):
+        n = hi - lo + 1
+        F = _power(t, lr, c)
+        g = np.exp((c - 1) * lr) if c > 1 else np.ones(lr.size)
+        mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
+        xs = F.view(np.float64)
+        sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
+        rms_F = math.sqrt(max(sq, 0.0) / N)
+        vals_all = sfft.irfft(F, N)
+        del F, g, xs
+        start = lo % N
+        vals = (vals_all[start:start + n] if start + n <= N
+                else np.concatenate((vals_all[start:], vals_all[:start + n - N])))
+        level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (c * mean_G + rms_F + 1e-300))
+        big = c * big1
+        if lam == 0.0:
+            scale = math.exp(min(big, 700.0))
+            mass = vals * scale
+            err = np.full(n, min(level * scale, 1.0))
+            if err[0] >= 1.0:
+                mass[:] = 0.0
+        else:
+            mass, err = _untilt(vals, big, lam, h, lo, level, None)
+        inf = -math.expm1(c * math.log1p(-min(step.inf, 1.0)))
+        out.append(_Composed(lo, mass, err, inf, 2.0 * alpha + _charges([dataclasses.replace(one, count=c)]), c * step.bad, c,
+                             c * step.shift, step.block > 1))
+    return out
 
 
 #: the most binomial terms a split composition sums (:func:`split_composition`), and the
@@ -478,4 +567,5 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     out_mass, err = _untilt(vals, big, lam, h, lo, level, r_min)
     inf = -math.expm1(K * math.log1p(-min(step.inf, 1.0)))
     tail = float(special.bdtrc(kmax, K, p)) * (ma + mb) ** K
-    return _Composed(lo, out_mass, err, inf, 3.0 * alpha + tail, K * step.bad, K, K * step.shift)
+    return _Composed(lo, out_mass, err, inf, 3.0 * alpha + tail + _charges([step]), K * step.bad, K,
+                     K * step.shift, step.block > 1)

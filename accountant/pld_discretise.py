@@ -14,7 +14,7 @@ import numpy as np
 from .caches import cached, register
 from .pld_pairs import OverCap, Pair, Step, dominating_pairs
 
-__all__ = ["discretised_steps", "decay_block", "decayed_suffix"]
+__all__ = ["discretised_steps", "decay_block", "decayed_suffix", "edge_anchor"]
 
 @dataclass
 class _Bins:
@@ -399,32 +399,14 @@ def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
     return _Bins(i0, P, Q, a.p_below, r.p_above)
 
 
-def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int) -> Step | None:
-    """The lower step of a Poisson pair on the grid anchored at its edge atom (None where the pair
-    has no edge, or the construction fails).
-
-    With little noise nearly all of a subsampled step's mass sits within a tiny offset of the
-    loss's hard edge (``log(1 - q)`` for remove, ``-log(1 - q)`` for add): an atom of most of
-    the mass with a thin tail.  On the grid ``j h`` that atom lies mid-bin, and every lower
-    measure on that grid must, in effect, round it down -- ~its offset from the grid point, per
-    step, ``K`` times over (the lower end of a ``q = 2.8e-4``, 181-step bracket stayed ~1e-3
-    below the upper one down to ``h = 1.6e-4``).  Here the *edge cell* -- the losses from the
-    edge to within ``h`` of it -- is merged into one atom at its ``Q/P``-mean point ``g``
-    (:meth:`~.pld_pairs.RemovePair.cell_point`; Jensen: ``(1 - t e^-L)_+`` is convex in ``e^-L``,
-    so the merged profile is lower), and the grid is anchored there: atoms at ``g + j h``.  The
-    cell's far end is ``g + h`` (add: ``g - h``), ``g`` just below the fixed point of that relation, so
-    the bin next to the edge holds that atom at its grid end and nothing else (its profile has no
-    chord gap: no vertex at the bottom is lowered, which would shift every loss below it).  The rest is :func:`_lower_step` on the anchored bins (losses relative to ``g``: ``Q``
-    scaled by ``e^g``).  The step carries ``shift = g``; a composition of ``K`` such steps is
-    read at ``eps - K g``."""
+def edge_anchor(pair: Pair, h: float):
+    """``(g, P_edge)``: the anchor of a Poisson pair's grid ``g + j h`` (see
+    :func:`_anchored_lower_step`) and the P-mass of its edge cell, merged into one atom at ``g``;
+    None where the pair has no edge or no anchor is found."""
     edge = pair.edge
     if edge is None:
         return None
-    lo, hi = pair.loss_range(tau)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or 10 * 8 * (hi - lo) / h > cap_bytes:
-        raise OverCap
     sign = -1.0 if pair.decreasing else 1.0
-
     x_of = pair.x_of
     # the anchor g: at most the Q/P-mean point of the cell that ends one grid step from it,
     # (edge, g + h] for remove, [g - h, edge) for add -- then the edge bin holds exactly that
@@ -450,7 +432,37 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     else:
         return None
     xb = x_of(g + sign * h)
-    P_edge = float(pair.mass(pair.p_comps, -np.inf, xb))      # the cell: x below xb
+    return g, float(pair.mass(pair.p_comps, -np.inf, xb))      # the cell: x below xb
+
+
+def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int) -> Step | None:
+    """The lower step of a Poisson pair on the grid anchored at its edge atom (None where the pair
+    has no edge, or the construction fails).
+
+    With little noise nearly all of a subsampled step's mass sits within a tiny offset of the
+    loss's hard edge (``log(1 - q)`` for remove, ``-log(1 - q)`` for add): an atom of most of
+    the mass with a thin tail.  On the grid ``j h`` that atom lies mid-bin, and every lower
+    measure on that grid must, in effect, round it down -- ~its offset from the grid point, per
+    step, ``K`` times over (the lower end of a ``q = 2.8e-4``, 181-step bracket stayed ~1e-3
+    below the upper one down to ``h = 1.6e-4``).  Here the *edge cell* -- the losses from the
+    edge to within ``h`` of it -- is merged into one atom at its ``Q/P``-mean point ``g``
+    (:meth:`~.pld_pairs.RemovePair.cell_point`; Jensen: ``(1 - t e^-L)_+`` is convex in ``e^-L``,
+    so the merged profile is lower), and the grid is anchored there: atoms at ``g + j h``.  The
+    cell's far end is ``g + h`` (add: ``g - h``), ``g`` just below the fixed point of that relation, so
+    the bin next to the edge holds that atom at its grid end and nothing else (its profile has no
+    chord gap: no vertex at the bottom is lowered, which would shift every loss below it).  The rest is :func:`_lower_step` on the anchored bins (losses relative to ``g``: ``Q``
+    scaled by ``e^g``).  The step carries ``shift = g``; a composition of ``K`` such steps is
+    read at ``eps - K g``."""
+    if pair.edge is None:
+        return None
+    lo, hi = pair.loss_range(tau)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or 10 * 8 * (hi - lo) / h > cap_bytes:
+        raise OverCap
+    sign = -1.0 if pair.decreasing else 1.0
+    anchor = edge_anchor(pair, h)
+    if anchor is None:
+        return None
+    g, P_edge = anchor
     Qs_edge = P_edge                                           # its atom sits at g: ratio 1
     with np.errstate(over="ignore"):
         eg = math.exp(g)

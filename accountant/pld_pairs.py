@@ -349,6 +349,14 @@ class Step:
     #: the grid's anchor: the atoms sit at ``shift + (i0 + j) * h`` (0 but for the anchored lower
     #: steps of :mod:`.pld_discretise`); a composition adds ``count * shift``
     shift: float = 0.0
+    #: a bound on how far the step's measure may lie from a valid one, in profile: its profile
+    #: (lower steps: the true one) may exceed the other by at most this constant -- a block's
+    #: wrapped-around and round-off remainders (:mod:`.pld_blocks`); a composition adds
+    #: ``count * charge`` (times the other steps' largest total mass) to what it charges
+    charge: float = 0.0
+    #: the number of the pair's steps this step stands for (a block of :mod:`.pld_blocks`: its
+    #: atoms are not each within one grid step of the true loss, so no Hoeffding end is read)
+    block: int = 1
 
 
 class OverCap(Exception):

@@ -21,6 +21,7 @@ delta (beyond 1e-6 relative + 1e-12 absolute, the oracles' own arithmetic): the 
 claimed an eps smaller than the truth.  There must be none.
 
     python benchmarks/fuzz_soundness.py --configs 10000 [--seed 0] [--workers 2] [--accountant pld]
+                                        [--block-min 256]
 
 prints the counts (under-reports, errors = exceptions other than a clear ``ValueError``,
 refused = clear ``ValueError`` from a constructor or a calibration) per mechanism.
@@ -364,19 +365,32 @@ def _takes_accountant(mech) -> bool:
 
 
 def fuzz(configs: int, seed: int = 0, workers: int = 1, progress: bool = False,
-         noise_scale: float = 1.0, accountant: str = "rdp") -> list[dict]:
+         noise_scale: float = 1.0, accountant: str = "rdp", block_min: int | None = None) -> list[dict]:
+    """``block_min``: compose every ``block_min`` or more steps of one Poisson pair in blocks
+    (``dpcalib.accountant.pld_blocks.BLOCK_MIN``, 16 384 by default; the configurations here have
+    at most 10 000 steps, so a smaller value is what puts the block composition under the oracles)."""
     idx = range(configs)
     if workers > 1:
         import multiprocessing as mp
 
         with mp.get_context("spawn").Pool(workers) as pool:
-            it = pool.imap_unordered(_star, [(i, seed, noise_scale, accountant) for i in idx], chunksize=4)
+            it = pool.imap_unordered(_star, [(i, seed, noise_scale, accountant, block_min) for i in idx],
+                                     chunksize=4)
             return sorted(_bar(it, configs, progress), key=lambda r: r["i"])
+    _set_block_min(block_min)
     return list(_bar((check_one(i, seed, noise_scale, accountant) for i in idx), configs, progress))
 
 
+def _set_block_min(block_min):
+    from dpcalib.accountant import pld_blocks
+
+    pld_blocks.BLOCK_MIN = pld_blocks.DEFAULT_BLOCK_MIN if block_min is None else int(block_min)
+
+
 def _star(args):
-    return check_one(*args)
+    *rest, block_min = args
+    _set_block_min(block_min)
+    return check_one(*rest)
 
 
 def _bar(it, total, progress):
@@ -401,12 +415,17 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
                     help="what the tight calibrations solve on where they take an accountant")
+    ap.add_argument("--block-min", type=int, default=None,
+                    help="compose this many or more steps of one Poisson pair in blocks (default 16384: "
+                         "never here; e.g. 256 puts the block composition under the oracles)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    res = fuzz(a.configs, a.seed, a.workers, progress=sys.stderr.isatty(), accountant=a.accountant)
+    res = fuzz(a.configs, a.seed, a.workers, progress=sys.stderr.isatty(), accountant=a.accountant,
+               block_min=a.block_min)
     dt = time.perf_counter() - t0
     total = Counter(r["outcome"] for r in res)
-    print(f"{a.configs} configurations (seed {a.seed}) in {dt:.0f} s")
+    blocks = f", blocks from {a.block_min} steps" if a.block_min else ""
+    print(f"{a.configs} configurations (seed {a.seed}{blocks}) in {dt:.0f} s")
     print(f"{'mechanism':24s} " + " ".join(f"{k:>13s}" for k in
                                              ("ok", "under-report", "error", "refused", "invalid", "oracle-failed")))
     for kind, c in summary(res).items():

@@ -1,0 +1,479 @@
+"""Privacy-loss distributions, part 3b: many steps of one Poisson pair composed in blocks, so that
+the cost of a million steps does not grow with the grid a million steps need.
+
+Why.  Discretised on a grid ``h``, each step's loss is moved by up to ``h``; the bracket of ``K``
+composed steps is ``O(K h^2)`` wide while the composed loss spans ``~sqrt(K)`` per-step spreads, so
+a uniform grid holds ``O(K)`` points at a fixed width (``q = 1e-4``, ``K = 1e6``: 1.6 million points
+a step, ~2 s a composition).  Here ``m`` steps are composed on a grid ``M`` times finer,
+``h_f = h / M`` (``M ~ sqrt(m)``), and the block is put back on the grid ``h``, where ``K / m``
+blocks are composed: the error is ``K h_f^2 + (K / m) h^2 ~ 2 K h^2 / m`` -- ``m / 2`` times less
+than ``K`` steps on the grid ``h`` -- while both grids hold few points.
+
+Only the bulk of a step fits the fine grid cheaply (a Poisson step's loss is mostly within a few
+``q`` of 0; its rare large losses span ~3).  So the step's measure (its loss under ``P``) is split at
+a cut ``c``: ``b`` the losses in ``(-c, c]`` on the fine grid, ``t`` the rest on the grid ``h``.  By
+bilinearity a block of ``m`` steps is ``sum_k C(m, k) b^(m-k) t^k``: the terms ``k <= k_max`` are
+composed -- ``b^(m-k)`` on the fine grid (one tilted FFT, :func:`~.pld_compose.compose_steps`), put
+on the grid ``h``, then composed with ``t^k`` there -- and the binomial rest (at most ``1e-9 delta``
+over all blocks) goes to infinity (upper) or is dropped (lower).
+
+Soundness rests on the profile ``f(eps) = int (1 - e^(eps - l))_+ dmu(l)`` of each measure:
+composition is monotone in each factor's profile (``f_(A*B)(eps) = int f_A(eps - l) dmu_B(l)``),
+and profiles add over a sum of measures.  The upper block is built from measures whose profiles
+are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.pld_discretise._upper_step`),
+each fine atom split again between its two neighbours on the grid ``h`` keeping its ``P``- and
+``Q``-mass (a split only raises the profile), the FFT's round-off bound added bin by bin -- and
+the lower block from measures whose profiles are at or below them: the anchored lower step on
+the fine grid (:func:`~.pld_discretise._anchored_lower_step`'s construction), round-off taken
+off, then :func:`~.pld_discretise._lower_step` on the grid ``h`` applied to the block's own bins.
+What a window wraps around (at most its Chernoff ``alpha``) is a constant in profile: it rides
+along as the step's :attr:`~.pld_pairs.Step.charge`, which every composition charges.  A block's
+atoms are not within ``h`` of the true loss, so no Hoeffding end is read from an upper block.
+The chain: pairs <- discretise <- compose <- blocks <- bracket <- pld.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .caches import register
+from .pld_compose import compose_powers, compose_steps, delta_tilt, log_mgfs
+from .pld_discretise import _Bins, _bins_of, _lower_step, _upper_step, edge_anchor
+from .pld_pairs import ALIAS, OverCap, Pair, RemovePair, AddPair, Step
+
+__all__ = ["BLOCK_MIN", "block_plan", "blocked_steps"]
+
+#: the fewest steps of one pair composed in blocks (a module setting: the soundness fuzz lowers it
+#: to put blocks under its oracles)
+DEFAULT_BLOCK_MIN = 1 << 14
+BLOCK_MIN = DEFAULT_BLOCK_MIN
+#: the most binomial terms of a block (the cut is raised until the rest fits)
+_MAX_TERMS = 4
+#: the candidate cuts ``c`` of a step's bulk, smallest first (rounded up to the grid)
+_CUTS = (0.01, 0.02, 0.05, 0.1)
+#: the share of ``ALIAS * delta`` the blocks' wrapped-around mass may take, and of ``delta`` the
+#: binomial rest beyond ``k_max`` over all blocks (charged in full: it moves eps by ~1e-7 relative)
+_BLOCK_ALIAS = 0.5
+_REST = 1e-7
+
+
+def block_plan(K: int):
+    """``(n_blocks, m, M, rest)``: ``K = n_blocks m + rest`` steps in blocks of ``m ~ sqrt(K)``
+    (a power of 4 apart from the rounding that keeps ``rest < n_blocks``), ``M = sqrt`` of that
+    power of 4 the fine grid's refinement; None below :data:`BLOCK_MIN`."""
+    if K < BLOCK_MIN:
+        return None
+    j = max(2, round(math.log(K) / math.log(4.0) / 2.0))
+    m0 = 4 ** j
+    nb = max(1, round(K / m0))
+    m = K // nb
+    return nb, m, 2 ** j, K - nb * m
+
+
+_BLOCKS: dict = {}
+register(_BLOCKS.clear)
+
+
+def _remember(key, value):
+    if len(_BLOCKS) >= 16:
+        _BLOCKS.pop(next(iter(_BLOCKS)))
+    _BLOCKS[key] = value
+    return value
+
+
+def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: int, lower: bool):
+    """The steps (grid ``h``) of ``K`` steps of ``pair`` composed in blocks: the block step
+    (``count = n_blocks``) and, for the rest of ``K``, the pair's plain step; None where blocks do
+    not apply (too few steps, not a Poisson pair, no cut with few terms, a lower construction that
+    fails) -- the caller then uses the plain steps."""
+    plan = block_plan(K)
+    if plan is None or not isinstance(pair, (RemovePair, AddPair)) or not 0.0 < pair.q < 1.0:
+        return None
+    key = (pair, h, tau, K, delta, cap, lower)
+    if key in _BLOCKS:
+        return _BLOCKS[key]
+    try:
+        out = _blocked(pair, h, tau, K, delta, cap, lower, plan)
+    except OverCap:
+        out = None
+    return _remember(key, out)
+
+
+def _blocked(pair, h, tau, K, delta, cap, lower, plan):
+    nb, m, M, rest = plan
+    hf = h / M
+    coarse = _bins_of(pair, h, tau, cap)
+    plain = _upper_step(coarse, h, K)
+    lam = delta_tilt(log_mgfs([plain], h)[0], math.log(delta))
+    cut = _cut(coarse, h, m, nb, delta)
+    if cut is None:
+        return None
+    jc, kmax = cut
+    budget = _BLOCK_ALIAS * ALIAS * delta / nb          # a block's share of the wrapped-around mass
+    if lower:
+        block = _lower_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap)
+    else:
+        block = _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta)
+    if block is None:
+        return None
+    block = dataclasses.replace(block, count=nb, block=m)
+    if not rest:
+        return [block]
+    if lower:
+        from .pld_discretise import _anchored_lower_step
+        r = _anchored_lower_step(pair, h, tau, rest, cap)
+        if r is None:
+            r = _lower_step(coarse, h, rest)
+        if r is None:
+            return None
+    else:
+        r = dataclasses.replace(plain, count=rest, lmgf=None)
+    return [block, r]
+
+
+def _cut(coarse: _Bins, h: float, m: int, nb: int, delta: float):
+    """``(jc, k_max)``: the smallest cut ``c = jc h`` of :data:`_CUTS` whose binomial rest beyond
+    ``k_max <= _MAX_TERMS`` is at most ``_REST * delta`` over the ``nb`` blocks; None if none."""
+    from scipy import special
+
+    i = coarse.i0 + np.arange(coarse.P.size)          # bin (i h, (i + 1) h]
+    total = float(np.sum(coarse.P)) + coarse.p_below + coarse.p_above
+    for c in _CUTS:
+        jc = max(1, math.ceil(c / h))
+        inside = (i >= -jc) & (i < jc)
+        p = (total - float(np.sum(coarse.P[inside]))) / total
+        p = min(1.0, max(p, 0.0))
+        if m * p > 1.0:
+            continue
+        for k in range(0, _MAX_TERMS + 1):
+            rest = float(special.bdtrc(k, m, p)) if p > 0.0 else 0.0
+            if nb * rest <= _REST * delta:
+                return jc, k
+    return None
+
+
+def _ctd(lo: int, mass: np.ndarray, M: int, hf: float, h: float):
+    """Each atom at ``i hf`` split between its two neighbours on the grid ``h = M hf`` keeping its
+    ``P``- and ``Q``-mass (``Q = P e^-l``): ``(J0, masses)`` at ``(J0 + j) h``."""
+    J0 = lo // M
+    off = lo - J0 * M
+    n = mass.size
+    nc = -(-(off + n) // M)
+    a = np.zeros(nc * M)
+    a[off:off + n] = mass
+    a = a.reshape(nc, M)
+    f = np.expm1(-np.arange(M) * hf) / math.expm1(-h)     # the share sent up, from r hf above J h
+    up = (a * f).sum(axis=1)
+    out = np.zeros(nc + 1)
+    out[:-1] = a.sum(axis=1) - up
+    out[1:] += up
+    return J0, np.maximum(out, 0.0)
+
+
+def _pool(lo: int, mass: np.ndarray, M: int, hf: float):
+    """The bins ``(J h, (J + 1) h]`` (``h = M hf``) of atoms at ``i hf``, ``i = lo ..``: ``_Bins``
+    with each bin's ``P``-mass and ``Q``-mass ``sum P e^-l``."""
+    # atom i is in bin J = ceil(i / M) - 1 = (i - 1) // M
+    J0 = (lo - 1) // M
+    off = lo - 1 - J0 * M                  # position of atom lo in its bin's row (0 .. M-1)
+    n = mass.size
+    nc = -(-(off + n) // M)
+    a = np.zeros(nc * M)
+    a[off:off + n] = mass
+    a = a.reshape(nc, M)
+    # atom (J M + 1 + r) hf, r = 0 .. M-1: e^-l = e^-(J h) e^-((r + 1) hf)
+    w = np.exp(-(np.arange(M) + 1.0) * hf)
+    J = J0 + np.arange(nc)
+    P = a.sum(axis=1)
+    with np.errstate(over="ignore"):
+        Q = (a * w).sum(axis=1) * np.exp(-J * (M * hf))
+    return _trimmed(_Bins(J0, P, Q, 0.0, 0.0))
+
+
+def _trimmed(b: _Bins):
+    """``b`` without its empty bins at either end (a lower step fails on leading empty bins); None
+    if all are empty."""
+    nz = np.nonzero(b.P > 0.0)[0]
+    if not nz.size:
+        return None
+    s0, s1 = int(nz[0]), int(nz[-1]) + 1
+    return _Bins(b.i0 + s0, b.P[s0:s1], b.Q[s0:s1], 0.0, 0.0)
+
+
+def _resolved(comp, total: float, upper: bool):
+    """A composition's masses as a measure above (``upper``) or below the true one: round-off bound
+    added (taken off).  Upper: where the bound is large against the mass (the low bins of a
+    tilted composition, whose round-off un-tilting magnifies), the bins are not kept: they hold
+    at most ``total`` less what the kept ones surely hold, put at the first kept bin (moving mass
+    up only raises the profile) -- the kept bins' bounds sum to at most ``1e-8 total`` (a block's
+    measure then exceeds its total by that much: ``(1 + 1e-8)^(K / m)`` in a composition's charge).  Lower:
+    the round-off taken off, clipped at 0.  None if nothing can be kept."""
+    if not upper:
+        low = comp.lower_mass
+        pos = low > 0.0
+        if not np.any(pos):
+            return None
+        # only the run of positive masses around the largest: beyond the first bin the round-off
+        # bound zeroed, the rest is noise (dropping mass only lowers the profile), and a lower
+        # step on bins that alternate with zeros must repair kink after kink
+        j = int(np.argmax(low))
+        zeros = np.nonzero(~pos)[0]
+        a = zeros[zeros < j]
+        b = zeros[zeros > j]
+        out = np.zeros_like(low)
+        s0 = int(a[-1]) + 1 if a.size else 0
+        s1 = int(b[0]) if b.size else low.size
+        out[s0:s1] = low[s0:s1]
+        return out
+    err = comp.err
+    tail = np.cumsum(err[::-1])[::-1]                  # sum of the bounds from bin j up
+    ok = np.nonzero((tail <= 1e-8 * total) & (err < 1.0))[0]
+    if not ok.size:
+        return None
+    j0 = int(ok[0])
+    up = np.maximum(comp.mass + err, 0.0)
+    up[:j0] = 0.0
+    if j0 > 0:
+        sure = float(np.sum(comp.lower_mass[j0:]))
+        up[j0] += max(0.0, total * (1.0 + 1e-12) + comp.alias - sure)
+    return up
+
+
+def _add(acc, lo, mass, w):
+    """``acc = (lo, array)`` plus ``w`` times ``mass`` at grid index ``lo``."""
+    if acc is None:
+        return lo, w * mass
+    a_lo, a = acc
+    new_lo = min(a_lo, lo)
+    new_hi = max(a_lo + a.size, lo + mass.size)
+    out = np.zeros(new_hi - new_lo)
+    out[a_lo - new_lo:a_lo - new_lo + a.size] += a
+    out[lo - new_lo:lo - new_lo + mass.size] += w * mass
+    return new_lo, out
+
+
+def _alphas(budget: float, kmax: int, binom_k: float, t_mass: float, k: int):
+    """The Chernoff alphas of term ``k``'s fine and coarse compositions: each term's charge
+    ``C(m, k) (2 alpha_f |t|^k + 2 alpha_c)`` is at most ``budget / (k_max + 1)``."""
+    share = budget / (kmax + 1)
+    a_f = min(1e-3, share / (4.0 * binom_k * max(t_mass ** k, 1e-300)))
+    a_c = min(1e-3, share / (4.0 * binom_k))
+    return a_f, a_c
+
+
+def _fine_powers(fine: Step, m: int, kmax: int, hf: float, budget: float, t_mass: float, cap: int, lam: float):
+    """The fine compositions ``b^(m-k)``, ``k = 0 .. k_max``, from one transform
+    (:func:`~.pld_compose.compose_powers`), each window's alpha the smallest any term needs."""
+    from scipy import special
+
+    a = min(_alphas(budget, kmax, float(special.comb(m, k)), t_mass, k)[0] for k in range(kmax + 1))
+    out = compose_powers(fine, [m - k for k in range(kmax + 1)], hf, a, cap, lam)
+    if out is None:
+        raise OverCap
+    return out
+
+
+def _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta):
+    from scipy import special
+
+    lo, hi = pair.loss_range(tau)
+    Jc = jc * M
+    f_lo = max(math.floor(lo / hf) - 1, -Jc)
+    f_hi = min(math.ceil(hi / hf) + 1, Jc)
+    if 10 * 8 * (f_hi - f_lo) > cap:
+        raise OverCap
+    # the tail part t holds the losses beyond the cut on each side the fine range reaches it
+    lower_t = f_lo == -Jc and math.floor(lo / h) - 1 < -jc
+    upper_t = f_hi == Jc and math.ceil(hi / h) + 1 > jc
+    P, Q, pb, pa = pair.bins(np.arange(f_lo, f_hi + 1, dtype=float) * hf)
+    b = _upper_step(_Bins(f_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), hf, 1)
+    t = None
+    t_inf = 0.0
+    if lower_t or upper_t:
+        c_lo = math.floor(lo / h) - 1 if lower_t else -jc
+        c_hi = math.ceil(hi / h) + 1 if upper_t else jc
+        P, Q, pb, pa = pair.bins(np.arange(c_lo, c_hi + 1, dtype=float) * h)
+        P, Q = P.copy(), Q.copy()
+        P[-jc - c_lo:jc - c_lo] = 0.0                   # the bins in (-c, c] are b's
+        Q[-jc - c_lo:jc - c_lo] = 0.0
+        t = _upper_step(_Bins(c_lo, P, Q, pb if lower_t else 0.0, pa if upper_t else 0.0), h, 1)
+        t_inf = t.inf
+        t = Step(t.i0, t.mass, 0.0, 0.0, 1)
+    b_mass = float(np.sum(b.mass))
+    t_mass = float(np.sum(t.mass)) if t is not None else 0.0
+    if t_mass <= 0.0:
+        kmax = 0
+    if not b_mass > 0.0:
+        return None
+    fine = Step(b.i0, b.mass, 0.0, 0.0, 1)
+    log_mgfs([fine], hf)                              # once: every term's copy shares them
+    if t is not None:
+        log_mgfs([t], h)
+    acc = None
+    charge = 0.0
+    fines = _fine_powers(fine, m, kmax, hf, budget, t_mass, cap, lam)
+    for k in range(kmax + 1):
+        binom = float(special.comb(m, k))
+        a_f, a_c = _alphas(budget, kmax, binom, t_mass, k)
+        comp = fines[k]
+        up = _resolved(comp, b_mass ** (m - k), True)
+        if up is None:
+            return None
+        J0, coarse = _ctd(comp.lo, up, M, hf, h)
+        coarse *= 1.0 + 1e-13                         # the splits' rounding (each ~M u of its atom)
+        term_charge = comp.alias * t_mass ** k
+        if k == 0:
+            acc = _add(acc, J0, coarse, binom)
+        else:
+            comp2, _ = compose_steps([Step(J0, coarse, 0.0, 0.0, 1), dataclasses.replace(t, count=k)], h,
+                                     a_c, cap, lam)
+            if comp2 is None:
+                raise OverCap
+            up2 = _resolved(comp2, float(np.sum(coarse)) * t_mass ** k, True)
+            if up2 is None:
+                return None
+            acc = _add(acc, comp2.lo, up2, binom)
+            term_charge += comp2.alias
+        charge += binom * term_charge
+    s = b_mass + t_mass
+    rest = float(special.bdtrc(kmax, m, t_mass / s)) * s ** m if t_mass > 0.0 else 0.0
+    inf = min(1.0, m * (b.inf + t_inf) * max(1.0, s) ** m + rest)
+    lo_c, mass = acc
+    return Step(lo_c, mass, inf, 0.0, 1, charge=charge)
+
+
+def _lower_parts(pair, h, hf, M, jc, tau, cap):
+    """``(b, t, g)``: the bins of the lower block's parts -- ``b`` on the fine grid, ``t`` (or None)
+    on the grid ``h``, both anchored at ``g`` (losses relative to it, ``Q`` scaled by ``e^g``).
+
+    With an edge anchor (:func:`~.pld_discretise.edge_anchor`; small noise, the mass piled up at
+    the loss's hard edge): ``b`` the losses from the edge to the cut, the edge cell one atom at
+    ``g`` as in the anchored lower step, ``t`` the rest; the cut is the first point of the grid
+    ``g + J h`` at or beyond the upper block's ``c = jc h`` (so ``t`` holds no more mass than the
+    upper block's tail part).  Without one (an empty edge cell: large noise, nothing piles up),
+    ``g = 0`` and the parts are the upper block's: ``(-c, c]`` and the rest."""
+    lo, hi = pair.loss_range(tau)
+    anchor = edge_anchor(pair, hf)
+    if anchor is None:
+        Jc = jc * M
+        f_lo = max(math.floor(lo / hf) - 1, -Jc)
+        f_hi = min(math.ceil(hi / hf) + 1, Jc)
+        if 10 * 8 * (f_hi - f_lo) > cap:
+            raise OverCap
+        P, Q, _, _ = pair.bins(np.arange(f_lo, f_hi + 1, dtype=float) * hf)
+        fb = _Bins(f_lo, P, Q, 0.0, 0.0)
+        tb = []
+        if f_hi == Jc and math.ceil(hi / h) + 1 > jc:
+            J1 = math.ceil(hi / h) + 1
+            P, Q, _, _ = pair.bins(h * np.arange(jc, J1 + 1, dtype=float))
+            tb.append(_Bins(jc, P, Q, 0.0, 0.0))
+        if f_lo == -Jc and math.floor(lo / h) - 1 < -jc:
+            J0 = math.floor(lo / h) - 1
+            P, Q, _, _ = pair.bins(h * np.arange(J0, -jc + 1, dtype=float))
+            tb.insert(0, _Bins(J0, P, Q, 0.0, 0.0))
+        if len(tb) == 2:                          # both sides: one array, the middle empty
+            a, b = tb
+            n = b.i0 + b.P.size - a.i0
+            P = np.zeros(n)
+            Q = np.zeros(n)
+            P[:a.P.size], Q[:a.P.size] = a.P, a.Q
+            P[b.i0 - a.i0:], Q[b.i0 - a.i0:] = b.P, b.Q
+            tb = [_Bins(a.i0, P, Q, 0.0, 0.0)]
+        return fb, (tb[0] if tb else None), 0.0
+    g, P_edge = anchor
+    with np.errstate(over="ignore"):
+        eg = math.exp(g)
+    if not math.isfinite(eg):
+        return None
+    if not pair.decreasing:                   # remove: the edge at the bottom, the tail above
+        Jr = max(1, math.ceil((jc * h - g) / h))
+        k1 = min(Jr * M, max(2, math.ceil((hi - g) / hf) + 1))
+        if 10 * 8 * k1 > cap:
+            raise OverCap
+        P, Q, _, _ = pair.bins(g + hf * np.arange(1, k1 + 1, dtype=float))
+        fb = _Bins(0, np.concatenate(([P_edge], P)), np.concatenate(([P_edge], Q * eg)), 0.0, 0.0)
+        tb = None
+        if k1 == Jr * M and math.ceil((hi - g) / h) + 1 > Jr:
+            J1 = math.ceil((hi - g) / h) + 1
+            P, Q, _, _ = pair.bins(g + h * np.arange(Jr, J1 + 1, dtype=float))
+            tb = _Bins(Jr, P, Q * eg, 0.0, 0.0)
+    else:                                     # add: the edge at the top, the tail below
+        Jr = max(1, math.ceil((g + jc * h) / h))
+        i0 = max(-Jr * M, min(-2, math.floor((lo - g) / hf) - 1))
+        if 10 * 8 * -i0 > cap:
+            raise OverCap
+        P, Q, _, _ = pair.bins(g + hf * np.arange(i0, 0, dtype=float))
+        fb = _Bins(i0, np.concatenate((P, [P_edge])), np.concatenate((Q * eg, [P_edge])), 0.0, 0.0)
+        tb = None
+        if i0 == -Jr * M and math.floor((lo - g) / h) - 1 < -Jr:
+            J0 = math.floor((lo - g) / h) - 1
+            P, Q, _, _ = pair.bins(g + h * np.arange(J0, -Jr + 1, dtype=float))
+            tb = _Bins(J0, P, Q * eg, 0.0, 0.0)
+    return fb, tb, g
+
+
+def _lower_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap):
+    from scipy import special
+
+    parts = _lower_parts(pair, h, hf, M, jc, tau, cap)
+    if parts is None:
+        return None
+    fb, tb, g = parts
+    fb = _trimmed(fb)
+    if fb is None:
+        return None
+    b = _lower_step(fb, hf, 1)
+    if b is None:
+        return None
+    t = None
+    tb = _trimmed(tb) if tb is not None else None
+    if tb is not None:
+        t = _lower_step(tb, h, 1)
+        if t is None:
+            return None
+    t_mass = float(np.sum(t.mass)) if t is not None else 0.0
+    if t_mass <= 0.0:
+        kmax = 0
+    if not float(np.sum(b.mass)) > 0.0:
+        return None
+    fine = Step(b.i0, b.mass, 0.0, 0.0, 1)
+    log_mgfs([fine], hf)
+    if t is not None:
+        t = Step(t.i0, t.mass, 0.0, 0.0, 1)
+        log_mgfs([t], h)
+    acc = None
+    charge = 0.0
+    fines = _fine_powers(fine, m, kmax, hf, budget, t_mass, cap, lam)
+    for k in range(kmax + 1):
+        binom = float(special.comb(m, k))
+        a_f, a_c = _alphas(budget, kmax, binom, t_mass, k)
+        comp = fines[k]
+        low = _resolved(comp, 0.0, False)
+        if low is None:
+            return None
+        pooled = _pool(comp.lo, low, M, hf)
+        if pooled is None or not np.all(np.isfinite(pooled.Q)):
+            return None
+        c = _lower_step(pooled, h, 1)
+        if c is None:
+            return None
+        cm = c.mass * (1.0 - 1e-12)                    # the pooled sums' rounding (relative ~M u)
+        term_charge = comp.alias * t_mass ** k
+        if k == 0:
+            acc = _add(acc, c.i0, cm, binom)
+        else:
+            comp2, _ = compose_steps([Step(c.i0, cm, 0.0, 0.0, 1), dataclasses.replace(t, count=k)], h,
+                                     a_c, cap, lam)
+            if comp2 is None:
+                raise OverCap
+            low2 = _resolved(comp2, 0.0, False)
+            if low2 is None:
+                return None
+            acc = _add(acc, comp2.lo, low2, binom)
+            term_charge += comp2.alias
+        charge += binom * term_charge
+    lo_c, mass = acc
+    return Step(lo_c, mass, 0.0, 0.0, 1, shift=m * g, charge=charge)
