@@ -11,19 +11,21 @@ than ``K`` steps on the grid ``h`` -- while both grids hold few points.
 
 Only the bulk of a step fits the fine grid cheaply (a Poisson step's loss is mostly within a few
 ``q`` of 0; its rare large losses span ~3).  So the step's measure (its loss under ``P``) is split at
-a cut ``c``: ``b`` the losses in ``(-c, c]`` on the fine grid, ``t`` the rest on the grid ``h``.  By
-bilinearity a block of ``m`` steps is ``sum_k C(m, k) b^(m-k) t^k``: the terms ``k <= k_max`` are
-composed -- ``b^(m-k)`` on the fine grid (one tilted FFT, :func:`~.pld_compose.compose_steps`), put
-on the grid ``h``, then composed with ``t^k`` there -- and the binomial rest (at most ``1e-9 delta``
-over all blocks) goes to infinity (upper) or is dropped (lower).
+a cut ``c``: ``b`` the losses up to ``c`` (the bulk), ``t`` the rest (the tail).  By bilinearity
+``(b + t)^K = sum_j C(K, j) b^(K-j) t^j``, and with ``K = n m + r`` the terms ``j <= J`` are
+``(b^m)^n * X``, ``X = sum_(j<=J) C(K, j) b^(r-j) t^j``: the block ``b^m`` (one tilted FFT on the fine
+grid, put on the grid ``h``) composed ``n`` times, beside one measure ``X`` on the grid ``h`` (the
+other ``r`` steps and every term in which ``j`` of all ``K`` steps fall into the tail;
+:func:`~.pld_compose.binomial_composition`).  ``J`` is the fewest terms whose binomial rest is at most
+``1e-7 delta``; the rest goes to infinity (upper) or is dropped (lower).
 
 Soundness rests on the profile ``f(eps) = int (1 - e^(eps - l))_+ dmu(l)`` of each measure:
 composition is monotone in each factor's profile (``f_(A*B)(eps) = int f_A(eps - l) dmu_B(l)``),
-and profiles add over a sum of measures.  The upper block is built from measures whose profiles
+and profiles add over a sum of measures.  The upper steps are built from measures whose profiles
 are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.pld_discretise._upper_step`),
 each fine atom split again between its two neighbours on the grid ``h`` keeping its ``P``- and
 ``Q``-mass (a split only raises the profile), the FFT's round-off bound added bin by bin -- and
-the lower block from measures whose profiles are at or below them: the anchored lower step on
+the lower steps from measures whose profiles are at or below them: the anchored lower step on
 the fine grid (:func:`~.pld_discretise._anchored_lower_step`'s construction), round-off taken
 off, then :func:`~.pld_discretise._lower_step` on the grid ``h`` applied to the block's own bins.
 What a window wraps around (at most its Chernoff ``alpha``) is a constant in profile: it rides
@@ -34,13 +36,12 @@ The chain: pairs <- discretise <- compose <- blocks <- bracket <- pld.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from .caches import register
-from .pld_compose import compose_powers, compose_steps, delta_tilt, log_mgfs
+from .pld_compose import binomial_composition, compose_powers, delta_tilt, log_mgfs
 from .pld_discretise import _Bins, _bins_of, _lower_step, _upper_step, edge_anchor
 from .pld_pairs import ALIAS, OverCap, Pair, RemovePair, AddPair, Step
 
@@ -50,12 +51,12 @@ __all__ = ["BLOCK_MIN", "block_plan", "blocked_steps"]
 #: to put blocks under its oracles)
 DEFAULT_BLOCK_MIN = 1 << 14
 BLOCK_MIN = DEFAULT_BLOCK_MIN
-#: the most binomial terms of a block (the cut is raised until the rest fits)
-_MAX_TERMS = 4
+#: the most binomial terms of ``X`` (the cut is raised until the rest fits)
+_MAX_TERMS = 16
 #: the candidate cuts ``c`` of a step's bulk, smallest first (rounded up to the grid)
 _CUTS = (0.01, 0.02, 0.05, 0.1)
-#: the share of ``ALIAS * delta`` the blocks' wrapped-around mass may take, and of ``delta`` the
-#: binomial rest beyond ``k_max`` over all blocks (charged in full: it moves eps by ~1e-7 relative)
+#: the share of ``ALIAS * delta`` the blocks' and ``X``'s wrapped-around mass may take, and of
+#: ``delta`` the binomial rest beyond ``J`` (charged in full: it moves eps by ~1e-8 relative)
 _BLOCK_ALIAS = 0.5
 _REST = 1e-7
 
@@ -85,10 +86,10 @@ def _remember(key, value):
 
 
 def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: int, lower: bool):
-    """The steps (grid ``h``) of ``K`` steps of ``pair`` composed in blocks: the block step
-    (``count = n_blocks``) and, for the rest of ``K``, the pair's plain step; None where blocks do
-    not apply (too few steps, not a Poisson pair, no cut with few terms, a lower construction that
-    fails) -- the caller then uses the plain steps."""
+    """The steps (grid ``h``) of ``K`` steps of ``pair`` composed in blocks: the block (``count =
+    n_blocks``) and ``X`` (count 1; see the module); upper steps, or with ``lower`` lower steps.
+    None where blocks do not apply (too few steps, not a Poisson pair, no cut with few terms, a
+    lower construction that fails) -- the caller then uses the plain steps."""
     plan = block_plan(K)
     if plan is None or not isinstance(pair, (RemovePair, AddPair)) or not 0.0 < pair.q < 1.0:
         return None
@@ -108,35 +109,24 @@ def _blocked(pair, h, tau, K, delta, cap, lower, plan):
     coarse = _bins_of(pair, h, tau, cap)
     plain = _upper_step(coarse, h, K)
     lam = delta_tilt(log_mgfs([plain], h)[0], math.log(delta))
-    cut = _cut(coarse, h, m, nb, delta)
+    cut = _cut(coarse, h, K, delta)
     if cut is None:
         return None
-    jc, kmax = cut
-    budget = _BLOCK_ALIAS * ALIAS * delta / nb          # a block's share of the wrapped-around mass
-    if lower:
-        block = _lower_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap)
-    else:
-        block = _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta)
-    if block is None:
-        return None
-    block = dataclasses.replace(block, count=nb, block=m)
-    if not rest:
-        return [block]
-    if lower:
-        from .pld_discretise import _anchored_lower_step
-        r = _anchored_lower_step(pair, h, tau, rest, cap)
-        if r is None:
-            r = _lower_step(coarse, h, rest)
-        if r is None:
+    jc, J = cut
+    if rest < max(J, 1):                    # the rest composes the tail's terms: it needs J steps
+        nb, rest = nb - 1, rest + m
+        if nb < 1:
             return None
-    else:
-        r = dataclasses.replace(plain, count=rest, lmgf=None)
-    return [block, r]
+    budget = _BLOCK_ALIAS * ALIAS * delta
+    if lower:
+        return _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap)
+    return _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, delta)
 
 
-def _cut(coarse: _Bins, h: float, m: int, nb: int, delta: float):
-    """``(jc, k_max)``: the smallest cut ``c = jc h`` of :data:`_CUTS` whose binomial rest beyond
-    ``k_max <= _MAX_TERMS`` is at most ``_REST * delta`` over the ``nb`` blocks; None if none."""
+def _cut(coarse: _Bins, h: float, K: int, delta: float):
+    """``(jc, J)``: the smallest cut ``c = jc h`` of :data:`_CUTS` for which at most ``J <=
+    _MAX_TERMS`` of the ``K`` steps fall beyond it but with probability ``_REST * delta``; None if
+    none."""
     from scipy import special
 
     i = coarse.i0 + np.arange(coarse.P.size)          # bin (i h, (i + 1) h]
@@ -146,11 +136,8 @@ def _cut(coarse: _Bins, h: float, m: int, nb: int, delta: float):
         inside = (i >= -jc) & (i < jc)
         p = (total - float(np.sum(coarse.P[inside]))) / total
         p = min(1.0, max(p, 0.0))
-        if m * p > 1.0:
-            continue
         for k in range(0, _MAX_TERMS + 1):
-            rest = float(special.bdtrc(k, m, p)) if p > 0.0 else 0.0
-            if nb * rest <= _REST * delta:
+            if (float(special.bdtrc(k, K, p)) if p > 0.0 else 0.0) <= _REST * delta:
                 return jc, k
     return None
 
@@ -255,28 +242,10 @@ def _add(acc, lo, mass, w):
     return new_lo, out
 
 
-def _alphas(budget: float, kmax: int, binom_k: float, t_mass: float, k: int):
-    """The Chernoff alphas of term ``k``'s fine and coarse compositions: each term's charge
-    ``C(m, k) (2 alpha_f |t|^k + 2 alpha_c)`` is at most ``budget / (k_max + 1)``."""
-    share = budget / (kmax + 1)
-    a_f = min(1e-3, share / (4.0 * binom_k * max(t_mass ** k, 1e-300)))
-    a_c = min(1e-3, share / (4.0 * binom_k))
-    return a_f, a_c
-
-
-def _fine_powers(fine: Step, m: int, kmax: int, hf: float, budget: float, t_mass: float, cap: int, lam: float):
-    """The fine compositions ``b^(m-k)``, ``k = 0 .. k_max``, from one transform
-    (:func:`~.pld_compose.compose_powers`), each window's alpha the smallest any term needs."""
-    from scipy import special
-
-    a = min(_alphas(budget, kmax, float(special.comb(m, k)), t_mass, k)[0] for k in range(kmax + 1))
-    out = compose_powers(fine, [m - k for k in range(kmax + 1)], hf, a, cap, lam)
-    if out is None:
-        raise OverCap
-    return out
-
-
-def _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta):
+def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, delta):
+    """The upper steps: the block ``b^m`` (``count = nb``) and ``X = sum_(j<=J) C(K, j) b^(rest-j)
+    t^j`` (the rest of the steps, and every term in which ``j`` of all ``K`` steps fall into the
+    tail ``t``); the terms beyond ``J`` go to infinity."""
     from scipy import special
 
     lo, hi = pair.loss_range(tau)
@@ -290,6 +259,10 @@ def _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta):
     upper_t = f_hi == Jc and math.ceil(hi / h) + 1 > jc
     P, Q, pb, pa = pair.bins(np.arange(f_lo, f_hi + 1, dtype=float) * hf)
     b = _upper_step(_Bins(f_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), hf, 1)
+    c_lo = -jc if lower_t else math.floor(lo / h) - 1
+    c_hi = jc if upper_t else math.ceil(hi / h) + 1
+    P, Q, pb, pa = pair.bins(np.arange(c_lo, c_hi + 1, dtype=float) * h)
+    bc = _upper_step(_Bins(c_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), h, 1)
     t = None
     t_inf = 0.0
     if lower_t or upper_t:
@@ -304,50 +277,46 @@ def _upper_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap, nb, delta):
         t = Step(t.i0, t.mass, 0.0, 0.0, 1)
     b_mass = float(np.sum(b.mass))
     t_mass = float(np.sum(t.mass)) if t is not None else 0.0
-    if t_mass <= 0.0:
-        kmax = 0
     if not b_mass > 0.0:
         return None
-    fine = Step(b.i0, b.mass, 0.0, 0.0, 1)
-    log_mgfs([fine], hf)                              # once: every term's copy shares them
-    if t is not None:
-        log_mgfs([t], h)
-    acc = None
-    charge = 0.0
-    fines = _fine_powers(fine, m, kmax, hf, budget, t_mass, cap, lam)
-    for k in range(kmax + 1):
-        binom = float(special.comb(m, k))
-        a_f, a_c = _alphas(budget, kmax, binom, t_mass, k)
-        comp = fines[k]
-        up = _resolved(comp, b_mass ** (m - k), True)
-        if up is None:
-            return None
-        J0, coarse = _ctd(comp.lo, up, M, hf, h)
-        coarse *= 1.0 + 1e-13                         # the splits' rounding (each ~M u of its atom)
-        term_charge = comp.alias * t_mass ** k
-        if k == 0:
-            acc = _add(acc, J0, coarse, binom)
-        else:
-            comp2, _ = compose_steps([Step(J0, coarse, 0.0, 0.0, 1), dataclasses.replace(t, count=k)], h,
-                                     a_c, cap, lam)
-            if comp2 is None:
-                raise OverCap
-            up2 = _resolved(comp2, float(np.sum(coarse)) * t_mass ** k, True)
-            if up2 is None:
-                return None
-            acc = _add(acc, comp2.lo, up2, binom)
-            term_charge += comp2.alias
-        charge += binom * term_charge
-    s = b_mass + t_mass
-    rest = float(special.bdtrc(kmax, m, t_mass / s)) * s ** m if t_mass > 0.0 else 0.0
-    inf = min(1.0, m * (b.inf + t_inf) * max(1.0, s) ** m + rest)
-    lo_c, mass = acc
-    return Step(lo_c, mass, inf, 0.0, 1, charge=charge)
+    if t_mass <= 0.0:
+        J, t = 0, Step(0, np.zeros(1), 0.0, 0.0, 1)
+    # the block, on the fine grid, put on the grid h
+    a_f = budget / (4.0 * nb)
+    comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, a_f, cap, lam)
+    if comp is None:
+        raise OverCap
+    comp = comp[0]
+    up = _resolved(comp, b_mass ** m, True)
+    if up is None:
+        return None
+    J0, blk = _ctd(comp.lo, up, M, hf, h)
+    blk *= 1.0 + 1e-13                                 # the splits' rounding (each ~M u of its atom)
+    block = Step(J0, blk, 0.0, 0.0, nb, charge=comp.alias, block=m)
+    # X on the grid h
+    bcs = Step(bc.i0, bc.mass, 0.0, 0.0, 1)
+    xc = binomial_composition(bcs, t, rest, K, J, h, budget / 4.0, cap, lam)
+    if xc is None:
+        raise OverCap
+    bc_mass = float(np.sum(bc.mass))
+    js = np.arange(J + 1)
+    total = float(np.sum(np.exp(special.gammaln(K + 1) - special.gammaln(js + 1) - special.gammaln(K - js + 1)
+                                + (rest - js) * math.log(bc_mass)
+                                + (js * math.log(t_mass) if t_mass > 0.0 else np.where(js == 0, 0.0, -np.inf)))))
+    upx = _resolved(xc, total, True)
+    if upx is None:
+        return None
+    s_all = max(b_mass, bc_mass) + t_mass
+    beyond = float(special.bdtrc(J, K, t_mass / s_all)) * max(1.0, s_all) ** K if t_mass > 0.0 else 0.0
+    inf = min(1.0, K * (max(b.inf, bc.inf) + t_inf) * max(1.0, s_all) ** K + beyond)
+    x = Step(xc.lo, upx, inf, 0.0, 1, charge=xc.alias, block=rest)
+    return [block, x]
 
 
 def _lower_parts(pair, h, hf, M, jc, tau, cap):
-    """``(b, t, g)``: the bins of the lower block's parts -- ``b`` on the fine grid, ``t`` (or None)
-    on the grid ``h``, both anchored at ``g`` (losses relative to it, ``Q`` scaled by ``e^g``).
+    """``(b, g, b_h, t, g_h)``: the bins of the lower steps' parts -- ``b`` on the fine grid anchored
+    at ``g``, the same part ``b_h`` and the tail ``t`` (or None) on the grid ``h`` anchored at
+    ``g_h`` (losses relative to the anchor, ``Q`` scaled by ``e^anchor``).
 
     With an edge anchor (:func:`~.pld_discretise.edge_anchor`; small noise, the mass piled up at
     the loss's hard edge): ``b`` the losses from the edge to the cut, the edge cell one atom at
@@ -382,51 +351,79 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
             P[:a.P.size], Q[:a.P.size] = a.P, a.Q
             P[b.i0 - a.i0:], Q[b.i0 - a.i0:] = b.P, b.Q
             tb = [_Bins(a.i0, P, Q, 0.0, 0.0)]
-        return fb, (tb[0] if tb else None), 0.0
+        c_lo = -jc if f_lo == -Jc and math.floor(lo / h) - 1 < -jc else math.floor(lo / h) - 1
+        c_hi = jc if f_hi == Jc and math.ceil(hi / h) + 1 > jc else math.ceil(hi / h) + 1
+        P, Q, _, _ = pair.bins(np.arange(c_lo, c_hi + 1, dtype=float) * h)
+        return fb, 0.0, _Bins(c_lo, P, Q, 0.0, 0.0), (tb[0] if tb else None), 0.0
     g, P_edge = anchor
+    coarse_anchor = edge_anchor(pair, h)
+    if coarse_anchor is None:
+        return None
+    gh, P_edge_h = coarse_anchor
     with np.errstate(over="ignore"):
-        eg = math.exp(g)
-    if not math.isfinite(eg):
+        eg, egh = math.exp(g), math.exp(gh)
+    if not (math.isfinite(eg) and math.isfinite(egh)):
         return None
     if not pair.decreasing:                   # remove: the edge at the bottom, the tail above
-        Jr = max(1, math.ceil((jc * h - g) / h))
-        k1 = min(Jr * M, max(2, math.ceil((hi - g) / hf) + 1))
+        Jr = max(1, math.ceil((jc * h - gh) / h))
+        cut = gh + Jr * h                     # b holds (edge, cut], t the rest
+        top = min(Jr, max(1, math.ceil((hi - gh) / h) + 1))
+        has_t = math.ceil((hi - gh) / h) + 1 > Jr
+        if not has_t:
+            cut = gh + top * h
+        k1 = max(2, math.ceil((cut - g) / hf))
         if 10 * 8 * k1 > cap:
             raise OverCap
-        P, Q, _, _ = pair.bins(g + hf * np.arange(1, k1 + 1, dtype=float))
+        e = g + hf * np.arange(1, k1 + 1, dtype=float)
+        e[-1] = max(cut, e[-2])               # the last fine bin ends at the cut (partial)
+        P, Q, _, _ = pair.bins(e)
         fb = _Bins(0, np.concatenate(([P_edge], P)), np.concatenate(([P_edge], Q * eg)), 0.0, 0.0)
+        P, Q, _, _ = pair.bins(gh + h * np.arange(1, top + 1, dtype=float))
+        cb = _Bins(0, np.concatenate(([P_edge_h], P)), np.concatenate(([P_edge_h], Q * egh)), 0.0, 0.0)
         tb = None
-        if k1 == Jr * M and math.ceil((hi - g) / h) + 1 > Jr:
-            J1 = math.ceil((hi - g) / h) + 1
-            P, Q, _, _ = pair.bins(g + h * np.arange(Jr, J1 + 1, dtype=float))
-            tb = _Bins(Jr, P, Q * eg, 0.0, 0.0)
+        if has_t:
+            J1 = math.ceil((hi - gh) / h) + 1
+            P, Q, _, _ = pair.bins(gh + h * np.arange(Jr, J1 + 1, dtype=float))
+            tb = _Bins(Jr, P, Q * egh, 0.0, 0.0)
     else:                                     # add: the edge at the top, the tail below
-        Jr = max(1, math.ceil((g + jc * h) / h))
-        i0 = max(-Jr * M, min(-2, math.floor((lo - g) / hf) - 1))
+        Jr = max(1, math.ceil((gh + jc * h) / h))
+        cut = gh - Jr * h                     # b holds [cut, edge), t the rest
+        bottom = max(-Jr, min(-1, math.floor((lo - gh) / h) - 1))
+        has_t = math.floor((lo - gh) / h) - 1 < -Jr
+        if not has_t:
+            cut = gh + bottom * h
+        i0 = min(-2, math.floor((cut - g) / hf))
         if 10 * 8 * -i0 > cap:
             raise OverCap
-        P, Q, _, _ = pair.bins(g + hf * np.arange(i0, 0, dtype=float))
+        e = g + hf * np.arange(i0, 0, dtype=float)
+        e[0] = min(cut, e[1])                 # the first fine bin starts at the cut (partial)
+        P, Q, _, _ = pair.bins(e)
         fb = _Bins(i0, np.concatenate((P, [P_edge])), np.concatenate((Q * eg, [P_edge])), 0.0, 0.0)
+        P, Q, _, _ = pair.bins(gh + h * np.arange(bottom, 0, dtype=float))
+        cb = _Bins(bottom, np.concatenate((P, [P_edge_h])), np.concatenate((Q * egh, [P_edge_h])), 0.0, 0.0)
         tb = None
-        if i0 == -Jr * M and math.floor((lo - g) / h) - 1 < -Jr:
-            J0 = math.floor((lo - g) / h) - 1
-            P, Q, _, _ = pair.bins(g + h * np.arange(J0, -Jr + 1, dtype=float))
-            tb = _Bins(J0, P, Q * eg, 0.0, 0.0)
-    return fb, tb, g
+        if has_t:
+            J0 = math.floor((lo - gh) / h) - 1
+            P, Q, _, _ = pair.bins(gh + h * np.arange(J0, -Jr + 1, dtype=float))
+            tb = _Bins(J0, P, Q * egh, 0.0, 0.0)
+    return fb, g, cb, tb, gh
 
 
-def _lower_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap):
-    from scipy import special
-
+def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
+    """The lower steps: the block (the fine anchored lower step composed ``m`` times, its own bins
+    put through :func:`~.pld_discretise._lower_step` on the grid ``h``; ``count = nb``) and ``X``
+    as in :func:`_upper_steps` from lower steps of the parts on the grid ``h`` (the terms beyond
+    ``J`` dropped); both anchored at ``g``."""
     parts = _lower_parts(pair, h, hf, M, jc, tau, cap)
     if parts is None:
         return None
-    fb, tb, g = parts
-    fb = _trimmed(fb)
-    if fb is None:
+    fb, g, cb, tb, gh = parts
+    fb, cb = _trimmed(fb), _trimmed(cb)
+    if fb is None or cb is None:
         return None
     b = _lower_step(fb, hf, 1)
-    if b is None:
+    bc = _lower_step(cb, h, 1)
+    if b is None or bc is None or not float(np.sum(b.mass)) > 0.0:
         return None
     t = None
     tb = _trimmed(tb) if tb is not None else None
@@ -434,46 +431,29 @@ def _lower_block(pair, h, hf, M, jc, m, kmax, tau, lam, budget, cap):
         t = _lower_step(tb, h, 1)
         if t is None:
             return None
-    t_mass = float(np.sum(t.mass)) if t is not None else 0.0
-    if t_mass <= 0.0:
-        kmax = 0
-    if not float(np.sum(b.mass)) > 0.0:
+    if t is None or not float(np.sum(t.mass)) > 0.0:
+        J, t = 0, Step(0, np.zeros(1), 0.0, 0.0, 1)
+    a_f = budget / (4.0 * nb)
+    comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, a_f, cap, lam)
+    if comp is None:
+        raise OverCap
+    comp = comp[0]
+    low = _resolved(comp, 0.0, False)
+    if low is None:
         return None
-    fine = Step(b.i0, b.mass, 0.0, 0.0, 1)
-    log_mgfs([fine], hf)
-    if t is not None:
-        t = Step(t.i0, t.mass, 0.0, 0.0, 1)
-        log_mgfs([t], h)
-    acc = None
-    charge = 0.0
-    fines = _fine_powers(fine, m, kmax, hf, budget, t_mass, cap, lam)
-    for k in range(kmax + 1):
-        binom = float(special.comb(m, k))
-        a_f, a_c = _alphas(budget, kmax, binom, t_mass, k)
-        comp = fines[k]
-        low = _resolved(comp, 0.0, False)
-        if low is None:
-            return None
-        pooled = _pool(comp.lo, low, M, hf)
-        if pooled is None or not np.all(np.isfinite(pooled.Q)):
-            return None
-        c = _lower_step(pooled, h, 1)
-        if c is None:
-            return None
-        cm = c.mass * (1.0 - 1e-12)                    # the pooled sums' rounding (relative ~M u)
-        term_charge = comp.alias * t_mass ** k
-        if k == 0:
-            acc = _add(acc, c.i0, cm, binom)
-        else:
-            comp2, _ = compose_steps([Step(c.i0, cm, 0.0, 0.0, 1), dataclasses.replace(t, count=k)], h,
-                                     a_c, cap, lam)
-            if comp2 is None:
-                raise OverCap
-            low2 = _resolved(comp2, 0.0, False)
-            if low2 is None:
-                return None
-            acc = _add(acc, comp2.lo, low2, binom)
-            term_charge += comp2.alias
-        charge += binom * term_charge
-    lo_c, mass = acc
-    return Step(lo_c, mass, 0.0, 0.0, 1, shift=m * g, charge=charge)
+    pooled = _pool(comp.lo, low, M, hf)
+    if pooled is None or not np.all(np.isfinite(pooled.Q)):
+        return None
+    c = _lower_step(pooled, h, 1)
+    if c is None:
+        return None
+    block = Step(c.i0, c.mass * (1.0 - 1e-12), 0.0, 0.0, nb, shift=m * g, charge=comp.alias, block=m)
+    xc = binomial_composition(Step(bc.i0, bc.mass, 0.0, 0.0, 1), Step(t.i0, t.mass, 0.0, 0.0, 1), rest, K, J, h,
+                              budget / 4.0, cap, lam)
+    if xc is None:
+        raise OverCap
+    lowx = _resolved(xc, 0.0, False)
+    if lowx is None:
+        return None
+    x = Step(xc.lo, lowx, 0.0, 0.0, 1, shift=rest * gh, charge=xc.alias, block=rest)
+    return [block, x]

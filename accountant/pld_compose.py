@@ -16,7 +16,7 @@ from scipy import fft as sfft
 
 from .pld_pairs import Step
 
-__all__ = ["LAMBDAS", "compose_powers", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
+__all__ = ["LAMBDAS", "binomial_composition", "compose_powers", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
 
 
 
@@ -414,6 +414,112 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
         out.append(_Composed(lo, mass, err, inf, 2.0 * alpha + _charges([dataclasses.replace(one, count=c)]), c * step.bad, c,
                              c * step.shift, step.block > 1))
     return out
+
+
+def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap_bytes, lam=0.0):
+    """``sum_(j=0..J) C(K, j) a^(n-j) b^j`` (``a``, ``b`` sub-probability measures on the grid, ``J <=
+    n``): the steps outside ``K - n`` of ``K`` whose ``n`` others are composed elsewhere, each step
+    split into parts ``a + b`` -- all ``j`` of the ``K`` steps that fall into ``b`` counted here
+    (:mod:`.pld_blocks`).  One transform of each part, the terms summed in the Fourier domain;
+    None over the memory cap.
+
+    Tilted by ``e^(lam L)`` and normalised as one step (``a + b`` sums to 1 tilted), so every
+    coefficient of a part has modulus at most its tilted mass.  Round-off, :func:`split_composition`'s
+    model term by term: with ``A = |t_a|``, ``B = |t_b|`` and ``w_j`` the weights, a coefficient errs
+    by at most ``u log2 N sum_j w_j ((n - j) A^(n-j-1) B^j + j A^(n-j) B^(j-1))`` to first order.
+    The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``."""
+    from scipy import special
+
+    if not (0 <= J <= n) or n < 1:
+        raise ValueError("binomial_composition needs 0 <= J <= n and n >= 1")
+    one_a = dataclasses.replace(a, count=1)
+    one_b = dataclasses.replace(b, count=1)
+    la = log_mgfs([one_a], h)
+    lb = log_mgfs([one_b], h)
+    js = np.arange(J + 1)
+    lc = special.gammaln(K + 1) - special.gammaln(js + 1) - special.gammaln(K - js + 1)
+    # the measure's log moments: logsumexp_j (log C(K, j) + (n - j) La + j Lb), both ladders
+    up = special.logsumexp(lc[:, None] + (n - js)[:, None] * la[0][None, :] + js[:, None] * lb[0][None, :], axis=0)
+    dn = special.logsumexp(lc[:, None] + (n - js)[:, None] * la[1][None, :] + js[:, None] * lb[1][None, :], axis=0)
+    # the support: every term's, n - j of a's range and j of b's
+    lo_all = min((n - j) * a.i0 + j * b.i0 for j in range(J + 1))
+    hi_all = max((n - j) * (a.i0 + a.mass.size - 1) + j * (b.i0 + b.mass.size - 1) for j in range(J + 1))
+    bound = Step(lo_all, np.zeros(hi_all - lo_all + 1), 0.0, 0.0, 1)
+    lo, hi = loss_window([bound], h, math.log(alpha), lam, (up, dn))
+    nw = hi - lo + 1
+    if 6 * 8 * nw > cap_bytes:
+        return None
+    N = sfft.next_fast_len(max(nw, 2), real=True)
+    if 8 * 8 * N > cap_bytes:
+        return None
+    # tilt both parts by one normaliser (the step a + b)
+    parts = []
+    mx = -math.inf
+    for s in (a, b):
+        x = (s.i0 + np.arange(s.mass.size)) * h
+        with np.errstate(divide="ignore"):
+            lw = np.log(np.maximum(s.mass, 0.0)) + lam * x
+        parts.append(lw)
+        mx = max(mx, float(np.max(lw)))
+    wa, wb = (np.exp(lw - mx) for lw in parts)
+    tot = float(wa.sum()) + float(wb.sum())
+    wa /= tot
+    wb /= tot
+    sa, sb = float(wa.sum()), float(wb.sum())
+    big = n * (mx + math.log(tot))
+    if not sa > 0.0:
+        return None
+    ta = sfft.rfft(_cyclic(wa / sa, a.i0, N))
+    A = np.minimum(np.abs(ta), 1.0)
+    with np.errstate(divide="ignore"):
+        lA = np.log(A)
+    if J >= 1 and sb > 0.0:
+        tb = sfft.rfft(_cyclic(wb / sb, b.i0, N))
+        Bm = np.minimum(np.abs(tb), 1.0)
+    else:
+        J = 0
+    logw = lc + (n - js) * math.log(sa) + (js * math.log(sb) if sb > 0.0 else np.where(js == 0, 0.0, -np.inf))
+    F = np.zeros_like(ta)
+    G = np.zeros(A.size)
+    Ta = _power(ta, lA, n - J)                    # t_a^(n-j), j = J first
+    Ak = np.exp((n - J) * lA)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        Aprev = np.where(A > 0.0, Ak / A, 0.0) if n - J >= 1 else np.zeros(A.size)
+    Tb = np.ones_like(ta)
+    Bk = np.ones(A.size)
+    Tbs, Bks = [Tb], [Bk]
+    for j in range(1, J + 1):
+        Tbs.append(Tbs[-1] * tb)
+        Bks.append(Bks[-1] * Bm)
+    for j in range(J, -1, -1):
+        wj = math.exp(float(logw[j]))
+        F += wj * (Ta * Tbs[j])
+        G += wj * ((n - j) * Aprev * Bks[j] + (j * Ak * Bks[j - 1] if j else 0.0))
+        if j:
+            Ta = Ta * ta
+            Aprev = Ak
+            Ak = Ak * A
+    del Tbs, Bks, Ta
+    ends = [0] if N % 2 else [0, -1]
+    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
+    xs = F.view(np.float64)
+    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
+    rms_F = math.sqrt(max(sq, 0.0) / N)
+    out = sfft.irfft(F, N)
+    del F
+    start = lo % N
+    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
+    u = np.finfo(float).eps
+    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * (J + 1) * u))
+    if lam == 0.0:
+        scale = math.exp(min(big, 700.0))
+        mass = vals * scale
+        err = np.full(nw, min(level * scale, 1.0))
+        if err[0] >= 1.0:
+            mass[:] = 0.0
+    else:
+        mass, err = _untilt(vals, big, lam, h, lo, level, None)
+    return _Composed(lo, mass, err, 0.0, 2.0 * alpha, 0.0, n, 0.0)
 
 
 #: the most binomial terms a split composition sums (:func:`split_composition`), and the

@@ -87,6 +87,34 @@ def test_compose_powers_matches_compose_steps():
             assert np.all(np.abs(a[:n] - b[:n]) <= 4 * tol)
 
 
+def test_binomial_composition_matches_direct_convolution():
+    """sum_(j<=J) C(K, j) a^(n-j) b^j, against np.convolve term by term (exact to rounding)."""
+    from scipy import special
+
+    rng = np.random.default_rng(5)
+    a = Step(-6, 0.97 * rng.dirichlet(np.ones(13)), 0.0, 0.0, 1)
+    b = Step(9, 0.03 * rng.dirichlet(np.ones(7)), 0.0, 0.0, 1)
+    n, K, J, h = 6, 40, 4, 0.05
+    lo = n * a.i0 + 0
+    ref = np.zeros(n * 30)
+    for j in range(J + 1):
+        term = np.ones(1)
+        for _ in range(n - j):
+            term = np.convolve(term, a.mass)
+        for _ in range(j):
+            term = np.convolve(term, b.mass)
+        start = (n - j) * a.i0 + j * b.i0 - lo
+        ref[start:start + term.size] += special.comb(K, j) * term
+    for lam in (0.0, 2.0):
+        c = PC.binomial_composition(a, b, n, K, J, h, 1e-30, 1 << 30, lam)
+        got = np.zeros_like(ref)
+        got[c.lo - lo:c.lo - lo + c.mass.size] = c.mass
+        err = np.zeros_like(ref)
+        err[c.lo - lo:c.lo - lo + c.mass.size] = c.err
+        assert np.all(np.abs(got - ref) <= err + 1e-15 * ref.max()), lam
+        assert math.isclose(got.sum(), ref.sum(), rel_tol=1e-12)
+
+
 def test_a_step_charge_is_charged_by_every_composition():
     s = Step(0, np.array([0.5, 0.5]), 0.0, 0.0, 10, charge=1e-9, block=4)
     comp, _ = PC.compose_steps([s], 0.1, 1e-20, 1 << 30)
