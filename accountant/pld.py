@@ -70,7 +70,7 @@ from .pld_compose import compose_steps, loss_window
 from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
 from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL)
 from .pld_discretise import discretised_steps
-from .pld_blocks import block_plan, blocked_steps
+from .pld_blocks import blocked_steps
 from .pld_pairs import dominating_pairs
 from .events import PoissonSampledGaussianEvent, full_batch_form
 
@@ -158,13 +158,6 @@ def _steps(ev, h, tau, direction, cap, d, lower=False):
     return out
 
 
-def _blockable(ev) -> bool:
-    """Whether some event's steps are composed in blocks (where :func:`~.pld_blocks.blocked_steps`
-    does not fall back to the plain steps)."""
-    return BLOCKS and any(block_plan(k) is not None and isinstance(e, PoissonSampledGaussianEvent)
-                          and 0.0 < e.sampling_probability < 1.0 for e, k in ev)
-
-
 def _step_tail(ev, d: float) -> float:
     """Mass each step's tails beyond its grid may hold: ``TAIL * delta`` shared by the K steps."""
     return TAIL * d / max(sum(k for _, k in ev), 1)
@@ -204,7 +197,7 @@ def _upper_ends(key):
     out = []
     # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
     # skip a later one by -- and small windows: no coarser composition first
-    blocks = _blockable(ev)
+    blocks = False
     for direction in _directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
         coarse = steps = None
@@ -214,7 +207,8 @@ def _upper_ends(key):
                 steps = _steps(ev, h, tau, direction, cap, d)
             except OverCap:
                 return _remember(("upper",) + key, _OVER)
-            a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps else (0, 0)
+            blocks = any(s.block > 1 for s in steps)
+            a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps and not blocks else (0, 0)
             big = b - a + 1 >= HINT_POINTS
         if out and blocks:
             # blocks give no lower end here, but only the largest upper end is read: a later

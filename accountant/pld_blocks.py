@@ -107,12 +107,11 @@ def _blocked(pair, h, tau, K, delta, cap, lower, plan):
     nb, m, M, rest = plan
     hf = h / M
     coarse = _bins_of(pair, h, tau, cap)
-    plain = _upper_step(coarse, h, K)
-    lam = delta_tilt(log_mgfs([plain], h)[0], math.log(delta))
     cut = _cut(coarse, h, K, delta)
     if cut is None:
         return None
     jc, J = cut
+    lam = delta_tilt(log_mgfs([_upper_step(coarse, h, K)], h)[0], math.log(delta))
     if rest < max(J, 1):                    # the rest composes the tail's terms: it needs J steps
         nb, rest = nb - 1, rest + m
         if nb < 1:

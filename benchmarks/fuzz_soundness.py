@@ -333,6 +333,7 @@ def check_one(i: int, seed: int, noise_scale: float = 1.0, accountant: str = "rd
     except ValueError as exc:
         return {**out, "outcome": "invalid", "detail": str(exc)[:200]}
     out.update(eps=eps, delta=delta, mechanism=repr(mech))
+    blocked0 = _BLOCKED[0]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -355,6 +356,7 @@ def check_one(i: int, seed: int, noise_scale: float = 1.0, accountant: str = "rd
     if not math.isfinite(d):
         return {**out, "outcome": "oracle-failed", "detail": f"oracle delta {d}"}
     atol = 0.0 if kind in EXACT else ATOL
+    out["blocked"] = _BLOCKED[0] > blocked0       # (counted where --block-min is given)
     return {**out, "outcome": "under-report" if d > delta * (1 + RTOL) + atol else "ok"}
 
 
@@ -381,10 +383,22 @@ def fuzz(configs: int, seed: int = 0, workers: int = 1, progress: bool = False,
     return list(_bar((check_one(i, seed, noise_scale, accountant) for i in idx), configs, progress))
 
 
+_BLOCKED = [0]          # block compositions built in this process (the calibrations' own calls)
+
+
 def _set_block_min(block_min):
-    from dpcalib.accountant import pld_blocks
+    from dpcalib.accountant import pld, pld_blocks
 
     pld_blocks.BLOCK_MIN = pld_blocks.DEFAULT_BLOCK_MIN if block_min is None else int(block_min)
+    if not getattr(pld.blocked_steps, "counted", False):
+        inner = pld.blocked_steps
+
+        def counted(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            _BLOCKED[0] += out is not None
+            return out
+        counted.counted = True
+        pld.blocked_steps = counted
 
 
 def _star(args):
@@ -432,6 +446,10 @@ def main(argv=None) -> int:
         print(f"{kind:24s} " + " ".join(f"{c.get(k, 0):13d}" for k in
                                          ("ok", "under-report", "error", "refused", "invalid", "oracle-failed")))
     print("total", dict(total))
+    if a.block_min:
+        nb = sum(bool(r.get("blocked")) for r in res)
+        print(f"configurations whose calibration composed blocks: {nb} "
+              f"({sum(bool(r.get('blocked')) and r['outcome'] == 'ok' for r in res)} ok)")
     slow = sorted((r for r in res if "seconds" in r), key=lambda r: -r["seconds"])[:5]
     print("slowest calibrations:", ", ".join(f"#{r['i']} {r['kind']} {r['seconds']:.1f} s" for r in slow))
     for r in res:

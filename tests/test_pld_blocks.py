@@ -153,9 +153,12 @@ def test_a_million_steps_bracket_intersects_prv_accountants():
     0.9999810929725276]) -- and as narrow as a calibration asks."""
     prv = pytest.importorskip("prv_accountant")
     q, z, K, delta = 1e-4, 0.6945241030691184, 10**6, 1e-5
+    from dpcalib.accountant.pld_pairs import RemovePair, TAIL
+
     ev = [(PoissonSampledGaussianEvent(q, z), K)]
-    assert P._blockable(ev)
-    lo, up = P.pld_epsilon_at(ev, delta, 4.8828125e-05)
+    h = 4.8828125e-05
+    assert PB.blocked_steps(RemovePair(z, q), h, TAIL * delta / K, K, delta, 1 << 30, True) is not None
+    lo, up = P.pld_epsilon_at(ev, delta, h)
     acc = prv.Accountant(noise_multiplier=z, sampling_probability=q, delta=delta, eps_error=0.05,
                          max_compositions=K)
     plo, _, pup = acc.compute_epsilon(num_compositions=K)
