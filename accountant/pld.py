@@ -68,10 +68,9 @@ from . import validation
 from .caches import cached, clear_cache, register
 from .pld_compose import compose_steps, loss_window
 from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
-from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL)
+from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL, aligned_grid)
 from .pld_discretise import discretised_steps
-from .pld_blocks import blocked_steps
-from .pld_pairs import dominating_pairs
+from .pld_blocks import bracket_steps as _steps
 from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
@@ -133,29 +132,6 @@ MAX_DISCRETIZATION = 64.0
 def _grid(discretization) -> float:
     """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range."""
     return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
-
-
-#: compose the many steps of one Poisson pair in blocks (:mod:`.pld_blocks`)
-BLOCKS = True
-
-
-def _steps(ev, h, tau, direction, cap, d, lower=False):
-    """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
-    events with :data:`~.pld_blocks.BLOCK_MIN` or more steps of one Poisson pair composed in
-    blocks (:func:`~.pld_blocks.blocked_steps`) where those apply.  With ``lower``: the lower
-    steps only."""
-    out, plain = [], []
-    for e, k in ev:
-        pairs = dominating_pairs(e, direction) if BLOCKS else ()
-        bl = blocked_steps(pairs[0], h, tau, k, d, cap, lower) if len(pairs) == 1 else None
-        if bl is None:
-            plain.append((e, k))
-        else:
-            out.extend(bl)
-    if plain:
-        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower)
-        out = out + (got[1] if lower else got)
-    return out
 
 
 def _step_tail(ev, d: float) -> float:
@@ -283,8 +259,8 @@ def _lower_ends(key, ups):
         if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
             # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
-            # a grid point they usually exist (:func:`_aligned_grid`) -- else Hoeffding's end
-            ha = _aligned_grid(ev, h)
+            # a grid point they usually exist (:func:`~.pld_pairs.aligned_grid`) -- else Hoeffding's end
+            ha = aligned_grid(ev, h)
             if ha is not None:
                 try:
                     la = _steps(ev, ha, tau, direction, cap, d, lower=True)
@@ -303,31 +279,6 @@ def _lower_ends(key, ups):
             return _remember(ck, _OVER)
         out.append(lo)
     return _remember(ck, out or [0.0])
-
-
-def _aligned_grid(events, h: float) -> float | None:
-    """A grid step in ``(h/2, h]`` that puts the subsampled loss's atom on a grid point, or None.
-
-    With small noise almost all of a Poisson step's mass sits just above ``log(1 - q)`` (remove
-    direction; just below ``-log(1 - q)`` for add, and both for sampling without replacement):
-    an atom.  Mid-way between two grid points its chord gap is ``~h/4`` of the whole mass, more
-    than the thin tail above can repay, and :func:`_lower_step` fails.  With ``h' = |log(1 - q)|
-    / ceil(|log(1 - q)| / h)`` the atom sits at a grid point (the grid is symmetric about 0, so
-    for both signs), its gap is ~0, and the lower step exists.  Any grid's lower end is valid;
-    this one is used only where the grid ``h``'s lower steps fail.  The atom of the subsampled
-    event with the most steps is aligned; None where no event is subsampled (0 < q < 1) or the
-    atom is within ``h`` of 0 (then it sits near a grid point already)."""
-    best = None
-    for ev, k in events:
-        q = ev.use_probability
-        if 0.0 < q < 1.0 and (best is None or k > best[1]):
-            best = (q, k)
-    if best is None:
-        return None
-    a = -math.log1p(-best[0])
-    if not a >= h:
-        return None
-    return a / math.ceil(a / h)
 
 
 def _check_events(events):
@@ -445,7 +396,6 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     def done(lo, up):
         return up - lo <= max(r * up, a_tol)
 
-    K = sum(k for _, k in ev)
     if discretization is not None:
         h = _grid(discretization)
         lo, up = pld_epsilon_at(ev, d, h, cap)

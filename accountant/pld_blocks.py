@@ -16,22 +16,22 @@ a cut ``c``: ``b`` the losses up to ``c`` (the bulk), ``t`` the rest (the tail).
 ``(b^m)^n * X``, ``X = sum_(j<=J) C(K, j) b^(r-j) t^j``: the block ``b^m`` (one tilted FFT on the fine
 grid, put on the grid ``h``) composed ``n`` times, beside one measure ``X`` on the grid ``h`` (the
 other ``r`` steps and every term in which ``j`` of all ``K`` steps fall into the tail;
-:func:`~.pld_compose.binomial_composition`).  ``J`` is the fewest terms whose binomial rest is at most
+:func:`~.pld_binomial.binomial_composition`).  ``J`` is the fewest terms whose binomial rest is at most
 ``1e-7 delta``; the rest goes to infinity (upper) or is dropped (lower).
 
 Soundness rests on the profile ``f(eps) = int (1 - e^(eps - l))_+ dmu(l)`` of each measure:
 composition is monotone in each factor's profile (``f_(A*B)(eps) = int f_A(eps - l) dmu_B(l)``),
 and profiles add over a sum of measures.  The upper steps are built from measures whose profiles
-are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.pld_discretise._upper_step`),
+are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.pld_discretise.upper_step`),
 each fine atom split again between its two neighbours on the grid ``h`` keeping its ``P``- and
 ``Q``-mass (a split only raises the profile), the FFT's round-off bound added bin by bin -- and
 the lower steps from measures whose profiles are at or below them: the anchored lower step on
 the fine grid (:func:`~.pld_discretise._anchored_lower_step`'s construction), round-off taken
-off, then :func:`~.pld_discretise._lower_step` on the grid ``h`` applied to the block's own bins.
+off, then :func:`~.pld_discretise.lower_step` on the grid ``h`` applied to the block's own bins.
 What a window wraps around (at most its Chernoff ``alpha``) is a constant in profile: it rides
 along as the step's :attr:`~.pld_pairs.Step.charge`, which every composition charges.  A block's
 atoms are not within ``h`` of the true loss, so no Hoeffding end is read from an upper block.
-The chain: pairs <- discretise <- compose <- blocks <- bracket <- pld.
+The chain: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ import math
 import numpy as np
 
 from .caches import register
-from .pld_compose import binomial_composition, compose_powers, delta_tilt, log_mgfs
-from .pld_discretise import _Bins, _bins_of, _lower_step, _upper_step, edge_anchor
-from .pld_pairs import ALIAS, OverCap, Pair, RemovePair, AddPair, Step
+from .pld_binomial import binomial_composition
+from .pld_compose import compose_powers, delta_tilt, log_mgfs
+from .pld_discretise import Bins, bins_of, discretised_steps, edge_anchor, lower_step, upper_step
+from .pld_pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
 
-__all__ = ["BLOCK_MIN", "block_plan", "blocked_steps"]
+__all__ = ["BLOCKS", "BLOCK_MIN", "DEFAULT_BLOCK_MIN", "block_plan", "blocked_steps", "bracket_steps"]
 
 #: the fewest steps of one pair composed in blocks (a module setting: the soundness fuzz lowers it
 #: to put blocks under its oracles)
@@ -59,6 +60,28 @@ _CUTS = (0.01, 0.02, 0.05, 0.1)
 #: ``delta`` the binomial rest beyond ``J`` (charged in full: it moves eps by ~1e-8 relative)
 _BLOCK_ALIAS = 0.5
 _REST = 1e-7
+
+
+#: compose the many steps of one Poisson pair in blocks (off: every bracket uses the plain steps)
+BLOCKS = True
+
+
+def bracket_steps(ev, h, tau, direction, cap, delta, lower=False):
+    """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
+    events with :data:`BLOCK_MIN` or more steps of one Poisson pair composed in blocks
+    (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only."""
+    out, plain = [], []
+    for e, k in ev:
+        pairs = dominating_pairs(e, direction) if BLOCKS else ()
+        bl = blocked_steps(pairs[0], h, tau, k, delta, cap, lower) if len(pairs) == 1 else None
+        if bl is None:
+            plain.append((e, k))
+        else:
+            out.extend(bl)
+    if plain:
+        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower)
+        out = out + (got[1] if lower else got)
+    return out
 
 
 def block_plan(K: int):
@@ -106,12 +129,12 @@ def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: i
 def _blocked(pair, h, tau, K, delta, cap, lower, plan):
     nb, m, M, rest = plan
     hf = h / M
-    coarse = _bins_of(pair, h, tau, cap)
+    coarse = bins_of(pair, h, tau, cap)
     cut = _cut(coarse, h, K, delta)
     if cut is None:
         return None
     jc, J = cut
-    lam = delta_tilt(log_mgfs([_upper_step(coarse, h, K)], h)[0], math.log(delta))
+    lam = delta_tilt(log_mgfs([upper_step(coarse, h, K)], h)[0], math.log(delta))
     if rest < max(J, 1):                    # the rest composes the tail's terms: it needs J steps
         nb, rest = nb - 1, rest + m
         if nb < 1:
@@ -122,7 +145,7 @@ def _blocked(pair, h, tau, K, delta, cap, lower, plan):
     return _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, delta)
 
 
-def _cut(coarse: _Bins, h: float, K: int, delta: float):
+def _cut(coarse: Bins, h: float, K: int, delta: float):
     """``(jc, J)``: the smallest cut ``c = jc h`` of :data:`_CUTS` for which at most ``J <=
     _MAX_TERMS`` of the ``K`` steps fall beyond it but with probability ``_REST * delta``; None if
     none."""
@@ -160,7 +183,7 @@ def _ctd(lo: int, mass: np.ndarray, M: int, hf: float, h: float):
 
 
 def _pool(lo: int, mass: np.ndarray, M: int, hf: float):
-    """The bins ``(J h, (J + 1) h]`` (``h = M hf``) of atoms at ``i hf``, ``i = lo ..``: ``_Bins``
+    """The bins ``(J h, (J + 1) h]`` (``h = M hf``) of atoms at ``i hf``, ``i = lo ..``: ``Bins``
     with each bin's ``P``-mass and ``Q``-mass ``sum P e^-l``."""
     # atom i is in bin J = ceil(i / M) - 1 = (i - 1) // M
     J0 = (lo - 1) // M
@@ -176,17 +199,17 @@ def _pool(lo: int, mass: np.ndarray, M: int, hf: float):
     P = a.sum(axis=1)
     with np.errstate(over="ignore"):
         Q = (a * w).sum(axis=1) * np.exp(-J * (M * hf))
-    return _trimmed(_Bins(J0, P, Q, 0.0, 0.0))
+    return _trimmed(Bins(J0, P, Q, 0.0, 0.0))
 
 
-def _trimmed(b: _Bins):
+def _trimmed(b: Bins):
     """``b`` without its empty bins at either end (a lower step fails on leading empty bins); None
     if all are empty."""
     nz = np.nonzero(b.P > 0.0)[0]
     if not nz.size:
         return None
     s0, s1 = int(nz[0]), int(nz[-1]) + 1
-    return _Bins(b.i0 + s0, b.P[s0:s1], b.Q[s0:s1], 0.0, 0.0)
+    return Bins(b.i0 + s0, b.P[s0:s1], b.Q[s0:s1], 0.0, 0.0)
 
 
 def _resolved(comp, total: float, upper: bool):
@@ -257,11 +280,11 @@ def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, d
     lower_t = f_lo == -Jc and math.floor(lo / h) - 1 < -jc
     upper_t = f_hi == Jc and math.ceil(hi / h) + 1 > jc
     P, Q, pb, pa = pair.bins(np.arange(f_lo, f_hi + 1, dtype=float) * hf)
-    b = _upper_step(_Bins(f_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), hf, 1)
+    b = upper_step(Bins(f_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), hf, 1)
     c_lo = -jc if lower_t else math.floor(lo / h) - 1
     c_hi = jc if upper_t else math.ceil(hi / h) + 1
     P, Q, pb, pa = pair.bins(np.arange(c_lo, c_hi + 1, dtype=float) * h)
-    bc = _upper_step(_Bins(c_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), h, 1)
+    bc = upper_step(Bins(c_lo, P, Q, 0.0 if lower_t else pb, 0.0 if upper_t else pa), h, 1)
     t = None
     t_inf = 0.0
     if lower_t or upper_t:
@@ -271,7 +294,7 @@ def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, d
         P, Q = P.copy(), Q.copy()
         P[-jc - c_lo:jc - c_lo] = 0.0                   # the bins in (-c, c] are b's
         Q[-jc - c_lo:jc - c_lo] = 0.0
-        t = _upper_step(_Bins(c_lo, P, Q, pb if lower_t else 0.0, pa if upper_t else 0.0), h, 1)
+        t = upper_step(Bins(c_lo, P, Q, pb if lower_t else 0.0, pa if upper_t else 0.0), h, 1)
         t_inf = t.inf
         t = Step(t.i0, t.mass, 0.0, 0.0, 1)
     b_mass = float(np.sum(b.mass))
@@ -332,16 +355,16 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
         if 10 * 8 * (f_hi - f_lo) > cap:
             raise OverCap
         P, Q, _, _ = pair.bins(np.arange(f_lo, f_hi + 1, dtype=float) * hf)
-        fb = _Bins(f_lo, P, Q, 0.0, 0.0)
+        fb = Bins(f_lo, P, Q, 0.0, 0.0)
         tb = []
         if f_hi == Jc and math.ceil(hi / h) + 1 > jc:
             J1 = math.ceil(hi / h) + 1
             P, Q, _, _ = pair.bins(h * np.arange(jc, J1 + 1, dtype=float))
-            tb.append(_Bins(jc, P, Q, 0.0, 0.0))
+            tb.append(Bins(jc, P, Q, 0.0, 0.0))
         if f_lo == -Jc and math.floor(lo / h) - 1 < -jc:
             J0 = math.floor(lo / h) - 1
             P, Q, _, _ = pair.bins(h * np.arange(J0, -jc + 1, dtype=float))
-            tb.insert(0, _Bins(J0, P, Q, 0.0, 0.0))
+            tb.insert(0, Bins(J0, P, Q, 0.0, 0.0))
         if len(tb) == 2:                          # both sides: one array, the middle empty
             a, b = tb
             n = b.i0 + b.P.size - a.i0
@@ -349,11 +372,11 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
             Q = np.zeros(n)
             P[:a.P.size], Q[:a.P.size] = a.P, a.Q
             P[b.i0 - a.i0:], Q[b.i0 - a.i0:] = b.P, b.Q
-            tb = [_Bins(a.i0, P, Q, 0.0, 0.0)]
+            tb = [Bins(a.i0, P, Q, 0.0, 0.0)]
         c_lo = -jc if f_lo == -Jc and math.floor(lo / h) - 1 < -jc else math.floor(lo / h) - 1
         c_hi = jc if f_hi == Jc and math.ceil(hi / h) + 1 > jc else math.ceil(hi / h) + 1
         P, Q, _, _ = pair.bins(np.arange(c_lo, c_hi + 1, dtype=float) * h)
-        return fb, 0.0, _Bins(c_lo, P, Q, 0.0, 0.0), (tb[0] if tb else None), 0.0
+        return fb, 0.0, Bins(c_lo, P, Q, 0.0, 0.0), (tb[0] if tb else None), 0.0
     g, P_edge = anchor
     coarse_anchor = edge_anchor(pair, h)
     if coarse_anchor is None:
@@ -376,14 +399,14 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
         e = g + hf * np.arange(1, k1 + 1, dtype=float)
         e[-1] = max(cut, e[-2])               # the last fine bin ends at the cut (partial)
         P, Q, _, _ = pair.bins(e)
-        fb = _Bins(0, np.concatenate(([P_edge], P)), np.concatenate(([P_edge], Q * eg)), 0.0, 0.0)
+        fb = Bins(0, np.concatenate(([P_edge], P)), np.concatenate(([P_edge], Q * eg)), 0.0, 0.0)
         P, Q, _, _ = pair.bins(gh + h * np.arange(1, top + 1, dtype=float))
-        cb = _Bins(0, np.concatenate(([P_edge_h], P)), np.concatenate(([P_edge_h], Q * egh)), 0.0, 0.0)
+        cb = Bins(0, np.concatenate(([P_edge_h], P)), np.concatenate(([P_edge_h], Q * egh)), 0.0, 0.0)
         tb = None
         if has_t:
             J1 = math.ceil((hi - gh) / h) + 1
             P, Q, _, _ = pair.bins(gh + h * np.arange(Jr, J1 + 1, dtype=float))
-            tb = _Bins(Jr, P, Q * egh, 0.0, 0.0)
+            tb = Bins(Jr, P, Q * egh, 0.0, 0.0)
     else:                                     # add: the edge at the top, the tail below
         Jr = max(1, math.ceil((gh + jc * h) / h))
         cut = gh - Jr * h                     # b holds [cut, edge), t the rest
@@ -397,20 +420,20 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
         e = g + hf * np.arange(i0, 0, dtype=float)
         e[0] = min(cut, e[1])                 # the first fine bin starts at the cut (partial)
         P, Q, _, _ = pair.bins(e)
-        fb = _Bins(i0, np.concatenate((P, [P_edge])), np.concatenate((Q * eg, [P_edge])), 0.0, 0.0)
+        fb = Bins(i0, np.concatenate((P, [P_edge])), np.concatenate((Q * eg, [P_edge])), 0.0, 0.0)
         P, Q, _, _ = pair.bins(gh + h * np.arange(bottom, 0, dtype=float))
-        cb = _Bins(bottom, np.concatenate((P, [P_edge_h])), np.concatenate((Q * egh, [P_edge_h])), 0.0, 0.0)
+        cb = Bins(bottom, np.concatenate((P, [P_edge_h])), np.concatenate((Q * egh, [P_edge_h])), 0.0, 0.0)
         tb = None
         if has_t:
             J0 = math.floor((lo - gh) / h) - 1
             P, Q, _, _ = pair.bins(gh + h * np.arange(J0, -Jr + 1, dtype=float))
-            tb = _Bins(J0, P, Q * egh, 0.0, 0.0)
+            tb = Bins(J0, P, Q * egh, 0.0, 0.0)
     return fb, g, cb, tb, gh
 
 
 def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     """The lower steps: the block (the fine anchored lower step composed ``m`` times, its own bins
-    put through :func:`~.pld_discretise._lower_step` on the grid ``h``; ``count = nb``) and ``X``
+    put through :func:`~.pld_discretise.lower_step` on the grid ``h``; ``count = nb``) and ``X``
     as in :func:`_upper_steps` from lower steps of the parts on the grid ``h`` (the terms beyond
     ``J`` dropped); both anchored at ``g``."""
     parts = _lower_parts(pair, h, hf, M, jc, tau, cap)
@@ -420,14 +443,14 @@ def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     fb, cb = _trimmed(fb), _trimmed(cb)
     if fb is None or cb is None:
         return None
-    b = _lower_step(fb, hf, 1)
-    bc = _lower_step(cb, h, 1)
+    b = lower_step(fb, hf, 1)
+    bc = lower_step(cb, h, 1)
     if b is None or bc is None or not float(np.sum(b.mass)) > 0.0:
         return None
     t = None
     tb = _trimmed(tb) if tb is not None else None
     if tb is not None:
-        t = _lower_step(tb, h, 1)
+        t = lower_step(tb, h, 1)
         if t is None:
             return None
     if t is None or not float(np.sum(t.mass)) > 0.0:
@@ -443,7 +466,7 @@ def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     pooled = _pool(comp.lo, low, M, hf)
     if pooled is None or not np.all(np.isfinite(pooled.Q)):
         return None
-    c = _lower_step(pooled, h, 1)
+    c = lower_step(pooled, h, 1)
     if c is None:
         return None
     block = Step(c.i0, c.mass * (1.0 - 1e-12), 0.0, 0.0, nb, shift=m * g, charge=comp.alias, block=m)

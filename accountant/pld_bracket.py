@@ -2,7 +2,7 @@
 composition (suffix sums with their rounding charged), the re-composition tilted toward the
 delta-quantile (split where one step kind's edge atom carries the mass), and each direction's
 upper and lower ends.  Composition: :mod:`.pld_compose`; the method: :mod:`accountant.pld`.
-The chain runs one way: pairs <- discretise <- compose <- bracket <- pld.
+The chain runs one way: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from .pld_compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window, split_composition
+from .pld_binomial import split_composition
+from .pld_compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
 from .pld_discretise import decay_block, decayed_suffix
 from .pld_pairs import ALIAS, LOWER_RETILT, RETILT
 
@@ -142,7 +143,7 @@ def _tilted(steps, h, delta, alpha, cap_bytes, r_min, n0):
     return compose_steps(steps, h, alpha, cap_bytes, lam, r_min)[0]
 
 
-#: compose one step kind's tilted re-composition split (:func:`~.pld_compose.split_composition`)
+#: compose one step kind's tilted re-composition split (:func:`~.pld_binomial.split_composition`)
 SPLIT = True
 
 
@@ -193,7 +194,7 @@ def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
 
 def lower_one(lower_steps, h, delta, cap_bytes):
     """The lower end of one direction from the composition of its lower steps
-    (:func:`_lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
+    (:func:`lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
     ``LOWER_RETILT * delta``; None over the memory cap."""
     alpha = ALIAS * delta
     lcomp, _ = compose_steps(lower_steps, h, alpha, cap_bytes)

@@ -1,6 +1,7 @@
 """Privacy-loss distributions, part 3: composition of the discretised steps by one FFT on a
-Chernoff window (tilted toward small delta, with its round-off bounded), and the split
-composition of one step kind whose edge atom would drown its tail in round-off.  Reading
+Chernoff window (tilted toward small delta, with its round-off bounded), and one step's several
+powers from one transform.  Compositions summed term by term (a step split into two parts):
+:mod:`.pld_binomial`.  Reading
 ``eps(delta)`` from a composition and the bracket of one grid: :mod:`.pld_bracket`; the method:
 :mod:`accountant.pld`.
 """
@@ -16,7 +17,8 @@ from scipy import fft as sfft
 
 from .pld_pairs import Step
 
-__all__ = ["LAMBDAS", "binomial_composition", "compose_powers", "compose_steps", "delta_tilt", "log_mgfs", "loss_window", "split_composition"]
+__all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "log_mgfs",
+           "loss_window", "power", "untilt"]
 
 
 
@@ -150,7 +152,7 @@ def delta_tilt(up, log_delta):
 
 
 @dataclass
-class _Composed:
+class Composed:
     lo: int            # grid index of mass[0]
     mass: np.ndarray   # composed finite pmf on the window (may hold round-off)
     err: np.ndarray    # per-bin bound on the round-off of ``mass`` (estimate, see compose_steps)
@@ -176,7 +178,7 @@ class _Composed:
         return np.clip(self.mass - self.err, 0.0, 1.0)
 
 
-def _charges(steps) -> float:
+def charges(steps) -> float:
     """The profile offset the steps' charges add to a composition (:attr:`Step.charge`): ``f_(A*B)
     <= f_(A'*B) + c |B|`` for a measure ``A`` whose profile is within ``c`` of ``A'``'s, so each
     step's ``count * charge`` is multiplied by the largest total mass the others can have (the
@@ -188,7 +190,7 @@ def _charges(steps) -> float:
     return c * math.exp(min(logm, 700.0)) * (1.0 + 1e-12)
 
 
-def _power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
+def power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
     """``t ** c`` for Fourier coefficients with ``|t| <= 1``, in polar form.
 
     ``|t|^c e^(i c arg t)``: its rounding error is at most ``~2 pi c u`` relative (the phase
@@ -209,7 +211,7 @@ def _power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
     return out
 
 
-def _cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
+def cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
     """``w`` (grid indices ``i0 ..``) wrapped onto a cyclic grid of ``N`` points."""
     a = np.zeros(N)
     start = i0 % N
@@ -224,7 +226,7 @@ def _cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
     return a
 
 
-def _untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min):
+def untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min):
     """Masses and per-bin error bounds of a tilted composition's window ``vals`` (grid indices
     ``lo ..``; round-off ``level`` per bin, tilted units).
 
@@ -270,11 +272,11 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     shift = math.fsum(s.count * s.shift for s in steps)
     if any(not float(np.sum(s.mass)) > 0.0 for s in steps):   # all of a step's mass is infinite
         K = sum(s.count for s in steps)
-        return _Composed(0, np.zeros(1), np.zeros(1), inf, _charges(steps), sum(s.count * s.bad for s in steps), K,
+        return Composed(0, np.zeros(1), np.zeros(1), inf, charges(steps), sum(s.count * s.bad for s in steps), K,
                          shift, any(s.block > 1 for s in steps)), 1
     if len(steps) == 1 and steps[0].count == 1:      # nothing to compose: no FFT, no round-off
         s = steps[0]
-        return _Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, s.charge, s.bad, 1, shift,
+        return Composed(s.i0, s.mass.copy(), np.zeros(s.mass.size), s.inf, s.charge, s.bad, 1, shift,
                          s.block > 1), s.mass.size
     logm = log_mgfs(steps, h)
     lo, hi = loss_window(steps, h, math.log(alpha), lam, logm, r_min)
@@ -301,13 +303,13 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
             tot = float(w.sum())
             w /= tot
             big += s.count * (mx + math.log(tot))
-        t = sfft.rfft(_cyclic(w, s.i0, N))
+        t = sfft.rfft(cyclic(w, s.i0, N))
         with np.errstate(divide="ignore"):
             lr = np.log(np.abs(t))
         # (a step composed once adds nothing: 0 * log|t| would be NaN where t is exactly 0)
         g_s = (s.count - 1) * lr if s.count > 1 else np.zeros(lr.size)
         logG = g_s if logG is None else logG + g_s
-        t = _power(t, lr, s.count)
+        t = power(t, lr, s.count)
         F = t if F is None else F * t
     # means over the full spectrum (the half spectrum counts twice except its ends)
     g = np.exp(logG)
@@ -337,17 +339,17 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
         if err[0] >= 1.0:
             mass[:] = 0.0                  # unresolved bins: anything in [0, 1]
     else:
-        mass, err = _untilt(vals, big, lam, h, lo, level, r_min)
+        mass, err = untilt(vals, big, lam, h, lo, level, r_min)
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
-    return _Composed(lo, mass, err, inf, 2.0 * alpha + _charges(steps), bad, K, shift,
+    return Composed(lo, mass, err, inf, 2.0 * alpha + charges(steps), bad, K, shift,
                      any(s.block > 1 for s in steps)), N
 
 
 def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     """:func:`compose_steps` of one step kind for several counts at once: one transform of the
-    step, its powers, one inverse transform each -- ``[_Composed]`` in the order of ``counts``, or
+    step, its powers, one inverse transform each -- ``[Composed]`` in the order of ``counts``, or
     None over the memory cap.
 
     Each count keeps its own Chernoff window ``[lo_c, hi_c]`` (:func:`loss_window`, tilted by
@@ -357,7 +359,7 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     each count's round-off bound is :func:`compose_steps`'s with ``K = c``."""
     counts = [int(c) for c in counts]
     if any(c < 1 for c in counts) or not float(np.sum(step.mass)) > 0.0:
-        raise ValueError("compose_powers needs counts >= 1 and a step with finite mass")
+        return None
     one = dataclasses.replace(step, count=1)
     logm = log_mgfs([one], h)
     wins = [loss_window([dataclasses.replace(one, count=c)], h, math.log(alpha), lam, (c * logm[0], c * logm[1]))
@@ -381,7 +383,7 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
         tot = float(w.sum())
         w /= tot
         big1 = mx + math.log(tot)
-    t = sfft.rfft(_cyclic(w, step.i0, N))
+    t = sfft.rfft(cyclic(w, step.i0, N))
     with np.errstate(divide="ignore"):
         lr = np.log(np.abs(t))
     ends = [0] if N % 2 else [0, -1]
@@ -389,7 +391,7 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     out = []
     for c, (lo, hi) in zip(counts, wins):
         n = hi - lo + 1
-        F = _power(t, lr, c)
+        F = power(t, lr, c)
         g = np.exp((c - 1) * lr) if c > 1 else np.ones(lr.size)
         mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
         xs = F.view(np.float64)
@@ -409,269 +411,8 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
             if err[0] >= 1.0:
                 mass[:] = 0.0
         else:
-            mass, err = _untilt(vals, big, lam, h, lo, level, None)
+            mass, err = untilt(vals, big, lam, h, lo, level, None)
         inf = -math.expm1(c * math.log1p(-min(step.inf, 1.0)))
-        out.append(_Composed(lo, mass, err, inf, 2.0 * alpha + _charges([dataclasses.replace(one, count=c)]), c * step.bad, c,
+        out.append(Composed(lo, mass, err, inf, 2.0 * alpha + charges([dataclasses.replace(one, count=c)]), c * step.bad, c,
                              c * step.shift, step.block > 1))
     return out
-
-
-def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap_bytes, lam=0.0):
-    """``sum_(j=0..J) C(K, j) a^(n-j) b^j`` (``a``, ``b`` sub-probability measures on the grid, ``J <=
-    n``): the steps outside ``K - n`` of ``K`` whose ``n`` others are composed elsewhere, each step
-    split into parts ``a + b`` -- all ``j`` of the ``K`` steps that fall into ``b`` counted here
-    (:mod:`.pld_blocks`).  One transform of each part, the terms summed in the Fourier domain;
-    None over the memory cap.
-
-    Tilted by ``e^(lam L)`` and normalised as one step (``a + b`` sums to 1 tilted), so every
-    coefficient of a part has modulus at most its tilted mass.  Round-off, :func:`split_composition`'s
-    model term by term: with ``A = |t_a|``, ``B = |t_b|`` and ``w_j`` the weights, a coefficient errs
-    by at most ``u log2 N sum_j w_j ((n - j) A^(n-j-1) B^j + j A^(n-j) B^(j-1))`` to first order.
-    The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``."""
-    from scipy import special
-
-    if not (0 <= J <= n) or n < 1:
-        raise ValueError("binomial_composition needs 0 <= J <= n and n >= 1")
-    one_a = dataclasses.replace(a, count=1)
-    one_b = dataclasses.replace(b, count=1)
-    la = log_mgfs([one_a], h)
-    lb = log_mgfs([one_b], h)
-    js = np.arange(J + 1)
-    lc = special.gammaln(K + 1) - special.gammaln(js + 1) - special.gammaln(K - js + 1)
-    # the measure's log moments: logsumexp_j (log C(K, j) + (n - j) La + j Lb), both ladders
-    up = special.logsumexp(lc[:, None] + (n - js)[:, None] * la[0][None, :] + js[:, None] * lb[0][None, :], axis=0)
-    dn = special.logsumexp(lc[:, None] + (n - js)[:, None] * la[1][None, :] + js[:, None] * lb[1][None, :], axis=0)
-    # the support: every term's, n - j of a's range and j of b's
-    lo_all = min((n - j) * a.i0 + j * b.i0 for j in range(J + 1))
-    hi_all = max((n - j) * (a.i0 + a.mass.size - 1) + j * (b.i0 + b.mass.size - 1) for j in range(J + 1))
-    bound = Step(lo_all, np.zeros(hi_all - lo_all + 1), 0.0, 0.0, 1)
-    lo, hi = loss_window([bound], h, math.log(alpha), lam, (up, dn))
-    nw = hi - lo + 1
-    if 6 * 8 * nw > cap_bytes:
-        return None
-    N = sfft.next_fast_len(max(nw, 2), real=True)
-    if 8 * 8 * N > cap_bytes:
-        return None
-    # tilt both parts by one normaliser (the step a + b)
-    parts = []
-    mx = -math.inf
-    for s in (a, b):
-        x = (s.i0 + np.arange(s.mass.size)) * h
-        with np.errstate(divide="ignore"):
-            lw = np.log(np.maximum(s.mass, 0.0)) + lam * x
-        parts.append(lw)
-        mx = max(mx, float(np.max(lw)))
-    wa, wb = (np.exp(lw - mx) for lw in parts)
-    tot = float(wa.sum()) + float(wb.sum())
-    wa /= tot
-    wb /= tot
-    sa, sb = float(wa.sum()), float(wb.sum())
-    big = n * (mx + math.log(tot))
-    if not sa > 0.0:
-        return None
-    ta = sfft.rfft(_cyclic(wa / sa, a.i0, N))
-    A = np.minimum(np.abs(ta), 1.0)
-    with np.errstate(divide="ignore"):
-        lA = np.log(A)
-    if J >= 1 and sb > 0.0:
-        tb = sfft.rfft(_cyclic(wb / sb, b.i0, N))
-        Bm = np.minimum(np.abs(tb), 1.0)
-    else:
-        J = 0
-    logw = lc + (n - js) * math.log(sa) + (js * math.log(sb) if sb > 0.0 else np.where(js == 0, 0.0, -np.inf))
-    F = np.zeros_like(ta)
-    G = np.zeros(A.size)
-    Ta = _power(ta, lA, n - J)                    # t_a^(n-j), j = J first
-    Ak = np.exp((n - J) * lA)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        Aprev = np.where(A > 0.0, Ak / A, 0.0) if n - J >= 1 else np.zeros(A.size)
-    Tb = np.ones_like(ta)
-    Bk = np.ones(A.size)
-    Tbs, Bks = [Tb], [Bk]
-    for j in range(1, J + 1):
-        Tbs.append(Tbs[-1] * tb)
-        Bks.append(Bks[-1] * Bm)
-    for j in range(J, -1, -1):
-        wj = math.exp(float(logw[j]))
-        F += wj * (Ta * Tbs[j])
-        G += wj * ((n - j) * Aprev * Bks[j] + (j * Ak * Bks[j - 1] if j else 0.0))
-        if j:
-            Ta = Ta * ta
-            Aprev = Ak
-            Ak = Ak * A
-    del Tbs, Bks, Ta
-    ends = [0] if N % 2 else [0, -1]
-    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
-    xs = F.view(np.float64)
-    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
-    rms_F = math.sqrt(max(sq, 0.0) / N)
-    out = sfft.irfft(F, N)
-    del F
-    start = lo % N
-    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
-    u = np.finfo(float).eps
-    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * (J + 1) * u))
-    if lam == 0.0:
-        scale = math.exp(min(big, 700.0))
-        mass = vals * scale
-        err = np.full(nw, min(level * scale, 1.0))
-        if err[0] >= 1.0:
-            mass[:] = 0.0
-    else:
-        mass, err = _untilt(vals, big, lam, h, lo, level, None)
-    return _Composed(lo, mass, err, 0.0, 2.0 * alpha, 0.0, n, 0.0)
-
-
-#: the most binomial terms a split composition sums (:func:`split_composition`), and the
-#: largest expected number of steps in the rare part (``K p``) where it splits at all
-_SPLIT_TERMS = 64
-_SPLIT_RARE = 8.0
-
-
-def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
-    """The largest ``s`` (a multiple of the pooling block) such that the ``K``-fold composition of
-    the step's atoms below index ``s`` has mass at most ``alpha`` from grid index ``r_min`` on; 0 if
-    none.
-
-    Chernoff, as :func:`loss_window`: ``P(S > x) <= exp(K log E[e^(l L)] - l x)`` over the ladder
-    ``LAMBDAS``, for every prefix of the step at once -- the prefix sums of ``m e^(l x)`` in log
-    space (``logaddexp.accumulate``: no underflow, whatever the scale).  Atoms are pooled in at most
-    65 536 blocks, each block's mass at its largest loss (an upper bound on every moment), and a
-    margin of ``1e-8`` covers the rounding of the logs."""
-    K = step.count
-    n = step.mass.size
-    B = max(1, -(-n // 65536))
-    nb = -(-n // B)
-    m = np.zeros(nb * B)
-    m[:n] = np.maximum(step.mass, 0.0)
-    m = m.reshape(nb, B).sum(axis=1)
-    xb = (step.i0 + np.arange(nb) * B + (B - 1)) * h
-    with np.errstate(divide="ignore"):
-        lm = np.log(m)
-    S = np.logaddexp.accumulate(lm[None, :] + LAMBDAS[:, None] * xb[None, :], axis=1)
-    with np.errstate(invalid="ignore"):
-        w_hi = np.min((K * (S + 1e-8) - log_alpha) / LAMBDAS[:, None], axis=0)
-    ok = ~(np.ceil(w_hi / h) + 1 >= r_min)            # (a prefix of no mass: -inf, fine)
-    bad = np.nonzero(~ok)[0]
-    j = int(bad[0]) if bad.size else nb               # blocks 0 .. j-1 qualify
-    return min(n, j * B)
-
-
-def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: float, r_min: int):
-    """The tilted composition of one step kind read above ``r_min``, without the part that cannot
-    reach there; None where it does not apply.
-
-    A Poisson step with little noise is an atom of nearly all the mass near its edge plus a thin
-    part with large losses.  Its ``K``-fold composition's tail above ``eps`` -- all that ``delta``
-    reads -- comes from the thin part, but an FFT's round-off is relative to the whole: the atom
-    keeps every Fourier coefficient near 1, so each output bin errs by ~``K u log N`` of the total
-    mass, tilted or not (``q = 1e-4``, 378 steps, ``delta = 1e-8``: a charge of 1e-3 delta, a floor
-    of ~5e-4 on the bracket's width).  So split the step at ``s``: ``a`` the atoms below, ``b``
-    the rest, ``(a + b)^K = sum_k C(K, k) a^(K-k) b^k``.  The ``k = 0`` term is not composed: ``s``
-    is the largest split whose ``a^K`` has mass at most ``alpha`` from ``r_min`` on (Chernoff), and
-    that ``alpha`` is charged.  The terms ``k = 1 .. k_max`` are summed in the Fourier domain, each
-    with the binomial weight of the normalised parts, and the bound on their round-off follows
-    :func:`compose_steps`'s model term by term: with ``A = |t_a| / |a|``, ``B = |t_b| / |b|`` and
-    ``p_k`` the binomial weights, a coefficient errs by at most ``u log2 N sum_k p_k ((K - k)
-    A^(K-k-1) B^k + k A^(K-k) B^(k-1))`` to first order -- small where ``b``'s spectrum has
-    decayed, unlike ``K`` times the full spectrum.  The terms beyond ``k_max`` (binomial tail at
-    most ``alpha``) are charged too."""
-    from scipy import special
-
-    K = step.count
-    if K < 2 or lam <= 0.0 or r_min is None:
-        return None
-    log_alpha = math.log(alpha)
-    mass = step.mass
-    n = mass.size
-    # every atom that reaches r_min beside K - 1 of the lowest is in b.  The split pays only
-    # where b is rare, K p <= _SPLIT_RARE: the unsplit spectrum is then ~(1 - p)^K ~ 1 all along
-    # (the round-off floor); where b is common it has decayed by e^-(K p) and the plain
-    # composition is as good (a million steps of q = 1e-4: K p ~ 100)
-    reach = r_min - (K - 1) * step.i0 - step.i0
-    p_min = float(np.sum(mass[max(0, min(n, reach)):])) / max(float(np.sum(mass)), 1e-300)
-    if K * p_min > _SPLIT_RARE:
-        return None
-    s = _split_point(step, h, log_alpha, r_min)
-    if not 0 < s < n:
-        return None
-    ma, mb = float(np.sum(mass[:s])), float(np.sum(mass[s:]))
-    if not (ma > 0.0 and mb > 0.0):
-        return None
-    p = mb / (ma + mb)
-    if K * p > _SPLIT_RARE:
-        return None
-    kmax = None
-    for k in range(1, _SPLIT_TERMS + 1):
-        if float(special.bdtrc(k, K, p)) * (ma + mb) ** K <= alpha:
-            kmax = k
-            break
-    if kmax is None:
-        return None
-    logm = log_mgfs([step], h)
-    lo, hi = loss_window([step], h, log_alpha, lam, logm, r_min)
-    nw = hi - lo + 1
-    if 6 * 8 * nw > cap_bytes:
-        return None
-    N = sfft.next_fast_len(max(nw, 2), real=True)
-    if 8 * 8 * N > cap_bytes:
-        return None
-    x = (step.i0 + np.arange(n)) * h
-    with np.errstate(divide="ignore"):
-        lw = np.log(mass) + lam * x
-    mx = float(np.max(lw))
-    w = np.exp(lw - mx)
-    tot = float(w.sum())
-    w /= tot
-    big = K * (mx + math.log(tot))
-    wa, wb = w[:s], w[s:]
-    sa, sb = float(wa.sum()), float(wb.sum())
-    if not (sa > 0.0 and sb > 0.0):
-        return None
-    ta = sfft.rfft(_cyclic(wa / sa, step.i0, N))
-    tb = sfft.rfft(_cyclic(wb / sb, step.i0 + s, N))
-    A = np.minimum(np.abs(ta), 1.0)
-    B = np.minimum(np.abs(tb), 1.0)
-    with np.errstate(divide="ignore"):
-        la = np.log(A)
-    # the binomial weights of the tilted parts (sa + sb = 1 up to rounding)
-    ks = np.arange(0, kmax + 1)
-    logw = (special.gammaln(K + 1) - special.gammaln(ks + 1) - special.gammaln(K - ks + 1)
-            + ks * math.log(sb) + (K - ks) * math.log(sa))
-    F = np.zeros_like(ta)
-    G = np.zeros(A.size)
-    Ta = _power(ta, la, K - kmax)                  # t_a^(K-k), k = kmax first
-    Ak = np.exp((K - kmax) * la)                   # A^(K-k)
-    Tb = [None] * (kmax + 1)
-    Tb[1] = tb
-    Bk = [None] * (kmax + 1)
-    Bk[0], Bk[1] = np.ones(B.size), B
-    for k in range(2, kmax + 1):
-        Tb[k] = Tb[k - 1] * tb
-        Bk[k] = Bk[k - 1] * B
-    with np.errstate(divide="ignore", invalid="ignore"):
-        Aprev = np.where(A > 0.0, Ak / A, 0.0) if K - kmax >= 1 else np.zeros(A.size)
-    for k in range(kmax, 0, -1):
-        wk = math.exp(float(logw[k]))
-        F += wk * (Ta * Tb[k])
-        G += wk * ((K - k) * Aprev * Bk[k] + k * Ak * Bk[k - 1])
-        Ta = Ta * ta
-        Aprev = Ak
-        Ak = Ak * A
-    del Ta, Tb, Bk
-    ends = [0] if N % 2 else [0, -1]
-    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
-    xs = F.view(np.float64)
-    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
-    rms_F = math.sqrt(max(sq, 0.0) / N)
-    out = sfft.irfft(F, N)
-    del F
-    start = lo % N
-    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
-    u = np.finfo(float).eps
-    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * kmax * u))
-    out_mass, err = _untilt(vals, big, lam, h, lo, level, r_min)
-    inf = -math.expm1(K * math.log1p(-min(step.inf, 1.0)))
-    tail = float(special.bdtrc(kmax, K, p)) * (ma + mb) ** K
-    return _Composed(lo, out_mass, err, inf, 3.0 * alpha + tail + _charges([step]), K * step.bad, K,
-                     K * step.shift, step.block > 1)

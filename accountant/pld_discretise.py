@@ -14,10 +14,11 @@ import numpy as np
 from .caches import cached, register
 from .pld_pairs import OverCap, Pair, Step, dominating_pairs
 
-__all__ = ["discretised_steps", "decay_block", "decayed_suffix", "edge_anchor"]
+__all__ = ["Bins", "bins_of", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor", "lower_step",
+           "upper_step"]
 
 @dataclass
-class _Bins:
+class Bins:
     """True masses of one step's loss on the bins ``(j h, (j+1) h]``, ``j = i0 .. i0+n-1``."""
 
     i0: int
@@ -34,7 +35,7 @@ _BINS: dict = {}
 register(_BINS.clear)
 
 
-def _bins_of(pair: Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
+def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int) -> Bins:
     lo, hi = pair.loss_range(tau)
     # (a loss range that is not finite, or whose grid indices leave int64 -- noise so small that
     # the losses are past 1e18 grid steps -- is over the cap too: the PLD cannot hold it, RDP answers)
@@ -49,7 +50,7 @@ def _bins_of(pair: Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
     i1 = math.ceil(hi / h) + 1
     edges = np.arange(i0, i1 + 1, dtype=float) * h
     P, Q, p_below, p_above = pair.bins(edges)
-    b = _Bins(i0, P, Q, p_below, p_above)        # never modified by its users
+    b = Bins(i0, P, Q, p_below, p_above)        # never modified by its users
     size = P.nbytes + Q.nbytes
     if size <= _BINS_BYTES // 2:
         while _BINS and size + sum(v.P.nbytes + v.Q.nbytes for v in _BINS.values()) > _BINS_BYTES:
@@ -58,7 +59,7 @@ def _bins_of(pair: Pair, h: float, tau: float, cap_bytes: int) -> _Bins:
     return b
 
 
-def _upper_step(b: _Bins, h: float, count: int) -> Step:
+def upper_step(b: Bins, h: float, count: int) -> Step:
     """Connect-the-dots: each bin's mass is split between its two grid points so that the
     ``Q``-mass is kept (pessimistic; the tails go to the lowest grid point and to +infinity)."""
     i0, P, Q = b.i0, b.P, b.Q
@@ -78,10 +79,10 @@ def _upper_step(b: _Bins, h: float, count: int) -> Step:
 
 
 def _rounded_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int) -> Step:
-    return _upper_step(_bins_of(pair, h, tau, cap_bytes), h, count)
+    return upper_step(bins_of(pair, h, tau, cap_bytes), h, count)
 
 
-def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
+def lower_step(b: Bins, h: float, count: int) -> Step | None:
     """A grid measure whose hockey-stick profile lies below the step's true profile.
 
     Write the profile as a function of ``t = e^eps``: ``f(t) = E_P[(1 - t e^-L)_+]``, convex
@@ -137,7 +138,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
     plain = np.maximum(gp[:-1], gp[1:])           # d_i = max(gap_(i-1), gap_i), i = 0..n
     # the bottom rule first; where its polyline cannot be made a measure, the plain rule.  (A
     # bin holding nearly all the mass at its lower end -- an atom on a grid point, see
-    # :func:`_aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
+    # :func:`~.pld_pairs.aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
     # vertex in place, must then lower the upper one by ~h times that mass, a concave kink the
     # thin tail above cannot repay; the plain rule lowers both by the gap, ~0.)
     best = None
@@ -178,7 +179,7 @@ def _lower_step(b: _Bins, h: float, count: int) -> Step | None:
 
 
 def _F_ROUNDING(n: int, h: float) -> float:
-    """Relative rounding bound of the profile values ``f`` of :func:`_lower_step`: the decayed
+    """Relative rounding bound of the profile values ``f`` of :func:`lower_step`: the decayed
     suffix sums (:func:`decayed_rounding`), the ``n``-term suffix sum in ``np.longdouble``
     (``n`` of its epsilons: 80-bit on x86, a double elsewhere), and 16 double roundings per term,
     all twice over."""
@@ -191,7 +192,7 @@ _BOTTOM_STEPS = 64
 
 
 def _bottom(d, gap, frac, span) -> None:
-    """Lower the bottom vertices of :func:`_lower_step` as little as the segments allow (in place).
+    """Lower the bottom vertices of :func:`lower_step` as little as the segments allow (in place).
 
     The segment ``[t_j, t_(j+1)]`` of the lowered polyline lies below ``f`` as soon as it lies
     below the larger of ``f``'s tangents at its ends, i.e. at their intersection, which sits
@@ -284,7 +285,7 @@ _MAX_BLOCK = 2048
 
 
 def _lower_masses(Pe, rho, d, f, J, h):
-    """``(atoms, None)`` of :func:`_lower_step` closed at grid index ``J``, or ``(None, j)`` if
+    """``(atoms, None)`` of :func:`lower_step` closed at grid index ``J``, or ``(None, j)`` if
     the repair of the negative atoms from vertex ``j`` on cannot be paid for."""
     eh1 = math.expm1(h)
     d = d[:J + 1].copy()
@@ -377,7 +378,7 @@ def _symmetrised(a: Step, b: Step, h: float) -> Step:
     return Step(i0, m, a.inf, a.bad + b.bad, a.count)
 
 
-def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
+def _symmetrised_bins(r: Bins, a: Bins) -> Bins:
     """True bins of the pair whose profile is ``max`` of the remove pair ``r`` and the add pair
     ``a`` (see :func:`_symmetrised`): ``r``'s losses above 0, ``a``'s below 0, and an atom at 0
     (loss 0: equal P- and Q-mass) in the bin ``(-h, 0]``."""
@@ -396,7 +397,7 @@ def _symmetrised_bins(r: _Bins, a: _Bins) -> _Bins:
     atom = max(0.0, 1.0 - float(np.sum(P)) - r.p_above - a.p_below)
     P[j0 - 1] += atom
     Q[j0 - 1] += atom
-    return _Bins(i0, P, Q, a.p_below, r.p_above)
+    return Bins(i0, P, Q, a.p_below, r.p_above)
 
 
 def edge_anchor(pair: Pair, h: float):
@@ -450,7 +451,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     so the merged profile is lower), and the grid is anchored there: atoms at ``g + j h``.  The
     cell's far end is ``g + h`` (add: ``g - h``), ``g`` just below the fixed point of that relation, so
     the bin next to the edge holds that atom at its grid end and nothing else (its profile has no
-    chord gap: no vertex at the bottom is lowered, which would shift every loss below it).  The rest is :func:`_lower_step` on the anchored bins (losses relative to ``g``: ``Q``
+    chord gap: no vertex at the bottom is lowered, which would shift every loss below it).  The rest is :func:`lower_step` on the anchored bins (losses relative to ``g``: ``Q``
     scaled by ``e^g``).  The step carries ``shift = g``; a composition of ``K`` such steps is
     read at ``eps - K g``."""
     if pair.edge is None:
@@ -477,7 +478,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
         P, Q, _, _ = pair.bins(g + h * np.arange(i0, 0, dtype=float))
         P = np.concatenate((P, [P_edge]))
         Qs = np.concatenate((Q * eg, [Qs_edge]))
-    step = _lower_step(_Bins(i0, P, Qs, 0.0, 0.0), h, count)
+    step = lower_step(Bins(i0, P, Qs, 0.0, 0.0), h, count)
     if step is not None:
         step.shift = g
     return step
@@ -497,16 +498,16 @@ def discretised_steps(events, h, tau, direction, cap, lower=False):
         pairs = dominating_pairs(ev, direction)
         if not pairs:
             continue
-        bins = [_bins_of(pr, h, tau, cap) for pr in pairs]
+        bins = [bins_of(pr, h, tau, cap) for pr in pairs]
         if len(bins) == 1:
-            ups.append(_upper_step(bins[0], h, k))
+            ups.append(upper_step(bins[0], h, k))
             b = bins[0]
         else:
-            ups.append(_symmetrised(*(_upper_step(bi, h, k) for bi in bins), h))
+            ups.append(_symmetrised(*(upper_step(bi, h, k) for bi in bins), h))
             b = _symmetrised_bins(*bins) if lower else None
         if lower:
             a = _anchored_lower_step(pairs[0], h, tau, k, cap) if ANCHORED and len(pairs) == 1 else None
-            los.append(a if a is not None else _lower_step(b, h, k))
+            los.append(a if a is not None else lower_step(b, h, k))
     return (ups, los) if lower else ups
 
 

@@ -2,7 +2,7 @@
 masses, exactly), the discretised step the other parts exchange, and the constants of the method.
 Part 2 discretises the pairs on a grid (:mod:`.pld_discretise`), part 3 composes the steps
 (:mod:`.pld_compose`), part 4 reads a bracket from it (:mod:`.pld_bracket`), and :mod:`.pld` searches the grid and answers queries (the public API, with
-the method and its references).  The chain runs one way: pairs <- discretise <- compose <- bracket <- pld.
+the method and its references).  The chain runs one way: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussi
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap"]
+           "Step", "OverCap", "aligned_grid"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -361,3 +361,28 @@ class Step:
 
 class OverCap(Exception):
     pass
+
+
+def aligned_grid(events, h: float) -> float | None:
+    """A grid step in ``(h/2, h]`` that puts the subsampled loss's atom on a grid point, or None.
+
+    With small noise almost all of a Poisson step's mass sits just above ``log(1 - q)`` (remove
+    direction; just below ``-log(1 - q)`` for add, and both for sampling without replacement):
+    an atom.  Mid-way between two grid points its chord gap is ``~h/4`` of the whole mass, more
+    than the thin tail above can repay, and :func:`lower_step` fails.  With ``h' = |log(1 - q)|
+    / ceil(|log(1 - q)| / h)`` the atom sits at a grid point (the grid is symmetric about 0, so
+    for both signs), its gap is ~0, and the lower step exists.  Any grid's lower end is valid;
+    this one is used only where the grid ``h``'s lower steps fail.  The atom of the subsampled
+    event with the most steps is aligned; None where no event is subsampled (0 < q < 1) or the
+    atom is within ``h`` of 0 (then it sits near a grid point already)."""
+    best = None
+    for ev, k in events:
+        q = ev.use_probability
+        if 0.0 < q < 1.0 and (best is None or k > best[1]):
+            best = (q, k)
+    if best is None:
+        return None
+    a = -math.log1p(-best[0])
+    if not a >= h:
+        return None
+    return a / math.ceil(a / h)

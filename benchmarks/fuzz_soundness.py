@@ -387,18 +387,18 @@ _BLOCKED = [0]          # block compositions built in this process (the calibrat
 
 
 def _set_block_min(block_min):
-    from dpcalib.accountant import pld, pld_blocks
+    from dpcalib.accountant import pld_blocks
 
     pld_blocks.BLOCK_MIN = pld_blocks.DEFAULT_BLOCK_MIN if block_min is None else int(block_min)
-    if not getattr(pld.blocked_steps, "counted", False):
-        inner = pld.blocked_steps
+    if not getattr(pld_blocks.blocked_steps, "counted", False):
+        inner = pld_blocks.blocked_steps
 
         def counted(*args, **kwargs):
             out = inner(*args, **kwargs)
             _BLOCKED[0] += out is not None
             return out
         counted.counted = True
-        pld.blocked_steps = counted
+        pld_blocks.blocked_steps = counted
 
 
 def _star(args):

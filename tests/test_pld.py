@@ -300,13 +300,13 @@ def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
     from dpcalib.accountant import pld as P
 
     if kind == "both":      # the replace-one envelope of sampling without replacement
-        bins = PS._symmetrised_bins(*(PS._bins_of(PP.pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS._symmetrised_bins(*(PS.bins_of(PP.pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
                                      for d in ("remove", "add")))
         true = lambda e: max(oracles.wor_profile(q, z, e, d, dps=30) for d in ("remove", "add"))  # noqa: E731
     else:
-        bins = PS._bins_of(PP.pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
+        bins = PS.bins_of(PP.pair(kind, z, q), h, 1e-14, P.MEMORY_CAP)
         true = lambda e: oracles.wor_profile(q, z, e, kind, dps=30)  # noqa: E731
-    low = PS._lower_step(bins, h, 1)
+    low = PS.lower_step(bins, h, 1)
     if low is None:     # allowed only when the grid does not resolve the loss's range (~q wide)
         assert h > 0.2 * q
         return
@@ -327,7 +327,7 @@ def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
     from dpcalib.accountant import pld as P
 
     h = 1e-4
-    low = PS._lower_step(PS._bins_of(PP.pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
+    low = PS.lower_step(PS.bins_of(PP.pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
     losses = (low.i0 + np.arange(low.mass.size)) * h
     for e in (math.log1p(-q) - 3 * h, math.log1p(-q) - 50 * h):
         got = float(np.sum(low.mass * -np.expm1(e - losses)))
@@ -363,7 +363,7 @@ def test_polar_power_matches_the_complex_power_and_is_zero_only_where_it_underfl
     r = np.concatenate([1.0 - np.logspace(-12, -0.01, 4000), rng.uniform(0.0, 1.0, 4000)])
     t = r * np.exp(1j * rng.uniform(-math.pi, math.pi, r.size))
     for c in (1, 2, 7, 100, 1000, 123457):
-        got = PC._power(t, np.log(np.abs(t)), c)
+        got = PC.power(t, np.log(np.abs(t)), c)
         ref = np.exp(c * np.log(r)) * np.exp(1j * c * np.angle(t).astype(np.longdouble)).astype(complex)
         tiny = c * np.log(r) < -745.0
         assert np.all(got[tiny] == 0.0)

@@ -12,6 +12,7 @@ import pytest
 
 from dpcalib.accountant import pld as P
 from dpcalib.accountant import pld_blocks as PB
+from dpcalib.accountant import pld_binomial as PB_
 from dpcalib.accountant import pld_compose as PC
 from dpcalib.accountant.caches import clear_cache
 from dpcalib.accountant.events import PoissonSampledGaussianEvent
@@ -29,10 +30,10 @@ def blocks_from(monkeypatch):
 
 
 def _plain(events, delta, monkeypatch, rtol=1e-5):
-    monkeypatch.setattr(P, "BLOCKS", False)
+    monkeypatch.setattr(PB, "BLOCKS", False)
     clear_cache()
     b = P.pld_epsilon(events, delta, rtol=rtol)
-    monkeypatch.setattr(P, "BLOCKS", True)
+    monkeypatch.setattr(PB, "BLOCKS", True)
     clear_cache()
     return b
 
@@ -106,7 +107,7 @@ def test_binomial_composition_matches_direct_convolution():
         start = (n - j) * a.i0 + j * b.i0 - lo
         ref[start:start + term.size] += special.comb(K, j) * term
     for lam in (0.0, 2.0):
-        c = PC.binomial_composition(a, b, n, K, J, h, 1e-30, 1 << 30, lam)
+        c = PB_.binomial_composition(a, b, n, K, J, h, 1e-30, 1 << 30, lam)
         got = np.zeros_like(ref)
         got[c.lo - lo:c.lo - lo + c.mass.size] = c.mass
         err = np.zeros_like(ref)

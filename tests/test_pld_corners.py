@@ -182,7 +182,7 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
     monkeypatch.setattr(pld_discretise, "ANCHORED", False)
     for aligned in (True, False):
         if not aligned:
-            monkeypatch.setattr(pld, "_aligned_grid", lambda events, h: None)
+            monkeypatch.setattr(pld, "aligned_grid", lambda events, h: None)
         pld.clear_cache()
         b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
         assert prof(b.lower) >= delta * (1 - 1e-9) and prof(b.upper) <= delta * (1 + 1e-9)
