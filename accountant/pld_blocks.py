@@ -142,7 +142,7 @@ def _blocked(pair, h, tau, K, delta, cap, lower, plan):
     budget = _BLOCK_ALIAS * ALIAS * delta
     if lower:
         return _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap)
-    return _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, delta)
+    return _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap)
 
 
 def _cut(coarse: Bins, h: float, K: int, delta: float):
@@ -251,20 +251,7 @@ def _resolved(comp, total: float, upper: bool):
     return up
 
 
-def _add(acc, lo, mass, w):
-    """``acc = (lo, array)`` plus ``w`` times ``mass`` at grid index ``lo``."""
-    if acc is None:
-        return lo, w * mass
-    a_lo, a = acc
-    new_lo = min(a_lo, lo)
-    new_hi = max(a_lo + a.size, lo + mass.size)
-    out = np.zeros(new_hi - new_lo)
-    out[a_lo - new_lo:a_lo - new_lo + a.size] += a
-    out[lo - new_lo:lo - new_lo + mass.size] += w * mass
-    return new_lo, out
-
-
-def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap, delta):
+def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     """The upper steps: the block ``b^m`` (``count = nb``) and ``X = sum_(j<=J) C(K, j) b^(rest-j)
     t^j`` (the rest of the steps, and every term in which ``j`` of all ``K`` steps fall into the
     tail ``t``); the terms beyond ``J`` go to infinity."""
