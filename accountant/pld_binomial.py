@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import fft as sfft
 
-from .pld_compose import LAMBDAS, Composed, charges, cyclic, log_mgfs, loss_window, power, untilt
+from .pld_compose import LAMBDAS, Composed, charges, cyclic, log_mgfs, loss_window, power, read_window, tilted
 from .pld_pairs import Step
 
 __all__ = ["binomial_composition", "split_composition"]
@@ -107,25 +107,8 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
             Aprev = Ak
             Ak = Ak * A
     del Tbs, Bks, Ta
-    ends = [0] if N % 2 else [0, -1]
-    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
-    xs = F.view(np.float64)
-    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
-    rms_F = math.sqrt(max(sq, 0.0) / N)
-    out = sfft.irfft(F, N)
+    mass, err = read_window(F, G, 1.0, N, lo, nw, big, lam, h, None, 8 * (J + 1) * float(np.finfo(float).eps))
     del F
-    start = lo % N
-    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
-    u = np.finfo(float).eps
-    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * (J + 1) * u))
-    if lam == 0.0:
-        scale = math.exp(min(big, 700.0))
-        mass = vals * scale
-        err = np.full(nw, min(level * scale, 1.0))
-        if err[0] >= 1.0:
-            mass[:] = 0.0
-    else:
-        mass, err = untilt(vals, big, lam, h, lo, level, None)
     return Composed(lo, mass, err, 0.0, 2.0 * alpha, 0.0, n, 0.0)
 
 
@@ -223,14 +206,8 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     N = sfft.next_fast_len(max(nw, 2), real=True)
     if 8 * 8 * N > cap_bytes:
         return None
-    x = (step.i0 + np.arange(n)) * h
-    with np.errstate(divide="ignore"):
-        lw = np.log(mass) + lam * x
-    mx = float(np.max(lw))
-    w = np.exp(lw - mx)
-    tot = float(w.sum())
-    w /= tot
-    big = K * (mx + math.log(tot))
+    w, log_norm = tilted(mass, step.i0, h, lam)
+    big = K * log_norm
     wa, wb = w[:s], w[s:]
     sa, sb = float(wa.sum()), float(wb.sum())
     if not (sa > 0.0 and sb > 0.0):
@@ -266,18 +243,8 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
         Aprev = Ak
         Ak = Ak * A
     del Ta, Tb, Bk
-    ends = [0] if N % 2 else [0, -1]
-    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
-    xs = F.view(np.float64)
-    sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
-    rms_F = math.sqrt(max(sq, 0.0) / N)
-    out = sfft.irfft(F, N)
+    out_mass, err = read_window(F, G, 1.0, N, lo, nw, big, lam, h, r_min, 8 * kmax * float(np.finfo(float).eps))
     del F
-    start = lo % N
-    vals = out[start:start + nw] if start + nw <= N else np.concatenate((out[start:], out[:start + nw - N]))
-    u = np.finfo(float).eps
-    level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (mean_G + rms_F + 1e-300 + 8 * kmax * u))
-    out_mass, err = untilt(vals, big, lam, h, lo, level, r_min)
     inf = -math.expm1(K * math.log1p(-min(step.inf, 1.0)))
     tail = float(special.bdtrc(kmax, K, p)) * (ma + mb) ** K
     return Composed(lo, out_mass, err, inf, 3.0 * alpha + tail + charges([step]), K * step.bad, K,

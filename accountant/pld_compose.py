@@ -18,7 +18,7 @@ from scipy import fft as sfft
 from .pld_pairs import Step
 
 __all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "log_mgfs",
-           "loss_window", "power", "untilt"]
+           "loss_window", "power", "read_window", "tilted", "untilt"]
 
 
 
@@ -248,6 +248,52 @@ def untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min)
     return mass, err
 
 
+def tilted(mass: np.ndarray, i0: int, h: float, lam: float):
+    """``(w, log_norm)``: a step's masses (grid indices ``i0 ..``) tilted by ``e^(lam L)`` and
+    normalised to sum 1, and the log of the normaliser (the un-tilting constant of one step)."""
+    if lam == 0.0:                         # no tilt: normalising is one division
+        tot = float(mass.sum())
+        return mass / tot, math.log(tot)
+    x = (i0 + np.arange(mass.size)) * h
+    with np.errstate(divide="ignore"):
+        lw = np.log(mass) + lam * x
+    mx = float(np.max(lw))
+    w = np.exp(lw - mx)
+    tot = float(w.sum())
+    w /= tot
+    return w, mx + math.log(tot)
+
+
+def read_window(F, G, g_factor, N, lo, n, big, lam, h, r_min=None, extra=0.0):
+    """``(mass, err)`` on the window ``[lo, lo + n)`` of the inverse transform of ``F`` (a tilted,
+    normalised composition's spectrum), un-tilted by ``e^big`` (:func:`untilt`).
+
+    Round-off (see :func:`compose_steps`): ``G`` bounds, per coefficient, how far rounding in the
+    transforms of the factors moves ``F`` to first order (``g_factor`` times it); an output bin
+    errs by at most ``4 u log2 N`` times the spectrum's mean of that plus ``rms|F|`` (the inverse
+    transform's own) plus ``extra``, or by the most negative output value if larger."""
+    ends = [0] if N % 2 else [0, -1]       # (the half spectrum counts twice except its ends)
+    mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
+    x = F.view(np.float64)                 # (real and imaginary parts; no BLAS, see _log_mgf)
+    sq = 2.0 * float(np.sum(x * x)) - float(np.sum(np.abs(F[ends]) ** 2))
+    del x
+    rms_F = math.sqrt(max(sq, 0.0) / N)
+    out = sfft.irfft(F, N)
+    start = lo % N                         # the window on the cyclic grid
+    vals = out[start:start + n] if start + n <= N else np.concatenate((out[start:], out[:start + n - N]))
+    u = np.finfo(float).eps
+    level = max(float(-min(vals.min(), 0.0)),
+                4.0 * u * math.log2(N) * (g_factor * mean_G + rms_F + 1e-300 + extra))
+    if lam == 0.0:                         # un-tilting is one constant factor (the total mass)
+        scale = math.exp(min(big, 700.0))
+        mass = vals * scale
+        err = np.full(n, min(level * scale, 1.0))
+        if err[0] >= 1.0:
+            mass[:] = 0.0                  # unresolved bins: anything in [0, 1]
+        return mass, err
+    return untilt(vals, big, lam, h, lo, level, r_min)
+
+
 def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     """Compose the steps with one FFT of the pmfs tilted by ``e^(lam L)``.
 
@@ -290,19 +336,8 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     logG = None                            # sum (count - 1) log|t|: bounds the powers' derivative
     big = 0.0                              # log of the un-tilting constant, sum of count * log MGF
     for s in steps:
-        if lam == 0.0:                     # no tilt: normalising is one division
-            tot = float(s.mass.sum())
-            w = s.mass / tot
-            big += s.count * math.log(tot)
-        else:
-            x = (s.i0 + np.arange(s.mass.size)) * h
-            with np.errstate(divide="ignore"):
-                lw = np.log(s.mass) + lam * x
-            mx = float(np.max(lw))
-            w = np.exp(lw - mx)
-            tot = float(w.sum())
-            w /= tot
-            big += s.count * (mx + math.log(tot))
+        w, log_norm = tilted(s.mass, s.i0, h, lam)
+        big += s.count * log_norm
         t = sfft.rfft(cyclic(w, s.i0, N))
         with np.errstate(divide="ignore"):
             lr = np.log(np.abs(t))
@@ -311,35 +346,13 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
         logG = g_s if logG is None else logG + g_s
         t = power(t, lr, s.count)
         F = t if F is None else F * t
-    # means over the full spectrum (the half spectrum counts twice except its ends)
-    g = np.exp(logG)
-    ends = [0] if N % 2 else [0, -1]
-    mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
-    x = F.view(np.float64)                 # (real and imaginary parts; no BLAS, see _log_mgf)
-    sq = 2.0 * float(np.sum(x * x)) - float(np.sum(np.abs(F[ends]) ** 2))
-    del x
-    rms_F = math.sqrt(max(sq, 0.0) / N)
-    del logG, g
-    out = sfft.irfft(F, N)
-    del F
-    start = lo % N                         # the window [lo, hi] on the cyclic grid
-    vals = out[start:start + n] if start + n <= N else np.concatenate((out[start:], out[:start + n - N]))
     # every tilted pmf sums to 1, so each coefficient t has |t| <= 1 and errs by at most
     # ~u log2 N; the product of the powers then errs by at most K u log2 N G_k with
     # G_k = prod |t_i|^(c_i - 1) (first order), and the inverse transform adds ~u log2 N |F|;
     # an output bin errs by at most the mean over the spectrum of these (times 4 for safety)
     K_all = sum(s.count for s in steps)
-    u = np.finfo(float).eps
-    level = max(float(-min(vals.min(), 0.0)),
-                4.0 * u * math.log2(N) * (K_all * mean_G + rms_F + 1e-300))
-    if lam == 0.0:                         # un-tilting is one constant factor (the total mass)
-        scale = math.exp(min(big, 700.0))
-        mass = vals * scale
-        err = np.full(n, min(level * scale, 1.0))
-        if err[0] >= 1.0:
-            mass[:] = 0.0                  # unresolved bins: anything in [0, 1]
-    else:
-        mass, err = untilt(vals, big, lam, h, lo, level, r_min)
+    mass, err = read_window(F, np.exp(logG), K_all, N, lo, n, big, lam, h, r_min)
+    del F, logG
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     bad = sum(s.count * s.bad for s in steps)
     K = sum(s.count for s in steps)
@@ -370,48 +383,14 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     N = sfft.next_fast_len(max(n_max, 2), real=True)
     if 6 * 8 * N > cap_bytes:
         return None
-    if lam == 0.0:
-        tot = float(step.mass.sum())
-        w = step.mass / tot
-        big1 = math.log(tot)
-    else:
-        x = (step.i0 + np.arange(step.mass.size)) * h
-        with np.errstate(divide="ignore"):
-            lw = np.log(step.mass) + lam * x
-        mx = float(np.max(lw))
-        w = np.exp(lw - mx)
-        tot = float(w.sum())
-        w /= tot
-        big1 = mx + math.log(tot)
+    w, big1 = tilted(step.mass, step.i0, h, lam)
     t = sfft.rfft(cyclic(w, step.i0, N))
     with np.errstate(divide="ignore"):
         lr = np.log(np.abs(t))
-    ends = [0] if N % 2 else [0, -1]
-    u = np.finfo(float).eps
     out = []
     for c, (lo, hi) in zip(counts, wins):
-        n = hi - lo + 1
-        F = power(t, lr, c)
         g = np.exp((c - 1) * lr) if c > 1 else np.ones(lr.size)
-        mean_G = (2.0 * float(g.sum()) - float(g[ends].sum())) / N
-        xs = F.view(np.float64)
-        sq = 2.0 * float(np.sum(xs * xs)) - float(np.sum(np.abs(F[ends]) ** 2))
-        rms_F = math.sqrt(max(sq, 0.0) / N)
-        vals_all = sfft.irfft(F, N)
-        del F, g, xs
-        start = lo % N
-        vals = (vals_all[start:start + n] if start + n <= N
-                else np.concatenate((vals_all[start:], vals_all[:start + n - N])))
-        level = max(float(-min(vals.min(), 0.0)), 4.0 * u * math.log2(N) * (c * mean_G + rms_F + 1e-300))
-        big = c * big1
-        if lam == 0.0:
-            scale = math.exp(min(big, 700.0))
-            mass = vals * scale
-            err = np.full(n, min(level * scale, 1.0))
-            if err[0] >= 1.0:
-                mass[:] = 0.0
-        else:
-            mass, err = untilt(vals, big, lam, h, lo, level, None)
+        mass, err = read_window(power(t, lr, c), g, c, N, lo, hi - lo + 1, c * big1, lam, h)
         inf = -math.expm1(c * math.log1p(-min(step.inf, 1.0)))
         out.append(Composed(lo, mass, err, inf, 2.0 * alpha + charges([dataclasses.replace(one, count=c)]), c * step.bad, c,
                              c * step.shift, step.block > 1))
