@@ -433,6 +433,8 @@ def main(argv=None) -> int:
                     help="compose this many or more steps of one Poisson pair in blocks (default 16384: "
                          "never here; e.g. 256 puts the block composition under the oracles)")
     a = ap.parse_args(argv)
+    if a.block_min is not None and not 16 <= a.block_min:
+        ap.error(f"--block-min={a.block_min} is not allowed: expected an integer >= 16 (a block holds at least 16 steps)")
     t0 = time.perf_counter()
     res = fuzz(a.configs, a.seed, a.workers, progress=sys.stderr.isatty(), accountant=a.accountant,
                block_min=a.block_min)
