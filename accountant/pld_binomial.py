@@ -138,13 +138,38 @@ def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
     xb = (step.i0 + np.arange(nb) * B + (B - 1)) * h
     with np.errstate(divide="ignore"):
         lm = np.log(m)
-    S = np.logaddexp.accumulate(lm[None, :] + LAMBDAS[:, None] * xb[None, :], axis=1)
-    with np.errstate(invalid="ignore"):
-        w_hi = np.min((K * (S + 1e-8) - log_alpha) / LAMBDAS[:, None], axis=0)
-    ok = ~(np.ceil(w_hi / h) + 1 >= r_min)            # (a prefix of no mass: -inf, fine)
-    bad = np.nonzero(~ok)[0]
-    j = int(bad[0]) if bad.size else nb               # blocks 0 .. j-1 qualify
-    return min(n, j * B)
+    lam = LAMBDAS[:, None]
+
+    def bad(S):                                       # per prefix: its bound reaches r_min
+        with np.errstate(invalid="ignore"):
+            w_hi = np.min((K * (S + 1e-8) - log_alpha) / lam, axis=0)
+        return np.ceil(w_hi / h) + 1 >= r_min         # (a prefix of no mass: -inf, fine)
+
+    # the prefix sums grow with the prefix, so the bounds do: the first failing prefix is found
+    # from the left, a stretch of atoms at a time (the split is usually near the edge atom) --
+    # each chunk's log-sum (one exp per atom), the chunks' running log-sums, and the running
+    # log-sum atom by atom inside the first chunk whose end fails only (logaddexp.accumulate
+    # over every atom and every lambda cost ~10-20 ms a composition)
+    C = 256
+    carry = np.full((LAMBDAS.size, 1), -np.inf)
+    for start in range(0, nb, 32 * C):
+        stop = min(nb, start + 32 * C)
+        nc = -(-(stop - start) // C)
+        v = np.full((LAMBDAS.size, nc * C), -np.inf)
+        v[:, :stop - start] = lm[None, start:stop] + lam * xb[None, start:stop]
+        v3 = v.reshape(LAMBDAS.size, nc, C)
+        top = v3.max(axis=2)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            sums = top + np.log(np.exp(v3 - top[:, :, None]).sum(axis=2))
+        ends = np.logaddexp.accumulate(np.concatenate([carry, sums], axis=1), axis=1)
+        failing = np.nonzero(bad(ends[:, 1:]))[0]
+        if failing.size:
+            c = int(failing[0])
+            S = np.logaddexp.accumulate(np.concatenate([ends[:, c:c + 1], v3[:, c, :]], axis=1), axis=1)
+            return min(n, (start + c * C + int(np.nonzero(bad(S[:, 1:]))[0][0])) * B)
+        carry = ends[:, -1:]
+    return min(n, nb * B)                             # every block qualifies
 
 
 def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: float, r_min: int):
