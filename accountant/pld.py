@@ -446,14 +446,21 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         if (prev_own is not None and own_lo > 0.0 and prev_lo > 0.0 and prev_own <= 0.1 * up
                 and own * 0.75 * (prev_h / h) > prev_own):
             slow = 2
+        # the width's order in h on the last refinement: 2 (both ends O(h^2)) down to ~1 where the
+        # lower end's error dominates (small q: 0.9 seen); taken in [1.5, 2] -- between the
+        # coarsest grids it may understate the next refinement's (1.2 beside 3)
+        order = 2.0
+        if prev_own is not None and 0.0 < own < math.inf and 0.0 < prev_own < math.inf and prev_h > h:
+            order = min(2.0, max(1.5, math.log(prev_own / own) / math.log(prev_h / h)))
         prev_gap, prev_own, prev_lo, prev_h = gap, own, own_lo, h
         if slow >= 2:
             notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g}; "
                          f"a floating-point floor, finer grids do not help)")
             best = EpsilonBracket(lo, up, d, h, False, tuple(notes))
             break
-        # the width is O(K h^2) (both ends are O(h^2) per step): refine by the square root
-        fac = math.sqrt(0.7 * max(r * up, a_tol) / gap) if gap > 0 else 0.5
+        # the width is O(K h^2) (both ends O(h^2) per step), nearer O(h) at small q: refine by the
+        # root of that order
+        fac = (0.7 * max(r * up, a_tol) / gap) ** (1.0 / order) if gap > 0 else 0.5
         h_next = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))
         # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
         # already within the tolerance -- so a prediction need not compose both ends there

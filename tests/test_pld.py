@@ -564,3 +564,27 @@ def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(
         assert lo == max(each) and up == math.inf
         assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed
         monkeypatch.setattr(pld, "lower_one", real)
+
+
+def test_a_refinement_follows_the_order_the_width_narrowed_at(monkeypatch):
+    """Small q, 10 000 steps, delta = 1e-8: from 7.8e-4 to 1.2e-4 the width narrowed at order ~1.5
+    in h (the lower end's error dominates), not 2: the next grid is picked by that order and the
+    bracket converges on it -- 2.05e-5 -- where the square-root rule took 3.45e-5 (too wide) and
+    then 1.73e-5.  The bracket there holds the target's width and is the intersection of valid ones."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(1e-4, 0.6431224), 10_000)]
+    grids = []
+    at = P.pld_epsilon_at
+
+    def spy(events, delta, h, *a, **k):
+        grids.append(h)
+        return at(events, delta, h, *a, **k)
+    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    P.clear_cache()
+    b = P.pld_epsilon(ev, 1e-8)
+    assert [round(g, 8) for g in grids] == [round(0.05 * 2.0 ** (-k / 4.0), 8) for k in (24, 35, 45)]
+    assert b.converged and b.upper - b.lower <= 3e-5 * b.upper
+    assert b.lower <= 0.86 <= b.upper + 1e-4
+    # (the square-root rule's own prediction from the same two grids would have been 3.45e-5)
+    assert P._on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
