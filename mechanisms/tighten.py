@@ -81,11 +81,13 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     # there 40x smaller: q = 1e-4, 378 steps, delta = 1e-8), a 1 % bracket there needs a grid
     # ~10x finer than one at the answer: first a rough root (1 %) on the refinement's first grid
     # -- its upper end is certified too, so that root is a feasible start -- and the coarse grid
-    # chosen there
+    # chosen there.  Already where that grid's upper end is below 0.7 of the target: it is loose
+    # (q = 1e-3, 181 steps, delta = 1e-8: 0.35 of the target beside a true eps of 0.13 of it,
+    # whose 1 % bracket took a 6.9e-5 grid and five coarse evaluations of 0.1 s on it)
     h0 = first_grid(build(start).events, delta)
     f_first = on(h0)
     v0 = f_first(x0)
-    if math.isfinite(v0) and v0 < math.log(0.3):
+    if math.isfinite(v0) and v0 < math.log(0.7):
         xr = loglog_root(f_first, x0, v0, x0 + max(v0 / -k0, -0.3), 1e-2, predict=True,
                          unknown_rtol=CAP_RTOL, grow=True)
         if math.isfinite(f_first(xr)) and f_first(xr) <= 0.0:
@@ -120,6 +122,8 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     # coarse grid (it barely depends on the grid or on a move of the answer)
     span = window_points(build(math.exp(xt)).events, delta, b.discretization) * b.discretization
     h = None
+    solved = set()                      # the grids solved on
+    feasible = []                       # points whose report's own upper end meets the target
     for _ in range(3):
         # the report's grid, predicted without evaluating it (on the first pass) -- then the
         # report's own grid at the answer found
@@ -137,8 +141,18 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         else:
             rb = pld_epsilon(ev, delta)
             hb, ups, wide = rb.discretization, (), (rb.lower, rb.upper)
+            if rb.upper <= target:
+                feasible.append(xt)
         if hb == h or hb <= 0.0:
             break
+        if hb in solved and feasible:
+            # the report's grid flips between two rungs of the ladder near the root (their
+            # widths straddle the tolerance there): the root of the one is not feasible on the
+            # other's report and back -- the smallest point whose own report met the target
+            # ends it (within the two grids' disagreement, ~1e-6, of either root)
+            xt = min(feasible)
+            break
+        solved.add(hb)
         h = hb
         r = _fine_rtol(rtol, wide)
         # a fine grid of millions of points (a million steps at q = 1e-4: seconds a bracket)

@@ -517,3 +517,35 @@ def test_the_rdp_solve_does_not_stop_at_a_cliff_of_a_fixed_order():
     best = DPSGD(0.01, 1000).calibrate(3.0, 1e-150)
     assert best.certified_epsilon <= 3.0 and best["noise_multiplier"] <= z * (1 + 1e-6)
     assert "the PLD bracket stopped" in best.accounting
+
+
+def test_a_report_grid_that_flips_near_the_root_ends_on_a_feasible_point(monkeypatch):
+    """q = 0.1, 1e5 steps, eps 2, delta 1e-8: near the root the report's grid flips between two
+    rungs of the ladder (9.8e-5 and 8.2e-5: their widths straddle the tolerance there) and the
+    root on the one is not feasible on the other's report.  The search ends on the smallest point
+    whose own report met the target instead of re-solving back and forth: certified within the
+    target, no more noise than the full re-solve gave (83.903118), within 1e-5 of the root."""
+    from dpcalib.accountant import PoissonSampledGaussianEvent
+    from dpcalib.accountant.pld import pld_epsilon_at
+
+    from dpcalib.accountant import pld as P
+
+    q, k, target, delta = 0.1, 100_000, 2.0, 1e-8
+    solved = []                          # the grids of the search's fine evaluations, in order
+    at = P.pld_epsilon_at
+
+    def spy(events, d, h, *a, side="both", **kw):
+        if side == "upper" and h < 2e-4 and (not solved or solved[-1] != h):
+            solved.append(h)
+        return at(events, d, h, *a, side=side, **kw)
+    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    P.clear_cache()
+    mech = DPSGD(q, k)
+    z = mech.calibrate(target, delta)["noise_multiplier"]
+    monkeypatch.setattr(P, "pld_epsilon_at", at)
+    assert len(solved) == len(set(solved)) == 2      # each grid solved on once: no re-solve
+    b = mech.accountant(z).epsilon_bracket(delta)
+    assert b.upper <= target and b.converged
+    assert z <= 83.903118
+    up = pld_epsilon_at([(PoissonSampledGaussianEvent(q, z * (1 - 1e-5)), k)], delta, b.discretization)[1]
+    assert up > target
