@@ -152,8 +152,9 @@ def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
     # over every atom and every lambda cost ~10-20 ms a composition)
     C = 256
     carry = np.full((LAMBDAS.size, 1), -np.inf)
-    for start in range(0, nb, 32 * C):
-        stop = min(nb, start + 32 * C)
+    start, width = 0, 4 * C                           # (stretches doubling: the split is often
+    while start < nb:                                 # within the first few hundred atoms)
+        stop = min(nb, start + width)
         nc = -(-(stop - start) // C)
         v = np.full((LAMBDAS.size, nc * C), -np.inf)
         v[:, :stop - start] = lm[None, start:stop] + lam * xb[None, start:stop]
@@ -169,6 +170,7 @@ def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
             S = np.logaddexp.accumulate(np.concatenate([ends[:, c:c + 1], v3[:, c, :]], axis=1), axis=1)
             return min(n, (start + c * C + int(np.nonzero(bad(S[:, 1:]))[0][0])) * B)
         carry = ends[:, -1:]
+        start, width = stop, min(2 * width, 64 * C)
     return min(n, nb * B)                             # every block qualifies
 
 
