@@ -81,13 +81,19 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     # there 40x smaller: q = 1e-4, 378 steps, delta = 1e-8), a 1 % bracket there needs a grid
     # ~10x finer than one at the answer: first a rough root (1 %) on the refinement's first grid
     # -- its upper end is certified too, so that root is a feasible start -- and the coarse grid
-    # chosen there.  Already where that grid's upper end is below 0.7 of the target: it is loose
-    # (q = 1e-3, 181 steps, delta = 1e-8: 0.35 of the target beside a true eps of 0.13 of it,
-    # whose 1 % bracket took a 6.9e-5 grid and five coarse evaluations of 0.1 s on it)
+    # chosen there.  Also where that grid's upper end is below 0.7 of the target and the grid's
+    # own bracket there is wider than the 1 % one asked for next (q = 1e-3, 181 steps, delta =
+    # 1e-8: 0.35 of the target beside a true eps of 0.13 of it, whose 1 % bracket took a 6.9e-5
+    # grid and five coarse evaluations of 0.1 s on it); where it is not, that bracket is the
+    # first grid's and the coarse search on it finds the root as fast (a million steps)
     h0 = first_grid(build(start).events, delta)
     f_first = on(h0)
     v0 = f_first(x0)
-    if math.isfinite(v0) and v0 < math.log(0.7):
+    rough = math.isfinite(v0) and v0 < math.log(0.3)
+    if math.isfinite(v0) and math.log(0.3) <= v0 < math.log(0.7):
+        lo0, up0 = pld_epsilon_at(build(start).events, delta, h0, SEARCH_CAP)
+        rough = lo0 is None or up0 - lo0 > max(1e-2 * up0, 1e-3 * target)
+    if rough:
         xr = loglog_root(f_first, x0, v0, x0 + max(v0 / -k0, -0.3), 1e-2, predict=True,
                          unknown_rtol=CAP_RTOL, grow=True)
         if math.isfinite(f_first(xr)) and f_first(xr) <= 0.0:

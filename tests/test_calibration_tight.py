@@ -549,3 +549,35 @@ def test_a_report_grid_that_flips_near_the_root_ends_on_a_feasible_point(monkeyp
     assert z <= 83.903118
     up = pld_epsilon_at([(PoissonSampledGaussianEvent(q, z * (1 - 1e-5)), k)], delta, b.discretization)[1]
     assert up > target
+
+
+@pytest.mark.parametrize("q, k, target, delta, rough", [(1e-3, 181, 0.3, 1e-8, True), (0.01, 100, 2.0, 1e-5, False)])
+def test_the_rough_root_runs_where_the_first_grid_cannot_give_the_coarse_bracket(monkeypatch, q, k, target,
+                                                                                 delta, rough):
+    """At the RDP start both first-grid upper ends are below 0.7 of the target (0.35 and 0.68).
+    q = 1e-3, 181 steps: that grid's own bracket there is wide ([0.012, 0.106]: the true eps is
+    0.13 of the target), so a rough root on it comes first -- the next evaluation is an upper
+    end elsewhere.  q = 0.01, 100 steps: its bracket is already within 1 % ([1.342, 1.353]), so
+    the coarse search starts there.  Either way that bracket at the same point comes next."""
+    from dpcalib.accountant import pld as P
+
+    calls = []
+    at = P.pld_epsilon_at
+
+    def spy(events, d, h, *a, side="both", **kw):
+        r = at(events, d, h, *a, side=side, **kw)
+        calls.append((events[0][0].noise_multiplier, h, side, r))
+        return r
+    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    P.clear_cache()
+    mech = DPSGD(q, k)
+    z = mech.calibrate(target, delta)["noise_multiplier"]
+    monkeypatch.setattr(P, "pld_epsilon_at", at)
+    (z0, h0, s0, (_, up0)), (z1, h1, s1, (lo1, up1)), (z2, h2, s2, _) = calls[:3]
+    assert s0 == "upper" and up0 < 0.7 * target
+    assert (z1, h1, s1) == (z0, h0, "both") and (up1 - lo1 > 0.01 * up1) == rough
+    if rough:
+        assert (s2, h2) == ("upper", h0) and z2 < z0
+    else:
+        assert (z2, h2, s2) == (z0, h0, "both")   # the 1 % bracket read at the start itself
+    assert mech.accountant(z).epsilon_bracket(delta).upper <= target
