@@ -118,6 +118,19 @@ _SPLIT_TERMS = 64
 _SPLIT_RARE = 8.0
 
 
+def _pooled(step: Step, h: float):
+    """``(log masses, losses, B)``: the step's atoms pooled in at most 65 536 blocks of ``B``, each
+    block's mass at its largest loss (an upper bound on every moment of the block)."""
+    n = step.mass.size
+    B = max(1, -(-n // 65536))
+    nb = -(-n // B)
+    m = np.zeros(nb * B)
+    m[:n] = np.maximum(step.mass, 0.0)
+    m = m.reshape(nb, B).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        return np.log(m), (step.i0 + np.arange(nb) * B + (B - 1)) * h, B
+
+
 def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
     """The largest ``s`` (a multiple of the pooling block) such that the ``K``-fold composition of
     the step's atoms below index ``s`` has mass at most ``alpha`` from grid index ``r_min`` on; 0 if
@@ -125,19 +138,12 @@ def _split_point(step: Step, h: float, log_alpha: float, r_min: int) -> int:
 
     Chernoff, as :func:`loss_window`: ``P(S > x) <= exp(K log E[e^(l L)] - l x)`` over the ladder
     ``LAMBDAS``, for every prefix of the step at once -- the prefix sums of ``m e^(l x)`` in log
-    space (``logaddexp.accumulate``: no underflow, whatever the scale).  Atoms are pooled in at most
-    65 536 blocks, each block's mass at its largest loss (an upper bound on every moment), and a
-    margin of ``1e-8`` covers the rounding of the logs."""
+    space (``logaddexp.accumulate``: no underflow, whatever the scale).  Atoms are pooled
+    (:func:`_pooled`), and a margin of ``1e-8`` covers the rounding of the logs."""
     K = step.count
     n = step.mass.size
-    B = max(1, -(-n // 65536))
-    nb = -(-n // B)
-    m = np.zeros(nb * B)
-    m[:n] = np.maximum(step.mass, 0.0)
-    m = m.reshape(nb, B).sum(axis=1)
-    xb = (step.i0 + np.arange(nb) * B + (B - 1)) * h
-    with np.errstate(divide="ignore"):
-        lm = np.log(m)
+    lm, xb, B = _pooled(step, h)
+    nb = lm.size
     lam = LAMBDAS[:, None]
 
     def bad(S):                                       # per prefix: its bound reaches r_min

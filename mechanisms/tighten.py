@@ -27,6 +27,10 @@ SEARCH_CAP = 1 << 30
 CAP_RTOL = 1e-2
 
 
+#: the coarse bracket of a PLD search (and of a PLD start): rtol, and atol as a fraction of the target
+COARSE_RTOL, COARSE_ATOL = 1e-2, 1e-3
+
+
 def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e-6) -> tuple[float, bool]:
     """Smallest noise scale whose certified PLD upper bound on eps stays within ``target``, and
     whether a smaller scale was left unexamined because its composition ran over the memory
@@ -92,20 +96,21 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     rough = math.isfinite(v0) and v0 < math.log(0.3)
     if math.isfinite(v0) and math.log(0.3) <= v0 < math.log(0.7):
         lo0, up0 = pld_epsilon_at(build(start).events, delta, h0, SEARCH_CAP)
-        rough = lo0 is None or up0 - lo0 > max(1e-2 * up0, 1e-3 * target)
+        rough = lo0 is None or up0 - lo0 > max(COARSE_RTOL * up0, COARSE_ATOL * target)
     if rough:
         xr = loglog_root(f_first, x0, v0, x0 + max(v0 / -k0, -0.3), 1e-2, predict=True,
                          unknown_rtol=CAP_RTOL, grow=True)
         if math.isfinite(f_first(xr)) and f_first(xr) <= 0.0:
             x0 = xr
-    b = pld_epsilon(build(math.exp(x0)).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+    b = pld_epsilon(build(math.exp(x0)).events, delta, rtol=COARSE_RTOL, memory_cap=SEARCH_CAP,
+                    atol=COARSE_ATOL * target)
     if not b.upper < target:       # the coarse bracket is too wide to tell: the fine one
         b = pld_epsilon(build(math.exp(x0)).events, delta, memory_cap=SEARCH_CAP, atol=1e-4 * target)
     if not b.upper < target or b.discretization <= 0.0:
         if x0 == math.log(start):
             return start, False
         x0 = math.log(start)
-        b = pld_epsilon(build(start).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+        b = pld_epsilon(build(start).events, delta, rtol=COARSE_RTOL, memory_cap=SEARCH_CAP, atol=COARSE_ATOL * target)
         if not b.upper < target or b.discretization <= 0.0:
             return start, False
     f0 = math.log(b.upper / target) if b.upper > 0 else -math.inf
@@ -332,7 +337,7 @@ def pld_start(build, target: float, delta: float) -> float:
     for k in range(PLD_START_MAX_LOG2, -5, -2):
         t = 2.0 ** k
         try:
-            b = pld_epsilon(build(t).events, delta, rtol=1e-2, memory_cap=SEARCH_CAP, atol=1e-3 * target)
+            b = pld_epsilon(build(t).events, delta, rtol=COARSE_RTOL, memory_cap=SEARCH_CAP, atol=COARSE_ATOL * target)
         except ValueError:                      # no grid fits the cap
             break
         if not b.upper < target:

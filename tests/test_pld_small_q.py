@@ -126,18 +126,14 @@ def test_lower_ends_are_lower_bounds_at_small_sampling_rates(q, z, k, delta):
 
 
 def _split_point_reference(step, h, log_alpha, r_min):
-    """The split point by the running log-sum over every atom (the definition, no chunks)."""
+    """The split point by the running log-sum over every (pooled) atom: the definition, no chunks."""
+    from dpcalib.accountant import pld_binomial as PB
     from dpcalib.accountant.pld_compose import LAMBDAS
 
     n = step.mass.size
-    B = max(1, -(-n // 65536))
-    nb = -(-n // B)
-    m = np.zeros(nb * B)
-    m[:n] = np.maximum(step.mass, 0.0)
-    m = m.reshape(nb, B).sum(axis=1)
-    xb = (step.i0 + np.arange(nb) * B + (B - 1)) * h
-    with np.errstate(divide="ignore"):
-        S = np.logaddexp.accumulate(np.log(m)[None, :] + LAMBDAS[:, None] * xb[None, :], axis=1)
+    lm, xb, B = PB._pooled(step, h)
+    nb = lm.size
+    S = np.logaddexp.accumulate(lm[None, :] + LAMBDAS[:, None] * xb[None, :], axis=1)
     with np.errstate(invalid="ignore"):
         w_hi = np.min((step.count * (S + 1e-8) - log_alpha) / LAMBDAS[:, None], axis=0)
     bad = np.nonzero(np.ceil(w_hi / h) + 1 >= r_min)[0]
