@@ -68,7 +68,8 @@ from . import validation
 from .caches import cached, clear_cache, register
 from .pld_compose import compose_steps, loss_window
 from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
-from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL, aligned_grid)
+from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL, aligned_grid,
+                        LAST_STEP)
 from .pld_discretise import discretised_steps
 from .pld_blocks import bracket_steps as _steps
 from .events import PoissonSampledGaussianEvent, full_batch_form
@@ -232,7 +233,7 @@ def _lower_ends(key, ups):
     skip = tuple(ups is not None and len(ups) > 1 and
                  ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
                  for i in range(len(_directions(ev))))
-    ck = ("lower", skip) + key
+    ck = ("lower", skip, ups is not None) + key    # (the upper ends steer a re-tilt: lower_one)
     if ck in _SIDES:
         return _SIDES[ck]
     tau = _step_tail(ev, d)
@@ -274,7 +275,7 @@ def _lower_ends(key, ups):
                 return _remember(ck, _OVER)
             out.append(u[_directions(ev).index(direction)][0])
             continue
-        lo = lower_one(lsteps, hl, d, cap)
+        lo = lower_one(lsteps, hl, d, cap, None if ups is None else max(up for _, up in ups))
         if lo is None:
             return _remember(ck, _OVER)
         out.append(lo)
@@ -431,9 +432,9 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         if best.converged or not math.isfinite(up):
             break
         gap = up - lo
-        # a finer grid narrows the bracket ~4x per halving; twice in a row less than 1.5x means
-        # a floor that refining does not move (round-off at a tiny delta): stop there
-        slow = slow + 1 if prev_gap is not None and gap > prev_gap / 1.5 else 0
+        # a finer grid narrows the bracket ~4x per halving; twice in a row less than 1.5x (3/4 of
+        # a shorter last step's ratio) means a floor refining does not move: stop there
+        slow = slow + 1 if prev_gap is not None and gap > prev_gap / min(1.5, 0.75 * prev_h / h) else 0
         # a finer grid whose own bracket is no narrower than the coarser one's: the round-off
         # charge, which grows with the number of grid points, already dominates (tiny delta, an
         # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later
@@ -461,7 +462,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # the width is O(K h^2) (both ends O(h^2) per step), nearer O(h) at small q: refine by the
         # root of that order
         fac = (0.7 * max(r * up, a_tol) / gap) ** (1.0 / order) if gap > 0 else 0.5
-        h_next = _on_ladder(h * min(0.5, max(1.0 / 6, fac)))
+        h_next = _on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
         # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
         # already within the tolerance -- so a prediction need not compose both ends there
         if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= max(r * up, a_tol)):

@@ -15,7 +15,7 @@ from scipy import special
 
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
-__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
+__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
            "Step", "OverCap", "aligned_grid"]
 
@@ -27,6 +27,9 @@ MEMORY_CAP = 1 << 30
 MIN_DELTA = 1e-300
 #: default relative width of a bracket (``upper - lower <= max(RTOL * upper, atol)``)
 RTOL = 3e-5
+#: the automatic refinement's smallest step, a factor 2^(1/2) (two rungs of its ladder): a bracket
+#: just short of the tolerance is not refined by 2 (a million steps at q = 1e-4: 3 s a composition)
+LAST_STEP = 2.0 ** -0.5
 
 #: re-compose tilted toward the delta-quantile when the round-off charge above the lower end
 #: exceeds this fraction of delta (the charge moves the upper end by about that much, relative)

@@ -588,3 +588,51 @@ def test_a_refinement_follows_the_order_the_width_narrowed_at(monkeypatch):
     assert b.lower <= 0.86 <= b.upper + 1e-4
     # (the square-root rule's own prediction from the same two grids would have been 3.45e-5)
     assert P._on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
+
+
+def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_two(monkeypatch):
+    """The refinement's next grid is aimed at 0.7 of the tolerance; where the width misses it by
+    little (here 1.2x, both ends O(h^2)), the step is 2^(1/2) -- two rungs of the ladder, still
+    converging -- not the factor 2 it was clamped to (a million steps at q = 1e-4: 3 s a bracket
+    on the halved grid beside ~1.3 s).  Synthetic brackets: only the grid choice is under test."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
+    h0 = P.first_grid(ev, 1e-6)
+    c = 0.5 * 1.2 * P.RTOL / h0 ** 2                # width 1.2 x the tolerance on the first grid
+    grids = []
+
+    def fake(events, delta, h, *a, **k):
+        grids.append(h)
+        return 1.0 - c * h * h, 1.0 + c * h * h
+    monkeypatch.setattr(P, "pld_epsilon_at", fake)
+    P.clear_cache()
+    b = P.pld_epsilon(ev, 1e-6)
+    P.clear_cache()
+    assert grids[0] == h0 and len(grids) == 2
+    assert grids[1] == pytest.approx(h0 * 2.0 ** -0.5, rel=1e-12)
+    assert b.converged and b.discretization == grids[1]
+    # (the factor-2 clamp would have taken h0 / 2, twice the grid points of the answer's grid)
+    assert P._on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
+
+
+def test_the_lower_end_is_re_tilted_where_its_round_off_decides_the_bracket():
+    """q = 2.8e-4, 100 000 steps, delta = 1e-5 at the noise its calibration to eps 5.6 returns: on
+    the 4.9e-5 grid the untilted lower composition's round-off charge (below LOWER_RETILT * delta)
+    moves the lower end by ~2e-4 -- wider than the rest of the bracket.  With the upper end known
+    the lower composition is re-tilted and the bracket closes there (it went on to a 2.4x finer
+    grid); alone (``side="lower"``, no upper end to judge by) it is not.  Both lower ends are
+    certified: the re-tilted one is the larger, and below the upper end."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(2.8e-4, 0.4687348), 100_000)]
+    h = 0.05 * 2.0 ** (-10.0)                    # 4.88e-5, on the ladder
+    P.clear_cache()
+    alone, _ = P.pld_epsilon_at(ev, 1e-5, h, side="lower")
+    lo, up = P.pld_epsilon_at(ev, 1e-5, h)
+    assert alone < lo <= up
+    assert lo - alone > 1e-4                       # the charge's effect, taken back by the re-tilt
+    assert up - alone > P.RTOL * up >= up - lo     # converged only with it
+    b = P.pld_epsilon(ev, 1e-5)
+    assert b.converged and b.discretization == h and (b.lower, b.upper) == (lo, up)
+    assert b.lower <= 5.6 <= b.upper + 1e-4
