@@ -4,6 +4,7 @@ setting at a time, back to back.
 
     python -m benchmarks.bench_calibration_space                 # the 48 settings, ~20-40 min here
     python -m benchmarks.bench_calibration_space --settings 6 --timeout 60     # a quick look
+    python -m benchmarks.bench_calibration_space --child dpcalib 1e-4 1e6 5.6 1e-6 --work   # one call, with its work
 
 A fixed grid of 48 Poisson-sampled DP-SGD settings (q 1e-4..0.5, T 10..1e6, eps 0.3..16, delta
 1e-8..1e-2: 45 drawn with a fixed seed from the product of the lists below, plus the three tail
@@ -94,6 +95,32 @@ def run_one(who: str, setting, timeout: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _count_work() -> list:
+    """``[fft work, bracket evaluations]``, counted from here on: scipy.fft's transforms (as the
+    PLD modules call them, ``sfft.rfft(...)``) add ``N log2 N``, ``pld_epsilon_at`` adds 1."""
+    import scipy.fft as sfft
+
+    from dpcalib.accountant import pld
+
+    acc = [0.0, 0]
+
+    def counted(f):
+        def g(x, n=None, *args, **kw):
+            size = int(n if n is not None else len(x))
+            acc[0] += size * max(1.0, math.log2(max(size, 2)))
+            return f(x, n, *args, **kw)
+        return g
+    for name in ("rfft", "irfft", "fft", "ifft"):
+        setattr(sfft, name, counted(getattr(sfft, name)))
+    at = pld.pld_epsilon_at
+
+    def evaluation(*args, **kw):
+        acc[1] += 1
+        return at(*args, **kw)
+    pld.pld_epsilon_at = evaluation
+    return acc
+
+
 def _pct(xs, p):
     xs = sorted(xs)
     return xs[max(0, min(len(xs) - 1, int(math.floor(p * (len(xs) - 1)))))]
@@ -104,11 +131,18 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", type=int, default=48)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--work", action="store_true",
+                    help="with --child dpcalib: also the FFT work (sum of N log2 N over the transforms, in "
+                         "millions) and the bracket evaluations -- counts this noisy machine does not move")
     a = ap.parse_args(argv)
     if a.child:
         who, q, t, eps, delta = a.child
+        work = _count_work() if a.work else None
         z, dt = _call(who, float(q), int(float(t)), float(eps), float(delta))
-        print(json.dumps({"z": z, "t": dt}))
+        out = {"z": z, "t": dt}
+        if work is not None:
+            out.update(work=round(work[0] / 1e6, 3), evaluations=work[1])
+        print(json.dumps(out))
         return 0
     rows = []
     print("| q | T | eps | delta | z dpcalib | t dpcalib | z dp-acc. | t dp-acc. | z PRV | t PRV |")
