@@ -15,7 +15,7 @@ from scipy import special
 
 from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 
-__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
+__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
            "Step", "OverCap", "aligned_grid"]
 
@@ -30,6 +30,19 @@ RTOL = 3e-5
 #: the automatic refinement's smallest step, a factor 2^(1/2) (two rungs of its ladder): a bracket
 #: just short of the tolerance is not refined by 2 (a million steps at q = 1e-4: 3 s a composition)
 LAST_STEP = 2.0 ** -0.5
+
+
+def on_ladder(h: float) -> float:
+    """The largest grid step ``0.05 * 2^(-k/4)`` (k integer) not above ``h``.
+
+    The automatic grids are taken from this fixed ladder, so that nearby compositions (a
+    calibration's noise levels) end on the *same* grid and their brackets vary continuously;
+    a calibration can then solve on the very grid its report will use."""
+    if h >= 0.05:
+        return h
+    k = math.ceil(-4.0 * math.log2(h / 0.05) - 1e-9)
+    return 0.05 * 2.0 ** (-k / 4.0)
+
 
 #: re-compose tilted toward the delta-quantile when the round-off charge above the lower end
 #: exceeds this fraction of delta (the charge moves the upper end by about that much, relative)

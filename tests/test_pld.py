@@ -587,7 +587,7 @@ def test_a_refinement_follows_the_order_the_width_narrowed_at(monkeypatch):
     assert b.converged and b.upper - b.lower <= 3e-5 * b.upper
     assert b.lower <= 0.86 <= b.upper + 1e-4
     # (the square-root rule's own prediction from the same two grids would have been 3.45e-5)
-    assert P._on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
+    assert P.on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
 
 
 def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_two(monkeypatch):
@@ -613,7 +613,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     assert grids[1] == pytest.approx(h0 * 2.0 ** -0.5, rel=1e-12)
     assert b.converged and b.discretization == grids[1]
     # (the factor-2 clamp would have taken h0 / 2, twice the grid points of the answer's grid)
-    assert P._on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
+    assert P.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
 
 
 def test_the_lower_end_is_re_tilted_where_its_round_off_decides_the_bracket():
@@ -636,3 +636,25 @@ def test_the_lower_end_is_re_tilted_where_its_round_off_decides_the_bracket():
     b = P.pld_epsilon(ev, 1e-5)
     assert b.converged and b.discretization == h and (b.lower, b.upper) == (lo, up)
     assert b.lower <= 5.6 <= b.upper + 1e-4
+
+
+@pytest.mark.parametrize("z, steps, delta", [(0.4519564, 378, 1e-5), (0.5875902, 378, 1e-8),
+                                             (0.491344, 378, 1e-6), (0.27651385, 10_000, 0.0098)])
+def test_the_predicted_report_grid_at_small_q_is_the_reports(z, steps, delta):
+    """At q = 1e-4 the width narrows at order ~1.1 in the grid, so the prediction's test "the next
+    grid is the last" with exponent 2 missed the report's grid (it predicted 6.6e-4 where the
+    report refined on to 2.8e-4 or 2.0e-4, and a calibration solved on both).  The prediction
+    now measures the order on the first grid against the grid 2x coarser and, below 1.5, goes on:
+    it returns the grid the report ends on, and the report is unchanged (certified, converged)."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(1e-4, z), steps)]
+    P.clear_cache()
+    g, trace = P.report_grid(ev, delta, with_uppers=True)
+    P.clear_cache()
+    b = P.pld_epsilon(ev, delta)
+    assert g == b.discretization and b.converged and len(trace) >= 2
+    h0 = trace[0][0]
+    lo, up = P.pld_epsilon_at(ev, delta, h0)
+    lo2, up2 = P.pld_epsilon_at(ev, delta, 2.0 * h0)
+    assert math.log((up2 - lo2) / (up - lo)) / math.log(2.0) < 1.5      # the order measured
