@@ -41,8 +41,9 @@ class Rows(torch.utils.data.Dataset):
 
 #: the noise levels build() computed on 093f4a2, which the saved trajectories hold.  A calibration
 #: may move within its tolerance (78c9c4b moved DP-SGD's by 1.5e-11, relative: the trajectories
-#: then differed by 1.6e-12), and the kernels, not the calibration, are what these trajectories
-#: pin: build() checks that today's calibration is within 1e-6 of these and runs on these.
+#: then differed by 1.6e-12; 44f4976 DP-SRM's by 1.06e-6, its report on a coarser converged grid),
+#: and the kernels, not the calibration, are what these trajectories pin: build() checks that
+#: today's calibration is within 1e-5 of these and runs on these.
 NOISE = {
     "dp-sgd": {"noise_multiplier": 1.1924983746902105},
     "dp-sgd-shuffle": {"noise_multiplier": 3.45338445661902},
@@ -55,7 +56,7 @@ NOISE = {
 def _levels(name, report):
     want = NOISE["dicesgd" if name == "dicesgd-adam" else name]
     got = dict(report.noise)
-    assert set(got) == set(want) and all(abs(got[k] / want[k] - 1.0) < 1e-6 for k in want), (name, got)
+    assert set(got) == set(want) and all(abs(got[k] / want[k] - 1.0) < 1e-5 for k in want), (name, got)
     return want
 
 
