@@ -455,8 +455,8 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # unless, on a coarse first grid (>= 1e-3: milliseconds), the width narrowed from the grid
         # 2x coarser at an order below 1.5 that leaves it wide (q = 1e-4: ~1.1; 2 missed 4 in 48)
         if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= max(r * up, a_tol)):
-            slow1 = _first_order(ev, d, h, cap, own) if len(trace) == 1 and h >= 1e-3 else 2.0
-            if slow1 >= 1.5 or gap * (h_next / h) ** max(1.0, slow1) <= max(r * up, a_tol):
+            o1 = _first_order(ev, d, h, cap, own) if len(trace) == 1 and h >= 1e-3 else 2.0
+            if o1 >= 1.5 or gap * (h_next / h) ** max(1.0, o1) <= max(r * up, a_tol):
                 return h_next, tuple(trace)
         h = h_next
     if predict:

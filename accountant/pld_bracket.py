@@ -220,8 +220,7 @@ def _round_off_decides(comp, h, delta, lower, upper) -> bool:
     the width that would remain.  (q = 2.8e-4, 1e5 steps, delta = 1e-5: a charge under
     ``LOWER_RETILT`` moved the lower end by 2.7e-4 beside a width of 1.4e-4 without it -- the
     bracket then refined to a grid 2.4x finer.)"""
-    free = _eps_at(np.clip(comp.mass, 0.0, 1.0), comp.lo, h, -comp.alias, delta, -1)
-    free = max(free + comp.shift - comp.shift_error, 0.0)
+    free = _read_lower(comp, h, delta, charged=False)
     return upper - lower > RTOL * upper and free - lower > 0.25 * (upper - free)
 
 
@@ -230,10 +229,12 @@ def lower_usable(lower_steps) -> bool:
     return bool(lower_steps) and all(s is not None and float(np.sum(s.mass)) > 0.0 for s in lower_steps)
 
 
-def _read_lower(comp, h, delta):
+def _read_lower(comp, h, delta, charged=True):
     """Lower end from a composition of lower steps: their profile is below the true one, so
-    (minus the wrapped-around mass and the round-off) the eps it reads is a lower bound."""
-    x = _eps_at(comp.lower_mass, comp.lo, h, -comp.alias, delta, -1)
+    (minus the wrapped-around mass and the round-off) the eps it reads is a lower bound.  With
+    ``charged=False`` the round-off is not taken off: not a bound, only a measure of its effect."""
+    mass = comp.lower_mass if charged else np.clip(comp.mass, 0.0, 1.0)
+    x = _eps_at(mass, comp.lo, h, -comp.alias, delta, -1)
     return max(x + comp.shift - comp.shift_error, 0.0)
 
 
