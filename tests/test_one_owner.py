@@ -88,7 +88,7 @@ def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
 
     class Bar:
         def __init__(self, **kw):
-            self.kw, self.n, self.closed = kw, 0, False
+            self.kw, self.n, self.closed = kw, kw.get("initial", 0), False
             bars.append(self)
 
         def update(self, n):
@@ -97,10 +97,21 @@ def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
         def close(self):
             self.closed = True
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
-    DPSGD(0.01, 1000).calibrate(2.0, 1e-5)
+    assert _solve.PROGRESS_DELAY == 1.0
+    # a calibration shorter than the delay never makes a bar (nor imports tqdm for one); a delay
+    # no run reaches keeps this deterministic on a slow machine
+    monkeypatch.setattr(_solve, "PROGRESS_DELAY", 1e9)
+    z = DPSGD(0.01, 1000).calibrate(2.0, 1e-5)["noise_multiplier"]
+    assert bars == []
+    # past the delay (here at once) the bar appears, counts every accountant built, and closes
+    monkeypatch.setattr(_solve, "PROGRESS_DELAY", 0.0)
+    from dpcalib.accountant import clear_cache
+
+    clear_cache()
+    assert DPSGD(0.01, 1000).calibrate(2.0, 1e-5)["noise_multiplier"] == z
     (bar,) = bars
-    assert bar.kw["delay"] == _solve.PROGRESS_DELAY == 1.0 and bar.kw["disable"] is None   # terminals only
-    assert bar.n > 0 and bar.closed
+    assert bar.kw["disable"] is None and bar.kw["leave"] is False           # terminals only
+    assert bar.kw["initial"] == 0 and bar.n > 1 and bar.closed
 
 
 def test_every_mechanism_has_the_same_api():
