@@ -30,3 +30,40 @@ def test_a_child_call_counts_its_work():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert abs(r["z"] - 0.434809) < 1e-5           # the space benchmark's table
     assert r["work"] > 0.0 and r["evaluations"] >= 3 and r["t"] > 0.0
+
+
+def test_the_benchmark_refuses_bad_options_in_one_line(capsys):
+    """``--prv-tolerance``, ``--who`` and ``--setting`` are checked before any calibration runs: exit 2
+    and one line naming the option, the value and the allowed range."""
+    import pytest
+
+    from benchmarks.bench_calibration_space import main
+
+    for argv, name in ((["--prv-tolerance", "0"], "--prv-tolerance=0.0"), (["--prv-tolerance", "0.5"], "--prv-tolerance=0.5"),
+                       (["--who", "prv"], "--who='prv'"), (["--setting", "2", "10", "1", "1e-5"], "--setting"),
+                       (["--setting", "0.1", "ten", "1", "1e-5"], "--setting")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert name in err and "is not allowed: expected" in err, err
+
+
+def test_a_prv_child_call_takes_the_tolerance(monkeypatch):
+    """``--prv-tolerance REL`` reaches Opacus as ``epsilon_tolerance = eps_error = REL * eps``."""
+    import opacus.accountants.utils as ou
+
+    from benchmarks import bench_calibration_space as B
+
+    seen = {}
+
+    def fake(**kw):
+        seen.update(kw)
+        return 1.25
+    monkeypatch.setattr(ou, "get_noise_multiplier", fake)
+    z, t = B._call("opacus-prv", 0.01, 100, 2.0, 1e-5, 1e-3)
+    assert z == 1.25 and t >= 0.0
+    assert seen["epsilon_tolerance"] == seen["eps_error"] == 2e-3 and seen["accountant"] == "prv"
+    seen.clear()
+    B._call("opacus-prv", 0.01, 100, 2.0, 1e-5)
+    assert "epsilon_tolerance" not in seen and "eps_error" not in seen     # the documented call: Opacus's defaults
