@@ -546,7 +546,9 @@ def test_a_report_grid_that_flips_near_the_root_ends_on_a_feasible_point(monkeyp
     assert len(solved) == len(set(solved)) == 2      # each grid solved on once: no re-solve
     b = mech.accountant(z).epsilon_bracket(delta)
     assert b.upper <= target and b.converged
-    assert z <= 83.903118
+    # (83.903118 on the machines this was written on; an AVX-512 machine's numpy rounds exp/log
+    # differently in the last bits and its search ends 4e-7 higher: within the search's rtol of 1e-6)
+    assert z <= 83.903118 * (1.0 + 1e-6)
     up = pld_epsilon_at([(PoissonSampledGaussianEvent(q, z * (1 - 1e-5)), k)], delta, b.discretization)[1]
     assert up > target
 
