@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     if a.setting:
         try:
             settings = [(float(q), int(float(t)), float(e), float(d)) for q, t, e, d in a.setting]
-        except ValueError:
+        except (ValueError, OverflowError):           # (int(inf) overflows)
             ap.error(f"--setting {a.setting!r} is not allowed: expected numbers Q T EPS DELTA")
         if any(not (0.0 < q <= 1.0 and t >= 1 and e > 0.0 and 0.0 < d < 1.0) for q, t, e, d in settings):
             ap.error(f"--setting {a.setting!r} is not allowed: expected Q in (0, 1], T >= 1, EPS > 0, DELTA in (0, 1)")
@@ -178,8 +178,8 @@ def main(argv=None) -> int:
         return 0
     rows = []
     who = ["dpcalib"] + [w for w in WHO[1:] if w in who_list]
-    names = {"dpcalib": "dpcalib", "dp-accounting": "dp-acc.",
-             "opacus-prv": "PRV" if a.prv_tolerance is None else f"PRV ({a.prv_tolerance:g} eps)"}
+    asked = "" if a.prv_tolerance is None else f" ({a.prv_tolerance:g} eps)"      # PRV's tolerance, if set
+    names = {"dpcalib": "dpcalib", "dp-accounting": "dp-acc.", "opacus-prv": "PRV" + asked}
     print("| q | T | eps | delta | " + " | ".join(f"z {names[w]} | t {names[w]}" for w in who) + " |")
     print("|---|---|---|---|" + "---|---|" * len(who))
     for s in settings:
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         noise = [r["dpcalib"]["z"] <= r[anchor]["z"] * (1 + (1e-5 if anchor == "dp-accounting" else 0.0))
                  for _, r in rows if r["dpcalib"]["z"] is not None and r[anchor]["z"] is not None]
         if ratios:
-            label = anchor if anchor != "opacus-prv" or a.prv_tolerance is None else f"{anchor} ({a.prv_tolerance:g} eps)"
+            label = anchor + (asked if anchor == "opacus-prv" else "")
             print(f"{label:14s} time ratio {label}/dpcalib over {len(ratios)} settings: median "
                   f"{statistics.median(ratios):.2f}x, p10 {_pct(ratios, 0.1):.2f}x, worst {min(ratios):.2f}x; "
                   f"dpcalib's noise at or below it on {sum(noise)}/{len(noise)}")

@@ -370,7 +370,7 @@ PROGRESS_DELAY = 1.0
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """:func:`_pld_tighten` with a progress bar on stderr -- on a terminal, and only once the
     calibration has run for :data:`PROGRESS_DELAY` seconds -- counting the accountants it builds.
-    The bar (and tqdm, whose import costs ~15 ms: a tenth of a short calibration) comes into being
+    The bar (and tqdm, whose import costs ~15 ms: up to a sixth of a short calibration) comes into being
     only then: a calibration that ends sooner never touches it."""
     t0 = time.monotonic()
     built = 0

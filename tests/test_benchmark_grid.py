@@ -41,7 +41,9 @@ def test_the_benchmark_refuses_bad_options_in_one_line(capsys):
 
     for argv, name in ((["--prv-tolerance", "0"], "--prv-tolerance=0.0"), (["--prv-tolerance", "0.5"], "--prv-tolerance=0.5"),
                        (["--who", "prv"], "--who='prv'"), (["--setting", "2", "10", "1", "1e-5"], "--setting"),
-                       (["--setting", "0.1", "ten", "1", "1e-5"], "--setting")):
+                       (["--setting", "0.1", "ten", "1", "1e-5"], "--setting"),
+                       (["--setting", "0.1", "inf", "1", "1e-5"], "--setting"), (["--setting", "nan", "10", "1", "1e-5"], "--setting"),
+                       (["--prv-tolerance", "nan"], "--prv-tolerance=nan"), (["--prv-tolerance", "1e300"], "--prv-tolerance=1e+300")):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2, argv
