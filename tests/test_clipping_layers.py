@@ -274,7 +274,9 @@ def test_full_batch_rounds_reuse_the_previous_points_signals_and_give_the_same_r
         runs.append((opt.params(), opt.per_example.cache))
     (a, cache), (b, _) = runs
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert cache.hits >= 5                      # difference rounds 3, 4, 6, 7, 8: the earlier point was kept
+    # difference rounds 3, 4, 7, 8: the earlier point was kept (round 6's was last evaluated by round 5's
+    # gradient release, in the model's float32; a difference needs it in float64: .precision)
+    assert cache.hits >= 4
 
 
 class _SqueezeOut(nn.Module):

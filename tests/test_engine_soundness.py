@@ -131,3 +131,36 @@ def test_the_record_probe_through_the_engines_whole_step(name, dtype):
             assert move <= 2 * C * (1 + 1e-5) + 64 * eps * float(r1.norm() + r2.norm()), (name, move / (2 * C))
             worst = max(worst, move / (2 * C))
     assert worst > 0.3          # record 3 is drawn and reaches the clip: the check is not vacuous
+
+
+def _removal_moves(pm, x, y, C, prev):
+    """``move / C`` of the engine's clipped difference sum when each record in turn is removed."""
+    full = _engine_sum(pm, x, y, C, prev)
+    eps = torch.finfo(torch.float32).eps
+    out = []
+    for i in range(x.shape[0]):
+        keep = torch.tensor([j for j in range(x.shape[0]) if j != i])
+        s2 = _engine_sum(pm, x[keep], y[keep], C, prev)
+        out.append((float((full - s2).norm()) - 64 * eps * float(full.norm() + s2.norm())) / C)
+    return out
+
+
+def test_batch_dependent_rounding_does_not_move_the_engines_difference_by_more_than_c(monkeypatch):
+    """One ulp of batch-dependent rounding planted in every Linear layer (as some machines' matrix
+    products do it): the engine's float32 difference -- both points' passes in float64 -- still moves
+    by at most C when a record is removed, and the same computed in float32 moves by more (the check
+    can fail)."""
+    from torch.nn import functional
+
+    from dpcalib.optim.clipping import precision
+    from tests.test_clipping_soundness import _batch_dependent
+
+    monkeypatch.setattr(functional, "linear", _batch_dependent(functional.linear))
+    model, pm, kind = _prepare("benchmark: MLP", torch.float32)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x, y = _data(kind, 12, torch.float32, seed=2)
+    prev = _prev(params, 1e-6)                 # every difference clipped at C = 1e-5
+    moves = _removal_moves(pm, x, y, 1e-5, prev)
+    assert max(moves) <= 1 + 1e-5 and max(moves) > 0.5, moves
+    monkeypatch.setattr(precision, "DIFFERENCE_DTYPE", torch.float32)
+    assert max(_removal_moves(pm, x, y, 1e-5, prev)) > 1 + 1e-4      # 1.0025 C on 2026-11-27

@@ -36,6 +36,7 @@ from ..tensors import flat
 from .canaries import plant
 from ..clipping.paths import clip_factors
 from ..clipping.points import clipped_point_sums, point_grads
+from ..clipping.precision import DIFFERENCE_DTYPE, widened
 
 __all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
 
@@ -72,9 +73,12 @@ class _Batch:
         like = {k: p.detach() for k, p in t.model.named_parameters()}
         self._grads = point_grads(t.model, t.loss_fn, like, shared_records=True)
 
-    def per_example(self, theta: torch.Tensor) -> torch.Tensor:
-        """``[runs, records, d]`` per-example gradients at each run's flat parameters ``theta``."""
-        return self._grads(theta, self.t.x, self.t.y)
+    def per_example(self, theta: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``[runs, records, d]`` per-example gradients at each run's flat parameters ``theta`` (computed
+        in ``dtype`` when given: a difference release's float64, as the optimizer's own)."""
+        if dtype is None:
+            return self._grads(theta, self.t.x, self.t.y)
+        return self._grads(widened(theta, dtype), widened(self.t.x, dtype), widened(self.t.y, dtype))
 
 
 def _clipped_sum(per: torch.Tensor, c, w: torch.Tensor) -> torch.Tensor:
@@ -136,8 +140,9 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
         else:
             dx = torch.linalg.vector_norm(theta - prev, dim=1).to(torch.float64)
             c = t.difference_clip(dx)                           # the update's own rule, per run
-            per = bt.per_example(theta) - bt.per_example(prev)
-            part = _clipped_sum(per, c.to(dt), bt.w) + v
+            wide = DIFFERENCE_DTYPE                             # as the release computes it (clipping.precision)
+            per = bt.per_example(theta, wide) - bt.per_example(prev, wide)
+            part = _clipped_sum(per, c.to(per.dtype), bt.w).to(dt) + v
             s, kind = t.sigma2, "difference"
             g_d = _cg(canary_d, j, t) - _cg(canary_d, j - 1, t)
             g_p = _cg(canary_dprime, j, t) - _cg(canary_dprime, j - 1, t)

@@ -6,7 +6,8 @@ paths (:mod:`.paths`: ghost norms, per-layer gradients, ``torch.func.vmap``), th
 numerics), attention built from them (:mod:`.attention`), the reuse of one batch's signals
 (:mod:`.signals`), the per-example gradients and clipped sums at several parameter points at
 once -- the D2P nodes, the batched audit's runs (:mod:`.points`) -- and the object the updates ask for every per-example part of a query
-(:mod:`.per_example`).  The norm clipped is the norm of the vector added, computed in float64.
+(:mod:`.per_example`).  The norm clipped is the norm of the vector added, computed in float64;
+gradient differences are computed in float64 whatever the model's dtype (:mod:`.precision`).
 
 May import: :mod:`dpcalib.accountant` (its input checks), :mod:`dpcalib.optim.tensors` and torch.
 """

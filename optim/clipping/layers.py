@@ -45,6 +45,7 @@ from torch import nn
 from torch.func import functional_call
 
 from . import conv, embedding, linear, normalization  # noqa: F401  (each registers its layer kind's rule)
+from .precision import widened
 from .rules import rule_for
 
 __all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
@@ -91,6 +92,8 @@ class SharedModule(Exception):
 def _signals(model, params, loss_fn, x, y):
     """``[(prefix, module, input, grad of output)]`` for every module that owns parameters."""
     p = {k: v.detach().requires_grad_(True) for k, v in params.items()}   # leaves: every output is in the graph
+    dtype = next(iter(p.values())).dtype
+    x, y = widened(x, dtype), widened(y, dtype)      # a difference release's float64 pass (.precision)
     records, handles = [], []
     for name, m in model.named_modules():
         if any(True for _ in m.parameters(recurse=False)):

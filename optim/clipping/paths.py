@@ -24,7 +24,11 @@ its a-priori rounding bound (:func:`dpcalib.optim.clipping.numerics.row_sq_upper
 most about 6.2e-5 relative).  So ``||c_i v_i|| <= C`` up to the float64 rounding of that norm
 (relative ~1e-15) and the one ulp of the factor's cast to the working dtype.  The sum itself is
 then rounded in the working dtype like any sum: removing a record moves it by at most ``w_i C``
-plus that rounding, which is relative to the magnitude of the summands, never to C.  (An earlier
+plus that rounding, which is relative to the magnitude of the summands, never to C -- provided each
+record's vector depends on that record alone.  A difference of gradients at nearby points
+amplifies its passes' rounding ~1/step, and machines whose matrix products round a row by the
+batch would let a removal move the other records' differences too, so difference releases compute
+in float64 whatever the model's dtype (:mod:`dpcalib.optim.clipping.precision`).  (An earlier
 ghost formula expanded ``||g a^T - g' a'^T||^2`` into
 ``||g||^2 ||a||^2 + ||g'||^2 ||a'||^2 - 2 (g.g')(a.a')`` in the working dtype; at nearby parameter
 points float32 cancellation made that norm wrong by orders of magnitude and let one record move
@@ -48,6 +52,7 @@ from torch.func import functional_call, grad, vmap
 from ...accountant.validation import InputError
 from .layers import SharedModule, layers_clipped_diff_sum, layers_clipped_sum, supports_layers, unsupported_layers
 from .numerics import rowdots64, rows_sq_upper
+from .precision import narrowed, widened, widened_params
 
 __all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
            "ClippingFallbackWarning", "clip_path", "ghost_clipped_sum", "ghost_clipped_diff_sum"]
@@ -172,7 +177,8 @@ def _params(model, params):
 # ---- ghost path -------------------------------------------------------------------------------
 def _ghost_signals(model: nn.Sequential, params: dict, loss_fn, x, y):
     """Per Linear layer: (name prefix, input a [B, d_in], back-prop signal g [B, d_out], has_bias)."""
-    h = x
+    h = widened(x, next(iter(params.values())).dtype)    # a difference release's float64 pass (.precision)
+    y = widened(y, h.dtype)
     records = []
     for idx, m in enumerate(model):
         if isinstance(m, nn.Linear):
@@ -336,23 +342,30 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     """``(sum_i clip(grad l(params; z_i) - grad l(params_prev; z_i), C), per-sample difference norms)``.
 
     The per-sample gradient differences that DIFF2 (``x_{r-1}`` vs ``x_{r-2}``) and DP-SRM
-    (``theta^t`` vs ``theta^{t-1}``) clip.  Same contract as :func:`clipped_grad_sum`.
+    (``theta^t`` vs ``theta^{t-1}``) clip.  Same contract as :func:`clipped_grad_sum`; computed in
+    float64 whatever the model's dtype and the sums returned in the parameters' dtypes
+    (:mod:`dpcalib.optim.clipping.precision`: why a difference needs it).
     """
     c, path = _check(max_norm, method, model)
+    like, params, params_prev = params, widened_params(params), widened_params(params_prev)   # float64 (.precision)
     if path == "layers":
         try:
-            return layers_clipped_diff_sum(model, loss_fn, x, y, c, params, params_prev, chunk_size, weights,
-                                           clip_factors, cache)
+            sums, norms = layers_clipped_diff_sum(model, loss_fn, x, y, c, params, params_prev, chunk_size, weights,
+                                                  clip_factors, cache)
+            return narrowed(sums, like), norms
         except SharedModule:
             path = _shared_fallback(model, method)
     if path == "ghost":
         s0 = _ghost_signals_of(cache, model, params_prev, loss_fn, x, y)     # (the earlier point first: kept)
         s1 = _ghost_signals_of(cache, model, params, loss_fn, x, y)
-        return ghost_clipped_diff_sum(s1, s0, c, weights)
+        sums, norms = ghost_clipped_diff_sum(s1, s0, c, weights)
+        return narrowed(sums, like), norms
 
     def diffs(i, j):
-        g1 = _per_sample_grads(model, params, loss_fn, x[i:j], y[i:j])
-        g0 = _per_sample_grads(model, params_prev, loss_fn, x[i:j], y[i:j])
+        xs, ys = widened(x[i:j]), widened(y[i:j])
+        g1 = _per_sample_grads(model, params, loss_fn, xs, ys)
+        g0 = _per_sample_grads(model, params_prev, loss_fn, xs, ys)
         return {k: g1[k] - g0[k] for k in g1}
 
-    return _vmap_clipped_sum(diffs, params, x.shape[0], c, chunk_size, weights)
+    sums, norms = _vmap_clipped_sum(diffs, params, x.shape[0], c, chunk_size, weights)
+    return narrowed(sums, like), norms

@@ -37,7 +37,8 @@ class SignalCache:
         kept.  ``path`` names the kind of signals ("ghost", "layers")."""
         if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0 for m in model.modules()):
             return compute()                  # a random forward: nothing to reuse
-        key = (path, start, stop, x._version, y._version, tuple(x.shape))
+        # the parameters' dtype: a difference release keeps float64 signals beside the model's own
+        key = (path, start, stop, x._version, y._version, tuple(x.shape), next(iter(params.values())).dtype)
         for i, item in enumerate(self._items):
             if self._match(item, key, model, loss_fn, x, y, params):
                 self._items.append(self._items.pop(i))

@@ -33,6 +33,7 @@ from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_t
 from ..clipping.paths import (ClippingFallbackWarning, clip_factors, clipped_grad_diff_sum, clipped_grad_sum,
                               ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost)
 from ..clipping.per_example import flat_of
+from ..clipping.precision import narrowed, widened, widened_params
 
 __all__ = ["PrivateModule", "Capture", "REDUCTIONS"]
 
@@ -82,14 +83,16 @@ class Capture:
             return None
         return [(name, a, g, mod.bias is not None) for name, mod, a, g in signals]
 
-    def _sum(self, norm2, terms, c, stabilizer=None) -> torch.Tensor:
+    def _sum(self, norm2, terms, c, stabilizer=None, like=None) -> torch.Tensor:
         """``sum_i f_i v_i`` with ``v_i = scale * u_i`` the record's vector (``u_i`` from the signals as
-        left), ``f_i`` its clip factor from ``||v_i|| = scale ||u_i||`` (float64)."""
+        left), ``f_i`` its clip factor from ``||v_i|| = scale ||u_i||`` (float64); summed in the dtypes
+        of ``like`` (default: the parameters), returned in the parameters'."""
+        like = self.params if like is None else like
         s = self.scale()
         f = clip_factors(torch.sqrt(torch.clamp(norm2, min=0.0)) * s, c, stabilizer) * s
-        total = {k: torch.zeros_like(v) for k, v in self.params.items()}
-        add_sums(total, terms, f.to(next(iter(self.params.values())).dtype))
-        return flat_of(total, self.params)
+        total = {k: torch.zeros_like(v) for k, v in like.items()}
+        add_sums(total, terms, f.to(next(iter(like.values())).dtype))
+        return flat_of(narrowed(total, self.params), self.params)
 
     def _zeros(self) -> torch.Tensor:
         p = self.params
@@ -125,13 +128,20 @@ class Capture:
                              "target; call the criterion that make_private returned (not the original one).")
         o = self.owner
         if o.fast:
-            sig0 = o.signals_at(prev, self.x, self.target, criterion, self.args, self.kwargs)
-            sig1 = self.signals()
+            # both points' signals in float64 (dpcalib.optim.clipping.precision: the batch's own pass,
+            # in the model's dtype, is used only where that is float64 already)
+            p1, p0 = widened_params(self.params), widened_params(prev)
+            x, target = widened(self.x), widened(self.target)
+            args = tuple(widened(a) for a in self.args)
+            kwargs = {k: widened(v) for k, v in self.kwargs.items()}
+            sig0 = o.signals_at(p0, x, target, criterion, args, kwargs)
+            own = all(v.dtype == p1[k].dtype for k, v in self.params.items())
+            sig1 = self.signals() if own else o.signals_at(p1, x, target, criterion, args, kwargs)
             g1, g0 = self._ghost(sig1), self._ghost(sig0)
             if g1 is not None and g0 is not None:
                 sums, _ = ghost_clipped_diff_sum(g1, g0, c, None, self.scale())
-                return flat_of(sums, self.params)
-            return self._sum(*signal_terms(sig1, sig0), c)
+                return flat_of(narrowed(sums, self.params), self.params)
+            return self._sum(*signal_terms(sig1, sig0), c, like=p1)
         per_record = _per_record(criterion, o.loss_reduction)
         sums, _ = clipped_grad_diff_sum(o.inner, per_record, self.x, self.target, c, self.params, prev, method="vmap")
         return flat_of(sums, self.params)
