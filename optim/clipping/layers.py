@@ -45,7 +45,7 @@ from torch import nn
 from torch.func import functional_call
 
 from . import conv, embedding, linear, normalization  # noqa: F401  (each registers its layer kind's rule)
-from .precision import widened
+from .precision import widened, widened_buffers
 from .rules import rule_for
 
 __all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
@@ -101,7 +101,7 @@ def _signals(model, params, loss_fn, x, y):
                 records.append((name, mod, inp[0].detach(), out))
             handles.append(m.register_forward_hook(hook))
     try:
-        out = functional_call(model, p, (x,))
+        out = functional_call(model, (p, widened_buffers(model, dtype)), (x,))
     finally:
         for h in handles:
             h.remove()

@@ -52,7 +52,7 @@ from torch.func import functional_call, grad, vmap
 from ...accountant.validation import InputError
 from .layers import SharedModule, layers_clipped_diff_sum, layers_clipped_sum, supports_layers, unsupported_layers
 from .numerics import rowdots64, rows_sq_upper
-from .precision import narrowed, widened, widened_params
+from .precision import narrowed, widened, widened_buffers, widened_params
 
 __all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
            "ClippingFallbackWarning", "clip_path", "ghost_clipped_sum", "ghost_clipped_diff_sum"]
@@ -286,8 +286,10 @@ def ghost_clipped_diff_sum(s1, s0, c: float, weights=None, scale: float | None =
 
 # ---- general path -----------------------------------------------------------------------------
 def _per_sample_grads(model, params, loss_fn, x, y):
+    buffers = widened_buffers(model, next(iter(params.values())).dtype)
+
     def one(p, xi, yi):
-        out = functional_call(model, p, (xi.unsqueeze(0),))
+        out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
         return loss_fn(out, yi.unsqueeze(0)).sum()
 
     detached = {k: v.detach() for k, v in params.items()}

@@ -16,6 +16,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from .paths import clip_factors
+from .precision import widened_buffers
 
 __all__ = ["point_grads", "clipped_point_sums"]
 
@@ -29,7 +30,8 @@ def point_grads(model, loss_fn, like: dict, *, shared_records: bool = False):
         for k, t in like.items():
             p[k] = pflat[i:i + t.numel()].reshape(t.shape)
             i += t.numel()
-        return loss_fn(functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)).sum()
+        buffers = widened_buffers(model, pflat.dtype)       # points in float64 (a difference: .precision)
+        return loss_fn(functional_call(model, (p, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0)).sum()
 
     outer = (0, None, None) if shared_records else (0, 0, 0)
     return vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=outer)

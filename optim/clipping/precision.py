@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DIFFERENCE_DTYPE", "widened", "widened_params", "narrowed"]
+__all__ = ["DIFFERENCE_DTYPE", "widened", "widened_params", "widened_buffers", "narrowed"]
 
 #: the dtype every gradient-difference release computes in (module text)
 DIFFERENCE_DTYPE = torch.float64
@@ -44,6 +44,14 @@ def widened(t, dtype: torch.dtype | None = None):
 def widened_params(params: dict, dtype: torch.dtype | None = None) -> dict:
     """Every floating parameter in ``dtype`` (detached: a release forms no parameter gradients)."""
     return {k: widened(v.detach(), dtype) for k, v in params.items()}
+
+
+def widened_buffers(model, dtype: torch.dtype) -> dict:
+    """The model's floating buffers narrower than ``dtype``, widened (to pass beside widened parameters
+    to ``functional_call``: a float32 buffer in a product with float64 activations would raise);
+    empty where none is."""
+    return {k: widened(b, dtype) for k, b in model.named_buffers()
+            if b.is_floating_point() and b.dtype.itemsize < dtype.itemsize}
 
 
 def narrowed(sums: dict, like: dict) -> dict:

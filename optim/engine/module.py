@@ -33,7 +33,7 @@ from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_t
 from ..clipping.paths import (ClippingFallbackWarning, clip_factors, clipped_grad_diff_sum, clipped_grad_sum,
                               ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost)
 from ..clipping.per_example import flat_of
-from ..clipping.precision import narrowed, widened, widened_params
+from ..clipping.precision import narrowed, widened, widened_buffers, widened_params
 
 __all__ = ["PrivateModule", "Capture", "REDUCTIONS"]
 
@@ -266,7 +266,8 @@ class PrivateModule(nn.Module):
         self._rec = (records, grads)
         try:
             if params is not None:
-                return functional_call(self._module, params, (x,) + tuple(args), kwargs)
+                buffers = widened_buffers(self._module, next(iter(params.values())).dtype)
+                return functional_call(self._module, (params, buffers), (x,) + tuple(args), kwargs)
             own = [p for _, p in self.named if p.requires_grad]
             for p in own:
                 p.requires_grad_(False)
