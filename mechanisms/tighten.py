@@ -189,6 +189,11 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
                 xt, ft = x1, f1
         if ft is None:
             ft = f(xt)
+            # the answer of the pass before, on the report's finer grid (its upper end there is the
+            # report's, already composed): feasible and within the tolerance of the root by the
+            # coarse slope -- the same test as a first guess's -- it is the answer
+            if math.isfinite(ft) and ft <= 0.0 and ft / k <= accept * r:
+                continue
         if not math.isfinite(ft):
             break
         step = max(-0.05, min(0.05, -ft / k)) + (0.25 * r if ft <= 0 else 0.5 * r)
