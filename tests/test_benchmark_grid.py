@@ -69,3 +69,30 @@ def test_a_prv_child_call_takes_the_tolerance(monkeypatch):
     seen.clear()
     B._call("opacus-prv", 0.01, 100, 2.0, 1e-5)
     assert "epsilon_tolerance" not in seen and "eps_error" not in seen     # the documented call: Opacus's defaults
+
+
+def test_the_ab_comparison_runs_a_setting_in_both_checkouts_and_refuses_bad_input(capsys, monkeypatch):
+    """benchmarks/ab_calibration.py: the same checkout twice gives the same answer bit for bit (each
+    side a fresh process); a path that is not a checkout, or a setting count out of 1..48, exits 2 in
+    one line before anything runs."""
+    import io
+    import os
+
+    import pytest
+
+    from benchmarks import ab_calibration as AB
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setattr(AB, "grid", lambda n: [(0.02, 10, 2.0, 0.0098)][:n])
+    buf = io.StringIO()
+    rows = AB.compare(here, here, 1, out=buf)
+    (s, a, b), = rows
+    assert a["z"] == b["z"] and abs(a["z"] - 0.434809) < 1e-5
+    assert "1 of 1 answers bit for bit" in buf.getvalue()
+    for argv, name in (([here, "/no/such/checkout"], "checkout='/no/such/checkout'"),
+                       ([here, here, "--settings", "0"], "--settings=0"), ([here, here, "--settings", "49"], "--settings=49")):
+        with pytest.raises(SystemExit) as e:
+            AB.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and name in err[0] and "is not allowed: expected" in err[0], err
