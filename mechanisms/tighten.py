@@ -174,6 +174,10 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         else:
             accept, aim = 0.6, 0.3
         f = on(h)
+
+        def close(v, accept=accept, r=r, k=k):
+            """Feasible, and within the tolerance of the root by the coarse slope (x - root ~ v / k)."""
+            return math.isfinite(v) and v <= 0.0 and v / k <= accept * r
         # the fine upper end at xt extrapolated from the coarse grids' (O(h^2)): a first
         # evaluation just above the root it predicts is usually feasible and within rtol of
         # the root by the coarse slope -- one fine evaluation instead of two
@@ -182,7 +186,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         if fp is not None:
             x1 = xt - fp / k + aim * r
             f1 = f(x1)
-            if math.isfinite(f1) and f1 <= 0.0 and f1 / k <= accept * r:   # x1 - root ~ f1 / k
+            if close(f1):
                 xt = x1
                 continue
             if math.isfinite(f1):
@@ -190,9 +194,8 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
         if ft is None:
             ft = f(xt)
             # the answer of the pass before, on the report's finer grid (its upper end there is the
-            # report's, already composed): feasible and within the tolerance of the root by the
-            # coarse slope -- the same test as a first guess's -- it is the answer
-            if math.isfinite(ft) and ft <= 0.0 and ft / k <= accept * r:
+            # report's, already composed): passing the first guess's test, it is the answer
+            if close(ft):
                 continue
         if not math.isfinite(ft):
             break
