@@ -7,6 +7,8 @@ setting at a time, back to back.
     python -m benchmarks.bench_calibration_space --child dpcalib 1e-4 1e6 5.6 1e-6 --work   # one call, with its work
     python -m benchmarks.bench_calibration_space --who opacus-prv --prv-tolerance 1e-3 \
         --setting 1e-3 181 0.3 1e-8 --setting 1e-4 1000 0.3 1e-6      # PRV asked for 0.1 % in eps, beside dpcalib
+    python -m benchmarks.bench_calibration_space --who dp-accounting --dp-accounting-interval 1e-5 \
+        --setting 2.8e-4 1e5 0.3 1e-8                                   # dp-accounting on a 10x finer grid
 
 A fixed grid of 48 Poisson-sampled DP-SGD settings (q 1e-4..0.5, T 10..1e6, eps 0.3..16, delta
 1e-8..1e-2: 45 drawn with a fixed seed from the product of the lists below, plus the three tail
@@ -25,7 +27,10 @@ the limit and is marked).  The calls:
 and ``eps_error = 0.01``, absolute in eps: 3 % of eps = 0.3), both the search's tolerance and the
 accountant's own error -- still far looser than dpcalib's certified bracket (3e-5 relative) and its
 noise (solved to 1e-6 relative), but a like-for-like look at where the documented call is fast
-because it answers roughly.  ``--who`` picks the anchors run beside dpcalib, ``--setting`` runs given
+because it answers roughly.  ``--dp-accounting-interval H`` does the same for dp-accounting: its
+``PLDAccountant(value_discretization_interval=H)`` instead of the default 1e-4 (the search's own
+tolerance is already 1e-6); its upper end is pessimistic on that grid, so a finer grid moves its noise
+down towards dpcalib's and costs it time.  ``--who`` picks the anchors run beside dpcalib, ``--setting`` runs given
 settings instead of the grid.
 
 Reported per setting: each noise multiplier and time; over the settings the median, p10 and worst
@@ -63,7 +68,8 @@ def grid(n: int = 48) -> list:
     return list(TAILS) + rest[:max(0, n - len(TAILS))]
 
 
-def _call(who: str, q: float, t: int, eps: float, delta: float, prv_tolerance: float | None = None) -> tuple:
+def _call(who: str, q: float, t: int, eps: float, delta: float, prv_tolerance: float | None = None,
+          dpa_interval: float | None = None) -> tuple:
     if who == "dpcalib":
         from dpcalib.mechanisms import DPSGD
 
@@ -79,8 +85,13 @@ def _call(who: str, q: float, t: int, eps: float, delta: float, prv_tolerance: f
         def event(z):
             return dp_accounting.SelfComposedDpEvent(
                 dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), t)
+
+        def accountant():
+            if dpa_interval is None:                  # the documented call: dp-accounting's default grid
+                return pld_privacy_accountant.PLDAccountant()
+            return pld_privacy_accountant.PLDAccountant(value_discretization_interval=dpa_interval)
         t0 = time.perf_counter()
-        z = mechanism_calibration.calibrate_dp_mechanism(pld_privacy_accountant.PLDAccountant, event, eps, delta)
+        z = mechanism_calibration.calibrate_dp_mechanism(accountant, event, eps, delta)
         return z, time.perf_counter() - t0
     from opacus.accountants.utils import get_noise_multiplier
 
@@ -93,11 +104,14 @@ def _call(who: str, q: float, t: int, eps: float, delta: float, prv_tolerance: f
 WHO = ("dpcalib", "dp-accounting", "opacus-prv")
 
 
-def run_one(who: str, setting, timeout: float, prv_tolerance: float | None = None) -> dict:
+def run_one(who: str, setting, timeout: float, prv_tolerance: float | None = None,
+            dpa_interval: float | None = None) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "benchmarks.bench_calibration_space", "--child", who, *map(repr, setting)]
     if prv_tolerance is not None and who == "opacus-prv":
         cmd += ["--prv-tolerance", repr(prv_tolerance)]
+    if dpa_interval is not None and who == "dp-accounting":
+        cmd += ["--dp-accounting-interval", repr(dpa_interval)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -140,7 +154,7 @@ def _pct(xs, p):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--settings", type=int, default=48)
+    ap.add_argument("--settings", default="48", metavar="N", help="the first N settings of the grid (default 48)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--who", default=",".join(WHO[1:]),
@@ -148,6 +162,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prv-tolerance", type=float, default=None, metavar="REL",
                     help="ask Opacus PRV for REL * eps (its search's tolerance and its accountant's error; "
                          "default: Opacus's own, 0.01 absolute), REL in (0, 0.1]")
+    ap.add_argument("--dp-accounting-interval", type=float, default=None, metavar="H",
+                    help="dp-accounting's PLDAccountant(value_discretization_interval=H) (default: its own, 1e-4), "
+                         "H in [1e-7, 0.1]")
     ap.add_argument("--setting", nargs=4, action="append", metavar=("Q", "T", "EPS", "DELTA"),
                     help="run this setting instead of the grid (repeatable)")
     ap.add_argument("--work", action="store_true",
@@ -156,10 +173,19 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.prv_tolerance is not None and not 0.0 < a.prv_tolerance <= 0.1:
         ap.error(f"--prv-tolerance={a.prv_tolerance!r} is not allowed: expected a number in (0, 0.1]")
+    dpa = a.dp_accounting_interval
+    if dpa is not None and not 1e-7 <= dpa <= 0.1:
+        ap.error(f"--dp-accounting-interval={dpa!r} is not allowed: expected a number in [1e-7, 0.1]")
+    try:
+        n_settings = int(a.settings)
+    except ValueError:
+        n_settings = 0
+    if not 1 <= n_settings <= 48:
+        ap.error(f"--settings={a.settings!r} is not allowed: expected an integer in [1, 48]")
     who_list = [w.strip() for w in a.who.split(",") if w.strip()]
     if not who_list or any(w not in WHO[1:] for w in who_list):
         ap.error(f"--who={a.who!r} is not allowed: expected a comma-separated list from {', '.join(WHO[1:])}")
-    settings = grid(a.settings)
+    settings = grid(n_settings)
     if a.setting:
         try:
             settings = [(float(q), int(float(t)), float(e), float(d)) for q, t, e, d in a.setting]
@@ -170,7 +196,7 @@ def main(argv=None) -> int:
     if a.child:
         who, q, t, eps, delta = a.child
         work = _count_work() if a.work else None
-        z, dt = _call(who, float(q), int(float(t)), float(eps), float(delta), a.prv_tolerance)
+        z, dt = _call(who, float(q), int(float(t)), float(eps), float(delta), a.prv_tolerance, dpa)
         out = {"z": z, "t": dt}
         if work is not None:
             out.update(work=round(work[0] / 1e6, 3), evaluations=work[1])
@@ -179,11 +205,12 @@ def main(argv=None) -> int:
     rows = []
     who = ["dpcalib"] + [w for w in WHO[1:] if w in who_list]
     asked = "" if a.prv_tolerance is None else f" ({a.prv_tolerance:g} eps)"      # PRV's tolerance, if set
-    names = {"dpcalib": "dpcalib", "dp-accounting": "dp-acc.", "opacus-prv": "PRV" + asked}
+    finer = "" if dpa is None else f" (grid {dpa:g})"        # dp-accounting's grid, if set
+    names = {"dpcalib": "dpcalib", "dp-accounting": "dp-acc." + finer, "opacus-prv": "PRV" + asked}
     print("| q | T | eps | delta | " + " | ".join(f"z {names[w]} | t {names[w]}" for w in who) + " |")
     print("|---|---|---|---|" + "---|---|" * len(who))
     for s in settings:
-        r = {w: run_one(w, s, a.timeout, a.prv_tolerance) for w in who}
+        r = {w: run_one(w, s, a.timeout, a.prv_tolerance, dpa) for w in who}
         rows.append((s, r))
 
         def cell(x):
@@ -198,7 +225,7 @@ def main(argv=None) -> int:
         noise = [r["dpcalib"]["z"] <= r[anchor]["z"] * (1 + (1e-5 if anchor == "dp-accounting" else 0.0))
                  for _, r in rows if r["dpcalib"]["z"] is not None and r[anchor]["z"] is not None]
         if ratios:
-            label = anchor + (asked if anchor == "opacus-prv" else "")
+            label = anchor + (asked if anchor == "opacus-prv" else finer)
             print(f"{label:14s} time ratio {label}/dpcalib over {len(ratios)} settings: median "
                   f"{statistics.median(ratios):.2f}x, p10 {_pct(ratios, 0.1):.2f}x, worst {min(ratios):.2f}x; "
                   f"dpcalib's noise at or below it on {sum(noise)}/{len(noise)}")

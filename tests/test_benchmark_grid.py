@@ -43,7 +43,12 @@ def test_the_benchmark_refuses_bad_options_in_one_line(capsys):
                        (["--who", "prv"], "--who='prv'"), (["--setting", "2", "10", "1", "1e-5"], "--setting"),
                        (["--setting", "0.1", "ten", "1", "1e-5"], "--setting"),
                        (["--setting", "0.1", "inf", "1", "1e-5"], "--setting"), (["--setting", "nan", "10", "1", "1e-5"], "--setting"),
-                       (["--prv-tolerance", "nan"], "--prv-tolerance=nan"), (["--prv-tolerance", "1e300"], "--prv-tolerance=1e+300")):
+                       (["--prv-tolerance", "nan"], "--prv-tolerance=nan"), (["--prv-tolerance", "1e300"], "--prv-tolerance=1e+300"),
+                       (["--dp-accounting-interval", "0"], "--dp-accounting-interval=0.0"),
+                       (["--dp-accounting-interval", "nan"], "--dp-accounting-interval=nan"),
+                       (["--dp-accounting-interval", "1"], "--dp-accounting-interval=1.0"),
+                       (["--settings", "ten"], "--settings='ten'"), (["--settings", "0"], "--settings='0'"),
+                       (["--settings", "49"], "--settings='49'")):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2, argv
@@ -69,6 +74,33 @@ def test_a_prv_child_call_takes_the_tolerance(monkeypatch):
     seen.clear()
     B._call("opacus-prv", 0.01, 100, 2.0, 1e-5)
     assert "epsilon_tolerance" not in seen and "eps_error" not in seen     # the documented call: Opacus's defaults
+
+
+def test_a_dp_accounting_child_call_takes_the_grid(monkeypatch):
+    """``--dp-accounting-interval H`` reaches dp-accounting as ``PLDAccountant(value_discretization_interval=H)``;
+    without it the documented call builds the accountant with dp-accounting's defaults."""
+    from dp_accounting import mechanism_calibration as mc
+    from dp_accounting.pld import pld_privacy_accountant as pa
+
+    from benchmarks import bench_calibration_space as B
+
+    seen = []
+
+    class Fake:
+        def __init__(self, **kw):
+            seen.append(kw)
+
+    def fake(make_accountant, make_event, eps, delta):
+        make_accountant()
+        assert make_event(0.9).count == 100
+        return 0.875
+    monkeypatch.setattr(pa, "PLDAccountant", Fake)
+    monkeypatch.setattr(mc, "calibrate_dp_mechanism", fake)
+    z, t = B._call("dp-accounting", 0.01, 100, 2.0, 1e-5, dpa_interval=1e-5)
+    assert z == 0.875 and t >= 0.0 and seen == [{"value_discretization_interval": 1e-5}]
+    seen.clear()
+    B._call("dp-accounting", 0.01, 100, 2.0, 1e-5)
+    assert seen == [{}]
 
 
 def test_the_ab_comparison_runs_a_setting_in_both_checkouts_and_refuses_bad_input(capsys, monkeypatch):

@@ -55,5 +55,6 @@ def widened_buffers(model, dtype: torch.dtype) -> dict:
 
 
 def narrowed(sums: dict, like: dict) -> dict:
-    """Each sum back in its parameter's dtype (one rounding, relative to the sum)."""
-    return {k: v.to(like[k].dtype) if k in like else v for k, v in sums.items()}
+    """Each sum back in its parameter's dtype (one rounding, relative to the sum); every key of ``sums``
+    names a parameter of ``like``."""
+    return {k: v.to(like[k].dtype) for k, v in sums.items()}
