@@ -21,7 +21,8 @@ from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
 from .caches import clear_cache
-from .pld import EpsilonBracket, pld_delta, pld_epsilon, pld_profile
+from .pld import EpsilonBracket, pld_epsilon
+from .pld_profile import pld_delta, pld_profile
 from .poisson import poisson_gaussian_rdp
 from .tradeoff import (TradeOffCurve, attack_risk, certified_advantage, certified_tpr, claimed_tradeoff,
                        gdp_tradeoff, profile_tradeoff)

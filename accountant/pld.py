@@ -54,35 +54,27 @@ Discretisation (grid ``h``; losses at ``i*h``):
   floating-point error model (see :func:`compose_steps`) and added to / taken from the masses.
 
 The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
-the best certified answer is returned with a note).
+the best certified answer is returned with a note).  ``delta(eps)`` -- the profile the same
+compositions give -- is read in :mod:`.pld_profile`.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .validation import InputError
 from . import validation
 from .caches import cached, clear_cache, register
-from .pld_compose import compose_steps, loss_window
-from .pld_bracket import lower_one, lower_usable, rounding_gap, sum_error, upper_info, upper_one
-from .pld_pairs import (ALIAS, EVENTS, EpsilonBracket, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL, aligned_grid,
-                        LAST_STEP, on_ladder)
+from .pld_compose import loss_window
+from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
+from .pld_pairs import (ALIAS, EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL,
+                        aligned_grid, checked_events, directions, grid_step, LAST_STEP, on_ladder)
 from .pld_discretise import discretised_steps
 from .pld_blocks import bracket_steps as _steps
-from .events import PoissonSampledGaussianEvent, full_batch_form
 
 
-__all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "pld_delta", "pld_profile", "pld_upper_profiles", "report_grid", "clear_cache",
+__all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "report_grid", "clear_cache",
            "MAX_DISCRETIZATION", "MEMORY_CAP", "MIN_DELTA", "RTOL"]
-
-
-def _directions(events):
-    if any(isinstance(e, PoissonSampledGaussianEvent) for e, _ in events):
-        return ("remove", "add")
-    return ("remove",)
 
 
 def _delta(delta) -> float:
@@ -107,8 +99,8 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     if side not in ("both", "upper", "lower"):
         raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
     d = _delta(delta)
-    h = _grid(discretization)
-    ev = tuple(_check_events(events))
+    h = grid_step(discretization)
+    ev = tuple(checked_events(events))
     key = (ev, d, h, memory_cap)
     if side == "lower":         # every value below is a function of the key alone (no cache state)
         lows = _lower_ends(key, None)
@@ -122,16 +114,6 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     if lows is _OVER:
         return None, None
     return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
-
-
-#: largest grid step accepted: the automatic refinement never goes above it; past ~88 the 8x
-#: coarser hint grid overflowed e^h (1e3 and 1e300 raised OverflowError), and no loss needs such a grid
-MAX_DISCRETIZATION = 64.0
-
-
-def _grid(discretization) -> float:
-    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range."""
-    return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
 
 
 def _step_tail(ev, d: float) -> float:
@@ -174,7 +156,7 @@ def _upper_ends(key):
     # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
     # skip a later one by -- and small windows: no coarser composition first
     blocks = False
-    for direction in _directions(ev):
+    for direction in directions(ev):
         floor = max((x for x, _ in out), default=-math.inf)
         coarse = steps = None
         big = False                  # the first direction's fine window is large (hint first)
@@ -231,13 +213,13 @@ def _lower_ends(key, ups):
     ev, d, h, cap = key
     skip = tuple(ups is not None and len(ups) > 1 and
                  ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
-                 for i in range(len(_directions(ev))))
+                 for i in range(len(directions(ev))))
     ck = ("lower", skip, ups is not None) + key    # (the upper ends steer a re-tilt: lower_one)
     if ck in _SIDES:
         return _SIDES[ck]
     tau = _step_tail(ev, d)
     out = []
-    for i, (direction, skipped) in enumerate(zip(_directions(ev), skip)):
+    for i, (direction, skipped) in enumerate(zip(directions(ev), skip)):
         if skipped or (ups is not None and out and ups[i][1] <= max(out)):
             continue                 # (its lower end is at most its upper end: not the maximum)
         if ups is None and out:
@@ -272,37 +254,13 @@ def _lower_ends(key, ups):
             u = _upper_ends(key)
             if u is _OVER:
                 return _remember(ck, _OVER)
-            out.append(u[_directions(ev).index(direction)][0])
+            out.append(u[directions(ev).index(direction)][0])
             continue
         lo = lower_one(lsteps, hl, d, cap, None if ups is None else max(up for _, up in ups))
         if lo is None:
             return _remember(ck, _OVER)
         out.append(lo)
     return _remember(ck, out or [0.0])
-
-
-def _check_events(events):
-    out = []
-    for item in events:
-        if isinstance(item, EVENTS):
-            ev, k = item, 1
-        else:
-            try:
-                ev, k = item
-            except (TypeError, ValueError):
-                raise InputError(f"events: {item!r} is not allowed: expected an event or an "
-                                 f"(event, count) pair.") from None
-        if not isinstance(ev, EVENTS):
-            raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in EVENTS)}.")
-        k = validation.integer(k, "count", low=0)
-        if k:
-            out.append((ev, k))
-    rels = {e.neighboring_relation for e, _ in out} - {None}
-    if len(rels) > 1:
-        raise InputError("events mix neighbouring relations (add/remove and replace-one); "
-                         "guarantees under different relations do not compose.")
-    return [(full_batch_form(e), k) for e, k in out]     # q = 1, b = n: the Gaussian PLD, exactly
 
 
 def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
@@ -323,7 +281,7 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
     a_tol = validation.in_range(atol, "atol", 0.0, math.inf, high_open=True)
     cap = validation.integer(memory_cap, "memory_cap", low=1 << 20)
-    ev = _check_events(events)
+    ev = checked_events(events)
     if not ev:
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
     return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
@@ -333,7 +291,7 @@ def first_grid(events, delta: float) -> float:
     """The grid the automatic refinement of :func:`pld_epsilon` starts on: ``0.5 / sqrt(K log(1e6 /
     delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05."""
     d = _delta(delta)
-    K = sum(k for _, k in _check_events(events))
+    K = sum(k for _, k in checked_events(events))
     return on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
 
 
@@ -344,10 +302,10 @@ def window_points(events, delta: float, discretization: float) -> int:
     its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
     ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
     d = _delta(delta)
-    h = _grid(discretization)
-    ev = tuple(_check_events(events))
+    h = grid_step(discretization)
+    ev = tuple(checked_events(events))
     try:
-        steps = discretised_steps(ev, h, _step_tail(ev, d), _directions(ev)[0], MEMORY_CAP) if ev else []
+        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP) if ev else []
     except OverCap:
         return MEMORY_CAP // 8
     if not steps:
@@ -368,7 +326,7 @@ def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     prediction composed (coarse to fine; a calibration extrapolates them to the predicted grid).
     """
     d = _delta(delta)
-    ev = _check_events(events)
+    ev = checked_events(events)
     if not ev:
         return (0.0, ()) if with_uppers else 0.0
     out = _pld_epsilon_cached(tuple(ev), d, rtol, memory_cap, None, atol, True)
@@ -385,7 +343,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         return up - lo <= max(r * up, a_tol)
 
     if discretization is not None:
-        h = _grid(discretization)
+        h = grid_step(discretization)
         lo, up = pld_epsilon_at(ev, d, h, cap)
         if lo is None:
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
@@ -476,125 +434,3 @@ def _first_order(ev, d, h, cap, own) -> float:
     if lo is None or not 0.0 < own < up - lo < math.inf:
         return 2.0
     return math.log((up - lo) / own) / math.log(2.0)
-
-
-def _delta_fin(mass: np.ndarray, lo: int, h: float, eps: float) -> float:
-    """sum_s mass_s (1 - e^(eps - (lo+s) h))_+ (finite atoms only)."""
-    s = np.arange(mass.size)
-    j = math.floor(eps / h) - lo + 1            # first window index strictly above eps
-    j = max(j, 0)
-    if j >= mass.size:
-        return 0.0
-    m = mass[j:]
-    return float(np.sum(m) - np.sum(m * np.exp(eps - (lo + s[j:]) * h)))
-
-
-def _delta_upper(comp, h: float, eps: float) -> float:
-    """Certified upper bound on ``delta(eps)`` from an upper composition: its finite atoms, the
-    infinite-loss mass, the wrapped-around mass and the summation error."""
-    m = comp.upper_mass
-    return min(1.0, _delta_fin(m, comp.lo, h, eps) + comp.inf + comp.alias + sum_error(m))
-
-
-def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
-    """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``."""
-    e = validation.real(epsilon, "epsilon")
-    h = _grid(discretization)
-    ev = _check_events(events)
-    if not ev:
-        return 0.0, 0.0
-    K = sum(k for _, k in ev)
-    tau = 1e-15 / K
-    lows, ups = [], []
-    for direction in _directions(ev):
-        try:
-            steps, lsteps = discretised_steps(ev, h, tau, direction, memory_cap, lower=True)
-        except OverCap:
-            steps, lsteps = None, None
-        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
-        if comp is None:
-            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
-                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
-        up = _delta_upper(comp, h, e)
-        p = max(1e-4 * up, 1e-300)
-        t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
-        shift = t + K * rounding_gap(h)
-        if K * h <= shift:
-            shift, p = K * h, 0.0
-        low = comp.lower_mass
-        lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
-              - sum_error(low))
-        if lower_usable(lsteps):
-            lcomp = compose_steps(lsteps, h, 1e-16, memory_cap)[0]
-            if lcomp is not None:
-                low = lcomp.lower_mass
-                e_rel = e - lcomp.shift + lcomp.shift_error     # the grid's anchor (a larger eps: less delta)
-                lo = max(lo, _delta_fin(low, lcomp.lo, h, e_rel) - lcomp.alias - sum_error(low))
-        lows.append(max(lo, 0.0))
-        ups.append(up)
-    return max(lows), max(ups)
-
-
-def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int = MEMORY_CAP) -> np.ndarray:
-    """Certified upper bounds on ``delta(eps)`` at every ``eps`` in ``epsilons`` from ONE composition
-    per direction (the worse direction at each eps): the privacy profile the trade-off curve of
-    :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end."""
-    eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
-    if eps.ndim != 1 or not np.all(np.isfinite(eps)):
-        raise InputError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
-    h = _grid(discretization)
-    ev = _check_events(events)
-    if not ev:
-        return np.zeros(eps.shape)
-    out = np.zeros(eps.shape)
-    for comp in _upper_compositions(ev, h, memory_cap):
-        out = np.maximum(out, [_delta_upper(comp, h, float(e)) for e in eps])
-    return out
-
-
-def _upper_compositions(ev, h: float, memory_cap: int):
-    """The connect-the-dots composition of each direction (remove, then add) at grid ``h``: what the
-    profiles read their certified upper bounds from."""
-    tau = 1e-15 / sum(k for _, k in ev)
-    for direction in _directions(ev):
-        try:
-            steps = discretised_steps(ev, h, tau, direction, memory_cap)
-        except OverCap:
-            steps = None
-        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
-        if comp is None:
-            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
-                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
-        yield comp
-
-
-def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP) -> list:
-    """The certified upper profile of each direction at every ``eps >= 0`` the composition can
-    tell apart: ``[(eps, delta_upper), ...]`` (one pair of arrays per direction, in the order
-    remove, add), ``eps`` = 0 and every grid point of the composed loss above 0.
-
-    ``delta`` of a discrete loss is linear in ``e^eps`` between its atoms, so these points carry
-    the whole profile on ``eps >= 0``: what the attack-risk terms of :mod:`.tradeoff` need
-    (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`pld_profile`:
-    the finite atoms of the connect-the-dots composition with their round-off added, the
-    infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding."""
-    from .pld_bracket import suffix_rounding, suffix_sums
-
-    h = _grid(discretization)
-    ev = _check_events(events)
-    if not ev:
-        return [(np.zeros(1), np.zeros(1))]
-    out = []
-    for comp in _upper_compositions(ev, h, memory_cap):
-        m = comp.upper_mass
-        c = comp.inf + comp.alias + sum_error(m)
-        A, B = suffix_sums(m, comp.lo, h)
-        slack = 4.0 * suffix_rounding(m.size, h)
-        j0 = max(0, -comp.lo)
-        eps = (comp.lo + np.arange(j0, m.size)) * h
-        dl = A[j0:] - B[j0:] + slack * A[j0:] + c
-        if comp.lo > 0 or eps.size == 0:          # no atom at 0: add eps = 0 itself
-            d0 = _delta_fin(m, comp.lo, h, 0.0) * (1.0 + slack) + c
-            eps, dl = np.concatenate(([0.0], eps)), np.concatenate(([d0], dl))
-        out.append((eps, np.clip(dl, 0.0, 1.0)))
-    return out

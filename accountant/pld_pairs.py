@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from . import validation
+from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, full_batch_form
+from .validation import InputError
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap", "aligned_grid"]
+           "Step", "OverCap", "aligned_grid", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -402,3 +404,47 @@ def aligned_grid(events, h: float) -> float | None:
     if not a >= h:
         return None
     return a / math.ceil(a / h)
+
+
+#: largest grid step accepted: the automatic refinement never goes above it; past ~88 the 8x
+#: coarser hint grid overflowed e^h (1e3 and 1e300 raised OverflowError), and no loss needs such a grid
+MAX_DISCRETIZATION = 64.0
+
+
+def grid_step(discretization) -> float:
+    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range."""
+    return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
+
+
+def directions(events):
+    """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step
+    is among them (each composed on its own, the worse reported), else remove."""
+    if any(isinstance(e, PoissonSampledGaussianEvent) for e, _ in events):
+        return ("remove", "add")
+    return ("remove",)
+
+
+def checked_events(events):
+    """``events`` (events or ``(event, count)`` pairs) as validated ``(event, count)`` pairs of one
+    neighbouring relation, zero counts dropped, full-batch forms exact -- or the typed input error."""
+    out = []
+    for item in events:
+        if isinstance(item, EVENTS):
+            ev, k = item, 1
+        else:
+            try:
+                ev, k = item
+            except (TypeError, ValueError):
+                raise InputError(f"events: {item!r} is not allowed: expected an event or an "
+                                 f"(event, count) pair.") from None
+        if not isinstance(ev, EVENTS):
+            raise InputError(f"event={ev!r} is not allowed: expected one of "
+                             f"{', '.join(t.__name__ for t in EVENTS)}.")
+        k = validation.integer(k, "count", low=0)
+        if k:
+            out.append((ev, k))
+    rels = {e.neighboring_relation for e, _ in out} - {None}
+    if len(rels) > 1:
+        raise InputError("events mix neighbouring relations (add/remove and replace-one); "
+                         "guarantees under different relations do not compose.")
+    return [(full_batch_form(e), k) for e, k in out]     # q = 1, b = n: the Gaussian PLD, exactly

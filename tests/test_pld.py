@@ -27,7 +27,8 @@ from dpcalib.accountant import pld_bracket as PB
 from dpcalib.accountant import pld_compose as PC
 from dpcalib.accountant import pld_discretise as PS
 from dpcalib.accountant import pld_pairs as PP
-from dpcalib.accountant.pld import pld_delta, pld_epsilon
+from dpcalib.accountant.pld import pld_epsilon
+from dpcalib.accountant.pld_profile import pld_delta
 
 from tests import oracles
 
@@ -253,7 +254,8 @@ def test_bad_arguments_are_named(kwargs, name):
 def test_a_grid_step_out_of_range_is_refused_by_every_entry(h):
     # above 64 (MAX_DISCRETIZATION) a grid used to raise OverflowError (an 8x coarser hint grid
     # past ~88 overflowed e^h); now every entry that takes a grid names the option and the range
-    from dpcalib.accountant.pld import pld_delta, pld_epsilon_at, window_points
+    from dpcalib.accountant.pld import pld_epsilon_at, window_points
+    from dpcalib.accountant.pld_profile import pld_delta
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 10)]
     for call in (lambda: pld_epsilon(ev, 1e-5, discretization=h), lambda: pld_epsilon_at(ev, 1e-5, h),
