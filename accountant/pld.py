@@ -305,7 +305,7 @@ def window_points(events, delta: float, discretization: float) -> int:
     h = grid_step(discretization)
     ev = tuple(checked_events(events))
     try:
-        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP) if ev else []
+        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d) if ev else []
     except OverCap:
         return MEMORY_CAP // 8
     if not steps:
@@ -340,7 +340,8 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     ``predict``: the grid the refinement is expected to end on and the ``(grid, upper)`` pairs
     composed on the way (:func:`report_grid`)."""
     def done(lo, up):
-        return up - lo <= max(r * up, a_tol)
+        # (an infinite upper end is never within a tolerance: inf - lo <= r * inf would say it is)
+        return math.isfinite(up) and up - lo <= max(r * up, a_tol)
 
     if discretization is not None:
         h = grid_step(discretization)

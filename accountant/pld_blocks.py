@@ -79,7 +79,7 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False):
         else:
             out.extend(bl)
     if plain:
-        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower)
+        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower, delta)
         out = out + (got[1] if lower else got)
     return out
 

@@ -35,14 +35,16 @@ _BINS: dict = {}
 register(_BINS.clear)
 
 
-def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int) -> Bins:
-    lo, hi = pair.loss_range(tau)
+def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass: float | None = None) -> Bins:
+    """The pair's true bins on the grid ``h`` over its loss range (tails of mass ``tau``; cut at
+    :data:`~.pld_pairs.LOSS_CUT` where the mass beyond is at most ``cut_mass``), remembered."""
+    lo, hi = pair.loss_range(tau, cut_mass)
     # (a loss range that is not finite, or whose grid indices leave int64 -- noise so small that
     # the losses are past 1e18 grid steps -- is over the cap too: the PLD cannot hold it, RDP answers)
     if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) / h > 2.0 ** 60 \
             or 10 * 8 * (hi - lo) / h > cap_bytes:
         raise OverCap
-    key = (pair, h, tau)
+    key = (pair, h, tau, lo, hi)
     if key in _BINS:
         _BINS[key] = _BINS.pop(key)                # most recently used last
         return _BINS[key]
@@ -175,7 +177,15 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
                 break
         if best is not None and 2 * best[0] >= n:
             break
-    return None if best is None else Step(b.i0, best[1], 0.0, 0.0, count)
+    if best is None:
+        return None
+    m = best[1]
+    if b.p_above > 0.0:
+        # the P-mass above the grid (a cut tail: :data:`~.pld_pairs.LOSS_CUT`) as an atom at the grid's
+        # top: losses moved down, so its profile is below the tail's -- the sum stays below f
+        m = np.concatenate((m, np.zeros(max(0, n + 1 - m.size))))
+        m[n] += b.p_above
+    return Step(b.i0, m, 0.0, 0.0, count)
 
 
 def _F_ROUNDING(n: int, h: float) -> float:
@@ -397,7 +407,8 @@ def _symmetrised_bins(r: Bins, a: Bins) -> Bins:
     atom = max(0.0, 1.0 - float(np.sum(P)) - r.p_above - a.p_below)
     P[j0 - 1] += atom
     Q[j0 - 1] += atom
-    return Bins(i0, P, Q, a.p_below, r.p_above)
+    # (r's mass above its grid is an atom at the top in a lower step: only where that top is r's own)
+    return Bins(i0, P, Q, a.p_below, r.p_above if i1 == r.i0 + r.P.size else 0.0)
 
 
 def edge_anchor(pair: Pair, h: float):
@@ -436,7 +447,8 @@ def edge_anchor(pair: Pair, h: float):
     return g, float(pair.mass(pair.p_comps, -np.inf, xb))      # the cell: x below xb
 
 
-def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int) -> Step | None:
+def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int,
+                         cut_mass: float | None = None) -> Step | None:
     """The lower step of a Poisson pair on the grid anchored at its edge atom (None where the pair
     has no edge, or the construction fails).
 
@@ -456,7 +468,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     read at ``eps - K g``."""
     if pair.edge is None:
         return None
-    lo, hi = pair.loss_range(tau)
+    lo, hi = pair.loss_range(tau, cut_mass)
     if not (math.isfinite(lo) and math.isfinite(hi)) or 10 * 8 * (hi - lo) / h > cap_bytes:
         raise OverCap
     sign = -1.0 if pair.decreasing else 1.0
@@ -469,7 +481,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
         eg = math.exp(g)
     if sign > 0:                                  # remove: bins (g + k h, g + (k+1) h], k >= 1
         k1 = max(2, math.ceil((hi - g) / h) + 1)
-        P, Q, _, _ = pair.bins(g + h * np.arange(1, k1 + 1, dtype=float))
+        P, Q, _, above = pair.bins(g + h * np.arange(1, k1 + 1, dtype=float))
         P = np.concatenate(([P_edge], P))
         Qs = np.concatenate(([Qs_edge], Q * eg))
         i0 = 0
@@ -478,7 +490,8 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
         P, Q, _, _ = pair.bins(g + h * np.arange(i0, 0, dtype=float))
         P = np.concatenate((P, [P_edge]))
         Qs = np.concatenate((Q * eg, [Qs_edge]))
-    step = lower_step(Bins(i0, P, Qs, 0.0, 0.0), h, count)
+        above = 0.0                               # (the add pair's loss ends at its edge)
+    step = lower_step(Bins(i0, P, Qs, 0.0, above), h, count)
     if step is not None:
         step.shift = g
     return step
@@ -488,17 +501,19 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
 ANCHORED = True
 
 
-def discretised_steps(events, h, tau, direction, cap, lower=False):
+def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None):
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
     in the list where the lower construction failed).  Each event's dominating pairs come from
     :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
-    symmetrised."""
+    symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses
+    cut at :data:`~.pld_pairs.LOSS_CUT` where the mass beyond is at most ``delta / k``."""
     ups, los = [], []
     for ev, k in events:
         pairs = dominating_pairs(ev, direction)
         if not pairs:
             continue
-        bins = [bins_of(pr, h, tau, cap) for pr in pairs]
+        cut = None if delta is None else delta / k
+        bins = [bins_of(pr, h, tau, cap, cut) for pr in pairs]
         if len(bins) == 1:
             ups.append(upper_step(bins[0], h, k))
             b = bins[0]
@@ -506,7 +521,7 @@ def discretised_steps(events, h, tau, direction, cap, lower=False):
             ups.append(_symmetrised(*(upper_step(bi, h, k) for bi in bins), h))
             b = _symmetrised_bins(*bins) if lower else None
         if lower:
-            a = _anchored_lower_step(pairs[0], h, tau, k, cap) if ANCHORED and len(pairs) == 1 else None
+            a = _anchored_lower_step(pairs[0], h, tau, k, cap, cut) if ANCHORED and len(pairs) == 1 else None
             los.append(a if a is not None else lower_step(b, h, k))
     return (ups, los) if lower else ups
 

@@ -19,7 +19,7 @@ from .validation import InputError
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap", "aligned_grid", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
+           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -98,6 +98,19 @@ def _edge_masses(t):
     a, b, ga, gb = t[:-1], t[1:], g[:-1], g[1:]
     out = np.where(a >= 0.0, ga - gb, np.where(b <= 0.0, gb - ga, 1.0 - ga - gb))
     return np.maximum(out, 0.0)
+
+
+#: a subsampled pair's grid ends at losses of +-LOSS_CUT (where the mass beyond is small against
+#: delta, :func:`_cut`): the P-mass beyond goes to +infinity in the
+#: upper steps (or up to the lowest grid point below) and to an atom at the cut in the lower steps
+#: (:mod:`.pld_discretise`).  Both stay bounds at any cut (moving a loss up only raises the
+#: profile of every composition, moving it down only lowers it: delta(eps) = E_P[(1 - e^(eps -
+#: sum L))_+] is monotone in each step's loss); the cut costs the upper end at most ``sum_i p_i
+#: e^(eps - LOSS_CUT)`` in delta (p_i: the mass cut from step i; the other steps' Q-mass is at
+#: most 1), nothing a double can hold below eps ~ 300 at any delta >= 1e-300.  With noise
+#: multipliers of 1e-3 a sampled record's loss sits near 1/(2 z^2) = 5e5: gridding it held
+#: millions of points a step and ran into the memory cap (DP-SRM with a batch of one: 100 s).
+LOSS_CUT = 1000.0
 
 
 class Pair:
@@ -207,8 +220,9 @@ class Pair:
              for w, m in comps]
         return self.loss(min(m - d for m, d in r)), self.loss(max(m + d for m, d in r))
 
-    def loss_range(self, tau):
-        """Losses beyond which each tail of P has mass at most tau."""
+    def loss_range(self, tau, cut_mass=None):
+        """Losses beyond which each tail of P has mass at most tau (a subsampled pair's: cut at
+        :data:`LOSS_CUT` where the mass beyond is at most ``cut_mass``, :func:`_cut`)."""
         lo, hi = self._tails(tau)
         return float(lo), float(hi)
 
@@ -251,10 +265,10 @@ class RemovePair(Pair):
     def _x_edges(self, e):
         return self._x_of_mix(e)
 
-    def loss_range(self, tau):
+    def loss_range(self, tau, cut_mass=None):
         lo, hi = self._tails(tau)
         lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
-        return float(lo), float(hi)
+        return _cut(self, cut_mass, float(lo), float(hi))
 
     @property
     def edge(self):
@@ -288,11 +302,11 @@ class AddPair(Pair):
     def _x_edges(self, e):
         return self._x_of_mix(-e)[::-1]
 
-    def loss_range(self, tau):
+    def loss_range(self, tau, cut_mass=None):
         a, b = self._tails(tau)
         lo, hi = b, a                                                       # the loss decreases in x
         hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
-        return float(lo), float(hi)
+        return _cut(self, cut_mass, float(lo), float(hi))
 
     @property
     def edge(self):
@@ -303,6 +317,24 @@ class AddPair(Pair):
         """A point at or below ``-log E_P[e^-L | cell]`` of the edge cell ``{x' <= x}`` (losses from
         ``L(x)`` up to the edge; :func:`_edge_point`)."""
         return _edge_point(self, self.edge, x, -1)
+
+
+def _cut(pair, cut_mass, lo: float, hi: float) -> tuple:
+    """A subsampled pair's loss range, cut at ``+-LOSS_CUT`` (:data:`LOSS_CUT`) on each side whose P-mass
+    beyond the cut is at most ``cut_mass`` (the discretiser passes ``delta / count``: the step kind's
+    cut mass, all its steps together, at most delta).  Where more lies beyond, eps itself is near or
+    past the cut and cutting would only loosen the upper end (to +inf: that mass alone exceeds
+    delta): the range is kept.  ``cut_mass`` None (the callers that compose in blocks) and a
+    full-batch Gaussian (q = 1: all of its mass at one loss) are never cut."""
+    if cut_mass is None or pair.q >= 1.0 or not (hi > LOSS_CUT or lo < -LOSS_CUT):
+        return lo, hi
+    budget = cut_mass
+    _, _, below, above = pair.bins(np.array([-LOSS_CUT, LOSS_CUT]))
+    if hi > LOSS_CUT and above <= budget:
+        hi = LOSS_CUT
+    if lo < -LOSS_CUT and below <= budget:
+        lo = -LOSS_CUT
+    return lo, hi
 
 
 def _edge_point(pr, edge, x, sign):
