@@ -7,6 +7,7 @@ the method and its references).  The chain runs one way: pairs <- discretise <- 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -328,13 +329,20 @@ def _cut(pair, cut_mass, lo: float, hi: float) -> tuple:
     full-batch Gaussian (q = 1: all of its mass at one loss) are never cut."""
     if cut_mass is None or pair.q >= 1.0 or not (hi > LOSS_CUT or lo < -LOSS_CUT):
         return lo, hi
-    budget = cut_mass
-    _, _, below, above = pair.bins(np.array([-LOSS_CUT, LOSS_CUT]))
-    if hi > LOSS_CUT and above <= budget:
+    below, above = _beyond_cut(pair)
+    if hi > LOSS_CUT and above <= cut_mass:
         hi = LOSS_CUT
-    if lo < -LOSS_CUT and below <= budget:
+    if lo < -LOSS_CUT and below <= cut_mass:
         lo = -LOSS_CUT
     return lo, hi
+
+
+@functools.lru_cache(maxsize=256)
+def _beyond_cut(pair) -> tuple:
+    """``(P(L <= -LOSS_CUT), P(L > LOSS_CUT))`` of a pair (a function of the frozen pair alone: every
+    grid of a search asks again)."""
+    _, _, below, above = pair.bins(np.array([-LOSS_CUT, LOSS_CUT]))
+    return below, above
 
 
 def _edge_point(pr, edge, x, sign):
