@@ -84,39 +84,46 @@ def _flat(d: dict, names) -> torch.Tensor:
     return torch.cat([d[k].reshape(-1) for k in names]).to(torch.float64)
 
 
-def clipped_sum(model, x, y, C, kind, params, prev, method, weights):
+def clipped_sum(model, x, y, C, kind, params, prev, method, weights, loss_fn=sq_loss):
     """The released clipped sum as one float64 vector (computed in the model's dtype)."""
     if kind == "gradient":
-        s, norms = clipped_grad_sum(model, sq_loss, x, y, C, params, method=method, weights=weights)
+        s, norms = clipped_grad_sum(model, loss_fn, x, y, C, params, method=method, weights=weights)
     else:
-        s, norms = clipped_grad_diff_sum(model, sq_loss, x, y, C, params, prev, method=method, weights=weights)
+        s, norms = clipped_grad_diff_sum(model, loss_fn, x, y, C, params, prev, method=method, weights=weights)
     return _flat(s, list(params)), norms
 
 
-def leave_one_out(model, x, y, held_out, *, C, kind, step, method, weighted=False, chosen=None, seed=0):
+def leave_one_out(model, x, y, held_out, *, C, kind, step, method, weighted=False, chosen=None, seed=0,
+                  loss_fn=sq_loss, neighbours=None):
     """Moves of the clipped sum under add/remove and replace-one for the records ``chosen``
-    (default: all).  Returns a list of dicts: record, relation, neighbour, move, claim, slack."""
+    (default: all).  Returns a list of dicts: record, relation, neighbour, move, claim, slack.
+    The records and the model on any one device (the random steps and weights drawn on the CPU);
+    ``neighbours(x_i, y_i, held_out) -> {label: (x', y')}``: the replace-one neighbours (default
+    :func:`replacements`; a classifier's labels cannot be negated)."""
+    replace_by = replacements if neighbours is None else neighbours
     dtype = next(model.parameters()).dtype
+    dev = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
     params = {k: v.detach().clone() for k, v in model.named_parameters()}
-    prev = {k: v + step * torch.randn(v.shape, generator=g, dtype=torch.float64).to(dtype)
+    prev = {k: v + step * torch.randn(v.shape, generator=g, dtype=torch.float64).to(dtype).to(dev)
             for k, v in params.items()}
     n = x.shape[0]
-    w = (0.05 + torch.rand(n, generator=g, dtype=torch.float64)).to(dtype) if weighted else None
-    full, norms = clipped_sum(model, x, y, C, kind, params, prev, method, w)
+    w = (0.05 + torch.rand(n, generator=g, dtype=torch.float64)).to(dtype).to(dev) if weighted else None
+    full, norms = clipped_sum(model, x, y, C, kind, params, prev, method, w, loss_fn)
     if chosen is None:
         chosen = range(n)
     eps = torch.finfo(dtype).eps
     out = []
     for i in chosen:
         wi = 1.0 if w is None else float(w[i])
-        keep = torch.tensor([j for j in range(n) if j != i])
-        other, _ = clipped_sum(model, x[keep], y[keep], C, kind, params, prev, method, None if w is None else w[keep])
+        keep = torch.tensor([j for j in range(n) if j != i], device=dev)
+        other, _ = clipped_sum(model, x[keep], y[keep], C, kind, params, prev, method, None if w is None else w[keep],
+                               loss_fn)
         neighbours = [("add/remove", "removed", other, wi * C)]
-        for label, (xr, yr) in replacements(x[i], y[i], held_out).items():
+        for label, (xr, yr) in replace_by(x[i], y[i], held_out).items():
             x2, y2 = x.clone(), y.clone()
             x2[i], y2[i] = xr, yr
-            s2, _ = clipped_sum(model, x2, y2, C, kind, params, prev, method, w)
+            s2, _ = clipped_sum(model, x2, y2, C, kind, params, prev, method, w, loss_fn)
             neighbours.append(("replace-one", label, s2, 2.0 * wi * C))
         for relation, label, s2, claim in neighbours:
             move = float(torch.linalg.vector_norm(full - s2))

@@ -32,6 +32,7 @@ from ...mechanisms import paper_warning
 from ..tensors import flat, unflat
 from .core import PrivateOptimizer, check_clip, check_lr, node_seeds
 from ..clipping.points import clipped_point_sums, point_grads
+from ..clipping.precision import exact_float32
 from ..run.graph import VARIANTS
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P"]
@@ -200,6 +201,7 @@ class ConstD2P(ClipD2P):
         super().__init__(model, loss_fn, node_data, mechanism, noise, C=G, lr=lr, **kwargs)
         self.bound_violations = 0
 
+    @exact_float32()
     def _combine(self, g, mask):
         norms = torch.linalg.vector_norm(g, dim=2)
         new = int(((norms > self.C) & (mask > 0)).sum())

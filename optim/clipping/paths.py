@@ -52,7 +52,7 @@ from torch.func import functional_call, grad, vmap
 from ...accountant.validation import InputError
 from .layers import SharedModule, layers_clipped_diff_sum, layers_clipped_sum, supports_layers, unsupported_layers
 from .numerics import rowdots64, rows_sq_upper
-from .precision import narrowed, widened, widened_buffers, widened_params
+from .precision import exact_float32, narrowed, widened, widened_buffers, widened_params
 
 __all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
            "ClippingFallbackWarning", "clip_path", "ghost_clipped_sum", "ghost_clipped_diff_sum"]
@@ -243,6 +243,7 @@ def _factors(norms, c, stabilizer, weights, scale):
     return _weighted(clip_factors(norms * scale, c, stabilizer) * scale, weights)
 
 
+@exact_float32()
 def ghost_clipped_sum(sig, c: float, weights=None, stabilizer=None, scale: float | None = None):
     """``(sum_i w_i clip(v_i, C), ||v_i||)`` of an MLP's per-record gradients from its ghost signals
     ``[(name, a [B, in], g [B, out], has_bias)]`` (``v_i = scale * (g_i a_i^T, g_i)``; ``scale``:
@@ -253,6 +254,7 @@ def ghost_clipped_sum(sig, c: float, weights=None, stabilizer=None, scale: float
     return _ghost_sum(sig, _factors(norms, c, stabilizer, weights, scale)), norms if scale is None else norms * scale
 
 
+@exact_float32()
 def ghost_clipped_diff_sum(s1, s0, c: float, weights=None, scale: float | None = None):
     """The same for the records' gradient differences between the point of ``s1`` and that of ``s0``."""
     # record i adds v_i = dg_i a_i^T + g0_i da_i^T (+ dg_i for the bias): norms and sum from the same
@@ -311,6 +313,7 @@ def _in_dtype(factors: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---- public -----------------------------------------------------------------------------------
+@exact_float32()
 def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
                      params: dict | None = None, *, method: str = "auto", chunk_size: int = 1024,
                      weights: torch.Tensor | None = None, stabilizer: float | None = None, cache=None):
@@ -338,6 +341,7 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
                              params, x.shape[0], c, chunk_size, weights, stabilizer)
 
 
+@exact_float32()
 def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, max_norm: float,
                           params: dict, params_prev: dict, *, method: str = "auto", chunk_size: int = 1024,
                           weights: torch.Tensor | None = None, cache=None):

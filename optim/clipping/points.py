@@ -16,7 +16,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from .paths import clip_factors
-from .precision import widened_buffers
+from .precision import exact_float32, widened_buffers
 
 __all__ = ["point_grads", "clipped_point_sums"]
 
@@ -37,6 +37,7 @@ def point_grads(model, loss_fn, like: dict, *, shared_records: bool = False):
     return vmap(vmap(grad(one), in_dims=(None, 0, 0)), in_dims=outer)
 
 
+@exact_float32()
 def clipped_point_sums(g: torch.Tensor, max_norm, weights: torch.Tensor) -> torch.Tensor:
     """``[points, d]``: ``sum_m w_m clip(g_pm, C_p)`` for per-example gradients ``g [points, M, d]``,
     ``max_norm`` a float or a tensor ``[points]`` of clip norms, and weights ``[points, M]`` or

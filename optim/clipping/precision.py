@@ -19,16 +19,30 @@ dependent part of the rounding shrinks by ``eps64 / eps32 ~ 1e-9``.  Cost: the d
 two passes at float64 speed (on the CPU about twice float32; on a data-centre GPU float64 runs at
 half the float32 rate without tensor cores).  Gradient releases keep the model's dtype: their
 rounding is not amplified (relative to the gradients, i.e. to the summands).
+
+A release adds each record's vector as clipped: the norm is measured in float64 on the very vector
+added.  A float32 product that rounds its INPUTS to fewer bits breaks that: TF32 (10 bits; CUDA's
+``torch.backends.cuda.matmul`` / ``cudnn`` after ``torch.set_float32_matmul_precision("high")``) and
+bf16 (8 bits; oneDNN on CPUs with AMX after ``"medium"``) re-round the clipped vectors inside the sum,
+and a record then moves the release by up to ``(1 + 2^-9)`` or ``(1 + 2^-7)`` times C -- measured:
+1.0032 C on the vmap path of a float32 MLP, ``"medium"`` on an AMX CPU (2026-11-28).  So every
+release runs under :func:`exact_float32`: float32 products in IEEE float32 for its duration, the
+user's settings restored after (their forward and backward outside the release keep them).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-__all__ = ["DIFFERENCE_DTYPE", "widened", "widened_params", "widened_buffers", "narrowed"]
+__all__ = ["DIFFERENCE_DTYPE", "widened", "widened_params", "widened_buffers", "narrowed", "exact_float32", "EXACT_FLOAT32"]
 
 #: the dtype every gradient-difference release computes in (module text)
 DIFFERENCE_DTYPE = torch.float64
+
+#: whether :func:`exact_float32` takes effect (False only to measure what it prevents: benchmarks, tests)
+EXACT_FLOAT32 = True
 
 
 def widened(t, dtype: torch.dtype | None = None):
@@ -58,3 +72,48 @@ def narrowed(sums: dict, like: dict) -> dict:
     """Each sum back in its parameter's dtype (one rounding, relative to the sum); every key of ``sums``
     names a parameter of ``like``."""
     return {k: v.to(like[k].dtype) for k, v in sums.items()}
+
+
+def _fp32_settings() -> list:
+    """The per-backend float32 precision settings of this torch (``fp32_precision``, torch >= 2.9): CUDA
+    and oneDNN matrix products, convolutions and RNNs."""
+    b = torch.backends
+    out = []
+    for backend in (getattr(b, "cuda", None), getattr(b, "cudnn", None), getattr(b, "mkldnn", None)):
+        for op in ("matmul", "conv", "rnn"):
+            leaf = getattr(backend, op, None)
+            if leaf is not None and isinstance(getattr(leaf, "fp32_precision", None), str):
+                out.append(leaf)
+    return out
+
+
+@contextlib.contextmanager
+def exact_float32():
+    """Float32 matrix products and convolutions in IEEE float32 (no TF32, no bf16) inside the ``with``
+    block or the call decorated by ``@exact_float32()``; the previous settings restored on leaving, also
+    on an error (module text: why every release needs it).  Re-entrant; the settings are process-wide,
+    so another thread's products inside the block run exact too.  Costs ~5 us a call."""
+    if not EXACT_FLOAT32:
+        yield
+        return
+    leaves = _fp32_settings()
+    if leaves:
+        saved = [(leaf, leaf.fp32_precision) for leaf in leaves]
+        for leaf, value in saved:
+            if value != "ieee":
+                leaf.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            for leaf, value in reversed(saved):
+                if leaf.fp32_precision != value:
+                    leaf.fp32_precision = value
+        return
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)   # torch < 2.9: legacy
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32 = saved[1]

@@ -33,7 +33,7 @@ from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_t
 from ..clipping.paths import (ClippingFallbackWarning, clip_factors, clipped_grad_diff_sum, clipped_grad_sum,
                               ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost)
 from ..clipping.per_example import flat_of
-from ..clipping.precision import narrowed, widened, widened_buffers, widened_params
+from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
 
 __all__ = ["PrivateModule", "Capture", "REDUCTIONS"]
 
@@ -83,6 +83,7 @@ class Capture:
             return None
         return [(name, a, g, mod.bias is not None) for name, mod, a, g in signals]
 
+    @exact_float32()
     def _sum(self, norm2, terms, c, stabilizer=None, like=None) -> torch.Tensor:
         """``sum_i f_i v_i`` with ``v_i = scale * u_i`` the record's vector (``u_i`` from the signals as
         left), ``f_i`` its clip factor from ``||v_i|| = scale ||u_i||`` (float64); summed in the dtypes
