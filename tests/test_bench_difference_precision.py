@@ -24,3 +24,12 @@ def test_bad_options_exit_2_in_one_line(capsys, argv, name):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and name in err[0] and "is not allowed: expected" in err[0], err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_cuda_without_a_device_exits_2_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        B.main(["--device", "cuda"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device=cuda" in err[0] and "no CUDA device" in err[0], err

@@ -130,3 +130,56 @@ def test_the_engines_loop_on_cuda_matches_cpu_without_noise(algorithm):
         assert opt.privatizer.generator.device.type == device
         out[device] = S.flat(net).cpu()
     torch.testing.assert_close(out["cpu"], out["cuda"], rtol=1e-9, atol=1e-12)
+
+
+def _cuda_level(level):
+    """The user's float32 settings on CUDA: torch's defaults (cuDNN convolutions may use TF32) or "high"
+    (matrix products in TF32 too); returns a function that restores the previous ones."""
+    from torch import backends as B
+
+    leaves = [B.cuda.matmul, B.cudnn.conv, B.mkldnn.matmul, B.mkldnn.conv]
+    keep = [leaf.fp32_precision for leaf in leaves]
+    if level == "high":
+        torch.set_float32_matmul_precision("high")
+        B.cudnn.conv.fp32_precision = "tf32"
+
+    def restore():
+        for leaf, v in zip(leaves, keep):
+            leaf.fp32_precision = v
+    return restore
+
+
+@cuda
+@pytest.mark.parametrize("level", ["default", "high"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "transformer"])
+def test_leave_one_out_on_cuda_under_the_users_float32_settings(level, kind):
+    """A record moves a float32 release on the GPU by at most its sensitivity, on every path, with
+    torch's default settings and with TF32 products allowed ("high"): gradients and differences."""
+    from benchmarks import fuzz_clipping as F
+    from benchmarks import models as BM
+
+    restore = _cuda_level(level)
+    try:
+        if kind == "mlp":
+            model = F.mlp(dtype=torch.float32).cuda()
+            x, y, held = F.records(48, 20, torch.float32)
+            x, y, held = x.cuda(), y.cuda(), (held[0].cuda(), held[1].cuda())
+            loss, methods, nb = F.sq_loss, F.METHODS, None
+        else:
+            model = BM.model(kind, torch.float32, small=True).cuda()
+            x, y = BM.batch(kind, 25, torch.float32, small=True)
+            x, y = x.cuda(), y.cuda()
+            x, y, held = x[:24], y[:24], (x[24], y[24])
+            loss, methods, nb = BM.ce_loss, ("auto", "vmap"), (lambda xi, yi, h: {"another record": h})
+        worst = 0.0
+        for method in methods:
+            for kind_, step in (("gradient", 0.0), ("difference", 1e-3), ("difference", 1e-6)):
+                for C in (1e-3, 1.0):
+                    rows, _ = F.leave_one_out(model, x, y, held, C=C, kind=kind_, step=step, method=method,
+                                              chosen=range(0, x.shape[0], 4), loss_fn=loss, neighbours=nb)
+                    bad = [r for r in rows if r["violation"]]
+                    assert not bad, (method, kind_, step, C, bad[:2])
+                    worst = max(worst, max(r["move"] / r["claim"] for r in rows))
+        assert worst > 0.99
+    finally:
+        restore()
