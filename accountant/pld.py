@@ -301,9 +301,12 @@ def window_points(events, delta: float, discretization: float) -> int:
     are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
     its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
     ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
-    d = _delta(delta)
-    h = grid_step(discretization)
-    ev = tuple(checked_events(events))
+    return _window_points(tuple(checked_events(events)), _delta(delta), grid_step(discretization))
+
+
+@cached(maxsize=256)
+def _window_points(ev, d, h) -> int:
+    """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed)."""
     try:
         steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d) if ev else []
     except OverCap:
@@ -339,9 +342,13 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
     calibration asks for the same bracket when it re-checks, reports and certifies).  With
     ``predict``: the grid the refinement is expected to end on and the ``(grid, upper)`` pairs
     composed on the way (:func:`report_grid`)."""
+    def tol(lo, up):
+        t = max(r * up, a_tol)
+        return max(t, HUGE_RTOL * up) if lo > HUGE_EPS else t
+
     def done(lo, up):
         # (an infinite upper end is never within a tolerance: inf - lo <= r * inf would say it is)
-        return math.isfinite(up) and up - lo <= max(r * up, a_tol)
+        return math.isfinite(up) and up - lo <= tol(lo, up)
 
     if discretization is not None:
         h = grid_step(discretization)
@@ -351,14 +358,31 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
                              f"memory_cap={cap} bytes; choose a coarser grid.")
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
     h = first_grid(ev, d)
+    h = _huge_start(ev, d, h, cap) or h
     best = None
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller
     prev_gap, slow = None, 0
     prev_own = None                # the previous grid's own width (before intersecting)
     prev_lo = prev_h = None
+    h_fail = 0.0                   # the coarsest grid found over the cap (every finer one is too)
     for _ in range(20):
+        if best is not None and (h <= h_fail or not _fits(ev, d, best.discretization, h, cap)):
+            # over the cap: known, or predicted from the last grid's window (which scales as 1/h) --
+            # compose instead the finer of the finest ladder grid predicted to fit and the grid half
+            # as fine as the last, among those between the two and predicted to fit
+            cands = [c for c in (_finest_fitting(ev, d, best.discretization, cap), on_ladder(0.5 * best.discretization))
+                     if c is not None and max(h, h_fail) < c < best.discretization
+                     and _fits(ev, d, best.discretization, c, cap)]
+            if cands:
+                h = min(cands)
+                continue
+            notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
+                         f"is from the finest grid that fits")
+            break
         lo, up = pld_epsilon_at(ev, d, h, cap)
+        if lo is None:
+            h_fail = max(h_fail, h)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
             h *= 4.0
             continue
@@ -375,6 +399,10 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         if best is not None:      # every grid's bracket is valid: keep their intersection
             lo, up = max(lo, best.lower), min(up, best.upper)
         best = EpsilonBracket(lo, up, d, h, done(lo, up), tuple(notes))
+        if best.converged and lo > HUGE_EPS and up - lo > max(r * up, a_tol):
+            notes.append(f"eps is beyond {HUGE_EPS:g} (no privacy is left to tell apart): the bracket is "
+                         f"refined to {HUGE_RTOL:g} relative, not rtol={r:g}")
+            best = EpsilonBracket(lo, up, d, h, True, tuple(notes))
         if best.converged or not math.isfinite(up):
             break
         gap = up - lo
@@ -407,15 +435,15 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
             break
         # the width is O(K h^2) (both ends O(h^2) per step), nearer O(h) at small q: refine by the
         # root of that order
-        fac = (0.7 * max(r * up, a_tol) / gap) ** (1.0 / order) if gap > 0 else 0.5
+        fac = (0.7 * tol(lo, up) / gap) ** (1.0 / order) if gap > 0 else 0.5
         h_next = on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
         # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
         # already within the tolerance -- so a prediction need not compose both ends there;
         # unless, on a coarse first grid (>= 1e-3: milliseconds), the width narrowed from the grid
         # 2x coarser at an order below 1.5 that leaves it wide (q = 1e-4: ~1.1; 2 missed 4 in 48)
-        if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= max(r * up, a_tol)):
+        if predict and (fac >= 1.0 / 6 or gap * (h_next / h) ** 2 <= tol(lo, up)):
             o1 = _first_order(ev, d, h, cap, own) if len(trace) == 1 and h >= 1e-3 else 2.0
-            if o1 >= 1.5 or gap * (h_next / h) ** max(1.0, o1) <= max(r * up, a_tol):
+            if o1 >= 1.5 or gap * (h_next / h) ** max(1.0, o1) <= tol(lo, up):
                 return h_next, tuple(trace)
         h = h_next
     if predict:
@@ -426,6 +454,53 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
                          f"memory_cap={cap} bytes; use accountant='best' (RDP answers there) or 'rdp', or raise "
                          f"memory_cap.")
     return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
+
+
+#: beyond this eps (the loss cut's scale: e^eps overflows any double, and no privacy is left to tell
+#: apart) a bracket is refined to HUGE_RTOL relative only -- rtol there made the report of a run with
+#: noise 0.01 (eps ~ 6e4) compose windows of 1e7 points for minutes
+HUGE_EPS = 1000.0
+HUGE_RTOL = 1e-3
+#: a first grid whose window would be larger than this many points is composed only after a grid with a
+#: window of about PROBE_POINTS has shown that eps is not beyond HUGE_EPS
+BIG_WINDOW = 1 << 22
+PROBE_POINTS = 1 << 18
+#: bytes per window point of a composition (pld_compose.compose_steps refuses beyond cap / this)
+_BYTES_PER_POINT = 48
+
+
+def _huge_start(ev, d, h, cap) -> float | None:
+    """A coarser first grid where eps is huge: None unless the first grid's window is predicted above
+    BIG_WINDOW points and a probe grid with a window of ~PROBE_POINTS puts the lower end beyond
+    HUGE_EPS (then the probe grid, whose bracket is cached)."""
+    hc = max(h, 0.05)
+    wc = _window_points(ev, d, hc)
+    if wc * hc / h <= BIG_WINDOW:
+        return None
+    hp = min(MAX_DISCRETIZATION, hc * wc / PROBE_POINTS)
+    if hp <= h:
+        return None
+    lo, _ = pld_epsilon_at(ev, d, hp, cap)
+    return hp if lo is not None and lo > HUGE_EPS else None
+
+
+def _fits(ev, d, h_known, h, cap) -> bool:
+    """Whether the first direction's window at grid ``h`` is predicted to fit the cap, from its window
+    at ``h_known`` (composed before: its steps are cached) scaled by ``h_known / h`` -- the window
+    in loss units barely moves between fine grids (a blocked composition, :mod:`.pld_blocks`, ends on
+    the same distribution and window).  Over 1.1 times the cap the composition's own check
+    (:func:`~.pld_compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
+    below, that check decides.  Stopping early costs only a wider bracket, with the cap's note."""
+    return _BYTES_PER_POINT * _window_points(ev, d, h_known) * h_known / h <= 1.1 * cap
+
+
+def _finest_fitting(ev, d, h_known, cap) -> float | None:
+    """The finest ladder grid whose predicted window (:func:`_fits`) fits the cap; None below 1e-300."""
+    x = _BYTES_PER_POINT * _window_points(ev, d, h_known) * h_known / cap
+    if not x > 0.0 or not math.isfinite(x):
+        return None
+    g = on_ladder(x)
+    return g if g >= x else on_ladder(g * 2.0 ** 0.25 * (1.0 + 1e-12))   # the next rung up, exactly
 
 
 def _first_order(ev, d, h, cap, own) -> float:

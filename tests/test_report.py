@@ -170,3 +170,32 @@ def test_the_report_of_an_algorithms_calibration_names_its_relation_and_sampling
     assert "replace-one" in rep.assumptions["neighbouring_relation"]
     assert "without replacement" in rep.assumptions["sampling"]
     assert rep.mu is None and 0.001 < dict(rep.tpr_at_fpr)[0.001] < 1.0
+
+
+def _tpr_every_eps(profiles, fprs):
+    """The attack-risk bound as first written: the minimum over EVERY eps of both profiles (the oracle of
+    the truncated minimum)."""
+    a = np.asarray(fprs, dtype=float)
+    out = np.zeros(a.size)
+    for i, (e, d) in enumerate(profiles):
+        er, dr = profiles[1 - i] if len(profiles) == 2 else (e, d)
+        for k, ak in enumerate(a):
+            t1 = float(d[-1]) if ak <= 0.0 else float(np.min(np.exp(np.minimum(e + math.log(ak), 700.0)) + d))
+            t2 = float(np.min(1.0 - np.exp(-er) * (1.0 - ak - dr)))
+            out[k] = max(out[k], min(t1, t2))
+    return np.clip(np.maximum(out, a), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("q, z, k, h", [(0.02, 0.01, 150, 4.0), (0.01, 1.0, 100, 1e-3), (0.2, 0.3, 10, 1e-2),
+                                        (1e-3, 0.6, 10_000, 1e-3), (0.5, 5.0, 3, 1e-3), (0.9, 0.05, 2, 0.05)])
+def test_the_attack_risk_reads_only_the_eps_that_can_decide_it_and_equals_the_minimum_over_all(q, z, k, h):
+    """tpr_from_profiles stops at eps = -log(FPR) (direct term) and PROFILE_EPS_MAX (reverse term); on
+    profiles from eps ~ 1e-3 to ~6e4 it equals the minimum over every eps of both profiles."""
+    from dpcalib.accountant import tradeoff
+    from dpcalib.accountant.pld_profile import pld_upper_profiles
+
+    profiles = pld_upper_profiles([(PoissonSampledGaussianEvent(q, z), k)], h)
+    fprs = [0.0, 1e-300, 1e-12, 1e-3, 0.01, 0.1, 0.5, 0.999, 1.0]
+    got = tradeoff.tpr_from_profiles(profiles, fprs)
+    np.testing.assert_allclose(got, _tpr_every_eps(profiles, fprs), rtol=0.0, atol=1e-15)
+    assert np.all(got >= np.asarray(fprs)) and np.all(got <= 1.0)
