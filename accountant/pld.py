@@ -101,7 +101,7 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     d = _delta(delta)
     h = grid_step(discretization)
     ev = tuple(checked_events(events))
-    key = (ev, d, h, memory_cap)
+    key = (ev, d, h, memory_cap, cut_level(ev, d, memory_cap))
     if side == "lower":         # every value below is a function of the key alone (no cache state)
         lows = _lower_ends(key, None)
         return (None, None) if lows is _OVER else (max(lows), math.inf)
@@ -114,6 +114,50 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     if lows is _OVER:
         return None, None
     return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
+
+
+#: the loss cut follows eps: where a subsampled pair's losses reach past ADAPT_FROM, a subsampled
+#: pair's grid ends at the certified upper end of a coarse bracket plus CUT_MARGIN (at most LOSS_CUT)
+CUT_MARGIN = 64.0
+ADAPT_FROM = 4.0 * CUT_MARGIN
+#: the grid of that coarse bracket
+CUT_PROBE_GRID = 0.05
+
+
+@cached(maxsize=256)
+def cut_level(ev, d: float, cap: int) -> float | None:
+    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pld_pairs._cut`):
+    ``min(LOSS_CUT, eps_up + CUT_MARGIN)`` with ``eps_up`` the certified upper end of the bracket on
+    the grid CUT_PROBE_GRID (cut at LOSS_CUT), where some pair's losses reach past ADAPT_FROM with P-mass
+    beyond ADAPT_FROM at most ``d / k`` (else None: LOSS_CUT, and nothing is composed here).
+
+    Any level keeps both ends bounds (moving a loss up raises every composition's profile, down
+    lowers it); the upper end gives away at most ``sum_i p_i e^(eps - level) <= d e^(eps - eps_up -
+    CUT_MARGIN)`` in delta at the eps it reads (``sum_i p_i <= d``: the mass condition), i.e. nothing
+    below ``eps_up + 20``, and the lower end loses at most as much.  DP-SRM with a first batch of one
+    record at noise 0.027 (losses ~690, eps 0.11): the level falls from 1000 to ~64 and every window
+    with it (docs/accounting.md)."""
+    from . import pld_pairs
+    from .pld_pairs import beyond, dominating_pairs
+
+    tau = _step_tail(ev, d)
+    reach = False
+    for e, k in ev:
+        for direction in directions(ev):
+            for pair in dominating_pairs(e, direction):
+                if pair.q >= 1.0:
+                    continue
+                _, hi = pair.loss_range(tau)
+                if hi > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k:
+                    reach = True
+    if not reach:
+        return None
+    ups = _upper_ends((ev, d, max(first_grid(ev, d), CUT_PROBE_GRID), cap, None))
+    if ups is _OVER:
+        return None
+    up = max(u for _, u in ups)
+    level = up + CUT_MARGIN
+    return level if math.isfinite(level) and level < pld_pairs.LOSS_CUT else None
 
 
 def _step_tail(ev, d: float) -> float:
@@ -150,7 +194,7 @@ def _upper_ends(key):
     one's hint (:func:`upper_one`)."""
     if ("upper",) + key in _SIDES:
         return _SIDES[("upper",) + key]
-    ev, d, h, cap = key
+    ev, d, h, cap, level = key
     tau = _step_tail(ev, d)
     out = []
     # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
@@ -162,7 +206,7 @@ def _upper_ends(key):
         big = False                  # the first direction's fine window is large (hint first)
         if not out:
             try:
-                steps = _steps(ev, h, tau, direction, cap, d)
+                steps = _steps(ev, h, tau, direction, cap, d, level=level)
             except OverCap:
                 return _remember(("upper",) + key, _OVER)
             blocks = any(s.block > 1 for s in steps)
@@ -174,7 +218,7 @@ def _upper_ends(key):
             # is at or below an earlier one's upper end keeps that coarser end
             ceiling = max(up for _, up in out)
             try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, ceiling)
+                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, ceiling)
             except OverCap:
                 coarse = None
             if coarse is not None and coarse[1] is not None and coarse[1] <= ceiling:
@@ -185,7 +229,7 @@ def _upper_ends(key):
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
             try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, floor)
+                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
             except OverCap:
                 coarse = None
             if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
@@ -193,7 +237,7 @@ def _upper_ends(key):
                 continue
         if steps is None:
             try:
-                steps = _steps(ev, h, tau, direction, cap, d)
+                steps = _steps(ev, h, tau, direction, cap, d, level=level)
             except OverCap:
                 return _remember(("upper",) + key, _OVER)
         lo, up = upper_one(steps, h, d, cap, floor, coarse)
@@ -210,7 +254,7 @@ def _lower_ends(key, ups):
     skipped when its upper end on an 8x coarser grid is at or below the lower ends found before
     it.  Where a direction's lower steps are unusable its Hoeffding end (from
     :func:`_upper_ends`) is used.  Only the maximum of the list is ever read."""
-    ev, d, h, cap = key
+    ev, d, h, cap, level = key
     skip = tuple(ups is not None and len(ups) > 1 and
                  ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
                  for i in range(len(directions(ev))))
@@ -228,13 +272,13 @@ def _lower_ends(key, ups):
             # cannot raise the maximum; it is not composed (for Poisson DP-SGD the add direction,
             # ~40 % of the cost)
             try:
-                c = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d), 8.0 * h, d, cap, max(out))
+                c = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, max(out))
             except OverCap:
                 c = None
             if c is not None and c[1] is not None and c[1] <= max(out):
                 continue
         try:
-            lsteps = _steps(ev, h, tau, direction, cap, d, lower=True)
+            lsteps = _steps(ev, h, tau, direction, cap, d, lower=True, level=level)
         except OverCap:
             return _remember(ck, _OVER)
         hl = h
@@ -245,7 +289,7 @@ def _lower_ends(key, ups):
             ha = aligned_grid(ev, h)
             if ha is not None:
                 try:
-                    la = _steps(ev, ha, tau, direction, cap, d, lower=True)
+                    la = _steps(ev, ha, tau, direction, cap, d, lower=True, level=level)
                 except OverCap:
                     la = None
                 if la is not None and lower_usable(la):
@@ -308,7 +352,8 @@ def window_points(events, delta: float, discretization: float) -> int:
 def _window_points(ev, d, h) -> int:
     """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed)."""
     try:
-        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d) if ev else []
+        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d,
+                                  level=cut_level(ev, d, MEMORY_CAP)) if ev else []
     except OverCap:
         return MEMORY_CAP // 8
     if not steps:

@@ -66,7 +66,7 @@ _REST = 1e-7
 BLOCKS = True
 
 
-def bracket_steps(ev, h, tau, direction, cap, delta, lower=False):
+def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
     """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
     events with :data:`BLOCK_MIN` or more steps of one Poisson pair composed in blocks
     (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only."""
@@ -79,7 +79,7 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False):
         else:
             out.extend(bl)
     if plain:
-        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower, delta)
+        got = discretised_steps(tuple(plain), h, tau, direction, cap, lower, delta, level)
         out = out + (got[1] if lower else got)
     return out
 

@@ -35,10 +35,11 @@ _BINS: dict = {}
 register(_BINS.clear)
 
 
-def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass: float | None = None) -> Bins:
+def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass: float | None = None,
+            level: float | None = None) -> Bins:
     """The pair's true bins on the grid ``h`` over its loss range (tails of mass ``tau``; cut at
-    :data:`~.pld_pairs.LOSS_CUT` where the mass beyond is at most ``cut_mass``), remembered."""
-    lo, hi = pair.loss_range(tau, cut_mass)
+    ``+-level`` where the mass beyond is at most ``cut_mass``), remembered."""
+    lo, hi = pair.loss_range(tau, cut_mass, level)
     # (a loss range that is not finite, or whose grid indices leave int64 -- noise so small that
     # the losses are past 1e18 grid steps -- is over the cap too: the PLD cannot hold it, RDP answers)
     if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) / h > 2.0 ** 60 \
@@ -448,7 +449,7 @@ def edge_anchor(pair: Pair, h: float):
 
 
 def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes: int,
-                         cut_mass: float | None = None) -> Step | None:
+                         cut_mass: float | None = None, level: float | None = None) -> Step | None:
     """The lower step of a Poisson pair on the grid anchored at its edge atom (None where the pair
     has no edge, or the construction fails).
 
@@ -468,7 +469,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     read at ``eps - K g``."""
     if pair.edge is None:
         return None
-    lo, hi = pair.loss_range(tau, cut_mass)
+    lo, hi = pair.loss_range(tau, cut_mass, level)
     if not (math.isfinite(lo) and math.isfinite(hi)) or 10 * 8 * (hi - lo) / h > cap_bytes:
         raise OverCap
     sign = -1.0 if pair.decreasing else 1.0
@@ -501,19 +502,20 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
 ANCHORED = True
 
 
-def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None):
+def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, level=None):
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
     in the list where the lower construction failed).  Each event's dominating pairs come from
     :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
     symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses
-    cut at :data:`~.pld_pairs.LOSS_CUT` where the mass beyond is at most ``delta / k``."""
+    cut at ``+-level`` (:data:`~.pld_pairs.LOSS_CUT`, or the level that follows eps,
+    :func:`~.pld.cut_level`) where the mass beyond is at most ``delta / k``."""
     ups, los = [], []
     for ev, k in events:
         pairs = dominating_pairs(ev, direction)
         if not pairs:
             continue
         cut = None if delta is None else delta / k
-        bins = [bins_of(pr, h, tau, cap, cut) for pr in pairs]
+        bins = [bins_of(pr, h, tau, cap, cut, level) for pr in pairs]
         if len(bins) == 1:
             ups.append(upper_step(bins[0], h, k))
             b = bins[0]
@@ -521,7 +523,7 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None):
             ups.append(_symmetrised(*(upper_step(bi, h, k) for bi in bins), h))
             b = _symmetrised_bins(*bins) if lower else None
         if lower:
-            a = _anchored_lower_step(pairs[0], h, tau, k, cap, cut) if ANCHORED and len(pairs) == 1 else None
+            a = _anchored_lower_step(pairs[0], h, tau, k, cap, cut, level) if ANCHORED and len(pairs) == 1 else None
             los.append(a if a is not None else lower_step(b, h, k))
     return (ups, los) if lower else ups
 

@@ -221,9 +221,9 @@ class Pair:
              for w, m in comps]
         return self.loss(min(m - d for m, d in r)), self.loss(max(m + d for m, d in r))
 
-    def loss_range(self, tau, cut_mass=None):
+    def loss_range(self, tau, cut_mass=None, level=None):
         """Losses beyond which each tail of P has mass at most tau (a subsampled pair's: cut at
-        :data:`LOSS_CUT` where the mass beyond is at most ``cut_mass``, :func:`_cut`)."""
+        ``+-level`` where the mass beyond is at most ``cut_mass``, :func:`_cut`)."""
         lo, hi = self._tails(tau)
         return float(lo), float(hi)
 
@@ -266,10 +266,10 @@ class RemovePair(Pair):
     def _x_edges(self, e):
         return self._x_of_mix(e)
 
-    def loss_range(self, tau, cut_mass=None):
+    def loss_range(self, tau, cut_mass=None, level=None):
         lo, hi = self._tails(tau)
         lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
-        return _cut(self, cut_mass, float(lo), float(hi))
+        return _cut(self, cut_mass, float(lo), float(hi), level)
 
     @property
     def edge(self):
@@ -303,11 +303,11 @@ class AddPair(Pair):
     def _x_edges(self, e):
         return self._x_of_mix(-e)[::-1]
 
-    def loss_range(self, tau, cut_mass=None):
+    def loss_range(self, tau, cut_mass=None, level=None):
         a, b = self._tails(tau)
         lo, hi = b, a                                                       # the loss decreases in x
         hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
-        return _cut(self, cut_mass, float(lo), float(hi))
+        return _cut(self, cut_mass, float(lo), float(hi), level)
 
     @property
     def edge(self):
@@ -320,28 +320,29 @@ class AddPair(Pair):
         return _edge_point(self, self.edge, x, -1)
 
 
-def _cut(pair, cut_mass, lo: float, hi: float) -> tuple:
+def _cut(pair, cut_mass, lo: float, hi: float, level: float | None = None) -> tuple:
     """A subsampled pair's loss range, cut at ``+-LOSS_CUT`` (:data:`LOSS_CUT`) on each side whose P-mass
     beyond the cut is at most ``cut_mass`` (the discretiser passes ``delta / count``: the step kind's
     cut mass, all its steps together, at most delta).  Where more lies beyond, eps itself is near or
     past the cut and cutting would only loosen the upper end (to +inf: that mass alone exceeds
     delta): the range is kept.  ``cut_mass`` None (the callers that compose in blocks) and a
     full-batch Gaussian (q = 1: all of its mass at one loss) are never cut."""
-    if cut_mass is None or pair.q >= 1.0 or not (hi > LOSS_CUT or lo < -LOSS_CUT):
+    level = LOSS_CUT if level is None else level
+    if cut_mass is None or pair.q >= 1.0 or not (hi > level or lo < -level):
         return lo, hi
-    below, above = _beyond_cut(pair)
-    if hi > LOSS_CUT and above <= cut_mass:
-        hi = LOSS_CUT
-    if lo < -LOSS_CUT and below <= cut_mass:
-        lo = -LOSS_CUT
+    below, above = beyond(pair, level)
+    if hi > level and above <= cut_mass:
+        hi = level
+    if lo < -level and below <= cut_mass:
+        lo = -level
     return lo, hi
 
 
 @functools.lru_cache(maxsize=256)
-def _beyond_cut(pair) -> tuple:
-    """``(P(L <= -LOSS_CUT), P(L > LOSS_CUT))`` of a pair (a function of the frozen pair alone: every
+def beyond(pair, level: float) -> tuple:
+    """``(P(L <= -level), P(L > level))`` of a pair (a function of the frozen pair and the level: every
     grid of a search asks again)."""
-    _, _, below, above = pair.bins(np.array([-LOSS_CUT, LOSS_CUT]))
+    _, _, below, above = pair.bins(np.array([-level, level]))
     return below, above
 
 

@@ -18,6 +18,7 @@ import pytest
 from dpcalib.accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent, clear_cache
 from dpcalib.accountant import pld_discretise as PS
 from dpcalib.accountant import pld_pairs as PP
+from dpcalib.accountant import pld as P
 from dpcalib.accountant.pld import pld_epsilon_at
 from tests import oracles
 
@@ -56,6 +57,7 @@ def test_the_cut_bracket_agrees_with_the_uncut_one(events, delta, monkeypatch):
     clear_cache()
     lo_c, up_c = pld_epsilon_at(events, delta, h)
     monkeypatch.setattr(PP, "LOSS_CUT", 1e9)
+    monkeypatch.setattr(P, "CUT_MARGIN", math.inf)         # nor the cut that follows eps
     clear_cache()
     lo_u, up_u = pld_epsilon_at(events, delta, h)
     clear_cache()
@@ -82,3 +84,88 @@ def test_the_batch_of_one_dp_srm_calibration_is_tight_and_sound():
     assert rep.epsilon_lower >= eps * (1 - 1e-4)
     assert rep.noise["sigma0"] < 0.0031                   # 0.003341 at the cap before
     assert oracle(dict(rep.noise)) <= delta * (1 + RTOL) + ATOL
+
+
+def _seed52_case19():
+    """Soundness fuzz seed 52, #19: DP-SRM whose first batch is one record of 727 at noise 0.027."""
+    import dpcalib.mechanisms as M
+    return M.DPSRM(n=727, steps=2, b0=1, b=182, lipschitz=0.06514347312356511, step_bound=0.001975406423548696,
+                   momentum=0.009562580386868632), 0.11407997629400174, 0.002013011256320166
+
+
+def test_the_cut_follows_eps_and_gives_the_bracket_of_the_cut_at_1000(monkeypatch):
+    """The record's losses ~690 sit inside LOSS_CUT; eps ~0.11: the level falls to eps_up + 64 (cut_level)
+    and the bracket on a fixed grid overlaps the one cut at 1000, its upper end no higher."""
+    mech, eps, delta = _seed52_case19()
+    ev = tuple(mech.accountant(0.0035, 1.4e-4).events)
+    clear_cache()
+    level = P.cut_level(ev, delta, P.MEMORY_CAP)
+    assert level is not None and P.CUT_MARGIN < level < P.CUT_MARGIN + 1.0
+    lo_a, up_a = pld_epsilon_at(ev, delta, 1e-3)
+    monkeypatch.setattr(P, "CUT_MARGIN", math.inf)
+    clear_cache()
+    assert P.cut_level(ev, delta, P.MEMORY_CAP) is None
+    lo_f, up_f = pld_epsilon_at(ev, delta, 1e-3)
+    clear_cache()
+    assert 0.0 < lo_a <= up_a < 1.0 and 0.0 < lo_f <= up_f < 1.0
+    assert lo_a <= up_f and lo_f <= up_a
+    # no worse: the record's mass at +inf is exact (its true place, ~690 above eps, gives up ~e^-580 of
+    # it), where on the grid it carried its discretisation (0.112598 beside 0.112676 here)
+    assert up_a <= up_f * (1 + 1e-9)
+
+
+def test_a_level_is_none_where_no_loss_reaches_far():
+    """Typical DP-SGD (losses below ADAPT_FROM) and a tiny-noise run whose far mass exceeds delta / k
+    (eps huge: the cut cannot apply) compose nothing for the level."""
+    clear_cache()
+    assert P.cut_level(((PoissonSampledGaussianEvent(0.01, 0.8), 1000),), 1e-5, P.MEMORY_CAP) is None
+    assert P.cut_level(((PoissonSampledGaussianEvent(0.02, 0.01), 150),), 1e-5, P.MEMORY_CAP) is None
+
+
+def test_the_one_record_first_batch_calibration_is_fast_tight_and_sound():
+    """Seed 52, #19 took 327 s (the bracket's windows spanned the losses up to ~1000 at a grid of
+    ~1e-4); with the level following eps it takes about a second, at the target, with a bracket of
+    the usual width, and the fuzz's own oracle agrees."""
+    from benchmarks.fuzz_soundness import ATOL, KINDS, RTOL, config
+
+    i = 19
+    mech, eps, delta, oracle = config(KINDS[i % len(KINDS)], np.random.default_rng([52, i]))
+    ref, eps_r, delta_r = _seed52_case19()
+    assert (mech.n, mech.b0, mech.b, eps, delta) == (ref.n, ref.b0, ref.b, eps_r, delta_r)
+    clear_cache()
+    rep = mech.calibrate(eps, delta, method="tight")
+    assert "memory cap" not in rep.accounting
+    assert eps * (1 - 1e-4) <= rep.certified_epsilon <= eps
+    assert rep.epsilon_lower >= eps * (1 - 1e-4)
+    assert oracle(dict(rep.noise)) <= delta * (1 + RTOL) + ATOL
+
+
+def test_the_room_search_starts_from_its_own_grids_lower_end(monkeypatch):
+    """tighten.lower_scale with ``lower=None`` (a bracket that stopped before converging: the room is
+    searched on the grid 2x coarser) evaluates its start on its own grid; from another grid's lower
+    end its first secant pointed the wrong way and crawled (40 compositions).  The scale it returns
+    has a lower end at or above the target on that grid, in a few evaluations."""
+    import dpcalib.mechanisms as M
+    from dpcalib.mechanisms import tighten
+
+    mech = M.DPSGD(0.01, 200)
+    target, delta, h = 1.0, 1e-6, 4e-3
+    t = mech.calibrate(target, delta)["noise_multiplier"]
+
+    def build(s):
+        return mech.accountant(s)
+    calls = []
+    orig = P.pld_epsilon_at
+
+    def spy(*a, **k):
+        calls.append(a[2])
+        return orig(*a, **k)
+    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    clear_cache()
+    s = tighten.lower_scale(build, target, delta, t, h, None, 1e-4)
+    assert s is not None and s < t and len(calls) <= 12
+    assert orig(build(s).events, delta, h, side="lower")[0] >= target
+    # given that same grid's lower end at the start, the search is the same
+    calls.clear()
+    s2 = tighten.lower_scale(build, target, delta, t, h, orig(build(t).events, delta, h, side="lower")[0], 1e-4)
+    assert s2 == s
