@@ -540,7 +540,8 @@ def _fits(ev, d, h_known, h, cap) -> bool:
 
 
 def _finest_fitting(ev, d, h_known, cap) -> float | None:
-    """The finest ladder grid whose predicted window (:func:`_fits`) fits the cap; None below 1e-300."""
+    """The finest ladder grid whose predicted window (:func:`_fits`) fits the cap; None where the
+    prediction is not a finite positive grid."""
     x = _BYTES_PER_POINT * _window_points(ev, d, h_known) * h_known / cap
     if not x > 0.0 or not math.isfinite(x):
         return None
