@@ -13,7 +13,7 @@ import numpy as np
 
 from .pld_binomial import split_composition
 from .pld_compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
-from .pld_discretise import decay_block, decayed_suffix
+from .pld_decay import decay_block, decayed_suffix
 from .pld_pairs import ALIAS, LOWER_RETILT, RETILT, RTOL
 
 __all__ = ["lower_one", "lower_usable", "rounding_gap", "sum_error", "upper_info", "upper_one",

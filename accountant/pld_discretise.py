@@ -1,6 +1,6 @@
 """Privacy-loss distributions, part 2: each event's dominating pair discretised on a grid of width h
 -- the upper (connect-the-dots) rounding and the lower rounding with its convex pooling, the
-symmetrised add/remove step, and the decayed suffix sums the tails use.  Pairs: :mod:`.pld_pairs`;
+symmetrised add/remove step (the decayed suffix sums they read: :mod:`.pld_decay`).  Pairs: :mod:`.pld_pairs`;
 composition: :mod:`.pld_compose`; brackets: :mod:`.pld_bracket`; the method and its references: :mod:`.pld`.
 """
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .caches import cached, register
+from .caches import register
+from .pld_decay import decay_block, decayed_rounding, decayed_suffix
 from .pld_pairs import OverCap, Pair, Step, dominating_pairs
 
 __all__ = ["Bins", "bins_of", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor", "lower_step",
@@ -35,8 +36,7 @@ _BINS: dict = {}
 register(_BINS.clear)
 
 
-def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass: float | None = None,
-            level: float | None = None) -> Bins:
+def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, level=None) -> Bins:
     """The pair's true bins on the grid ``h`` over its loss range (tails of mass ``tau``; cut at
     ``+-level`` where the mass beyond is at most ``cut_mass``), remembered."""
     lo, hi = pair.loss_range(tau, cut_mass, level)
@@ -506,9 +506,8 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, l
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
     in the list where the lower construction failed).  Each event's dominating pairs come from
     :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
-    symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses
-    cut at ``+-level`` (:data:`~.pld_pairs.LOSS_CUT`, or the level that follows eps,
-    :func:`~.pld.cut_level`) where the mass beyond is at most ``delta / k``."""
+    symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses cut at
+    ``+-level`` (default LOSS_CUT; :func:`~.pld.cut_level`) where the mass beyond is at most ``delta / k``."""
     ups, los = [], []
     for ev, k in events:
         pairs = dominating_pairs(ev, direction)
@@ -526,76 +525,3 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, l
             a = _anchored_lower_step(pairs[0], h, tau, k, cap, cut, level) if ANCHORED and len(pairs) == 1 else None
             los.append(a if a is not None else lower_step(b, h, k))
     return (ups, los) if lower else ups
-
-
-def decayed_rounding(n: int, h: float) -> float:
-    """Relative rounding bound of :func:`decayed_suffix` on ``n`` points: within a block of ``L``
-    points a cumulative sum (``L`` additions) and three block weights (``exp`` of an argument of at
-    most 32: ``<= 34 u`` each); per doubling pass of the carries a weight (``exp`` of an argument
-    below 746: ``<= 747 u``) and two roundings; the carry's own weight and addition."""
-    L = decay_block(n, h) if n else 0
-    nb = -(-n // L) if n else 0
-    passes = max(0, nb - 1).bit_length()
-    return (L + 2 + 140 + 750 * passes) * float(np.finfo(float).eps)
-
-
-_DECAY_SPAN = 32.0     # e^-h decays by at most e^-32 inside a block of decayed_suffix
-_DECAY_BLOCK = 1 << 16
-
-
-def decay_block(n: int, h: float) -> int:
-    return max(1, min(n, _DECAY_BLOCK, int(_DECAY_SPAN / h)))
-
-
-@cached(maxsize=8)
-def _decay_weights(h: float):
-    """``e^(k h)``, ``e^(-k h)``, ``e^(-(k + 1) h)`` for the offsets ``k`` of the longest block."""
-    kh = h * np.arange(decay_block(_DECAY_BLOCK, h))
-    down = np.exp(-kh)
-    return np.exp(kh), down, down * math.exp(-h)
-
-
-def decayed_suffix(x: np.ndarray, h: float) -> np.ndarray:
-    """``B_j = sum_(s >= j) x_s e^((j - s) h)`` for non-negative ``x`` and ``h > 0``.
-
-    The recursion ``B_j = x_j + e^-h B_(j+1)``, vectorised on the reversed array ``y`` (where it
-    reads ``C_t = y_t + e^-h C_(t-1)``): within a block of ``L`` points (``L h <= 32``,
-    ``L <= 2^16``) ``C_t = e^(-k_t h) sum_(t' <= t) y_t' e^(k_t' h)`` (``k``: the offset in the
-    block; the weights stay in ``[1, e^32]``, no overflow), then each block adds the previous
-    block's last value times ``e^-((k_t + 1) h)`` (those last values first carried from block to
-    block by a doubling scan).  Every term is non-negative; the rounding is bounded by
-    :func:`suffix_rounding`.  (This replaced ``scipy.signal.lfilter``, whose import alone took
-    0.6 s of every CLI call; it runs as fast.)
-    """
-    x = np.asarray(x, dtype=float)
-    n = x.size
-    if n == 0:
-        return x.copy()
-    L = decay_block(n, h)
-    up, down, carry = _decay_weights(float(h))
-    if L == n:                                    # one block (the usual case)
-        y = x[::-1] * up[:n]
-        np.cumsum(y, out=y)
-        y *= down[:n]
-        return y[::-1]
-    up, down, carry = up[:L], down[:L], carry[:L]
-    nb = -(-n // L)
-    X = np.zeros(nb * L)
-    X[:n] = x[::-1]
-    X = X.reshape(nb, L)
-    X *= up
-    np.cumsum(X, axis=1, out=X)
-    X *= down
-    # C at each block's last point: the same recursion with decay e^-(L h) between blocks, by
-    # doubling (after the pass with shift s, point i holds the blocks i - 2s + 1 .. i); the
-    # weight e^-(s L h) is 0 from s L h > 745 on, and so are all later passes
-    last = X[:, -1].copy()
-    s = 1
-    while s < nb:
-        w = math.exp(-s * L * h)
-        if w == 0.0:
-            break
-        last[s:] += w * last[:-s]
-        s *= 2
-    X[1:] += last[:-1, None] * carry
-    return X.reshape(-1)[n - 1::-1]
