@@ -68,7 +68,9 @@ from .caches import cached, clear_cache, register
 from .pld_compose import loss_window
 from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
 from .pld_pairs import (ALIAS, EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL,
-                        aligned_grid, checked_events, directions, grid_step, LAST_STEP, on_ladder)
+                        aligned_grid, beyond, checked_events, directions, dominating_pairs, grid_step, LAST_STEP,
+                        on_ladder)
+from . import pld_pairs
 from .pld_discretise import discretised_steps
 from .pld_blocks import bracket_steps as _steps
 
@@ -137,20 +139,9 @@ def cut_level(ev, d: float, cap: int) -> float | None:
     below ``eps_up + 20``, and the lower end loses at most as much.  DP-SRM with a first batch of one
     record at noise 0.027 (losses ~690, eps 0.11): the level falls from 1000 to ~64 and every window
     with it (docs/accounting.md)."""
-    from . import pld_pairs
-    from .pld_pairs import beyond, dominating_pairs
-
     tau = _step_tail(ev, d)
-    reach = False
-    for e, k in ev:
-        for direction in directions(ev):
-            for pair in dominating_pairs(e, direction):
-                if pair.q >= 1.0:
-                    continue
-                _, hi = pair.loss_range(tau)
-                if hi > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k:
-                    reach = True
-    if not reach:
+    if not any(pair.q < 1.0 and pair.loss_range(tau)[1] > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k
+               for e, k in ev for direction in directions(ev) for pair in dominating_pairs(e, direction)):
         return None
     ups = _upper_ends((ev, d, max(first_grid(ev, d), CUT_PROBE_GRID), cap, None))
     if ups is _OVER:
