@@ -473,6 +473,14 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # root of that order
         fac = (0.7 * tol(lo, up) / gap) ** (1.0 / order) if gap > 0 else 0.5
         h_next = on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
+        if gap > 0 and fac < BIG_JUMP and _window_points(ev, d, h) * h / h_next >= BIG_REFINE:
+            # a long step to a composition of seconds: the width's order on fine grids falls below
+            # the coarse grids' (a million steps at q = 1e-4, eps 5.6: 2.2, then 1.6 over a 5.7x
+            # step), and a grid one rung too coarse costs a second, finer composition -- aim lower,
+            # where a rung finer than needed costs ~1.2x instead (a shorter step keeps the usual
+            # aim: eps 16 there, 2.4x, met the tolerance with the order of the coarse grids)
+            fac = (BIG_AIM * tol(lo, up) / gap) ** (1.0 / order)
+            h_next = on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
         # predicted last: the rule is not clamped, or (clamped) the width scaled by (h'/h)^2 is
         # already within the tolerance -- so a prediction need not compose both ends there;
         # unless, on a coarse first grid (>= 1e-3: milliseconds), the width narrowed from the grid
@@ -490,6 +498,14 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
                          f"memory_cap={cap} bytes; use accountant='best' (RDP answers there) or 'rdp', or raise "
                          f"memory_cap.")
     return EpsilonBracket(best.lower, best.upper, d, best.discretization, best.converged, tuple(notes))
+
+
+#: a refinement whose next grid's window is predicted at this many points or more (a composition of
+#: ~1 s here) in a long step (to a grid more than 1 / BIG_JUMP times finer) aims at BIG_AIM of the
+#: tolerance instead of 0.7
+BIG_REFINE = 1 << 20
+BIG_AIM = 0.4
+BIG_JUMP = 1.0 / 3.0
 
 
 #: beyond this eps (the loss cut's scale: e^eps overflows any double, and no privacy is left to tell
