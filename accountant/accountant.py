@@ -390,13 +390,16 @@ class PrivacyAccountant:
             return float(fx), float(x)
         return eps0, order0
 
-    def report(self, delta, deltas=None, fprs=None, assumptions=None):
+    def report(self, delta, deltas=None, fprs=None, assumptions=None, progress=None):
         """A :class:`~dpcalib.accountant.report.PrivacyReport`: eps brackets at several delta, GDP
         ``mu`` where exact, and the attack-risk terms (largest membership-inference TPR at each
-        FPR, largest advantage), all from the certified side, with the assumptions in words."""
+        FPR, largest advantage), all from the certified side, with the assumptions in words.
+        ``progress``: None or ``progress(done, total, part)``, told after each part
+        (:func:`~dpcalib.accountant.report.privacy_report`)."""
         from .report import DEFAULT_FPRS, privacy_report
 
-        return privacy_report(self, delta, deltas, DEFAULT_FPRS if fprs is None else fprs, assumptions)
+        return privacy_report(self, delta, deltas, DEFAULT_FPRS if fprs is None else fprs, assumptions,
+                              progress=progress)
 
     # -- interoperability ---------------------------------------------------------------------
     @classmethod

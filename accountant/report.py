@@ -182,31 +182,45 @@ def delta_text(delta: float) -> str:
 
 
 def privacy_report(accountant, delta, deltas=None, fprs=DEFAULT_FPRS, assumptions=None, bracket=None,
-                   notes=()) -> PrivacyReport:
+                   notes=(), progress=None) -> PrivacyReport:
     """The report of ``accountant``'s composition at ``delta``.
 
     ``deltas``: the eps table's deltas (default :data:`DEFAULT_DELTAS`; ``delta`` is always
     added); ``fprs``: the attack-risk FPRs; ``assumptions``: a dict of words (default: read from
     the events, :func:`event_assumptions`); ``bracket``: ``delta -> EpsilonBracket`` where eps is
-    not the accountant's own (shuffled batches), default the accountant's best bracket."""
+    not the accountant's own (shuffled batches), default the accountant's best bracket;
+    ``progress``: None, or a callable ``progress(done, total, part)`` told after each part of the
+    report (one eps bracket per delta, then the attack risk; ``part`` names the next one, "" at the
+    end) -- a report of 10^8 steps takes minutes, and a caller may show a bar (the CLI does)."""
     d = validation.delta(delta)
     ds = DEFAULT_DELTAS if deltas is None else tuple(np.atleast_1d(np.asarray(deltas, dtype=float)))
     ds = sorted({validation.delta(x) for x in ds} | {d}, reverse=True)
     a = np.atleast_1d(np.asarray(fprs, dtype=float))
     if a.ndim != 1 or a.size == 0 or not np.all((a > 0.0) & (a < 1.0)):
         raise InputError(f"fprs={fprs!r} is not allowed: expected false-positive rates in (0, 1).")
+    if progress is not None and not callable(progress):
+        raise InputError(f"progress={progress!r} is not allowed: expected None or a callable "
+                         f"progress(done, total, part).")
     if bracket is None:
         def bracket(x):
             return accountant.epsilon_bracket(x)
+    parts = [f"eps at delta={x:g}" for x in ds] + ["attack risk"]
+
+    def told(done):
+        if progress is not None:
+            progress(done, len(parts), parts[done] if done < len(parts) else "")
+    told(0)
     rows = []
-    for x in ds:
+    for i, x in enumerate(ds):
         b = bracket(x)
         lower = b.lower if (b.method != "rdp" or b.discretization > 0) else None
         rows.append((x, lower, b.upper))
         if x == d:
             head, method = (lower, b.upper), b.method
+        told(i + 1)
     curve = np.asarray(CURVE_FPRS)
     tpr, adv, mu = attack_risk(accountant, np.concatenate((a, curve)))
+    told(len(parts))
     return PrivacyReport(d, head[0], head[1], method, tuple(rows), mu,
                          tuple(zip((float(x) for x in a), (float(t) for t in tpr[:a.size]))), float(adv),
                          tuple(zip((float(x) for x in curve), (float(t) for t in tpr[a.size:]))),

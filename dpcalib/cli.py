@@ -381,14 +381,16 @@ def _cmd_compare(algorithm: str, args) -> int:
 
 
 def _cmd_report(algorithm: str, args) -> int:
-    from .commands.report import run_algorithm
+    from .commands.report import ProgressBar, run_algorithm
 
     if args.plot:
         need_matplotlib()
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
-    finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
-    return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args)
+    # (the bar from the start: the check's bracket at --delta is the report's first long part)
+    with ProgressBar(f"report {algorithm}") as bar:
+        finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
+        return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args, progress=bar)
 
 
 def _show_warnings(caught) -> None:

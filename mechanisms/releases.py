@@ -140,10 +140,11 @@ class Mechanism:
 
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
-    def report(self, delta, *noise, deltas=None, fprs=None, **named):
+    def report(self, delta, *noise, deltas=None, fprs=None, progress=None, **named):
         """The :class:`~dpcalib.accountant.PrivacyReport` of a run at these noise levels (positional
         or by name, or a :class:`CalibrationReport`'s levels, passed as the one argument after
-        ``delta``)."""
+        ``delta``).  ``progress``: None or ``progress(done, total, part)``, told after each part
+        (:func:`~dpcalib.accountant.report.privacy_report`)."""
         from ..accountant.report import DEFAULT_FPRS, privacy_report
 
         if len(noise) == 1 and hasattr(noise[0], "noise") and isinstance(noise[0].noise, dict):
@@ -151,7 +152,7 @@ class Mechanism:
         noise = self.noise_values(noise, named)
         return privacy_report(self.accountant(*noise), delta, deltas, DEFAULT_FPRS if fprs is None else fprs,
                               self.assumptions(delta), lambda d: self.epsilon_bracket(d, *noise),
-                              self.report_notes(delta, *noise))
+                              self.report_notes(delta, *noise), progress=progress)
 
     def report_notes(self, delta, *noise) -> tuple:
         return ()

@@ -1,6 +1,7 @@
 """The privacy report: attack-risk terms from the certified side, against closed forms (mpmath),
 dp-accounting's optimistic and pessimistic PLDs, and properties; `dpcalib report` as a user runs it."""
 
+import io
 import json
 import math
 import subprocess
@@ -121,6 +122,49 @@ def test_report_keys_and_brackets_hold_at_every_delta():
     assert set(d["tpr_at_fpr"]) == {"0.001", "0.01", "0.1"}
     assert "add/remove" in d["assumptions"]["neighbouring_relation"]
     assert "1000" in d["assumptions"]["steps"]
+
+
+def test_report_progress_is_told_each_part_in_order_and_the_report_is_the_same():
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 1000)
+    calls = []
+    rep = acc.report(1e-5, deltas=[1e-3, 1e-7], progress=lambda *a: calls.append(a))
+    assert calls == [(0, 4, "eps at delta=0.001"), (1, 4, "eps at delta=1e-05"), (2, 4, "eps at delta=1e-07"),
+                     (3, 4, "attack risk"), (4, 4, "")]
+    assert rep.to_dict() == acc.report(1e-5, deltas=[1e-3, 1e-7]).to_dict()
+
+
+def test_a_mechanisms_report_tells_progress_too_and_a_non_callable_is_refused():
+    from dpcalib.mechanisms import DPSGD
+
+    mech = DPSGD(0.01, 100)
+    calls = []
+    rep = mech.report(1e-5, 1.0, progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == list(range(len(rep.epsilons) + 2)) and calls[-1] == (len(rep.epsilons) + 1,) * 2 + ("",)
+    with pytest.raises(ValueError, match="progress=3 is not allowed"):
+        mech.report(1e-5, 1.0, progress=3)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_cli_report_shows_a_bar_on_a_terminal_and_none_when_piped(monkeypatch, capsys):
+    from dpcalib.cli import main
+    from dpcalib.commands import report as cmd
+
+    argv = ["report", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "100",
+            "--noise-multiplier", "1.0"]
+    monkeypatch.setattr(cmd, "PROGRESS_DELAY", 0.0)
+    assert main(argv) == 0                                      # piped (pytest's capture): no bar
+    piped = capsys.readouterr()
+    assert "parts" not in piped.err and "epsilon" in piped.out
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert "report dp-sgd" in term.getvalue() and "eps at delta=" in term.getvalue()
+    assert shown.out == piped.out                               # the same report on stdout
 
 
 def run(*args):
