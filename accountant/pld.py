@@ -54,7 +54,8 @@ Discretisation (grid ``h``; losses at ``i*h``):
   floating-point error model (see :func:`compose_steps`) and added to / taken from the masses.
 
 The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
-the best certified answer is returned with a note).  ``delta(eps)`` -- the profile the same
+the best certified answer is returned with a note): this module; the bracket on one grid is
+:mod:`.pld_grid`'s.  ``delta(eps)`` -- the profile the same
 compositions give -- is read in :mod:`.pld_profile`.
 """
 
@@ -64,238 +65,14 @@ import math
 
 from .validation import InputError
 from . import validation
-from .caches import cached, clear_cache, register
-from .pld_compose import loss_window
-from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
-from .pld_pairs import (ALIAS, EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL, TAIL,
-                        aligned_grid, beyond, checked_events, directions, dominating_pairs, grid_step, LAST_STEP,
-                        on_ladder)
-from . import pld_pairs
-from .pld_discretise import discretised_steps
-from .pld_blocks import bracket_steps as _steps
+from .caches import cached, clear_cache
+from .pld_pairs import (EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL, checked_events,
+                        grid_step, on_ladder)
+from .pld_grid import checked_delta, first_grid, pld_epsilon_at, window_points, window_points_of
 
 
 __all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "report_grid", "clear_cache",
            "MAX_DISCRETIZATION", "MEMORY_CAP", "MIN_DELTA", "RTOL"]
-
-
-def _delta(delta) -> float:
-    d = validation.delta(delta)
-    if d < MIN_DELTA:
-        raise InputError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
-                         f"privacy-loss-distribution accountant (below, its FFT round-off is not small "
-                         f"against delta); use the RDP or GDP accountant.")
-    return d
-
-
-def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int = MEMORY_CAP,
-                   side: str = "both"):
-    """``(lower, upper)`` bracket of ``eps(delta)`` at one grid size (None, None over the cap).
-
-    ``side="upper"`` skips the lower-step compositions (the lower end is then only Hoeffding's,
-    from the upper composition); ``side="lower"`` skips the upper compositions where the lower
-    steps allow it (the upper end is then +inf).  A calibration's search needs only one end.
-    The two ends are computed separately and remembered for the last few compositions, so a
-    report at a point the search evaluated composes only its lower end.
-    """
-    if side not in ("both", "upper", "lower"):
-        raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
-    d = _delta(delta)
-    h = grid_step(discretization)
-    ev = tuple(checked_events(events))
-    key = (ev, d, h, memory_cap, cut_level(ev, d, memory_cap))
-    if side == "lower":         # every value below is a function of the key alone (no cache state)
-        lows = _lower_ends(key, None)
-        return (None, None) if lows is _OVER else (max(lows), math.inf)
-    ups = _upper_ends(key)
-    if ups is _OVER:
-        return None, None
-    if side == "upper":
-        return max(lo for lo, _ in ups), max(up for _, up in ups)
-    lows = _lower_ends(key, ups)
-    if lows is _OVER:
-        return None, None
-    return max(lows + [lo for lo, _ in ups]), max(up for _, up in ups)
-
-
-#: the loss cut follows eps: where a subsampled pair's losses reach past ADAPT_FROM, a subsampled
-#: pair's grid ends at the certified upper end of a coarse bracket plus CUT_MARGIN (at most LOSS_CUT)
-CUT_MARGIN = 64.0
-ADAPT_FROM = 4.0 * CUT_MARGIN
-#: the grid of that coarse bracket
-CUT_PROBE_GRID = 0.05
-
-
-@cached(maxsize=256)
-def cut_level(ev, d: float, cap: int) -> float | None:
-    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pld_pairs._cut`):
-    ``min(LOSS_CUT, eps_up + CUT_MARGIN)`` with ``eps_up`` the certified upper end of the bracket on
-    the grid CUT_PROBE_GRID (cut at LOSS_CUT), where some pair's losses reach past ADAPT_FROM with P-mass
-    beyond ADAPT_FROM at most ``d / k`` (else None: LOSS_CUT, and nothing is composed here).
-
-    Any level keeps both ends bounds (moving a loss up raises every composition's profile, down
-    lowers it); the upper end gives away at most ``sum_i p_i e^(eps - level) <= d e^(eps - eps_up -
-    CUT_MARGIN)`` in delta at the eps it reads (``sum_i p_i <= d``: the mass condition), i.e. nothing
-    below ``eps_up + 20``, and the lower end loses at most as much.  DP-SRM with a first batch of one
-    record at noise 0.027 (losses ~690, eps 0.11): the level falls from 1000 to ~64 and every window
-    with it (docs/accounting.md)."""
-    tau = _step_tail(ev, d)
-    if not any(pair.q < 1.0 and pair.loss_range(tau)[1] > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k
-               for e, k in ev for direction in directions(ev) for pair in dominating_pairs(e, direction)):
-        return None
-    ups = _upper_ends((ev, d, max(first_grid(ev, d), CUT_PROBE_GRID), cap, None))
-    if ups is _OVER:
-        return None
-    up = max(u for _, u in ups)
-    level = up + CUT_MARGIN
-    return level if math.isfinite(level) and level < pld_pairs.LOSS_CUT else None
-
-
-def _step_tail(ev, d: float) -> float:
-    """Mass each step's tails beyond its grid may hold: ``TAIL * delta`` shared by the K steps."""
-    return TAIL * d / max(sum(k for _, k in ev), 1)
-
-
-_OVER = object()                                   # a composition over the memory cap
-_SIDES: dict = {}                                  # (side, events, delta, h, cap) -> ends
-
-
-register(_SIDES.clear)
-
-
-def _remember(key, value):
-    if len(_SIDES) >= 64:
-        _SIDES.pop(next(iter(_SIDES)))
-    _SIDES[key] = value
-    return value
-
-
-#: a direction whose untilted window at the grid has at least this many points is first composed
-#: on an 8x coarser grid (about 1/8 of the cost): if that one needed a tilted re-composition,
-#: so will the fine one, and the fine untilted composition is skipped
-HINT_POINTS = 1 << 14
-
-
-def _upper_ends(key):
-    """Per direction ``(Hoeffding lower, upper)`` from the upper steps' compositions.  A later
-    direction whose upper end -- on an 8x coarser grid first, then on this one before any
-    re-composition -- is at or below an earlier direction's lower end cannot be the worse one:
-    it is not refined further (its entry is then that coarser or first upper end).  The 8x
-    coarser composition (done for large windows and for later directions) is also the fine
-    one's hint (:func:`upper_one`)."""
-    if ("upper",) + key in _SIDES:
-        return _SIDES[("upper",) + key]
-    ev, d, h, cap, level = key
-    tau = _step_tail(ev, d)
-    out = []
-    # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
-    # skip a later one by -- and small windows: no coarser composition first
-    blocks = False
-    for direction in directions(ev):
-        floor = max((x for x, _ in out), default=-math.inf)
-        coarse = steps = None
-        big = False                  # the first direction's fine window is large (hint first)
-        if not out:
-            try:
-                steps = _steps(ev, h, tau, direction, cap, d, level=level)
-            except OverCap:
-                return _remember(("upper",) + key, _OVER)
-            blocks = any(s.block > 1 for s in steps)
-            a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps and not blocks else (0, 0)
-            big = b - a + 1 >= HINT_POINTS
-        if out and blocks:
-            # blocks give no lower end here, but only the largest upper end is read: a later
-            # direction whose upper end on an 8x coarser grid (certified as any grid's, and cheap)
-            # is at or below an earlier one's upper end keeps that coarser end
-            ceiling = max(up for _, up in out)
-            try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, ceiling)
-            except OverCap:
-                coarse = None
-            if coarse is not None and coarse[1] is not None and coarse[1] <= ceiling:
-                out.append((coarse[0], coarse[1]))
-                continue
-            coarse = None
-        if (out or big) and not blocks:
-            # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
-            # this direction below the earlier one's lower end, the fine one is not needed
-            try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
-            except OverCap:
-                coarse = None
-            if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
-                out.append((coarse[0], coarse[1]))
-                continue
-        if steps is None:
-            try:
-                steps = _steps(ev, h, tau, direction, cap, d, level=level)
-            except OverCap:
-                return _remember(("upper",) + key, _OVER)
-        lo, up = upper_one(steps, h, d, cap, floor, coarse)
-        if lo is None:
-            return _remember(("upper",) + key, _OVER)
-        out.append((lo, up))
-    return _remember(("upper",) + key, out)
-
-
-def _lower_ends(key, ups):
-    """Per direction the lower end from the lower steps' compositions.  With the upper ends
-    known (``ups``), a direction whose upper end is at or below another direction's lower end
-    is skipped (its lower end cannot be the larger one); without them, a later direction is
-    skipped when its upper end on an 8x coarser grid is at or below the lower ends found before
-    it.  Where a direction's lower steps are unusable its Hoeffding end (from
-    :func:`_upper_ends`) is used.  Only the maximum of the list is ever read."""
-    ev, d, h, cap, level = key
-    skip = tuple(ups is not None and len(ups) > 1 and
-                 ups[i][1] <= max(lo for k, (lo, _) in enumerate(ups) if k != i)
-                 for i in range(len(directions(ev))))
-    ck = ("lower", skip, ups is not None) + key    # (the upper ends steer a re-tilt: lower_one)
-    if ck in _SIDES:
-        return _SIDES[ck]
-    tau = _step_tail(ev, d)
-    out = []
-    for i, (direction, skipped) in enumerate(zip(directions(ev), skip)):
-        if skipped or (ups is not None and out and ups[i][1] <= max(out)):
-            continue                 # (its lower end is at most its upper end: not the maximum)
-        if ups is None and out:
-            # lower end only (no upper ends known): a later direction whose upper end -- on an 8x
-            # coarser grid, certified as any grid's -- is at or below the lower end found so far
-            # cannot raise the maximum; it is not composed (for Poisson DP-SGD the add direction,
-            # ~40 % of the cost)
-            try:
-                c = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, max(out))
-            except OverCap:
-                c = None
-            if c is not None and c[1] is not None and c[1] <= max(out):
-                continue
-        try:
-            lsteps = _steps(ev, h, tau, direction, cap, d, lower=True, level=level)
-        except OverCap:
-            return _remember(ck, _OVER)
-        hl = h
-        if not lower_usable(lsteps):
-            # a bin holding nearly all the mass mid-way between two grid points (below a thin
-            # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
-            # a grid point they usually exist (:func:`~.pld_pairs.aligned_grid`) -- else Hoeffding's end
-            ha = aligned_grid(ev, h)
-            if ha is not None:
-                try:
-                    la = _steps(ev, ha, tau, direction, cap, d, lower=True, level=level)
-                except OverCap:
-                    la = None
-                if la is not None and lower_usable(la):
-                    lsteps, hl = la, ha
-        if not lower_usable(lsteps):                       # Hoeffding's end from the upper steps
-            u = _upper_ends(key)
-            if u is _OVER:
-                return _remember(ck, _OVER)
-            out.append(u[directions(ev).index(direction)][0])
-            continue
-        lo = lower_one(lsteps, hl, d, cap, None if ups is None else max(up for _, up in ups))
-        if lo is None:
-            return _remember(ck, _OVER)
-        out.append(lo)
-    return _remember(ck, out or [0.0])
 
 
 def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
@@ -312,7 +89,7 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
       discretization: a fixed grid step in (0, 64] (``MAX_DISCRETIZATION``) instead of the
         automatic choice.
     """
-    d = _delta(delta)
+    d = checked_delta(delta)
     r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
     a_tol = validation.in_range(atol, "atol", 0.0, math.inf, high_open=True)
     cap = validation.integer(memory_cap, "memory_cap", low=1 << 20)
@@ -320,37 +97,6 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     if not ev:
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
     return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
-
-
-def first_grid(events, delta: float) -> float:
-    """The grid the automatic refinement of :func:`pld_epsilon` starts on: ``0.5 / sqrt(K log(1e6 /
-    delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05."""
-    d = _delta(delta)
-    K = sum(k for _, k in checked_events(events))
-    return on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
-
-
-def window_points(events, delta: float, discretization: float) -> int:
-    """Grid points of the first direction's untilted composition window at grid
-    ``discretization`` (the size of the FFT one bracket at that grid costs; tilted re-compositions
-    are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
-    its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
-    ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
-    return _window_points(tuple(checked_events(events)), _delta(delta), grid_step(discretization))
-
-
-@cached(maxsize=256)
-def _window_points(ev, d, h) -> int:
-    """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed)."""
-    try:
-        steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d,
-                                  level=cut_level(ev, d, MEMORY_CAP)) if ev else []
-    except OverCap:
-        return MEMORY_CAP // 8
-    if not steps:
-        return 0
-    a, b = loss_window(steps, h, math.log(ALIAS * d))
-    return int(b - a + 1)
 
 
 def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
@@ -364,7 +110,7 @@ def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     With ``with_uppers``: ``(grid, ((h, upper), ...))``, the upper ends of the grids the
     prediction composed (coarse to fine; a calibration extrapolates them to the predicted grid).
     """
-    d = _delta(delta)
+    d = checked_delta(delta)
     ev = checked_events(events)
     if not ev:
         return (0.0, ()) if with_uppers else 0.0
@@ -473,7 +219,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # root of that order
         fac = (0.7 * tol(lo, up) / gap) ** (1.0 / order) if gap > 0 else 0.5
         h_next = on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
-        if gap > 0 and fac < BIG_JUMP and _window_points(ev, d, h) * h / h_next >= BIG_REFINE:
+        if gap > 0 and fac < BIG_JUMP and window_points_of(ev, d, h) * h / h_next >= BIG_REFINE:
             # a long step to a composition of seconds: the width's order on fine grids falls below
             # the coarse grids' (a million steps at q = 1e-4, eps 5.6: 2.2, then 1.6 over a 5.7x
             # step), and a grid one rung too coarse costs a second, finer composition -- aim lower,
@@ -526,7 +272,7 @@ def _huge_start(ev, d, h, cap) -> float | None:
     BIG_WINDOW points and a probe grid with a window of ~PROBE_POINTS puts the lower end beyond
     HUGE_EPS (then the probe grid, whose bracket is cached)."""
     hc = max(h, 0.05)
-    wc = _window_points(ev, d, hc)
+    wc = window_points_of(ev, d, hc)
     if wc * hc / h <= BIG_WINDOW:
         return None
     hp = min(MAX_DISCRETIZATION, hc * wc / PROBE_POINTS)
@@ -543,13 +289,13 @@ def _fits(ev, d, h_known, h, cap) -> bool:
     the same distribution and window).  Over 1.1 times the cap the composition's own check
     (:func:`~.pld_compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
     below, that check decides.  Stopping early costs only a wider bracket, with the cap's note."""
-    return _BYTES_PER_POINT * _window_points(ev, d, h_known) * h_known / h <= 1.1 * cap
+    return _BYTES_PER_POINT * window_points_of(ev, d, h_known) * h_known / h <= 1.1 * cap
 
 
 def _finest_fitting(ev, d, h_known, cap) -> float | None:
     """The finest ladder grid whose predicted window (:func:`_fits`) fits the cap; None where the
     prediction is not a finite positive grid."""
-    x = _BYTES_PER_POINT * _window_points(ev, d, h_known) * h_known / cap
+    x = _BYTES_PER_POINT * window_points_of(ev, d, h_known) * h_known / cap
     if not x > 0.0 or not math.isfinite(x):
         return None
     g = on_ladder(x)

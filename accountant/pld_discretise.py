@@ -507,7 +507,7 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, l
     in the list where the lower construction failed).  Each event's dominating pairs come from
     :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
     symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses cut at
-    ``+-level`` (default LOSS_CUT; :func:`~.pld.cut_level`) where the mass beyond is at most ``delta / k``."""
+    ``+-level`` (default LOSS_CUT; :func:`~.pld_grid.cut_level`) where the mass beyond is at most ``delta / k``."""
     ups, los = [], []
     for ev, k in events:
         pairs = dominating_pairs(ev, direction)

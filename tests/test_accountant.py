@@ -148,7 +148,7 @@ def test_optimal_order_near_a_previous_optimum_and_far_from_it():
 
 def test_clear_cache_forgets_every_remembered_answer():
     from dpcalib.accountant import accountant as acc_mod
-    from dpcalib.accountant import clear_cache, pld, subsampling
+    from dpcalib.accountant import clear_cache, pld, pld_grid, subsampling
 
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
     first = acc.epsilon_bracket(1e-5)
@@ -156,7 +156,7 @@ def test_clear_cache_forgets_every_remembered_answer():
     assert acc_mod._RDP_REPORTS and pld._pld_epsilon_cached.cache_info().currsize
     assert subsampling._log_forward_diffs.cache_info().currsize
     clear_cache()
-    assert not acc_mod._RDP_REPORTS and not pld._SIDES
+    assert not acc_mod._RDP_REPORTS and not pld_grid._SIDES
     assert pld._pld_epsilon_cached.cache_info().currsize == 0
     assert subsampling._log_forward_diffs.cache_info().currsize == 0
     # a cold answer is the same answer

@@ -550,7 +550,7 @@ def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unch
 
 
 def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(monkeypatch):
-    from dpcalib.accountant import pld
+    from dpcalib.accountant import clear_cache, pld_grid as pld
 
     for q, z, k, h in [(0.01, 0.7364, 100, 4.6e-4), (256 / 60000, 0.9684, 14062, 2.3e-4)]:
         ev = [(PoissonSampledGaussianEvent(q, z), k)]
@@ -561,7 +561,7 @@ def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(
         calls = []
         real = pld.lower_one
         monkeypatch.setattr(pld, "lower_one", lambda *a: calls.append(1) or real(*a))
-        pld.clear_cache()
+        clear_cache()
         lo, up = pld.pld_epsilon_at(ev, 1e-5, h, side="lower")
         assert lo == max(each) and up == math.inf
         assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed

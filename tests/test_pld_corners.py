@@ -172,7 +172,7 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
     # the atom dropped), and the plain rule is now taken where it closes twice as high -- and so
     # does the aligned grid's, the fallback.  Oracle: the closed-form profile (mpmath):
     # delta(lower) >= delta >= delta(upper), both directions.
-    from dpcalib.accountant import pld, pld_discretise
+    from dpcalib.accountant import pld, pld_discretise, pld_grid
 
     q, z, delta = 0.00137, 0.182, 8.8e-6
 
@@ -182,7 +182,7 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
     monkeypatch.setattr(pld_discretise, "ANCHORED", False)
     for aligned in (True, False):
         if not aligned:
-            monkeypatch.setattr(pld, "aligned_grid", lambda events, h: None)
+            monkeypatch.setattr(pld_grid, "aligned_grid", lambda events, h: None)
         pld.clear_cache()
         b = pld_epsilon([(PoissonSampledGaussianEvent(q, z), 1)], delta)
         assert prof(b.lower) >= delta * (1 - 1e-9) and prof(b.upper) <= delta * (1 + 1e-9)

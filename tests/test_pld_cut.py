@@ -19,6 +19,7 @@ from dpcalib.accountant import PoissonSampledGaussianEvent, WORSampledGaussianEv
 from dpcalib.accountant import pld_discretise as PS
 from dpcalib.accountant import pld_pairs as PP
 from dpcalib.accountant import pld as P
+from dpcalib.accountant import pld_grid as G
 from dpcalib.accountant.pld import pld_epsilon_at
 from tests import oracles
 
@@ -57,7 +58,7 @@ def test_the_cut_bracket_agrees_with_the_uncut_one(events, delta, monkeypatch):
     clear_cache()
     lo_c, up_c = pld_epsilon_at(events, delta, h)
     monkeypatch.setattr(PP, "LOSS_CUT", 1e9)
-    monkeypatch.setattr(P, "CUT_MARGIN", math.inf)         # nor the cut that follows eps
+    monkeypatch.setattr(G, "CUT_MARGIN", math.inf)         # nor the cut that follows eps
     clear_cache()
     lo_u, up_u = pld_epsilon_at(events, delta, h)
     clear_cache()
@@ -99,12 +100,12 @@ def test_the_cut_follows_eps_and_gives_the_bracket_of_the_cut_at_1000(monkeypatc
     mech, eps, delta = _seed52_case19()
     ev = tuple(mech.accountant(0.0035, 1.4e-4).events)
     clear_cache()
-    level = P.cut_level(ev, delta, P.MEMORY_CAP)
-    assert level is not None and P.CUT_MARGIN < level < P.CUT_MARGIN + 1.0
+    level = G.cut_level(ev, delta, P.MEMORY_CAP)
+    assert level is not None and G.CUT_MARGIN < level < G.CUT_MARGIN + 1.0
     lo_a, up_a = pld_epsilon_at(ev, delta, 1e-3)
-    monkeypatch.setattr(P, "CUT_MARGIN", math.inf)
+    monkeypatch.setattr(G, "CUT_MARGIN", math.inf)
     clear_cache()
-    assert P.cut_level(ev, delta, P.MEMORY_CAP) is None
+    assert G.cut_level(ev, delta, P.MEMORY_CAP) is None
     lo_f, up_f = pld_epsilon_at(ev, delta, 1e-3)
     clear_cache()
     assert 0.0 < lo_a <= up_a < 1.0 and 0.0 < lo_f <= up_f < 1.0
@@ -118,8 +119,8 @@ def test_a_level_is_none_where_no_loss_reaches_far():
     """Typical DP-SGD (losses below ADAPT_FROM) and a tiny-noise run whose far mass exceeds delta / k
     (eps huge: the cut cannot apply) compose nothing for the level."""
     clear_cache()
-    assert P.cut_level(((PoissonSampledGaussianEvent(0.01, 0.8), 1000),), 1e-5, P.MEMORY_CAP) is None
-    assert P.cut_level(((PoissonSampledGaussianEvent(0.02, 0.01), 150),), 1e-5, P.MEMORY_CAP) is None
+    assert G.cut_level(((PoissonSampledGaussianEvent(0.01, 0.8), 1000),), 1e-5, P.MEMORY_CAP) is None
+    assert G.cut_level(((PoissonSampledGaussianEvent(0.02, 0.01), 150),), 1e-5, P.MEMORY_CAP) is None
 
 
 def test_the_one_record_first_batch_calibration_is_fast_tight_and_sound():
