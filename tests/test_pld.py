@@ -618,6 +618,34 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     assert P.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
 
 
+@pytest.mark.parametrize("window,wide,aim", [(1 << 20, 12.0, 0.4), (1 << 20, 3.0, 0.7), (1000, 12.0, 0.7)])
+def test_a_long_step_to_a_large_window_aims_lower(monkeypatch, window, wide, aim):
+    """A long step (the next grid more than 3x finer) to a composition predicted at >= 2^20 points
+    aims at 0.4 of the tolerance, not 0.7: on fine grids the width narrows slower than the coarse
+    grids' order (a million steps at q = 1e-4, eps 5.6: 1.45e-5 was too coarse, then 1.03e-5 -- two
+    compositions of seconds).  A shorter step, or a small window, keeps 0.7.  Synthetic brackets and
+    windows: only the grid choice is under test."""
+    from dpcalib.accountant import pld as P
+
+    ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
+    h0 = P.first_grid(ev, 1e-6)
+    c = 0.5 * wide * P.RTOL / h0 ** 2               # width `wide` x the tolerance on the first grid
+    grids = []
+
+    def fake(events, delta, h, *a, **k):
+        grids.append(h)
+        return 1.0 - c * h * h, 1.0 + c * h * h
+    monkeypatch.setattr(P, "pld_epsilon_at", fake)
+    monkeypatch.setattr(P, "window_points_of", lambda ev, d, h: int(window * h0 / h))   # ~1/h, as a window
+    P.clear_cache()
+    b = P.pld_epsilon(ev, 1e-6)
+    P.clear_cache()
+    assert grids[0] == h0 and b.converged
+    assert grids[1] == pytest.approx(P.on_ladder(h0 * min(P.LAST_STEP, max(1.0 / 6, (aim / wide) ** 0.5))), rel=1e-12)
+    if aim == 0.4:                                  # (a rung finer than the usual aim's)
+        assert grids[1] < P.on_ladder(h0 * (0.7 / wide) ** 0.5)
+
+
 def test_the_lower_end_is_re_tilted_where_its_round_off_decides_the_bracket():
     """q = 2.8e-4, 100 000 steps, delta = 1e-5 at the noise its calibration to eps 5.6 returns: on
     the 4.9e-5 grid the untilted lower composition's round-off charge (below LOWER_RETILT * delta)
