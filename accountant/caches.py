@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-__all__ = ["clear_cache", "register", "cached"]
+__all__ = ["clear_cache", "register", "cached", "Memo"]
 
 _CLEARERS: list[Callable[[], None]] = []
 
@@ -30,6 +30,22 @@ def cached(maxsize: int):
         return out
     return wrap
 
+
+class Memo(dict):
+    """A dict of at most ``size`` answers, the oldest first out, emptied by :func:`clear_cache`:
+    for answers an ``lru_cache`` cannot key (a function of part of its arguments, or of state)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+        register(self.clear)
+
+    def remember(self, key, value):
+        """Keep ``value`` under ``key`` (dropping the oldest answer when full); returns ``value``."""
+        if len(self) >= self.size:
+            self.pop(next(iter(self)))
+        self[key] = value
+        return value
 
 
 def clear_cache() -> None:

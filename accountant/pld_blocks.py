@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from .caches import register
+from .caches import Memo
 from .pld_binomial import binomial_composition
 from .pld_compose import compose_powers, delta_tilt, log_mgfs
 from .pld_discretise import Bins, bins_of, discretised_steps, edge_anchor, lower_step, upper_step
@@ -97,15 +97,7 @@ def block_plan(K: int):
     return nb, m, 2 ** j, K - nb * m
 
 
-_BLOCKS: dict = {}
-register(_BLOCKS.clear)
-
-
-def _remember(key, value):
-    if len(_BLOCKS) >= 16:
-        _BLOCKS.pop(next(iter(_BLOCKS)))
-    _BLOCKS[key] = value
-    return value
+_BLOCKS = Memo(16)
 
 
 def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: int, lower: bool):
@@ -123,7 +115,7 @@ def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: i
         out = _blocked(pair, h, tau, K, delta, cap, lower, plan)
     except OverCap:
         out = None
-    return _remember(key, out)
+    return _BLOCKS.remember(key, out)
 
 
 def _blocked(pair, h, tau, K, delta, cap, lower, plan):

@@ -9,7 +9,7 @@ import math
 
 from .validation import InputError
 from . import validation
-from .caches import cached, register
+from .caches import Memo, cached
 from .pld_compose import loss_window
 from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
 from .pld_pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
@@ -102,23 +102,22 @@ def _step_tail(ev, d: float) -> float:
 
 
 _OVER = object()                                   # a composition over the memory cap
-_SIDES: dict = {}                                  # (side, events, delta, h, cap) -> ends
-
-
-register(_SIDES.clear)
-
-
-def _remember(key, value):
-    if len(_SIDES) >= 64:
-        _SIDES.pop(next(iter(_SIDES)))
-    _SIDES[key] = value
-    return value
+_SIDES = Memo(64)                                  # (side, events, delta, h, cap, level) -> ends
 
 
 #: a direction whose untilted window at the grid has at least this many points is first composed
 #: on an 8x coarser grid (about 1/8 of the cost): if that one needed a tilted re-composition,
 #: so will the fine one, and the fine untilted composition is skipped
 HINT_POINTS = 1 << 14
+
+
+def _coarse_upper(ev, h, tau, direction, cap, d, level, floor):
+    """:func:`~.pld_bracket.upper_info` of one direction on the grid 8x coarser than ``h`` (its upper
+    end as certified as any grid's, at ~1/8 of the cost), with ``floor`` as there; None over the cap."""
+    try:
+        return upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
+    except OverCap:
+        return None
 
 
 def _upper_ends(key):
@@ -144,7 +143,7 @@ def _upper_ends(key):
             try:
                 steps = _steps(ev, h, tau, direction, cap, d, level=level)
             except OverCap:
-                return _remember(("upper",) + key, _OVER)
+                return _SIDES.remember(("upper",) + key, _OVER)
             blocks = any(s.block > 1 for s in steps)
             a, b = loss_window(steps, h, math.log(ALIAS * d)) if steps and not blocks else (0, 0)
             big = b - a + 1 >= HINT_POINTS
@@ -153,10 +152,7 @@ def _upper_ends(key):
             # direction whose upper end on an 8x coarser grid (certified as any grid's, and cheap)
             # is at or below an earlier one's upper end keeps that coarser end
             ceiling = max(up for _, up in out)
-            try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, ceiling)
-            except OverCap:
-                coarse = None
+            coarse = _coarse_upper(ev, h, tau, direction, cap, d, level, ceiling)
             if coarse is not None and coarse[1] is not None and coarse[1] <= ceiling:
                 out.append((coarse[0], coarse[1]))
                 continue
@@ -164,10 +160,7 @@ def _upper_ends(key):
         if (out or big) and not blocks:
             # any grid's upper end is certified: if an 8x coarser grid (8x cheaper) already puts
             # this direction below the earlier one's lower end, the fine one is not needed
-            try:
-                coarse = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
-            except OverCap:
-                coarse = None
+            coarse = _coarse_upper(ev, h, tau, direction, cap, d, level, floor)
             if coarse is not None and coarse[1] is not None and coarse[1] <= floor:
                 out.append((coarse[0], coarse[1]))
                 continue
@@ -175,12 +168,12 @@ def _upper_ends(key):
             try:
                 steps = _steps(ev, h, tau, direction, cap, d, level=level)
             except OverCap:
-                return _remember(("upper",) + key, _OVER)
+                return _SIDES.remember(("upper",) + key, _OVER)
         lo, up = upper_one(steps, h, d, cap, floor, coarse)
         if lo is None:
-            return _remember(("upper",) + key, _OVER)
+            return _SIDES.remember(("upper",) + key, _OVER)
         out.append((lo, up))
-    return _remember(("upper",) + key, out)
+    return _SIDES.remember(("upper",) + key, out)
 
 
 def _lower_ends(key, ups):
@@ -207,16 +200,13 @@ def _lower_ends(key, ups):
             # coarser grid, certified as any grid's -- is at or below the lower end found so far
             # cannot raise the maximum; it is not composed (for Poisson DP-SGD the add direction,
             # ~40 % of the cost)
-            try:
-                c = upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, max(out))
-            except OverCap:
-                c = None
+            c = _coarse_upper(ev, h, tau, direction, cap, d, level, max(out))
             if c is not None and c[1] is not None and c[1] <= max(out):
                 continue
         try:
             lsteps = _steps(ev, h, tau, direction, cap, d, lower=True, level=level)
         except OverCap:
-            return _remember(ck, _OVER)
+            return _SIDES.remember(ck, _OVER)
         hl = h
         if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
@@ -233,14 +223,14 @@ def _lower_ends(key, ups):
         if not lower_usable(lsteps):                       # Hoeffding's end from the upper steps
             u = _upper_ends(key)
             if u is _OVER:
-                return _remember(ck, _OVER)
+                return _SIDES.remember(ck, _OVER)
             out.append(u[directions(ev).index(direction)][0])
             continue
         lo = lower_one(lsteps, hl, d, cap, None if ups is None else max(up for _, up in ups))
         if lo is None:
-            return _remember(ck, _OVER)
+            return _SIDES.remember(ck, _OVER)
         out.append(lo)
-    return _remember(ck, out or [0.0])
+    return _SIDES.remember(ck, out or [0.0])
 
 
 def first_grid(events, delta: float) -> float:

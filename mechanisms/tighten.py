@@ -13,7 +13,7 @@ from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 from .search import NO_FEASIBLE_NOISE, loglog_root, smallest_scale, tight_scale
 
-__all__ = ["SEARCH_CAP", "CAP_RTOL", "BIG_POINTS", "BIG_RTOL", "calibrate_poisson", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "floor_note",
+__all__ = ["SEARCH_CAP", "PROGRESS_DELAY", "CAP_RTOL", "BIG_POINTS", "BIG_RTOL", "calibrate_poisson", "pld_scale", "lower_scale", "pld_tighten", "cap_note", "floor_note",
            "rdp_start", "pld_start", "rdp_tight_text", "check_accountant", "certify", "ACCOUNTANTS", "WOR_START_LABEL",
            "WOR_START_SUFFIX"]
 

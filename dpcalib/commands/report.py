@@ -9,6 +9,7 @@ advantage), all from the certified side, with the assumptions in words.
 
 from __future__ import annotations
 
+from ..mechanisms.tighten import PROGRESS_DELAY   # a report's bar waits as long as a calibration's
 from .algorithms import dumps, fmt
 
 import argparse
@@ -74,8 +75,6 @@ def _emit(rep, args, title: str, extra: dict | None = None) -> int:
     return 0
 
 
-#: seconds a report runs before its progress bar shows (on a terminal only, as a calibration's)
-PROGRESS_DELAY = 1.0
 
 
 class ProgressBar:
