@@ -21,6 +21,7 @@ from .gaussian import gaussian_rdp
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
 from .caches import clear_cache
+from .progress import watching
 from .pld import EpsilonBracket, pld_epsilon
 from .pld_profile import pld_delta, pld_profile
 from .poisson import poisson_gaussian_rdp
@@ -40,6 +41,7 @@ from .subsampling import (
 
 __all__ = [
     "clear_cache",
+    "watching",
     "gaussian_rdp",
     "subsampled_rdp_wor",
     "subsampled_rdp_wor_simple",

@@ -10,6 +10,7 @@ import math
 from .validation import InputError
 from . import validation
 from .caches import Memo, cached
+from .progress import tell
 from .pld_compose import loss_window
 from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
 from .pld_pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
@@ -130,6 +131,7 @@ def _upper_ends(key):
     if ("upper",) + key in _SIDES:
         return _SIDES[("upper",) + key]
     ev, d, h, cap, level = key
+    tell(f"upper end on grid {h:.3g}")
     tau = _step_tail(ev, d)
     out = []
     # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
@@ -190,6 +192,7 @@ def _lower_ends(key, ups):
     ck = ("lower", skip, ups is not None) + key    # (the upper ends steer a re-tilt: lower_one)
     if ck in _SIDES:
         return _SIDES[ck]
+    tell(f"lower end on grid {h:.3g}")
     tau = _step_tail(ev, d)
     out = []
     for i, (direction, skipped) in enumerate(zip(directions(ev), skip)):

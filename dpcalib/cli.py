@@ -289,8 +289,45 @@ def _noise_flags(algorithm: str, args) -> list:
 
 
 def _cmd_epsilon(algorithm: str, args) -> int:
+    from .accountant import watching
+    from .commands.common import ProgressBar
+
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
+    points = _curve_points(algorithm, args) if args.curve or args.plot else None
+    parts = 1 + len(points[1]) if points else 1
+    # a bar on a terminal once the work has run a second: the headline, then each curve point, each
+    # grid composed on the way shown (10^8 steps: tens of seconds a bracket, minutes a curve)
+    with ProgressBar(f"epsilon {algorithm}", total=parts) as bar, watching(bar.note):
+        out = _epsilon_numbers(algorithm, args, mech, noise)
+        if points:
+            field, counts = points
+            at = lambda k: f"curve at {counts[k]} {field}" if k < len(counts) else "curve"  # noqa: E731
+            bar(1, parts, at(0))
+            out["curve"] = _curve(algorithm, args, noise, points, lambda k: bar(1 + k, parts, at(k)))
+    rep, lower, own = out.pop("_report")
+    if args.plot:
+        _plot(out["curve"], args.plot, algorithm, args.delta)
+    if args.json:
+        print(_json(out))
+    else:
+        print(f"algorithm   {algorithm}")
+        print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
+        for n in rep.notes:
+            if own is not None and not str(n).startswith("bracket ["):
+                print(f"note        {n}")
+        if out.get("poisson_epsilon") is not None:
+            print(f"poisson     {_fmt(out['poisson_epsilon'])} (Poisson sampling at q = b/n for the same steps: NOT "
+                  "valid for shuffled batches" + (", and below the lower bound)" if lower > out["poisson_epsilon"]
+                                                   else ")"))
+        for pt in out.get("curve", []):
+            print(f"curve       {pt['rounds']:>8d} {pt['unit']:6s} {_fmt(pt['epsilon'])}")
+    return 0
+
+
+def _epsilon_numbers(algorithm: str, args, mech, noise) -> dict:
+    """``dpcalib epsilon``'s answer (the JSON keys), with ``"_report"``: ``(report, lower, own lower)``
+    for the text."""
     acc = mech.accountant(*noise)
     rep, lower = epsilon_of(acc, args)
     finite_epsilon(rep.epsilon, args, _noise_flags(algorithm, args))
@@ -317,33 +354,22 @@ def _cmd_epsilon(algorithm: str, args) -> int:
         from .mechanisms import paper_warning
 
         out["warnings"].extend(paper_warning(erratum, text) for erratum, text in REGISTRY[algorithm].warnings)
-    if args.curve or args.plot:
-        out["curve"] = _curve(algorithm, args, noise)
-    if args.plot:
-        _plot(out["curve"], args.plot, algorithm, args.delta)
-    if args.json:
-        print(_json(out))
-    else:
-        print(f"algorithm   {algorithm}")
-        print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
-        for n in rep.notes:
-            if own is not None and not str(n).startswith("bracket ["):
-                print(f"note        {n}")
-        if out.get("poisson_epsilon") is not None:
-            print(f"poisson     {_fmt(out['poisson_epsilon'])} (Poisson sampling at q = b/n for the same steps: NOT "
-                  "valid for shuffled batches" + (", and below the lower bound)" if lower > out["poisson_epsilon"]
-                                                   else ")"))
-        for pt in out.get("curve", []):
-            print(f"curve       {pt['rounds']:>8d} {pt['unit']:6s} {_fmt(pt['epsilon'])}")
-    return 0
+    out["_report"] = (rep, lower, own)
+    return out
 
 
-def _curve(algorithm: str, args, noise) -> list:
+def _curve_points(algorithm: str, args) -> tuple:
+    """``(field, counts)``: the count that grows with training and the ten points of the curve."""
     field = SPECS[algorithm].rounds_field
     if getattr(args, field) is None and getattr(args, "epochs", None) is not None:
         field = "epochs"                   # shuffled batches grow by epochs
     total = getattr(args, field)
-    pts = sorted({max(1, round(total * k / 10)) for k in range(1, 11)})
+    return field, sorted({max(1, round(total * k / 10)) for k in range(1, 11)})
+
+
+def _curve(algorithm: str, args, noise, points, done=lambda k: None) -> list:
+    """eps at each of ``points`` (:func:`_curve_points`); ``done(k)`` after the k-th."""
+    field, pts = points
     out = []
     for r in pts:
         ns = argparse.Namespace(**vars(args))
@@ -354,6 +380,7 @@ def _curve(algorithm: str, args, noise) -> list:
         # the same owner as the headline: the chosen accountant, so the last point is the headline eps
         out.append({"rounds": r, "epsilon": epsilon_of(mech.accountant(*noise), args)[0].epsilon,
                     "unit": field})
+        done(len(out))
     return out
 
 
@@ -381,6 +408,7 @@ def _cmd_compare(algorithm: str, args) -> int:
 
 
 def _cmd_report(algorithm: str, args) -> int:
+    from .accountant import watching
     from .commands.report import ProgressBar, run_algorithm
 
     if args.plot:
@@ -388,7 +416,7 @@ def _cmd_report(algorithm: str, args) -> int:
     mech, _ = _build(algorithm, args)
     noise = _noise_args(algorithm, args)
     # (the bar from the start: the check's bracket at --delta is the report's first long part)
-    with ProgressBar(f"report {algorithm}") as bar:
+    with ProgressBar(f"report {algorithm}") as bar, watching(bar.note):
         finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, _noise_flags(algorithm, args))
         return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args, progress=bar)
 

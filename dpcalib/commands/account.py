@@ -7,7 +7,8 @@ import argparse
 import warnings
 
 from .algorithms import dumps as _json
-from .common import (CONVERSION_REFUSAL, DeprecatedSpelling, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
+from ..accountant import watching
+from .common import (CONVERSION_REFUSAL, ProgressBar, DeprecatedSpelling, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
                       need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
 
 __all__ = ["ACCOUNT_EXAMPLE", "account_parser", "run_account", "run_report", "event_flags"]
@@ -76,7 +77,8 @@ def run_account(args) -> int:
     if args.conversion is not None and args.accountant != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
     acc = _compose_events(args)
-    rep, lower = epsilon_of(acc, args)
+    with ProgressBar("account", total=1) as bar, watching(bar.note):   # (a bar after a second, on a terminal)
+        rep, lower = epsilon_of(acc, args)
     finite_epsilon(rep.epsilon, args, event_flags(args))
     out = {"epsilon": rep.epsilon, "delta": rep.delta, "method": rep.method,
            "epsilon_lower": lower, "epsilon_upper": rep.epsilon,

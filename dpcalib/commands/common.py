@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 
 from .algorithms import fmt as _fmt
 
@@ -14,7 +15,7 @@ CONVERSION_REFUSAL = ("--conversion={} is not allowed without --accountant rdp: 
                       "conversion")
 
 __all__ = ["CONVERSION_REFUSAL", "UsageError", "DeprecatedSpelling", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
-           "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon"]
+           "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon", "ProgressBar"]
 
 
 class UsageError(Exception):
@@ -36,6 +37,46 @@ class Parser(argparse.ArgumentParser):
 
 #: what matplotlib's savefig writes (by file suffix)
 PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
+
+
+class ProgressBar:
+    """Long work's parts as a bar on stderr: on a terminal only, and only once the work has run for
+    :data:`~dpcalib.mechanisms.tighten.PROGRESS_DELAY` seconds, as a calibration's bar (a report or a curve of 10^8 steps takes minutes; most take a
+    second).  A ``progress(done, total, part)`` callable (:func:`~dpcalib.accountant.report.privacy_report`'s
+    hook); :meth:`note` is a watcher of the accountant's own work
+    (:func:`~dpcalib.accountant.watching`: each grid composed), so that a single bracket of
+    seconds shows where it is; a context manager that closes the bar."""
+
+    def __init__(self, desc: str, total: int | None = None):
+        from tqdm.auto import tqdm
+
+        from ..mechanisms.tighten import PROGRESS_DELAY   # (imported here: the CLI starts without it)
+
+        self.delay = PROGRESS_DELAY
+        # (a redraw at every part: a report has a few, each of seconds or more)
+        self.bar = tqdm(desc=desc, total=total, unit=" parts", leave=False, disable=None, delay=self.delay,
+                        mininterval=0.0, miniters=1)
+        self.t0 = time.monotonic()
+
+    def __call__(self, done: int, total: int, part: str) -> None:
+        self.bar.total = total
+        self.bar.set_postfix_str(part, refresh=False)
+        self.bar.update(done - self.bar.n)
+        if done >= total:               # the work is whole: no bar left beside what it prints
+            self.bar.close()
+
+    def note(self, part: str) -> None:
+        """What the current part is doing now (the bar shows it once the delay has passed)."""
+        self.bar.set_postfix_str(part, refresh=False)
+        if time.monotonic() - self.t0 >= self.delay:
+            self.bar.refresh()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        return False
 
 
 def writable_plot(text: str) -> str:

@@ -9,12 +9,12 @@ advantage), all from the certified side, with the assumptions in words.
 
 from __future__ import annotations
 
-from ..mechanisms.tighten import PROGRESS_DELAY   # a report's bar waits as long as a calibration's
 from .algorithms import dumps, fmt
+from .common import ProgressBar
 
 import argparse
 
-__all__ = ["add_arguments", "run_events", "run_algorithm", "ProgressBar", "PROGRESS_DELAY", "EXAMPLE"]
+__all__ = ["add_arguments", "run_events", "run_algorithm", "ProgressBar", "EXAMPLE"]
 
 EXAMPLE = """examples:
   dpcalib report --poisson 0.01:1.0:10000 --delta 1e-5
@@ -75,39 +75,11 @@ def _emit(rep, args, title: str, extra: dict | None = None) -> int:
     return 0
 
 
-
-
-class ProgressBar:
-    """The report's parts as a bar on stderr: on a terminal only, and only once the report has run
-    for :data:`PROGRESS_DELAY` seconds (a report of 10^8 steps takes minutes; most take a second).
-    A ``progress(done, total, part)`` callable for :func:`~dpcalib.accountant.report.privacy_report`;
-    a context manager that closes the bar."""
-
-    def __init__(self, desc: str):
-        from tqdm.auto import tqdm
-
-        # (a redraw at every part: a report has a few, each of seconds or more)
-        self.bar = tqdm(desc=desc, unit=" parts", leave=False, disable=None, delay=PROGRESS_DELAY, mininterval=0.0,
-                        miniters=1)
-
-    def __call__(self, done: int, total: int, part: str) -> None:
-        self.bar.total = total
-        self.bar.set_postfix_str(part, refresh=False)
-        self.bar.update(done - self.bar.n)
-        if done >= total:               # the report is whole: no bar left beside what it prints
-            self.bar.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.bar.close()
-        return False
-
-
 def run_events(acc, args) -> int:
     """``dpcalib report --poisson ... --delta D``."""
-    with ProgressBar("report") as bar:
+    from ..accountant import watching
+
+    with ProgressBar("report") as bar, watching(bar.note):
         rep = acc.report(args.delta, args.deltas, args.fprs, progress=bar)
     return _emit(rep, args, "")
 
