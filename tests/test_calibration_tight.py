@@ -198,7 +198,7 @@ def _assert_room_certified(q, k, target):
 def test_extrapolation_of_coarse_upper_ends():
     """The fine stage's guess: upper = U + C h^2 through the two finest other grids 15 % apart or more;
     no guess from grids too close together or from upper ends that grow as the grid shrinks."""
-    from dpcalib.mechanisms.tighten import _extrapolated
+    from dpcalib.mechanisms.pld_search import _extrapolated
 
     U, C, t = 2.0, 300.0, 2.0
     ups = ((1e-3, U + C * 1e-6), (4e-4, U + C * 1.6e-7), (2e-4, U + C * 4e-8))
@@ -231,7 +231,7 @@ def test_pld_search_goes_on_when_the_extrapolated_guess_is_off(monkeypatch):
     the root: the search must see that by the coarse slope and go on to within rtol."""
     from dpcalib.accountant import pld
     from dpcalib.accountant.pld import pld_epsilon_at
-    from dpcalib.mechanisms import tighten as _solve
+    from dpcalib.mechanisms import pld_search as _solve
 
     orig = _solve._extrapolated
     monkeypatch.setattr(_solve, "_extrapolated",
@@ -251,7 +251,7 @@ def test_a_big_fine_grid_is_solved_to_big_rtol(monkeypatch):
     on the report's grid, at or above the tight one, and 1.2e-5 less noise exceeds the target."""
     from dpcalib.accountant import pld
     from dpcalib.accountant.pld import pld_epsilon_at
-    from dpcalib.mechanisms import tighten as _solve
+    from dpcalib.mechanisms import pld_search as _solve
 
     mech, target, delta = DPSGD(0.01, 100), 2.0, 1e-5
     pld.clear_cache()
@@ -320,7 +320,7 @@ def test_the_pld_start_solves_rdp_with_coarse_orders_and_stays_feasible_at_its_o
 
 
 def test_the_first_pld_step_follows_the_rdp_slope():
-    from dpcalib.mechanisms.tighten import _rdp_slope
+    from dpcalib.mechanisms.pld_search import _rdp_slope
 
     # few steps, small noise: eps falls steeply with the noise (a central difference of the
     # accountant's RDP eps over real orders: -2.7); many steps: close to 1/scale (-1.36)
@@ -360,7 +360,7 @@ def test_a_calibration_the_search_cap_stopped_says_so(monkeypatch):
     # the coarse stage starts from a rough root on the refinement's first grid, the capped search
     # ends at 0.6415 -- certified 0.99498 -- instead of 0.689.)
     from dpcalib.accountant import pld
-    from dpcalib.mechanisms import tighten as _solve
+    from dpcalib.mechanisms import pld_search as _solve
 
     monkeypatch.setattr(_solve, "SEARCH_CAP", 1 << 20)
     pld.clear_cache()
@@ -404,7 +404,7 @@ def test_fine_rtol_loosens_only_for_a_report_that_stops_wide():
     # bracket is wider than the accountant's own tolerance (memory cap, floor), to a tenth of its
     # relative width, at most 1e-4 (DP-SRM b0 = 1, bracket [0.2302, 0.2479]: 7 near-cap
     # compositions of 3 s became 4)
-    from dpcalib.mechanisms.tighten import WIDE_RTOL, _fine_rtol
+    from dpcalib.mechanisms.pld_search import WIDE_RTOL, _fine_rtol
 
     assert _fine_rtol(1e-6, None) == 1e-6 and _fine_rtol(1e-6, (None, None)) == 1e-6
     assert _fine_rtol(1e-6, (0.99998, 1.0)) == 1e-6                 # converged (2e-5 <= 3e-5)
