@@ -36,15 +36,15 @@ def compare(a: str, b: str, settings: int = 48, out=sys.stdout) -> list:
     rows = []
     for s in grid(settings):
         ra, rb = child(a, s), child(b, s)
-        if ra["z"] == rb["z"]:
+        if ra["z"] is not None and ra["z"] == rb["z"]:
             what = "same"
-        elif ra["z"] is None or rb["z"] is None:
+        elif ra["z"] is None or rb["z"] is None:        # (two failures are not "the same answer")
             what = f"{ra.get('note', ra['z'])!r} / {rb.get('note', rb['z'])!r}"
         else:
             what = f"z {ra['z']!r} -> {rb['z']!r} ({rb['z'] / ra['z'] - 1:+.2e})"
         print(f"{s!s:36s} {ra['t']:8.3f} {rb['t']:8.3f} s  {what}", file=out, flush=True)
         rows.append((s, ra, rb))
-    same = sum(ra["z"] == rb["z"] for _, ra, rb in rows)
+    same = sum(ra["z"] is not None and ra["z"] == rb["z"] for _, ra, rb in rows)
     print(f"{same} of {len(rows)} answers bit for bit; total {sum(r['t'] for _, r, _ in rows):.2f} s beside "
           f"{sum(r['t'] for *_, r in rows):.2f} s", file=out)
     return rows

@@ -128,3 +128,19 @@ def test_the_ab_comparison_runs_a_setting_in_both_checkouts_and_refuses_bad_inpu
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and name in err[0] and "is not allowed: expected" in err[0], err
+
+
+def test_the_ab_comparison_counts_two_failures_as_failures_not_the_same_answer(monkeypatch):
+    """A setting that fails in both checkouts (a crash, memory) prints both notes and is not counted
+    among the answers bit for bit (it read "same" when both answers were None)."""
+    import io
+
+    from benchmarks import ab_calibration as AB
+
+    monkeypatch.setattr(AB, "grid", lambda n: [(0.02, 10, 2.0, 0.0098)][:n])
+    monkeypatch.setattr(AB, "child", lambda c, s: {"z": None, "t": float("nan"), "note": f"MemoryError in {c}"})
+    buf = io.StringIO()
+    AB.compare("a", "b", 1, out=buf)
+    text = buf.getvalue()
+    assert "same" not in text and "MemoryError in a" in text and "MemoryError in b" in text
+    assert "0 of 1 answers bit for bit" in text
