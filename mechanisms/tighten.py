@@ -136,26 +136,39 @@ PROGRESS_DELAY = 1.0
 
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """:func:`_pld_tighten` with a progress bar on stderr -- on a terminal, and only once the
-    calibration has run for :data:`PROGRESS_DELAY` seconds -- counting the accountants it builds.
-    The bar (and tqdm, whose import costs ~15 ms: up to a sixth of a short calibration) comes into being
-    only then: a calibration that ends sooner never touches it."""
+    calibration has run for :data:`PROGRESS_DELAY` seconds -- counting the accountants it builds
+    and naming the grid each bracket composes (:func:`~dpcalib.accountant.watching`: at 10^8 steps
+    one bracket is tens of seconds, with no accountant built meanwhile).  The bar (and tqdm, whose
+    import costs ~15 ms: up to a sixth of a short calibration) comes into being only then: a
+    calibration that ends sooner never touches it."""
+    from ..accountant import watching
+
     t0 = time.monotonic()
     built = 0
     bar = None
 
-    def counted(t):
-        nonlocal bar, built
-        built += 1
+    def shown():
+        nonlocal bar
         if bar is None and time.monotonic() - t0 >= PROGRESS_DELAY:
             from tqdm.auto import tqdm
 
-            bar = tqdm(desc="calibrating (certified eps)", unit=" accountants", initial=built - 1, leave=False,
+            bar = tqdm(desc="calibrating (certified eps)", unit=" accountants", initial=built, leave=False,
                        disable=None)
-        if bar is not None:
+        return bar
+
+    def counted(t):
+        nonlocal built
+        if shown() is not None:
             bar.update(1)
+        built += 1
         return build(t)
+
+    def note(part):
+        if shown() is not None:
+            bar.set_postfix_str(part)
     try:
-        return _pld_tighten(counted, target, delta, start, rtol)
+        with watching(note):
+            return _pld_tighten(counted, target, delta, start, rtol)
     finally:
         if bar is not None:
             bar.close()

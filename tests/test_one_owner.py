@@ -94,8 +94,12 @@ def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
         def update(self, n):
             self.n += n
 
+        def set_postfix_str(self, part):
+            self.parts.append(part)
+
         def close(self):
             self.closed = True
+    Bar.parts = []
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     assert _solve.PROGRESS_DELAY == 1.0
     # a calibration shorter than the delay never makes a bar (nor imports tqdm for one); a delay
@@ -112,6 +116,8 @@ def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
     (bar,) = bars
     assert bar.kw["disable"] is None and bar.kw["leave"] is False           # terminals only
     assert bar.kw["initial"] == 0 and bar.n > 1 and bar.closed
+    # and names each grid a bracket composes (a bracket of 10^8 steps builds no accountant for seconds)
+    assert bar.parts and all(p.startswith(("upper end on grid ", "lower end on grid ")) for p in bar.parts)
 
 
 def test_every_mechanism_has_the_same_api():
