@@ -299,13 +299,14 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     # a bar on a terminal once the work has run a second: the headline, then each curve point, each
     # grid composed on the way shown (10^8 steps: tens of seconds a bracket, minutes a curve)
     with ProgressBar(f"epsilon {algorithm}", total=parts) as bar, watching(bar.note):
-        out = _epsilon_numbers(algorithm, args, mech, noise)
+        out, (rep, lower, own) = _epsilon_numbers(algorithm, args, mech, noise)
         if points:
             field, counts = points
-            at = lambda k: f"curve at {counts[k]} {field}" if k < len(counts) else "curve"  # noqa: E731
-            bar(1, parts, at(0))
-            out["curve"] = _curve(algorithm, args, noise, points, lambda k: bar(1 + k, parts, at(k)))
-    rep, lower, own = out.pop("_report")
+
+            def done(k):                    # k points composed: the next one is named
+                bar(1 + k, parts, f"curve at {counts[k]} {field}" if k < len(counts) else "curve")
+            done(0)
+            out["curve"] = _curve(algorithm, args, noise, points, done)
     if args.plot:
         _plot(out["curve"], args.plot, algorithm, args.delta)
     if args.json:
@@ -325,9 +326,9 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     return 0
 
 
-def _epsilon_numbers(algorithm: str, args, mech, noise) -> dict:
-    """``dpcalib epsilon``'s answer (the JSON keys), with ``"_report"``: ``(report, lower, own lower)``
-    for the text."""
+def _epsilon_numbers(algorithm: str, args, mech, noise) -> tuple:
+    """``dpcalib epsilon``'s answer: ``(out, (report, lower, own lower))`` -- the JSON keys, and what
+    the text prints besides."""
     acc = mech.accountant(*noise)
     rep, lower = epsilon_of(acc, args)
     finite_epsilon(rep.epsilon, args, _noise_flags(algorithm, args))
@@ -354,8 +355,7 @@ def _epsilon_numbers(algorithm: str, args, mech, noise) -> dict:
         from .mechanisms import paper_warning
 
         out["warnings"].extend(paper_warning(erratum, text) for erratum, text in REGISTRY[algorithm].warnings)
-    out["_report"] = (rep, lower, own)
-    return out
+    return out, (rep, lower, own)
 
 
 def _curve_points(algorithm: str, args) -> tuple:

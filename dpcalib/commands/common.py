@@ -41,11 +41,12 @@ PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", 
 
 class ProgressBar:
     """Long work's parts as a bar on stderr: on a terminal only, and only once the work has run for
-    :data:`~dpcalib.mechanisms.tighten.PROGRESS_DELAY` seconds, as a calibration's bar (a report or a curve of 10^8 steps takes minutes; most take a
-    second).  A ``progress(done, total, part)`` callable (:func:`~dpcalib.accountant.report.privacy_report`'s
-    hook); :meth:`note` is a watcher of the accountant's own work
-    (:func:`~dpcalib.accountant.watching`: each grid composed), so that a single bracket of
-    seconds shows where it is; a context manager that closes the bar."""
+    :data:`~dpcalib.mechanisms.tighten.PROGRESS_DELAY` seconds, as a calibration's bar (a report or a
+    curve of 10^8 steps takes minutes; most take a second).  A ``progress(done, total, part)``
+    callable (:func:`~dpcalib.accountant.report.privacy_report`'s hook); :meth:`note` is a watcher of
+    the accountant's own work (:func:`~dpcalib.accountant.watching`: each grid composed), so that a
+    single bracket of seconds shows where it is (told after the bar closed: nothing drawn); a
+    context manager that closes the bar."""
 
     def __init__(self, desc: str, total: int | None = None):
         from tqdm.auto import tqdm
