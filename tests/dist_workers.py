@@ -67,6 +67,18 @@ def one_dataset_setup(kind):
 ONE_DATASET = ("dpsgd", "dpsgd-shuffle", "dpsrm", "dicesgd")
 
 
+class _Watched:
+    """A loader that notes the targets of every batch it yields (which records this rank saw)."""
+
+    def __init__(self, loader, seen):
+        self.loader, self.seen = loader, seen
+
+    def __iter__(self):
+        for xb, yb in self.loader:
+            self.seen.append(yb.reshape(-1).clone())
+            yield xb, yb
+
+
 def run(kind, rank, world, port, outdir, opts):
     """kind: 'diff2' | 'd2p'.  opts: rounds (how many to run now), resume, checkpoint, die_at, graph, relation."""
     try:
@@ -78,9 +90,14 @@ def run(kind, rank, world, port, outdir, opts):
             algorithm = kind[len("engine-"):]
             x, y = S.data()
             net = S.model()
-            engine, m, opt, crit, loader = S.private(algorithm, net, x, y, distributed=True)
-            S.loop(m, opt, crit, loader)
-            torch.save({"x": S.flat(net), "eps": engine.get_epsilon(1e-5)}, os.path.join(outdir, f"out{rank}.pt"))
+            engine = O.PrivacyEngine(secure_mode=opts.get("secure_mode", False))
+            engine, m, opt, crit, loader = S.private(algorithm, net, x, y, distributed=True, engine=engine,
+                                                     **({"seed": opts["seed"]} if "seed" in opts else {}))
+            batches = []
+            S.loop(m, opt, crit, _Watched(loader, batches))
+            torch.save({"x": S.flat(net), "eps": engine.get_epsilon(1e-5), "batches": batches,
+                        "data_state": loader.batch_sampler.generator.get_state()},
+                       os.path.join(outdir, f"out{rank}.pt"))
             D.shutdown()
             return
         if kind in ONE_DATASET:

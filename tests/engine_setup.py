@@ -55,7 +55,7 @@ def private(algorithm, net, x, y, optimizer=None, engine=None, **kw):
     opt = optimizer(net.parameters()) if optimizer else torch.optim.SGD(net.parameters(), lr=LR[algorithm])
     engine = engine or O.PrivacyEngine()
     o = {**options(algorithm), **kw}
-    out = engine.make_private(module=net, optimizer=opt, data_loader=loader, seed=SEED, **o)
+    out = engine.make_private(module=net, optimizer=opt, data_loader=loader, **{"seed": SEED, **o})
     if len(out) == 4:
         m, opt, crit, loader = out
     else:

@@ -74,6 +74,28 @@ def test_the_engines_loop_on_two_processes_equals_the_one_process_loop(tmp_path,
         assert out["eps"] == engine.get_epsilon(1e-5)
 
 
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+def test_the_engine_on_two_processes_without_a_seed_shares_fresh_streams_inside_the_group(tmp_path, secure):
+    """No seed: rank 0 draws the root and broadcasts it, so both ranks draw the same batches (their data
+    streams are in the same state) and hold the same iterate; a second run draws other batches and noise."""
+    runs = []
+    for k in range(2 if not secure else 1):
+        d = tmp_path / f"run{k}"
+        d.mkdir()
+        codes = launch("engine-dp-sgd", 2, d, opts={"seed": None, "secure_mode": secure})
+        assert codes == [0, 0], errors(d, 2)
+        outs = outputs(d, 2)
+        assert torch.equal(outs[0]["data_state"], outs[1]["data_state"])
+        assert torch.equal(outs[0]["x"], outs[1]["x"])
+        assert outs[0]["eps"] == outs[1]["eps"]
+        runs.append(outs)
+    if not secure:
+        assert not torch.equal(runs[0][0]["data_state"], runs[1][0]["data_state"])
+        assert not torch.equal(runs[0][0]["x"], runs[1][0]["x"])
+    else:
+        assert runs[0][0]["data_state"].numel() == 48          # the ChaCha20 generator's state
+
+
 @pytest.mark.parametrize("kind,world", [("dpsgd", 2), ("dpsgd-shuffle", 3), ("dpsrm", 3), ("dicesgd", 2)])
 def test_one_dataset_optimizers_data_parallel_match_the_one_process_run(tmp_path, kind, world):
     """DP-SGD (Poisson and shuffled), DP-SRM, DiceSGD: each batch's records split over the ranks, the clipped
@@ -188,7 +210,7 @@ def test_dpcalib_train_spawns_the_clients_and_matches_the_simulation(capsys):
     from torch import nn
 
     rc = main(["train", "diff2-gd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "12", "--restart-interval", "4",
-               "--world-size", "2", "--log-every", "12", "--json"])
+               "--world-size", "2", "--log-every", "12", "--json", "--seed", "0"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["epsilon_spent"] <= 3.0 + 1e-9
     # the same run in one process
@@ -211,7 +233,7 @@ def test_dpcalib_train_runs_dp_sgd_data_parallel_as_one_process_would(capsys):
     from torch import nn
 
     rc = main(["train", "dp-sgd", "--epsilon", "3", "--delta", "1e-5", "--rounds", "8", "--batch-size", "256",
-               "--world-size", "2", "--log-every", "8", "--json"])
+               "--world-size", "2", "--log-every", "8", "--json", "--seed", "0"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["epsilon_spent"] <= 3.0 + 1e-9
     data = O.data.prepare(*O.data.synthetic("california", seed=0), seed=0)

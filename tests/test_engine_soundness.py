@@ -12,6 +12,7 @@ import torch
 from torch.nn import functional as Fn
 
 from dpcalib.optim.engine import PrivateModule
+from dpcalib.optim.randomness.secure import grid_exponent
 from tests.test_clipping_layers import CLASSES, KINDS, _data, _naive, _prev, _replacements
 
 
@@ -79,7 +80,7 @@ def test_one_record_moves_the_engines_clipped_sum_by_at_most_its_sensitivity(nam
     assert worst > 0.5          # the claim is reached: the check is not vacuous
 
 
-def _step_releases(model, x, y, C, seed, steps, leader_params=None):
+def _step_releases(model, x, y, C, seed, steps, leader_params=None, secure=False):
     """The engine's DP-SGD releases (``B`` times the direction it hands the optimizer) of a loop over
     ``(x, y)``; ``leader_params``: before each step the module is set to these (lockstep)."""
     from torch import nn
@@ -87,7 +88,7 @@ def _step_releases(model, x, y, C, seed, steps, leader_params=None):
     import dpcalib.optim as O
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
-    engine = O.PrivacyEngine()
+    engine = O.PrivacyEngine(secure_mode=secure)
     m, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
                                          data_loader=loader, noise_multiplier=1.0, max_grad_norm=C, seed=seed)
     out, params = [], []
@@ -107,13 +108,15 @@ def _step_releases(model, x, y, C, seed, steps, leader_params=None):
     return out, params
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype,secure", [(torch.float32, False), (torch.float64, False), (torch.float32, True)],
+                         ids=["float32", "float64", "float32-secure"])
 @pytest.mark.parametrize("name", list(KINDS))
-def test_the_record_probe_through_the_engines_whole_step(name, dtype):
+def test_the_record_probe_through_the_engines_whole_step(name, dtype, secure):
     """The probe's replace-one comparison through the engine's loader, module, optimizer and kernel: a twin
     run on the dataset with record 3 replaced (adversarial features or random ids), in lockstep at the
     leader's parameters, with the same seeds (the same batches and noise draws): every release moves by at
-    most the claimed sensitivity 2C."""
+    most the claimed sensitivity 2C.  In secure mode both releases are put on the noise grid gamma Z after
+    the same noise draw: rounding the two moves them apart by at most gamma per coordinate more."""
     model, kind = KINDS[name]
     x, y = _data(kind, 12, dtype, seed=2)
     g = torch.Generator().manual_seed(4)
@@ -123,12 +126,15 @@ def test_the_record_probe_through_the_engines_whole_step(name, dtype):
         x2, y2 = x.clone(), y.clone()
         x2[3] = xr
         y2[3] = (y[3] + 1) % CLASSES.get(kind, 3)
-        lead, params = _step_releases(copy.deepcopy(model).to(dtype), x, y, C, seed=5, steps=6)
-        twin, _ = _step_releases(copy.deepcopy(model).to(dtype), x2, y2, C, seed=5, steps=6, leader_params=params)
+        seed = 10 if secure else 5           # the first pass's batches draw record 3 (secure: another stream)
+        lead, params = _step_releases(copy.deepcopy(model).to(dtype), x, y, C, seed=seed, steps=6, secure=secure)
+        twin, _ = _step_releases(copy.deepcopy(model).to(dtype), x2, y2, C, seed=seed, steps=6, leader_params=params,
+                                 secure=secure)
         eps = torch.finfo(dtype).eps
         for r1, r2 in zip(lead, twin):
             move = float((r1 - r2).norm())
-            assert move <= 2 * C * (1 + 1e-5) + 64 * eps * float(r1.norm() + r2.norm()), (name, move / (2 * C))
+            grid = 2.0 ** grid_exponent(C * 1.0) * r1.numel() ** 0.5 if secure else 0.0
+            assert move <= 2 * C * (1 + 1e-5) + 64 * eps * float(r1.norm() + r2.norm()) + grid, (name, move / (2 * C))
             worst = max(worst, move / (2 * C))
     assert worst > 0.3          # record 3 is drawn and reaches the clip: the check is not vacuous
 

@@ -198,7 +198,8 @@ def test_algorithm_names_are_listed_once():
 
 #: the folders inside a layer, by rank: a folder imports only folders of a lower rank (and itself)
 FOLDER_RANKS = {
-    "dpcalib.optim.tensors": 0, "dpcalib.optim.data": 0, "dpcalib.optim.clipping": 1, "dpcalib.optim.run": 1,
+    "dpcalib.optim.tensors": 0, "dpcalib.optim.randomness": 0, "dpcalib.optim.data": 1, "dpcalib.optim.clipping": 1,
+    "dpcalib.optim.run": 1,
     "dpcalib.optim.algorithms": 2, "dpcalib.optim.audit": 3, "dpcalib.optim.engine": 3, "dpcalib.optim": 4,
     "dpcalib.commands": 0, "dpcalib": 1,
 }

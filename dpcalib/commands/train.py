@@ -18,6 +18,7 @@ from ..mechanisms.registry import lookup, names
 import argparse
 import json
 import os
+import secrets
 import socket
 import sys
 import tempfile
@@ -68,8 +69,13 @@ def _parser(error_cls):
     p.add_argument("--c2", type=float, default=None, help="C2: the difference rounds clip at C2 ||x_r - x_(r-1)|| "
                    "(default 10); dp-srm: the step bound (default 1); dicesgd: the error clip (default 1)")
     p.add_argument("--lr", type=float, default=0.125, help="learning rate > 0 (default 0.125)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of data, noise and output streams, an integer in [0, 4294967295] (default 0)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="make the run reproducible: the seed of its data split, model, batches and noise, an "
+                        "integer in [0, 4294967295]; anyone who knows it can regenerate the noise (default: fresh "
+                        "operating-system entropy, shared only among the run's processes)")
+    p.add_argument("--secure-mode", action="store_true",
+                   help="draw the batches and the noise from a ChaCha20 generator, the noise on a fixed grid "
+                        "(hardened against floating-point attacks; same eps)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds before a dead or hung peer stops the run, a number in (0, 86400] (default 60)")
     p.add_argument("--checkpoint", help="PATH: checkpoints PATH.rank<r> every --checkpoint-every rounds")
@@ -143,15 +149,15 @@ def _load(cfg):
     from .. import optim as O
 
     if os.path.exists(cfg["data"]):
-        return O.data.load_csv(cfg["data"], skip_header=cfg["skip_header"], seed=cfg["seed"])
-    return O.data.prepare(*O.data.synthetic(cfg["data"], seed=0), seed=cfg["seed"])
+        return O.data.load_csv(cfg["data"], skip_header=cfg["skip_header"], seed=cfg["init_seed"])
+    return O.data.prepare(*O.data.synthetic(cfg["data"], seed=0), seed=cfg["init_seed"])
 
 
 def _model(cfg, d_in):
     import torch
     from torch import nn
 
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg["init_seed"])
     return nn.Sequential(nn.Linear(d_in, cfg["hidden"]), nn.Softplus(), nn.Linear(cfg["hidden"], 1))
 
 
@@ -185,7 +191,7 @@ def _optimizer(cfg, model, data, mech, rep, q, O, D):
     entry = lookup(cfg["algorithm"])
     kw = {keyword: q[name] for keyword, name in entry.train_clips.items()}
     return D.on_ranks(optimizer_class(cfg["algorithm"]))(model, O.squared_loss, data, mech, rep, lr=cfg["lr"],
-                                                         seed=cfg["seed"], **kw)
+                                                         seed=cfg["seed"], secure_mode=cfg["secure_mode"], **kw)
 
 
 def _one_dataset(cfg, data, D, O):
@@ -229,7 +235,11 @@ def run(argv, error_cls) -> int:
 
     cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
                                       "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
-                                      "resume", "log_every", "batch_size", "b0", "sampling", "epochs")}
+                                      "resume", "log_every", "batch_size", "b0", "sampling", "epochs",
+                                      "secure_mode")}
+    # the data split and the initial model (public, the same on every process): the seed, or fresh entropy;
+    # the batches and the noise are the optimizer's (cfg["seed"] None: drawn by rank 0, shared in the group)
+    cfg["init_seed"] = a.seed if a.seed is not None else secrets.randbits(32)
     cfg["skip_header"] = 0
     if os.path.exists(a.data):
         try:

@@ -4,14 +4,18 @@ that drives an update -- metrics, progress bar, checkpoints -- is :mod:`dpcalib.
 records of a batch contribute is :mod:`dpcalib.optim.clipping.per_example`; how batches are drawn is
 :mod:`dpcalib.optim.data.sampling`.  An update knows none of the checks that watch it.
 
-Randomness is split into three independent ``torch.Generator`` streams derived from one seed
-(``numpy.random.SeedSequence(seed).spawn(3)``):
+Randomness is split into three independent streams (:class:`dpcalib.optim.randomness.RunStreams`):
 
-* ``data``   -- minibatch / Poisson sampling (public randomness of the mechanism),
+* ``data``   -- minibatch / Poisson sampling,
 * ``noise``  -- the DP noise, owned by :class:`NoiseSource` and never used for anything else,
 * ``output`` -- the data-independent choice of the returned iterate (``x^out``).
 
-A checkpoint (:mod:`dpcalib.optim.run.runner`) saves all three, so a resumed run makes exactly the same draws.
+All three are secrets.  With no ``seed`` (the default) they come from fresh operating-system
+entropy; ``seed=s`` makes them reproducible (and known to anyone who knows ``s``);
+``secure_mode=True`` draws them from a ChaCha20 generator and the noise from a sampler that
+floating-point attacks cannot exploit (:mod:`dpcalib.optim.randomness.secure`).  A checkpoint
+(:mod:`dpcalib.optim.run.runner`) saves all three, so a resumed run makes exactly the same draws:
+it is as secret as the data.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..clipping.per_example import PerExample
 from ..run.runner import Runner
 from ..tensors import flat
 from ..data.sampling import Sampler
+from ..randomness import RunStreams, gaussian_release, is_secure, node_seeds, standard_normal, stream_seeds, uniform
 from ..run.transport import ONE_PROCESS
 
 __all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_entropy_loss", "accuracy", "split_public", "stream_seeds", "node_seeds",
@@ -98,13 +103,16 @@ def split_public(value, public):
 
 
 class NoiseSource:
-    """Adds Gaussian noise to the algorithm's queries from a dedicated, seedable generator, and
-    optionally records every release (see :class:`Release`)."""
+    """Adds Gaussian noise to the algorithm's queries from a dedicated generator, and optionally
+    records every release (see :class:`Release`).
 
-    def __init__(self, seed: int, device, dtype, record: bool = False, record_noise: bool = True,
+    ``source``: the generator (a ``torch.Generator``, or the :class:`~dpcalib.optim.randomness.SecureGenerator`
+    of a secure run, whose noise :func:`~dpcalib.optim.randomness.gaussian_release` draws) or an
+    integer seed of a new ``torch.Generator`` on ``device``."""
+
+    def __init__(self, source, device, dtype, record: bool = False, record_noise: bool = True,
                  record_values: bool = False):
-        self.generator = torch.Generator(device=device)
-        self.generator.manual_seed(int(seed))
+        self.generator = _generator(source, device)
         self.device, self.dtype = device, dtype
         self.record = bool(record) or bool(record_values)
         self.record_noise = bool(record_noise)
@@ -112,10 +120,11 @@ class NoiseSource:
         self.releases: list[Release] = []
         self.row_generators: list | None = None
 
-    def use_rows(self, seeds) -> None:
+    def use_rows(self, sources) -> None:
         """One generator per row of :meth:`privatize_rows` (per D2P node), so that node i's noise is
-        the same stream whether the nodes are simulated together or run as separate processes."""
-        self.row_generators = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+        the same stream whether the nodes are simulated together or run as separate processes
+        (``sources``: generators, or integer seeds of new ``torch.Generator`` s)."""
+        self.row_generators = [_generator(s, self.device) for s in sources]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -127,10 +136,22 @@ class NoiseSource:
             cls.standard = cls.__dict__["_standard"]
 
     def standard(self, shape, generator=None) -> torch.Tensor:
-        """Standard normal draws (every noise draw goes through here; a check that plants mis-scaled
-        noise overrides this)."""
+        """Standard normal draws (every noise draw of a torch.Generator goes through here; a check
+        that plants mis-scaled noise overrides this)."""
         g = self.generator if generator is None else generator
-        return torch.randn(shape, generator=g, device=self.device, dtype=self.dtype)
+        return standard_normal(g, shape, device=self.device, dtype=self.dtype)
+
+    def _noisy(self, value: torch.Tensor, std: float, generator) -> tuple:
+        """``(value + noise, noise or None)`` from ``generator``: a secure generator's release is drawn
+        with the value (on the noise grid, see :mod:`dpcalib.optim.randomness.secure`)."""
+        if is_secure(generator):
+            out = gaussian_release(generator, value, std)
+            return out, (out.to(torch.float64) - value.to(torch.float64) if self.record else None)
+        z = self.standard(value.shape, generator)
+        if not self.record:     # nothing keeps the noise: value + std z into its buffer, in one pass
+            return torch.add(value, z, alpha=std, out=z), None
+        noise = z.mul_(std)
+        return value + noise, noise
 
     def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str,
                   public: torch.Tensor | None = None):
@@ -140,13 +161,9 @@ class NoiseSource:
             raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = split_public(value, public)
         if std == 0:
-            noise = torch.zeros_like(value)
+            out, noise = value + torch.zeros_like(value), torch.zeros_like(value)
         else:
-            z = self.standard(value.shape)
-            if not self.record:     # nothing keeps the noise: value + std z into its buffer, in one pass
-                return torch.add(value, z, alpha=std, out=z)
-            noise = z.mul_(std)
-        out = value + noise
+            out, noise = self._noisy(value, std, self.generator)
         if self.record:
             self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
@@ -157,8 +174,16 @@ class NoiseSource:
         if std < 0 or math.isnan(std):
             raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = split_public(value, public)
-        noise = torch.zeros_like(value) if std == 0 else std * self.standard(value.shape, self.row_generators[i])
-        out = value + noise
+        g = self.row_generators[i]
+        if std == 0:
+            noise = torch.zeros_like(value)
+            out = value + noise
+        elif is_secure(g):
+            out = gaussian_release(g, value, std)
+            noise = out.to(torch.float64) - value.to(torch.float64)
+        else:
+            noise = std * self.standard(value.shape, g)
+            out = value + noise
         self._log(round, name, std, sensitivity, relation, noise, value, out, fresh)
         return out
 
@@ -166,15 +191,18 @@ class NoiseSource:
                        relation: str):
         """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
         rows = values.shape[0]
-        if self.row_generators is None:
-            z = self.standard(values.shape)
+        gens = self.row_generators
+        if gens is not None and len(gens) != rows:
+            raise InputError(f"values has {rows} rows, which is not allowed: {len(gens)} row generators were set.")
+        if is_secure(self.generator if gens is None else gens[0]):
+            out = torch.stack([values[i] if float(stds[i]) == 0.0 else gaussian_release(
+                self.generator if gens is None else gens[i], values[i], float(stds[i])) for i in range(rows)])
+            noise = out.to(torch.float64) - values.to(torch.float64)
         else:
-            if len(self.row_generators) != rows:
-                raise InputError(f"values has {rows} rows, which is not allowed: {len(self.row_generators)} row "
-                                 "generators were set.")
-            z = torch.stack([self.standard(values.shape[1:], g) for g in self.row_generators])
-        noise = stds.reshape(rows, 1).to(self.dtype) * z
-        out = values + noise
+            z = self.standard(values.shape) if gens is None else torch.stack(
+                [self.standard(values.shape[1:], g) for g in gens])
+            noise = stds.reshape(rows, 1).to(self.dtype) * z
+            out = values + noise
         for i in range(rows):
             self._log(round, names[i], float(stds[i]), sensitivity, relation, noise[i], values[i], out[i])
         return out
@@ -203,20 +231,11 @@ class NoiseSource:
                 g.set_state(st)
 
 
-def _seed_of(ss) -> int:
-    return int(ss.generate_state(1, dtype=np.uint64)[0] % (2 ** 63))
-
-
-def stream_seeds(seed: int) -> list[int]:
-    """(data, noise, output) seeds of a run."""
-    return [_seed_of(s) for s in np.random.SeedSequence(int(seed)).spawn(3)]
-
-
-def node_seeds(seed: int, nodes: int) -> tuple[list[int], list[int]]:
-    """Per-node (data, noise) seeds of a decentralised run: node i's streams are the same in the
-    one-process simulation and on rank i of a multi-process run."""
-    data, noise, _ = np.random.SeedSequence(int(seed)).spawn(3)
-    return [_seed_of(s) for s in data.spawn(nodes)], [_seed_of(s) for s in noise.spawn(nodes)]
+def _generator(source, device):
+    """A generator as given, or a new torch.Generator on ``device`` seeded with the integer ``source``."""
+    if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
+        return torch.Generator(device=device).manual_seed(int(source))
+    return source
 
 
 def _noise_levels(noise) -> dict:
@@ -256,16 +275,28 @@ class PrivateOptimizer:
     (:class:`~dpcalib.optim.data.sampling.Sampler`, the plain draws by default), and the per-example part of
     every query is asked of ``per_example`` (:class:`~dpcalib.optim.clipping.per_example.PerExample`, naming the
     records by ``(holder, index)``).  :class:`~dpcalib.optim.run.runner.Runner` drives the rounds
-    (:meth:`run` is its shortcut)."""
+    (:meth:`run` is its shortcut).
+
+    ``seed``: None (the default) draws the run's data, noise and output streams from fresh
+    operating-system entropy, so nobody can predict its batches or its noise.  An integer makes the
+    run reproducible, for tests, audits and research -- and gives it away: anyone who knows the seed
+    can regenerate every batch and every noise draw, subtract the noise from the released iterates
+    and recover the clipped gradient sums exactly, so the run's eps protects nobody from them.
+    ``secure_mode=True`` (Opacus's name) draws every stream from a ChaCha20 generator keyed by the
+    operating system and adds the noise on a fixed grid, exactly as a rounded Gaussian, so that
+    floating-point attacks on the noise's low bits learn nothing; the privacy accounted is the
+    Gaussian mechanism's, unchanged (:mod:`dpcalib.optim.randomness.secure`).  On several processes
+    the root of the streams is drawn once and shared inside the process group only."""
 
     name = "private-optimizer"
 
     #: does the update add a regulariser's gradient to its direction (see ``regularizer``)?
     supports_regularizer = False
 
-    def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int = 0, record: bool = False,
-                 record_noise: bool = True, record_values: bool = False, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None, sampler: Sampler | None = None, regularizer=None):
+    def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int | None = None,
+                 secure_mode: bool = False, record: bool = False, record_noise: bool = True,
+                 record_values: bool = False, clip_method: str = "auto", chunk_size: int = 1024, transport=None,
+                 sampler: Sampler | None = None, regularizer=None):
         if not isinstance(model, nn.Module):
             raise InputError(f"model={model!r} is not allowed: expected a torch.nn.Module.")
         if not callable(loss_fn):
@@ -294,10 +325,10 @@ class PrivateOptimizer:
         if isinstance(noise, CalibrationReport) and noise.algorithm != getattr(mechanism, "name", None):
             raise InputError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
                              f"{getattr(mechanism, 'name', mechanism)!r}.")
-        s_data, s_noise, s_out = stream_seeds(seed)
-        self.data_generator = torch.Generator(device=self.device).manual_seed(s_data)
-        self.output_generator = torch.Generator(device="cpu").manual_seed(s_out)
-        self.privatizer = NoiseSource(s_noise, self.device, self.dtype, record, record_noise, record_values)
+        #: the run's secret streams (RunStreams): fresh entropy without a seed, shared inside a process group
+        self.streams = RunStreams(seed, secure_mode=secure_mode, agree=self.transport.agree)
+        self.data_generator, noise_generator, self.output_generator = self.streams.run(self.device)
+        self.privatizer = NoiseSource(noise_generator, self.device, self.dtype, record, record_noise, record_values)
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
         # what the records of a batch contribute (dpcalib.optim.clipping.per_example); a check may put another object here
         self.per_example = PerExample(clip_method, chunk_size)
@@ -367,7 +398,7 @@ class PrivateOptimizer:
     def _offer_output(self, candidate: dict) -> None:
         """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""
         self._n_candidates += 1
-        u = torch.rand((), generator=self.output_generator).item()
+        u = uniform(self.output_generator)
         if self._out is None or u < 1.0 / self._n_candidates:
             self._out = {k: v.detach().clone() for k, v in candidate.items()}
 

@@ -30,7 +30,7 @@ from ... import mechanisms as M
 from ...mechanisms import paper_warning
 
 from ..tensors import flat, unflat
-from .core import PrivateOptimizer, check_clip, check_lr, node_seeds
+from .core import PrivateOptimizer, check_clip, check_lr
 from ..clipping.points import clipped_point_sums, point_grads
 from ..clipping.precision import exact_float32
 from ..run.graph import VARIANTS
@@ -77,9 +77,8 @@ class _Decentralized(PrivateOptimizer):
         self.poisson = self.relation == "add/remove"
         self.like = {k: v.clone() for k, v in self.params().items()}
         # node i's sampling and noise streams are the same whichever process runs it
-        data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.nodes)
-        self.node_generators = [torch.Generator(device=self.device).manual_seed(data_seeds[i]) for i in here]
-        self.privatizer.use_rows([noise_seeds[i] for i in here])
+        self.node_generators, noise_generators = self.streams.nodes(self.nodes, here, self.device)
+        self.privatizer.use_rows(noise_generators)
         x0 = flat(self.like)
         self.X = x0.unsqueeze(0).repeat(len(here), 1)                 # x_i^0 = z_i^0 = model's parameters
         self.w = torch.ones(len(here), device=self.device, dtype=self.dtype)

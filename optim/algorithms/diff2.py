@@ -19,7 +19,8 @@ from ...accountant.validation import InputError
 from ... import mechanisms as M
 
 from ..tensors import flat, unflat
-from .core import PrivateOptimizer, check_clip, check_lr, node_seeds
+from ..randomness import uniform
+from .core import PrivateOptimizer, check_clip, check_lr
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -75,13 +76,13 @@ class DIFF2GD(PrivateOptimizer):
     refuses_dp_gd = True
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, C2: float = math.inf, lr: float,
-                 seed: int = 0, record: bool = False, record_noise: bool = True, clip_method: str = "auto",
-                 chunk_size: int = 1024, transport=None, sampler=None, regularizer=None):
+                 seed: int | None = None, secure_mode: bool = False, record: bool = False, record_noise: bool = True,
+                 clip_method: str = "auto", chunk_size: int = 1024, transport=None, sampler=None, regularizer=None):
         if not isinstance(mechanism, self._mechanism_types):
             raise InputError(f"mechanism={mechanism!r} is not allowed: expected "
                              f"{' or '.join('mechanisms.' + t.__name__ for t in self._mechanism_types)}.")
-        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, record=record,
-                         record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
+        super().__init__(model, loss_fn, mechanism=mechanism, noise=noise, seed=seed, secure_mode=secure_mode,
+                         record=record, record_noise=record_noise, clip_method=clip_method, chunk_size=chunk_size,
                          transport=transport, sampler=sampler, regularizer=regularizer)
         m = mechanism
         self.T = getattr(m, "restart_interval", 1)
@@ -219,9 +220,8 @@ class DIFF2BVR(DIFF2GD):
                              "sensitivity.")
         self.local = [0] * self.P           # noisy local steps done by each client
         self.x_out = None                    # x^out_{r-1}
-        data_seeds, noise_seeds = node_seeds(kwargs.get("seed", 0), self.P)
-        self.client_generators = [torch.Generator(device=self.device).manual_seed(s) for s in data_seeds]
-        self.privatizer.use_rows(noise_seeds)
+        self.client_generators, noise_generators = self.streams.nodes(self.P, range(self.P), self.device)
+        self.privatizer.use_rows(noise_generators)
 
     def _step(self, r: int) -> None:
         self._offer_output(self.x_out if self.x_out is not None else self.params())
@@ -247,7 +247,7 @@ class DIFF2BVR(DIFF2GD):
         keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
         for k in range(2, self.K + 1):
             seen += 1
-            if torch.rand((), generator=gen, device=self.device).item() < 1.0 / seen:
+            if uniform(gen) < 1.0 / seen:
                 keep = cur
             idx = self.sampler.without_replacement(xp.shape[0], self.b, gen, holder=p)
             dx = _step_length(cur, before, self.lr, r)

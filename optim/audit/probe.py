@@ -275,13 +275,16 @@ def _table(name: str, rows: int, seed: int):
 
 
 def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: int = 64, data: str = "california",
-                  lr: float | None = None, clips: dict | None = None, seed: int = 0, dtype=torch.float32):
+                  lr: float | None = None, clips: dict | None = None, seed: int = 0, dtype=torch.float32,
+                  secure_mode: bool = False):
     """``(build, data, held_out)`` of the standard record probe of ``algorithm`` at the run shape
     ``mechanism`` and noise ``noise``: an MLP d -> hidden -> hidden -> 1 (softplus; the papers'
     model family) with the squared loss, on ``data`` (a synthetic shape or a CSV); as many records
     as the shape fixes (the registry entry's ``records``: DIFF2 family n_min per client; DP-SRM n;
     DiceSGD N; D2P J per node on 4 nodes), else ``n`` (DP-SGD).  ``lr``, ``clips`` (``c1``, ``c2``,
-    ``clip``, passed as the entry's ``clips`` keywords): default the entry's ``probe``."""
+    ``clip``, passed as the entry's ``clips`` keywords): default the entry's ``probe``.  ``secure_mode``:
+    the optimizers draw from the secure generator and sampler (seeded: the probe simulates the
+    adversary who knows the seed)."""
     from torch import nn
 
     from ..algorithms.registry import optimizer_class, squared_loss
@@ -319,6 +322,7 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
 
     def build(tabs, s, sampler):
         payload = tabs[0] if holders == 1 else tabs
-        return cls(model(), squared_loss, payload, mechanism, noise, seed=s, sampler=sampler, **kw)
+        return cls(model(), squared_loss, payload, mechanism, noise, seed=s, sampler=sampler, secure_mode=secure_mode,
+                   **kw)
 
     return build, tables, held_out

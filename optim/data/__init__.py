@@ -3,7 +3,8 @@ files, shards; :mod:`.datasets`) and how batches are drawn from them (:mod:`.sam
 Poisson, fixed-size without replacement, shuffled epochs, full batches; the probe's forced
 record).
 
-May import: :mod:`dpcalib.accountant` (its input checks) and torch; nothing else of dpcalib.
+May import: :mod:`dpcalib.accountant` (its input checks), :mod:`dpcalib.optim.randomness` (the draws) and
+torch; nothing else of dpcalib.
 """
 
 from .datasets import SHAPES, TabularData, encode_table, equal_shards, load_csv, prepare, synthetic

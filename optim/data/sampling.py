@@ -1,7 +1,8 @@
 """How a run draws the records of each release: the samplers the accountants assume.
 
 Every reference optimizer draws its minibatches through a :class:`Sampler` (its ``sampler``
-argument), from the run's data generator:
+argument), from the run's data generator (a ``torch.Generator``, or the ChaCha20 generator of
+``secure_mode``: :mod:`dpcalib.optim.randomness`, whose draws take either):
 
 * :meth:`Sampler.poisson` -- every record independently with probability q (DP-SGD, DiceSGD,
   ClipD2P / ConstD2P under add/remove);
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import torch
 from ...accountant.validation import InputError
+from ..randomness import permutation, poisson_mask, randint
 
 __all__ = ["Sampler", "ForcedRecord"]
 
@@ -32,20 +34,19 @@ class Sampler:
 
     def poisson(self, n: int, q: float, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
         """Indices (ascending) of a Poisson sample of ``n`` records at rate ``q``."""
-        keep = torch.rand(n, generator=generator, device=generator.device) < q
-        return keep.nonzero().flatten()
+        return poisson_mask(generator, n, q).nonzero().flatten()
 
     def without_replacement(self, n: int, size: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
         """``size`` distinct indices of ``n`` records, uniformly."""
-        return torch.randperm(n, generator=generator, device=generator.device)[:size]
+        return permutation(generator, n)[:size]
 
     def one(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
         """One index of ``n`` records, uniformly (a tensor of shape [1])."""
-        return torch.randint(n, (1,), generator=generator, device=generator.device)
+        return randint(generator, n, 1)
 
     def permutation(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
         """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch)."""
-        return torch.randperm(n, generator=generator, device=generator.device)
+        return permutation(generator, n)
 
     def shuffled(self, perm: torch.Tensor, j: int, size: int, *, holder: int = 0) -> torch.Tensor:
         """Batch ``j`` of an epoch: records ``j*size .. (j+1)*size - 1`` of its permutation."""

@@ -33,8 +33,9 @@ from ...accountant.validation import InputError
 from ...mechanisms import CalibrationReport
 from ...mechanisms.registry import lookup
 
-from ..algorithms.core import NoiseSource, stream_seeds
+from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
+from ..randomness import RunStreams, check_seed
 from ..run.transport import ONE_PROCESS
 from .ledger import Ledger
 from .loader import (FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler, check_loader, private_loader)
@@ -104,16 +105,24 @@ class PrivacyEngine:
 
     ``accountant``: what :meth:`get_epsilon` reports -- ``"best"`` (default: the smallest certified
     eps of exact GDP, the PLD bracket's upper end and RDP), or ``"auto"``, ``"gdp"``, ``"rdp"``,
-    ``"pld"``; Opacus's ``"prv"`` (an estimate, not a bound) is answered by ``"best"``."""
+    ``"pld"``; Opacus's ``"prv"`` (an estimate, not a bound) is answered by ``"best"``.
+
+    ``secure_mode`` (Opacus's name): every batch and every noise draw of the runs it makes private
+    come from a ChaCha20 generator keyed by the operating system, and the noise is added on a fixed
+    grid, exactly as a rounded Gaussian, so that the floating-point attacks of Mironov (CCS 2012)
+    and Jin et al. (IEEE S&P 2022) learn nothing from its low bits; the eps is the Gaussian
+    mechanism's, unchanged (:mod:`dpcalib.optim.randomness.secure`; docs/threat-model.md).  Without
+    it the streams are torch.Generators seeded from fresh operating-system entropy (unless
+    ``make_private`` is given a seed): unpredictable, but not hardened."""
 
     def __init__(self, accountant: str = "best", secure_mode: bool = False):
         if accountant == "prv":
             accountant = "best"
         if accountant not in ACCOUNTANTS:
             raise InputError(f"accountant={accountant!r} is not allowed: expected one of {', '.join(ACCOUNTANTS)}.")
-        if secure_mode:
-            raise InputError("secure_mode=True is not allowed: the noise comes from torch.Generator (seedable, "
-                             "reproducible), not from a cryptographic source.")
+        if not isinstance(secure_mode, bool):
+            raise InputError(f"secure_mode={secure_mode!r} is not allowed: expected True or False.")
+        self.secure_mode = secure_mode
         self.accountant_kind = accountant
         self.ledger = Ledger()
         #: Opacus's ``privacy_engine.accountant`` (``get_epsilon(delta)``, ``len()``): the ledger's answers
@@ -181,7 +190,8 @@ class PrivacyEngine:
     # -- Opacus's entry points --------------------------------------------------------------------------
     def make_private(self, *, module, optimizer, data_loader, noise_multiplier=None, max_grad_norm, criterion=None,
                      algorithm: str = "dp-sgd", sampling: str | None = None, noise=None, loss_reduction: str = "mean",
-                     seed: int = 0, epochs: int | None = None, steps: int | None = None, C2: float | None = None,
+                     seed: int | None = None, epochs: int | None = None, steps: int | None = None,
+                     C2: float | None = None,
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
                      grad_sample_mode: str | None = None, noise_generator=None, regularizer=None, **kwargs):
@@ -190,7 +200,13 @@ class PrivacyEngine:
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
         data_loader)`` when ``criterion`` is given (call the returned one in the loop).  ``epochs`` /
         ``steps`` give the run's planned length (the calibration's; default one pass over the
-        loader); the ledger charges what really runs.  ``distributed=True``: every process of an
+        loader); the ledger charges what really runs.  ``seed``: None (the default) takes the
+        batches and the noise from fresh operating-system entropy; an integer makes them
+        reproducible -- for tests and research only: anyone who knows it can regenerate the batches
+        and the noise, and the eps protects nobody from them.  ``noise_generator``: a
+        ``torch.Generator`` on the module's device that the noise is drawn from instead (Opacus's
+        option): the user then owns that secret -- a generator seeded with a known number makes
+        the noise known (refused in ``secure_mode``).  ``distributed=True``: every process of an
         initialised ``torch.distributed`` group runs this loop on its share of each batch (the
         clipped sums are reduced, the noise drawn once).  Opacus's ``grad_sample_mode`` is accepted
         and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``.
@@ -233,15 +249,18 @@ class PrivacyEngine:
         if regularizer is not None and not callable(regularizer):
             raise InputError(f"regularizer={regularizer!r} is not allowed: expected a callable (parameters dict) -> "
                              "scalar tensor.")
-        if noise_generator is not None:
-            raise InputError("noise_generator is not allowed: the noise stream is derived from seed= (give seed).")
+        if noise_generator is not None and not isinstance(noise_generator, torch.Generator):
+            raise InputError(f"noise_generator={type(noise_generator).__name__} is not allowed: expected a "
+                             "torch.Generator.")
+        if noise_generator is not None and self.secure_mode:
+            raise InputError("noise_generator is not allowed with secure_mode=True: the secure noise is drawn from "
+                             "its own ChaCha20 generator.")
         if loss_reduction not in REDUCTIONS:
             raise InputError(f"loss_reduction={loss_reduction!r} is not allowed: expected 'mean' or 'sum'.")
         if criterion is not None and getattr(criterion, "reduction", loss_reduction) != loss_reduction:
             raise InputError(f"criterion.reduction={criterion.reduction!r} is not allowed with loss_reduction="
                              f"{loss_reduction!r}: say the criterion's reduction (the per-record terms are scaled by it).")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise InputError(f"seed={seed!r} is not allowed: expected an integer >= 0.")
+        seed = check_seed(seed)
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
                              "the module's parameters (not one make_private returned).")
@@ -276,8 +295,11 @@ class PrivacyEngine:
 
             transport = BatchOnRanks(0)
             share = (transport.rank, transport.world)
-        s_data, s_noise, _ = stream_seeds(seed)
-        gen = torch.Generator(device="cpu").manual_seed(s_data)
+        if noise_generator is not None and noise_generator.device != first.device:
+            raise InputError(f"noise_generator is not allowed: it is on {noise_generator.device}, the module on "
+                             f"{first.device}.")
+        streams = RunStreams(seed, secure_mode=self.secure_mode, agree=transport.agree)
+        gen, noise_gen, _ = streams.run(first.device, data_device="cpu")
         if sampling == "poisson":
             sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share)
         elif sampling == "wor":
@@ -286,7 +308,7 @@ class PrivacyEngine:
             sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=getattr(data_loader.batch_sampler, "drop_last",
                                                                               False))
         loader = private_loader(data_loader, sampler)
-        privatizer = NoiseSource(s_noise, first.device, first.dtype)
+        privatizer = NoiseSource(noise_gen if noise_generator is None else noise_generator, first.device, first.dtype)
         wrapped = DPLoss(criterion, private) if criterion is not None else None
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
@@ -353,7 +375,7 @@ class _Accountant:
 
 def _defaults(kwargs: dict) -> dict:
     """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
-    out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=0, C2=None,
+    out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
                clipping="flat", noise_generator=None, regularizer=None)
     rest = {}

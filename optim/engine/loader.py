@@ -13,8 +13,9 @@ the accounting of the run assumes:
   is accounted by the shuffle bracket, never as Poisson.
 
 The samplers draw exactly as :class:`dpcalib.optim.data.sampling.Sampler` does from the same
-generator (``torch.rand(n) < q``, ``torch.randperm(n)``), so a loop over this loader sees the same
-batches as the reference optimizer with the same seed.  A sampler the accounting cannot follow
+generator (:mod:`dpcalib.optim.randomness`), so a loop over this loader sees the same batches as the
+reference optimizer with the same seed; without a seed the generator's root is fresh entropy, and
+in ``secure_mode`` the generator is ChaCha20.  A sampler the accounting cannot follow
 (a weighted, subset or distributed sampler, a custom ``batch_sampler``, an ``IterableDataset``)
 is refused with the reason; the user's sequential or random sampler is replaced.  An empty Poisson
 batch is collated as tensors with zero rows (the shape of one record).
@@ -30,6 +31,7 @@ from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomS
 from torch.utils.data import Sampler as TorchSampler
 
 from ...accountant.validation import InputError
+from ..randomness import permutation, poisson_mask
 
 __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "private_loader", "check_loader",
            "DPDataLoader"]
@@ -80,8 +82,7 @@ class PoissonBatchSampler(_Batches):
 
     def _draws(self, start):
         for _ in range(self.steps):
-            keep = torch.rand(self.n, generator=self.generator, device=self.generator.device) < self.q
-            yield keep.nonzero().flatten()
+            yield poisson_mask(self.generator, self.n, self.q).nonzero().flatten()
 
 
 class FixedSizeBatchSampler(_Batches):
@@ -99,7 +100,7 @@ class FixedSizeBatchSampler(_Batches):
     def _draws(self, start):
         for _ in range(self.steps):
             size = self.b0 if self.drawn == 0 else self.b
-            yield torch.randperm(self.n, generator=self.generator, device=self.generator.device)[:size]
+            yield permutation(self.generator, self.n)[:size]
 
 
 class ShuffleBatchSampler(_Batches):
@@ -115,7 +116,7 @@ class ShuffleBatchSampler(_Batches):
         return self.n // self.b if self.drop_last else -(-self.n // self.b)
 
     def _draws(self, start):
-        perm = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
+        perm = permutation(self.generator, self.n)
         for j in range(len(self)):
             yield perm[j * self.b:(j + 1) * self.b]
 

@@ -27,6 +27,7 @@ import torch
 from torch.optim import Optimizer
 
 from ...accountant.validation import InputError
+from ..randomness import SecureGenerator, is_secure
 
 __all__ = ["DPOptimizer", "BudgetExceeded", "OverspendWarning"]
 
@@ -210,11 +211,15 @@ class DPOptimizer(Optimizer):
         """The release :meth:`step` would make on the batch the module recorded, at the current
         parameters -- from ``generator`` (default: the run's noise stream), or noiseless -- while
         nothing is charged, stepped or kept (the kernel's state, levels and stream are restored).
-        What the checks of :mod:`dpcalib.optim.audit.steps` call."""
+        What the checks of :mod:`dpcalib.optim.audit.steps` call; in ``secure_mode`` the noise is
+        drawn by the secure sampler, keyed by ``generator``'s seed, so that a check sees the noise
+        the run adds."""
         sums = {k: self.transport.aggregate(v) for k, v in self._terms().items()}
         state, levels, gen = self.kernel.state_dict(), dict(self.kernel.levels), self.privatizer.generator
         if generator is not None:
-            self.privatizer.generator = generator
+            # a check's generator; a secure run's checks draw through its own sampler, keyed by that generator
+            self.privatizer.generator = SecureGenerator.from_seed(generator.initial_seed(), gen.device) \
+                if is_secure(gen) else generator
         if not noise:
             self.kernel.levels = {k: 0.0 for k in levels}
         try:

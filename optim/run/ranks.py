@@ -134,6 +134,14 @@ class _Ranks:
     def path(self, path) -> str:
         return f"{path}.rank{self.rank}"
 
+    def agree(self, root: bytes) -> bytes:
+        """Rank 0's ``root`` on every rank (a broadcast inside the process group: the run's secret streams
+        are shared with its own processes only)."""
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        buf = torch.tensor(list(root), dtype=torch.uint8, device=device)
+        _guard("broadcast of the run's random root", dist.broadcast, buf, src=0)
+        return bytes(buf.cpu().tolist())
+
 
 class _ServerSums(_Ranks):
     """Ranks whose parts are summed (``all_reduce``) and whose release is noised once, by the server

@@ -7,7 +7,9 @@ An update (a :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` subclass) 
 ``epsilon`` spent) every ``log_every`` rounds, a tqdm bar, atomic checkpoints.  A checkpoint holds
 the model, the algorithm's state tensors, the three generator states, the round, the events
 composed so far, the metrics and the recorded releases, so a resumed run makes exactly the same
-draws as an uninterrupted one.  It is plain data (tensors, numbers, strings, lists, dicts) and is
+draws as an uninterrupted one.  **A checkpoint is as secret as the data**: its generator states
+predict every later batch and noise draw of the run (and, for a secure run, hold the ChaCha20 keys).
+It is plain data (tensors, numbers, strings, lists, dicts) and is
 read with ``torch.load(weights_only=True)``: loading never runs code.
 
 The same update is driven by this runner on one process, on torch.distributed (the transport
@@ -28,6 +30,12 @@ __all__ = ["Runner", "CHECKPOINT_FORMAT"]
 
 
 CHECKPOINT_FORMAT = "dpcalib-optimizer/2"      # /2: plain containers only (weights_only=True)
+
+
+def _secure(update) -> bool:
+    """Does the update draw from secure_mode's generators?"""
+    streams = getattr(update, "streams", None)
+    return bool(getattr(streams, "secure", False))
 
 
 def _shape(mechanism) -> dict:
@@ -119,7 +127,7 @@ class Runner:
             "rng": {"data": u.data_generator.get_state(), "output": u.output_generator.get_state()},
             "noise": u.privatizer.state_dict(), "out": u.output_state()[0], "n_candidates": u.output_state()[1],
             "levels": dict(u.levels), "format": CHECKPOINT_FORMAT,
-            "mechanism": _shape(u.mechanism), "transport": u.transport.name,
+            "mechanism": _shape(u.mechanism), "transport": u.transport.name, "secure_mode": _secure(u),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -137,6 +145,9 @@ class Runner:
         if state.get("transport", "one-process") != u.transport.name:
             raise InputError(f"checkpoint is not allowed: it was written on the {state.get('transport')!r} transport; "
                              f"this run is on {u.transport.name!r}.")
+        if bool(state.get("secure_mode", False)) != _secure(u):
+            raise InputError(f"checkpoint is not allowed: it was written with secure_mode={bool(state.get('secure_mode'))}"
+                             f" and this run has secure_mode={_secure(u)} (its generators' states do not fit).")
         if state.get("mechanism") != _shape(u.mechanism):
             raise InputError(f"checkpoint is not allowed: its run shape {state.get('mechanism')} differs from "
                              f"this run's {_shape(u.mechanism)}.")

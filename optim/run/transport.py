@@ -17,6 +17,7 @@ operation                        :class:`OneProcess` (simulation)           torc
 ``average(X)``                   ``X.mean(0)``                              ``all_reduce`` / n
 ``view(X, w)``                   the network average                        this node's ``z = x / w``
 ``metrics(loss, grad)``          as they are                                ``all_reduce`` of both
+``agree(root)``                  ``root``                                   rank 0's, ``broadcast``
 ===============================  =========================================  =================================
 
 :class:`OneProcess` lives here; the torch.distributed transports live in
@@ -84,6 +85,10 @@ class OneProcess:
     def path(self, path) -> str:
         """The checkpoint file of this process."""
         return path
+
+    def agree(self, root: bytes) -> bytes:
+        """The run's random root, the same on every process of the run: here, ``root`` itself."""
+        return root
 
 
 ONE_PROCESS = OneProcess()

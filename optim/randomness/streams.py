@@ -1,0 +1,208 @@
+"""A run's random streams: where they come from, and every draw made from them.
+
+A private run draws from three independent streams -- ``data`` (which records each batch holds),
+``noise`` (the DP noise, never used for anything else) and ``output`` (the data-independent choice
+of the returned iterate) -- plus one data and one noise stream per client or node of a
+decentralised run.  **All of them are secrets**: anyone who can predict the noise subtracts it from
+the released iterates, and anyone who knows the batches loses the amplification by sampling.  So:
+
+* with no seed (the default everywhere), the streams come from 128 bits of fresh operating-system
+  entropy (:func:`fresh_root`: ``secrets.randbits``), never from a constant, a process id or the
+  clock; on several processes the root is drawn once and shared only inside the process group;
+* ``seed=s`` derives them from ``s`` (``numpy.random.SeedSequence(s).spawn(3)``): reproducible,
+  for tests, audits and research -- and anyone who knows ``s`` knows every batch and every noise
+  draw of the run, so its epsilon protects nobody from them;
+* ``secure_mode=True`` draws every stream from :class:`~.secure.SecureGenerator` (ChaCha20 keyed
+  from ``os.urandom``) and the noise with :func:`~.secure.gaussian_release`.
+
+The draws (:func:`poisson_mask`, :func:`permutation`, :func:`randint`, :func:`uniform`,
+:func:`standard_normal`) take either kind of generator: a ``torch.Generator`` (the default; a seeded
+run draws exactly as it always has) or a :class:`~.secure.SecureGenerator`.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+import numpy as np
+import torch
+
+from ...accountant.validation import InputError
+from . import secure
+from .secure import SecureGenerator
+
+__all__ = ["RunStreams", "fresh_root", "check_seed", "stream_seeds", "node_seeds", "poisson_mask", "permutation",
+           "randint", "uniform", "standard_normal", "is_secure", "ROOT_BYTES"]
+
+#: a run's root: 128 bits of entropy (a SeedSequence's) or a 256-bit secure key
+ROOT_BYTES = 32
+
+
+def check_seed(seed) -> int | None:
+    """``seed`` as given (None or an integer >= 0).
+
+    Raises:
+        ValueError: anything else (a bool, a float, a negative integer).
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed={seed!r} is not allowed: expected None (fresh entropy, the default) or an integer >= 0.")
+    return int(seed)
+
+
+def fresh_root() -> bytes:
+    """32 bytes of fresh operating-system entropy (``secrets.token_bytes``): a run's root when no
+    seed is given."""
+    return secrets.token_bytes(ROOT_BYTES)
+
+
+def _seed_of(ss) -> int:
+    return int(ss.generate_state(1, dtype=np.uint64)[0] % (2 ** 63))
+
+
+def stream_seeds(seed: int) -> list[int]:
+    """The (data, noise, output) seeds of a seeded run (``SeedSequence(seed).spawn(3)``).
+
+    Args:
+        seed: an integer >= 0 (any size).
+
+    Returns:
+        Three 63-bit seeds for ``torch.Generator.manual_seed``.
+    """
+    return [_seed_of(s) for s in np.random.SeedSequence(int(seed)).spawn(3)]
+
+
+def node_seeds(seed: int, nodes: int) -> tuple[list[int], list[int]]:
+    """Per-node (data, noise) seeds of a decentralised run: node i's streams are the same in the
+    one-process simulation and on rank i of a multi-process run.
+
+    Args:
+        seed: an integer >= 0 (any size).
+        nodes: how many clients or nodes.
+
+    Returns:
+        ``(data seeds, noise seeds)``, one of each per node.
+    """
+    data, noise, _ = np.random.SeedSequence(int(seed)).spawn(3)
+    return [_seed_of(s) for s in data.spawn(nodes)], [_seed_of(s) for s in noise.spawn(nodes)]
+
+
+class RunStreams:
+    """The generators of one run, from its root.
+
+    Args:
+        seed: None (fresh entropy: the default) or an integer >= 0 (reproducible; see the module text).
+        secure_mode: draw from :class:`~.secure.SecureGenerator` (ChaCha20) instead of torch.Generator.
+        agree: ``agree(root_bytes) -> root_bytes``, the transport's way to share one root inside a process
+            group (identity on one process).
+
+    Raises:
+        ValueError: a seed that is not None or an integer >= 0.
+    """
+
+    def __init__(self, seed=None, *, secure_mode: bool = False, agree=None):
+        seed = check_seed(seed)
+        self.secure = bool(secure_mode)
+        self.seeded = seed is not None
+        root = fresh_root() if seed is None else None
+        if root is not None and agree is not None:
+            root = agree(root)
+        if self.secure:
+            self._key = (SecureGenerator.from_seed(seed) if root is None else SecureGenerator(root))
+        else:
+            # a SeedSequence from 128 bits of the root, or from the seed: the seeded streams are the ones
+            # dpcalib has always drawn for that seed
+            self._seed = seed if root is None else int.from_bytes(root[:16], "little")
+
+    def _torch(self, seed: int, device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(int(seed))
+
+    def run(self, device, data_device=None) -> tuple:
+        """``(data, noise, output)`` generators: noise on ``device``, data on ``data_device`` (``device`` by
+        default), output on the CPU."""
+        data_device = device if data_device is None else data_device
+        if self.secure:
+            return (self._key.child("data", data_device), self._key.child("noise", device),
+                    self._key.child("output"))
+        s_data, s_noise, s_out = stream_seeds(self._seed)
+        return self._torch(s_data, data_device), self._torch(s_noise, device), self._torch(s_out, "cpu")
+
+    def nodes(self, count: int, here, device) -> tuple[list, list]:
+        """Per-node ``(data generators, noise generators)`` of the nodes ``here`` of ``count``."""
+        if self.secure:
+            return ([self._key.child(f"node-data/{i}", device) for i in here],
+                    [self._key.child(f"node-noise/{i}", device) for i in here])
+        data, noise = node_seeds(self._seed, count)
+        return [self._torch(data[i], device) for i in here], [self._torch(noise[i], device) for i in here]
+
+
+def is_secure(generator) -> bool:
+    """Is ``generator`` a :class:`~.secure.SecureGenerator`?"""
+    return isinstance(generator, SecureGenerator)
+
+
+#: below this rate a float32 uniform's 2^-24 grid would cost more than 2^-14 of q (see poisson_mask)
+_FLOAT32_RATE = 2.0 ** -10
+
+
+def poisson_mask(generator, n: int, q: float) -> torch.Tensor:
+    """Which of ``n`` records a Poisson sample at rate ``q`` holds: each independently with a
+    probability that is never above ``q`` (an accountant at q stays sound).
+
+    A uniform ``u`` on a grid of 2^-k is compared with ``floor(q 2^k) / 2^k``, so the probability is
+    exactly that number: float32 uniforms (k = 24, the draws dpcalib has always made) on the CPU for
+    q >= 2^-10, float64 ones (k = 53) otherwise -- a float32 ``u < q`` gives ``ceil(q 2^24) / 2^24``,
+    which is above q (by 19 % at q = 1e-7).
+
+    Args:
+        generator: a torch.Generator or a SecureGenerator.
+        n: how many records.
+        q: the rate in [0, 1].
+
+    Returns:
+        A bool tensor ``[n]`` on the generator's device.
+    """
+    if is_secure(generator):
+        return secure.uniform_mask(generator, n, q)
+    q = float(q)
+    if generator.device.type == "cpu" and q >= _FLOAT32_RATE:
+        u = torch.rand(n, generator=generator, device=generator.device)
+        return u < math.ldexp(math.floor(math.ldexp(q, 24)), -24)
+    u = torch.rand(n, generator=generator, device=generator.device, dtype=torch.float64)
+    return u < math.ldexp(math.floor(math.ldexp(q, 53)), -53)
+
+
+def permutation(generator, n: int) -> torch.Tensor:
+    """A uniformly random order of ``0 .. n-1`` on the generator's device."""
+    if is_secure(generator):
+        return secure.permutation(generator, n)
+    return torch.randperm(n, generator=generator, device=generator.device)
+
+
+def randint(generator, n: int, size: int = 1) -> torch.Tensor:
+    """``size`` uniform draws from ``0 .. n-1`` on the generator's device."""
+    if is_secure(generator):
+        return secure.randint(generator, n, size)
+    return torch.randint(n, (size,), generator=generator, device=generator.device)
+
+
+def uniform(generator) -> float:
+    """One uniform draw from [0, 1)."""
+    if is_secure(generator):
+        return secure.uniform(generator)
+    return torch.rand((), generator=generator, device=generator.device).item()
+
+
+def standard_normal(generator, shape, *, device, dtype) -> torch.Tensor:
+    """Standard normal draws from a torch.Generator (a secure run adds its noise with
+    :func:`~.secure.gaussian_release` instead: its noise is not a standard normal times a std).
+
+    Raises:
+        ValueError: a SecureGenerator (its noise is drawn with the value it is added to).
+    """
+    if is_secure(generator):
+        raise InputError("generator is not allowed here: secure-mode noise is drawn with the value it is added to "
+                         "(secure.gaussian_release).")
+    return torch.randn(shape, generator=generator, device=device, dtype=dtype)
