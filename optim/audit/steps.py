@@ -418,8 +418,11 @@ class StepReport:
             lo, hi = self.noise_std.ratio_interval
             out.append(f"noise: std / claimed std in [{lo:.4g}, {hi:.4g}] (p = {self.noise_std.p_value:.3g})")
         if not self.noise_ks.passed:
+            pooled = self.noise_ks.pooled
             out.append(f"noise: not Gaussian at the claimed std (smallest KS p = {self.noise_ks.min_p:.3g} of "
-                       f"{len(self.noise_ks.p_values)})")
+                       f"{len(self.noise_ks.p_values)}" + ("" if pooled is None else
+                       f"; pooled KS distance {pooled.statistic:.4g} over {pooled.draws} draws, p = {pooled.p_value:.3g}")
+                       + ")")
         if not self.noise_independence.passed:
             out.append(f"noise: draws from different generators are correlated (z = {self.noise_independence.z:.4g})")
         if self.audit is not None and self.audit.verdict == "violation":
@@ -435,6 +438,11 @@ class StepReport:
                  f"noise: std ratio {self.noise_std.ratio:.6g} in [{self.noise_std.ratio_interval[0]:.4g}, "
                  f"{self.noise_std.ratio_interval[1]:.4g}], smallest KS p = {self.noise_ks.min_p:.3g}, independence z = "
                  f"{self.noise_independence.z:.3g}"]
+        pooled = self.noise_ks.pooled
+        if pooled is not None:
+            lines.append(f"noise: pooled KS distance {pooled.statistic:.4g} over {pooled.draws} draws (p = "
+                         f"{pooled.p_value:.3g}; flags any noise at distance >= {pooled.detectable:.3g} from the claimed "
+                         f"normal with probability {pooled.power:g})")
         if self.audit is not None:
             lines.append("audit: " + self.audit.text())
         lines.append("verdict: " + ("passed" if self.passed else "FLAGGED -- " + "; ".join(self.flagged)))
