@@ -140,11 +140,12 @@ class SecureGenerator:
             parts.append(Cipher(algorithms.ChaCha20(self._key, iv), mode=None).encryptor().update(bytes(take * _BLOCK)))
             start, blocks = start + take, blocks - take
         self._block = start
-        return b"".join(parts)[:int(n)]
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        return out if len(out) == int(n) else out[:int(n)]
 
     def words(self, n: int) -> np.ndarray:
-        """``n`` uniformly random 64-bit words (numpy ``uint64``)."""
-        return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64).copy()
+        """``n`` uniformly random 64-bit words (numpy ``uint64``, read-only)."""
+        return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64)
 
     def get_state(self) -> torch.Tensor:
         """The key and the keystream position as 48 bytes (a uint8 tensor): a secret."""
@@ -272,19 +273,23 @@ def gaussian_release(g: SecureGenerator, value: torch.Tensor, std: float) -> tor
 
 
 def _cells(f: np.ndarray, negative: np.ndarray, k: np.ndarray, s: float) -> np.ndarray:
-    """``floor(f + W + 1/2)`` where the 64 bits ``(sign, k)`` decide it, NaN where they do not:
-    ``W = +-s t``, ``t = -Phi^-1(U)``, monotone in ``U``, evaluated at both ends of U's interval."""
+    """``floor(f + W + 1/2)`` where the bits ``(sign, k)`` decide it, NaN where they do not.
+
+    ``W = +-s t`` with ``t = -Phi^-1(U)``.  The top 53 bits of ``k`` put ``U`` in ``[u, u + 2^-54)``
+    with ``u`` exact in float64; ``t`` is decreasing and convex in ``U``, so over that interval it
+    lies in ``[t(u) - 2^-54 / phi(t(u)), t(u)]`` (the tangent at ``u`` is below the curve).  The
+    margin covers every rounding of the float64 evaluation (module text)."""
     from scipy.special import ndtri
 
-    u_lo = np.ldexp(k.astype(np.float64), -64)
-    u_hi = np.ldexp((k + np.uint64(1)).astype(np.float64), -64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_small, t_big = -ndtri(u_hi), -ndtri(u_lo)      # t in [t_small, t_big]; u_lo = 0: t_big = inf
-        w_lo = np.where(negative, -s * t_big, s * t_small)
-        w_hi = np.where(negative, -s * t_small, s * t_big)
-        margin = _MARGIN * (s * t_big + s)
-        lo = np.floor(f + w_lo - margin + 0.5)
-        hi = np.floor(f + w_hi + margin + 0.5)
+    u = np.ldexp((k >> np.uint64(10)).view(np.int64).astype(np.float64), -54)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        t_big = -ndtri(u)                                  # u = 0: inf, left to the exact path
+        width = math.sqrt(2 * math.pi) * 2.0 ** -54 * np.exp(0.5 * t_big * t_big)
+        sign = np.where(negative, -s, s)
+        mid = f + sign * (t_big - 0.5 * width) + 0.5
+        reach = s * (0.5 * width + _MARGIN * (t_big + 1.0))
+        lo = np.floor(mid - reach)
+        hi = np.floor(mid + reach)
     return np.where(np.isfinite(lo) & (lo == hi), lo, np.nan)
 
 
