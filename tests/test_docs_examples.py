@@ -32,7 +32,7 @@ import pytest
 from dpcalib.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/cli.md")
+DOCS = ("README.md", "docs/cli.md", "docs/threat-model.md")
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w])")
 
 
