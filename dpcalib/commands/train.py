@@ -18,7 +18,6 @@ from ..mechanisms.registry import lookup, names
 import argparse
 import json
 import os
-import secrets
 import socket
 import sys
 import tempfile
@@ -237,9 +236,10 @@ def run(argv, error_cls) -> int:
                                       "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
                                       "resume", "log_every", "batch_size", "b0", "sampling", "epochs",
                                       "secure_mode")}
-    # the data split and the initial model (public, the same on every process): the seed, or fresh entropy;
-    # the batches and the noise are the optimizer's (cfg["seed"] None: drawn by rank 0, shared in the group)
-    cfg["init_seed"] = a.seed if a.seed is not None else secrets.randbits(32)
+    # the train/test split and the initial model are data-independent and public in the analysis: the seed, or
+    # 0 (so that --resume finds the same split); the batches and the noise are secret, the optimizer's own
+    # streams (no --seed: fresh entropy drawn by rank 0 and shared inside the process group)
+    cfg["init_seed"] = a.seed if a.seed is not None else 0
     cfg["skip_header"] = 0
     if os.path.exists(a.data):
         try:
