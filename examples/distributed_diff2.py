@@ -52,7 +52,8 @@ def main(argv=None):
     rep = mech.calibrate(a.epsilon, a.delta, method="tight")
     torch.manual_seed(0)                                            # the same initial model on every rank
     model = nn.Sequential(nn.Linear(8, 10), nn.Softplus(), nn.Linear(10, 1)).to(device)
-    opt = D.DistributedDIFF2GD(model, O.squared_loss, shard, mech, rep, C1=1.0, C2=10.0, lr=0.125, seed=0)
+    # no seed: the noise comes from fresh entropy, drawn by rank 0 and shared inside the process group only
+    opt = D.DistributedDIFF2GD(model, O.squared_loss, shard, mech, rep, C1=1.0, C2=10.0, lr=0.125)
     if a.resume:
         opt.load_checkpoint(a.checkpoint)
     try:
