@@ -95,9 +95,18 @@ class PrivacyReport:
             lines.append(f"note: {n}")
         return "\n".join(lines)
 
-    def plot(self, path: str, title: str = "") -> None:
-        """Two panels: the trade-off curve (FNR = 1 - TPR against FPR) with the attack points,
-        and the ROC bound on log axes (how attacks at low FPR are judged).  Needs matplotlib."""
+    def figure(self, title: str = ""):
+        """The report's matplotlib figure: the trade-off curve (FNR = 1 - TPR against FPR) with the
+        attack points, and the ROC bound on log axes (how attacks at low FPR are judged).  Each attack
+        point is named in the right panel's legend (labels beside points at FPR 0.001 and 0.01 would
+        sit on each other).  Needs matplotlib.
+
+        Args:
+            title: the figure's title (default: the certified eps and delta).
+
+        Returns:
+            A ``matplotlib.figure.Figure`` (close it when done).
+        """
         import matplotlib
 
         matplotlib.use("Agg")
@@ -108,10 +117,9 @@ class PrivacyReport:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 4))
         ax1.plot(a, 1.0 - t, label="certified trade-off curve")
         ax1.plot([0, 1], [1, 0], ls=":", c="grey", label="no privacy loss")
-        for x, y in self.tpr_at_fpr:
-            ax1.plot([x], [1.0 - y], "o", c="C3")
-            ax1.annotate(f"FPR {x:g}: TPR <= {y:.3g}", (x, 1.0 - y), textcoords="offset points", xytext=(6, 4),
-                         fontsize=7)
+        markers = "osD^vP*X"
+        for k, (x, y) in enumerate(self.tpr_at_fpr):
+            ax1.plot([x], [1.0 - y], markers[k % len(markers)], c=f"C{3 + k % 6}", ms=5)
         ax1.set_xlabel("false-positive rate (type I error)")
         ax1.set_ylabel("false-negative rate (type II error)")
         ax1.set_xlim(0, 1)
@@ -120,14 +128,22 @@ class PrivacyReport:
         pos = a > 0
         ax2.loglog(a[pos], t[pos], label="largest TPR (certified)")
         ax2.loglog(a[pos], a[pos], ls=":", c="grey", label="TPR = FPR")
-        for x, y in self.tpr_at_fpr:
+        for k, (x, y) in enumerate(self.tpr_at_fpr):
             if x > 0:
-                ax2.plot([x], [y], "o", c="C3")
+                ax2.plot([x], [y], markers[k % len(markers)], c=f"C{3 + k % 6}", ms=5,
+                         label=f"FPR {x:g}: TPR <= {y:.3g}")
         ax2.set_xlabel("false-positive rate")
         ax2.set_ylabel("true-positive rate")
         ax2.legend(fontsize=7, loc="lower right")
         fig.suptitle(title or f"epsilon {self.epsilon_upper:.4g} at delta {self.delta:g}", fontsize=9)
         fig.tight_layout()
+        return fig
+
+    def plot(self, path: str, title: str = "") -> None:
+        """Write :meth:`figure` to ``path`` (needs matplotlib)."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure(title)
         fig.savefig(path)
         plt.close(fig)
 

@@ -52,7 +52,7 @@ def add_arguments(p, plot_path) -> None:
                    help="draw the certified trade-off curve and the ROC bound with the attack points (needs matplotlib)")
 
 
-def _emit(rep, args, title: str, extra: dict | None = None) -> int:
+def _emit(rep, args, title: str, extra: dict | None = None, plot_title: str = "") -> int:
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -60,7 +60,7 @@ def _emit(rep, args, title: str, extra: dict | None = None) -> int:
             from ..accountant.validation import InputError
 
             raise InputError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
-        rep.plot(args.plot, title)
+        rep.plot(args.plot, plot_title)
     if args.json:
         out = rep.to_dict()
         out.update(extra or {})
@@ -92,5 +92,6 @@ def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None)
     pe = getattr(mech, "poisson_epsilon", None)
     if pe is not None:
         extra["poisson_epsilon"] = pe(args.delta, *noise)
-    return _emit(rep, args, f"algorithm   {algorithm} ({', '.join(f'{k}={v:g}' for k, v in extra['noise'].items())})",
-                 extra)
+    levels = ", ".join(f"{k}={v:g}" for k, v in extra["noise"].items())
+    return _emit(rep, args, f"algorithm   {algorithm} ({levels})", extra,
+                 plot_title=f"{algorithm} ({levels}): epsilon {rep.epsilon_upper:.4g} at delta {rep.delta:g}")

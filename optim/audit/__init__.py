@@ -19,7 +19,7 @@ from .bounds import (AuditReport, CurveCheck, curve_check, epsilon_lower_bounds,
                      heldout_curve_check, heldout_lower_bound, one_run_epsilon, one_run_p_value)
 from .canaries import GradientCanary, ManyCanaries, WORCoupling, plant
 from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, ProbeReport, audit, audit_poisson, audit_wor,
-                      llr_samples, one_run_audit, plot_audit, sensitivity_probe, spent_tradeoff)
+                      llr_samples, one_run_audit, plot_audit, audit_figure, sensitivity_probe, spent_tradeoff)
 from .harnesses import AUDITABLE, ONE_RUN, harness, one_run_harness, wor_claim, wor_harness
 from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wor_llr, zero
 from .noise_tests import NoiseKSTest, NoisePooledTest, NoiseStdTest, noise_ks_test, noise_pooled_test, noise_std_test
@@ -34,7 +34,7 @@ __all__ = [
     "AuditReport", "CurveCheck", "curve_check", "epsilon_lower_bounds", "gdp_thresholds", "heldout_curve_check",
     "heldout_lower_bound", "one_run_epsilon", "one_run_p_value", "GradientCanary", "ManyCanaries", "WORCoupling",
     "plant", "CANARY_NORM", "DEFAULT_BATCH", "OneRunReport", "ProbeReport", "audit", "audit_poisson", "audit_wor",
-    "llr_samples", "one_run_audit", "plot_audit", "sensitivity_probe", "spent_tradeoff", "AUDITABLE", "ONE_RUN",
+    "llr_samples", "one_run_audit", "plot_audit", "audit_figure", "sensitivity_probe", "spent_tradeoff", "AUDITABLE", "ONE_RUN",
     "harness", "one_run_harness", "wor_claim", "wor_harness", "alternating", "constant", "pair_llr", "release_llr",
     "run_pair", "wor_llr", "zero", "NoiseKSTest", "NoiseStdTest", "noise_ks_test", "noise_std_test",
     "NoisePooledTest", "noise_pooled_test",

@@ -50,7 +50,7 @@ from .lockstep import (follow_run, lead_run, logaddexp, alternating, constant, p
                        wor_llr, zero)
 from ..data.sampling import ForcedRecord
 
-__all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", "plot_audit", "audit_wor",
+__all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
            "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
 
 
@@ -114,7 +114,20 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
 
 def plot_audit(report: AuditReport, path) -> None:
     """Draw the claimed trade-off curve, the measured (FPR, FNR) points and their simultaneous
-    confidence regions (needs matplotlib: ``pip install 'dpcalib[plot]'``)."""
+    confidence regions to ``path`` (needs matplotlib: ``pip install 'dpcalib[plot]'``)."""
+    fig = audit_figure(report)
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def audit_figure(report: AuditReport):
+    """:func:`plot_audit`'s figure (a ``matplotlib.figure.Figure``; close it when done).
+
+    Raises:
+        ValueError: a report without trade-off measurements, or matplotlib missing.
+    """
     import numpy as np
 
     if report.curve is None:
@@ -160,8 +173,7 @@ def plot_audit(report: AuditReport, path) -> None:
     fig.suptitle(f"{report.algorithm}: claimed eps={report.claimed_epsilon:g}, delta={report.delta:g}, "
                  f"{c.runs[0]} runs/dataset -- verdict: {report.verdict}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 DEFAULT_BATCH = 4096
