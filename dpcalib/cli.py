@@ -64,7 +64,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     if command == "calibrate":
         p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
                        help="paper: the paper's closed form as printed; tight: the smallest noise, same split; "
-                            "both (default tight)")
+                            "both: paper and tight, one after the other.  Default: tight")
         if _takes_accountant(algorithm):
             p.add_argument("--accountant", choices=["best", "rdp", "pld"], default="best",
                            help="what the tight calibration solves on: best (default: the best certified eps -- "

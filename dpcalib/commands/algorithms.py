@@ -15,7 +15,30 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+def number(text: str) -> float:
+    """A number as the command line takes it: a float (``0.004``) or a fraction of two (``256/60000``,
+    a batch over a dataset's size), computed as ``float(a) / float(b)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or not a fraction of two numbers with b != 0 (argparse
+            reports it in one line naming the option).
+    """
+    import argparse
+
+    a, slash, b = str(text).partition("/")
+    try:
+        if not slash:
+            return float(text)
+        den = float(b)
+        if den != 0.0:
+            return float(a) / den
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected a number, or a fraction a/b of two numbers "
+                                     "with b != 0")
+
+
+_TYPES = {"int": int, "float": number, "str": str, "bool": bool}
 
 
 @dataclass(frozen=True)
