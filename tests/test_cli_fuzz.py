@@ -12,14 +12,15 @@ import random
 
 import pytest
 
-from dpcalib.commands.algorithms import SPECS
+from dpcalib.commands.algorithms import SPECS, number
 
 from .cli_runner import Hang, alarms, call
 
 BAD = ["nan", "NaN", "inf", "-inf", "-1", "0", "1e300", "-1e300", "abc", "", "1e-320", "0x10", "1.5", "--",
-       "3:4", "None"]
+       "3:4", "None", "1/0", "0/0", "3/", "/4", "a/b", "1e300/1e-300"]
 GOOD = {int: ["2", "10", "20", "40"], float: ["0.5", "1", "2", "3", "1e-5", "0.01", "1.25"],
         str: ["add/remove", "replace-one", "poisson"], bool: [""]}
+GOOD[number] = GOOD[float] + ["256/60000", "1/100"]  # a rate may be written as a fraction
 COMMANDS = ["calibrate", "epsilon", "compare", "list", "account", "audit", "train", "calibrat", "", "--help",
             "-h", "--version"]
 
