@@ -125,8 +125,9 @@ class Recorder:
         self.calls = None
         self.rows = 0
         self.broadcast_dim = broadcast_dim      # f(module) -> the dim where a size-1 input is broadcast, or None
-        self.handles = [m.register_forward_hook(functools.partial(self._hook, name), with_kwargs=True)
-                        for name, m in modules]
+        # plain closures (not bound methods or partials): copy.deepcopy of the user's model shares them, as it
+        # shares every function, instead of copying this recorder and the batch it holds
+        self.handles = [m.register_forward_hook(_hook_of(self, name), with_kwargs=True) for name, m in modules]
 
     def remove(self) -> None:
         for h in self.handles:
@@ -139,7 +140,8 @@ class Recorder:
     def stop(self) -> None:
         self.calls = None
 
-    def _hook(self, name, mod, args, kwargs, out):
+    def record(self, name, mod, args, kwargs, out):
+        """The hook of every call (nothing unless recording)."""
         calls = self.calls
         if calls is None:
             return None
@@ -179,6 +181,12 @@ class Recorder:
                 z.register_hook(functools.partial(_keep, call.grads, i))
         calls.append(call)
         return new
+
+
+def _hook_of(rec: "Recorder", name: str):
+    def hook(mod, args, kwargs, out):
+        return rec.record(name, mod, args, kwargs, out)
+    return hook
 
 
 def _keep(grads: dict, i: int, g):

@@ -135,11 +135,10 @@ def _blocks(call, want):
     point = call.point if call.point is not None else dict(mod.named_parameters())
     X, lengths, h0, c0 = _inputs(call)
     with torch.enable_grad(), autocast_of(call.autocast):
-        p = {k: v.detach() for k, v in point.items()}
+        p = {k: v.detach().requires_grad_(True) for k, v in point.items()}      # so that gi and gh are graph nodes
         out, hn, cn, pieces = replay(mod, p, X, lengths, h0, c0)
         _check(call, out, X.shape[1])
-        nodes = [gi for _, gi, _, _ in pieces.values()] + [g for *_, ghs in pieces.values() for g in ghs]
-        leaves = [t.requires_grad_() if not t.requires_grad else t for t in nodes]
+        leaves = [gi for _, gi, _, _ in pieces.values()] + [g for *_, ghs in pieces.values() for g in ghs]
         targets, grads = [], []
         for j, t in ((0, out), (1, hn), (2, cn)):
             g = _padded_grad(call, j, X.shape[1])

@@ -17,7 +17,8 @@ dimension is determined on the first batch of two records or more (:mod:`dpcalib
 a probe changes one record and back-propagates one record's loss) and checked at every batch; where it
 cannot be told the run is refused in one line naming the layer.  The model's outputs -- tensors, tuples,
 dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
-LoRA).  Under ``torch.autocast`` or with bfloat16 / float16 parameters the per-record gradients are formed
+LoRA).  A ``torch.compile``'d module is trained through its original module (the hooks need eager calls) and
+evaluated compiled.  Under ``torch.autocast`` or with bfloat16 / float16 parameters the per-record gradients are formed
 in float32 or better, their norms in float64, and the sums cast to the parameters' dtype once.
 
 The loss must be a sum or a mean of per-record terms (``loss_reduction``): with ``"mean"`` the
@@ -172,6 +173,8 @@ class PrivateModule(nn.Module):
         if not isinstance(batch_first, bool):
             raise InputError(f"batch_first={batch_first!r} is not allowed: expected True (records on dimension 0 of the "
                              "module's input) or False (on dimension 1).")
+        self._plain = module              # what evaluation runs (a compiled module: compiled)
+        module = getattr(module, "_orig_mod", module)     # torch.compile: training runs the original module eagerly
         errors = ModuleValidator.validate(module)
         if errors:
             raise InputError(f"module is not allowed: {errors[0]}")
@@ -195,7 +198,8 @@ class PrivateModule(nn.Module):
         self._layout = None               # (call signatures, record dims) found at the first batch of 2 or more
         self._surveyed = False
         self.captures: list[Capture] = []
-        self._rec = Recorder(self._owners, broadcast_dim=self._broadcast_dim)
+        dim = self._dim
+        self._rec = Recorder(self._owners, broadcast_dim=lambda m: dim if isinstance(m, nn.Embedding) else None)
         if self.unsupported:
             warnings.warn(f"per-sample clipping of {type(module).__name__} takes vmap (slower, more memory) for: "
                           f"{'; '.join(self.unsupported)}", ClippingFallbackWarning, stacklevel=3)
@@ -219,12 +223,6 @@ class PrivateModule(nn.Module):
     def _option(self) -> str:
         return f"batch_first={self.batch_first}"
 
-    def _broadcast_dim(self, mod):
-        """Where a size-1 input of ``mod`` is broadcast over the records (an embedding looked up once for the batch)."""
-        if isinstance(mod, nn.Embedding):
-            return self._dim
-        return None
-
     def _batch(self, args, kwargs):
         x = first_tensor(args, {})
         if x is None:
@@ -240,7 +238,7 @@ class PrivateModule(nn.Module):
     # -- the forward -----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
-            return self._module(*args, **kwargs)
+            return self._plain(*args, **kwargs)
         x = self._batch(args, kwargs)
         rows = records_of(x, self._dim)
         params = self.params()
@@ -325,8 +323,7 @@ class PrivateModule(nn.Module):
             out = self._recorded(p, args, kwargs, calls, rows)
         for c in calls:
             c.keys = dict(self._keys.get(id(c.module), {}))
-        expected, uses = count_uses(calls), uses_of(out, p)
-        extra = sorted(k for k in p if uses[k] != expected.get(k, 0) and not (uses[k] == 0 and expected.get(k, 0)))
+        extra = self._placed(calls, out, p)
         if extra:
             self._root_keys = {k: k for k in extra}
             warnings.warn(f"per-sample clipping of {type(self._module).__name__} takes vmap over the whole model for "
@@ -354,6 +351,46 @@ class PrivateModule(nn.Module):
         _set_rng_state(saved)
         dims = resolve(calls, moved, probe, rows, self._dim, self._option())
         self._layout = ([c.signature() for c in calls], dims)
+
+    def _placed(self, calls, out, p) -> list:
+        """The trained parameters whose every use on the loss's graph is inside the calls of the modules that own
+        them -- counted on the survey's graph against each call replayed alone (a fused recurrent kernel uses its
+        weights once per time step) -- or, failing that, inside the calls of the nearest recorded ancestor (a
+        parent that uses a child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s: that call serves it);
+        returns the rest, which only the whole model's replay serves."""
+        uses = uses_of(out, p)
+        expected = count_uses(calls)
+        inside: dict = {}
+
+        def within(c, names):
+            if id(c) not in inside:
+                q = {n: t.detach().requires_grad_(True) for n, t in c.module.named_parameters()}
+                with torch.enable_grad():
+                    iso = functional_call(c.module, q, tuple(c.args), dict(c.kwargs))
+                inside[id(c)] = uses_of(iso, q)
+            return sum(inside[id(c)].get(n, 0) for n in names)
+        rest = []
+        for k in p:
+            if uses[k] == 0 or uses[k] == expected.get(k, 0):
+                continue
+            mine = [(c, [n for n, v in c.keys.items() if v == k]) for c in calls if k in c.keys.values()]
+            if mine and sum(within(c, ns) for c, ns in mine) == uses[k]:
+                continue
+            owner = next((c for c in sorted(calls, key=lambda c: -len(c.name))
+                          if c.name and k.startswith(c.name + ".") and c.keys), None)
+            if owner is not None:
+                rel = k[len(owner.name) + 1:]
+                ancestors = [c for c in calls if c.module is owner.module]
+                if sum(within(c, [rel]) for c in ancestors) == uses[k]:
+                    self._keys.setdefault(id(owner.module), {})[rel] = k
+                    for c in calls:
+                        c.keys = {n: v for n, v in c.keys.items() if v != k or c.module is owner.module}
+                    for m_keys in self._keys.values():
+                        for n in [n for n, v in m_keys.items() if v == k and m_keys is not self._keys[id(owner.module)]]:
+                            del m_keys[n]
+                    continue
+            rest.append(k)
+        return sorted(rest)
 
     def signals_at(self, params: dict, x, target, criterion, args=(), kwargs=None, rows=None) -> list:
         """The calls of the batch at another point ``params`` (DP-SRM's previous iterate): a forward and the
