@@ -30,7 +30,7 @@ try:
 except ImportError:                         # pragma: no cover
     PEFT = False
 
-__all__ = ["Case", "CASES", "case", "HF", "PEFT", "one_record", "records_in"]
+__all__ = ["Case", "CASES", "case", "HF", "PEFT", "one_record", "records_in", "subset", "summed"]
 
 
 @dataclass
@@ -60,6 +60,12 @@ def _ce(out, y):
 
 def _logits_ce(out, y):
     return Fn.cross_entropy(out.logits, y)
+
+
+def summed(loss):
+    """The summed version of a case's mean loss (None where the model computes its own loss)."""
+    return {_ce: lambda out, y: Fn.cross_entropy(out, y, reduction="sum"),
+            _logits_ce: lambda out, y: Fn.cross_entropy(out.logits, y, reduction="sum")}.get(loss)
 
 
 def _hf_loss(out, y):
@@ -406,3 +412,20 @@ def one_record(args, kwargs, target, i, dim, packed=False):
         return t
     return (tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()},
             None if target is None else target[i:i + 1])
+
+
+def subset(args, kwargs, target, index, dim, n=None):
+    """The batch's records ``index`` (a list; repeats and reorders allowed) along ``dim`` (a PackedSequence: those
+    sequences); inputs without the records' dimension unchanged."""
+    n = records_in(args, kwargs, dim) if n is None else n
+    idx = torch.as_tensor(index, dtype=torch.long)
+
+    def cut(t):
+        if isinstance(t, nn.utils.rnn.PackedSequence):
+            seqs = nn.utils.rnn.unpack_sequence(t)
+            return pack_sequence([seqs[i] for i in index], enforce_sorted=False)
+        if isinstance(t, torch.Tensor) and t.dim() > dim and t.shape[dim] == n:
+            return t.index_select(dim, idx)
+        return t
+    return (tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()},
+            None if target is None else target[idx])

@@ -22,6 +22,8 @@ import functools
 import torch
 from torch import nn
 
+from .rules import rule_for
+
 __all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "first_tensor"]
 
 
@@ -151,8 +153,7 @@ class Recorder:
         d = self.broadcast_dim(mod) if self.broadcast_dim is not None else None
         x = first_tensor(args, kwargs)
         if (d is not None and self.rows > 1 and isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor)
-                and x.dim() > d and out.dim() > d and x.shape[d] == 1 and out.shape[d] == 1
-                and self.rows not in tuple(x.shape)):
+                and x.dim() > d and out.dim() > d and x.shape[d] == 1 and out.shape[d] == 1):
             shape = [-1] * x.dim()
             shape[d] = self.rows
             args = tuple(x.expand(*shape) if a is x else a for a in args)
@@ -176,6 +177,9 @@ class Recorder:
 
         new = rebuild(out, join)
         call = Call(name, mod, args, kwargs, new, outs, self.rows, ac, broadcast)
+        rule = rule_for(mod)
+        if rule is None or rule.signals == "call":        # a replay needs the parameters the call ran at
+            call.point = dict(mod.named_parameters())
         for i, z in enumerate(outs):
             if z.requires_grad:
                 z.register_hook(functools.partial(_keep, call.grads, i))

@@ -37,7 +37,7 @@ signals (the Gram products and the formed gradients are float64).  A module that
 and is not one of these kinds makes the model unsupported (:func:`unsupported_layers` names them);
 a parameter that reaches the loss other than through the calls of the modules that own it (a weight
 used functionally by a parent, as ``F.linear(h, self.emb.weight)``) is detected on the autograd graph
-of every call (:func:`_check_uses`); either way the caller falls back to vmap.
+of every call (:func:`place_uses`); either way the caller falls back to vmap.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from .rules import rule_for
 from .units import add_sums, signal_terms
 
 __all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
-           "signal_terms", "add_sums", "count_uses", "key_map", "uses_of"]
+           "signal_terms", "add_sums", "count_uses", "key_map", "uses_of", "place_uses"]
 
 
 def why_not(m: nn.Module) -> str | None:
@@ -129,7 +129,9 @@ def _signals(model, params, loss_fn, x, y):
         if not isinstance(a, torch.Tensor) or a.dim() <= c.dim or a.shape[c.dim] != x.shape[0]:
             raise SharedModule(c.name)
     total = loss_fn(out, y).sum()
-    _check_uses(total, p, count_uses(calls))
+    moved, rest = place_uses(calls, out, p)
+    if moved or rest:
+        raise SharedModule((list(moved) + rest)[0])
     outs = [z for c in calls for z in c.outs]
     gs = torch.autograd.grad(total, outs, allow_unused=True)
     i = 0
@@ -173,15 +175,40 @@ def _edges(total, leaves_: dict) -> dict:
     return count
 
 
-def _check_uses(total, leaves_: dict, expected: dict) -> None:
-    """Every parameter must reach the loss through exactly as many operations as the recorded calls of the
-    modules that own it ran (one use per call), and a parameter of a module that did not run must not reach it
-    at all: the per-sample rules see only those calls.  A parent that uses a child's weight functionally
-    (``nn.MultiheadAttention``'s ``out_proj``, ``F.linear(h, self.emb.weight)``) would otherwise lose terms of the
-    per-sample gradient.  Counted on the autograd graph (:func:`_edges`)."""
-    for k, c in _edges(total, leaves_).items():
-        if c != expected.get(k, 0) and not (c == 0 and expected.get(k, 0)):
-            raise SharedModule(k)
+def place_uses(calls, out, leaves_: dict) -> tuple:
+    """Where each parameter of ``leaves_`` (the run's names; leaves of the forward that gave ``out`` and the
+    recorded ``calls``) is used: ``({name: (module, own name)}, [names])`` -- the parameters whose every use is
+    inside the calls of the nearest recorded ancestor of their module rather than of the module itself (a parent
+    that uses a child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s), and those used elsewhere too.
+    The others are used only inside the calls of the modules that own them: counted on the graph of ``out``
+    against each such call replayed alone (a fused recurrent kernel uses its weights once per time step)."""
+    uses = uses_of(out, leaves_)
+    expected = count_uses(calls)
+    inside: dict = {}
+
+    def within(c, names):
+        if id(c) not in inside:
+            q = {n: t.detach().requires_grad_(True) for n, t in c.module.named_parameters()}
+            with torch.enable_grad():
+                iso = functional_call(c.module, q, tuple(c.args), dict(c.kwargs))
+            inside[id(c)] = uses_of(iso, q)
+        return sum(inside[id(c)].get(n, 0) for n in names)
+    moved, rest = {}, []
+    for k in leaves_:
+        if uses[k] == 0 or uses[k] == expected.get(k, 0):
+            continue
+        mine = [(c, [n for n, v in c.keys.items() if v == k]) for c in calls if k in c.keys.values()]
+        if mine and sum(within(c, ns) for c, ns in mine) == uses[k]:
+            continue
+        owner = next((c for c in sorted(calls, key=lambda c: -len(c.name))
+                      if c.name and k.startswith(c.name + ".") and c.keys), None)
+        if owner is not None:
+            rel = k[len(owner.name) + 1:]
+            if sum(within(c, [rel]) for c in calls if c.module is owner.module) == uses[k]:
+                moved[k] = (owner.module, rel)
+                continue
+        rest.append(k)
+    return moved, sorted(rest)
 
 
 def uses_of(out, leaves_: dict) -> dict:

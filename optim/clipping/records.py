@@ -27,7 +27,7 @@ from torch import nn
 from ...accountant.validation import InputError
 from .rules import rule_for
 
-__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at"]
+__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at", "advice"]
 
 #: a forward value moves when it changes by more than this, relative to the tensor's largest magnitude (the
 #: rounding of a recomputation is ~1e-7 relative; a record's influence is of the order of the values)
@@ -119,6 +119,13 @@ def _name(call) -> str:
     return f"{call.name or '<model>'} ({type(call.module).__name__})"
 
 
+def advice(option: str) -> str:
+    """What to give instead of ``option`` ("batch_first=True" or "batch_first=False")."""
+    if option.endswith("True"):
+        return "if the module's input is [T, B, ...], pass batch_first=False to make_private"
+    return "if the module's input is [B, ...], pass batch_first=True to make_private"
+
+
 def _fixed(call):
     rule = rule_for(call.module)
     return rule.record_dim(call.module) if rule is not None else None
@@ -176,11 +183,11 @@ def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, optio
         shape = tuple(x.shape)
         if not ok and not candidates(x, rows, prefer, fixed):
             where = f"dimension {fixed} (the layer's)" if fixed is not None else "no dimension"
-            raise InputError(f"{_name(call)} is not allowed at {option}: its input of shape {shape} has {where} of the "
-                             f"batch's {rows} records; give the option that says where the records are.")
-        raise InputError(f"{_name(call)} is not allowed at {option}: no dimension of its input of shape {shape} holds "
+            raise InputError(f"{_name(call)} is not allowed with {option}: its input of shape {shape} has {where} of "
+                             f"the batch's {rows} records; {advice(option)}.")
+        raise InputError(f"{_name(call)} is not allowed with {option}: no dimension of its input of shape {shape} holds "
                          f"the batch's {rows} records alone (changing one record moves several, or one record's loss "
-                         "reaches several); give the option that says where the records are.")
+                         f"reaches several); {advice(option)}.")
     return dims
 
 
@@ -203,5 +210,5 @@ def check_rows(calls: list, dims: list, rows: int, option: str) -> None:
         if d is None or not isinstance(x, torch.Tensor) or getattr(rule_for(call.module), "records", None):
             continue
         if x.dim() <= d or x.shape[d] != rows:
-            raise InputError(f"{_name(call)} is not allowed at {option}: its input of shape {tuple(x.shape)} does not "
+            raise InputError(f"{_name(call)} is not allowed with {option}: its input of shape {tuple(x.shape)} does not "
                              f"have the batch's {rows} records in dimension {d}, where the first batch had them.")

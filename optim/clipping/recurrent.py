@@ -177,7 +177,9 @@ def _check(call, out, T) -> None:
     elif not call.module.batch_first:
         ref = ref.transpose(0, 1)
     ref = ref.detach()
-    tol = tolerance(ref.dtype) * float(ref.abs().max() if ref.numel() else 0.0) + 1e-30
+    # under autocast the fused kernel may compute in the autocast dtype and return float32 (CPU: GRU)
+    tol = tolerance(call.autocast[1] if call.autocast else ref.dtype) * float(ref.abs().max() if ref.numel() else 0.0)
+    tol += 1e-30
     if ref.shape != out.shape or float((out.detach().to(ref.dtype) - ref).abs().max() if ref.numel() else 0.0) > tol:
         raise InputError(f"{_name(call)} is not allowed: its unrolled replay does not give the layer's output.")
     _CHECKED.add(key)
@@ -214,26 +216,25 @@ def per_record(mod, call, g=None, want=ALL) -> dict:
 def records(call, moved, probe, rows: int, option: str):
     """The record layout of a recurrent call (its own ``batch_first``, or packed), checked by the probes
     of :mod:`.records`: ``(input dim, output dims)``."""
-    from .records import moves, only_at
+    from .records import advice, moves, only_at
 
     X, _, _, _ = _inputs(call)
     mod = call.module
     if X.shape[0] != rows:
-        raise InputError(f"{_name(call)} is not allowed at {option}: with its batch_first={mod.batch_first} its input of "
-                         f"shape {tuple(call.args[0].shape) if isinstance(call.args[0], torch.Tensor) else 'packed'} "
-                         f"holds {X.shape[0]} records, the batch {rows}; give the option that says where they are.")
+        raise InputError(f"{_name(call)} is not allowed with {option}: with its own batch_first={mod.batch_first} its "
+                         f"input holds {X.shape[0]} sequences, the batch {rows} records; {advice(option)}.")
     if rows > 1 and moved is not None:
         Xm, _, _, _ = _inputs(moved)
         if not only_at(moves(X, Xm), 0, 0):
-            raise InputError(f"{_name(call)} is not allowed at {option}: changing one record of the batch changes "
-                             "several of this layer's sequences; give the option that says where the records are.")
+            raise InputError(f"{_name(call)} is not allowed with {option}: changing one record of the batch changes "
+                             f"several of this layer's sequences; {advice(option)}.")
     if rows > 1 and probe:
         g = probe.get(0)
         if g is not None:
             gp = _padded_grad(_Grads(call, g), 0, X.shape[1])
             if not only_at(gp != 0, 0, rows - 1):
-                raise InputError(f"{_name(call)} is not allowed at {option}: one record's loss reaches several of this "
-                                 "layer's sequences; give the option that says where the records are.")
+                raise InputError(f"{_name(call)} is not allowed with {option}: one record's loss reaches several of "
+                                 f"this layer's sequences; {advice(option)}.")
     d = None if isinstance(call.args[0], PackedSequence) else (0 if mod.batch_first else 1)
     return d, [d, 1, 1]
 

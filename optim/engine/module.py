@@ -42,7 +42,7 @@ from torch.func import functional_call
 
 from ...accountant.validation import InputError
 from ..clipping.calls import Call, Recorder, first_tensor, leaves, owners, rebuild
-from ..clipping.layers import count_uses, key_map, uses_of
+from ..clipping.layers import key_map, place_uses
 from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
@@ -51,9 +51,15 @@ from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
 
-__all__ = ["PrivateModule", "Capture", "REDUCTIONS"]
+__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning"]
 
 REDUCTIONS = ("mean", "sum")
+
+
+class MixedPrecisionWarning(UserWarning):
+    """Signals in bfloat16 / float16 with a mean-reduced loss: the mean's ``1/B`` is rounded in the low-precision
+    backward, so each record's clipped vector depends on the batch's size by up to ~2^-8 relative, and removing a
+    record can move the release by slightly more than C; ``loss_reduction="sum"`` with a summed loss does not."""
 #: keyword inputs that are the batch, before any other (Hugging Face's names)
 _BATCH_NAMES = ("input_ids", "pixel_values", "inputs_embeds", "input_values", "input_features", "input", "x")
 
@@ -148,6 +154,20 @@ class Capture:
         return self._sum(*o.terms(sig1, sig0), c, like=p1)
 
 
+class _no_autocast:
+    """Autocast off (on every device it is on) inside the block."""
+
+    def __enter__(self):
+        self.ctx = [torch.autocast(d, enabled=False) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+        for c in self.ctx:
+            c.__enter__()
+
+    def __exit__(self, *exc):
+        for c in reversed(self.ctx):
+            c.__exit__(*exc)
+        return False
+
+
 def _rng_state():
     return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
 
@@ -197,6 +217,7 @@ class PrivateModule(nn.Module):
         self._root_keys: dict = {}        # parameters only the whole model's vmap can serve (decided at the first batch)
         self._layout = None               # (call signatures, record dims) found at the first batch of 2 or more
         self._surveyed = False
+        self._warned_precision = False
         self.captures: list[Capture] = []
         dim = self._dim
         self._rec = Recorder(self._owners, broadcast_dim=lambda m: dim if isinstance(m, nn.Embedding) else None)
@@ -251,6 +272,14 @@ class PrivateModule(nn.Module):
         out = self._recorded(None, args, kwargs, calls, rows)
         out = self._finish(calls, out, args, kwargs, rows, None)
         cap.calls = calls
+        if self.loss_reduction == "mean" and not self._warned_precision and any(
+                z.dtype in (torch.bfloat16, torch.float16) for c in calls for z in c.outs):
+            self._warned_precision = True
+            warnings.warn("the module's signals are bfloat16 / float16 and the loss a mean: the mean's 1/B is rounded in "
+                          "the low-precision backward, so each record's clipped vector depends on the batch's size "
+                          "(removing a record moved the release by up to 1.0035 C in tests); for records independent "
+                          "of the batch give a summed loss and loss_reduction='sum'", MixedPrecisionWarning,
+                          stacklevel=2)
         return out
 
     def _recorded(self, params, args, kwargs, calls, rows):
@@ -259,8 +288,10 @@ class PrivateModule(nn.Module):
         self._rec.start(calls, rows)
         try:
             if params is not None:
-                buffers = widened_buffers(self._module, next(iter(params.values())).dtype)
-                return functional_call(self._module, (params, buffers), tuple(args), kwargs)
+                dtype = next(iter(params.values())).dtype
+                frozen = {k: widened(p.detach(), dtype) for k, p in self._module.named_parameters() if k not in params}
+                buffers = widened_buffers(self._module, dtype)
+                return functional_call(self._module, ({**frozen, **params}, buffers), tuple(args), kwargs)
             own = [p for _, p in self.named]
             for p in own:
                 p.requires_grad_(False)
@@ -276,8 +307,8 @@ class PrivateModule(nn.Module):
         """The calls' run names, the whole model's call where it serves parameters, the record dimensions."""
         for c in calls:
             c.keys = {k: v for k, v in self._keys.get(id(c.module), {}).items() if v not in self._root_keys}
-            if rule_of(c) is None or (rule_for(c.module) is not None and rule_for(c.module).signals == "call"):
-                c.point = None if point is None else {n: t for n, t in c.module.named_parameters()}
+            if c.point is None and rule_of(c) is None:     # a parent's call serving a child's parameter
+                c.point = dict(c.module.named_parameters())
         if self._layout is not None and rows >= 2:
             sigs, dims = self._layout
             if [c.signature() for c in calls] != sigs:
@@ -315,6 +346,12 @@ class PrivateModule(nn.Module):
 
     # -- the first batch: which parameters the rules serve, and where every layer's records are ----------------
     def _survey(self, args, kwargs, x, rows, params) -> None:
+        """Run without autocast: where the records are and which calls use a parameter do not depend on the
+        precision, and autocast's cache of cast weights would merge two uses of one weight into one."""
+        with _no_autocast():
+            self._survey_plain(args, kwargs, x, rows, params)
+
+    def _survey_plain(self, args, kwargs, x, rows, params) -> None:
         self._surveyed = True
         saved = _rng_state()
         p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
@@ -327,9 +364,8 @@ class PrivateModule(nn.Module):
         if extra:
             self._root_keys = {k: k for k in extra}
             warnings.warn(f"per-sample clipping of {type(self._module).__name__} takes vmap over the whole model for "
-                          f"{', '.join(extra)}: reached {', '.join(str(uses[k]) for k in extra)} time(s), other than through "
-                          "the calls of the modules that own them (a weight used functionally by another module)",
-                          ClippingFallbackWarning, stacklevel=3)
+                          f"{', '.join(extra)}: used other than inside the calls of the modules that own them (a weight "
+                          "used functionally by another module)", ClippingFallbackWarning, stacklevel=3)
         if rows < 2:
             _set_rng_state(saved)
             return
@@ -353,44 +389,19 @@ class PrivateModule(nn.Module):
         self._layout = ([c.signature() for c in calls], dims)
 
     def _placed(self, calls, out, p) -> list:
-        """The trained parameters whose every use on the loss's graph is inside the calls of the modules that own
-        them -- counted on the survey's graph against each call replayed alone (a fused recurrent kernel uses its
-        weights once per time step) -- or, failing that, inside the calls of the nearest recorded ancestor (a
-        parent that uses a child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s: that call serves it);
-        returns the rest, which only the whole model's replay serves."""
-        uses = uses_of(out, p)
-        expected = count_uses(calls)
-        inside: dict = {}
-
-        def within(c, names):
-            if id(c) not in inside:
-                q = {n: t.detach().requires_grad_(True) for n, t in c.module.named_parameters()}
-                with torch.enable_grad():
-                    iso = functional_call(c.module, q, tuple(c.args), dict(c.kwargs))
-                inside[id(c)] = uses_of(iso, q)
-            return sum(inside[id(c)].get(n, 0) for n in names)
-        rest = []
-        for k in p:
-            if uses[k] == 0 or uses[k] == expected.get(k, 0):
-                continue
-            mine = [(c, [n for n, v in c.keys.items() if v == k]) for c in calls if k in c.keys.values()]
-            if mine and sum(within(c, ns) for c, ns in mine) == uses[k]:
-                continue
-            owner = next((c for c in sorted(calls, key=lambda c: -len(c.name))
-                          if c.name and k.startswith(c.name + ".") and c.keys), None)
-            if owner is not None:
-                rel = k[len(owner.name) + 1:]
-                ancestors = [c for c in calls if c.module is owner.module]
-                if sum(within(c, [rel]) for c in ancestors) == uses[k]:
-                    self._keys.setdefault(id(owner.module), {})[rel] = k
-                    for c in calls:
-                        c.keys = {n: v for n, v in c.keys.items() if v != k or c.module is owner.module}
-                    for m_keys in self._keys.values():
-                        for n in [n for n, v in m_keys.items() if v == k and m_keys is not self._keys[id(owner.module)]]:
-                            del m_keys[n]
-                    continue
-            rest.append(k)
-        return sorted(rest)
+        """Place every trained parameter (:func:`~dpcalib.optim.clipping.layers.place_uses`): one a parent's call
+        serves joins that call's keys; returns those only the whole model's replay serves."""
+        moved, rest = place_uses(calls, out, p)
+        for k, (owner, rel) in moved.items():
+            for keys in self._keys.values():
+                for n in [n for n, v in keys.items() if v == k]:
+                    del keys[n]
+            self._keys.setdefault(id(owner), {})[rel] = k
+            for c in calls:
+                c.keys = {n: v for n, v in c.keys.items() if v != k}
+                if c.module is owner:
+                    c.keys[rel] = k
+        return rest
 
     def signals_at(self, params: dict, x, target, criterion, args=(), kwargs=None, rows=None) -> list:
         """The calls of the batch at another point ``params`` (DP-SRM's previous iterate): a forward and the
