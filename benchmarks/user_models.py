@@ -10,6 +10,7 @@ are built from tiny configs, no download; they are absent where transformers / p
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -19,16 +20,9 @@ from torch import nn
 from torch.nn import functional as Fn
 from torch.nn.utils.rnn import pack_sequence
 
-try:
-    import transformers as _hf  # noqa: F401
-    HF = True
-except ImportError:                         # pragma: no cover  (the test extra installs it)
-    HF = False
-try:
-    import peft as _peft  # noqa: F401
-    PEFT = True
-except ImportError:                         # pragma: no cover
-    PEFT = False
+#: whether transformers / peft are installed (found, not imported: importing them takes seconds)
+HF = importlib.util.find_spec("transformers") is not None
+PEFT = importlib.util.find_spec("peft") is not None
 
 __all__ = ["Case", "CASES", "case", "HF", "PEFT", "one_record", "records_in", "subset", "summed"]
 
@@ -48,6 +42,14 @@ class Case:
     dtype: torch.dtype = torch.float32
     packed: bool = False
     tags: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        build = self.build
+
+        def seeded():                       # the same weights at every build (layers made in a lambda's arguments too)
+            torch.manual_seed(0)
+            return build()
+        self.build = seeded
 
 
 def _seed(s):

@@ -172,3 +172,22 @@ def test_the_fixer_replaces_multihead_attention_by_the_same_function():
     model.train(), fixed.train()
     torch.testing.assert_close(fixed(x), model(x), rtol=1e-12, atol=1e-12)
     assert len(REPLACEMENTS) == 3 and all(len(r) == 3 for r in REPLACEMENTS)
+
+
+def test_a_mean_loss_in_bfloat16_is_told_and_a_summed_one_is_independent_of_the_batch():
+    """bfloat16 autocast with a mean loss: the mean's 1/B is rounded in the backward, so a record's vector depends on
+    the batch's size (a MixedPrecisionWarning at the first batch); with a summed loss the records' vectors are the
+    same whatever the batch, bit for bit, and removing one moves the release by C up to float32 rounding."""
+    from dpcalib.optim.engine import MixedPrecisionWarning
+
+    case = U.case("bf16 autocast MLP")
+    model, batch = _prepare(case)
+    with pytest.warns(MixedPrecisionWarning, match="loss_reduction='sum'"):
+        Engine(case, model).clipped(batch, 1.0)
+    eng = Engine(case, model, "sum")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MixedPrecisionWarning)
+        full = eng.clipped(batch, 1e-3)
+        part = eng.clipped(U.subset(*batch, list(range(N - 1)), 0, N), 1e-3)
+        last = eng.clipped(U.subset(*batch, [N - 1], 0, N), 1e-3)
+    torch.testing.assert_close(full, part + last, rtol=1e-6, atol=1e-12)
