@@ -18,6 +18,7 @@ per-record replay differs, is refused in one line naming it.
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -28,7 +29,7 @@ from .numerics import row_sq64
 
 __all__ = ["call_per_record", "generic_terms", "autocast_of", "tolerance"]
 
-_CHECKED: set = set()
+_CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its replay was checked at
 
 
 def autocast_of(state):
@@ -117,8 +118,8 @@ def call_per_record(call, want, reduction: str | None = None) -> dict:
 
 def _check(call, aux, out_dims) -> None:
     """The replay's outputs are the call's own (once per module and shapes; not where dropout draws)."""
-    key = (id(call.module), tuple(tuple(z.shape) for z in call.outs))
-    if key in _CHECKED or _randomness(call.module):
+    key = tuple(tuple(z.shape) for z in call.outs)
+    if key in _CHECKED.get(call.module, ()) or _randomness(call.module):
         return
     for j, (z, o) in enumerate(zip(call.outs, aux)):
         od = out_dims[j] if j < len(out_dims) else None
@@ -136,7 +137,7 @@ def _check(call, aux, out_dims) -> None:
         if float((got.to(ref.dtype) - ref).abs().max() if ref.numel() else 0.0) > tol:
             raise InputError(f"{_name(call)} is not allowed: run on one record it does not give that record's part of "
                              "the batch's output (its records are not independent along the dimension found).")
-    _CHECKED.add(key)
+    _CHECKED.setdefault(call.module, set()).add(key)
 
 
 def generic_terms(c1, c0=None, want=(), reduction=None):

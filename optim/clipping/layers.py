@@ -7,10 +7,13 @@ Each layer kind then knows its per-sample gradient from ``(a, g)`` without a per
 * ``nn.Linear`` on any leading dimensions (``T`` positions of a sequence): ``G_i = g_i^T a_i``
   (``[T, out]^T [T, in]``), bias ``sum_t g_it``;
 * ``nn.Conv1d`` / ``nn.Conv2d`` (any stride, zero padding, dilation, groups): the same with ``a``
-  the unfolded input patches (``T`` = output positions), per group;
+  the unfolded input patches (``T`` = output positions), per group; ``nn.Conv3d``, transposed
+  convolutions and every padding mode by one weight-gradient convolution with the records as groups;
 * ``nn.Embedding``: ``G_i = sum_t onehot(id_it) g_it^T`` (``padding_idx`` rows get nothing);
-* ``nn.LayerNorm`` / ``nn.GroupNorm`` (affine): ``sum_t g_it * xhat_it`` and ``sum_t g_it`` with
-  ``xhat`` the normalised input, recomputed from ``a``;
+* ``nn.LayerNorm`` / ``nn.RMSNorm`` / ``nn.GroupNorm`` / ``nn.InstanceNorm*`` (affine): ``sum_t g_it *
+  xhat_it`` and ``sum_t g_it`` with ``xhat`` the normalised input, recomputed from ``a``;
+* ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU``: the call replayed unrolled, each weight's gradient a sum of
+  outer products over time (:mod:`.recurrent`);
 * attention built from these (query/key/value/output ``nn.Linear`` layers, softmax in between:
   the softmax has no parameters and needs nothing).
 

@@ -14,6 +14,8 @@ serves them): LSTM projections (``proj_size``), dropout between layers in traini
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 from torch.nn import functional as Fn
@@ -27,7 +29,7 @@ from .rules import ALL, Rule, register_rule
 __all__ = ["RULE", "replay"]
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
-_CHECKED: set = set()
+_CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its replay was checked at
 
 
 def _name(call) -> str:
@@ -167,8 +169,8 @@ def _blocks(call, want):
 
 
 def _check(call, out, T) -> None:
-    key = (id(call.module), tuple(tuple(z.shape) for z in call.outs))
-    if key in _CHECKED:
+    key = tuple(tuple(z.shape) for z in call.outs)
+    if key in _CHECKED.get(call.module, ()):
         return
     x = call.args[0]
     ref = call.out[0]
@@ -182,7 +184,7 @@ def _check(call, out, T) -> None:
     tol += 1e-30
     if ref.shape != out.shape or float((out.detach().to(ref.dtype) - ref).abs().max() if ref.numel() else 0.0) > tol:
         raise InputError(f"{_name(call)} is not allowed: its unrolled replay does not give the layer's output.")
-    _CHECKED.add(key)
+    _CHECKED.setdefault(call.module, set()).add(key)
 
 
 def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
