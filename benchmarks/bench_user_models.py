@@ -6,7 +6,8 @@ through Opacus's fixer, which makes it a DPLSTM).
 Every contender first checks its own clipped sum (no noise, one batch) against the naive float64 per-record
 loop: a mode whose sum is more than 1e-4 relative from it is reported as wrong and is not a candidate for
 "Opacus's best correct mode" (the fastest of the correct ones).  Then each contender runs in its own process
-(peak memory is that process's max RSS, and the step's own peak above the RSS before the first step), on the
+(peak memory is that process's max RSS, and the steps' own peak above the RSS before them, sampled after the
+warm-up), on the
 same model, batch and seed, with SGD as the wrapped optimizer; time is the median of ``--steps`` steps after
 two warm-up steps.  The contenders take turns, ``--rounds`` times; each figure is the median over the rounds,
 with the spread (min-max over the rounds) beside it.  One run: read the ratios, measured side by side.
@@ -36,6 +37,29 @@ B, T, C, Z, LR = 32, 32, 1.0, 1.0, 0.05
 def _rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+class _Peak:
+    """The largest RSS seen while the block runs (sampled every 0.2 ms by a thread: the steps' own peak, after the
+    warm-up, which the process's max RSS also counts)."""
+
+    def __enter__(self):
+        import threading
+
+        self.peak, self.stop = _rss_mib(), threading.Event()
+
+        def watch():
+            while not self.stop.is_set():
+                self.peak = max(self.peak, _rss_mib())
+                self.stop.wait(0.0002)
+        self.thread = threading.Thread(target=watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        return False
 
 
 def build(kind: str, who: str = "dpcalib"):
@@ -265,12 +289,15 @@ def _one(kind, who, steps, threads, device, autocast, check):
             out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         return out
     step, _ = contender(kind, who, Z, device, autocast)
-    before = _rss_mib()
-    t = median_time(step, steps, warmup=2)
+    for _ in range(2):                                 # warm-up (dpcalib's first batch surveys the layers)
+        step()
+    before, watch = _rss_mib(), _Peak()
+    with watch:
+        t = median_time(step, steps, warmup=0)
     if device == "cuda":
         torch.cuda.synchronize()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    out.update(median_s=t, max_rss_mib=peak, step_peak_mib=max(0.0, peak - before))
+    out.update(median_s=t, max_rss_mib=peak, step_peak_mib=max(0.0, watch.peak - before))
     if device == "cuda":
         out["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
     return out
