@@ -1,7 +1,8 @@
 """One DP-SGD step in a user's loop on the models users bring -- tiny BERT and GPT-2 (full and LoRA), an LSTM
 classifier, a ResNet-like GroupNorm CNN and a ViT-like encoder (Hugging Face models built from configs, no
-download) -- through dpcalib's engine and through Opacus 1.6's modes (hooks, functorch, ghost clipping; an LSTM
-through Opacus's fixer, which makes it a DPLSTM).
+download), and an MLP over positions with custom modules' own elementwise parameters (``x * scale + shift``: the
+fallback that remains, dpcalib's per-module vmap) -- through dpcalib's engine and through Opacus 1.6's modes
+(hooks, functorch, ghost clipping; an LSTM through Opacus's fixer, which makes it a DPLSTM).
 
 Every contender first checks its own clipped sum (no noise, one batch) against the naive float64 per-record
 loop: a mode whose sum is more than 1e-4 relative from it is reported as wrong and is not a candidate for
@@ -12,7 +13,7 @@ same model, batch and seed, with SGD as the wrapped optimizer; time is the media
 two warm-up steps.  The contenders take turns, ``--rounds`` times; each figure is the median over the rounds,
 with the spread (min-max over the rounds) beside it.  One run: read the ratios, measured side by side.
 
-    python -m benchmarks.bench_user_models [--models bert,bert-lora,gpt2,gpt2-lora,lstm,resnet,vit] [--rounds 3]
+    python -m benchmarks.bench_user_models [--models bert,bert-lora,gpt2,gpt2-lora,lstm,resnet,vit,custom] [--rounds 3]
         [--steps 5] [--threads 2] [--device cpu|cuda] [--autocast bf16] [--out benchmarks/results/user_models.md]
 """
 
@@ -29,7 +30,7 @@ import sys
 
 from benchmarks.timing import median_time
 
-MODELS = ("bert", "bert-lora", "gpt2", "gpt2-lora", "lstm", "resnet", "vit")
+MODELS = ("bert", "bert-lora", "gpt2", "gpt2-lora", "lstm", "resnet", "vit", "custom")
 CONTENDERS = ("dpcalib", "opacus-hooks", "opacus-functorch", "opacus-ghost")
 B, T, C, Z, LR = 32, 32, 1.0, 1.0, 0.05
 
@@ -103,6 +104,12 @@ def build(kind: str, who: str = "dpcalib"):
         model = ResNet(32, _gn)
         return model, {"x": torch.randn(B, 3, 32, 32, generator=g)}, torch.randint(0, 4, (B,), generator=g), \
             nn.CrossEntropyLoss(), False
+    if kind == "custom":                     # custom modules' own elementwise parameters: dpcalib's per-module vmap
+        from benchmarks.user_models import Scale
+        model = nn.Sequential(nn.Linear(256, 256), Scale(256), nn.GELU(), nn.Linear(256, 256), Scale(256), nn.GELU())
+        model = _Pooled(model, 256, 4)
+        return model, {"x": torch.randn(B, T, 256, generator=g)}, torch.randint(0, 4, (B,), generator=g), \
+            nn.CrossEntropyLoss(), False
     from transformers import ViTConfig, ViTForImageClassification
     model = ViTForImageClassification(ViTConfig(
         image_size=32, patch_size=4, num_channels=3, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -147,6 +154,24 @@ class _NextToken:
     def __call__(self, out, ids):
         logits = out.logits if hasattr(out, "logits") else out
         return self.inner(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
+def _Pooled(trunk, width, classes):
+    from torch import nn
+
+    global Pooled
+
+    class Pooled(nn.Module):
+        """A trunk over positions, a classifier on the mean over them."""
+
+        def __init__(self):
+            super().__init__()
+            self.trunk, self.head = trunk, nn.Linear(width, classes)
+
+        def forward(self, x):
+            return self.head(self.trunk(x).mean(1))
+    Pooled.__qualname__ = "Pooled"
+    return Pooled()
 
 
 def _LSTMClassifier():
@@ -328,10 +353,16 @@ def main(argv=None):
     if a.child:
         print(json.dumps(_one(a.child[0], a.child[1], a.steps, a.threads, a.device, a.autocast, a.check)))
         return 0
-    lines = [f"one DP-SGD step (batch {B}, sequence {T}) in a user loop on {a.device}"
+    import datetime
+    import importlib.metadata as md
+
+    vers = ", ".join(f"{n} {md.version(n)}" for n in ("torch", "transformers", "peft", "opacus"))
+    head = [f"`python -m benchmarks.bench_user_models {' '.join(argv if argv is not None else sys.argv[1:])}` "
+            f"({datetime.date.today().isoformat()}; {vers})", ""]
+    lines = head + [f"one DP-SGD step (batch {B}, sequence {T}) in a user loop on {a.device}"
              + (f" under {a.autocast} autocast" if a.autocast else "") + f", {a.threads} threads, each contender in "
              f"its own process, {a.rounds} rounds of turns: medians over the rounds [min-max]", "",
-             "| model | contender | clipped sum vs naive float64 loop | step ms [min-max] | max RSS MiB | step peak MiB |",
+             "| model | contender | clipped sum vs naive float64 loop | step ms [min-max] | max RSS MiB | steps' own peak MiB |",
              "|---|---|---|---|---|---|"]
     summary = []
     print("\n".join(lines), flush=True)
@@ -363,7 +394,7 @@ def main(argv=None):
             b = min(best, key=lambda w: med[w][0])
             e = med["dpcalib"]
             summary.append((kind, b, e[0] / med[b][0], e[3] / med[b][3], e[4] / max(med[b][4], 1.0)))
-    lines += ["", "| model | Opacus's best correct mode | dpcalib / it: time | max RSS | step peak |", "|---|---|---|---|---|"]
+    lines += ["", "| model | Opacus's best correct mode | dpcalib / it: time | max RSS | steps' own peak |", "|---|---|---|---|---|"]
     for kind, b, tr, mr, pr in summary:
         lines.append(f"| {kind} | {b} | {tr:.2f}x | {mr:.2f}x | {pr:.2f}x |")
     if summary:

@@ -168,8 +168,15 @@ def main(argv=None):
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(2)
+    import datetime
+    import importlib.metadata as md
+
     cols = [f"opacus {m}" + f for m in MODES for f in ("", " + fix")] + ["dpcalib", "dpcalib + fix"]
-    lines = ["| case | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    vers = ", ".join(f"{n} {md.version(n)}" for n in ("torch", "transformers", "peft", "opacus"))
+    lines = [f"`python -m benchmarks.opacus_cases {' '.join(argv if argv is not None else sys.argv[1:])}` "
+             f"({datetime.date.today().isoformat()}; {vers}): each mode's clipped sum (no noise, {N} records, C = {C}) "
+             "against the naive float64 loop; ok within 1e-5 relative (2e-2 in bfloat16 / float16)", "",
+             "| case | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     print("\n".join(lines), flush=True)
     gaps = []
     for case in U.CASES:

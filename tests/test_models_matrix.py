@@ -191,3 +191,21 @@ def test_a_mean_loss_in_bfloat16_is_told_and_a_summed_one_is_independent_of_the_
         part = eng.clipped(U.subset(*batch, list(range(N - 1)), 0, N), 1e-3)
         last = eng.clipped(U.subset(*batch, [N - 1], 0, N), 1e-3)
     torch.testing.assert_close(full, part + last, rtol=1e-6, atol=1e-12)
+
+
+def test_a_step_inside_an_autocast_region_forms_nothing_in_bfloat16():
+    """The release runs with autocast off (exact_float32): the clipped sum asked inside ``torch.autocast`` is the
+    one asked outside it, bit for bit."""
+    case = U.case("bf16 autocast encoder, attention converted")
+    model, batch = _prepare(case)
+    sums = []
+    for inside in (False, True):
+        pm = PrivateModule(model, loss_reduction="sum")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = U.summed(case.loss)(pm(*batch[0]), batch[2])
+            loss.backward()
+            if inside:
+                sums.append(pm.captures[-1].clipped_sum(1e-2))
+        if not inside:
+            sums.append(pm.captures[-1].clipped_sum(1e-2))
+    assert torch.equal(sums[0], sums[1])

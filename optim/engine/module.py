@@ -114,7 +114,8 @@ class Capture:
         p = self.params
         return next(iter(p.values())).new_zeros(sum(t.numel() for t in p.values()))
 
-    # -- the terms a kernel asks for ---------------------------------------------------------------
+    # -- the terms a kernel asks for (under exact_float32: a step called inside autocast forms no vector in bf16) --
+    @exact_float32()
     def clipped_sum(self, c: float, stabilizer=None) -> torch.Tensor:
         if self.rows == 0:
             return self._zeros()
@@ -129,6 +130,7 @@ class Capture:
     def grad_sum(self) -> torch.Tensor:
         return self.clipped_sum(math.inf)
 
+    @exact_float32()
     def clipped_diff_sum(self, c: float, prev: dict, criterion) -> torch.Tensor:
         """Records' clipped gradient differences between this point and ``prev`` on this batch (the
         loss at ``prev`` by ``criterion`` on the recorded target)."""
@@ -193,7 +195,7 @@ class PrivateModule(nn.Module):
         if not isinstance(batch_first, bool):
             raise InputError(f"batch_first={batch_first!r} is not allowed: expected True (records on dimension 0 of the "
                              "module's input) or False (on dimension 1).")
-        self._plain = module              # what evaluation runs (a compiled module: compiled)
+        self.__dict__["_plain"] = module  # what evaluation runs (a compiled module: compiled); not a submodule
         module = getattr(module, "_orig_mod", module)     # torch.compile: training runs the original module eagerly
         errors = ModuleValidator.validate(module)
         if errors:
