@@ -24,8 +24,9 @@ from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPS
                          cross_entropy_loss, squared_loss)
 from .audit import noise_ks_test, noise_pooled_test, noise_std_test  # noqa: E402
 from .engine import BatchMemoryManager, BudgetExceeded, PrivacyEngine  # noqa: E402
-from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, PerExample, clip_factors,  # noqa: E402
-                       clip_path, clipped_grad_diff_sum, clipped_grad_sum, linear_attention, supports_ghost)
+from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, ModuleValidator, PerExample,  # noqa: E402
+                       clip_factors, clip_path, clipped_grad_diff_sum, clipped_grad_sum, linear_attention,
+                       supports_ghost)
 
 _deprecated.install()
 
@@ -34,7 +35,7 @@ __all__ = [
     "noise_pooled_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "clip_path",
-    "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention",
+    "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention", "ModuleValidator",
     "PrivacyEngine", "BatchMemoryManager", "BudgetExceeded",
     "algorithms", "audit", "clipping", "data", "engine", "randomness", "run", "tensors",
 ]

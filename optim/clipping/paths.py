@@ -35,7 +35,7 @@ points float32 cancellation made that norm wrong by orders of magnitude and let 
 the sum by up to thousands of C -- see tests/test_clipping_soundness.py.)
 
 Three paths: ``"ghost"`` (above), ``"layers"`` (:mod:`dpcalib.optim.clipping.layers`: any module tree of Linear,
-Conv1d/2d, Embedding, LayerNorm, GroupNorm -- sequences, CNNs, attention built from Linear layers),
+convolutions, Embedding, the norms, recurrent layers -- sequences, CNNs, attention built from Linear layers),
 ``"vmap"`` (anything).  ``method="auto"`` takes the ghost path for an ``nn.Sequential`` MLP, the
 layers path where every module with parameters has a rule, and vmap otherwise -- then with a
 :class:`ClippingFallbackWarning` naming the layers, once per model class.

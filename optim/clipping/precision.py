@@ -89,13 +89,23 @@ def _fp32_settings() -> list:
 
 @contextlib.contextmanager
 def exact_float32():
-    """Float32 matrix products and convolutions in IEEE float32 (no TF32, no bf16) inside the ``with``
-    block or the call decorated by ``@exact_float32()``; the previous settings restored on leaving, also
+    """Float32 matrix products and convolutions in IEEE float32 (no TF32, no bf16) and autocast off inside the
+    ``with`` block or the call decorated by ``@exact_float32()``; the previous settings restored on leaving, also
     on an error (module text: why every release needs it).  Re-entrant; the settings are process-wide,
     so another thread's products inside the block run exact too.  Costs ~5 us a call."""
     if not EXACT_FLOAT32:
         yield
         return
+    with contextlib.ExitStack() as stack:
+        for dev in ("cpu", "cuda"):           # a step called inside an autocast region: the release's products stay exact
+            if torch.is_autocast_enabled(dev):
+                stack.enter_context(torch.autocast(dev, enabled=False))
+        with _ieee():
+            yield
+
+
+@contextlib.contextmanager
+def _ieee():
     leaves = _fp32_settings()
     if leaves:
         saved = [(leaf, leaf.fp32_precision) for leaf in leaves]

@@ -35,6 +35,7 @@ from ...mechanisms.registry import lookup
 
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
+from ..clipping.validator import ModuleValidator
 from ..randomness import RunStreams, check_seed
 from ..run.transport import ONE_PROCESS
 from .ledger import Ledger
@@ -210,6 +211,8 @@ class PrivacyEngine:
         initialised ``torch.distributed`` group runs this loop on its share of each batch (the
         clipped sums are reduced, the noise drawn once).  Opacus's ``grad_sample_mode`` is accepted
         and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``.
+        ``batch_first`` (Opacus's meaning, default True): the module's input is ``[B, ...]``; False:
+        ``[T, B, ...]`` (every layer's record dimension is then found and checked at the first batch).
         ``regularizer``: ``r(params) -> scalar`` (params: the module's named parameters), a
         data-independent term of the objective; its gradient is public and is added to the private
         direction after the release (a term added to the loss instead would reach the parameters
@@ -281,7 +284,7 @@ class PrivacyEngine:
         if kernel_class is None:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
                              "batch.")
-        private = PrivateModule(module, loss_reduction=loss_reduction)
+        private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=kwargs.get("batch_first", True))
         first = next(module.parameters())
         dim = sum(p.numel() for p in module.parameters())
         kernel = kernel_class.for_run(mech, levels, n=n, clip=c, dim=dim, device=first.device, dtype=first.dtype)
@@ -317,6 +320,22 @@ class PrivacyEngine:
         if wrapped is not None:
             return private, opt, wrapped, loader
         return private, opt, loader
+
+    # -- the model's compatibility (Opacus's names; dpcalib.optim.clipping.validator decides) --------------
+    @classmethod
+    def get_compatible_module(cls, module):
+        """``module`` with every replacement :class:`~dpcalib.optim.clipping.ModuleValidator` makes (a copy),
+        checked: ``ModuleValidator.fix_and_validate(module)``."""
+        return ModuleValidator.fix_and_validate(module)
+
+    def is_compatible(self, *, module, optimizer=None, data_loader=None) -> bool:
+        """Whether ``make_private`` takes ``module``: ``ModuleValidator.is_valid(module)``."""
+        return ModuleValidator.is_valid(module)
+
+    def validate(self, *, module, optimizer=None, data_loader=None) -> None:
+        """Raise the first thing ``make_private`` would refuse in ``module``:
+        ``ModuleValidator.validate(module, strict=True)``."""
+        ModuleValidator.validate(module, strict=True)
 
     # -- privacy spent ----------------------------------------------------------------------------------
     def get_epsilon(self, delta: float) -> float:
