@@ -240,16 +240,21 @@ class Shared(nn.Module):
         return self.b(self.a(torch.tanh(self.a(x))))
 
 
-def test_a_module_run_twice_falls_back_to_vmap():
-    CL._WARNED.discard((Shared, "shared"))
+def test_a_module_run_twice_is_one_unit_of_the_fast_path():
+    """A module called twice: the record's gradient of its weight is the sum over both calls, measured as one
+    vector (the calls' norms added would understate it); no fallback, the naive loop's sums, gradients and
+    differences."""
     torch.manual_seed(0)
     model = Shared().double()
     params = {k: v.detach() for k, v in model.named_parameters()}
     x, y = torch.randn(5, 6, dtype=torch.float64), torch.randint(0, 3, (5,))
-    with pytest.warns(CL.ClippingFallbackWarning, match="more than once"):
-        got = _ours(model, x, y, 0.5, params)
-    ref = _naive(model, x, y, 0.5, params)
-    assert math.isclose(float(got.norm()), float(ref.norm()), rel_tol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CL.ClippingFallbackWarning)
+        for C in (0.05, 1e3):
+            for prev in (None, _prev(params, 1e-2)):
+                got = _ours(model, x, y, C, params, prev, method="layers")
+                ref = _naive(model, x, y, C, params, prev)
+                assert float((got - ref).norm()) <= 1e-10 * float(ref.norm()), (C, prev is None)
 
 
 @pytest.mark.parametrize("arch", ["mlp", "tree"])

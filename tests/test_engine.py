@@ -341,9 +341,11 @@ def test_a_step_without_a_backward_is_refused():
     m(xb)
     with pytest.raises(InputError, match="no backward"):
         opt.step()
-    for call in (lambda: m(input=xb), lambda: m([xb])):
-        with pytest.raises(InputError, match="first positional input must be the batch"):
-            call()
+    with pytest.raises(InputError, match="expected the batch, a tensor"):
+        m([xb])
+    m.clear()
+    torch.testing.assert_close(m(input=xb), m.inner(xb))     # the batch as a keyword input (Hugging Face's way)
+    m.clear()
     with torch.no_grad():
         assert m(xb).shape == (xb.shape[0], 1)              # evaluation: the plain module
 
@@ -444,7 +446,7 @@ def test_param_groups_and_a_learning_rate_schedule_are_the_wrapped_optimizers():
 
 def test_frozen_layers_are_constants_and_a_second_forward_is_refused():
     """Fine-tuning: a frozen first layer is no record's gradient (the run equals the reference optimizer
-    on the trained layers, the frozen ones untouched); a layer half frozen takes the vmap path; two
+    on the trained layers, the frozen ones untouched); a layer half frozen keeps its rule; two
     training forwards before one step would count a record twice and are refused."""
     net, ref_net = S.copies()
     for m in (net, ref_net):
@@ -477,12 +479,22 @@ def test_frozen_layers_are_constants_and_a_second_forward_is_refused():
     torch.testing.assert_close(S.flat(net[2]), S.flat(ref_net[2]), rtol=1e-9, atol=1e-12)
     half = S.model()
     half[2].bias.requires_grad_(False)
-    with pytest.warns(O.ClippingFallbackWarning, match="frozen"):
-        _, m2, opt2, crit2, loader2 = S.private("dp-sgd", half, x, y)
-    assert not m2.fast
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        S.loop(m2, opt2, crit2, loader2, epochs=1)
+        warnings.simplefilter("error", O.ClippingFallbackWarning)     # a layer half frozen: still its rule's
+        _, m2, opt2, crit2, loader2 = S.private("dp-sgd", half, x, y)
+        assert m2.fast
+        m2(x[:7]).mean().backward()
+    got = m2.captures[-1].clipped_sum(0.05)
+    m2.clear()
+    ref = 0.0
+    for i in range(7):          # the naive loop over the trained parameters
+        gs = torch.autograd.grad(half(x[i:i + 1]).sum(), [half[0].weight, half[0].bias, half[2].weight])
+        v = torch.cat([g.reshape(-1) for g in gs])
+        ref = ref + v * min(1.0, 0.05 / float(v.norm()))
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-15)
+    frozen_bias = half[2].bias.detach().clone()
+    S.loop(m2, opt2, crit2, loader2, epochs=1)
+    assert torch.equal(half[2].bias, frozen_bias)
     m3, opt3, loader3 = _make()
     xb, yb = next(iter(loader3))
     nn.MSELoss()(m3(xb), yb).backward()

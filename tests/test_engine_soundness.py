@@ -165,8 +165,9 @@ def test_batch_dependent_rounding_does_not_move_the_engines_difference_by_more_t
     model, pm, kind = _prepare("benchmark: MLP", torch.float32)
     params = {k: v.detach() for k, v in model.named_parameters()}
     x, y = _data(kind, 12, torch.float32, seed=2)
-    prev = _prev(params, 1e-6)                 # every difference clipped at C = 1e-5
-    moves = _removal_moves(pm, x, y, 1e-5, prev)
+    prev = _prev(params, 1e-7)                 # every difference clipped at C = 1e-8
+    moves = _removal_moves(pm, x, y, 1e-8, prev)
     assert max(moves) <= 1 + 1e-5 and max(moves) > 0.5, moves
     monkeypatch.setattr(precision, "DIFFERENCE_DTYPE", torch.float32)
-    assert max(_removal_moves(pm, x, y, 1e-5, prev)) > 1 + 1e-4      # 1.0025 C on 2026-11-27
+    # the planted products are float64 rounded once (the same on every CPU): 1.036 C when this was written
+    assert max(_removal_moves(pm, x, y, 1e-8, prev)) > 1.01

@@ -1,8 +1,12 @@
-"""The layers path's rule for ``nn.Conv1d`` / ``nn.Conv2d`` (any stride, zero padding, dilation,
-groups): the Linear rule with ``A`` the unfolded input patches (``T`` = output positions), per
+"""The layers path's rule for convolutions.  ``nn.Conv1d`` / ``nn.Conv2d`` (any stride, zero padding,
+dilation, groups): the Linear rule with ``A`` the unfolded input patches (``T`` = output positions), per
 group; or, for ``groups == 1`` where forming the per-record weight gradients is cheaper than the
 Gram products, ONE grouped convolution of the inputs with the back-propagated signals
-(:func:`conv_weight_grads`), measured and summed as the same matrices."""
+(:func:`conv_weight_grads`), measured and summed as the same matrices.  ``nn.Conv3d``, the transposed
+convolutions (1-d, 2-d, 3-d) and every padding mode (reflect, replicate, circular, uneven 'same'): the
+per-record weight gradients formed by ONE weight-gradient convolution with the records folded into the
+groups (:func:`conv_backward_grads`), measured and summed as the same tensors.  Records are on dim 0 of
+a convolution's input whatever the model's ``batch_first``."""
 
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import torch
 from torch import nn
 from torch.nn import functional as Fn
 
-from .linear import outer_terms
-from .numerics import gram_cheaper, record_sq64, rowdots64
-from .rules import Rule, register_rule
+from .linear import outer_terms, wants
+from .numerics import gram_cheaper, in_work, record_sq64, row_sq64, rowdots64
+from .rules import ALL, Rule, register_rule
 
-__all__ = ["conv_padding", "conv_blocks", "conv_weight_grads", "conv_formed", "RULE"]
+__all__ = ["conv_padding", "conv_blocks", "conv_weight_grads", "conv_formed", "conv_backward_grads", "RULE"]
+
+_TRANSPOSED = nn.modules.conv._ConvTransposeNd
 
 
 def conv_padding(m):
@@ -79,43 +85,103 @@ def conv_weight_grads(mod, a, g) -> torch.Tensor:
     return out.unflatten(1, (B, co))
 
 
-def conv_formed(mod, a1, g1, a0, g0):
+def conv_formed(mod, a1, g1, a0, g0, want=ALL):
     """A conv's ``(norm2, sums)`` from the formed per-sample weight gradients (gradient, or the
     difference ``dg a^T + g0 da^T``), measured and summed as the same matrices."""
-    if a0 is None:
-        W, bias_sig = conv_weight_grads(mod, a1, g1), g1
-    else:
-        bias_sig = g1 - g0
+    bias_sig = g1 if a0 is None else g1 - g0
+    B = g1.shape[0]
+    norm2 = torch.zeros(B, dtype=torch.float64, device=g1.device)
+    W = None
+    if wants(mod, "weight", want):
         W = conv_weight_grads(mod, a1, bias_sig)
-        if not torch.equal(a1, a0):
+        if a0 is not None and not torch.equal(a1, a0):
             W = W + conv_weight_grads(mod, a1 - a0, g0)
-    B = W.shape[1]
-    norm2 = record_sq64(W)
-    has_b = mod.bias is not None
+        norm2 = norm2 + record_sq64(W)
+    has_b = wants(mod, "bias", want)
     if has_b:
         bs = bias_sig.reshape(B, bias_sig.shape[1], -1).sum(2)
         norm2 = norm2 + rowdots64([(bs, bs)])[0]
 
     def sums(f):      # [in, B] x [in, B, out k0 k1] -> [in, out k0 k1]: a batched matrix product, no copy of W
-        w = torch.matmul(f, W.reshape(W.shape[0], B, -1)).reshape(W.shape[0], *W.shape[2:]).transpose(0, 1)
-        out = {"weight": w.reshape(mod.weight.shape)}
+        out = {}
+        if W is not None:
+            w = torch.matmul(f.to(W.dtype), W.reshape(W.shape[0], B, -1)).reshape(W.shape[0], *W.shape[2:]).transpose(0, 1)
+            out["weight"] = w.reshape(mod.weight.shape)
         if has_b:
-            out["bias"] = (bs * f[:, None]).sum(0)
+            out["bias"] = (bs * f.to(bs.dtype)[:, None]).sum(0)
         return out
     return norm2, sums
 
 
-def terms(mod, a1, g1, a0=None, g0=None):
+def _explicit_padding(mod, a):
+    """``(a padded as the layer pads it, numeric padding left to the convolution)``: a padding mode other than
+    zeros, or an uneven 'same', is applied to the input explicitly (as the layer's own forward does)."""
+    if isinstance(mod, _TRANSPOSED):
+        return a, tuple(mod.padding)
+    if mod.padding_mode != "zeros":
+        return Fn.pad(a, mod._reversed_padding_repeated_twice, mode=mod.padding_mode), (0,) * len(mod.kernel_size)
+    pad = conv_padding(mod)
+    if pad is not None:
+        return a, pad
+    lr = []                                    # 'same' with an odd total: torch pads the extra one at the far end
+    for k, d in zip(reversed(mod.kernel_size), reversed(mod.dilation)):
+        total = d * (k - 1)
+        lr += [total // 2, total - total // 2]
+    return Fn.pad(a, lr), (0,) * len(mod.kernel_size)
+
+
+def conv_backward_grads(mod, a, g) -> torch.Tensor:
+    """Per-record weight gradients ``[B, *weight.shape]`` of any convolution (1-3 d, transposed, groups, every
+    padding mode), by ONE weight-gradient convolution with the records folded into the groups (records as
+    ``B * groups`` groups of one batch element: no record's gradient sees another's signals)."""
+    a, pad = _explicit_padding(mod, a)
+    a, g = in_work(a, g)
+    B, w = a.shape[0], mod.weight
+    wf = w.detach().to(a.dtype).expand(B, *w.shape).reshape(B * w.shape[0], *w.shape[1:])
+    _, gw, _ = torch.ops.aten.convolution_backward(
+        g.reshape(1, -1, *g.shape[2:]), a.reshape(1, -1, *a.shape[2:]), wf, None, list(mod.stride), list(pad),
+        list(mod.dilation), isinstance(mod, _TRANSPOSED), list(getattr(mod, "output_padding", (0,) * len(pad))),
+        mod.groups * B, [False, True, False])
+    return gw.view(B, *w.shape)
+
+
+def per_record(mod, a, g, want=ALL) -> dict:
+    out = {}
+    if wants(mod, "weight", want):
+        out["weight"] = conv_backward_grads(mod, a, g)
+    if wants(mod, "bias", want):
+        (gw,) = in_work(g)
+        out["bias"] = gw.reshape(g.shape[0], g.shape[1], -1).sum(2)
+    return out
+
+
+def _backward_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """``(norm2, sums)`` from :func:`per_record` (the difference: of the two points' records' gradients)."""
+    per = per_record(mod, a1, g1, want)
+    if a0 is not None:
+        p0 = per_record(mod, a0, g0, want)
+        per = {k: v - p0[k] for k, v in per.items()}
+    B = g1.shape[0]
+    norm2 = sum((row_sq64(v.reshape(B, -1)) for v in per.values()),
+                torch.zeros(B, dtype=torch.float64, device=g1.device))
+    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in per.items()})
+
+
+def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    if isinstance(mod, (nn.Conv3d, _TRANSPOSED)) or conv_padding(mod) is None:
+        return _backward_terms(mod, a1, g1, a0, g0, want)
+    a1, g1, a0, g0 = in_work(a1, g1, a0, g0)
     if mod.groups == 1:
         T, din = g1[0].numel() // g1.shape[1], mod.weight[0].numel()
         if not gram_cheaper(T, din, mod.out_channels):      # formed: one grouped convolution, no unfold
-            return conv_formed(mod, a1, g1, a0, g0)
+            return conv_formed(mod, a1, g1, a0, g0, want)
     b0 = conv_blocks(mod, a0, g0) if a0 is not None else None
-    return outer_terms(mod, conv_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0))
+    return outer_terms(mod, conv_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want)
 
 
-def why_not(m) -> str | None:
-    return f"padding {m.padding!r} / mode {m.padding_mode!r}" if conv_padding(m) is None else None
+def _record_dim(mod) -> int:
+    return 0
 
 
-RULE = register_rule(Rule((nn.Conv1d, nn.Conv2d), terms, why_not))
+RULE = register_rule(Rule((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                           nn.ConvTranspose3d), terms, per_record=per_record, record_dim=_record_dim))

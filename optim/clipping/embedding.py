@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .rules import Rule, register_rule
+from .linear import wants
+from .numerics import in_work
+from .rules import ALL, Rule, register_rule
 
 __all__ = ["RULE"]
 
@@ -15,7 +17,7 @@ __all__ = ["RULE"]
 def _embedding_parts(mod, a, g):
     B = a.shape[0]
     ids = a.reshape(B, -1)
-    G = g.reshape(B, ids.shape[1], -1)
+    (G,) = in_work(g.reshape(B, ids.shape[1], -1))
     if mod.padding_idx is not None:
         G = G * (ids != mod.padding_idx).unsqueeze(-1).to(G.dtype)
     return ids, G
@@ -29,14 +31,27 @@ def _embedding_sq(ids, G) -> torch.Tensor:
 
 def _embedding_sum(mod, ids, G, f) -> torch.Tensor:
     D = G.shape[-1]
-    return G.new_zeros(mod.num_embeddings, D).index_add_(0, ids.reshape(-1), (G * f[:, None, None]).reshape(-1, D))
+    return G.new_zeros(mod.num_embeddings, D).index_add_(0, ids.reshape(-1), (G * f.to(G.dtype)[:, None, None]).reshape(-1, D))
 
 
-def terms(mod, a1, g1, a0=None, g0=None):
+def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
     ids, G = _embedding_parts(mod, a1, g1)
+    if not wants(mod, "weight", want):
+        return torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device), (lambda f: {})
     if a0 is not None:
         G = G - _embedding_parts(mod, a0, g0)[1]
     return _embedding_sq(ids, G), (lambda f: {"weight": _embedding_sum(mod, ids, G, f)})
+
+
+def per_record(mod, a, g, want=ALL) -> dict:
+    """``{"weight": [B, num_embeddings, dim]}`` (formed: a weight shared with another call, e.g. tied)."""
+    if not wants(mod, "weight", want):
+        return {}
+    ids, G = _embedding_parts(mod, a, g)
+    B, T, D = G.shape
+    rows = (ids + torch.arange(B, device=ids.device)[:, None] * mod.num_embeddings).reshape(-1)
+    return {"weight": G.new_zeros(B * mod.num_embeddings, D).index_add_(0, rows, G.reshape(-1, D))
+            .view(B, mod.num_embeddings, D)}
 
 
 def why_not(m) -> str | None:
@@ -44,4 +59,4 @@ def why_not(m) -> str | None:
         else None
 
 
-RULE = register_rule(Rule((nn.Embedding,), terms, why_not))
+RULE = register_rule(Rule((nn.Embedding,), terms, why_not, per_record=per_record))

@@ -25,17 +25,19 @@ rounding scales with the differences; embeddings and norm layers subtract their 
 gradients directly.
 
 Each layer kind's rule is its own module behind the registry of :mod:`.rules` (:mod:`.linear`,
-:mod:`.conv`, :mod:`.embedding`, :mod:`.normalization`), and the float64 numerics they share are
-:mod:`.numerics`; this module runs the path: the signals of every module, the checks that each
-parameter is used once by its own module, the clip factors from the summed norms, the sums.
+:mod:`.conv`, :mod:`.embedding`, :mod:`.normalization`, :mod:`.recurrent`), and the float64 numerics they share
+are :mod:`.numerics`; this module runs the path: the calls of every module that owns parameters
+(:mod:`.calls`), the check that each parameter reaches the loss only through the calls of the modules
+that own it, the clip factors from the summed norms, the sums (:mod:`.units`: calls that share a
+parameter -- a module called twice, one weight owned by two modules -- are measured together).
 
 **Guarantee** (as :mod:`dpcalib.optim.clipping.paths`): the norm behind each record's clip factor is the norm of
 exactly the vector the path adds for that record, accumulated in float64 from the working-dtype
 signals (the Gram products and the formed gradients are float64).  A module that owns parameters
 and is not one of these kinds makes the model unsupported (:func:`unsupported_layers` names them);
-a parameter that reaches the loss other than through one call of its own module (a module called
-twice, tied weights, a weight used functionally elsewhere) is detected on the autograd graph of
-every call (:func:`_check_uses`); either way the caller falls back to vmap.
+a parameter that reaches the loss other than through the calls of the modules that own it (a weight
+used functionally by a parent, as ``F.linear(h, self.emb.weight)``) is detected on the autograd graph
+of every call (:func:`place_uses`); either way the caller falls back to vmap.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from . import conv, embedding, linear, normalization  # noqa: F401  (each registers its layer kind's rule)
+from . import conv, embedding, linear, normalization, recurrent  # noqa: F401  (each registers its layer kind's rule)
+from .calls import Recorder, leaves, owners
 from .precision import widened, widened_buffers
 from .rules import rule_for
+from .units import add_sums, signal_terms
 
 __all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
-           "signal_terms", "add_sums", "check_single_use"]
+           "signal_terms", "add_sums", "count_uses", "key_map", "uses_of", "place_uses"]
 
 
 def why_not(m: nn.Module) -> str | None:
@@ -62,7 +66,7 @@ def why_not(m: nn.Module) -> str | None:
     rule = rule_for(m)
     if rule is None:
         return "no per-sample rule for this layer"
-    if not own <= {"weight", "bias"}:
+    if rule.signals == "first" and not own <= {"weight", "bias"}:
         return f"unexpected parameters {sorted(own)}"
     return rule.why_not(m)
 
@@ -82,48 +86,76 @@ def supports_layers(model: nn.Module) -> bool:
 
 
 class SharedModule(Exception):
-    """A parameter reaches the loss other than through one call of its own module (a module run
-    twice, tied weights, a weight used functionally by another module): its per-sample gradient
-    would need terms the per-layer rules do not see, so the layers path does not take the model."""
+    """A parameter reaches the loss other than through the calls of the modules that own it (a weight used
+    functionally by another module, a parent that uses a child's weight): its per-sample gradient would need
+    terms the per-layer rules do not see, so the layers path does not take the model."""
 
 
-# -- signals -----------------------------------------------------------------------------------
+def key_map(model: nn.Module, names) -> dict:
+    """``{id(module): {own name: run's name}}`` for the parameters in ``names`` (the run's names, as
+    ``named_parameters()`` gives them: a tied weight under its first name)."""
+    run = {id(p): k for k, p in model.named_parameters() if k in names}
+    out = {}
+    for _, m in model.named_modules(remove_duplicate=False):
+        own = {k: run[id(p)] for k, p in m.named_parameters(recurse=False) if id(p) in run}
+        if own:
+            out[id(m)] = own
+    return out
+
+
 # -- signals -----------------------------------------------------------------------------------
 def _signals(model, params, loss_fn, x, y):
-    """``[(prefix, module, input, grad of output)]`` for every module that owns parameters."""
+    """The calls of every module that owns parameters (records on dim 0), their output gradients set."""
     p = {k: v.detach().requires_grad_(True) for k, v in params.items()}   # leaves: every output is in the graph
     dtype = next(iter(p.values())).dtype
     x, y = widened(x, dtype), widened(y, dtype)      # a difference release's float64 pass (.precision)
-    records, handles = [], []
-    for name, m in model.named_modules():
-        if any(True for _ in m.parameters(recurse=False)):
-            def hook(mod, inp, out, name=name):
-                records.append((name, mod, inp[0].detach(), out))
-            handles.append(m.register_forward_hook(hook))
+    keys = key_map(model, p)
+    rec = Recorder(owners(model, {id(q) for k, q in model.named_parameters() if k in p}))
+    calls = []
+    rec.start(calls, x.shape[0])
     try:
         out = functional_call(model, (p, widened_buffers(model, dtype)), (x,))
     finally:
-        for h in handles:
-            h.remove()
-    names = [r[0] for r in records]
-    if len(set(names)) != len(names):
-        raise SharedModule(next(n for n in names if names.count(n) > 1))
+        rec.stop()
+        rec.remove()
+    for c in calls:
+        c.keys = keys.get(id(c.module), {})
+        rule = rule_for(c.module)
+        c.dim = rule.record_dim(c.module) if rule is not None else None
+        c.dim = 0 if c.dim is None else c.dim
+        if rule is not None and rule.records is not None:
+            continue
+        a = c.input()
+        if not isinstance(a, torch.Tensor) or a.dim() <= c.dim or a.shape[c.dim] != x.shape[0]:
+            raise SharedModule(c.name)
     total = loss_fn(out, y).sum()
-    _check_uses(total, p, set(names))
-    gs = torch.autograd.grad(total, [r[3] for r in records], allow_unused=True)
-    return [(name, mod, a, torch.zeros_like(z) if g is None else g.detach())
-            for (name, mod, a, z), g in zip(records, gs)]
+    moved, rest = place_uses(calls, out, p)
+    if moved or rest:
+        raise SharedModule((list(moved) + rest)[0])
+    outs = [z for c in calls for z in c.outs]
+    gs = torch.autograd.grad(total, outs, allow_unused=True)
+    i = 0
+    for c in calls:
+        for j, z in enumerate(c.outs):
+            if gs[i] is not None:
+                c.grads[j] = gs[i].detach()
+            i += 1
+    return calls
 
 
-def _check_uses(total, leaves: dict, recorded: set) -> None:
-    """Every parameter must reach the loss through exactly one operation of its own module's call,
-    and a parameter of a module that did not run must not reach it at all: the per-sample rules see
-    only the module's own call.  Tied weights (an embedding's matrix reused by an output layer),
-    a parent that uses a child's weight functionally (``nn.MultiheadAttention``'s ``out_proj``) or a
-    module called twice would otherwise lose terms of the per-sample gradient.  Counted on the
-    autograd graph: the edges into each parameter's gradient accumulator."""
-    ids = {id(t): k for k, t in leaves.items()}
-    count = dict.fromkeys(leaves, 0)
+def count_uses(calls) -> dict:
+    """``{run's name: calls}``: how many recorded calls of modules owning each parameter ran."""
+    out: dict = {}
+    for c in calls:
+        for k in c.keys.values():
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _edges(total, leaves_: dict) -> dict:
+    """``{name: n}``: the edges into each leaf's gradient accumulator on the autograd graph of ``total``."""
+    ids = {id(t): k for k, t in leaves_.items()}
+    count = dict.fromkeys(leaves_, 0)
     seen, stack = set(), [total.grad_fn]
     while stack:
         fn = stack.pop()
@@ -140,71 +172,59 @@ def _check_uses(total, leaves: dict, recorded: set) -> None:
                     count[k] += 1
             else:
                 stack.append(nxt)
-    for k, c in count.items():
-        owner = k.rsplit(".", 1)[0] if "." in k else ""
-        if c != (1 if owner in recorded else 0):
-            raise SharedModule(k)
+    return count
 
 
-def _key(prefix: str, p: str) -> str:
-    return f"{prefix}.{p}" if prefix else p
+def place_uses(calls, out, leaves_: dict) -> tuple:
+    """Where each parameter of ``leaves_`` (the run's names; leaves of the forward that gave ``out`` and the
+    recorded ``calls``) is used: ``({name: (module, own name)}, [names])`` -- the parameters whose every use is
+    inside the calls of the nearest recorded ancestor of their module rather than of the module itself (a parent
+    that uses a child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s), and those used elsewhere too.
+    The others are used only inside the calls of the modules that own them: counted on the graph of ``out``
+    against each such call replayed alone (a fused recurrent kernel uses its weights once per time step)."""
+    uses = uses_of(out, leaves_)
+    expected = count_uses(calls)
+    inside: dict = {}
+
+    def within(c, names):
+        if id(c) not in inside:
+            q = {n: t.detach().requires_grad_(True) for n, t in c.module.named_parameters()}
+            with torch.enable_grad():
+                iso = functional_call(c.module, q, tuple(c.args), dict(c.kwargs))
+            inside[id(c)] = uses_of(iso, q)
+        return sum(inside[id(c)].get(n, 0) for n in names)
+    moved, rest = {}, []
+    for k in leaves_:
+        if uses[k] == 0 or uses[k] == expected.get(k, 0):
+            continue
+        mine = [(c, [n for n, v in c.keys.items() if v == k]) for c in calls if k in c.keys.values()]
+        if mine and sum(within(c, ns) for c, ns in mine) == uses[k]:
+            continue
+        owner = next((c for c in sorted(calls, key=lambda c: -len(c.name))
+                      if c.name and k.startswith(c.name + ".") and c.keys), None)
+        if owner is not None:
+            rel = k[len(owner.name) + 1:]
+            if sum(within(c, [rel]) for c in calls if c.module is owner.module) == uses[k]:
+                moved[k] = (owner.module, rel)
+                continue
+        rest.append(k)
+    return moved, sorted(rest)
+
+
+def uses_of(out, leaves_: dict) -> dict:
+    """``{name: uses}`` of every leaf parameter on the autograd graph of ``out``'s floating tensors."""
+    ts = [t for t in leaves(out) if t.is_floating_point() and t.requires_grad]
+    if not ts:
+        return dict.fromkeys(leaves_, 0)
+    return _edges(sum(t.sum() for t in ts), leaves_)
 
 
 # -- the path ----------------------------------------------------------------------------------
-def _layer_terms(mod, a1, g1, a0=None, g0=None):
-    """Per layer: ``(norm2 [B] float64, sums(f) -> {param: tensor})`` for the gradient (``a0`` None)
-    or the gradient difference between the point of ``(a1, g1)`` and that of ``(a0, g0)``: its kind's rule."""
-    return rule_for(mod).terms(mod, a1, g1, a0, g0)
-
-
 def _signals_of(cache, model, params, loss_fn, x, y, s, e):
     if cache is None:
         return _signals(model, params, loss_fn, x[s:e], y[s:e])
     return cache.signals("layers", model, loss_fn, x, y, s, e, params,
                          lambda: _signals(model, params, loss_fn, x[s:e], y[s:e]))
-
-
-def signal_terms(sig1, sig0=None) -> tuple:
-    """``(norm2 [B] float64, [(module name, sums)])`` of every layer's signals ``[(name, module, a, g)]``
-    at one point (``sig0`` None: the gradient) or at two (the difference): the records' squared norms
-    summed over the layers, and each layer's ``sums(f)`` (:class:`~.rules.Rule`)."""
-    if sig0 is None:
-        sig0 = [None] * len(sig1)
-    terms, norm2 = [], None
-    for r1, r0 in zip(sig1, sig0):
-        name, mod, a1, g1 = r1
-        n2, sums = _layer_terms(mod, a1, g1, *((r0[2], r0[3]) if r0 is not None else ()))
-        if norm2 is None:
-            norm2 = torch.zeros(a1.shape[0], dtype=torch.float64, device=a1.device)
-        norm2 = norm2 + n2
-        terms.append((name, sums))
-    return norm2, terms
-
-
-def add_sums(total: dict, terms, f) -> None:
-    """``total[param] += sum_i f_i v_i`` for every layer of :func:`signal_terms` (``f`` in the parameters' dtype)."""
-    for name, sums in terms:
-        for p, v in sums(f).items():
-            total[_key(name, p)] += v
-
-
-def check_single_use(model, params: dict, x, args=(), kwargs=None) -> None:
-    """Raise :class:`SharedModule` unless every parameter reaches the output through exactly one call
-    of its own module (:func:`_check_uses` on a forward of ``x`` at ``params``)."""
-    p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    names, handles = [], []
-    for name, m in model.named_modules():
-        if any(True for _ in m.parameters(recurse=False)):
-            handles.append(m.register_forward_hook(lambda mod, inp, out, name=name: names.append(name)))
-    try:
-        with torch.enable_grad():
-            out = functional_call(model, p, (x,) + tuple(args), kwargs or {})
-    finally:
-        for h in handles:
-            h.remove()
-    if len(set(names)) != len(names):
-        raise SharedModule(next(n for n in names if names.count(n) > 1))
-    _check_uses(out.sum(), p, set(names))
 
 
 def _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer, factors_of, cache=None):

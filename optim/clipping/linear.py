@@ -2,25 +2,33 @@
 sequence): record i's weight gradient is ``G_i^T A_i`` (``[T, out]^T [T, in]``), its bias gradient
 ``sum_t g_it``; norms by Gram products when cheaper (``||G^T A||_F^2 = sum_{t,s} (a_t . a_s)(g_t .
 g_s)``, ``T^2 (in + out)`` against ``T in out``), differences as ``dG^T A + G0^T dA``
-(:func:`outer_terms`, which the convolutions share)."""
+(:func:`outer_terms`, which the convolutions share).  The same rule takes Hugging Face's ``Conv1D``
+(GPT-2's projections: a Linear whose weight is stored ``[in, out]``), matched by name so that
+transformers is never imported here.  Signals of any floating dtype are formed in float32 or better
+(:func:`~.numerics.work_dtype`: autocast, bfloat16 and float16 parameters)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .numerics import gram_block
-from .rules import Rule, register_rule
+from .numerics import gram_block, in_work, row_sq64
+from .rules import ALL, Rule, register_rule
 
-__all__ = ["outer_terms", "linear_blocks", "RULE"]
+__all__ = ["outer_terms", "linear_blocks", "wants", "RULE", "CONV1D_RULE", "is_hf_conv1d"]
 
 
-def outer_terms(mod, b1, b0=None, same_in: bool = False):
+def wants(mod, name: str, want) -> bool:
+    """The module has parameter ``name`` and the caller wants it (``want`` ALL: every one)."""
+    return getattr(mod, name, None) is not None and (want is ALL or name in want)
+
+
+def outer_terms(mod, b1, b0=None, same_in: bool = False, want=ALL, transposed: bool = False):
     """``(norm2, sums)`` of a layer whose per-record gradient is a sum over positions of outer products,
     block by block (``b1``, ``b0``: ``[(A [B, T, in], G [B, T, out])]`` per block at the two points;
     ``b0`` None: the gradient, else the difference ``dG^T A1 + G0^T (A1 - A0)``, with the second term
     dropped when the inputs are the same, ``same_in``).  The bias's signal is the (difference of the)
-    back-propagated signal summed over positions."""
+    back-propagated signal summed over positions.  ``transposed``: the weight is stored ``[in, out]``."""
     if b0 is not None:
         blocks = []
         for (A1, G1), (A0, G0) in zip(b1, b0):
@@ -28,15 +36,21 @@ def outer_terms(mod, b1, b0=None, same_in: bool = False):
             blocks.append([(dG, A1)] if same_in else [(dG, A1), (G0, A1 - A0)])
     else:
         blocks = [[(G, A)] for A, G in b1]
-    parts = [gram_block(t) for t in blocks]
-    norm2 = sum(n2 for n2, _ in parts)
-    has_b = mod.bias is not None
+    B = b1[0][0].shape[0]
+    norm2 = torch.zeros(B, dtype=torch.float64, device=b1[0][0].device)
+    parts = []
+    if wants(mod, "weight", want):
+        parts = [gram_block([(A, G) for G, A in t] if transposed else t) for t in blocks]
+        norm2 = norm2 + sum(n2 for n2, _ in parts)
+    has_b = wants(mod, "bias", want)
     if has_b:
         bias_sig = torch.cat([t[0][0] for t in blocks], dim=2)           # [B, T, out]: dG or G
-        norm2 = norm2 + bias_sig.sum(1).to(torch.float64).pow(2).sum(1)
+        norm2 = norm2 + row_sq64(bias_sig.sum(1))
 
     def sums(f):
-        out = {"weight": torch.cat([fn(f) for _, fn in parts], 0).reshape(mod.weight.shape)}
+        out = {}
+        if parts:
+            out["weight"] = torch.cat([fn(f) for _, fn in parts], 1 if transposed else 0).reshape(mod.weight.shape)
         if has_b:
             out["bias"] = (bias_sig * f[:, None, None]).sum((0, 1))
         return out
@@ -44,14 +58,45 @@ def outer_terms(mod, b1, b0=None, same_in: bool = False):
 
 
 def linear_blocks(mod, a, g):
-    """``[(A [B, T, in], G [B, T, out])]``: the layer's one block."""
+    """``[(A [B, T, in], G [B, T, out])]``: the layer's one block, in the work dtype."""
     B = a.shape[0]
+    a, g = in_work(a, g)
     return [(a.reshape(B, -1, a.shape[-1]), g.reshape(B, -1, g.shape[-1]))]
 
 
-def terms(mod, a1, g1, a0=None, g0=None):
+def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
     b0 = linear_blocks(mod, a0, g0) if a0 is not None else None
-    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0))
+    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want)
 
 
-RULE = register_rule(Rule((nn.Linear,), terms))
+def per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
+    """The records' gradients ``{"weight": [B, out, in], "bias": [B, out]}`` (formed: a shared parameter)."""
+    (A, G), = linear_blocks(mod, a, g)
+    out = {}
+    if wants(mod, "weight", want):
+        out["weight"] = torch.einsum("bti,bto->bio" if transposed else "bto,bti->boi", G, A)
+    if wants(mod, "bias", want):
+        out["bias"] = G.sum(1)
+    return out
+
+
+RULE = register_rule(Rule((nn.Linear,), terms, per_record=per_record))
+
+
+def is_hf_conv1d(mod) -> bool:
+    """Hugging Face's ``transformers.pytorch_utils.Conv1D`` (matched by name: transformers is optional)."""
+    t = type(mod)
+    return t.__name__ == "Conv1D" and t.__module__.startswith("transformers") and hasattr(mod, "nf")
+
+
+def _conv1d_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    b0 = linear_blocks(mod, a0, g0) if a0 is not None else None
+    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want,
+                       transposed=True)
+
+
+def _conv1d_per_record(mod, a, g, want=ALL):
+    return per_record(mod, a, g, want, transposed=True)
+
+
+CONV1D_RULE = register_rule(Rule((), _conv1d_terms, per_record=_conv1d_per_record, match=is_hf_conv1d))

@@ -1,7 +1,8 @@
-"""The layers path's rule for ``nn.LayerNorm`` / ``nn.GroupNorm`` (affine): record i's weight
-gradient is ``sum_t g_it * xhat_it`` and its bias gradient ``sum_t g_it``, with ``xhat`` the
-normalised input recomputed from the layer's input by the layer's own normalisation; differences
-subtract the per-record gradients directly; norms in float64."""
+"""The layers path's rule for the affine normalisations -- ``nn.LayerNorm``, ``nn.RMSNorm``, ``nn.GroupNorm`` and
+``nn.InstanceNorm1d/2d/3d`` (``affine=True``): record i's weight gradient is ``sum_t g_it * xhat_it`` and its bias
+gradient ``sum_t g_it``, with ``xhat`` the normalised input recomputed from the layer's input by the layer's own
+normalisation (one fused kernel, in float32 or better); differences subtract the per-record gradients directly;
+norms in float64.  Group and instance normalisation take records on dim 0 whatever the model's layout."""
 
 from __future__ import annotations
 
@@ -9,46 +10,65 @@ import torch
 from torch import nn
 from torch.nn import functional as Fn
 
-from .numerics import row_sq64
-from .rules import Rule, register_rule
+from .linear import wants
+from .numerics import in_work, row_sq64
+from .rules import ALL, Rule, register_rule
 
 __all__ = ["RULE"]
 
+_INSTANCE = nn.modules.instancenorm._InstanceNorm
+_CHANNELS = (nn.GroupNorm, _INSTANCE)
+_RMS = (nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()
+
 
 def _norm_stats(mod, a):
-    """The normalised input ``xhat`` of a LayerNorm / GroupNorm (what its weight multiplies): the
-    layer's own normalisation without its affine part, one fused kernel."""
+    """The normalised input ``xhat`` (what the weight multiplies): the layer's own normalisation without its
+    affine part, one fused kernel."""
     if isinstance(mod, nn.LayerNorm):
         return Fn.layer_norm(a, mod.normalized_shape, eps=mod.eps)
+    if _RMS and isinstance(mod, _RMS):
+        return Fn.rms_norm(a, mod.normalized_shape, eps=mod.eps)
+    if isinstance(mod, _INSTANCE):
+        return Fn.instance_norm(a, eps=mod.eps)
     return Fn.group_norm(a, mod.num_groups, eps=mod.eps)
 
 
-def _norm_per_sample(mod, a, g) -> dict:
-    """Per-sample gradients ``{"weight": [B, ...], "bias": [B, ...]}`` of a LayerNorm / GroupNorm."""
-    xhat = _norm_stats(mod, a)
+def per_record(mod, a, g, want=ALL) -> dict:
+    """Per-record gradients ``{"weight": [B, ...], "bias": [B, ...]}``."""
+    a, g = in_work(a, g)
     B = a.shape[0]
     out = {}
-    if isinstance(mod, nn.LayerNorm):
-        k = a.dim() - len(mod.normalized_shape)
-        lead = tuple(range(1, k))
-        out["weight"] = (g * xhat).sum(lead) if lead else g * xhat
-        if mod.bias is not None:
-            out["bias"] = g.sum(lead) if lead else g
-    else:
-        gx = (g * xhat).reshape(B, a.shape[1], -1).sum(2)
-        out["weight"] = gx
-        if mod.bias is not None:
+    w_on, b_on = wants(mod, "weight", want), wants(mod, "bias", want)
+    if isinstance(mod, _CHANNELS):
+        if w_on:
+            out["weight"] = (g * _norm_stats(mod, a)).reshape(B, a.shape[1], -1).sum(2)
+        if b_on:
             out["bias"] = g.reshape(B, a.shape[1], -1).sum(2)
+        return out
+    k = a.dim() - len(mod.normalized_shape)
+    lead = tuple(range(1, k))
+    if w_on:
+        gx = g * _norm_stats(mod, a)
+        out["weight"] = gx.sum(lead) if lead else gx
+    if b_on:
+        out["bias"] = g.sum(lead) if lead else g
     return out
 
 
-def terms(mod, a1, g1, a0=None, g0=None):
-    per = _norm_per_sample(mod, a1, g1)
+def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    per = per_record(mod, a1, g1, want)
     if a0 is not None:
-        p0 = _norm_per_sample(mod, a0, g0)
+        p0 = per_record(mod, a0, g0, want)
         per = {k: v - p0[k] for k, v in per.items()}
-    norm2 = sum(row_sq64(v.reshape(v.shape[0], -1)) for v in per.values())
-    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f, v) for k, v in per.items()})
+    B = a1.shape[0]
+    norm2 = sum((row_sq64(v.reshape(B, -1)) for v in per.values()),
+                torch.zeros(B, dtype=torch.float64, device=a1.device))
+    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in per.items()})
 
 
-RULE = register_rule(Rule((nn.LayerNorm, nn.GroupNorm), terms))
+def _record_dim(mod):
+    return 0 if isinstance(mod, _CHANNELS) else None
+
+
+RULE = register_rule(Rule((nn.LayerNorm, nn.GroupNorm, _INSTANCE) + _RMS, terms, per_record=per_record,
+                          record_dim=_record_dim))

@@ -12,7 +12,25 @@ import math
 import torch
 
 __all__ = ["ROW_BLOCK", "rowdots64", "UPPER_MAX_COLS", "row_sq_upper", "rows_sq_upper", "gram_cheaper", "gram_block",
-           "CAST_ELEMS", "row_sq64", "record_sq64"]
+           "CAST_ELEMS", "row_sq64", "record_sq64", "work_dtype", "in_work"]
+
+
+def work_dtype(*tensors) -> torch.dtype:
+    """The dtype a rule forms per-record gradients in: the widest floating dtype of ``tensors``, and at least
+    float32 -- so that under ``torch.autocast`` (a float32 input beside a bfloat16 output gradient) or with
+    bfloat16 / float16 parameters every product a norm is measured on is formed in float32 or better (the
+    inputs cast exactly; the sums are cast to the parameters' dtype once, at the end)."""
+    out = torch.float32
+    for t in tensors:
+        if t is not None and t.is_floating_point():
+            out = torch.promote_types(out, t.dtype)
+    return out
+
+
+def in_work(*tensors):
+    """``tensors`` in their :func:`work_dtype` (integer tensors, e.g. ids, and None unchanged)."""
+    dt = work_dtype(*tensors)
+    return tuple(t.to(dt) if t is not None and t.is_floating_point() and t.dtype != dt else t for t in tensors)
 
 
 #: rows per block of :func:`rowdots64` (the float64 copies of a block stay in cache)
@@ -122,7 +140,7 @@ def gram_block(terms):
     if T == 1 and len(terms) == 1:
         gg, aa = rowdots64([(G0[:, 0], G0[:, 0]), (A0[:, 0], A0[:, 0])])
         n2 = gg * aa
-        return n2, (lambda f: (G0[:, 0] * f[:, None]).T @ A0[:, 0])
+        return n2, (lambda f: (G0[:, 0] * f.to(G0.dtype)[:, None]).T @ A0[:, 0])
     if gram_cheaper(T, din, dout):
         n2 = torch.zeros(B, dtype=torch.float64, device=A0.device)
         step = max(1, CAST_ELEMS // max(T * (din + dout) * len(terms), 1))   # records per float64 block
@@ -133,9 +151,9 @@ def gram_block(terms):
                     Gj, Aj = c[j]
                     v = ((Ai @ Aj.transpose(1, 2)) * (Gi @ Gj.transpose(1, 2))).sum((1, 2))
                     n2[s:s + step] += v if i == j else 2.0 * v
-        return n2, (lambda f: sum(torch.einsum("bto,bti->oi", G * f[:, None, None], A) for G, A in terms))
+        return n2, (lambda f: sum(torch.einsum("bto,bti->oi", G * f.to(G.dtype)[:, None, None], A) for G, A in terms))
     W = sum(torch.einsum("bto,bti->boi", G, A) for G, A in terms)            # [B, out, in]
-    return row_sq64(W.reshape(B, -1)), (lambda f: torch.einsum("b,boi->oi", f, W))
+    return row_sq64(W.reshape(B, -1)), (lambda f: torch.einsum("b,boi->oi", f.to(W.dtype), W))
 
 
 #: elements per float64 block of :func:`row_sq64` and of the Gram products (the copies stay in cache)

@@ -1,18 +1,23 @@
 """The per-layer rules of the layers path: one module per layer kind (:mod:`.linear`, :mod:`.conv`,
-:mod:`.embedding`, :mod:`.normalization`), each registering a :class:`Rule` here, in the manner of Opacus's
-per-layer grad samplers.  A rule answers, for one module and the signals of a batch (its input
-``a`` and the back-propagated gradient ``g`` of its output, at one parameter point or at two), every
-record's squared gradient norm in float64 and the weighted sum of the records' gradients; the path
-(:mod:`.layers`) adds the norms over the layers, computes the clip factors once and asks each rule
-for its sum.  Fixing a layer kind's rule is a change to its one module; adding a kind is a new
-module that calls :func:`register_rule`."""
+:mod:`.embedding`, :mod:`.normalization`, :mod:`.recurrent`), each registering a :class:`Rule` here, in the
+manner of Opacus's per-layer grad samplers.  A rule answers, for one module and the signals of a batch (its
+input ``a`` and the back-propagated gradient ``g`` of its output, records on dim 0, at one parameter point or
+at two), every record's squared gradient norm in float64 and the weighted sum of the records' gradients; the
+path (:mod:`.layers`) adds the norms over the layers, computes the clip factors once and asks each rule for
+its sum.  Fixing a layer kind's rule is a change to its one module; adding a kind is a new module that calls
+:func:`register_rule`.  A module with parameters and no rule is taken by the per-module vmap rule of
+:mod:`.generic` where the caller allows it (the engine does; the reference optimizers' layers path sends the
+model to whole-model vmap instead)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Rule", "RULES", "register_rule", "rule_for"]
+__all__ = ["Rule", "RULES", "register_rule", "rule_for", "ALL"]
+
+#: ``want`` meaning every parameter the module owns
+ALL = None
 
 
 def _always(module) -> None:
@@ -21,16 +26,32 @@ def _always(module) -> None:
 
 @dataclass(frozen=True)
 class Rule:
-    """``kinds``: the module classes it takes (and their subclasses).  ``terms(mod, a1, g1, a0=None,
-    g0=None) -> (norm2, sums)``: ``norm2`` the records' squared norms ``[B]`` (float64) of the
-    gradient at the point of ``(a1, g1)`` -- or, with ``(a0, g0)``, of the gradient DIFFERENCE
-    between the two points -- and ``sums(f) -> {"weight": ..., "bias": ...}`` the sum of the same
-    per-record vectors weighted by ``f [B]``: the norm is always that of the vector summed.
+    """``kinds``: the module classes it takes (and their subclasses); ``match(mod) -> bool``: further modules it
+    takes by another test (a class of a library that is not imported here).
+
+    ``terms(mod, a1, g1, a0=None, g0=None, want=ALL) -> (norm2, sums)``: ``norm2`` the records' squared norms
+    ``[B]`` (float64) of the gradient at the point of ``(a1, g1)`` -- or, with ``(a0, g0)``, of the gradient
+    DIFFERENCE between the two points -- over the parameters named in ``want`` (the module's own names; ALL:
+    every one), and ``sums(f) -> {"weight": ..., "bias": ...}`` the sum of the same per-record vectors weighted by
+    ``f [B]``: the norm is always that of the vector summed.  ``per_record(mod, a, g, want) -> {name: [B, ...]}``:
+    the records' gradients themselves (a parameter shared with another call adds them before the norm).
+
+    ``signals``: ``"first"`` -- ``a`` the first input and ``g`` the output's gradient, records on dim 0 -- or
+    ``"call"`` -- ``a`` the whole :class:`~.calls.Call` (every input, every output's gradient; ``g`` None).
+    ``record_dim(mod)``: the dimension of the first input that indexes the records whatever the model's layout
+    (a convolution's is 0), or None (the model's: ``batch_first``).
+    ``records(call, moved, probe, rows, option) -> (input dim, output dims)``: a layer that knows its own record
+    layout (recurrent: ``batch_first``, packed) checks it against the probes of :mod:`.records` itself.
     ``why_not(mod)``: why this instance cannot be taken (None: it can)."""
 
     kinds: tuple
     terms: Callable
     why_not: Callable = _always
+    per_record: Callable | None = None
+    signals: str = "first"
+    record_dim: Callable = _always
+    match: Callable | None = None
+    records: Callable | None = None
 
 
 #: the registered rules, in registration order (the first whose kinds match a module takes it)
@@ -45,4 +66,4 @@ def register_rule(rule: Rule) -> Rule:
 
 def rule_for(module):
     """The rule that takes ``module``, or None."""
-    return next((r for r in RULES if isinstance(module, r.kinds)), None)
+    return next((r for r in RULES if isinstance(module, r.kinds) or (r.match is not None and r.match(module))), None)

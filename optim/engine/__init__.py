@@ -16,9 +16,9 @@ from .engine import ACCOUNTANTS, DPLoss, PrivacyEngine
 from .ledger import Ledger
 from .loader import DPDataLoader, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler
 from .memory import BatchMemoryManager
-from .module import Capture, PrivateModule
+from .module import Capture, MixedPrecisionWarning, PrivateModule
 from .optimizer import BudgetExceeded, DPOptimizer, OverspendWarning
 
 __all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS", "Ledger", "DPDataLoader", "PoissonBatchSampler",
-           "FixedSizeBatchSampler", "ShuffleBatchSampler", "BatchMemoryManager", "PrivateModule", "Capture",
+           "FixedSizeBatchSampler", "ShuffleBatchSampler", "BatchMemoryManager", "PrivateModule", "Capture", "MixedPrecisionWarning",
            "DPOptimizer", "BudgetExceeded", "OverspendWarning"]

@@ -34,6 +34,7 @@ from ...mechanisms.registry import lookup
 
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
+from ..clipping.validator import ModuleValidator
 from ..randomness import RunStreams, check_seed
 from ..run.transport import ONE_PROCESS
 from . import checkpoint
@@ -56,12 +57,6 @@ GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost", "ghost_fsdp")
 #: clipping= values: "flat" (one norm over every parameter), "per_layer" (one bound per trained parameter)
 CLIPPINGS = ("flat", "per_layer")
 
-
-def _validator():
-    """Opacus's ``ModuleValidator`` with dpcalib's refusals (dpcalib.optim.clipping.validator)."""
-    from ..clipping.validator import ModuleValidator
-
-    return ModuleValidator
 
 
 class DPLoss:
@@ -294,13 +289,13 @@ class PrivacyEngine:
         Raises:
             UnsupportedModuleError: a layer no replacement fixes (also Opacus's class, :mod:`.errors`).
         """
-        fixed = _validator().fix(module)
+        fixed = ModuleValidator.fix(module)
         _check_module(fixed)
         return fixed
 
     def is_compatible(self, *, module, optimizer=None, data_loader=None) -> bool:
         """Whether ``make_private`` takes ``module`` (no layer it refuses)."""
-        return _validator().is_valid(module)
+        return ModuleValidator.is_valid(module)
 
     def validate(self, *, module, optimizer=None, data_loader=None) -> None:
         """As :meth:`is_compatible`, raising the first refusal (:meth:`get_compatible_module`'s error)."""
@@ -373,7 +368,7 @@ class PrivacyEngine:
                                  "dimension 0 of the module's one input.")
             private = PerLayerModule(module, c, loss_reduction=loss_reduction)
         else:
-            private = _private_module(module, loss_reduction, batch_first)
+            private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())
         dim = sum(p.numel() for _, p in private.named)
         kernel = kernel_class.for_run(mech, levels, n=n, clip=float(c), dim=dim, device=first.device,
@@ -497,24 +492,9 @@ class _Accountant:
 def _check_module(module) -> None:
     """Refuse a module with a layer private training refuses (the validator's first error, carrying
     Opacus's meaning: :mod:`.errors`)."""
-    try:
-        validator = _validator()
-    except ImportError:          # pragma: no cover - the validator is part of dpcalib.optim.clipping
-        return
-    errors = validator.validate(module)
+    errors = ModuleValidator.validate(module)
     if errors:
         raise opacus_flavoured(errors[0])
-
-
-def _private_module(module, loss_reduction, batch_first):
-    """:class:`PrivateModule` with ``batch_first`` where it takes one."""
-    import inspect
-
-    if "batch_first" in inspect.signature(PrivateModule.__init__).parameters:
-        return PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
-    if not batch_first:
-        raise InputError("batch_first=False is not allowed here: the module's records are on dimension 0.")
-    return PrivateModule(module, loss_reduction=loss_reduction)
 
 
 def _defaults(kwargs: dict) -> dict:

@@ -1,22 +1,34 @@
 """The user's module, wrapped so that its own forward and backward leave each record's contribution.
 
 :class:`PrivateModule` runs the user's module on the batch as usual, but with the parameters
-detached and every module that owns parameters hooked (the layers path of
-:mod:`dpcalib.optim.clipping.layers`): the forward records each such module's input ``a``, and the
-backward of the user's loss leaves the gradient ``g`` of its output.  No parameter gradient is
-formed by that backward (the parameters are not in the graph: each hooked output is joined to it
-by adding a zero leaf), so the user's ``loss.backward()`` costs the back-propagation of the
-signals only.  The private step (:mod:`.optimizer`) then asks the batch's :class:`Capture` for the
-terms its kernel needs -- clipped sums, the unclipped sum, clipped differences against the
-previous point -- from the layer rules of :mod:`dpcalib.optim.clipping.rules`, with the norm of
+detached and every module that owns trained parameters hooked (:mod:`dpcalib.optim.clipping.calls`): the
+forward records each call's inputs, and the backward of the user's loss leaves the gradient of its
+outputs.  No parameter gradient is formed by that backward (the parameters are not in the graph: each
+hooked output is joined to it by adding a zero leaf), so the user's ``loss.backward()`` costs the
+back-propagation of the signals only.  The private step (:mod:`.optimizer`) then asks the batch's
+:class:`Capture` for the terms its kernel needs -- clipped sums, the unclipped sum, clipped differences
+against the previous point -- from the layer rules of :mod:`dpcalib.optim.clipping.rules`, with the norm of
 each record computed in float64 from exactly the vector that is summed (the paths' guarantee).
 
+The batch is the first tensor (or ``PackedSequence``) among the positional inputs, else among the keyword
+inputs (``model(input_ids=..., attention_mask=..., labels=...)``); ``batch_first`` says, with Opacus's
+meaning, whether its records are on dimension 0 (``[B, ...]``) or 1 (``[T, B, ...]``).  Every layer's record
+dimension is determined on the first batch of two records or more (:mod:`dpcalib.optim.clipping.records`:
+a probe changes one record and back-propagates one record's loss) and checked at every batch; where it
+cannot be told the run is refused in one line naming the layer.  The model's outputs -- tensors, tuples,
+dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
+LoRA).  A ``torch.compile``'d module is trained through its original module (the hooks need eager calls) and
+evaluated compiled.  Under ``torch.autocast`` or with bfloat16 / float16 parameters the per-record gradients are formed
+in float32 or better, their norms in float64, and the sums cast to the parameters' dtype once.
+
 The loss must be a sum or a mean of per-record terms (``loss_reduction``): with ``"mean"`` the
-signals are multiplied by the batch's row count, so that a record's term is its own gradient.
-A model with a layer no rule covers, or a parameter used twice (tied weights, a module called
-twice), falls back to vmap over a linearised loss ``<f(x_i), g_i>`` whose gradient is the record's
-gradient at this point (one :class:`~dpcalib.optim.clipping.ClippingFallbackWarning`).  BatchNorm
-mixes the records of a batch and is refused (replace it with GroupNorm, as with Opacus).
+signals are multiplied by the batch's rows, so that a record's term is its own gradient.  A module no
+per-layer rule covers is served by the per-module vmap rule (:mod:`dpcalib.optim.clipping.generic`), and a
+parameter that reaches the loss other than through the calls of the modules that own it (a weight a parent
+uses functionally) by the same rule on the whole model; both with one
+:class:`~dpcalib.optim.clipping.ClippingFallbackWarning`.  Modules that mix the records of a batch or learn
+from them outside the gradient (BatchNorm, running statistics) are refused with the replacement
+:class:`~dpcalib.optim.clipping.ModuleValidator` makes.
 """
 
 from __future__ import annotations
@@ -29,66 +41,69 @@ from torch import nn
 from torch.func import functional_call
 
 from ...accountant.validation import InputError
-from ..clipping.layers import SharedModule, add_sums, check_single_use, signal_terms, why_not
-from ..clipping.paths import (ClippingFallbackWarning, clip_factors, clipped_grad_diff_sum, clipped_grad_sum,
-                              ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost)
+from ..clipping.calls import Call, Recorder, first_tensor, leaves, owners, rebuild
+from ..clipping.layers import key_map, place_uses
+from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
+from ..clipping.records import check_rows, last_record_loss, perturbed, records_of, resolve
+from ..clipping.rules import rule_for
+from ..clipping.units import add_sums, rule_of, signal_terms
+from ..clipping.validator import ModuleValidator
 
-__all__ = ["PrivateModule", "Capture", "REDUCTIONS"]
+__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning"]
 
 REDUCTIONS = ("mean", "sum")
-_MIXING = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 
 
-def _linear_loss(out, g):
-    """``<f(x_i), g_i>`` per record: its gradient at this point is ``J_i^T g_i``, the record's gradient."""
-    return (out * g).reshape(out.shape[0], -1).sum(1)
+class MixedPrecisionWarning(UserWarning):
+    """Signals in bfloat16 / float16 with a mean-reduced loss: the mean's ``1/B`` is rounded in the low-precision
+    backward, so each record's clipped vector depends on the batch's size by up to ~2^-8 relative, and removing a
+    record can move the release by slightly more than C; ``loss_reduction="sum"`` with a summed loss does not."""
+#: keyword inputs that are the batch, before any other (Hugging Face's names)
+_BATCH_NAMES = ("input_ids", "pixel_values", "inputs_embeds", "input_values", "input_features", "input", "x")
 
 
 class Capture:
-    """One physical batch as the user's forward and backward left it: the input ``x``, each hooked
-    module's ``(name, module, a, output)`` and, after the backward, its ``g``; the loss target when
-    the engine's criterion saw it (DP-SRM's previous point needs it)."""
+    """One physical batch as the user's forward and backward left it: the batch, its records, the calls of the
+    modules that own trained parameters (their output gradients set by the backward); the loss target when the
+    engine's criterion saw it (DP-SRM's previous point needs it)."""
 
-    def __init__(self, owner: "PrivateModule", x, args, kwargs, params: dict):
+    def __init__(self, owner: "PrivateModule", x, args, kwargs, params: dict, rows: int):
         self.owner, self.x, self.args, self.kwargs, self.params = owner, x, args, kwargs, params
-        self.records: list = []          # fast path: (name, module, a, output)
-        self.grads: dict = {}            # index in records (or "out") -> gradient of that output
-        self.out = None                  # fallback: the module's output
+        self.rows = int(rows)
+        self.calls: list = []
         self.target = None
         self._terms = None
-
-    @property
-    def rows(self) -> int:
-        return int(self.x.shape[0])
 
     def scale(self) -> float:
         return float(self.rows) if self.owner.loss_reduction == "mean" else 1.0
 
     def complete(self) -> bool:
-        return bool(self.grads) or self.rows == 0
+        return self.rows == 0 or any(c.grads for c in self.calls)
 
-    def signals(self) -> list:
-        """``[(name, module, a, g)]`` as the backward left them: ``g`` is a record's own gradient
-        divided by :meth:`scale` (a mean-reduced loss); the terms multiply the norms and the
-        factors by it instead of every signal."""
-        return [(name, mod, a, (self.grads[i] if i in self.grads else torch.zeros_like(z)))
-                for i, (name, mod, a, z) in enumerate(self.records)]
-
-    def _ghost(self, signals):
+    def _ghost(self, calls):
         """The signals as the ghost numerics of an MLP take them (``nn.Sequential`` of Linear layers and
-        elementwise activations on rows: the reference optimizers' path for it), or None."""
-        if not self.owner.ghost or any(a.dim() != 2 for _, _, a, _ in signals):
+        elementwise activations on rows of one dtype: the reference optimizers' path for it), or None."""
+        if not self.owner.ghost or not calls or any("weight" not in c.keys for c in calls):
             return None
-        return [(name, a, g, mod.bias is not None) for name, mod, a, g in signals]
+        sig = [(c.name, c.module, c.a(), c.g()) for c in calls]
+        dts = {t.dtype for _, _, a, g in sig for t in (a, g)}
+        if any(a.dim() != 2 or c.dim != 0 for (_, _, a, _), c in zip(sig, calls)) or len(dts) != 1 or \
+                dts.pop() not in (torch.float32, torch.float64):
+            return None
+        return [(name, a, g, "bias" in c.keys) for (name, mod, a, g), c in zip(sig, calls)]
+
+    def _like(self, like=None) -> dict:
+        like = self.params if like is None else like
+        return {k: (v.float() if v.dtype.itemsize < 4 else v) for k, v in like.items()}
 
     @exact_float32()
     def _sum(self, norm2, terms, c, stabilizer=None, like=None) -> torch.Tensor:
         """``sum_i f_i v_i`` with ``v_i = scale * u_i`` the record's vector (``u_i`` from the signals as
         left), ``f_i`` its clip factor from ``||v_i|| = scale ||u_i||`` (float64); summed in the dtypes
-        of ``like`` (default: the parameters), returned in the parameters'."""
-        like = self.params if like is None else like
+        of ``like`` (default: the parameters; float32 for narrower ones), returned in the parameters'."""
+        like = self._like(like)
         s = self.scale()
         f = clip_factors(torch.sqrt(torch.clamp(norm2, min=0.0)) * s, c, stabilizer) * s
         total = {k: torch.zeros_like(v) for k, v in like.items()}
@@ -103,18 +118,13 @@ class Capture:
     def clipped_sum(self, c: float, stabilizer=None) -> torch.Tensor:
         if self.rows == 0:
             return self._zeros()
-        if self.owner.fast:
-            sig = self.signals()
-            ghost = self._ghost(sig)
-            if ghost is not None:
-                sums, _ = ghost_clipped_sum(ghost, c, None, stabilizer, self.scale())
-                return flat_of(sums, self.params)
-            if self._terms is None:
-                self._terms = signal_terms(sig)
-            return self._sum(*self._terms, c, stabilizer)
-        sums, _ = clipped_grad_sum(self.owner.inner, _linear_loss, self.x, self.out_grad(), c, self.params,
-                                   method="vmap", stabilizer=stabilizer)
-        return flat_of(sums, self.params)
+        ghost = self._ghost(self.calls)
+        if ghost is not None:
+            sums, _ = ghost_clipped_sum(ghost, c, None, stabilizer, self.scale())
+            return flat_of(sums, self.params)
+        if self._terms is None:
+            self._terms = self.owner.terms(self.calls)
+        return self._sum(*self._terms, c, stabilizer)
 
     def grad_sum(self) -> torch.Tensor:
         return self.clipped_sum(math.inf)
@@ -128,42 +138,51 @@ class Capture:
             raise InputError("criterion is required: the gradient at the previous point needs the batch's loss "
                              "target; call the criterion that make_private returned (not the original one).")
         o = self.owner
-        if o.fast:
-            # both points' signals in float64 (dpcalib.optim.clipping.precision: the batch's own pass,
-            # in the model's dtype, is used only where that is float64 already)
-            p1, p0 = widened_params(self.params), widened_params(prev)
-            x, target = widened(self.x), widened(self.target)
-            args = tuple(widened(a) for a in self.args)
-            kwargs = {k: widened(v) for k, v in self.kwargs.items()}
-            sig0 = o.signals_at(p0, x, target, criterion, args, kwargs)
-            own = all(v.dtype == p1[k].dtype for k, v in self.params.items())
-            sig1 = self.signals() if own else o.signals_at(p1, x, target, criterion, args, kwargs)
-            g1, g0 = self._ghost(sig1), self._ghost(sig0)
-            if g1 is not None and g0 is not None:
-                sums, _ = ghost_clipped_diff_sum(g1, g0, c, None, self.scale())
-                return flat_of(narrowed(sums, self.params), self.params)
-            return self._sum(*signal_terms(sig1, sig0), c, like=p1)
-        per_record = _per_record(criterion, o.loss_reduction)
-        sums, _ = clipped_grad_diff_sum(o.inner, per_record, self.x, self.target, c, self.params, prev, method="vmap")
-        return flat_of(sums, self.params)
-
-    def out_grad(self) -> torch.Tensor:
-        return self.grads.get("out", torch.zeros_like(self.out)) * self.scale()
+        # both points' signals in float64 (dpcalib.optim.clipping.precision: the batch's own pass,
+        # in the model's dtype, is used only where that is float64 already)
+        p1, p0 = widened_params(self.params), widened_params(prev)
+        x, target = widened(self.x), widened(self.target)
+        args = tuple(widened(a) for a in self.args)
+        kwargs = {k: widened(v) for k, v in self.kwargs.items()}
+        sig0 = o.signals_at(p0, x, target, criterion, args, kwargs, self.rows)
+        own = all(v.dtype == p1[k].dtype for k, v in self.params.items())
+        sig1 = self.calls if own else o.signals_at(p1, x, target, criterion, args, kwargs, self.rows)
+        g1, g0 = self._ghost(sig1), self._ghost(sig0)
+        if g1 is not None and g0 is not None:
+            sums, _ = ghost_clipped_diff_sum(g1, g0, c, None, self.scale())
+            return flat_of(narrowed(sums, self.params), self.params)
+        return self._sum(*o.terms(sig1, sig0), c, like=p1)
 
 
-def _per_record(criterion, reduction):
-    """The per-record loss of a reduced criterion, as vmap calls it (a batch of one record)."""
-    def loss(out, y):
-        v = criterion(out, y)
-        return v.reshape(-1).expand(out.shape[0]) * (out.shape[0] if reduction == "mean" else 1.0)
-    return loss
+class _no_autocast:
+    """Autocast off (on every device it is on) inside the block."""
+
+    def __enter__(self):
+        self.ctx = [torch.autocast(d, enabled=False) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+        for c in self.ctx:
+            c.__enter__()
+
+    def __exit__(self, *exc):
+        for c in reversed(self.ctx):
+            c.__exit__(*exc)
+        return False
+
+
+def _rng_state():
+    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+
+def _set_rng_state(state) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 class PrivateModule(nn.Module):
     """``module`` wrapped for private training (see the module text).  In ``eval()`` mode, or
     under ``torch.no_grad()``, the forward is the plain module's and records nothing."""
 
-    def __init__(self, module: nn.Module, *, loss_reduction: str = "mean"):
+    def __init__(self, module: nn.Module, *, loss_reduction: str = "mean", batch_first: bool = True):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise InputError(f"module={module!r} is not allowed: expected a torch.nn.Module.")
@@ -171,10 +190,14 @@ class PrivateModule(nn.Module):
             raise InputError("module is not allowed: it is already a PrivateModule (make_private was called on it).")
         if loss_reduction not in REDUCTIONS:
             raise InputError(f"loss_reduction={loss_reduction!r} is not allowed: expected 'mean' or 'sum'.")
-        mixing = [n or "<model>" for n, m in module.named_modules() if isinstance(m, _MIXING)]
-        if mixing:
-            raise InputError(f"module is not allowed: {', '.join(mixing)} (BatchNorm) mixes the records of a batch, so "
-                             "no record has its own gradient; replace it with GroupNorm (or LayerNorm).")
+        if not isinstance(batch_first, bool):
+            raise InputError(f"batch_first={batch_first!r} is not allowed: expected True (records on dimension 0 of the "
+                             "module's input) or False (on dimension 1).")
+        self._plain = module              # what evaluation runs (a compiled module: compiled)
+        module = getattr(module, "_orig_mod", module)     # torch.compile: training runs the original module eagerly
+        errors = ModuleValidator.validate(module)
+        if errors:
+            raise InputError(f"module is not allowed: {errors[0]}")
         if next(module.parameters(), None) is None:
             raise InputError("module is not allowed: it has no parameters.")
         #: the parameters trained (``requires_grad``) by name, in the order of every flat vector of the run;
@@ -183,27 +206,29 @@ class PrivateModule(nn.Module):
         if not self.named:
             raise InputError("module is not allowed: none of its parameters requires grad (nothing to train).")
         self._module = module
-        self.loss_reduction = loss_reduction
-        self._owners, self.unsupported = [], []
-        for name, m in module.named_modules():
-            own = [p.requires_grad for _, p in m.named_parameters(recurse=False)]
-            if not any(own):
-                continue
-            why = why_not(m) or (None if all(own) else "some of its parameters are frozen")
-            if why is not None:
-                self.unsupported.append(f"{name or '<model>'} ({type(m).__name__}): {why}")
-            self._owners.append((name, m))
-        self.fast = not self.unsupported           # decided again at the first forward (parameters used once)
-        self.ghost = supports_ghost(module)
-        self._checked = False
+        self.loss_reduction, self.batch_first = loss_reduction, batch_first
+        self._dim = 0 if batch_first else 1
+        self._keys = key_map(module, {k for k, _ in self.named})
+        trained = {id(p) for _, p in self.named}
+        self._owners = owners(module, trained)
+        self.unsupported = [f"{n or '<model>'} ({type(m).__name__}): {_why(m)}" for n, m in self._owners
+                            if _why(m) is not None]
+        self.ghost = batch_first and supports_ghost(module)
+        self._root_keys: dict = {}        # parameters only the whole model's vmap can serve (decided at the first batch)
+        self._layout = None               # (call signatures, record dims) found at the first batch of 2 or more
+        self._surveyed = False
+        self._warned_precision = False
         self.captures: list[Capture] = []
-        self._rec = None                  # (records, grads) while a forward is recorded
-        self._handles = [] if self.unsupported else [
-            m.register_forward_hook(lambda mod, inp, out, name=name: self._record(name, mod, inp, out))
-            for name, m in self._owners]
+        dim = self._dim
+        self._rec = Recorder(self._owners, broadcast_dim=lambda m: dim if isinstance(m, nn.Embedding) else None)
         if self.unsupported:
-            warnings.warn(f"per-sample clipping of {type(module).__name__} falls back to vmap (slower, more memory): "
-                          f"no fast rule for {'; '.join(self.unsupported)}", ClippingFallbackWarning, stacklevel=3)
+            warnings.warn(f"per-sample clipping of {type(module).__name__} takes vmap (slower, more memory) for: "
+                          f"{'; '.join(self.unsupported)}", ClippingFallbackWarning, stacklevel=3)
+
+    @property
+    def fast(self) -> bool:
+        """Every trained parameter is served by a per-layer rule (no vmap)."""
+        return not self.unsupported and not self._root_keys
 
     @property
     def inner(self) -> nn.Module:
@@ -216,79 +241,191 @@ class PrivateModule(nn.Module):
     def clear(self) -> None:
         self.captures = []
 
+    def _option(self) -> str:
+        return f"batch_first={self.batch_first}"
+
+    def _batch(self, args, kwargs):
+        x = first_tensor(args, {})
+        if x is None:
+            x = next((kwargs[k] for k in _BATCH_NAMES if isinstance(kwargs.get(k), torch.Tensor)), None)
+        if x is None:
+            x = first_tensor((), kwargs)
+        if x is None:
+            raise InputError("the module's input (no tensor) is not allowed in training: expected the batch, a tensor "
+                             f"(or PackedSequence) whose dimension {self._dim} indexes the records (batch_first="
+                             f"{self.batch_first}).")
+        return x
+
+    # -- the forward -----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
-            return self._module(*args, **kwargs)
-        if not args or not isinstance(args[0], torch.Tensor):
-            got = type(args[0]).__name__ if args else "no positional input"
-            raise InputError(f"the module's input ({got}) is not allowed in training: its first positional input must "
-                             "be the batch, a tensor whose first dimension indexes the records.")
-        x, args = args[0], args[1:]
+            return self._plain(*args, **kwargs)
+        x = self._batch(args, kwargs)
+        rows = records_of(x, self._dim)
         params = self.params()
-        if self.fast and not self._checked:
-            self._checked = True
-            try:
-                check_single_use(self._module, params, x, args, kwargs)
-            except SharedModule as exc:
-                self.fast = False
-                warnings.warn(f"per-sample clipping of {type(self._module).__name__} falls back to vmap: a parameter "
-                              f"reaches the loss more than once ({exc}: tied weights or a module called twice)",
-                              ClippingFallbackWarning, stacklevel=2)
-        cap = Capture(self, x.detach() if x.is_floating_point() else x, args, kwargs, params)
+        if rows >= 2 and self._layout is None or (rows == 1 and not self._surveyed):
+            self._survey(args, kwargs, x, rows, params)
+        cap = Capture(self, x.detach() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, args, kwargs,
+                      params, rows)
         self.captures.append(cap)
-        if self.fast:
-            out = self._hooked(None, x, args, kwargs, cap.records, cap.grads)
-        else:
-            out = functional_call(self._module, params, (x,) + tuple(args), kwargs)
-            out = out + out.new_zeros((), requires_grad=True)
-            cap.out = out.detach()
-            out.register_hook(lambda g: cap.grads.__setitem__("out", g if "out" not in cap.grads else cap.grads["out"] + g))
+        calls = []
+        out = self._recorded(None, args, kwargs, calls, rows)
+        out = self._finish(calls, out, args, kwargs, rows, None)
+        cap.calls = calls
+        if self.loss_reduction == "mean" and not self._warned_precision and any(
+                z.dtype in (torch.bfloat16, torch.float16) for c in calls for z in c.outs):
+            self._warned_precision = True
+            warnings.warn("the module's signals are bfloat16 / float16 and the loss a mean: the mean's 1/B is rounded in "
+                          "the low-precision backward, so each record's clipped vector depends on the batch's size "
+                          "(removing a record moved the release by up to 1.0035 C in tests); for records independent "
+                          "of the batch give a summed loss and loss_reduction='sum'", MixedPrecisionWarning,
+                          stacklevel=2)
         return out
 
-    def _record(self, name, mod, inp, out):
-        """The forward hook of every owner of parameters: while a forward is recorded, its input and
-        its output -- joined to the graph by a zero leaf where it is not in it (the parameters are
-        not), so that the backward reaches it -- and, in the backward, its output's gradient."""
-        rec = self._rec
-        if rec is None:
-            return None
-        records, grads = rec
-        # an output already in the graph (downstream of a recorded layer) is hooked as it is; only one that
-        # is not (the first layer's) is joined to it, by adding a zero leaf
-        z = out if out.requires_grad else out + out.new_zeros((), requires_grad=True)
-        i = len(records)
-        records.append((name, mod, inp[0].detach(), z))
-        z.register_hook(lambda g, i=i: grads.__setitem__(i, g if i not in grads else grads[i] + g))
-        return z
-
-    def _hooked(self, params, x, args, kwargs, records, grads):
-        """A forward with every owner of parameters recorded (at ``params``, or at the module's own
+    def _recorded(self, params, args, kwargs, calls, rows):
+        """A forward with every owner of trained parameters recorded (at ``params``, or at the module's own
         parameters, taken out of the graph for the call, when ``params`` is None)."""
-        self._rec = (records, grads)
+        self._rec.start(calls, rows)
         try:
             if params is not None:
-                buffers = widened_buffers(self._module, next(iter(params.values())).dtype)
-                return functional_call(self._module, (params, buffers), (x,) + tuple(args), kwargs)
-            own = [p for _, p in self.named if p.requires_grad]
+                dtype = next(iter(params.values())).dtype
+                frozen = {k: widened(p.detach(), dtype) for k, p in self._module.named_parameters() if k not in params}
+                buffers = widened_buffers(self._module, dtype)
+                return functional_call(self._module, ({**frozen, **params}, buffers), tuple(args), kwargs)
+            own = [p for _, p in self.named]
             for p in own:
                 p.requires_grad_(False)
             try:
-                return self._module(x, *args, **kwargs)
+                return self._module(*args, **kwargs)
             finally:
                 for p in own:
                     p.requires_grad_(True)
         finally:
-            self._rec = None
+            self._rec.stop()
 
-    def signals_at(self, params: dict, x, target, criterion, args=(), kwargs=None) -> list:
-        """``[(name, module, a, g)]`` of the batch at another point ``params`` (DP-SRM's previous
-        iterate): a forward and the criterion's backward (the same reduction as the batch's own)."""
-        records, grads = [], {}
+    def _finish(self, calls, out, args, kwargs, rows, point):
+        """The calls' run names, the whole model's call where it serves parameters, the record dimensions."""
+        for c in calls:
+            c.keys = {k: v for k, v in self._keys.get(id(c.module), {}).items() if v not in self._root_keys}
+            if c.point is None and rule_of(c) is None:     # a parent's call serving a child's parameter
+                c.point = dict(c.module.named_parameters())
+        if self._layout is not None and rows >= 2:
+            sigs, dims = self._layout
+            if [c.signature() for c in calls] != sigs:
+                raise InputError("the module is not allowed: this batch ran other layers than the first batch did "
+                                 f"({len(calls)} calls against {len(sigs)}); the records' layers cannot be matched.")
+            check_rows(calls, dims, rows, self._option())
+        elif rows >= 1:
+            check_rows(calls, resolve(calls, None, None, rows, self._dim, self._option()), rows, self._option())
+        calls[:] = [c for c in calls if c.keys]
+        if self._root_keys and rows > 0:
+            out = self._root_call(calls, out, args, kwargs, rows, point)
+        return out
+
+    def _root_call(self, calls, out, args, kwargs, rows, point):
+        """The whole model as one call (its output joined to the graph and hooked), for the parameters that
+        reach the loss other than through their own modules' calls."""
+        outs = []
+
+        def join(t):
+            if not t.is_floating_point():
+                return t
+            z = t if t.requires_grad else t + t.new_zeros((), requires_grad=True)
+            outs.append(z)
+            return z
+        new = rebuild(out, join)
+        call = Call("", self._module, tuple(args), dict(kwargs), new, outs, rows)
+        call.keys, call.dim = dict(self._root_keys), self._dim
+        call.out_dims = [self._dim if (z.dim() > self._dim and z.shape[self._dim] == rows) else None for z in outs]
+        call.point = point
+        for j, z in enumerate(outs):
+            if z.requires_grad:
+                z.register_hook(lambda g, j=j: call.grads.__setitem__(j, g if j not in call.grads else call.grads[j] + g))
+        calls.append(call)
+        return new
+
+    # -- the first batch: which parameters the rules serve, and where every layer's records are ----------------
+    def _survey(self, args, kwargs, x, rows, params) -> None:
+        """Run without autocast: where the records are and which calls use a parameter do not depend on the
+        precision, and autocast's cache of cast weights would merge two uses of one weight into one."""
+        with _no_autocast():
+            self._survey_plain(args, kwargs, x, rows, params)
+
+    def _survey_plain(self, args, kwargs, x, rows, params) -> None:
+        self._surveyed = True
+        saved = _rng_state()
+        p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        calls = []
         with torch.enable_grad():
-            out = self._hooked(params, x, args, kwargs or {}, records, grads)
+            out = self._recorded(p, args, kwargs, calls, rows)
+        for c in calls:
+            c.keys = dict(self._keys.get(id(c.module), {}))
+        extra = self._placed(calls, out, p)
+        if extra:
+            self._root_keys = {k: k for k in extra}
+            warnings.warn(f"per-sample clipping of {type(self._module).__name__} takes vmap over the whole model for "
+                          f"{', '.join(extra)}: used other than inside the calls of the modules that own them (a weight "
+                          "used functionally by another module)", ClippingFallbackWarning, stacklevel=3)
+        if rows < 2:
+            _set_rng_state(saved)
+            return
+        probe = None
+        loss = last_record_loss(out, self._dim, rows)
+        outs = [(k, j, z) for k, c in enumerate(calls) for j, z in enumerate(c.outs) if z.requires_grad]
+        if loss is not None and outs:
+            gs = torch.autograd.grad(loss, [z for *_, z in outs], allow_unused=True)
+            probe = {(k, j): g for (k, j, _), g in zip(outs, gs) if g is not None}
+        moved = None
+        xm = perturbed(x, self._dim)
+        if xm is not None:
+            a2 = tuple(xm if a is x else a for a in args)
+            k2 = {k: (xm if v is x else v) for k, v in kwargs.items()}
+            moved = []
+            _set_rng_state(saved)
+            with torch.no_grad():
+                self._recorded(None, a2, k2, moved, rows)
+        _set_rng_state(saved)
+        dims = resolve(calls, moved, probe, rows, self._dim, self._option())
+        self._layout = ([c.signature() for c in calls], dims)
+
+    def _placed(self, calls, out, p) -> list:
+        """Place every trained parameter (:func:`~dpcalib.optim.clipping.layers.place_uses`): one a parent's call
+        serves joins that call's keys; returns those only the whole model's replay serves."""
+        moved, rest = place_uses(calls, out, p)
+        for k, (owner, rel) in moved.items():
+            for keys in self._keys.values():
+                for n in [n for n, v in keys.items() if v == k]:
+                    del keys[n]
+            self._keys.setdefault(id(owner), {})[rel] = k
+            for c in calls:
+                c.keys = {n: v for n, v in c.keys.items() if v != k}
+                if c.module is owner:
+                    c.keys[rel] = k
+        return rest
+
+    def signals_at(self, params: dict, x, target, criterion, args=(), kwargs=None, rows=None) -> list:
+        """The calls of the batch at another point ``params`` (DP-SRM's previous iterate): a forward and the
+        criterion's backward (the same reduction as the batch's own)."""
+        kwargs = kwargs or {}
+        if rows is None:
+            rows = records_of(self._batch(args, kwargs), self._dim)
+        calls = []
+        with torch.enable_grad():
+            out = self._recorded(params, args, kwargs, calls, rows)
+            out = self._finish(calls, out, args, kwargs, rows, params)
             loss = criterion(out, target)
-            gs = torch.autograd.grad(loss, [r[3] for r in records], allow_unused=True)
-        return [(name, mod, a, torch.zeros_like(z) if g is None else g) for (name, mod, a, z), g in zip(records, gs)]
+            zs = [(c, j, z) for c in calls for j, z in enumerate(c.outs) if z.requires_grad]
+            gs = torch.autograd.grad(loss, [z for *_, z in zs], allow_unused=True)
+        for c in calls:
+            c.grads.clear()
+        for (c, j, _), g in zip(zs, gs):
+            if g is not None:
+                c.grads[j] = g
+        return calls
+
+    def terms(self, calls1, calls0=None):
+        """``(norm2, terms)`` of the calls (:func:`~dpcalib.optim.clipping.units.signal_terms`)."""
+        return signal_terms(calls1, calls0, self.loss_reduction)
 
     # the user's module's own names stay reachable (model.fc1, model.state_dict() keys of the wrapped module)
     def __getattr__(self, name):
@@ -296,3 +433,11 @@ class PrivateModule(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(super().__getattr__("_module"), name)
+
+
+def _why(m) -> str | None:
+    """Why no per-layer rule serves ``m`` (its trained parameters go to the per-module vmap rule), or None."""
+    rule = rule_for(m)
+    if rule is None:
+        return "no per-layer rule for this layer"
+    return rule.why_not(m)

@@ -1,0 +1,208 @@
+"""The calls of the modules that own parameters, as one forward left them: the signals of the layers path.
+
+A :class:`Recorder` hooks every module that owns trained parameters (``register_forward_hook(...,
+with_kwargs=True)``).  While it records, each call leaves a :class:`Call`: the module, its positional and keyword
+inputs (detached), its floating outputs -- joined to the autograd graph by a zero leaf where they are not in it
+(the engine runs the forward with the parameters out of the graph), hooked so that the backward leaves their
+gradients -- and the record dimension of its tensors (:mod:`.records` decides it, never from a guess).  Outputs
+of any structure -- tensors, tuples, dicts, ``PackedSequence``, Hugging Face's ``ModelOutput`` -- reach the caller
+unchanged in type and value (:func:`rebuild`).
+
+A call whose input has size 1 where the records are (a position embedding looked up once for the whole batch,
+``position_ids`` of shape ``[1, T]``) is broadcast over the records: its input and output are expanded to the
+batch's rows there (views; every use of a broadcast output by broadcasting is unchanged), so that the backward
+leaves each record's own output gradient -- the gradient probe of :mod:`.records` checks that it does.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+from torch import nn
+
+from .rules import rule_for
+
+__all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "first_tensor"]
+
+
+def leaves(obj) -> list:
+    """Every tensor in ``obj`` (a tensor, or tuples, lists, dicts of them, nested), in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in leaves(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in leaves(o)]
+    return []
+
+
+def rebuild(obj, fn):
+    """``obj`` with every tensor ``t`` replaced by ``fn(t)`` (the same container types: a namedtuple such as
+    ``PackedSequence`` rebuilt from its fields, a dict subclass such as ``ModelOutput`` copied and refilled)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        items = [rebuild(o, fn) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, list):
+        return type(obj)(rebuild(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        if type(obj) is dict:
+            return {k: rebuild(v, fn) for k, v in obj.items()}
+        new = copy.copy(obj)
+        for k, v in obj.items():
+            new[k] = rebuild(v, fn)
+        return new
+    return obj
+
+
+def first_tensor(args, kwargs):
+    """The first tensor (or ``PackedSequence``) among the positional inputs, else among the keyword inputs."""
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, nn.utils.rnn.PackedSequence) or isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+def _floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+class Call:
+    """One call of a module that owns parameters.  ``outs``: its floating output tensors (as joined) in order;
+    ``grads``: the backward's gradient of each (by index; absent: zero); ``dim``: the dimension of the first
+    input and output that indexes the records (None: the whole call is one record); ``rows``: the records;
+    ``keys``: the module's trained parameters wanted, own name -> the run's name; ``point``: the parameter
+    values the call ran at (relative names; None: the module's own)."""
+
+    __slots__ = ("name", "module", "args", "kwargs", "outs", "out", "grads", "dim", "out_dims", "rows", "keys", "point",
+                 "autocast", "broadcast")
+
+    def __init__(self, name, module, args, kwargs, out, outs, rows, autocast=None, broadcast=False):
+        self.name, self.module, self.args, self.kwargs = name, module, args, kwargs
+        self.out, self.outs, self.grads = out, outs, {}
+        self.dim, self.out_dims, self.rows, self.keys, self.point = 0, None, rows, {}, None
+        self.autocast, self.broadcast = autocast, broadcast
+
+    def grad(self, j: int) -> torch.Tensor:
+        g = self.grads.get(j)
+        return torch.zeros_like(self.outs[j]) if g is None else g
+
+    def input(self):
+        return first_tensor(self.args, self.kwargs)
+
+    def _records_first(self, t):
+        if self.dim is None:
+            return t.unsqueeze(0)
+        return t if self.dim == 0 else t.movedim(self.dim, 0)
+
+    def a(self) -> torch.Tensor:
+        """The first input, records on dim 0."""
+        return self._records_first(self.input())
+
+    def g(self) -> torch.Tensor:
+        """The first output's gradient, records on dim 0."""
+        return self._records_first(self.grad(0))
+
+    def signature(self):
+        return self.name, type(self.module).__name__
+
+
+def owners(model: nn.Module, trained) -> list:
+    """``[(name, module)]`` of the modules that own a parameter in ``trained`` (ids), in ``named_modules`` order."""
+    out = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        if any(id(p) in trained for _, p in m.named_parameters(recurse=False)):
+            if all(m is not o for _, o in out):
+                out.append((name, m))
+    return out
+
+
+class Recorder:
+    """Forward hooks on ``modules`` (``[(name, module)]``) that record their calls while :meth:`recording`."""
+
+    def __init__(self, modules, *, broadcast_dim=None):
+        self.calls = None
+        self.rows = 0
+        self.broadcast_dim = broadcast_dim      # f(module) -> the dim where a size-1 input is broadcast, or None
+        # plain closures (not bound methods or partials): copy.deepcopy of the user's model shares them, as it
+        # shares every function, instead of copying this recorder and the batch it holds
+        self.handles = [m.register_forward_hook(_hook_of(self, name), with_kwargs=True) for name, m in modules]
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def start(self, calls: list, rows: int) -> None:
+        self.calls, self.rows = calls, int(rows)
+
+    def stop(self) -> None:
+        self.calls = None
+
+    def record(self, name, mod, args, kwargs, out):
+        """The hook of every call (nothing unless recording)."""
+        calls = self.calls
+        if calls is None:
+            return None
+        args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+        broadcast = False
+        d = self.broadcast_dim(mod) if self.broadcast_dim is not None else None
+        x = first_tensor(args, kwargs)
+        if (d is not None and self.rows > 1 and isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor)
+                and x.dim() > d and out.dim() > d and x.shape[d] == 1 and out.shape[d] == 1):
+            shape = [-1] * x.dim()
+            shape[d] = self.rows
+            args = tuple(x.expand(*shape) if a is x else a for a in args)
+            kwargs = {k: (x.expand(*shape) if v is x else v) for k, v in kwargs.items()}
+            oshape = [-1] * out.dim()
+            oshape[d] = self.rows
+            out = out.expand(*oshape)
+            broadcast = True
+        outs, memo = [], {}
+        ac = _autocast_state()
+
+        def join(t):
+            if not _floating(t):
+                return t
+            if id(t) in memo:
+                return memo[id(t)]
+            z = t if t.requires_grad else t + t.new_zeros((), requires_grad=True)
+            outs.append(z)
+            memo[id(t)] = z
+            return z
+
+        new = rebuild(out, join)
+        call = Call(name, mod, args, kwargs, new, outs, self.rows, ac, broadcast)
+        rule = rule_for(mod)
+        if rule is None or rule.signals == "call":        # a replay needs the parameters the call ran at
+            call.point = dict(mod.named_parameters())
+        for i, z in enumerate(outs):
+            if z.requires_grad:
+                z.register_hook(functools.partial(_keep, call.grads, i))
+        calls.append(call)
+        return new
+
+
+def _hook_of(rec: "Recorder", name: str):
+    def hook(mod, args, kwargs, out):
+        return rec.record(name, mod, args, kwargs, out)
+    return hook
+
+
+def _keep(grads: dict, i: int, g):
+    grads[i] = g if i not in grads else grads[i] + g
+
+
+def _autocast_state():
+    """``(device, dtype)`` of the autocast region the call ran in, or None."""
+    for dev in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(dev):
+                return dev, torch.get_autocast_dtype(dev)
+        except (RuntimeError, TypeError):        # pragma: no cover  (an older torch: no per-device query)
+            continue
+    return None

@@ -1,0 +1,214 @@
+"""Which dimension of each layer's input and output holds the records: known, never guessed.
+
+The per-layer rules need, for every call of a module that owns parameters, the dimension along which its input
+``a`` and its output gradient ``g`` index the records of the batch.  The model says where the batch's records
+are in its own input (``batch_first``, Opacus's meaning: ``[B, ...]`` when True, ``[T, B, ...]`` when False; a
+``PackedSequence`` says it itself); every layer's dimension is then DETERMINED on the first batch with at least
+two records by two probes (:func:`resolve`), once:
+
+* **forward**: the batch with record 0 changed (:func:`perturbed`) is run again; along a layer's record
+  dimension its input and output may change at index 0 only -- a layer that sees time steps as records (a
+  sequence-first transformer fed as batch-first) sees one time step move every position after attention;
+* **backward**: a loss on the last record's outputs alone is back-propagated; along a layer's record dimension
+  its output gradient must be exactly zero at every other index -- a layer whose output is shared by every
+  record (a table looked up with no record dimension) gets gradient from all of them.
+
+A layer's candidates are the dimensions of its input of the batch's size -- a convolution's and a group or
+instance norm's is 0, a recurrent layer's follows its own ``batch_first`` -- preferring the model's.  Exactly the
+candidates both probes accept remain; where none remains, or several remain and the model's is not among them,
+the run is refused in one line naming the layer and the option (``batch_first``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...accountant.validation import InputError
+from .rules import rule_for
+
+__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at", "advice"]
+
+#: a forward value moves when it changes by more than this, relative to the tensor's largest magnitude (the
+#: rounding of a recomputation is ~1e-7 relative; a record's influence is of the order of the values)
+FORWARD_RTOL = 1e-4
+
+
+def records_of(x, dim: int) -> int:
+    """The batch's records: ``x.shape[dim]``, or a ``PackedSequence``'s sequences."""
+    if isinstance(x, nn.utils.rnn.PackedSequence):
+        return int(x.batch_sizes[0]) if x.batch_sizes.numel() else 0
+    if x.dim() <= dim:
+        raise InputError(f"the module's input of shape {tuple(x.shape)} is not allowed with batch_first="
+                         f"{dim == 0}: it has no dimension {dim} to hold the records.")
+    return int(x.shape[dim])
+
+
+def perturbed(x, dim: int):
+    """``x`` with record 0 changed (floating: ``-1.5 x + 1``; ids: another record's, or the smallest and largest id
+    swapped; a ``PackedSequence``: its sequence 0), every other record the same; None when nothing changes."""
+    if isinstance(x, nn.utils.rnn.PackedSequence):
+        data = x.data.clone()
+        s0 = int(x.unsorted_indices[0]) if x.unsorted_indices is not None else 0
+        offsets = torch.cumsum(x.batch_sizes, 0) - x.batch_sizes
+        rows = [int(o) + s0 for o, b in zip(offsets.tolist(), x.batch_sizes.tolist()) if s0 < b]
+        new = perturbed(data[rows].unsqueeze(0), 0)
+        if new is None:
+            return None
+        data[rows] = new[0]
+        return nn.utils.rnn.PackedSequence(data, x.batch_sizes, x.sorted_indices, x.unsorted_indices)
+    y = x.clone()
+    r0 = y.select(dim, 0)
+    if x.is_floating_point() or x.is_complex():
+        r0.mul_(-1.5).add_(1.0)
+        return y
+    n = x.shape[dim]
+    for j in range(1, n):
+        other = x.select(dim, j)
+        if not torch.equal(other, r0):
+            r0.copy_(other)
+            return y
+    lo, hi = x.min(), x.max()
+    if torch.equal(lo, hi):
+        return None
+    r0.copy_(torch.where(r0 == lo, hi, lo))
+    return y
+
+
+def moves(t0, t1):
+    """Elementwise: where the forward value moved."""
+    if t0.is_floating_point():
+        scale = float(t0.detach().abs().max()) if t0.numel() else 0.0
+        return (t1.detach() - t0.detach()).abs() > FORWARD_RTOL * scale + 1e-30
+    return t0 != t1
+
+
+def only_at(mask, d: int, index: int) -> bool:
+    """``mask`` is False at every index along ``d`` but ``index``."""
+    if mask.dim() == 0 or not bool(mask.any()):
+        return True
+    per = mask.movedim(d, 0).reshape(mask.shape[d], -1).any(1)
+    per[index] = False
+    return not bool(per.any())
+
+
+def candidates(t, rows: int, prefer: int, fixed=None) -> list:
+    """The dims of ``t`` of size ``rows`` (``fixed``: that one only), ``prefer`` first."""
+    if fixed is not None:
+        return [fixed] if t.dim() > fixed and t.shape[fixed] == rows else []
+    order = [prefer] + [d for d in range(t.dim()) if d != prefer]
+    return [d for d in order if d < t.dim() and t.shape[d] == rows]
+
+
+def last_record_loss(out, dim: int, rows: int):
+    """A loss on the last record's outputs alone (a fixed non-uniform weighting of every floating output with the
+    record dimension), or None when no output has one."""
+    from .calls import leaves
+
+    total = None
+    for t in leaves(out):
+        if t.is_floating_point() and t.requires_grad and t.dim() > dim and t.shape[dim] == rows:
+            r = t.select(dim, rows - 1)
+            w = torch.linspace(1.0, 2.0, r.numel(), dtype=r.dtype, device=r.device).reshape(r.shape)
+            v = (r * w).sum()
+            total = v if total is None else total + v
+    return total
+
+
+def _name(call) -> str:
+    return f"{call.name or '<model>'} ({type(call.module).__name__})"
+
+
+def advice(option: str) -> str:
+    """What to give instead of ``option`` ("batch_first=True" or "batch_first=False")."""
+    if option.endswith("True"):
+        return "if the module's input is [T, B, ...], pass batch_first=False to make_private"
+    return "if the module's input is [B, ...], pass batch_first=True to make_private"
+
+
+def _fixed(call):
+    rule = rule_for(call.module)
+    return rule.record_dim(call.module) if rule is not None else None
+
+
+def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, option: str) -> list:
+    """``(input dim, [output dims])`` of every call of ``base`` (the survey's calls), decided by the probes: ``moved`` the
+    calls of the batch with record 0 changed (None: not run), ``probe`` ``{(call index, output index): gradient}``
+    of :func:`last_record_loss` (None: not run).  Raises InputError (one line) where it cannot tell."""
+    if moved is not None and [c.signature() for c in moved] != [c.signature() for c in base]:
+        raise InputError("the module is not allowed: changing one record changed which layers run (control flow "
+                         "on the data), so the records' layers cannot be matched.")
+    dims = []
+    for k, call in enumerate(base):
+        hook = getattr(rule_for(call.module), "records", None)
+        if hook is not None:                      # a layer that knows its own layout (recurrent: batch_first, packed)
+            dims.append(hook(call, moved[k] if moved is not None else None,
+                             {j: g for (i, j), g in (probe or {}).items() if i == k} if probe is not None else None,
+                             rows, option))
+            continue
+        x = call.input()
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"{_name(call)} is not allowed: its input is a {type(x).__name__}, not a tensor whose "
+                             "records the per-layer rules can index.")
+        fixed = _fixed(call)
+        if rows == 1:
+            c = candidates(x, 1, prefer, fixed)
+            d = c[0] if c else None
+            dims.append((d, [d if d is None or (z.dim() > d and z.shape[d] == 1) else None for z in call.outs]))
+            continue
+        ok = []
+        for d in candidates(x, rows, prefer, fixed):
+            z0 = call.outs[0] if call.outs else None
+            if z0 is None or not (z0.dim() > d and z0.shape[d] == rows):
+                continue
+            outs = [(0, z0)]
+            if moved is not None:
+                m = moved[k]
+                if call.broadcast and bool(moves(x, m.input()).any()):
+                    continue
+                if not only_at(moves(x, m.input()), d, 0):
+                    continue
+                if not all(only_at(moves(z, m.outs[j]), d, 0) for j, z in outs if j < len(m.outs)):
+                    continue
+            g0 = probe.get((k, 0)) if probe is not None else None
+            if g0 is not None and not only_at(g0 != 0, d, rows - 1):
+                continue
+            ok.append(d)
+        want = fixed if fixed is not None else prefer
+        if len(ok) == 1 or (ok and want in ok):
+            d = ok[0] if len(ok) == 1 else want
+            dims.append((d, [d] + [_out_dim(z, rows, d, probe.get((k, j)) if probe is not None else None)
+                                   for j, z in enumerate(call.outs) if j > 0]))
+            continue
+        shape = tuple(x.shape)
+        if not ok and not candidates(x, rows, prefer, fixed):
+            where = f"dimension {fixed} (the layer's)" if fixed is not None else "no dimension"
+            raise InputError(f"{_name(call)} is not allowed with {option}: its input of shape {shape} has {where} of "
+                             f"the batch's {rows} records; {advice(option)}.")
+        raise InputError(f"{_name(call)} is not allowed with {option}: no dimension of its input of shape {shape} holds "
+                         f"the batch's {rows} records alone (changing one record moves several, or one record's loss "
+                         f"reaches several); {advice(option)}.")
+    return dims
+
+
+def _out_dim(z, rows: int, d: int, g):
+    """The record dimension of a call's further output (an attention's weights beside its output): ``d`` or the one
+    other dimension of the batch's size the gradient probe accepts; None where it has none (its gradient must
+    then be zero: :mod:`.generic` refuses it otherwise)."""
+    for c in candidates(z, rows, d):
+        if g is None or only_at(g != 0, c, rows - 1):
+            return c
+    return None
+
+
+def check_rows(calls: list, dims: list, rows: int, option: str) -> None:
+    """Every later batch: each call's input still has the batch's rows where its records were found (and the
+    call takes its record dimensions: ``dims`` from :func:`resolve`)."""
+    for call, (d, out_dims) in zip(calls, dims):
+        call.dim, call.out_dims = d, out_dims
+        x = call.input()
+        if d is None or not isinstance(x, torch.Tensor) or getattr(rule_for(call.module), "records", None):
+            continue
+        if x.dim() <= d or x.shape[d] != rows:
+            raise InputError(f"{_name(call)} is not allowed with {option}: its input of shape {tuple(x.shape)} does not "
+                             f"have the batch's {rows} records in dimension {d}, where the first batch had them.")
