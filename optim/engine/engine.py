@@ -188,7 +188,7 @@ class PrivacyEngine:
                 "accounted as something they are not)." if known else f"expected one of {', '.join(entry.engine)}."))
         check_loader(data_loader)
         if clipping == "per_layer":
-            if algorithm != "dp-sgd":
+            if not getattr(getattr(optimizer_class(algorithm), "kernel_class", None), "per_layer", False):
                 raise InputError(f"clipping='per_layer' is not allowed for {algorithm}: per-layer bounds are accounted "
                                  "for DP-SGD's release only.")
             c = PerLayerClip(max_grad_norm if isinstance(max_grad_norm, (list, tuple)) else [max_grad_norm])

@@ -184,7 +184,7 @@ class DPOptimizer(Optimizer):
     def max_grad_norm(self, value):
         if value == self.max_grad_norm:
             return
-        if self.kernel.name != "dp-sgd":
+        if not self.kernel.clip_schedulable:
             raise InputError(f"max_grad_norm={value!r} is not allowed to change for {self.kernel.name}: its "
                              "mechanism's sensitivities are fixed by the clips it was calibrated with.")
         if self.per_layer is not None and isinstance(value, (list, tuple)):
