@@ -21,10 +21,49 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
-__all__ = ["ReleaseSpec", "Mechanism", "Releases"]
+__all__ = ["ReleaseSpec", "Mechanism", "Releases", "PerLayerClip"]
 
 #: where :meth:`Mechanism.release_counts` reads the counts an accountant composes
 _COUNTS: contextvars.ContextVar = contextvars.ContextVar("dpcalib_release_counts", default=None)
+
+
+class PerLayerClip(tuple):
+    """Per-layer clip bounds ``(C_1, ..., C_K)``: each record's gradient of parameter ``k`` is clipped to
+    ``C_k`` on its own (Opacus's ``clipping="per_layer"``, McMahan et al., ICLR 2018, Sec. 3).  The record's
+    whole vector then has norm at most ``||(C_1, ..., C_K)||_2``, so that norm is the sum's L2 sensitivity
+    under add/remove: ``float(clip)`` is it (rounded up by one ulp, never below the true norm), and every
+    ``sensitivity`` / ``std`` rule that takes a clip takes a :class:`PerLayerClip` as that number.
+
+    Args:
+        bounds: finite numbers > 0, one per trained parameter, in the module's order.
+
+    Raises:
+        InputError: an empty list, or a bound that is not a finite number > 0.
+    """
+
+    def __new__(cls, bounds):
+        try:
+            vals = [float(b) for b in bounds]
+        except (TypeError, ValueError):
+            raise InputError(f"max_grad_norm={bounds!r} is not allowed: expected a list of finite numbers > 0, one "
+                             "per trained parameter.") from None
+        bad = [b for b in vals if not (b > 0) or math.isinf(b)]
+        if not vals or bad:
+            raise InputError(f"max_grad_norm={list(bounds)!r} is not allowed: expected a non-empty list of finite "
+                             "numbers > 0, one per trained parameter.")
+        return super().__new__(cls, vals)
+
+    @property
+    def norm(self) -> float:
+        """``||(C_k)||_2``, one ulp above the rounded value (an upper bound on the exact norm)."""
+        return math.nextafter(math.hypot(*self), math.inf)
+
+    def __float__(self) -> float:
+        return self.norm
+
+    def scaled(self, factor: float) -> "PerLayerClip":
+        """Every bound times ``factor`` (a grad-clip scheduler moving the whole vector)."""
+        return PerLayerClip(b * float(factor) for b in self)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPS
                          DiceSGD, NoiseSource, PrivateOptimizer, Release, accuracy,
                          cross_entropy_loss, squared_loss)
 from .audit import noise_ks_test, noise_pooled_test, noise_std_test  # noqa: E402
-from .engine import BatchMemoryManager, BudgetExceeded, PrivacyEngine  # noqa: E402
+from .engine import BatchMemoryManager, BudgetExceeded, DPDataLoader, PrivacyEngine  # noqa: E402
 from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, ModuleValidator, PerExample,  # noqa: E402
                        clip_factors, clip_path, clipped_grad_diff_sum, clipped_grad_sum, linear_attention,
                        supports_ghost)
@@ -36,7 +36,7 @@ __all__ = [
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "clip_path",
     "ClippingFallbackWarning", "PerExample", "LinearMultiheadAttention", "linear_attention", "ModuleValidator",
-    "PrivacyEngine", "BatchMemoryManager", "BudgetExceeded",
+    "PrivacyEngine", "BatchMemoryManager", "DPDataLoader", "BudgetExceeded",
     "algorithms", "audit", "clipping", "data", "engine", "randomness", "run", "tensors",
 ]
 

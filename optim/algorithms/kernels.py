@@ -78,6 +78,11 @@ class Kernel:
     name = "kernel"
     #: records per batch the direction is normalised by (DP-SGD: the expected batch size B)
     normaliser = 1.0
+    #: may the clip norm change between steps (a grad-clip scheduler)?  Only where the one release's
+    #: sensitivity is the clip itself, so that the ledger charges each step at its own clip
+    clip_schedulable = False
+    #: may the clip be a vector of per-layer bounds (``clipping="per_layer"``), the sensitivity their norm?
+    per_layer = False
 
     def __init__(self, mechanism, levels: dict):
         self.mechanism, self.levels = mechanism, dict(levels)
@@ -119,6 +124,8 @@ class DPSGDKernel(Kernel):
     ``released / B`` (``B`` the expected batch size ``q n``, or the shuffled batch size)."""
 
     name = "dp-sgd"
+    clip_schedulable = True
+    per_layer = True
 
     def __init__(self, mechanism, levels, *, C: float, B: float):
         super().__init__(mechanism, levels)

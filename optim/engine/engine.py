@@ -25,12 +25,11 @@ ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.a
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from ...accountant.validation import InputError
-from ...mechanisms import CalibrationReport
+from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
 
 from ..algorithms.core import NoiseSource
@@ -38,16 +37,26 @@ from ..algorithms.registry import optimizer_class
 from ..clipping.validator import ModuleValidator
 from ..randomness import RunStreams, check_seed
 from ..run.transport import ONE_PROCESS
+from . import checkpoint
+from .errors import opacus_flavoured
+from .hooks import ModuleHooks
 from .ledger import Ledger
-from .loader import (FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler, check_loader, private_loader)
+from .loader import (FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler, check_loader, loader_generator,
+                     private_loader)
 from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
+from .perlayer import PerLayerModule
 
 __all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS"]
 
 #: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
 ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
 _SAMPLERS = {"poisson": "Poisson", "wor": "fixed size without replacement", "shuffle": "shuffled epochs"}
+#: Opacus's grad_sample_mode values: every one is served by the same per-layer rules
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost", "ghost_fsdp")
+#: clipping= values: "flat" (one norm over every parameter), "per_layer" (one bound per trained parameter)
+CLIPPINGS = ("flat", "per_layer")
+
 
 
 class DPLoss:
@@ -158,25 +167,38 @@ class PrivacyEngine:
         return entry.mechanism(**fields)
 
     def _plan(self, module, data_loader, algorithm, sampling, poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
-              momentum):
+              momentum, clipping):
         entry = lookup(algorithm)
         if not entry.engine:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: the engine runs one-dataset algorithms "
                              f"({', '.join(_engine_algorithms())}); {algorithm} has its own optimizer "
                              "(dpcalib.optim).")
+        if not isinstance(poisson_sampling, bool):
+            raise InputError(f"poisson_sampling={poisson_sampling!r} is not allowed: expected True or False.")
+        keep = sampling is None and not poisson_sampling
+        if keep and "shuffle" not in entry.engine:
+            raise InputError(f"poisson_sampling=False is not allowed for {algorithm}: its accountant covers "
+                             f"{', '.join(_SAMPLERS[k] for k in entry.engine)} batches only, not the loader's own.")
         if sampling is None:
-            sampling = entry.engine[0] if poisson_sampling or "shuffle" not in entry.engine else "shuffle"
+            sampling = "shuffle" if keep else entry.engine[0]
         if sampling not in entry.engine:
             known = sampling in _SAMPLERS
             raise InputError(f"sampling={sampling!r} is not allowed for {algorithm}: " + (
                 f"its accountant covers {', '.join(entry.engine)} only ({_SAMPLERS[sampling]} batches would be "
                 "accounted as something they are not)." if known else f"expected one of {', '.join(entry.engine)}."))
         check_loader(data_loader)
-        if max_grad_norm is None or isinstance(max_grad_norm, bool):
-            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a number > 0.")
-        c = float(max_grad_norm)
-        if not (c > 0) or math.isinf(c):
-            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0.")
+        if clipping == "per_layer":
+            if not getattr(getattr(optimizer_class(algorithm), "kernel_class", None), "per_layer", False):
+                raise InputError(f"clipping='per_layer' is not allowed for {algorithm}: per-layer bounds are accounted "
+                                 "for DP-SGD's release only.")
+            c = PerLayerClip(max_grad_norm if isinstance(max_grad_norm, (list, tuple)) else [max_grad_norm])
+        else:
+            if max_grad_norm is None or isinstance(max_grad_norm, bool) or isinstance(max_grad_norm, (list, tuple)):
+                raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a number > 0 (a list of "
+                                 "bounds is per-layer clipping: clipping='per_layer').")
+            c = float(max_grad_norm)
+            if not (c > 0) or math.isinf(c):
+                raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0.")
         n = len(data_loader.dataset)
         bs = data_loader.batch_sampler
         batch_size = getattr(bs, "b", None) or data_loader.batch_size
@@ -184,9 +206,9 @@ class PrivacyEngine:
         if batch_size is None:
             raise InputError("data_loader is not allowed: its batch size is not known.")
         mech = self._mechanism(entry, n=n, batch_size=batch_size, steps_per_pass=steps_per_pass, sampling=sampling,
-                               epochs=epochs, steps=steps, max_grad_norm=c, C2=C2, b0=b0, momentum=momentum,
+                               epochs=epochs, steps=steps, max_grad_norm=float(c), C2=C2, b0=b0, momentum=momentum,
                                drop_last=getattr(bs, "drop_last", False))
-        return entry, mech, sampling, n, batch_size, steps_per_pass, c
+        return entry, mech, ("loader" if keep else sampling), n, batch_size, steps_per_pass, c
 
     # -- Opacus's entry points --------------------------------------------------------------------------
     def make_private(self, *, module, optimizer, data_loader, noise_multiplier=None, max_grad_norm, criterion=None,
@@ -195,35 +217,53 @@ class PrivacyEngine:
                      C2: float | None = None,
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
-                     grad_sample_mode: str | None = None, noise_generator=None, regularizer=None, **kwargs):
+                     grad_sample_mode: str = "hooks", noise_generator=None, regularizer=None, wrap_model: bool = True,
+                     **kwargs):
         """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
 
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
-        data_loader)`` when ``criterion`` is given (call the returned one in the loop).  ``epochs`` /
-        ``steps`` give the run's planned length (the calibration's; default one pass over the
-        loader); the ledger charges what really runs.  ``seed``: None (the default) takes the
-        batches and the noise from fresh operating-system entropy; an integer makes them
-        reproducible -- for tests and research only: anyone who knows it can regenerate the batches
-        and the noise, and the eps protects nobody from them.  ``noise_generator``: a
-        ``torch.Generator`` on the module's device that the noise is drawn from instead (Opacus's
-        option): the user then owns that secret -- a generator seeded with a known number makes
-        the noise known (refused in ``secure_mode``).  ``distributed=True``: every process of an
-        initialised ``torch.distributed`` group runs this loop on its share of each batch (the
-        clipped sums are reduced, the noise drawn once).  Opacus's ``grad_sample_mode`` is accepted
-        and ignored (the fast per-layer rules serve every mode), ``clipping`` must be ``"flat"``.
-        ``batch_first`` (Opacus's meaning, default True): the module's input is ``[B, ...]``; False:
-        ``[T, B, ...]`` (every layer's record dimension is then found and checked at the first batch).
-        ``regularizer``: ``r(params) -> scalar`` (params: the module's named parameters), a
-        data-independent term of the objective; its gradient is public and is added to the private
-        direction after the release (a term added to the loss instead would reach the parameters
-        outside the private forward: refused at ``step``)."""
+        data_loader)`` when ``criterion`` is given or ``grad_sample_mode="ghost"`` (Opacus's order;
+        call the returned criterion in the loop; ghost mode's default is ``nn.CrossEntropyLoss()``).
+        ``epochs`` / ``steps`` give the run's planned length (the calibration's; default one pass
+        over the loader); the ledger charges what really runs.
+
+        ``wrap_model=False``: the module returned is the one passed in, its ``forward`` hooked
+        (:mod:`.hooks`): train it as before.  ``poisson_sampling=False`` (DP-SGD): the loader's own
+        batches, in its own order (sequential, or shuffled by its sampler), accounted as a fixed
+        partition -- each record in one batch per pass, so ``E`` passes are ``E`` Gaussian releases
+        of sensitivity ``C``, exact GDP ``mu = sqrt(E) / z`` (zero-out relation), no amplification
+        (the shuffle mechanism's certified upper end; docs/optimizers.md).  ``clipping="per_layer"``
+        with ``max_grad_norm`` a list (one bound per trained parameter): each parameter's part of
+        a record's gradient clipped to its bound, sensitivity ``||max_grad_norm||_2``
+        (:mod:`.perlayer`).
+
+        ``seed``: None (the default) takes the batches and the noise from fresh operating-system
+        entropy; an integer makes them reproducible -- for tests and research only: anyone who
+        knows it can regenerate the batches and the noise, and the eps protects nobody from them.
+        ``noise_generator``: a ``torch.Generator`` on the module's device that the noise is drawn
+        from instead (Opacus's option), and a ``DataLoader(generator=...)``: the generator the
+        batches are drawn from (Opacus's): the user then owns that secret -- a generator seeded
+        with a known number makes the noise (the batches) known; both are refused / unused in
+        ``secure_mode``.  ``distributed=True``: every process of an initialised ``torch.distributed``
+        group runs this loop on its share of each batch (the clipped sums are reduced, the noise
+        drawn once).  Opacus's ``grad_sample_mode`` and ``batch_first`` are accepted: every mode is
+        served by the same per-layer rules.  ``regularizer``: ``r(params) -> scalar`` (params: the
+        module's named parameters), a data-independent term of the objective; its gradient is
+        public and is added to the private direction after the release.
+
+        Raises:
+            InputError: a bad option (one line); a module with a layer private training refuses
+                raises :class:`dpcalib.optim.clipping.UnsupportedModuleError`, also Opacus's
+                ``UnsupportedModuleError`` where Opacus is imported (:mod:`.errors`).
+        """
         return self._make(module=module, optimizer=optimizer, data_loader=data_loader,
                           noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, criterion=criterion,
                           algorithm=algorithm, sampling=sampling, noise=noise, loss_reduction=loss_reduction,
                           seed=seed, epochs=epochs, steps=steps, C2=C2, b0=b0, momentum=momentum,
                           poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
                           distributed=distributed, clipping=clipping, noise_generator=noise_generator,
-                          regularizer=regularizer, kwargs=kwargs, target=None)
+                          regularizer=regularizer, grad_sample_mode=grad_sample_mode, wrap_model=wrap_model,
+                          kwargs=kwargs, target=None)
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
@@ -240,15 +280,50 @@ class PrivacyEngine:
                           max_grad_norm=max_grad_norm, epochs=epochs, steps=steps,
                           target=(target_epsilon, target_delta), **_defaults(kwargs))
 
+    # -- Opacus's module checks (ModuleValidator's, dpcalib.optim.clipping.validator) ---------------------
+    @classmethod
+    def get_compatible_module(cls, module):
+        """A copy of ``module`` with every layer private training refuses replaced (BatchNorm by
+        GroupNorm, ...: ``ModuleValidator.fix``), then validated.
+
+        Raises:
+            UnsupportedModuleError: a layer no replacement fixes (also Opacus's class, :mod:`.errors`).
+        """
+        fixed = ModuleValidator.fix(module)
+        _check_module(fixed)
+        return fixed
+
+    def is_compatible(self, *, module, optimizer=None, data_loader=None) -> bool:
+        """Whether ``make_private`` takes ``module`` (no layer it refuses)."""
+        return ModuleValidator.is_valid(module)
+
+    def validate(self, *, module, optimizer=None, data_loader=None) -> None:
+        """As :meth:`is_compatible`, raising the first refusal (:meth:`get_compatible_module`'s error)."""
+        _check_module(module)
+
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
               noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
-              distributed, clipping, noise_generator, regularizer, kwargs, target):
-        unknown = sorted(set(kwargs) - {"grad_sample_mode", "batch_first", "wrap_model", "total_steps"})
+              distributed, clipping, noise_generator, regularizer, kwargs, target, grad_sample_mode="hooks",
+              wrap_model=True):
+        unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
-        if clipping != "flat":
-            raise InputError(f"clipping={clipping!r} is not allowed: expected 'flat' (one clip norm over every "
-                             "parameter; per-layer and adaptive clipping are not accounted here).")
+        if clipping == "adaptive":
+            raise InputError("clipping='adaptive' is not allowed: adaptive clipping (Andrew et al. 2021) releases a "
+                             "noisy quantile every step that dpcalib does not account; use 'flat' or 'per_layer'.")
+        if clipping not in CLIPPINGS:
+            raise InputError(f"clipping={clipping!r} is not allowed: expected one of {', '.join(CLIPPINGS)}.")
+        if grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise InputError(f"grad_sample_mode={grad_sample_mode!r} is not allowed: expected one of "
+                             f"{', '.join(GRAD_SAMPLE_MODES)} (all served by the same per-layer rules).")
+        if not isinstance(wrap_model, bool):
+            raise InputError(f"wrap_model={wrap_model!r} is not allowed: expected True or False.")
+        batch_first = kwargs.get("batch_first", True)
+        if not isinstance(batch_first, bool):
+            raise InputError(f"batch_first={batch_first!r} is not allowed: expected True (records on dimension 0 "
+                             "of the module's input) or False (on dimension 1).")
+        if grad_sample_mode in ("ghost", "ghost_fsdp") and criterion is None:
+            criterion = torch.nn.CrossEntropyLoss(reduction=loss_reduction)
         if regularizer is not None and not callable(regularizer):
             raise InputError(f"regularizer={regularizer!r} is not allowed: expected a callable (parameters dict) -> "
                              "scalar tensor.")
@@ -264,12 +339,15 @@ class PrivacyEngine:
             raise InputError(f"criterion.reduction={criterion.reduction!r} is not allowed with loss_reduction="
                              f"{loss_reduction!r}: say the criterion's reduction (the per-record terms are scaled by it).")
         seed = check_seed(seed)
+        if not isinstance(module, torch.nn.Module):
+            raise InputError(f"module={module!r} is not allowed: expected a torch.nn.Module.")
+        _check_module(module)
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
                              "the module's parameters (not one make_private returned).")
         entry, mech, sampling, n, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
                                                               poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
-                                                              momentum)
+                                                              momentum, clipping)
         budget = None
         if target is not None:
             eps, delta = target
@@ -284,10 +362,17 @@ class PrivacyEngine:
         if kernel_class is None:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
                              "batch.")
-        private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=kwargs.get("batch_first", True))
+        if clipping == "per_layer":
+            if not batch_first:
+                raise InputError("batch_first=False is not allowed with clipping='per_layer': its records are on "
+                                 "dimension 0 of the module's one input.")
+            private = PerLayerModule(module, c, loss_reduction=loss_reduction)
+        else:
+            private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())
-        dim = sum(p.numel() for p in module.parameters())
-        kernel = kernel_class.for_run(mech, levels, n=n, clip=c, dim=dim, device=first.device, dtype=first.dtype)
+        dim = sum(p.numel() for _, p in private.named)
+        kernel = kernel_class.for_run(mech, levels, n=n, clip=float(c), dim=dim, device=first.device,
+                                      dtype=first.dtype)
         needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
         if needs_prev and criterion is None:
             raise InputError(f"criterion is required for {algorithm}: its step needs the batch's gradients at the "
@@ -303,7 +388,14 @@ class PrivacyEngine:
                              f"{first.device}.")
         streams = RunStreams(seed, secure_mode=self.secure_mode, agree=transport.agree)
         gen, noise_gen, _ = streams.run(first.device, data_device="cpu")
-        if sampling == "poisson":
+        if seed is None and not self.secure_mode:
+            gen = loader_generator(data_loader, gen)
+        if sampling == "loader":
+            if distributed:
+                raise InputError("poisson_sampling=False is not allowed with distributed=True: the loader's own "
+                                 "batches are not shared out between the processes; give sampling='shuffle'.")
+            sampler = data_loader.batch_sampler
+        elif sampling == "poisson":
             sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share)
         elif sampling == "wor":
             sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None))
@@ -315,27 +407,16 @@ class PrivacyEngine:
         wrapped = DPLoss(criterion, private) if criterion is not None else None
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
-                          criterion=wrapped, regularizer=regularizer)
+                          criterion=wrapped, regularizer=regularizer, loader=loader,
+                          per_layer=c if clipping == "per_layer" else None)
         opt.expected_batch_size = kernel.normaliser if kernel.normaliser != 1.0 else b
+        returned = private
+        if not wrap_model:
+            private.hooks = ModuleHooks(private)
+            returned = module
         if wrapped is not None:
-            return private, opt, wrapped, loader
-        return private, opt, loader
-
-    # -- the model's compatibility (Opacus's names; dpcalib.optim.clipping.validator decides) --------------
-    @classmethod
-    def get_compatible_module(cls, module):
-        """``module`` with every replacement :class:`~dpcalib.optim.clipping.ModuleValidator` makes (a copy),
-        checked: ``ModuleValidator.fix_and_validate(module)``."""
-        return ModuleValidator.fix_and_validate(module)
-
-    def is_compatible(self, *, module, optimizer=None, data_loader=None) -> bool:
-        """Whether ``make_private`` takes ``module``: ``ModuleValidator.is_valid(module)``."""
-        return ModuleValidator.is_valid(module)
-
-    def validate(self, *, module, optimizer=None, data_loader=None) -> None:
-        """Raise the first thing ``make_private`` would refuse in ``module``:
-        ``ModuleValidator.validate(module, strict=True)``."""
-        ModuleValidator.validate(module, strict=True)
+            return returned, opt, wrapped, loader
+        return returned, opt, loader
 
     # -- privacy spent ----------------------------------------------------------------------------------
     def get_epsilon(self, delta: float) -> float:
@@ -347,7 +428,7 @@ class PrivacyEngine:
         the shuffle bracket, whose upper end :meth:`get_epsilon` reports)."""
         return self.ledger.epsilon_bracket(delta)
 
-    # -- checkpoints (read back with weights_only=True: nothing is unpickled) ---------------------------
+    # -- checkpoints (read back with weights_only=True: nothing is unpickled; :mod:`.checkpoint`) ------
     def state_dict(self) -> dict:
         return {"ledger": self.ledger.state_dict(), "accountant": self.accountant_kind}
 
@@ -355,29 +436,35 @@ class PrivacyEngine:
         self.ledger.load_state_dict(state["ledger"])
         self.accountant_kind = state["accountant"]
 
-    def save_checkpoint(self, *, path, module, optimizer, data_loader=None, checkpoint_dict=None) -> None:
-        """The whole run -- module, optimizer (the wrapped one, the kernel's state, the noise stream,
-        the previous point), the loader's position and the ledger -- to ``path`` (atomic)."""
-        state = {"engine": self.state_dict(), "module": module.state_dict(), "optimizer": optimizer.state_dict(),
-                 "data_loader": None if data_loader is None else data_loader.state_dict(),
-                 "extra": checkpoint_dict or {}}
-        tmp = f"{path}.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+    def save_checkpoint(self, *, path, module, optimizer=None, noise_scheduler=None, grad_clip_scheduler=None,
+                        checkpoint_dict=None, module_state_dict_kwargs=None, torch_save_kwargs=None,
+                        data_loader=None) -> None:
+        """Opacus's ``save_checkpoint``: module, optimizer (the wrapped one, the kernel's state, the
+        noise stream, the previous point, the noise levels and clip it runs at), the schedulers, the
+        loader's position and the ledger, to ``path`` (a file name: written atomically; or a
+        binary file object), with ``checkpoint_dict``'s entries beside them."""
+        checkpoint.save(self, path=path, module=module, optimizer=optimizer, noise_scheduler=noise_scheduler,
+                        grad_clip_scheduler=grad_clip_scheduler, checkpoint_dict=checkpoint_dict,
+                        module_state_dict_kwargs=module_state_dict_kwargs, torch_save_kwargs=torch_save_kwargs,
+                        data_loader=data_loader)
 
-    def load_checkpoint(self, *, path, module, optimizer, data_loader=None) -> dict:
-        """Resume from :meth:`save_checkpoint` (``weights_only=True``); returns its ``checkpoint_dict``."""
-        state = torch.load(path, weights_only=True)
-        self.load_state_dict(state["engine"])
-        module.load_state_dict(state["module"])
-        optimizer.load_state_dict(state["optimizer"])
-        if data_loader is not None and state["data_loader"] is not None:
-            data_loader.load_state_dict(state["data_loader"])
-        return state["extra"]
+    def load_checkpoint(self, *, path, module, optimizer=None, noise_scheduler=None, grad_clip_scheduler=None,
+                        module_load_dict_kwargs=None, torch_load_kwargs=None, data_loader=None,
+                        resume_noise: bool = False) -> dict:
+        """Resume from :meth:`save_checkpoint` (``torch.load(weights_only=True)``); returns the
+        checkpoint's dict (``checkpoint_dict``'s entries among them).  ``resume_noise=True``: the
+        optimizer takes back the noise levels and clip norm the run had when saved, so that a run
+        resumed mid-schedule is the same run bit for bit; by default (Opacus's behaviour) they stay
+        as this optimizer was built until a scheduler sets them."""
+        return checkpoint.load(self, path=path, module=module, optimizer=optimizer, noise_scheduler=noise_scheduler,
+                               grad_clip_scheduler=grad_clip_scheduler,
+                               module_load_dict_kwargs=module_load_dict_kwargs, torch_load_kwargs=torch_load_kwargs,
+                               data_loader=data_loader, resume_noise=resume_noise)
 
 
 class _Accountant:
-    """``privacy_engine.accountant`` as Opacus scripts use it."""
+    """``privacy_engine.accountant`` as Opacus scripts use it: ``get_epsilon(delta)``, ``len()``,
+    ``state_dict`` / ``load_state_dict`` (the ledger's plain data), ``mechanism()``."""
 
     def __init__(self, engine: "PrivacyEngine"):
         self.engine = engine
@@ -391,12 +478,30 @@ class _Accountant:
     def mechanism(self) -> str:
         return self.engine.accountant_kind
 
+    def state_dict(self, destination=None) -> dict:
+        out = self.engine.state_dict()
+        if destination is not None:
+            destination.update(out)
+            return destination
+        return out
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.engine.load_state_dict(state_dict)
+
+
+def _check_module(module) -> None:
+    """Refuse a module with a layer private training refuses (the validator's first error, carrying
+    Opacus's meaning: :mod:`.errors`)."""
+    errors = ModuleValidator.validate(module)
+    if errors:
+        raise opacus_flavoured(errors[0])
+
 
 def _defaults(kwargs: dict) -> dict:
     """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
     out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
-               clipping="flat", noise_generator=None, regularizer=None)
+               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True)
     rest = {}
     for k, v in kwargs.items():
         (out if k in out else rest).__setitem__(k, v)

@@ -42,11 +42,11 @@ class Ledger:
                 return
         self.groups.append((mechanism, levels, Counter({kind: int(count)})))
 
-    def with_step(self, mechanism, levels: dict, kind: str) -> "Ledger":
-        """A copy of this ledger with one more release charged (what a step would spend)."""
+    def with_step(self, mechanism, levels: dict, kind: str, count: int = 1) -> "Ledger":
+        """A copy of this ledger with ``count`` more releases charged (what a step would spend)."""
         out = Ledger()
         out.groups = [(m, dict(lv), Counter(c)) for m, lv, c in self.groups]
-        out.charge(mechanism, levels, kind)
+        out.charge(mechanism, levels, kind, count)
         return out
 
     @property

@@ -26,15 +26,18 @@ its records ``rank, rank + world, ...`` (:class:`dpcalib.optim.run.ranks.BatchOn
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler)
 from torch.utils.data import Sampler as TorchSampler
+from torch.utils.data._utils.collate import default_collate
 
 from ...accountant.validation import InputError
 from ..randomness import permutation, poisson_mask
 
 __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "private_loader", "check_loader",
-           "DPDataLoader"]
+           "DPDataLoader", "loader_generator"]
 
 
 class _Batches(TorchSampler):
@@ -122,22 +125,103 @@ class ShuffleBatchSampler(_Batches):
 
 
 class DPDataLoader(DataLoader):
-    """The user's loader with the run's batch sampler; counts the batches the loop consumed in the
-    current pass (its position for a checkpoint)."""
+    """The user's loader with the run's batch sampler; counts the passes begun and the batches the
+    loop consumed in the current pass (its position for a checkpoint).
+
+    Opacus's constructors too: ``DPDataLoader(dataset, sample_rate=q, generator=None, ...)`` (Poisson
+    batches at rate ``q``, ``int(1/q)`` of them per pass, empty ones as zero-row tensors) and
+    :meth:`from_data_loader`.  ``generator``: the batches' generator (the user owns its secret);
+    None takes fresh operating-system entropy -- never torch's global generator, so
+    ``torch.manual_seed`` does not make them reproducible (Opacus's loader follows it)."""
 
     consumed = 0
+    passes = 0
+
+    def __init__(self, dataset, *, sample_rate: float | None = None, collate_fn=None, drop_last: bool = False,
+                 generator=None, distributed: bool = False, batch_sampler=None, **kwargs):
+        if sample_rate is not None:
+            if batch_sampler is not None:
+                raise InputError("sample_rate and batch_sampler are not allowed together: give one.")
+            if distributed:
+                raise InputError("distributed=True is not allowed here: use make_private(..., distributed=True), "
+                                 "which shares each batch out between the processes.")
+            q = float(sample_rate) if isinstance(sample_rate, (int, float)) and not isinstance(sample_rate, bool) \
+                else float("nan")
+            if not (0 < q <= 1):
+                raise InputError(f"sample_rate={sample_rate!r} is not allowed: expected a number in (0, 1].")
+            if generator is not None and not isinstance(generator, torch.Generator):
+                raise InputError(f"generator={type(generator).__name__} is not allowed: expected a torch.Generator.")
+            n = len(dataset)
+            batch_sampler = PoissonBatchSampler(n, q, int(1 / q), generator if generator is not None else
+                                                _fresh_generator())
+            collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
+        if collate_fn is not None:
+            kwargs["collate_fn"] = collate_fn
+        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
+        self.sample_rate = sample_rate
+
+    @classmethod
+    def from_data_loader(cls, data_loader, *, generator=None, distributed: bool = False) -> "DPDataLoader":
+        """Opacus's: Poisson batches at ``q = 1 / len(data_loader)`` over its dataset, with its
+        settings; ``generator`` default: the loader's own, else fresh entropy."""
+        check_loader(data_loader)
+        if generator is None:
+            generator = data_loader.generator
+        return cls(data_loader.dataset, sample_rate=1 / len(data_loader), collate_fn=data_loader.collate_fn,
+                   generator=generator, distributed=distributed, **_settings(data_loader))
 
     def __iter__(self):
         self.consumed = 0
-        for batch in super().__iter__():
-            self.consumed += 1
+        self.passes += 1
+        skip, self._skip = getattr(self, "_skip", 0), 0
+        for j, batch in enumerate(super().__iter__()):
+            if j < skip:
+                continue
+            self.consumed = j + 1
             yield batch
 
     def state_dict(self) -> dict:
-        return self.batch_sampler.position(self.consumed)
+        if hasattr(self.batch_sampler, "position"):
+            return self.batch_sampler.position(self.consumed)
+        return {"skip": int(self.consumed)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.batch_sampler.load_position(state)
+        if hasattr(self.batch_sampler, "load_position"):
+            self.batch_sampler.load_position(state)
+        else:
+            self._skip = int(state["skip"])
+
+
+def _fresh_generator() -> torch.Generator:
+    """A CPU generator seeded from fresh operating-system entropy (dpcalib.optim.randomness)."""
+    from ..randomness import RunStreams
+
+    return RunStreams(None).run("cpu", data_device="cpu")[0]
+
+
+def loader_generator(data_loader, fallback):
+    """The generator the run's batches are drawn from: the loader's own ``generator`` where it has one
+    (Opacus's behaviour; a warning says that whoever knows its seed knows the batches), else
+    ``fallback`` (fresh entropy)."""
+    gen = getattr(data_loader, "generator", None)
+    if gen is None:
+        return fallback
+    if not isinstance(gen, torch.Generator) or gen.device.type != "cpu":
+        raise InputError(f"data_loader.generator={gen!r} is not allowed: expected a CPU torch.Generator.")
+    warnings.warn("the batches are drawn from data_loader's own generator (as Opacus does): whoever knows its seed "
+                  "knows every batch, and the accounting's sampling then protects nobody from them; leave it unset "
+                  "for fresh entropy.", UserWarning, stacklevel=4)
+    return gen
+
+
+def _settings(d) -> dict:
+    """The user's loader settings a replacement keeps (workers, pin memory, timeout, ...)."""
+    kwargs = dict(num_workers=d.num_workers, pin_memory=d.pin_memory, timeout=d.timeout,
+                  worker_init_fn=d.worker_init_fn, multiprocessing_context=d.multiprocessing_context,
+                  persistent_workers=d.persistent_workers if d.num_workers > 0 else False)
+    if d.num_workers > 0 and d.prefetch_factor is not None:
+        kwargs["prefetch_factor"] = d.prefetch_factor
+    return kwargs
 
 
 def _empty_like(batch):
@@ -195,9 +279,5 @@ def check_loader(data_loader) -> None:
 def private_loader(data_loader, batch_sampler) -> DataLoader:
     """A ``DataLoader`` over the user's dataset with ``batch_sampler`` and the user's settings."""
     d = data_loader
-    kwargs = dict(num_workers=d.num_workers, collate_fn=_Collate(d.collate_fn, d.dataset), pin_memory=d.pin_memory,
-                  timeout=d.timeout, worker_init_fn=d.worker_init_fn, multiprocessing_context=d.multiprocessing_context,
-                  persistent_workers=d.persistent_workers if d.num_workers > 0 else False)
-    if d.num_workers > 0 and d.prefetch_factor is not None:
-        kwargs["prefetch_factor"] = d.prefetch_factor
-    return DPDataLoader(d.dataset, batch_sampler=batch_sampler, **kwargs)
+    return DPDataLoader(d.dataset, batch_sampler=batch_sampler, collate_fn=_Collate(d.collate_fn, d.dataset),
+                        **_settings(d))

@@ -62,7 +62,17 @@ class BatchMemoryManager:
         return False
 
     def __len__(self):
-        return len(self.data_loader)
+        """Physical batches per pass (Opacus's count): ``len(loader) * ceil(b / size)`` for batches of a
+        fixed size ``b``; for Poisson batches the expected count, ``int(len(loader) * q n / size)``
+        (sizes vary from batch to batch)."""
+        bs = getattr(self.data_loader, "batch_sampler", None)
+        steps = len(self.data_loader)
+        if getattr(bs, "sampling", None) == "poisson":
+            return int(steps * (bs.q * bs.n) / self.size)
+        b = getattr(bs, "b", None) or getattr(bs, "batch_size", None) or getattr(self.data_loader, "batch_size", None)
+        if b is None:
+            return steps
+        return steps * -(-int(b) // self.size)
 
     def __iter__(self):
         for batch in self.data_loader:

@@ -28,6 +28,7 @@ from torch.optim import Optimizer
 
 from ...accountant.validation import InputError
 from ..randomness import SecureGenerator, is_secure
+from .hooks import engine_internal
 
 __all__ = ["DPOptimizer", "BudgetExceeded", "OverspendWarning"]
 
@@ -84,7 +85,7 @@ class DPOptimizer(Optimizer):
     ``module`` (a :class:`~.module.PrivateModule`).  Built by :class:`~.engine.PrivacyEngine`."""
 
     def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
-                 allow_overspend: bool = False, criterion=None, regularizer=None):
+                 allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None):
         if not isinstance(optimizer, Optimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
         if isinstance(optimizer, DPOptimizer):
@@ -92,8 +93,9 @@ class DPOptimizer(Optimizer):
         mine = {id(p) for p in module.inner.parameters()}
         foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in mine]
         if foreign:
-            raise InputError(f"optimizer is not allowed: {len(foreign)} of its parameters are not the module's (the "
-                             "private direction is defined for the module's parameters only).")
+            raise InputError(f"optimizer is not allowed: {len(foreign)} of its parameters are not the module's "
+                             "(Module parameters are different than optimizer Parameters: build the optimizer from "
+                             "the parameters of the module passed in, after any ModuleValidator.fix).")
         self.original_optimizer = optimizer
         self.dtype = module.named[0][1].dtype
         _check_stds(kernel, dict(kernel.levels), self.dtype)
@@ -108,6 +110,9 @@ class DPOptimizer(Optimizer):
         self._step_hooks: list = []
         self.regularizer = regularizer      # r(params): its gradient is added to the direction (public)
         self._given = None                  # the .grad views the last step wrote, and their sum of squares
+        self.loader = loader                # the private loader: its passes, for the shuffled runs' charges
+        self.per_layer = per_layer          # PerLayerClip of clipping="per_layer" (the kernel's C is its norm)
+        self._pass = None                   # (pass, levels) whose one release per record is charged already
 
     # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
     @property
@@ -166,8 +171,41 @@ class DPOptimizer(Optimizer):
         self.set_noise(noise_multiplier=value)
 
     @property
-    def max_grad_norm(self) -> float:
+    def max_grad_norm(self):
+        """The clip norm of the next step (Opacus's name; settable mid-run, e.g. by its grad-clip
+        schedulers).  Per-layer clipping: the list of bounds; setting a number scales them all so
+        that their norm (the sensitivity) is that number.  The noise std follows it (``z C``), so the
+        noise multiplier -- what the ledger charges -- is unchanged."""
+        if self.per_layer is not None:
+            return list(self.per_layer.scaled(self.kernel.clip / float(self.per_layer)))
         return self.kernel.clip
+
+    @max_grad_norm.setter
+    def max_grad_norm(self, value):
+        if value == self.max_grad_norm:
+            return
+        if not self.kernel.clip_schedulable:
+            raise InputError(f"max_grad_norm={value!r} is not allowed to change for {self.kernel.name}: its "
+                             "mechanism's sensitivities are fixed by the clips it was calibrated with.")
+        if self.per_layer is not None and isinstance(value, (list, tuple)):
+            from ...mechanisms import PerLayerClip
+
+            new = PerLayerClip(value)
+            if len(new) != len(self.per_layer):
+                raise InputError(f"max_grad_norm is not allowed: {len(new)} bounds for {len(self.per_layer)} "
+                                 "trained parameters.")
+            self.per_layer, c = new, float(new)
+        else:
+            c = value if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+            if not (c > 0) or math.isinf(c):
+                raise InputError(f"max_grad_norm={value!r} is not allowed: expected a finite number > 0.")
+        old, self.kernel.C = self.kernel.C, float(c)
+        try:
+            _check_stds(self.kernel, dict(self.kernel.levels), self.dtype)
+        except InputError:
+            self.kernel.C = old
+            raise
+        self.kernel.clip = self.kernel.C
 
     # -- the loop's calls -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
@@ -214,26 +252,27 @@ class DPOptimizer(Optimizer):
         What the checks of :mod:`dpcalib.optim.audit.steps` call; in ``secure_mode`` the noise is
         drawn by the secure sampler, keyed by ``generator``'s seed, so that a check sees the noise
         the run adds."""
-        sums = {k: self.transport.aggregate(v) for k, v in self._terms().items()}
-        state, levels, gen = self.kernel.state_dict(), dict(self.kernel.levels), self.privatizer.generator
-        if generator is not None:
-            # a check's generator; a secure run's checks draw through its own sampler, keyed by that generator
-            self.privatizer.generator = SecureGenerator.from_seed(generator.initial_seed(), gen.device) \
-                if is_secure(gen) else generator
-        if not noise:
-            self.kernel.levels = {k: 0.0 for k in levels}
-        try:
-            released, _ = self.kernel.step(_Summed(sums), self._release, self.round + 1, self._first())
-            return released.clone()
-        finally:
-            self.kernel.load_state_dict(state)
-            self.kernel.levels, self.privatizer.generator = levels, gen
-            self.module.clear()
+        with engine_internal():
+            sums = {k: self.transport.aggregate(v) for k, v in self._terms().items()}
+            state, levels, gen = self.kernel.state_dict(), dict(self.kernel.levels), self.privatizer.generator
+            if generator is not None:
+                # a check's generator; a secure run's checks draw through its own sampler, keyed by that generator
+                self.privatizer.generator = SecureGenerator.from_seed(generator.initial_seed(), gen.device) \
+                    if is_secure(gen) else generator
+            if not noise:
+                self.kernel.levels = {k: 0.0 for k in levels}
+            try:
+                released, _ = self.kernel.step(_Summed(sums), self._release, self.round + 1, self._first())
+                return released.clone()
+            finally:
+                self.kernel.load_state_dict(state)
+                self.kernel.levels, self.privatizer.generator = levels, gen
+                self.module.clear()
 
-    def _check_budget(self, kind: str) -> None:
-        if self.budget is None:
+    def _check_budget(self, kind: str, count: int = 1) -> None:
+        if self.budget is None or not count:
             return
-        after = self.ledger.with_step(self.mechanism, self.kernel.levels, kind)
+        after = self.ledger.with_step(self.mechanism, self.kernel.levels, kind, count)
         plan = self.budget
         if "planned" not in plan:
             plan["planned"] = {k: v for k, v in plan["mechanism"].release_counts().items() if v}
@@ -256,19 +295,50 @@ class DPOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        with engine_internal():            # the step's own calls of a hooked module (wrap_model=False) are plain
+            self._step()
+        return loss
+
+    def _charges(self, kind: str) -> int:
+        """Releases to charge for this step.  Shuffled batches and the loader's own (a partition): a
+        record is in one batch per pass, so the first step of each (pass, noise levels) charges the
+        pass's whole epoch -- ``steps_per_epoch`` releases, which the mechanism counts as one
+        participation -- and the others nothing; a pass is the loader's (restarting it mid-pass
+        starts a new one) or, past ``steps_per_epoch`` steps without a restart, a new one."""
+        m = self.mechanism
+        if not getattr(m, "shuffled", False):
+            return 1
+        T = m.steps_per_epoch
+        passes = getattr(self.loader, "passes", 0)
+        levels = tuple(sorted(self.kernel.levels.items()))
+        pid, done, seen = self._pass if self._pass is not None else (None, 0, ())
+        if pid != passes or done >= T:
+            pid, done, seen = passes, 0, ()
+        count = 0 if levels in seen else T
+        self._pass = (pid, done + 1, seen if levels in seen else seen + (levels,))
+        return count
+
+    def _step(self) -> None:
         self._accumulate()
         if self._skip:
             self._skip = False
-            return loss
+            return
         self._refuse_foreign_grads()
         first = self._first()
         kind = self.kernel.kind(first)
-        self._check_budget(kind)
+        saved = self._pass
+        charge = self._charges(kind)
+        try:
+            self._check_budget(kind, charge)
+        except BudgetExceeded:
+            self._pass = saved
+            raise
         sums = {k: self.transport.aggregate(v) for k, v in self._sums.items()}
         self._sums = None
         self.round += 1
         released, kind = self.kernel.step(_Summed(sums), self._release, self.round, first)
-        self.ledger.charge(self.mechanism, self.kernel.levels, kind)
+        if charge:
+            self.ledger.charge(self.mechanism, self.kernel.levels, kind, count=charge)
         direction = self.kernel.direction(released)
         if self.regularizer is not None:
             direction = direction + self._regularizer_grad().to(direction.dtype)
@@ -283,7 +353,6 @@ class DPOptimizer(Optimizer):
         for hook in self._step_hooks:
             hook(self)
         self.original_optimizer.step()
-        return loss
 
     def _regularizer_grad(self) -> torch.Tensor:
         """grad r at the current parameters, flat in the module's order."""
@@ -303,6 +372,10 @@ class DPOptimizer(Optimizer):
         mine = views is not None and all(p.grad is v for (_, p), v in zip(self.module.named, views))
         if mine:
             now = sum(float(v.square().sum()) for v in views)
+            if now == sq and sq != 0.0:
+                raise InputError("optimizer.step() is not allowed here: optimizer.zero_grad() was not called since "
+                                 "the last step (Opacus requires it on each step too; the gradients would otherwise "
+                                 "be the last step's).")
             foreign = now != 0.0 and now != sq       # zeroed in place (zero_grad(set_to_none=False)) is fine
         else:
             foreign = any(p.grad is not None and (views is None or p.grad is not views[i]) and bool(p.grad.any())
