@@ -41,7 +41,7 @@ from scipy import special
 from .allocation_terms import above, bulk_law, convolved, pooled, tail_laws
 from .caches import Memo
 from .gdp import gdp_epsilon
-from .pld_compose import compose_powers
+from .pld_compose import compose_powers, log_mgfs
 from .pld_discretise import Bins, lower_step, upper_step
 from .pld_discretise import discretised_steps as plain_steps
 from .pld_pairs import OverCap, Step
@@ -59,8 +59,11 @@ TAIL_GRID = 4.0
 TAIL_RATE = 1e-3
 #: bulk grids: at least this many points before a tail is split off, at most this many
 BULK_MIN, BULK_MAX = 1 << 12, 1 << 20
+#: ... and ``c1`` at most this many times ``t`` (little noise: a log-normal so heavy that the bulk's sums
+#: would span thousands of ``t``; the tail's terms then take more of the ``t``)
+C1_OVER_T = 1.0
 #: terms with more tail terms than this go to infinity (upper) / are dropped (lower)
-J_MAX = 8
+J_MAX = 16
 #: the rest beyond ``J`` tail terms (charged in full) at most this many times the step's tail budget ``tau``
 #: (``1e-7 delta`` for all epochs together, as the blocks' binomial rest of :mod:`.pld_blocks`)
 REST = 10.0
@@ -102,7 +105,7 @@ def plan(z: float, t: int, h: float, tau: float) -> Plan:
         n = max(4, math.ceil(c_max / step))
         return Plan(step, n, 1.0, n * step, 0)
     x1 = z * float(-special.ndtri(min(0.5, TAIL_RATE / t)))
-    c1 = min(c_max, max(_y_at(z, x1), BULK_MIN * step))
+    c1 = min(c_max, max(min(_y_at(z, x1), C1_OVER_T * t), BULK_MIN * step))
     n = math.ceil(c1 / step)
     if n > BULK_MAX:
         step, n = c1 / BULK_MAX, BULK_MAX
@@ -212,7 +215,11 @@ def _composed(bulk: np.ndarray, counts, step: float, alpha: float, cap: int, lam
     ``reflect`` the law of ``c1 - Y`` is composed (tilted toward small ``S``) and read back."""
     n = bulk.size - 1
     mass = bulk[::-1].copy() if reflect else bulk
-    comps = compose_powers(Step(0, mass, 0.0, 0.0, 1), counts, step, alpha, cap, lam)
+    # the moment bounds of the Chernoff windows pool the atoms in blocks of 1 % of the span over the
+    # count (the windows move out by at most that): counted for the largest count, not for one
+    law = Step(0, mass, 0.0, 0.0, max(counts))
+    log_mgfs([law], step)
+    comps = compose_powers(law, counts, step, alpha, cap, lam)
     if comps is None:
         raise OverCap
     out = []
@@ -228,22 +235,19 @@ def _composed(bulk: np.ndarray, counts, step: float, alpha: float, cap: int, lam
 
 
 def _merged(a, b):
-    """An untilted composition ``a`` and a tilted one ``b`` of the same law on one grid: per point the
-    smaller upper bound and the larger lower bound where each is resolved (a tilted composition leaves the
-    points far below its tilt unresolved: upper bound 1).  Outside ``a``'s window only ``b``'s resolved
-    points are kept (what lies there at all is at most ``a``'s Chernoff mass, charged by the caller);
-    ``alias`` of both."""
-    lo = min(a[0], b[0])
-    hi = max(a[0] + a[1].size, b[0] + b[1].size)
-    up = np.full(hi - lo, np.inf)
-    low = np.zeros(hi - lo)
-    for i0, u, l, _ in (a, b):
-        sl = slice(i0 - lo, i0 - lo + u.size)
-        u = np.where(u >= 1.0, np.inf, u) if i0 == b[0] and u is b[1] else u
-        up[sl] = np.minimum(up[sl], u)
-        low[sl] = np.maximum(low[sl], l)
-    up[~np.isfinite(up)] = 0.0
-    return lo, up, low, a[3] + b[3]
+    """An untilted composition ``a`` and a tilted one ``b`` of the same law on one grid, on ``a``'s window:
+    per point the smaller upper bound and the larger lower bound (a tilted composition leaves the points
+    far below its tilt unresolved, upper bound 1: those keep ``a``'s).  What lies outside ``a``'s window at
+    all is at most its Chernoff mass, which the caller charges.  ``alias`` of both."""
+    i0, ua, la, alias_a = a
+    up, low = ua.copy(), la.copy()
+    j0, ub, lb, alias_b = b
+    lo, hi = max(i0, j0), min(i0 + ua.size, j0 + ub.size)
+    if hi > lo:
+        sa, sb = slice(lo - i0, hi - i0), slice(lo - j0, hi - j0)
+        up[sa] = np.minimum(up[sa], ub[sb])
+        low[sa] = np.maximum(low[sa], lb[sb])
+    return i0, up, low, alias_a + alias_b
 
 
 def _tilt(z: float, t: int, K: int, delta: float, bulk: np.ndarray, step: float) -> float:
@@ -315,11 +319,12 @@ def _pieces(y, w, i0, q, step, t, h, upper: bool, memo=None):
     return np.concatenate(out_s), np.concatenate(out_q)
 
 
-def _binned(pieces, sums, t: int, step: float, h: float, direction: str, upper: bool):
+def _binned(pieces, sums, t: int, step: float, h: float, direction: str, upper: bool, extra=None):
     """The epoch's ``Bins`` in ``direction`` from the pieces of ``S``: ``[(i0, q, f)]`` (``j`` tail terms
     beside the law ``f q`` of the bulk's terms), ``sums[j - 1]`` the tail atoms; and the ``P``-mass at
     ``S = 0`` (the add direction's infinite loss).  An atom goes to the loss bin ``(i h, (i+1) h]`` of its
-    loss, or -- within ``1e-9 h`` of an edge -- to the side that keeps a bound a bound."""
+    loss, or -- within ``1e-9 h`` of an edge -- to the side that keeps a bound a bound.  ``extra``: bins
+    ``(i, P, Q)`` already made (:func:`_bottom`)."""
     binom = special.gammaln(t + 1) - special.gammaln(np.arange(len(pieces)) + 1) - \
         special.gammaln(t - np.arange(len(pieces)) + 1)
     Ss, Qs = [], []
@@ -344,21 +349,62 @@ def _binned(pieces, sums, t: int, step: float, h: float, direction: str, upper: 
     nu = 1e-9 if upper else -1e-9
     ii = np.ceil(ell / h + nu).astype(np.int64) - 1
     Mm = Qm * (S / t)                             # the mixture's mass
+    Pw, Qw = (Mm, Qm) if direction == "remove" else (Qm, Mm)
+    if extra is not None:
+        ii, Pw, Qw = np.concatenate((ii, extra[0])), np.concatenate((Pw, extra[1])), np.concatenate((Qw, extra[2]))
     lo, hi = int(ii.min()), int(ii.max())
-    P = np.bincount(ii - lo, weights=Mm if direction == "remove" else Qm, minlength=hi - lo + 1)
-    Q = np.bincount(ii - lo, weights=Qm if direction == "remove" else Mm, minlength=hi - lo + 1)
+    P = np.bincount(ii - lo, weights=Pw, minlength=hi - lo + 1)
+    Q = np.bincount(ii - lo, weights=Qw, minlength=hi - lo + 1)
     # (sums of non-negative terms: each within its count of roundings, relatively)
     r = (ii.size + 16) * _U
     f = 1.0 + r if upper else 1.0 - r
     return Bins(lo, P * f, Q * f, 0.0, 0.0), at_zero
 
 
+def _bottom(z: float, t: int, step: float, h: float, tau: float):
+    """The add direction's upper law where every term is in the bulk's first cell ``[0, step]``: its
+    spread puts all ``t`` terms on ``{0, step}`` (an atom at ``S = 0``: infinite add loss, and a floor of
+    ``Q(Y <= step)^t`` under every delta -- ``0.01`` at ``t = 2``, ``z = 0.5``).  There ``S >= max_i Y_i``
+    and the add loss ``-log(S / t)`` decreases in ``S``, so the maximum's exact law (``Q(max <= y) = F(y)^t``)
+    bounds that part from above; each loss bin's mass is put at the bin's top (all of it sent up by
+    connect-the-dots).  Returns ``(spread, (i, P, Q), inf)``: the spread's part (masses at ``S = k step``,
+    ``k = 0 .. t``, to take off the composition), the maximum's bins and its mass beyond the last bin;
+    None where ``Q(Y <= step)^t`` is negligible."""
+    from .allocation_terms import cells
+
+    Q0, A0 = cells(z, np.array([0.0, step]))
+    q0 = float(Q0[0])
+    if not q0 > 0.0 or t * math.log(q0) < math.log(1e-3 * tau):
+        return None
+    f0 = min(1.0, max(0.0, float(A0[0]) / (q0 * step)))
+    a, b = q0 * (1.0 - f0) * (1.0 + 1e-12), q0 * f0 * (1.0 + 1e-12)
+    k = np.arange(t + 1)
+    with np.errstate(divide="ignore"):
+        lw = special.gammaln(t + 1) - special.gammaln(k + 1) - special.gammaln(t - k + 1) + \
+            (t - k) * np.log(a) + k * np.log(b)
+    spread = np.exp(lw) * (1.0 - 1e-9)
+
+    def logF(y):                          # log Q(Y <= y), y = e^((x - 1/2) / z^2) <=> x = z^2 log y + 1/2
+        return special.log_ndtr((z * z * np.log(y) + 0.5) / z)
+
+    # the add loss of max = m is log(t / m): bins from log(t / step) up to where F^t is negligible
+    top = math.log(t) - math.log(step)
+    lo_y = step
+    while t * float(logF(np.array([lo_y]))[0]) > math.log(1e-3 * tau) and lo_y > 1e-300:
+        lo_y *= 1e-2
+    i0, i1 = math.floor(top / h), math.ceil((math.log(t) - math.log(lo_y)) / h)
+    i = np.arange(i0, i1)
+    ya = np.minimum(t * np.exp(-(i + 1.0) * h), step)        # the bin (i h, (i+1) h]: m in [ya, yb)
+    yb = np.minimum(t * np.exp(-i * h), step)
+    la, lb = t * logF(ya), t * logF(yb)
+    P = np.where(yb > ya, np.exp(lb) * -np.expm1(np.minimum(la - lb, 0.0)), 0.0) * (1.0 + 1e-12)
+    inf = math.exp(t * float(logF(np.array([t * math.exp(-i1 * h)]))[0])) * (1.0 + 1e-12)
+    return spread, (i, P, P * np.exp(-(i + 1.0) * h)), inf
+
+
 # -- the step -----------------------------------------------------------------------------------------
 
 _STEPS = Memo(64)
-#: the sums of at most this many tail terms beside the bulk's law of the other terms exactly; more are
-#: moved to the conservative side (their mass is a factor ~(t Q(Y > c1))^2 below the rest)
-EXACT_J = 2
 #: the tilted composition is added where the untilted one's round-off (P-mass, all epochs) exceeds this
 #: fraction of delta
 TILT_FROM = 1e-2
@@ -380,8 +426,7 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
     if law is None:
         return _STEPS.remember(key, None)
     J = len(law.sums)
-    exact = min(J, EXACT_J)
-    counts = [t - j for j in range(exact + 1) if t - j >= 1]
+    counts = [t - j for j in range(J + 1) if t - j >= 1]
     alpha = 1e-2 * tau / (1.0 + p.c1 * (J + 1))
     bkey = (z, t, p, tau, lower, direction if lower else None, alpha, cap)
     base = _BASES[bkey] if bkey in _BASES else _BASES.remember(
@@ -398,50 +443,52 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
     # the pieces: (i0, bulk law, its alias, largest tail sum, weight C(t, j) * tail mass * f, factor f)
     pieces = [(first[0], first[2] if lower else first[1], first[3], 0.0, 1.0, 1.0)]
     binom = special.gammaln(t + 1) - special.gammaln(np.arange(J + 1) + 1) - special.gammaln(t - np.arange(J + 1) + 1)
-    beta = float(np.sum(law.bulk))
-    high = (direction == "remove") != lower        # larger S is the conservative side
     for j in range(1, J + 1):
         y, q = law.sums[j - 1]
         tail = math.exp(float(binom[j])) * float(np.sum(q))
         ymax = float(np.max(y)) if y.size else 0.0
         if t - j < 1:                           # every term in the tail: the bulk's part is S = 0
             pieces.append((0, np.ones(1), 0.0, ymax, tail, 1.0))
-        elif j <= exact:
+        else:
             i0, u, l, a = base[j]
             pieces.append((i0, l if lower else u, a, ymax, tail, 1.0))
-        elif high:
-            # more than EXACT_J tail terms (a mass ~(t Q(Y > c1))^2 below the rest): the bulk's part of
-            # t - j terms taken as t - EXACT_J of them (larger S), its mass restored
-            i0, u, l, a = base[exact]
-            f = beta ** (exact - j)
-            pieces.append((i0, l if lower else u, a, ymax, tail * f, f))
-        else:                                   # ... or as 0 (smaller S), with its mass
-            f = beta ** (t - j)
-            pieces.append((0, np.ones(1), 0.0, ymax, tail * f, f))
+    extra, inf_bottom = None, 0.0
+    if direction == "add" and not lower:
+        got = _bottom(z, t, p.step, h, tau)
+        if got is not None:
+            spread, extra, inf_bottom = got
+            i0, q, a, ymax, W, f = pieces[0]
+            q = q.copy()
+            lo_k, hi_k = max(0, i0), min(t + 1, i0 + q.size)
+            if hi_k > lo_k:
+                q[lo_k - i0:hi_k - i0] = np.maximum(q[lo_k - i0:hi_k - i0] - spread[lo_k:hi_k], 0.0)
+            pieces[0] = (i0, q, a, ymax, W, f)
     bins, at_zero = _binned([(i0, q, f) for i0, q, _, _, _, f in pieces], law.sums, t, p.step, h, direction,
-                            not lower)
+                            not lower, extra)
     if bins is None or 10 * 8 * bins.P.size > cap:
         if bins is None:
             return _STEPS.remember(key, None)
         raise OverCap
     # the mass outside the windows (each side at most alpha per composition) and the wrapped-around mass
-    # in them (at most alias): in P-mass, S / t times the Q-mass, S at most the piece's largest value
-    tops = [(ymax + (i0 + q.size) * p.step) / t for i0, q, _, ymax, _, _ in pieces]
+    # in them (at most alias), in P-mass: ``S / t`` times the Q-mass, ``S = y + s`` with ``s`` at most the
+    # bulk's largest sum (or the window's top) and the tail atoms' first moment exact
+    moments = [0.0] + [math.exp(float(binom[j])) * f * float(np.sum(law.sums[j - 1][0] * law.sums[j - 1][1]))
+                       for j, (_, _, _, _, _, f) in enumerate(pieces) if j]
     if not lower:
         if direction == "remove":
-            missing = sum(W * 2.0 * alpha * (1.0 + top + p.c1) for (_, _, _, _, W, _), top in zip(pieces, tops))
+            missing = sum(2.0 * alpha * (W * (1.0 + p.c1) + M / t) for (_, _, _, _, W, _), M in zip(pieces, moments))
             inf = law.p_inf + law.rest_p + missing
         else:
-            inf = law.rest_q + at_zero + sum(W * 2.0 * alpha for _, _, _, _, W, _ in pieces)
+            inf = law.rest_q + at_zero + inf_bottom + sum(W * 2.0 * alpha for _, _, _, _, W, _ in pieces)
         st = upper_step(bins, h, K)
-        step = Step(st.i0, st.mass, min(1.0, inf), 1.0, K, block=2)
+        step = Step(st.i0, st.mass, min(1.0 - 1e-16, inf), 1.0, K, block=2)
     else:
         b = _trimmed(bins)
         st = lower_step(b, h, K) if b is not None else None
         if st is None:
             return _STEPS.remember(key, None)
-        charge = sum(W * a * (max(top, 1.0) if direction == "remove" else 1.0)
-                     for (_, _, a, _, W, _), top in zip(pieces, tops))
+        charge = sum(a * ((W * max(1.0, (i0 + q.size) * p.step / t) + M / t) if direction == "remove" else W)
+                     for (i0, q, a, _, W, _), M in zip(pieces, moments))
         step = Step(st.i0, st.mass, 0.0, 1.0, K, charge=charge, block=2)
     return _STEPS.remember(key, step)
 

@@ -87,9 +87,26 @@ _BOTTOM = 64
 
 def _lower_bulk(Q, f, up, step):
     """:func:`_lowered` keeping the mean (``d_0 = 0``), or where that fails -- a grid as coarse as the law's
-    mean, where no law on it keeps both the mean and lower calls -- lowering the bottom vertex too."""
-    m = _lowered(Q, f, up, step, True)
-    return m if m is not None else _lowered(Q, f, up, step, False)
+    mean, where no law on it keeps both the mean and lower calls -- lowering the bottom vertex too.  Built
+    on the cells from the first to the last with mass (below and above, the call function is linear and
+    0: nothing to lower; a cell of less than ``1e-300`` is dropped, which only lowers the calls)."""
+    nz = np.nonzero(Q > 1e-300)[0]
+    if not nz.size:
+        return None
+    a, b = int(nz[0]), int(nz[-1]) + 1                  # cells a .. b-1, vertices a .. b
+    Qs = np.where(Q[a:b] > 1e-300, Q[a:b], 0.0)
+    fs = f[a:b]
+    us = np.zeros(b - a + 1)
+    us[:-1] += Qs * (1.0 - fs)
+    us[1:] += Qs * fs
+    m = _lowered(Qs, fs, us, step, True)
+    if m is None:
+        m = _lowered(Qs, fs, us, step, False)
+    if m is None:
+        return None
+    out = np.zeros(up.size)
+    out[a:b + 1] = m
+    return out
 
 
 def _lowered(Q, f, up, step, keep_mean):
