@@ -250,6 +250,23 @@ def _merged(a, b):
     return i0, up, low, alias_a + alias_b
 
 
+def _capped(comp, bulk: np.ndarray, t: int):
+    """An upper composition of ``t`` bulk terms with each point ``s`` capped by ``G(s)^t``, ``G`` the bulk's
+    distribution function: the sum is at most ``s step`` only if every term is -- a bound free of the
+    FFT's round-off where the sum is small (the add direction's large losses)."""
+    i0, up, low, alias = comp
+    G = np.cumsum(bulk)
+    k = i0 + np.arange(up.size)
+    m = k < G.size
+    if not np.any(m):
+        return comp
+    with np.errstate(divide="ignore"):
+        cap = np.exp(t * np.log(G[np.maximum(k[m], 0)])) * (1.0 + 1e-9)
+    up = up.copy()
+    up[m] = np.minimum(up[m], cap)
+    return i0, up, low, alias
+
+
 def _tilt(z: float, t: int, K: int, delta: float, bulk: np.ndarray, step: float) -> float:
     """A tilt (in units of 1/S) that puts the composition's relative accuracy where ``K`` epochs' eps at
     ``delta`` reads one epoch: ``lambda / t``, ``lambda`` the Chernoff tilt of the Gaussian
@@ -440,6 +457,8 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
         tilted = _composed(law.bulk, [t], p.step, alpha, cap, _tilt(z, t, K, delta, law.bulk, p.step),
                            direction == "add")[0]
         first = _merged(first, tilted)
+    if not lower:
+        first = _capped(first, law.bulk, t)
     # the pieces: (i0, bulk law, its alias, largest tail sum, weight C(t, j) * tail mass * f, factor f)
     pieces = [(first[0], first[2] if lower else first[1], first[3], 0.0, 1.0, 1.0)]
     binom = special.gammaln(t + 1) - special.gammaln(np.arange(J + 1) + 1) - special.gammaln(t - np.arange(J + 1) + 1)
@@ -462,6 +481,8 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
             lo_k, hi_k = max(0, i0), min(t + 1, i0 + q.size)
             if hi_k > lo_k:
                 q[lo_k - i0:hi_k - i0] = np.maximum(q[lo_k - i0:hi_k - i0] - spread[lo_k:hi_k], 0.0)
+            if i0 <= 0 < i0 + q.size:
+                q[-i0] = 0.0                    # (with a term above the first cell, S >= step)
             pieces[0] = (i0, q, a, ymax, W, f)
     bins, at_zero = _binned([(i0, q, f) for i0, q, _, _, _, f in pieces], law.sums, t, p.step, h, direction,
                             not lower, extra)
