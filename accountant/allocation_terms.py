@@ -64,7 +64,8 @@ def bulk_law(z: float, step: float, n: int, which: str):
     * ``"puts"``: a law with lower put function ``E(u - Y)_+`` and no more mass (the add direction:
       decreasing convex) -- the ``"calls"`` construction on the reflected law ``c1 - Y``.
 
-    A lower law is None where its construction fails (never seen)."""
+    A lower law is never None (where the second-order construction fails, each cell is rounded down,
+    resp. up: valid, looser)."""
     Q, A = cells(z, step * np.arange(n + 1, dtype=float))
     k = np.arange(n, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -92,7 +93,7 @@ def _lower_bulk(Q, f, up, step):
     0: nothing to lower; a cell of less than ``1e-300`` is dropped, which only lowers the calls)."""
     nz = np.nonzero(Q > 1e-300)[0]
     if not nz.size:
-        return None
+        return np.zeros(up.size)                         # (no mass: nothing to bound)
     a, b = int(nz[0]), int(nz[-1]) + 1                  # cells a .. b-1, vertices a .. b
     Qs = np.where(Q[a:b] > 1e-300, Q[a:b], 0.0)
     fs = f[a:b]
@@ -103,7 +104,10 @@ def _lower_bulk(Q, f, up, step):
     if m is None:
         m = _lowered(Qs, fs, us, step, False)
     if m is None:
-        return None
+        # a grid as coarse as the law (a hard edge whose cell holds much of the mass): each cell's mass at
+        # its lower end -- rounded down, the calls only lower (first order, where the others are second)
+        m = np.zeros(b - a + 1)
+        m[:-1] = Qs * (1.0 - 1e-12)
     out = np.zeros(up.size)
     out[a:b + 1] = m
     return out
@@ -125,8 +129,8 @@ def _lowered(Q, f, up, step, keep_mean):
     where lowering made it concave, the greatest convex minorant replaces it (it is lower still, and keeps
     the end values).  Returns None if a check fails."""
     n = Q.size
-    if n < 2:
-        return None
+    if n < 2:                               # one cell: its mass at its lower end (rounded down)
+        return np.array([float(Q[0]) * (1.0 - 1e-12), 0.0])
     gap = Q * step * f * (1.0 - f)
     d = np.zeros(n + 2)                     # d[0..n], d[n+1] = 0 (beyond the top)
     # from the bottom: the least each cell needs, until that is at least the next cell's gap
@@ -161,7 +165,23 @@ def _lowered(Q, f, up, step, keep_mean):
     k = np.arange(jb + 1, jt)
     d[k] = np.maximum(gap[k - 1], gap[k])
     d[n] = 0.0
-    # the cells' conditions (a guard against a programming error: every d above meets them)
+    # no vertex below 0 (the call function is non-negative: C itself caps d), then, bottom to top, every
+    # cell met -- by lowering its upper vertex up to its cap, else its lower one (lowering a vertex only
+    # helps the cell on its other side, and both at their caps always meet a cell: the polyline is then 0
+    # there, below the pair of tangents, which is not negative at the cell's mean)
+    G = np.cumsum(Q[::-1])[::-1]                           # mass at or above each cell
+    C = np.zeros(n + 2)
+    C[:n] = step * (np.cumsum((Q * f)[::-1])[::-1] + np.append(np.cumsum(G[:0:-1])[::-1], 0.0))
+    np.minimum(d, C, out=d)
+    for k in np.nonzero((1.0 - f) * d[:n] + f * d[1:n + 1] < gap)[0]:
+        k = int(k)
+        fk = float(f[k])
+        if (1.0 - fk) * d[k] + fk * d[k + 1] >= gap[k]:
+            continue
+        if fk > 0.0:
+            d[k + 1] = min(C[k + 1], max(d[k + 1], (float(gap[k]) - (1.0 - fk) * d[k]) / fk))
+        if (1.0 - fk) * d[k] + fk * d[k + 1] < gap[k] and fk < 1.0:
+            d[k] = min(C[k], max(d[k], (float(gap[k]) - fk * d[k + 1]) / (1.0 - fk)))
     seg = (1.0 - f) * d[:n] + f * d[1:n + 1]
     if np.any(seg < gap * (1.0 - 1e-7) - 1e-300):
         return None
@@ -170,9 +190,10 @@ def _lowered(Q, f, up, step, keep_mean):
     m[0] = 0.0
     m[n] = 0.0                              # the top vertex: v_(n-1) = 0, nothing above
     if np.any(m[1:] < 0.0):
-        fail = convexify(m, 0.0)
-        if fail is not None or np.any(m[1:] < 0.0):
+        fail = convexify(m, 0.0, max_pools=1024)
+        if fail is not None or np.any(m[1:] < -64.0 * _U * float(np.sum(up))):
             return None
+        np.maximum(m, 0.0, out=m)               # (round-off of the pooling; the final scaling covers it)
     total = float(np.sum(Q))
     above0 = float(np.sum(m[1:]))
     if above0 > total:                      # the minorant's slope at 0 is below -mass: scaled down, the
