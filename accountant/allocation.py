@@ -54,7 +54,7 @@ _U = float(np.finfo(float).eps)
 KAPPA = 1.0
 #: the tail's geometric grid: relative width ``e^(TAIL_GRID * h)`` (its terms are rare; their losses
 #: move by at most that, second order)
-TAIL_GRID = 4.0
+TAIL_GRID = 2.0
 #: ``t Q(Y > c1)`` at most this: the tail holds few of the ``t`` terms
 TAIL_RATE = 1e-3
 #: bulk grids: at least this many points before a tail is split off, at most this many

@@ -26,7 +26,7 @@ CAP = 1 << 30
 
 #: the settings sampled here, 10^6 samples each (t, noise multiplier, epochs, delta): t * epochs stays small
 #: enough to draw in seconds; the larger ones are in tests/data/allocation_mc.json
-LIVE = ((2, 0.5, 1, 1e-2), (2, 1.0, 5, 1e-3), (2, 2.0, 100, 1e-3), (3, 0.7, 1, 1e-3), (3, 5.0, 30, 1e-2),
+LIVE = ((2, 0.5, 1, 1e-2), (2, 1.0, 5, 1e-3), (2, 2.0, 20, 1e-3), (3, 0.7, 1, 1e-3), (3, 5.0, 10, 1e-2),
         (5, 1.5, 10, 1e-3), (10, 0.5, 1, 1e-3), (10, 3.0, 8, 1e-2), (20, 1.0, 2, 1e-3), (50, 0.6, 1, 1e-3),
         (100, 1.2, 1, 1e-3), (30, 5.0, 3, 1e-2))
 
