@@ -166,7 +166,7 @@ def _tails(z: float, t: int, p: Plan, tau: float):
     key = (z, t, p, tau)
     if key in _TAILS:
         return _TAILS[key]
-    (uy, uq, p_inf), (ly, lq) = tail_laws(z, p.c1, p.ratio, p.c_max)
+    (uy, uq, p_inf), (ly, lq) = tail_laws(z, p.c1, p.ratio, p.c_max, float(t))
     theta = min(float(np.sum(uq)), 1.0)
     a_tail = float(np.sum(uq * uy))
     a_bulk = 1.0 + 1e-9                           # (the bulk's first moment is at most E Y = 1)
@@ -182,9 +182,9 @@ def _tails(z: float, t: int, p: Plan, tau: float):
         J += 1
     rest_q, rest_p = rest(J)
     # the sums of j >= 2 tail terms on a coarser geometric grid (their mass is ~(t Q(Y > c1))^(j-1) less)
-    r2 = max(p.ratio, (p.c_max / p.c1) ** (1.0 / TAIL_ATOMS))
-    out = (J, rest_q * (1.0 + 1e-12), rest_p * (1.0 + 1e-12), p_inf, _tail_sums((uy, uq), p.c1, r2, True, J),
-           _tail_sums((ly, lq), p.c1, r2, False, J))
+    r2 = max(p.ratio, ((p.c_max + t) / (p.c1 + t)) ** (1.0 / TAIL_ATOMS))
+    out = (J, rest_q * (1.0 + 1e-12), rest_p * (1.0 + 1e-12), p_inf, _tail_sums((uy, uq), p.c1, r2, True, J, t),
+           _tail_sums((ly, lq), p.c1, r2, False, J, t))
     return _TAILS.remember(key, out)
 
 
@@ -193,15 +193,15 @@ def _above(k: int, n: int, p: float) -> float:
     return 0.0 if k >= n else (1.0 if k < 0 else float(special.bdtrc(k, n, p)))
 
 
-def _tail_sums(tail, c1: float, r2: float, upper: bool, J: int) -> list:
-    """The atoms of the sums of ``j = 1 .. J`` tail terms (``j >= 2`` re-gridded geometrically from
-    ``j c1`` with ratio ``r2``: spread up, merged down)."""
+def _tail_sums(tail, c1: float, r2: float, upper: bool, J: int, t: int) -> list:
+    """The atoms of the sums of ``j = 1 .. J`` tail terms (``j >= 2`` re-gridded geometrically in ``y + t``
+    from ``j c1`` with ratio ``r2``: spread up, merged down)."""
     y, q = tail
     out = [(y, q)]
-    coarse = pooled(y, q, c1, r2, upper) if J >= 2 else None
+    coarse = pooled(y, q, c1, r2, upper, float(t)) if J >= 2 else None
     cur = coarse
     for j in range(2, J + 1):
-        cur = convolved(cur, coarse, j * c1, r2, upper)
+        cur = convolved(cur, coarse, j * c1, r2, upper, float(t))
         out.append(cur)
     return out
 
@@ -215,11 +215,15 @@ def _composed(bulk: np.ndarray, counts, step: float, alpha: float, cap: int, lam
     ``reflect`` the law of ``c1 - Y`` is composed (tilted toward small ``S``) and read back."""
     n = bulk.size - 1
     mass = bulk[::-1].copy() if reflect else bulk
+    # composed in units of the bulk's top ``c1 = n step`` (a term is at most 1): the Chernoff windows'
+    # ladder of tilts (2^-10 .. 2^20 a unit) then holds the small tilts a sum of terms up to c1 needs --
+    # in units of S it starts at 2^-10, and a heavy bulk's window spanned its whole support, t c1
+    unit = max(n * step, step)
     # the moment bounds of the Chernoff windows pool the atoms in blocks of 1 % of the span over the
     # count (the windows move out by at most that): counted for the largest count, not for one
     law = Step(0, mass, 0.0, 0.0, max(counts))
-    log_mgfs([law], step)
-    comps = compose_powers(law, counts, step, alpha, cap, lam)
+    log_mgfs([law], step / unit)
+    comps = compose_powers(law, counts, step / unit, alpha, cap, lam * unit)
     if comps is None:
         raise OverCap
     out = []

@@ -205,13 +205,15 @@ def _lowered(Q, f, up, step, keep_mean):
     return m * (1.0 - 1e-12)
 
 
-def tail_laws(z: float, c1: float, ratio: float, c_max: float):
-    """``(upper, lower)`` tail atoms above ``c1``: ``(y, q)`` pairs on the geometric grid
-    ``c1 * ratio^i`` up to ``c_max`` (upper: each cell spread onto its ends; the rest above ``c_max`` onto
-    ``c_max`` with its excess ``P``-mass at infinity, returned as third item) and the cells' means
-    (lower)."""
-    M = max(1, math.ceil(math.log(c_max / c1) / math.log(ratio)))
-    edges = c1 * ratio ** np.arange(M + 1, dtype=float)
+def tail_laws(z: float, c1: float, ratio: float, c_max: float, shift: float = 0.0):
+    """``(upper, lower)`` tail atoms above ``c1``: ``(y, q)`` pairs on the grid ``(c1 + shift) ratio^i - shift``
+    up to ``c_max`` -- geometric in ``y + shift`` (``shift = t``: a tail term's share of the epoch's loss is
+    ``log(y + S_rest)``, ``S_rest ~ t``) -- (upper: each cell spread onto its ends; the rest above
+    ``c_max`` onto ``c_max`` with its excess ``P``-mass at infinity, returned as third item) and the cells'
+    means (lower)."""
+    M = max(1, math.ceil(math.log((c_max + shift) / (c1 + shift)) / math.log(ratio)))
+    edges = (c1 + shift) * ratio ** np.arange(M + 1, dtype=float) - shift
+    edges[0] = c1
     edges[-1] = max(edges[-1], c_max)
     Q, A = cells(z, edges)
     qa, aa = above(z, float(edges[-1]))
@@ -234,9 +236,12 @@ def tail_laws(z: float, c1: float, ratio: float, c_max: float):
     return up, (ly, lq * (1.0 - 1e-12))
 
 
-def pooled(y: np.ndarray, q: np.ndarray, lo: float, ratio: float, upper: bool):
-    """Atoms ``(y, q)`` (``y >= lo``) on the geometric grid ``lo * ratio^i``: spread onto each cell's
+def pooled(y: np.ndarray, q: np.ndarray, lo: float, ratio: float, upper: bool, shift: float = 0.0):
+    """Atoms ``(y, q)`` (``y >= lo``) on the grid ``(lo + shift) ratio^i - shift``: spread onto each cell's
     ends keeping mass and mean (``upper``: a spread), or merged into each cell's mean (a contraction)."""
+    if shift:
+        v, pq = pooled(y + shift, q, lo + shift, ratio, upper)
+        return v - shift, pq
     keep = q > 0.0
     if not np.all(keep):
         y, q = y[keep], q[keep]
@@ -262,9 +267,9 @@ def pooled(y: np.ndarray, q: np.ndarray, lo: float, ratio: float, upper: bool):
     return my[nz] / mq[nz], mq[nz] * (1.0 - 1e-13)
 
 
-def convolved(a, b, lo: float, ratio: float, upper: bool):
-    """The law of the sum of two independent atom sets ``a = (y, q)``, ``b``, put on the geometric grid
-    from ``lo`` (:func:`pooled`)."""
+def convolved(a, b, lo: float, ratio: float, upper: bool, shift: float = 0.0):
+    """The law of the sum of two independent atom sets ``a = (y, q)``, ``b``, put on the grid of
+    :func:`pooled` from ``lo``."""
     y = np.add.outer(a[0], b[0]).ravel()
     q = np.multiply.outer(a[1], b[1]).ravel()
-    return pooled(y, q, lo, ratio, upper)
+    return pooled(y, q, lo, ratio, upper, shift)
