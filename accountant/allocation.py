@@ -67,6 +67,9 @@ J_MAX = 16
 #: the rest beyond ``J`` tail terms (charged in full) at most this many times the step's tail budget ``tau``
 #: (``1e-7 delta`` for all epochs together, as the blocks' binomial rest of :mod:`.pld_blocks`)
 REST = 10.0
+#: at most this many tail atoms, and pooled blocks of the bulk's law beside one octave of them
+TAIL_MAX = 4000
+POOL_MAX = 2000
 #: the atoms of a sum of tail terms are re-gridded to at most about this many
 TAIL_ATOMS = 400
 
@@ -111,7 +114,9 @@ def plan(z: float, t: int, h: float, tau: float) -> Plan:
         step, n = c1 / BULK_MAX, BULK_MAX
     if n * step >= c_max:
         return Plan(step, n, 1.0, n * step, 0)
-    return Plan(step, n, math.exp(TAIL_GRID * h), c_max, J_MAX)
+    # at most TAIL_MAX atoms (a fine grid -- the attack risk's 5e-5 -- and a long tail made 10^5 of them)
+    ratio = max(math.exp(TAIL_GRID * h), ((c_max + t) / (n * step + t)) ** (1.0 / TAIL_MAX))
+    return Plan(step, n, ratio, c_max, J_MAX)
 
 
 @dataclass
@@ -322,7 +327,7 @@ def _pieces(y, w, i0, q, step, t, h, upper: bool, memo=None):
     out_s, out_q = [], []
     y0 = float(np.min(y))
     lev = np.floor(np.log2(y / y0)).astype(np.int64)
-    ratio = math.exp(POOL * h)
+    ratio = max(math.exp(POOL * h), ((y0 + float(s[-1])) / (y0 + float(s[0]))) ** (1.0 / POOL_MAX))
     levels = memo.setdefault((id(q), y0), {}) if memo is not None else {}
     if 0 not in levels:
         v0, q0 = pooled(y0 + s, q, y0 + float(s[0]), ratio, upper)
@@ -332,7 +337,11 @@ def _pieces(y, w, i0, q, step, t, h, upper: bool, memo=None):
         sel = lev == k
         base = y0 * 2.0 ** int(k)
         if int(k) not in levels:
-            v, pq = pooled(base + s0, q0, base + float(s0[0]), ratio, upper)
+            # pooled from the nearest coarser-than-nothing level below (a spread of a spread, a merge of
+            # merged atoms: still one), fewer atoms each octave up
+            below = max(j for j in levels if j < int(k))
+            sb, qb = levels[below]
+            v, pq = pooled(base + sb, qb, base + float(sb[0]), ratio, upper)
             levels[int(k)] = (v - base, pq)
         ps, pq = levels[int(k)]
         out_s.append(np.add.outer(y[sel], ps).ravel())
@@ -426,6 +435,8 @@ def _bottom(z: float, t: int, step: float, h: float, tau: float):
 # -- the step -----------------------------------------------------------------------------------------
 
 _STEPS = Memo(64)
+#: the smallest truncation budget of one epoch (see :func:`epoch_step`)
+MIN_TAU = 1e-280
 #: the tilted composition is added where the untilted one's round-off (P-mass, all epochs) exceeds this
 #: fraction of delta
 TILT_FROM = 1e-2
@@ -439,6 +450,9 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
     on the loss grid ``h``: the upper step (connect-the-dots of an upper law) or, with ``lower``, the lower
     step (None where its construction fails); ``direction`` "remove" or "add"; every truncation within
     ``tau`` of mass; ``delta`` steers the composition's tilt only.  Raises OverCap over the memory cap."""
+    # (a budget below 1e-280 -- delta near 1e-300 -- is taken as 1e-280: every truncation is charged in full,
+    # so a larger budget only loosens the bound; below it the windows' Chernoff masses underflow)
+    tau = max(tau, MIN_TAU)
     key = (z, t, K, h, tau, direction, lower, cap, delta)
     if key in _STEPS:
         return _STEPS[key]
