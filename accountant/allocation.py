@@ -92,6 +92,8 @@ class Plan:
 
 def _y_at(z: float, x: float) -> float:
     """The ``y`` of ``x`` (``y = e^{(x - 1/2) / z^2}``), capped below overflow."""
+    if z * z < 1e-300:                          # (the square underflows: no grid holds such a loss)
+        raise OverCap
     a = (x - 0.5) / (z * z)
     if a > 700.0:
         raise OverCap
