@@ -86,6 +86,10 @@ class DPSGD(Mechanism):
     field_choices = {"sampling": SAMPLINGS}
 
     def __post_init__(self):
+        if self.sampling == "random-allocation":
+            raise v.InputError("sampling='random-allocation' is not allowed: each record in k > 1 of an epoch's "
+                               "steps has no dominating pair dpcalib can cite and certify yet; "
+                               "sampling='balls-in-bins' is its k = 1 case.")
         if self.sampling not in SAMPLINGS:
             raise v.InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
         if self.sampling == "poisson":
