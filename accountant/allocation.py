@@ -101,7 +101,11 @@ def _y_at(z: float, x: float) -> float:
 
 
 def plan(z: float, t: int, h: float, tau: float) -> Plan:
-    """The discretisation of one epoch at loss grid ``h`` with tail budget ``tau``."""
+    """The discretisation of one epoch at loss grid ``h`` with tail budget ``tau``.
+
+    Args: ``z`` noise multiplier, ``t`` steps an epoch, ``h`` loss grid, ``tau`` tail budget (mass).
+    Returns: the :class:`Plan` (bulk grid, its cells, the tail's ratio and end, the tail terms kept).
+    Raises: OverCap where a term's tail lies beyond any grid (vanishing noise)."""
     step = KAPPA * h * math.sqrt(t)
     # the upper tail's P-mass at infinity (beyond c_max) at most tau / 10
     x_max = 1.0 + z * float(-special.ndtri(min(0.5, tau / 10.0)))
@@ -451,7 +455,13 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
     """The discretised step of ``K`` epochs of balls-in-bins (``t`` steps an epoch, noise multiplier ``z``)
     on the loss grid ``h``: the upper step (connect-the-dots of an upper law) or, with ``lower``, the lower
     step (None where its construction fails); ``direction`` "remove" or "add"; every truncation within
-    ``tau`` of mass; ``delta`` steers the composition's tilt only.  Raises OverCap over the memory cap."""
+    ``tau`` of mass; ``delta`` steers the composition's tilt only.  The pair is Chua et al.'s (AISTATS 2025,
+    Sec. 3); the laws bound it in convex order (:mod:`.allocation_terms`).
+
+    Args: ``z`` noise multiplier, ``t`` steps an epoch, ``K`` epochs composed, ``h`` loss grid, ``tau``
+    truncation budget, ``direction`` "remove"/"add", ``lower``, ``cap`` memory cap (bytes), ``delta``.
+    Returns: the :class:`~.pld_pairs.Step` (a block: no Hoeffding end), or None (a lower step that failed).
+    Raises: OverCap over the memory cap or where no grid holds the loss."""
     # (a budget below 1e-280 -- delta near 1e-300 -- is taken as 1e-280: every truncation is charged in full,
     # so a larger budget only loosens the bound; below it the windows' Chernoff masses underflow)
     tau = max(tau, MIN_TAU)
@@ -546,7 +556,11 @@ def _trimmed(b: Bins):
 def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, level=None):
     """:func:`~.pld_discretise.discretised_steps` with every balls-in-bins event's step from
     :func:`epoch_step` (its lower step None where the construction fails) -- the steps every bracket,
-    profile and window of the PLD accountant composes."""
+    profile and window of the PLD accountant composes.
+
+    Args: as :func:`~.pld_discretise.discretised_steps` (``events``: ``(event, count)`` pairs).
+    Returns: the upper steps, or ``(upper, lower)`` with ``lower``.
+    Raises: OverCap over the memory cap."""
     from .events import BallsInBinsGaussianEvent
 
     mine = [(e, k) for e, k in events if isinstance(e, BallsInBinsGaussianEvent)]

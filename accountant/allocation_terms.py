@@ -65,7 +65,11 @@ def bulk_law(z: float, step: float, n: int, which: str):
       decreasing convex) -- the ``"calls"`` construction on the reflected law ``c1 - Y``.
 
     A lower law is never None (where the second-order construction fails, each cell is rounded down,
-    resp. up: valid, looser)."""
+    resp. up: valid, looser).
+
+    Args: ``z`` noise multiplier, ``step`` the grid, ``n`` cells, ``which`` "upper", "calls" or "puts".
+    Returns: the ``n + 1`` Q-masses on ``k * step``.
+    Raises: nothing (closed forms)."""
     Q, A = cells(z, step * np.arange(n + 1, dtype=float))
     k = np.arange(n, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -210,7 +214,10 @@ def tail_laws(z: float, c1: float, ratio: float, c_max: float, shift: float = 0.
     up to ``c_max`` -- geometric in ``y + shift`` (``shift = t``: a tail term's share of the epoch's loss is
     ``log(y + S_rest)``, ``S_rest ~ t``) -- (upper: each cell spread onto its ends; the rest above
     ``c_max`` onto ``c_max`` with its excess ``P``-mass at infinity, returned as third item) and the cells'
-    means (lower)."""
+    means (lower).
+
+    Args: ``z`` noise multiplier, ``c1`` the bulk's end, ``ratio`` > 1, ``c_max`` the tail's end, ``shift``.
+    Returns: ``((y, q, p_inf), (y, q))``."""
     M = max(1, math.ceil(math.log((c_max + shift) / (c1 + shift)) / math.log(ratio)))
     edges = (c1 + shift) * ratio ** np.arange(M + 1, dtype=float) - shift
     edges[0] = c1
