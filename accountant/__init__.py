@@ -11,6 +11,7 @@ from .accountant import DEFAULT_ORDERS, EpsilonReport, PrivacyAccountant
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
     ADD_REMOVE,
+    BallsInBinsGaussianEvent,
     REPLACE_ONE,
     GaussianEvent,
     PoissonSampledGaussianEvent,
@@ -61,6 +62,7 @@ __all__ = [
     "GaussianEvent",
     "WORSampledGaussianEvent",
     "PoissonSampledGaussianEvent",
+    "BallsInBinsGaussianEvent",
     "full_batch_form",
     "REPLACE_ONE",
     "ADD_REMOVE",

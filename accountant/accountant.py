@@ -28,6 +28,7 @@ from . import validation
 from .caches import register
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
+    BallsInBinsGaussianEvent,
     GaussianEvent,
     PoissonSampledGaussianEvent,
     WORSampledGaussianEvent,
@@ -44,7 +45,7 @@ DEFAULT_ORDERS = tuple(float(a) for a in
                        list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
                                              320, 384, 448, 512, 640, 768, 1024])
 
-_EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent)
+_EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)
 
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "GaussianEvent",
     "WORSampledGaussianEvent",
     "PoissonSampledGaussianEvent",
+    "BallsInBinsGaussianEvent",
     "REPLACE_ONE",
     "ADD_REMOVE",
     "never_used_probability",
@@ -164,9 +165,49 @@ class PoissonSampledGaussianEvent:
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
 
+@dataclass(frozen=True)
+class BallsInBinsGaussianEvent:
+    """One epoch of balls-in-bins batches (add/remove): each record is put in one of ``steps`` steps,
+    chosen uniformly and independently of every other record and of the data, and each step releases its
+    batch's sum with Gaussian noise of multiplier ``noise_multiplier`` (noise std / the sum's
+    sensitivity).  Compose ``epochs`` of them.
+
+    Its dominating pair is ``(1/t) sum_i N(e_i, z^2 I_t)`` against ``N(0, z^2 I_t)`` (Chua, Ghazi,
+    Harrison, Leeman, Kamath, Kumar, Manurangsi, Sinha & Zhang, "Balls-and-Bins Sampling for DP-SGD",
+    AISTATS 2025, Sec. 3); the PLD accountant brackets it (:mod:`.allocation`).  RDP and the total
+    variation bound are the Gaussian release's (the record is in one release an epoch: sound, no
+    amplification).  ``steps = 1`` is the full-batch Gaussian (:func:`full_batch_form`).  Random
+    allocation of ``k > 1`` of the steps is not this event (see docs/accounting.md).
+    """
+
+    steps: int
+    noise_multiplier: float
+
+    neighboring_relation = ADD_REMOVE
+    integer_orders_only = False
+    #: the record is in one step of every epoch (:func:`never_used_probability`)
+    use_probability = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "steps", validation.run_length(self.steps, "steps"))
+        object.__setattr__(self, "noise_multiplier",
+                           validation.positive(self.noise_multiplier, "noise_multiplier"))
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """The Gaussian release's RDP, ``alpha / (2 z^2)``: the epoch's pair is a post-processing of
+        ``(N(1, z^2), N(0, z^2))`` (the step and the other coordinates are drawn independently of the
+        record), so this bounds it -- with no amplification."""
+        return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
+
+    def to_dp_event(self):
+        raise InputError("BallsInBinsGaussianEvent has no dp-accounting event (dp-accounting 0.6 has no "
+                         "balls-in-bins accountant); compare it with dpcalib's own brackets.")
+
+
 def full_batch_form(event):
     """``event`` itself, or -- when its sampling uses every record (Poisson ``q = 1``, without
-    replacement ``b = n``) -- the full-batch :class:`GaussianEvent` it is.
+    replacement ``b = n``, balls-in-bins with one step an epoch) -- the full-batch :class:`GaussianEvent`
+    it is.
 
     Every record is then in every release, so the release is the Gaussian mechanism whose noise
     multiplier is the event's (the noise std over the sensitivity under the event's relation):
@@ -174,6 +215,8 @@ def full_batch_form(event):
     Gaussian PLD answer it instead of a subsampled bound.  The caller keeps the event's
     neighbouring relation (the Gaussian event carries none)."""
     if isinstance(event, (PoissonSampledGaussianEvent, WORSampledGaussianEvent)) and event.use_probability >= 1.0:
+        return GaussianEvent(event.noise_multiplier)
+    if isinstance(event, BallsInBinsGaussianEvent) and event.steps == 1:
         return GaussianEvent(event.noise_multiplier)
     return event
 

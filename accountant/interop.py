@@ -177,7 +177,15 @@ def cross_check(accountant, delta) -> dict:
     rel = accountant.neighboring_relation
     nr = dp_accounting.NeighboringRelation
     relation = nr.REPLACE_ONE if rel == REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
-    event = to_dp_event(accountant)
+    try:
+        event = to_dp_event(accountant)
+    except InputError as exc:           # balls-in-bins: no anchor accounts for it
+        notes.append(f"no second opinion: {exc} (neither dp-accounting's accountants nor Opacus's PRV "
+                     "accountant take this sampling)")
+        return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
+                "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper, "dp_accounting_rdp": None,
+                "dp_accounting_pld": None, "opacus_prv": None, "delta": d,
+                "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}
     # dp-accounting is a second opinion: its numerical warnings (absl logging, stderr) and its
     # failures become notes and a None value, never an error of ours.
     absl = logging.getLogger("absl")

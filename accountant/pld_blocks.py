@@ -43,7 +43,8 @@ import numpy as np
 from .caches import Memo
 from .pld_binomial import binomial_composition
 from .pld_compose import compose_powers, delta_tilt, log_mgfs
-from .pld_discretise import Bins, bins_of, discretised_steps, edge_anchor, lower_step, upper_step
+from .allocation import discretised_steps
+from .pld_discretise import Bins, bins_of, edge_anchor, lower_step, upper_step
 from .pld_pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
 
 __all__ = ["BLOCKS", "BLOCK_MIN", "DEFAULT_BLOCK_MIN", "block_plan", "blocked_steps", "bracket_steps"]

@@ -15,8 +15,8 @@ from .caches import register
 from .pld_decay import decay_block, decayed_rounding, decayed_suffix
 from .pld_pairs import OverCap, Pair, Step, dominating_pairs
 
-__all__ = ["Bins", "bins_of", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor", "lower_step",
-           "upper_step"]
+__all__ = ["Bins", "bins_of", "convexify", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor",
+           "lower_step", "upper_step"]
 
 @dataclass
 class Bins:
@@ -287,6 +287,10 @@ def _convexify(m, h, max_pools: int = 4096) -> int | None:
         done = b
     return None
 
+
+#: the greatest convex minorant of a lowered polyline (``h = 0``: a grid of equal steps, the balls-in-bins bulk
+#: of :mod:`.allocation_terms`)
+convexify = _convexify
 
 #: the longest block :func:`_convexify` pools (the longest seen in the benchmark settings is
 #: ~1300 segments); a concave kink that needs more -- an atom's chord gap at the bottom of a

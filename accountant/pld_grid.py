@@ -16,7 +16,7 @@ from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
 from .pld_pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
                         dominating_pairs, grid_step, on_ladder)
 from . import pld_pairs
-from .pld_discretise import discretised_steps
+from .allocation import discretised_steps
 from .pld_blocks import bracket_steps as _steps
 
 

@@ -15,14 +15,15 @@ import numpy as np
 from scipy import special
 
 from . import validation
-from .events import GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, full_batch_form
+from .events import (BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent,
+                     full_batch_form)
 from .validation import InputError
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
            "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
 
-EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent)
+EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent)
 #: default memory cap of one composition (bytes)
 MEMORY_CAP = 1 << 30
 #: smallest delta the PLD answers (the tilted composition keeps every charge relative to
@@ -381,9 +382,12 @@ def pair(kind: str, z: float, q: float = 1.0) -> Pair:
 def dominating_pairs(event, direction: str) -> tuple:
     """The dominating pairs of one event, in the order the discretiser composes them: one pair, or --
     sampling without replacement under replace-one -- the remove and the add pair, whose discretised
-    steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0).
+    steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0) and for a
+    balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).
     ``direction``: "remove" or "add", the direction a Poisson event's pair takes."""
     z = event.noise_multiplier
+    if isinstance(event, BallsInBinsGaussianEvent):
+        return ()
     if isinstance(event, GaussianEvent):
         return (GaussianPair(z),)
     if isinstance(event, PoissonSampledGaussianEvent):
@@ -458,9 +462,9 @@ def grid_step(discretization) -> float:
 
 
 def directions(events):
-    """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step
-    is among them (each composed on its own, the worse reported), else remove."""
-    if any(isinstance(e, PoissonSampledGaussianEvent) for e, _ in events):
+    """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step or a
+    balls-in-bins epoch is among them (each composed on its own, the worse reported), else remove."""
+    if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) for e, _ in events):
         return ("remove", "add")
     return ("remove",)
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import validation
 from .pld_bracket import lower_usable, rounding_gap, sum_error
 from .pld_compose import compose_steps
-from .pld_discretise import discretised_steps
+from .allocation import discretised_steps
 from .pld_pairs import MEMORY_CAP, OverCap, checked_events, directions, grid_step
 from .validation import InputError
 

@@ -7,6 +7,10 @@ buys is then recomputed by a path that shares no code with ``accountant/``:
 * full-batch Gaussian compositions (DP-GD, DIFF2-GD, DiceSGD's assumption-free accountant):
   the exact GDP curve of Balle & Wang (2018, Thm 8) in mpmath, with mu written here from each
   paper's sensitivities (Dong, Roth & Su 2019, Cor. 2);
+* balls-in-bins DP-SGD (each record in one step of each epoch, at random): a hand-written LOWER bound
+  from the largest coordinate of the epoch's dominating pair (Chua et al. 2025: ``(1/t) sum_i N(e_i /
+  z, I)`` against ``N(0, I)``), a post-processing whose law is closed form -- ``Phi(c - 1/z) Phi(c)^(t-1)``
+  against ``Phi(c)^t`` -- composed numerically as below, both directions (:func:`allocation_delta_lower`);
 * subsampled releases -- Poisson under add/remove (DP-SGD, ClipD2P/ConstD2P add/remove) and
   fixed-size sampling without replacement under replace-one (DIFF2-BVR-L-SGD, DP-SRM,
   ClipD2P/ConstD2P replace-one): a hand-written LOWER bound, the privacy loss of an actual pair of
@@ -145,6 +149,57 @@ def _pair_pmf(kind: str, gamma: float, z: float, h: float, drop: float):
     k = np.floor(edge / h).astype(np.int64)
     off = int(k.min())
     return _trim(np.bincount(k - off, weights=mass), off, drop)
+
+
+def _max_pair_pmf(t: int, z: float, h: float, drop: float, direction: str):
+    """Loss pmf (under P; index k means loss k*h, rounded DOWN) of the largest coordinate ``c`` of one
+    balls-in-bins epoch's pair, in units of the noise std: ``P(c <= x) = Phi(x - a) Phi(x)^(t-1)`` (the
+    record's step shifted by ``a = 1/z``) against ``Phi(x)^t``; "add": the pair the other way round.  The
+    density ratio ``(e^(a x - a^2/2) + (t - 1) Phi(x - a) / Phi(x)) / t`` increases in ``x``, so a bin's
+    loss at one end is its minimum; the masses are differences of log-CDFs (``expm1``: no cancellation)."""
+    from scipy.special import log_ndtr
+
+    a = 1.0 / z
+    lo, hi = -13.0, a + math.sqrt(2.0 * math.log(max(t, 2))) + 13.0
+    dx = min(0.01, h / max(a, 1e-300))
+    x = np.linspace(lo, hi, int(math.ceil((hi - lo) / dx)) + 1)
+    lp = log_ndtr(x - a) + (t - 1) * log_ndtr(x)               # log P(c <= x)
+    lq = t * log_ndtr(x)
+    ratio = np.logaddexp(a * x - 0.5 * a * a, math.log(max(t - 1, 1e-300)) + log_ndtr(x - a) - log_ndtr(x)) \
+        - math.log(t) if t > 1 else a * x - 0.5 * a * a
+    if direction == "remove":
+        lc, loss = lp, ratio
+    else:
+        lc, loss = lq, -ratio
+    mass = np.exp(lc[1:]) * -np.expm1(np.minimum(lc[:-1] - lc[1:], 0.0))
+    edge = loss[1:] if direction == "add" else loss[:-1]         # the smaller end of each bin
+    k = np.floor(edge / h).astype(np.int64)
+    off = int(k.min())
+    return _trim(np.bincount(k - off, weights=mass), off, drop)
+
+
+def allocation_delta_lower(t: int, z: float, epochs: int, eps: float, delta: float) -> float:
+    """Lower bound on delta(eps) of ``epochs`` epochs of balls-in-bins (``t`` steps an epoch, multiplier
+    ``z``, add/remove): the worse direction of the largest coordinate's pair (:func:`_max_pair_pmf`),
+    composed, losses rounded down and mass only dropped (as :func:`_delta_lower`)."""
+    h = min(2e-3, max(2e-5, 0.05 / max(1, epochs)))
+    h = max(h, (1.0 / z) * (1.0 / z + 26.0) / MAX_POINTS)
+    drop = 1e-3 * delta / (8 * (2 * max(1, epochs).bit_length() + 2))
+    out = 0.0
+    for direction in ("remove", "add"):
+        base, boff = _max_pair_pmf(t, z, h, drop, direction)
+        acc, aoff = np.ones(1), 0
+        k = int(epochs)
+        while k:
+            if k & 1:
+                acc, aoff = _conv(acc, aoff, base, boff, drop)
+            k >>= 1
+            if k:
+                base, boff = _conv(base, boff, base, boff, drop)
+        losses = (aoff + np.arange(len(acc))) * h
+        keep = losses > eps
+        out = max(out, float(np.sum(acc[keep] * -np.expm1(eps - losses[keep]))))
+    return out
 
 
 def delta_lower(groups, eps: float, delta: float, h: float | None = None) -> float:
@@ -313,11 +368,22 @@ def config(kind: str, rng):
                 g.append((b / n, noise["sigma"] / dt, T - 1))
             return wor_delta_lower(g, eps, delta)
         return mech, eps, delta, oracle
+    if kind == "dp-sgd-balls-in-bins":
+        eps, delta = _logu(rng, 0.05, 30), _logu(rng, 1e-10, 1e-2)
+        n = _int(rng, 1, 1_000_000)
+        b, epochs = _int(rng, 1, n), _int(rng, 1, 100)
+        mech = M.DPSGD(sampling="balls-in-bins", n=n, batch_size=b, epochs=epochs)
+        t = -(-n // b)                          # steps an epoch: every record in one of ceil(n / b)
+
+        def oracle(noise):
+            # the noise on each batch's sum, sensitivity C (add/remove): the multiplier itself
+            return allocation_delta_lower(t, noise["noise_multiplier"], epochs, eps, delta)
+        return mech, eps, delta, oracle
     raise ValueError(f"kind={kind!r} is not allowed: expected one of {KINDS}.")
 
 
 KINDS = ("dp-gd", "diff2-gd", "dicesgd", "dp-sgd", "clipd2p-add/remove", "constd2p-add/remove",
-         "clipd2p-replace-one", "constd2p-replace-one", "diff2-bvr", "dp-srm")
+         "clipd2p-replace-one", "constd2p-replace-one", "diff2-bvr", "dp-srm", "dp-sgd-balls-in-bins")
 
 
 def check_one(i: int, seed: int, noise_scale: float = 1.0, accountant: str = "rdp") -> dict:

@@ -5,7 +5,14 @@ gradients (std ``z C / B`` on the average).
 ``sampling="shuffle"``: each epoch a random permutation cut into batches of ``b`` (what
 ``DataLoader(shuffle=True)`` does).  No theorem amplifies it: eps is the bracket of
 :mod:`dpcalib.accountant.shuffle` (certified upper end: ``E`` Gaussian releases, exact GDP; lower
-end: Chua et al.'s bound), never Poisson's eps for ``q = b/n``."""
+end: Chua et al.'s bound), never Poisson's eps for ``q = b/n``.
+
+``sampling="balls-in-bins"``: each epoch every record goes to one of ``t = ceil(n / b)`` steps, chosen
+uniformly and independently (Chua et al., AISTATS 2025): every record once an epoch, batches of
+``Binomial(n, 1/t)`` records, add/remove.  The noise is added to the batch's sum and the sum is divided by
+the *expected* batch ``n / t`` (never by the batch's own size, which tells whether the record is in
+it).  eps is the PLD bracket of :class:`~dpcalib.accountant.BallsInBinsGaussianEvent` (one event an
+epoch), close to Poisson's at ``q = b/n``."""
 
 from __future__ import annotations
 
@@ -13,8 +20,9 @@ from dataclasses import dataclass
 
 import math
 
-from ..accountant import (GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, ZERO_OUT, gdp_mu,
-                          shuffle_epsilon_bracket, shuffle_lower_epsilon, steps_per_epoch)
+from ..accountant import (ADD_REMOVE, BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent,
+                          PrivacyAccountant, ZERO_OUT, gdp_mu, shuffle_epsilon_bracket, shuffle_lower_epsilon,
+                          steps_per_epoch)
 from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
@@ -39,14 +47,18 @@ def classical_gaussian_multiplier(epsilon, delta) -> float:
     return math.sqrt(2.0 * math.log(1.25 / d)) / e
 
 
-SAMPLINGS = ("poisson", "shuffle")
+SAMPLINGS = ("poisson", "shuffle", "balls-in-bins")
+#: the samplings whose batches follow from n, batch_size and epochs (every record once an epoch)
+EPOCH_SAMPLINGS = ("shuffle", "balls-in-bins")
 
 
 @dataclass(frozen=True)
 class DPSGD(Mechanism):
     """DP-SGD with Poisson sampling rate ``q = B/N`` for ``steps`` iterations (add/remove), or
     (``sampling="shuffle"``) ``epochs`` epochs of shuffled batches of ``batch_size`` out of ``n``
-    records (relation ``"zero-out"``, Chua et al.'s, or ``"replace-one"``; add/remove refused)."""
+    records (relation ``"zero-out"``, Chua et al.'s, or ``"replace-one"``; add/remove refused), or
+    (``sampling="balls-in-bins"``) ``epochs`` epochs of ``ceil(n / batch_size)`` steps, each record in
+    one step an epoch chosen at random (add/remove only)."""
 
     sampling_rate: float | None = None
     steps: int | None = None
@@ -60,11 +72,13 @@ class DPSGD(Mechanism):
     name = "dp-sgd"
     field_help = {"sampling_rate": "Poisson sampling rate q = B/N (--sampling poisson)",
                   "steps": "steps T (--sampling poisson)",
-                  "sampling": "poisson (default: each record in each batch independently with probability q) or "
-                              "shuffle (each epoch a random permutation cut into batches of --batch-size)",
-                  "n": "number of records N (--sampling shuffle)",
-                  "batch_size": "batch size b (--sampling shuffle)",
-                  "epochs": "epochs E (--sampling shuffle)",
+                  "sampling": "poisson (default: each record in each batch independently with probability q), "
+                              "shuffle (each epoch a random permutation cut into batches of --batch-size) or "
+                              "balls-in-bins (each epoch every record in one of ceil(N/b) steps, at random)",
+                  "n": "number of records N (--sampling shuffle or balls-in-bins)",
+                  "batch_size": "batch size b (--sampling shuffle; balls-in-bins: the expected batch, ceil(N/b) "
+                                "steps an epoch)",
+                  "epochs": "epochs E (--sampling shuffle or balls-in-bins)",
                   "relation": "neighbouring relation of --sampling shuffle: zero-out (default: a record replaced by one "
                               "that contributes nothing) or replace-one; add/remove is refused",
                   "drop_last": "--sampling shuffle: drop the last, partial batch of each epoch"}
@@ -72,6 +86,10 @@ class DPSGD(Mechanism):
     field_choices = {"sampling": SAMPLINGS}
 
     def __post_init__(self):
+        if self.sampling == "random-allocation":
+            raise v.InputError("sampling='random-allocation' is not allowed: each record in k > 1 of an epoch's "
+                               "steps has no dominating pair dpcalib can cite and certify yet; "
+                               "sampling='balls-in-bins' is its k = 1 case.")
         if self.sampling not in SAMPLINGS:
             raise v.InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
         if self.sampling == "poisson":
@@ -91,14 +109,24 @@ class DPSGD(Mechanism):
             return
         for name in ("sampling_rate", "steps"):
             if getattr(self, name) is not None:
-                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with sampling='shuffle': the "
-                                   "batches follow from n, batch_size and epochs (q = b/n and E * ceil(n/b) steps); "
-                                   "give those instead.")
+                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with sampling={self.sampling!r}: "
+                                   "the batches follow from n, batch_size and epochs (q = b/n and E * ceil(n/b) "
+                                   "steps); give those instead.")
         for name in ("n", "batch_size", "epochs"):
             if getattr(self, name) is None:
-                raise v.InputError(f"{name} is required with sampling='shuffle' (n, batch_size and epochs).")
+                raise v.InputError(f"{name} is required with sampling={self.sampling!r} (n, batch_size and epochs).")
         v.run_length(self.epochs, "epochs")
         v.records(self.n, "n")
+        if self.sampling == "balls-in-bins":
+            if self.drop_last:
+                raise v.InputError("drop_last=True is not allowed with sampling='balls-in-bins': every step of an "
+                                   "epoch is taken (its batch may be empty); there is no last batch to drop.")
+            if self.relation not in (None, ADD_REMOVE):
+                raise v.InputError(f"relation={self.relation!r} is not allowed with sampling='balls-in-bins': "
+                                   "expected 'add/remove' (its accountant's relation).")
+            steps_per_epoch(self.n, self.batch_size)
+            object.__setattr__(self, "relation", ADD_REMOVE)
+            return
         steps_per_epoch(self.n, self.batch_size, self.drop_last)
         object.__setattr__(self, "relation", check_relation(self.relation or ZERO_OUT))
 
@@ -108,19 +136,32 @@ class DPSGD(Mechanism):
         return self.sampling == "shuffle"
 
     @property
+    def balls_in_bins(self) -> bool:
+        return self.sampling == "balls-in-bins"
+
+    @property
+    def epoch_wise(self) -> bool:
+        """Every record once an epoch (shuffle, balls-in-bins): the run is ``epochs`` epochs."""
+        return self.sampling in EPOCH_SAMPLINGS
+
+    @property
     def steps_per_epoch(self) -> int:
-        """Batches per epoch (shuffle): ``ceil(n/b)``, ``floor(n/b)`` with ``drop_last``."""
+        """Batches per epoch (shuffle, balls-in-bins): ``ceil(n/b)``, ``floor(n/b)`` with ``drop_last``."""
         return steps_per_epoch(self.n, self.batch_size, self.drop_last)
 
     @property
     def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch if self.shuffled else self.steps
+        return self.epochs * self.steps_per_epoch if self.epoch_wise else self.steps
 
     @property
     def releases(self) -> tuple:
         if self.shuffled:
             return (ReleaseSpec("step", "noise_multiplier", self.relation, "shuffled batches (one per record per "
                                 "epoch)", "clip", f"{self.epochs} epoch(s) of {self.steps_per_epoch} steps"),)
+        if self.balls_in_bins:
+            return (ReleaseSpec("step", "noise_multiplier", ADD_REMOVE, "balls-in-bins (each record in one step "
+                                "per epoch, chosen at random)", "clip",
+                                f"{self.epochs} epoch(s) of {self.steps_per_epoch} steps"),)
         return (ReleaseSpec("step", "noise_multiplier", "add/remove", "Poisson", "clip", "T steps"),)
 
     def sensitivity(self, release: str, clip=None) -> float:
@@ -131,11 +172,14 @@ class DPSGD(Mechanism):
         return 2.0 * c if self.shuffled and self.relation != ZERO_OUT else c
 
     def participations(self, release: str, count: int) -> int:
-        """Shuffled batches: a record sits in one batch per epoch, so ``count`` steps reach it at most
-        ``ceil(count / steps_per_epoch)`` times (at most once in each epoch begun)."""
-        return -(-int(count) // self.steps_per_epoch) if self.shuffled else count
+        """Shuffled and balls-in-bins batches: a record sits in one batch per epoch, so ``count`` steps reach
+        it at most ``ceil(count / steps_per_epoch)`` times (at most once in each epoch begun; a balls-in-bins
+        epoch cut short releases a prefix of the epoch, a post-processing of the whole)."""
+        return -(-int(count) // self.steps_per_epoch) if self.epoch_wise else count
 
     def _event(self, release: str, z: float):
+        if self.balls_in_bins:
+            return BallsInBinsGaussianEvent(self.steps_per_epoch, z)
         return GaussianEvent(z) if self.shuffled else PoissonSampledGaussianEvent(self.sampling_rate, z)
 
     def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
@@ -195,6 +239,31 @@ class DPSGD(Mechanism):
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, cert.epsilon, cert.epsilon,
                                  cert.order, cert.conversion, accounting, (), notes, lo, None)
 
+    def _calibrate_balls_in_bins(self, e, d, method, accountant, rtol):
+        if method == "paper":
+            raise v.InputError("method='paper' is not allowed with sampling='balls-in-bins': the papers' calibrations "
+                               "(Abadi et al.'s moments accountant, Thm 2.3 of the DiceSGD paper) assume Poisson "
+                               "sampling; use method='tight'.")
+        notes = {"noise_std_on_sum": "noise_multiplier * C",
+                 "noise_std_on_average": "noise_multiplier * C / (n / steps_per_epoch), the expected batch",
+                 "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": self.n / self.steps_per_epoch}
+        if accountant == "rdp":
+            # the event's RDP is one Gaussian release per epoch (no amplification)
+            z = smallest_scale(lambda t: self.accountant(t).epsilon_report(d, "auto").epsilon, e, start=1.0,
+                               rtol=rtol)
+            own, cert, br = certify(self.accountant(z), d, accountant)
+            return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, own.epsilon, cert.epsilon,
+                                     own.order, own.conversion, "rdp (balls-in-bins: one Gaussian release per "
+                                     "record per epoch, no amplification)", (), notes, br.lower, None)
+        z0 = _feasible_start(self, e, d)
+        z, _, z_lo, cap = pld_tighten(self.accountant, e, d, z0)
+        own, cert, br = certify(self.accountant(z), d, accountant)
+        accounting = (f"{br.method} (certified upper end of the bracket; balls-in-bins, {self.epochs} epoch(s) of "
+                      f"{self.steps_per_epoch} steps, remove and add directions)" + (f"; {cap}" if cap else ""))
+        return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, own.epsilon, cert.epsilon,
+                                 own.order, own.conversion, accounting, (), notes, br.lower,
+                                 None if z_lo is None else {"noise_multiplier": z_lo})
+
     def calibrate(self, epsilon, delta, method="tight", accountant="pld", rtol=1e-9) -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
@@ -207,6 +276,8 @@ class DPSGD(Mechanism):
         e, d = _check_target(epsilon, delta, method)
         if self.shuffled:
             return self._calibrate_shuffle(e, d, method, accountant, rtol)
+        if self.balls_in_bins:
+            return self._calibrate_balls_in_bins(e, d, method, accountant, rtol)
         warns, cap = [], None
         full_batch = self.sampling_rate >= 1.0      # q = 1: every record in every step
         if method == "paper":
@@ -249,3 +320,31 @@ class DPSGD(Mechanism):
             notes["rdp_tight_noise"] = None if z0 is None else {"noise_multiplier": z0}
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
                                  rep.order, rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)
+
+
+def _feasible_start(mech: DPSGD, e: float, d: float) -> float:
+    """A noise multiplier whose certified balls-in-bins eps is at most ``e`` -- the start of the PLD search:
+    Poisson's RDP-tight noise at ``q = b/n`` for the same steps (balls-in-bins spends about as much, Chua et
+    al. 2025) if a coarse bracket certifies it, else up by 15 % at a time, else the noise of ``E`` Gaussian
+    releases (exact GDP: always feasible, the epoch being a post-processing of one release)."""
+    from ..accountant import pld_epsilon
+    from .pld_search import COARSE_ATOL, COARSE_RTOL, SEARCH_CAP
+
+    gdp = mech.level("step", math.sqrt(mech.epochs) / gdp_mu(e, d))
+    try:
+        z = calibrate_poisson(mech.batch_size / mech.n, mech.total_steps, e, d, conversion="improved", refine=True,
+                              rtol=1e-3, exact=False) if mech.total_steps <= v.MAX_RUN_LENGTH else gdp
+    except ValueError:
+        return gdp
+    for _ in range(8):
+        if z >= gdp:
+            break
+        try:
+            b = pld_epsilon(mech.accountant(z).events, d, rtol=COARSE_RTOL, memory_cap=SEARCH_CAP,
+                            atol=COARSE_ATOL * e)
+        except ValueError:
+            break
+        if b.upper <= e:
+            return z
+        z *= 1.15
+    return gdp

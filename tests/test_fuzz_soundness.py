@@ -25,6 +25,24 @@ def test_hand_written_poisson_bound_is_bracketed_by_dp_accounting_pld(q, z, step
     assert ours >= 0.75 * lower
 
 
+@pytest.mark.parametrize("z,epochs,eps", [(1.0, 1, 1.0), (2.0, 10, 2.0)])
+def test_balls_in_bins_lower_bound_at_one_step_is_near_the_exact_gdp_delta(z, epochs, eps):
+    lower = F.allocation_delta_lower(1, z, epochs, eps, 1e-5)     # one step an epoch: the largest is the release
+    exact = float(oracles.gdp_delta(eps, epochs ** 0.5 / z))
+    assert 0.95 * exact <= lower <= exact
+
+
+@pytest.mark.parametrize("t,z,epochs,eps", [(10, 1.0, 1, 1.0), (100, 1.0, 1, 0.6), (30, 0.8, 5, 3.0)])
+def test_balls_in_bins_lower_bound_is_below_the_pld_bracket_and_near_it(t, z, epochs, eps):
+    from dpcalib.accountant import BallsInBinsGaussianEvent
+    from dpcalib.accountant.pld_profile import pld_delta
+
+    lower = F.allocation_delta_lower(t, z, epochs, eps, 1e-5)
+    lo, up = pld_delta([(BallsInBinsGaussianEvent(t, z), epochs)], eps, 1e-3)
+    assert lower <= lo <= up
+    assert lower >= 0.2 * lo                  # the largest coordinate alone keeps most of one epoch's delta
+
+
 def test_a_planted_bug_is_caught():
     # noise secretly x 0.98: the exact GDP oracle catches every full-batch configuration
     res = F.fuzz(30, seed=1, noise_scale=0.98)
@@ -34,6 +52,11 @@ def test_a_planted_bug_is_caught():
     res = F.fuzz(30, seed=1, noise_scale=0.5)
     caught = {r["kind"] for r in res if r["outcome"] == "under-report" and r["kind"] not in F.EXACT}
     assert {"dp-sgd", "diff2-bvr"} <= caught
+    # noise x 0.5 on balls-in-bins batches: the largest coordinate's bound catches it
+    k = F.KINDS.index("dp-sgd-balls-in-bins")
+    res = [F.check_one(i, 3, noise_scale=0.5) for i in range(k, 6 * len(F.KINDS), len(F.KINDS))]
+    bib = [r for r in res if r["outcome"] not in ("refused", "invalid")]
+    assert bib and sum(r["outcome"] == "under-report" for r in bib) >= len(bib) // 2
 
 
 def test_two_hundred_random_configurations_never_under_report():

@@ -134,6 +134,10 @@ def _cmd_one_run(algorithm: str, args) -> int:
     if getattr(mech, "shuffled", False):
         raise UsageError("--one-run is not allowed with --sampling shuffle: the one-run audit includes each canary "
                           "in each batch independently (Poisson sampling); no audit of shuffled batches is implemented")
+    if getattr(mech, "balls_in_bins", False):
+        raise UsageError("--one-run is not allowed with --sampling balls-in-bins: the one-run audit includes each "
+                         "canary in each batch independently (Poisson sampling); no audit of balls-in-bins batches "
+                         "is implemented")
     _training_limits(algorithm, mech, args)
     rep = mech.calibrate(args.epsilon, args.delta, method=args.method, **split)
     build = A.one_run_harness(algorithm, mech, rep, args.canaries)
