@@ -60,6 +60,10 @@ class GaussianEvent:
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
 
+    def describe(self, count: int) -> str:
+        """``count`` of these releases in words (the privacy report's assumptions)."""
+        return f"{count} full-batch Gaussian release(s), noise multiplier {self.noise_multiplier:g}"
+
     def to_dp_event(self):
         import dp_accounting
 
@@ -121,6 +125,11 @@ class WORSampledGaussianEvent:
         return np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier,
                                                       self.bound), dtype=float)
 
+    def describe(self, count: int) -> str:
+        """``count`` of these steps in words (the privacy report's assumptions)."""
+        return (f"{count} Gaussian step(s) on a fixed-size sample drawn without replacement "
+                f"(fraction {self.sampling_ratio:g}), noise multiplier {self.noise_multiplier:g}")
+
     def to_dp_event(self):
         import dp_accounting
 
@@ -157,6 +166,11 @@ class PoissonSampledGaussianEvent:
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(poisson_gaussian_rdp(orders, self.sampling_probability,
                                                self.noise_multiplier), dtype=float)
+
+    def describe(self, count: int) -> str:
+        """``count`` of these steps in words (the privacy report's assumptions)."""
+        return (f"{count} Poisson-subsampled Gaussian step(s) (each record in with probability "
+                f"{self.sampling_probability:g}, independently), noise multiplier {self.noise_multiplier:g}")
 
     def to_dp_event(self):
         import dp_accounting
@@ -198,6 +212,11 @@ class BallsInBinsGaussianEvent:
         ``(N(1, z^2), N(0, z^2))`` (the step and the other coordinates are drawn independently of the
         record), so this bounds it -- with no amplification."""
         return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
+
+    def describe(self, count: int) -> str:
+        """``count`` epochs in words (the privacy report's assumptions)."""
+        return (f"{count} epoch(s) of balls-in-bins batches (each record in one of {self.steps} steps, "
+                f"chosen uniformly at random and independently), noise multiplier {self.noise_multiplier:g}")
 
     def to_dp_event(self):
         raise InputError("BallsInBinsGaussianEvent has no dp-accounting event (dp-accounting 0.6 has no "

@@ -393,8 +393,11 @@ def dominating_pairs(event, direction: str) -> tuple:
     if isinstance(event, PoissonSampledGaussianEvent):
         q = event.sampling_probability
         return () if q == 0.0 else (PAIRS[direction](z, q),)
-    g = event.sampling_ratio
-    return () if g == 0.0 else (RemovePair(z, g), AddPair(z, g))
+    if isinstance(event, WORSampledGaussianEvent):
+        g = event.sampling_ratio
+        return () if g == 0.0 else (RemovePair(z, g), AddPair(z, g))
+    raise InputError(f"event={event!r} is not allowed: the PLD accountant has no dominating pair for "
+                     f"{type(event).__name__}; expected one of {', '.join(t.__name__ for t in EVENTS)}.")
 
 
 @dataclass

@@ -168,20 +168,10 @@ def relation_text(relation) -> str:
 
 def event_assumptions(accountant, delta: float) -> dict:
     """The assumptions of a raw composition, in words."""
-    from .events import GaussianEvent, PoissonSampledGaussianEvent
-
     parts, steps = [], 0
     for ev, k in accountant.events:
         steps += k
-        z = f"noise multiplier {ev.noise_multiplier:g}"
-        if isinstance(ev, GaussianEvent):
-            parts.append(f"{k} full-batch Gaussian release(s), {z}")
-        elif isinstance(ev, PoissonSampledGaussianEvent):
-            parts.append(f"{k} Poisson-subsampled Gaussian step(s) (each record in with probability "
-                         f"{ev.sampling_probability:g}, independently), {z}")
-        else:
-            parts.append(f"{k} Gaussian step(s) on a fixed-size sample drawn without replacement "
-                         f"(fraction {ev.sampling_ratio:g}), {z}")
+        parts.append(ev.describe(k))    # each event kind owns its words
     return {"neighbouring_relation": relation_text(accountant.neighboring_relation),
             "sampling": "; ".join(parts) or "nothing released",
             "record": "the unit whose contribution to each release the sensitivity bounds (one training "

@@ -1,0 +1,75 @@
+"""Every event kind is dispatched explicitly: an accountant, the report and the PLD pairs refuse an event
+kind they do not know in one line, never treat it as another kind, and every kind they know has its
+words in the privacy report (a balls-in-bins epoch once fell through to the without-replacement wording
+and crashed the report)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from dpcalib.accountant import (ADD_REMOVE, BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent,
+                                PrivacyAccountant, WORSampledGaussianEvent, pld_delta, pld_epsilon, pld_profile)
+from dpcalib.accountant.pld_pairs import dominating_pairs
+from dpcalib.accountant.validation import InputError
+
+
+@dataclass(frozen=True)
+class ToyEvent:
+    """An event kind no accountant supports: it looks like a Poisson step in every attribute a
+    fall-through could read."""
+
+    noise_multiplier: float = 1.0
+    sampling_probability: float = 0.01
+    sampling_ratio: float = 0.01
+    steps: int = 10
+    neighboring_relation = ADD_REMOVE
+    integer_orders_only = False
+    use_probability = 0.01
+
+    def rdp(self, orders):
+        return np.zeros_like(np.asarray(orders, dtype=float))
+
+    def describe(self, count):
+        return f"{count} toy step(s)"
+
+
+def _one_line(exc):
+    text = str(exc.value)
+    assert "\n" not in text and "ToyEvent" in text, text
+    return text
+
+
+@pytest.mark.parametrize("route", [
+    lambda: PrivacyAccountant().compose(ToyEvent(), 3),
+    lambda: pld_epsilon([(ToyEvent(), 3)], 1e-5),
+    lambda: pld_delta([(ToyEvent(), 3)], 1.0),
+    lambda: pld_profile([(ToyEvent(), 3)], [0.5, 1.0]),
+    lambda: dominating_pairs(ToyEvent(), "remove"),
+    lambda: pld_epsilon([(PoissonSampledGaussianEvent(0.01, 1.0), 5), (ToyEvent(), 1)], 1e-5),
+], ids=["accountant", "pld_epsilon", "pld_delta", "pld_profile", "dominating_pairs", "pld_mixed"])
+def test_an_unknown_event_kind_is_refused_in_one_line(route):
+    with pytest.raises(InputError) as exc:
+        route()
+    _one_line(exc)
+
+
+def test_the_accountant_is_unchanged_after_refusing_an_unknown_kind():
+    acc = PrivacyAccountant().compose(GaussianEvent(2.0), 3)
+    with pytest.raises(InputError):
+        acc.compose(ToyEvent())
+    assert acc.events == ((GaussianEvent(2.0), 3),)
+    assert acc.get_epsilon(1e-5) == PrivacyAccountant().compose(GaussianEvent(2.0), 3).get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("event, words", [
+    (GaussianEvent(2.0), "full-batch Gaussian"),
+    (PoissonSampledGaussianEvent(0.01, 1.0), "Poisson-subsampled"),
+    (WORSampledGaussianEvent(0.01, 1.0), "without replacement"),
+    (BallsInBinsGaussianEvent(100, 1.0), "balls-in-bins"),
+])
+def test_every_known_kind_has_its_own_words_in_the_report(event, words):
+    report = PrivacyAccountant().compose(event, 2).report(1e-5)
+    sampling = report.assumptions["sampling"]
+    assert sampling.startswith("2 ") and words in sampling, sampling
+    assert np.isfinite(report.epsilon) and report.epsilon > 0
