@@ -199,6 +199,8 @@ def _print_report(d: dict) -> None:
     print(f"algorithm   {d['algorithm']}")
     print(f"method      {d['method']}")
     print(f"target      epsilon={_fmt(d['epsilon'])} delta={_fmt(d['delta'])}")
+    if d["notes"].get("run_shape"):
+        print(f"run         {d['notes']['run_shape']}")
     for name, val in d["noise"].items():
         note = "" if val is not None else f"   ({d['notes'].get(name, '')})"
         print(f"{name:11s} {_fmt(val)}{note}")
@@ -300,6 +302,8 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     # grid composed on the way shown (10^8 steps: tens of seconds a bracket, minutes a curve)
     with ProgressBar(f"epsilon {algorithm}", total=parts) as bar, watching(bar.note):
         out, (rep, lower, own) = _epsilon_numbers(algorithm, args, mech, noise)
+        if getattr(mech, "shape_note", None):
+            out["run_shape"] = mech.shape_note
         if points:
             field, counts = points
 
@@ -313,6 +317,8 @@ def _cmd_epsilon(algorithm: str, args) -> int:
         print(_json(out))
     else:
         print(f"algorithm   {algorithm}")
+        if out.get("run_shape"):
+            print(f"run         {out['run_shape']}")
         print_epsilon(rep, "lower: Chua et al.'s shuffle bound; upper: certified" if own is not None else None)
         for n in rep.notes:
             if own is not None and not str(n).startswith("bracket ["):

@@ -70,15 +70,16 @@ class DPSGD(Mechanism):
     drop_last: bool = False
 
     name = "dp-sgd"
-    field_help = {"sampling_rate": "Poisson sampling rate q = B/N (--sampling poisson)",
-                  "steps": "steps T (--sampling poisson)",
+    field_help = {"sampling_rate": "Poisson sampling rate q = B/N (--sampling poisson; or give --n, --batch-size "
+                                   "and --epochs: q = b/N)",
+                  "steps": "steps T (--sampling poisson; from --n, --batch-size, --epochs: T = E * ceil(N/b))",
                   "sampling": "poisson (default: each record in each batch independently with probability q), "
                               "shuffle (each epoch a random permutation cut into batches of --batch-size) or "
                               "balls-in-bins (each epoch every record in one of ceil(N/b) steps, at random)",
-                  "n": "number of records N (--sampling shuffle or balls-in-bins)",
-                  "batch_size": "batch size b (--sampling shuffle; balls-in-bins: the expected batch, ceil(N/b) "
-                                "steps an epoch)",
-                  "epochs": "epochs E (--sampling shuffle or balls-in-bins)",
+                  "n": "number of records N (any --sampling; with poisson it sets q = b/N and T = E * ceil(N/b))",
+                  "batch_size": "batch size b (--sampling shuffle; poisson and balls-in-bins: the expected batch, "
+                                "ceil(N/b) steps an epoch)",
+                  "epochs": "epochs E (any --sampling; with poisson: T = E * ceil(N/b) steps)",
                   "relation": "neighbouring relation of --sampling shuffle: zero-out (default: a record replaced by one "
                               "that contributes nothing) or replace-one; add/remove is refused",
                   "drop_last": "--sampling shuffle: drop the last, partial batch of each epoch"}
@@ -93,11 +94,12 @@ class DPSGD(Mechanism):
         if self.sampling not in SAMPLINGS:
             raise v.InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
         if self.sampling == "poisson":
-            for name in ("n", "batch_size", "epochs", "relation"):
-                if getattr(self, name) is not None:
-                    raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with sampling='poisson': it "
-                                       "describes shuffled batches (sampling='shuffle'); Poisson sampling takes "
-                                       "sampling_rate and steps.")
+            if self.relation is not None:
+                raise v.InputError(f"relation={self.relation!r} is not allowed with sampling='poisson': Poisson "
+                                   "sampling is analysed under add/remove (relation is --sampling shuffle's option).")
+            shape = [name for name in ("n", "batch_size", "epochs") if getattr(self, name) is not None]
+            if shape:
+                self._poisson_from_shape(shape)
             if self.drop_last:
                 raise v.InputError("drop_last=True is not allowed with sampling='poisson': Poisson batches have no "
                                    "last batch to drop.")
@@ -130,7 +132,41 @@ class DPSGD(Mechanism):
         steps_per_epoch(self.n, self.batch_size, self.drop_last)
         object.__setattr__(self, "relation", check_relation(self.relation or ZERO_OUT))
 
+    def _poisson_from_shape(self, given):
+        """Poisson sampling described by the run's shape: ``q = b/n`` (the expected batch is ``b``) and
+        ``T = E * ceil(n/b)`` steps (an epoch is ``ceil(n/b)`` batches, the last one counted whole: the
+        rounding never undercounts the steps)."""
+        for name in ("sampling_rate", "steps"):
+            if getattr(self, name) is not None:
+                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with n, batch_size and epochs: "
+                                   "give either sampling_rate and steps, or n, batch_size and epochs (then "
+                                   "q = b/n and T = E * ceil(n/b)).")
+        for name in ("n", "batch_size", "epochs"):
+            if name not in given:
+                raise v.InputError(f"{name} is required with {', '.join(given)} (sampling='poisson' from the run's "
+                                   "shape takes n, batch_size and epochs: q = b/n, T = E * ceil(n/b)).")
+        n = v.records(self.n, "n")
+        epochs = v.run_length(self.epochs, "epochs")
+        t = steps_per_epoch(n, self.batch_size)
+        steps = epochs * t
+        if steps > v.MAX_RUN_LENGTH:
+            raise v.InputError(f"epochs={epochs!r} is not allowed with n={n}, batch_size={self.batch_size}: "
+                               f"E * ceil(n/b) = {steps} steps exceeds the largest run ({v.MAX_RUN_LENGTH:g} steps).")
+        object.__setattr__(self, "sampling_rate", int(self.batch_size) / n)
+        object.__setattr__(self, "steps", steps)
+
     # -- the run's shape ------------------------------------------------------------------------
+    @property
+    def shape_note(self) -> str | None:
+        """How Poisson sampling was read from ``n``, ``batch_size`` and ``epochs`` (None otherwise): the
+        ``q`` and ``T`` the accounting uses and the rounding convention."""
+        if self.sampling != "poisson" or self.n is None:
+            return None
+        t = steps_per_epoch(self.n, self.batch_size)
+        return (f"Poisson sampling from the run's shape: q = b/N = {self.batch_size}/{self.n} = {self.sampling_rate:.6g}, "
+                f"T = E * ceil(N/b) = {self.epochs} * {t} = {self.steps} steps (an epoch's last, partial batch "
+                "counted as a step)")
+
     @property
     def shuffled(self) -> bool:
         return self.sampling == "shuffle"
@@ -318,6 +354,8 @@ class DPSGD(Mechanism):
                                          "on the sum: DPSGD-E1)"}
         if method == "tight" and accountant == "pld":
             notes["rdp_tight_noise"] = None if z0 is None else {"noise_multiplier": z0}
+        if self.shape_note:
+            notes["run_shape"] = self.shape_note
         return CalibrationReport(self.name, method, e, d, {"noise_multiplier": z}, rep.epsilon, cert.epsilon,
                                  rep.order, rep.conversion, accounting, tuple(warns), notes, br.lower, lower_noise)
 

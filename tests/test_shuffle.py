@@ -193,12 +193,38 @@ def test_calibration_solves_on_the_certified_side():
     (dict(sampling="shuffle", n=100, batch_size=10, epochs=1, sampling_rate=0.1), "sampling_rate=0.1 is not allowed"),
     (dict(sampling="shuffle", n=100, batch_size=200, epochs=1), "batch_size=200"),
     (dict(sampling="shuffle", n=100, batch_size=10), "epochs is required"),
-    (dict(sampling_rate=0.1, steps=10, n=100), "n=100 is not allowed with sampling='poisson'"),
+    (dict(sampling_rate=0.1, steps=10, n=100, batch_size=10, epochs=1), "sampling_rate=0.1 is not allowed with n, batch_size"),
+    (dict(n=100, batch_size=10), "epochs is required with n, batch_size"),
+    (dict(n=100, batch_size=10, epochs=1, relation="zero-out"), "relation='zero-out' is not allowed with sampling='poisson'"),
+    (dict(n=100, batch_size=200, epochs=1), "batch_size=200"),
+    (dict(n=10 ** 6, batch_size=1, epochs=10 ** 6), "exceeds the largest run"),
     (dict(sampling="random", sampling_rate=0.1, steps=10), "sampling='random'"),
 ])
 def test_bad_shapes_are_refused_with_the_reason(kw, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         DPSGD(**kw)
+
+
+@pytest.mark.parametrize("n, b, epochs", [(50000, 256, 50), (60000, 600, 3), (101, 10, 7), (10, 10, 1), (7, 1, 2)])
+def test_poisson_from_the_runs_shape_is_q_b_over_n_and_e_ceil_n_over_b_steps(n, b, epochs):
+    m = DPSGD(n=n, batch_size=b, epochs=epochs)
+    t = -(-n // b)
+    assert (m.sampling_rate, m.steps) == (b / n, epochs * t)
+    assert m.epsilon(1e-5, 1.1).epsilon == DPSGD(b / n, epochs * t).epsilon(1e-5, 1.1).epsilon
+    assert f"q = b/N = {b}/{n}" in m.shape_note and f"{epochs} * {t} = {epochs * t} steps" in m.shape_note
+
+
+def test_cli_poisson_from_the_runs_shape_states_q_and_t_and_calibrates_as_q_and_t():
+    shape = ["--n", "50000", "--batch-size", "256", "--epochs", "5"]
+    a = run("calibrate", "dp-sgd", "--epsilon", "4", "--delta", "1e-5", *shape)
+    assert a.returncode == 0, a.stderr
+    assert "q = b/N = 256/50000 = 0.00512, T = E * ceil(N/b) = 5 * 196 = 980 steps" in a.stdout
+    b = json.loads(run("calibrate", "dp-sgd", "--epsilon", "4", "--delta", "1e-5", "--sampling-rate", "256/50000",
+                       "--steps", "980", "--json").stdout)
+    z = next(line for line in a.stdout.splitlines() if line.startswith("noise_multiplier")).split()[1]
+    assert float(z) == pytest.approx(b["noise"]["noise_multiplier"], rel=1e-5)
+    e = run("epsilon", "dp-sgd", "--delta", "1e-5", "--noise-multiplier", "1.0", *shape, "--json")
+    assert "980 steps" in json.loads(e.stdout)["run_shape"]
 
 
 def run(*args):
