@@ -218,7 +218,7 @@ class PrivacyAccountant:
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
         if method == "gdp" and not self.is_full_batch_gaussian:
-            raise InputError("method='gdp' is not allowed for these events: exact Gaussian DP holds only "
+            raise InputError("accountant='gdp' is not allowed for these events: exact Gaussian DP holds only "
                              "for compositions of full-batch GaussianEvents (these include subsampled "
                              "ones); use 'auto', 'rdp', 'pld' or 'best'.")
         if method == "gdp" or (method == "auto" and self.is_full_batch_gaussian):

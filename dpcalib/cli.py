@@ -66,11 +66,9 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                        help="paper: the paper's closed form as printed; tight: the smallest noise, same split; "
                             "both: paper and tight, one after the other.  Default: tight")
         if _takes_accountant(algorithm):
-            p.add_argument("--accountant", choices=["best", "rdp", "pld"], default="best",
-                           help="what the tight calibration solves on: best (default: the best certified eps -- "
-                                "exact GDP, the privacy-loss-distribution upper bound or RDP, whichever is "
-                                "smallest; least noise) or rdp (RDP alone: faster, more noise); 'pld' is the older "
-                                "spelling of best.  The certified line is the best certified eps either way")
+            accountant_argument(p, solves=True)
+    if command == "compare" and _takes_accountant(algorithm):
+        accountant_argument(p, solves=True)
     if command == "audit":
         p.add_argument("--method", choices=["paper", "tight"], default="tight",
                        help="which calibration drives the audited runs (default tight)")
@@ -102,6 +100,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         from .commands.report import add_arguments
 
         add_arguments(p, writable_plot)
+        accountant_argument(p)
     if command == "epsilon":
         accountant_argument(p)
         conversion_argument(p)
@@ -128,10 +127,6 @@ def _check_applicable(command: str, args) -> None:
     silently ignored (one line, exit 2)."""
     if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
-    if command == "calibrate" and getattr(args, "accountant", None) == "pld":
-        warnings.warn("--accountant pld of calibrate is now spelled --accountant best (the best certified eps, as in "
-                      "every other command); 'pld' will be refused in a later release", DeprecatedSpelling)
-        args.accountant = "best"
     if command == "audit":
         if args.one_run:
             for flag, given in (("--runs", args.runs is not None), ("--batch", args.batch is not None),

@@ -19,7 +19,7 @@ from ..accountant import validation as v
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .tighten import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import check_target as _check_target
 from .tighten import calibrate_poisson
 
@@ -72,7 +72,8 @@ class ClipD2P(Mechanism):
     def accountant(self, sigma) -> PrivacyAccountant:
         return self._accountant_of({"sigma": v.positive(sigma, "sigma")}, {"iteration": self.iterations})
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
         improved conversion (and real orders for add/remove) with ``accountant="rdp"``; with
@@ -126,7 +127,8 @@ class ConstD2P(ClipD2P):
 
     name = "constd2p"
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
         paper_warning("AdaD2P-E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
                       "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
         rep = super().calibrate(epsilon, delta, method, accountant)

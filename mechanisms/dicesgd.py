@@ -25,7 +25,7 @@ from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .shared import abadi_multiplier, check_target as _check_target
 from .search import smallest_scale
-from .tighten import calibrate_poisson, check_accountant
+from .tighten import calibrate_poisson, check_accountant, meets_accountant
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
@@ -162,7 +162,8 @@ class DiceSGD(Mechanism):
                 "error feedback it stays above DP-SGD's.")
         return out
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
         """``"paper"``: Thm 3.7, ``sigma1^2 = 32 T G~ log(1/delta) / (N^2 eps^2)`` (automatic variant:
         ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
         ``"tight"``: the assumption-free accountant (DiceSGD-E5), exact by GDP; the paper's sigma1

@@ -23,7 +23,7 @@ from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .shared import check_target as _check_target, paper_order
 from .search import smallest_scale, start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -123,7 +123,8 @@ class DIFF2GD(Mechanism):
             return uu if uu > 1.0 else 1.0
         return v.in_range(u, "u", 1.0, math.inf, low_open=True, high_open=True)
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld", u=1.25, shares=None) -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best", u=1.25, shares=None) -> CalibrationReport:
         """Noise levels ``sigma1, sigma2`` for an ``(epsilon, delta)`` target.
 
         Split of the budget: ``u`` as in Prop. 4.1 (restart rounds get ``1/u`` of the RDP budget,
@@ -215,7 +216,8 @@ class DPGD(Mechanism):
     def accountant(self, sigma1) -> PrivacyAccountant:
         return self._as_diff2.accountant(sigma1)
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld") -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
         """``"paper"``: sigma1^2 = 4 alpha R / (n_min^2 P^2 eps) (Prop. 4.1, T = 1, u -> 1);
         ``"tight"``: exact GDP (``accountant="rdp"``: RDP alone, for comparison)."""
         rep = self._as_diff2.calibrate(epsilon, delta, method, accountant=accountant, u=1.0)
@@ -341,7 +343,8 @@ class DIFF2BVR(Mechanism):
         n = self.n_min
         return b <= n / (2.0 * math.e * a) and b <= (4.0 * n / (a * s3sq)) ** (1.0 / 3.0)
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld", u1=3.0, u2=3.0) -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best", u1=3.0, u2=3.0) -> CalibrationReport:
         """``sigma1..sigma3`` (``sigma4`` reported as not needed).
 
         ``"paper"``: Prop. E.2 with ``u1, u2`` (1/u1 + 1/u2 < 1 is required, DIFF2-E6; the simple

@@ -29,7 +29,7 @@ from ..accountant.shuffle import check_relation
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import smallest_scale, start_rtol
-from .tighten import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .tighten import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
@@ -300,7 +300,8 @@ class DPSGD(Mechanism):
                                  own.order, own.conversion, accounting, (), notes, br.lower,
                                  None if z_lo is None else {"noise_multiplier": z_lo})
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld", rtol=1e-9) -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best", rtol=1e-9) -> CalibrationReport:
         """``"paper"``: Abadi's Theorem 1 (DPSGD-GC, Thm 2.3 of the DiceSGD paper) has unspecified constants (DPSGD-E2), so the
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
         2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at

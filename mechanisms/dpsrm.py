@@ -18,7 +18,7 @@ from ..accountant import validation as v
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import check_target as _check_target, paper_order
 
 __all__ = ["DPSRM"]
@@ -121,7 +121,8 @@ class DPSRM(Mechanism):
             return False
         return alpha - 1.0 <= (2.0 / 3.0) * ratio2 * math.log(1.0 / x)
 
-    def calibrate(self, epsilon, delta, method="tight", accountant="pld", beta=0.5) -> CalibrationReport:
+    @meets_accountant
+    def calibrate(self, epsilon, delta, method="tight", accountant="best", beta=0.5) -> CalibrationReport:
         """``"paper"``: (2.3)/(2.5) with alpha = ceil(log(1/delta)/((1-beta) eps)) + 1; each step's
         RDP taken from the reconstructed Lemma 3.7 (``3.5 alpha tau^2 / ratio^2``), conversion
         Lemma B.4.  A warning is issued for every step group whose Lemma 3.7 conditions fail

@@ -123,18 +123,31 @@ def test_clipd2p_tight(eps, delta, J, K, relation):
     _check(eps2, eps)
 
 
-@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+@pytest.mark.parametrize("accountant", ["best", "gdp"])
 def test_dp_sgd_at_q_1_is_the_exact_gdp_noise(accountant, capsys):
     # every record in each of the 100 steps: mu = 10/z, so z is the root of the mpmath GDP profile
     rep = DPSGD(1.0, 100).calibrate(1.0, 1e-5, accountant=accountant)
     z = rep.noise["noise_multiplier"]
     assert float(oracles.gdp_delta(1.0, 10.0 / z)) <= 1e-5 < float(oracles.gdp_delta(1.0, 10.0 / (z * (1 - 1e-9))))
-    assert rep.accounting.startswith("gdp (exact") and rep.certified_epsilon <= 1.0
+    assert rep.accounting.startswith("gdp") and rep.certified_epsilon <= 1.0
     from dpcalib.cli import main
 
     assert main(["calibrate", "dp-sgd", "--epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1",
                  "--steps", "100", "--accountant", accountant]) == 0
     assert "PLD" not in capsys.readouterr().out          # no PLD bound is involved
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_dp_sgd_at_q_1_on_a_looser_accountant_meets_the_target_with_that_accountant(accountant):
+    # pld / rdp alone: the smallest noise whose eps under that accountant is the target -- never below
+    # exact GDP's, and that accountant's eps of it at most the target
+    gdp = DPSGD(1.0, 100).calibrate(1.0, 1e-5, accountant="gdp").noise["noise_multiplier"]
+    rep = DPSGD(1.0, 100).calibrate(1.0, 1e-5, accountant=accountant)
+    z = rep.noise["noise_multiplier"]
+    own = DPSGD(1.0, 100).epsilon(1e-5, z, accountant=accountant).epsilon
+    assert z >= gdp and rep.achieved_epsilon == own <= 1.0
+    assert DPSGD(1.0, 100).epsilon(1e-5, z * (1 - 1e-6), accountant=accountant).epsilon > 1.0
+    assert rep.accounting.startswith(f"{accountant} alone: the noise of gdp") and rep.certified_epsilon <= own
 
 
 def test_tight_never_needs_more_noise_than_paper_for_diff2_gd():

@@ -132,7 +132,7 @@ def test_every_mechanism_has_the_same_api():
         assert cls.epsilon is Mechanism.epsilon, name          # one owner of "eps of this run"
         params = list(inspect.signature(cls.calibrate).parameters.values())
         assert [p.name for p in params[:5]] == ["self", "epsilon", "delta", "method", "accountant"], name
-        assert params[3].default == "tight" and params[4].default == "pld", name
+        assert params[3].default == "tight" and params[4].default == "best", name
 
 
 @pytest.mark.parametrize("algo", ["dp-gd", "diff2-gd", "dicesgd"])

@@ -107,7 +107,7 @@ def test_bad_events_are_refused_by_their_constructor(bad):
     (0.001, 100, 100.0, 1e-5),     # small q and noise ~0.12: an atom mid-bin (22 s before the aligned grid)
 ])
 def test_pld_calibration_at_the_target_corners(q, steps, eps, delta):
-    rep = DPSGD(q, steps).calibrate(eps, delta, accountant="pld")
+    rep = DPSGD(q, steps).calibrate(eps, delta, accountant="best")
     z = rep.noise["noise_multiplier"]
     assert math.isfinite(z) and z > 0
     assert rep.certified_epsilon <= eps                          # never overshoots

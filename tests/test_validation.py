@@ -91,5 +91,5 @@ def test_gdp_method_on_subsampled_events_names_the_argument():
     from dpcalib.accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 10)
-    with pytest.raises(ValueError, match=r"method='gdp' is not allowed .*full-batch"):
+    with pytest.raises(ValueError, match=r"accountant='gdp' is not allowed .*full-batch"):
         acc.epsilon_report(1e-5, accountant="gdp")

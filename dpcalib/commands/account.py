@@ -61,6 +61,8 @@ def account_parser(command: str = "account", description: str = "eps(delta) of a
         acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default=None,
                          help="deprecated: the older spelling of --accountant (auto is best)")
         conversion_argument(acc)
+    else:
+        accountant_argument(acc)
     acc.add_argument("--json", action="store_true", help="machine-readable output")
     return acc
 

@@ -121,11 +121,20 @@ def need_matplotlib() -> None:
         raise UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
 
 
-def accountant_argument(p) -> None:
-    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default=None,
-                   help="which bound answers: best (default: the smallest certified eps of exact GDP, the "
-                        "privacy-loss-distribution upper bound and RDP, with the PLD bracket), pld (the PLD "
-                        "bracket only), rdp (RDP at the optimal order) or gdp (exact, full batch only)")
+#: --accountant: one meaning in every command (calibrate solves on it; epsilon, account, compare and
+#: report answer with it)
+ACCOUNTANT_HELP = ("best (default: the smallest certified eps of exact GDP, the privacy-loss-distribution upper "
+                   "bound and RDP), pld (the PLD bracket's upper end alone), rdp (RDP alone, at the optimal order) "
+                   "or gdp (exact GDP; full-batch runs only)")
+
+
+def accountant_argument(p, solves: bool = False) -> None:
+    """The one ``--accountant`` option (``solves``: calibrate's wording -- the noise is the smallest whose
+    eps under that accountant meets the target)."""
+    what = "the accountant the calibration meets the target with: " if solves else "which bound answers: "
+    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default="best" if solves else None,
+                   help=what + ACCOUNTANT_HELP + (".  The certified line is the best certified eps either way"
+                                                  if solves else ""))
 
 
 def conversion_argument(p) -> None:

@@ -21,7 +21,8 @@ def run(algorithm: str, args) -> int:
         paper = None if getattr(mech, "balls_in_bins", False) else \
             mech.calibrate(args.epsilon, args.delta, method="paper", **split)
         bar.update(1)
-        tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split)
+        chosen = {"accountant": args.accountant} if getattr(args, "accountant", None) else {}
+        tight = mech.calibrate(args.epsilon, args.delta, method="tight", **split, **chosen)
         bar.update(1)
         rows = _compare_rows(algorithm, mech, args, paper, tight, bar)
     finally:

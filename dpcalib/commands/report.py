@@ -75,13 +75,23 @@ def _emit(rep, args, title: str, extra: dict | None = None, plot_title: str = ""
     return 0
 
 
+def _chosen_accountant(args, epsilon_of) -> dict:
+    """``--accountant X`` other than best: X's eps at ``--delta`` beside the report, the number ``dpcalib
+    epsilon --accountant X`` prints (the brackets and the attack risk stay the certified PLD's)."""
+    x = getattr(args, "accountant", None)
+    if x in (None, "best"):
+        return {}
+    return {f"epsilon_{x}_alone": epsilon_of(x)}
+
+
 def run_events(acc, args) -> int:
     """``dpcalib report --poisson ... --delta D``."""
     from ..accountant import watching
 
     with ProgressBar("report") as bar, watching(bar.note):
+        extra = _chosen_accountant(args, lambda x: acc.get_epsilon(args.delta, x))
         rep = acc.report(args.delta, args.deltas, args.fprs, progress=bar)
-    return _emit(rep, args, "")
+    return _emit(rep, args, "", extra)
 
 
 def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None) -> int:
@@ -89,6 +99,7 @@ def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None)
     ``progress`` as :func:`~dpcalib.accountant.report.privacy_report`'s."""
     rep = mech.report(args.delta, *noise, deltas=args.deltas, fprs=args.fprs, progress=progress)
     extra = {"algorithm": algorithm, "noise": dict(zip(names, noise))}
+    extra.update(_chosen_accountant(args, lambda x: mech.epsilon(args.delta, *noise, accountant=x).epsilon))
     pe = getattr(mech, "poisson_epsilon", None)
     if pe is not None:
         extra["poisson_epsilon"] = pe(args.delta, *noise)
