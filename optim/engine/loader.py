@@ -187,6 +187,9 @@ class DPDataLoader(DataLoader):
             batch_sampler = PoissonBatchSampler(n, q, int(1 / q), generator if generator is not None else
                                                 _fresh_generator())
             collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
+        if isinstance(batch_sampler, _Batches) and not isinstance(collate_fn, _Collate):
+            # its batches may be empty (Poisson, balls-in-bins): zero-row tensors, as make_private's loader
+            collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
         if collate_fn is not None:
             kwargs["collate_fn"] = collate_fn
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
