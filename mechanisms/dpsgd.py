@@ -186,6 +186,17 @@ class DPSGD(Mechanism):
         return steps_per_epoch(self.n, self.batch_size, self.drop_last)
 
     @property
+    def expected_batch_size(self) -> float | None:
+        """What the noisy sum of a step is divided by (the optimizers' ``B``): the shuffled batch ``b``;
+        balls-in-bins: the *expected* batch ``n / steps_per_epoch`` (never the batch's own size, which would
+        tell whether the record is in it); Poisson: None (``q n``, with ``n`` the data's)."""
+        if self.shuffled:
+            return float(self.batch_size)
+        if self.balls_in_bins:
+            return self.n / self.steps_per_epoch
+        return None
+
+    @property
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch if self.epoch_wise else self.steps
 
@@ -282,7 +293,7 @@ class DPSGD(Mechanism):
                                "sampling; use method='tight'.")
         notes = {"noise_std_on_sum": "noise_multiplier * C",
                  "noise_std_on_average": "noise_multiplier * C / (n / steps_per_epoch), the expected batch",
-                 "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": self.n / self.steps_per_epoch}
+                 "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": self.expected_batch_size}
         if accountant == "rdp":
             # the event's RDP is one Gaussian release per epoch (no amplification)
             z = smallest_scale(lambda t: self.accountant(t).epsilon_report(d, "auto").epsilon, e, start=1.0,

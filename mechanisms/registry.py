@@ -64,7 +64,8 @@ class Algorithm:
     train_clips: dict = field(default_factory=dict)      # optimizer keyword -> quantity
     train_defaults: dict = field(default_factory=dict)   # quantity -> its value when not given
     # ---- the engine (dpcalib.optim.PrivacyEngine, a user's own loop): the batch samplings its accountant
-    # covers ("poisson", "wor": fixed size without replacement, "shuffle"), the first the default; () : none
+    # covers ("poisson", "wor": fixed size without replacement, "shuffle", "balls-in-bins"), the first the
+    # default; () : none
     engine: tuple = ()
 
 
@@ -109,7 +110,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               "sgd:DPSGD", ("one-run",), train="data-parallel", clips={"clip": "C"},
               train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
                            "batch_size": "shuffle_batch", "epochs": "epochs"},
-              train_clips={"C": "c1"}, engine=("poisson", "shuffle"), examples=_ex(
+              train_clips={"C": "c1"}, engine=("poisson", "shuffle", "balls-in-bins"), examples=_ex(
                   calibrate="dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
                   audit="dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
                   probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),

@@ -31,6 +31,14 @@ def _data_parallel() -> tuple:
     return names(train="data-parallel")
 
 
+def _samplings() -> tuple:
+    """The batch samplings of the data-parallel algorithms' mechanisms (``field_choices``), Poisson first."""
+    out = {"poisson": None}
+    for name in _data_parallel():
+        out.update(dict.fromkeys(getattr(lookup(name).mechanism, "field_choices", {}).get("sampling", ())))
+    return tuple(out)
+
+
 def _parser(error_cls):
     class P(argparse.ArgumentParser):
         def error(self, message):
@@ -47,12 +55,17 @@ def _parser(error_cls):
     p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
     p.add_argument("--rounds", type=int, default=None,
                    help=f"rounds R (the steps of dp-sgd, dp-srm, dicesgd), an integer in [1, {MAX_TRAIN_ROUNDS:.0e}]; "
-                        "required unless --sampling shuffle")
+                        "required unless --sampling is shuffle or balls-in-bins")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="dp-sgd: expected Poisson batch B (q = B/N) or the shuffled batch b; dicesgd: B; dp-srm: b")
+                   help="dp-sgd: expected Poisson batch B (q = B/N), the shuffled batch b, or the balls-in-bins "
+                        "batch b (ceil(N/b) steps an epoch, N/(steps) records on average); dicesgd: B; dp-srm: b")
     p.add_argument("--b0", type=int, default=None, help="dp-srm: the first batch b0 (default 4 b)")
-    p.add_argument("--sampling", choices=["poisson", "shuffle"], default="poisson", help="dp-sgd's batches (default poisson)")
-    p.add_argument("--epochs", type=int, default=None, help="dp-sgd --sampling shuffle: epochs E, an integer >= 1")
+    p.add_argument("--sampling", choices=_samplings(), default="poisson",
+                   help="dp-sgd's batches: poisson (default), shuffle (each epoch a random permutation cut into "
+                        "batches of --batch-size) or balls-in-bins (each epoch every record in one of ceil(N/b) steps, "
+                        "chosen at random)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="dp-sgd --sampling shuffle or balls-in-bins: epochs E, an integer >= 1")
     p.add_argument("--restart-interval", type=int, default=1,
                    help="diff2-gd: rounds between restarts (the paper's T), an integer in [2, --rounds]; required "
                         "for diff2-gd (1 would make it dp-gd)")
@@ -163,7 +176,7 @@ def _model(cfg, d_in):
 def _quantities(cfg, *, n=None, world=None, n_min=None) -> dict:
     """What this run fixes, by the names of the registry's ``train_shape`` / ``train_clips`` (its
     ``train_defaults`` fill what the command line left out)."""
-    b, shuffle = cfg["batch_size"], cfg["sampling"] == "shuffle"
+    b, shuffle = cfg["batch_size"], cfg["sampling"] != "poisson"      # shuffled or balls-in-bins epochs
     q = {"rounds": cfg["rounds"], "restart_interval": cfg["restart_interval"], "world": world, "n_min": n_min,
          "n": n, "batch_size": b, "sampling": cfg["sampling"], "epochs": cfg["epochs"], "c1": cfg["c1"],
          "c2": cfg["c2"], "b0": cfg["b0"]}
@@ -381,16 +394,19 @@ def _check_shape_options(a, error_cls) -> None:
     if a.algorithm in _data_parallel():
         if a.batch_size is None:
             raise error_cls(f"--batch-size is required for {a.algorithm}")
-        shuffles = "sampling" in lookup(a.algorithm).train_shape      # its mechanism has a shuffle accountant
-        if shuffles and a.sampling == "shuffle":
+        entry = lookup(a.algorithm)
+        shuffles = "sampling" in entry.train_shape      # its mechanism accounts other samplings than Poisson
+        accounted = getattr(entry.mechanism, "field_choices", {}).get("sampling", ())
+        if a.sampling != "poisson" and a.sampling not in accounted:
+            raise error_cls(f"--sampling {a.sampling} is not allowed for {a.algorithm}: only "
+                            f"{', '.join(n for n in names(train=True) if 'sampling' in lookup(n).train_shape)} "
+                            f"has a {a.sampling} accountant")
+        if shuffles and a.sampling != "poisson":
             if a.epochs is None or a.rounds is not None:
-                raise error_cls("--sampling shuffle takes --epochs E and not --rounds (the steps follow from N, b, E)")
+                raise error_cls(f"--sampling {a.sampling} takes --epochs E and not --rounds (the steps follow from N, "
+                                "b, E)")
         elif a.rounds is None:
             raise error_cls(f"--rounds is required for {a.algorithm}")
-        if a.sampling == "shuffle" and not shuffles:
-            raise error_cls(f"--sampling shuffle is not allowed for {a.algorithm}: only "
-                            f"{', '.join(n for n in names(train=True) if 'sampling' in lookup(n).train_shape)} "
-                            "has a shuffle accountant")
         if a.restart_interval != 1:
             raise error_cls(f"--restart-interval is not allowed for {a.algorithm} (a DIFF2 option)")
         return

@@ -121,7 +121,8 @@ class Kernel:
 
 class DPSGDKernel(Kernel):
     """DP-SGD / DPSGD-GC: ``release(sum_{i in batch} clip(g_i, C) + N(0, (z C)^2 I))``, direction
-    ``released / B`` (``B`` the expected batch size ``q n``, or the shuffled batch size)."""
+    ``released / B`` (``B`` the expected batch size ``q n``, the shuffled batch size, or balls-in-bins'
+    expected batch ``n / t``: the mechanism's ``expected_batch_size``)."""
 
     name = "dp-sgd"
     clip_schedulable = True
@@ -134,7 +135,7 @@ class DPSGDKernel(Kernel):
 
     @classmethod
     def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
-        B = mechanism.batch_size if mechanism.shuffled else mechanism.sampling_rate * n
+        B = mechanism.expected_batch_size if mechanism.epoch_wise else mechanism.sampling_rate * n
         return cls(mechanism, levels, C=clip, B=B)
 
     def kind(self, first):

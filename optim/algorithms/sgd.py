@@ -2,7 +2,9 @@
 clipped variant, DPSRM-E4) and DiceSGD with its Adam and automatic variants (DiceSGD paper Algorithms 2-4).
 
 Sampling is exactly what each accountant assumes: Poisson (every record independently with
-probability q) for DP-SGD and DiceSGD, fixed-size without replacement for DP-SRM.
+probability q) for DP-SGD and DiceSGD, fixed-size without replacement for DP-SRM; DP-SGD's mechanism
+may instead say shuffled epochs or balls-in-bins epochs (``sampling="balls-in-bins"``: each epoch
+every record in one of its ``t`` steps, uniformly; the sum divided by the expected batch ``n / t``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..tensors import flat, unflat
 from .core import PrivateOptimizer, check_clip, check_lr
 from .kernels import DiceSGDKernel, DPSGDKernel, DPSRMKernel, RecordQueries
 from ..clipping.paths import clip_factors
+from ..data.sampling import bin_batches
 
 __all__ = ["DPSGD", "DPSRM", "DiceSGD"]
 
@@ -107,31 +110,43 @@ class DPSGD(_OneDataset):
         if self.C == math.inf and self.z > 0:
             raise InputError(f"C=inf is not allowed with noise_multiplier={self.z}: unclipped gradients have "
                              "unbounded sensitivity.")
-        if mechanism.shuffled:
+        if mechanism.epoch_wise:
             if mechanism.n != self.n:
                 raise InputError(f"mechanism.n={mechanism.n} is not allowed: the data holds {self.n} records.")
-            self.q, self.B = mechanism.batch_size / self.n, float(mechanism.batch_size)
+            self.B = mechanism.expected_batch_size
+            self.q = self.B / self.n
         else:
             self.q = mechanism.sampling_rate
             self.B = self.q * self.n
         self.perm = None                    # shuffled batches: this epoch's permutation
+        self.bins = None                    # balls-in-bins: this epoch's step of every record
+        self._binned = None                 # ... and its batches in step order
         self.kernel = DPSGDKernel(mechanism, self.levels, C=self.C, B=self.B)
 
     def _batch(self, r: int) -> torch.Tensor:
         """The records of round ``r`` (1-based): a Poisson sample, or batch ``(r-1) mod T`` of the
-        epoch's permutation (drawn at the epoch's first round)."""
-        if not self.mechanism.shuffled:
+        epoch's permutation or balls-in-bins assignment (drawn at the epoch's first round)."""
+        m = self.mechanism
+        if not m.epoch_wise:
             return self._poisson(self.q)
-        j = (r - 1) % self.mechanism.steps_per_epoch
+        t = m.steps_per_epoch
+        j = (r - 1) % t
+        if m.balls_in_bins:
+            if j == 0 or self.bins is None:
+                self.bins, self._binned = self.sampler.bins(self.n, t, self.data_generator), None
+            if self._binned is None:
+                self._binned = bin_batches(self.bins, t)
+            return self.sampler.binned(self._binned, j)
         if j == 0 or self.perm is None:
             self.perm = self.sampler.permutation(self.n, self.data_generator)
-        return self.sampler.shuffled(self.perm, j, self.mechanism.batch_size)
+        return self.sampler.shuffled(self.perm, j, m.batch_size)
 
     def _state(self) -> dict:
-        return {"perm": self.perm}
+        return {"perm": self.perm, "bins": self.bins}
 
     def _load_state(self, state: dict) -> None:
         self.perm = state.get("perm")
+        self.bins, self._binned = state.get("bins"), None
 
     def _step(self, r: int) -> None:
         cur = self.params()

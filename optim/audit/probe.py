@@ -145,6 +145,10 @@ class _Counting(ForcedRecord):
         self.draws += self._mine(holder)
         return super().shuffled(perm, j, size, holder=holder)
 
+    def binned(self, batches, j, *, holder=0):
+        self.draws += self._mine(holder)
+        return super().binned(batches, j, holder=holder)
+
 
 def _release_kind(name: str) -> str:
     """A release's name without what varies between releases of one kind (the client, the node, k)."""

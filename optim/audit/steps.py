@@ -41,7 +41,7 @@ __all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep
            "audit_step", "sampler_test", "check_step", "StepReport", "SamplerReport", "RELATIONS", "SAMPLINGS"]
 
 RELATIONS = ("add/remove", "replace-one")
-SAMPLINGS = ("poisson", "wor", "shuffle", "full batch")
+SAMPLINGS = ("poisson", "wor", "shuffle", "balls-in-bins", "full batch")
 #: float slack of the probe, in units of the working dtype's eps times the releases' norms
 SLACK_ULPS = 64
 #: the probe's added canaries: a record's features times these (their gradients' norms sweep
@@ -52,8 +52,9 @@ CANARY_SCALES = (1e3, -1e3, 1e2, -1e2, 10.0, -10.0, 3.0, -3.0, 0.3, -0.3, 0.1, -
 @dataclass(frozen=True)
 class StepClaim:
     """What a step claims about one release: ``sensitivity`` (L2, one record, under ``relation``),
-    ``noise_std`` (per coordinate), and the sampling of its batches (``sample_rate`` for Poisson,
-    ``batch_size`` for fixed-size or shuffled batches)."""
+    ``noise_std`` (per coordinate), and the sampling of its batches (``sample_rate`` for Poisson and
+    for balls-in-bins -- ``1/t``, a record's chance to be in a given step --, ``batch_size`` for fixed-size
+    or shuffled batches)."""
 
     sensitivity: float
     noise_std: float
@@ -71,7 +72,8 @@ class StepClaim:
             raise InputError(f"relation={self.relation!r} is not allowed: expected one of {', '.join(RELATIONS)}.")
         if self.sampling not in SAMPLINGS:
             raise InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
-        if self.sampling == "poisson" and self.sample_rate is not None and not 0.0 < self.sample_rate <= 1.0:
+        if self.sampling in ("poisson", "balls-in-bins") and self.sample_rate is not None \
+                and not 0.0 < self.sample_rate <= 1.0:
             raise InputError(f"sample_rate={self.sample_rate!r} is not allowed: expected a number in (0, 1].")
 
     def epsilon(self, delta: float) -> float:
@@ -125,12 +127,14 @@ class EngineStep(PrivateStep):
         m = optimizer.mechanism
         spec = m.release(kind)
         sampling = {"Poisson": "poisson", "fixed size without replacement": "wor"}.get(spec.sampling, "full batch")
+        rate = getattr(m, "sampling_rate", None)
         if getattr(m, "shuffled", False):
             sampling = "shuffle"
+        if getattr(m, "balls_in_bins", False):
+            sampling, rate = "balls-in-bins", 1.0 / m.steps_per_epoch
         self.claim = StepClaim(float(m.sensitivity(kind, k.clip) if spec.scale == "clip" else m.sensitivity(kind)),
                                float(k.std(kind)), "add/remove" if spec.relation in ("add/remove", "zero-out")
-                               else "replace-one", sampling, getattr(m, "sampling_rate", None),
-                               getattr(m, "batch_size", None))
+                               else "replace-one", sampling, rate, getattr(m, "batch_size", None))
 
     def release(self, batch, *, noise, generator):
         x, y = batch
@@ -333,7 +337,8 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
                  delta: float = 1e-5) -> SamplerReport:
     """The sizes of ``batches`` batches of ``data_loader`` against ``claim``'s sampling: Poisson at
     ``sample_rate`` (a chi-square test against Binomial(n, q), which fixed-size or shuffled batches
-    fail: their sizes do not vary), or fixed size ``batch_size``.  A flagged Poisson claim prints
+    fail: their sizes do not vary; balls-in-bins batches at ``q = 1/t`` have these sizes too), or fixed
+    size ``batch_size``.  A flagged Poisson claim prints
     the shuffle bracket of the same run beside Poisson's eps (what a shuffled loader really spends)."""
     from scipy import stats
 
@@ -349,10 +354,10 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
                 break
         if len(sizes) == before:
             raise InputError("data_loader is not allowed: it produced no batch.")
-    if claim.sampling == "poisson":
+    if claim.sampling in ("poisson", "balls-in-bins"):
         q = claim.sample_rate
         if q is None:
-            raise InputError("claim.sample_rate is required to test a Poisson claim.")
+            raise InputError(f"claim.sample_rate is required to test a {claim.sampling} claim.")
         hi = int(stats.binom.ppf(1 - 1e-6, n, q)) + 1
         lo = int(stats.binom.ppf(1e-6, n, q))
         k = list(range(lo, hi + 1))
@@ -375,7 +380,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
             exp[-1] += acc_e
         p = float(stats.chisquare(obs, [e * sum(obs) / sum(exp) for e in exp]).pvalue) if len(obs) > 1 else 0.0
         passed = p >= level
-        note = f"Poisson(q = {q:g}) claimed; sizes mean {sum(sizes) / len(sizes):.4g} (expected {n * q:.4g}), " \
+        note = f"{'Poisson' if claim.sampling == 'poisson' else 'balls-in-bins'}(q = {q:g}) claimed; sizes mean {sum(sizes) / len(sizes):.4g} (expected {n * q:.4g}), " \
                f"{len(set(sizes))} distinct, chi-square p = {p:.3g}"
         if not passed and len(set(sizes)) == 1 and claim.noise_std > 0 and claim.sensitivity > 0:
             from ...mechanisms import DPSGD
@@ -388,7 +393,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
             note += (f"; every batch has {b} records: fixed-size or shuffled batches, not Poisson.  One epoch of "
                      f"{steps} such batches at noise {z:.4g} spends eps in [{shuffled.lower:.4g}, "
                      f"{shuffled.upper:.4g}] (shuffle bracket, delta {delta:g}), not Poisson's {poisson:.4g}")
-        return SamplerReport("poisson", sizes, p, passed, note)
+        return SamplerReport(claim.sampling, sizes, p, passed, note)
     b = claim.batch_size
     if b is None:
         raise InputError(f"claim.batch_size is required to test a {claim.sampling} claim.")

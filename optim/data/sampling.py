@@ -11,7 +11,11 @@ argument), from the run's data generator (a ``torch.Generator``, or the ChaCha20
 * :meth:`Sampler.one` -- one record uniformly (ClipD2P / ConstD2P under replace-one, J records);
 * :meth:`Sampler.permutation` + :meth:`Sampler.shuffled` -- shuffled batches: each epoch a random
   permutation cut into consecutive batches of ``b`` (DP-SGD with ``sampling="shuffle"``; the last
-  batch is short unless the mechanism drops it).
+  batch is short unless the mechanism drops it);
+* :meth:`Sampler.bins` + :meth:`Sampler.binned` -- balls-in-bins: each epoch every record put in one
+  of the epoch's ``t`` steps, uniformly and independently (:func:`~dpcalib.optim.randomness.bins`),
+  the batches taken in step order (:func:`bin_batches`; ``Binomial(n, 1/t)`` records each, empty ones
+  included) -- DP-SGD with ``sampling="balls-in-bins"``.
 
 ``holder`` names whose records are drawn (the client or node; 0 for one dataset).  The sampler
 is the one place where the draws can be changed for a check: :class:`ForcedRecord` (the record
@@ -24,9 +28,25 @@ from __future__ import annotations
 
 import torch
 from ...accountant.validation import InputError
-from ..randomness import permutation, poisson_mask, randint
+from ..randomness import bins, permutation, poisson_mask, randint
 
-__all__ = ["Sampler", "ForcedRecord"]
+__all__ = ["Sampler", "ForcedRecord", "bin_batches"]
+
+
+def bin_batches(assignment: torch.Tensor, t: int) -> list:
+    """An epoch's balls-in-bins batches in step order: batch ``j`` holds the records whose bin is ``j``,
+    in ascending order (an empty tensor where no record went to ``j``).
+
+    Args:
+        assignment: a long tensor ``[n]``, each record's bin in ``0 .. t-1``.
+        t: the epoch's steps.
+
+    Returns:
+        ``t`` long tensors of record indices (their sizes sum to ``n``).
+    """
+    order = torch.sort(assignment, stable=True).indices
+    sizes = torch.bincount(assignment, minlength=int(t)).tolist()
+    return list(torch.split(order, sizes))
 
 
 class Sampler:
@@ -51,6 +71,15 @@ class Sampler:
     def shuffled(self, perm: torch.Tensor, j: int, size: int, *, holder: int = 0) -> torch.Tensor:
         """Batch ``j`` of an epoch: records ``j*size .. (j+1)*size - 1`` of its permutation."""
         return perm[j * size:(j + 1) * size]
+
+    def bins(self, n: int, t: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
+        """An epoch's balls-in-bins assignment: each of ``n`` records' step in ``0 .. t-1``, uniformly and
+        independently (drawn once per epoch)."""
+        return bins(generator, n, t)
+
+    def binned(self, batches: list, j: int, *, holder: int = 0) -> torch.Tensor:
+        """Step ``j`` of a balls-in-bins epoch: ``batches[j]`` of :func:`bin_batches` (may be empty)."""
+        return batches[j]
 
 
 class ForcedRecord(Sampler):
@@ -90,6 +119,15 @@ class ForcedRecord(Sampler):
             return idx
         idx = self._without(idx)
         return torch.cat([idx, idx.new_tensor([self.index])]) if self.present else idx
+
+    def binned(self, batches, j, *, holder=0):
+        # as a shuffled batch, the record joins or leaves the step's batch, the others stay; the batch's
+        # sum is divided by the expected batch, so this is the add/remove neighbour of the step
+        idx = super().binned(batches, j, holder=holder)
+        if not self._mine(holder):
+            return idx
+        idx = self._without(idx)
+        return torch.sort(torch.cat([idx, idx.new_tensor([self.index])])).values if self.present else idx
 
     def _fixed_size(self, idx, holder):
         if not self._mine(holder):

@@ -14,11 +14,12 @@ May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms`, and the sub-pa
 
 from .engine import ACCOUNTANTS, DPLoss, PrivacyEngine
 from .ledger import Ledger
-from .loader import DPDataLoader, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler
+from .loader import (BallsInBinsBatchSampler, DPDataLoader, FixedSizeBatchSampler, PoissonBatchSampler,
+                     ShuffleBatchSampler)
 from .memory import BatchMemoryManager
 from .module import Capture, MixedPrecisionWarning, PrivateModule
 from .optimizer import BudgetExceeded, DPOptimizer, OverspendWarning
 
 __all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS", "Ledger", "DPDataLoader", "PoissonBatchSampler",
-           "FixedSizeBatchSampler", "ShuffleBatchSampler", "BatchMemoryManager", "PrivateModule", "Capture", "MixedPrecisionWarning",
+           "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler", "BatchMemoryManager", "PrivateModule", "Capture", "MixedPrecisionWarning",
            "DPOptimizer", "BudgetExceeded", "OverspendWarning"]

@@ -18,7 +18,8 @@ whose batch sampler is the one the accountant assumes (:mod:`.loader`) -- plus, 
 ``criterion`` is given, the criterion to call in the loop (first after the optimizer, as Opacus's
 ghost mode returns it).  What is new against Opacus: ``algorithm=`` (``"dp-sgd"``, ``"dicesgd"``,
 ``"dp-srm"``: every registered algorithm with an ``engine`` entry), ``sampling=`` (``"poisson"``,
-``"wor"``, ``"shuffle"``, as the algorithm's accountant covers), the tight certified calibration, a
+``"wor"``, ``"shuffle"``, ``"balls-in-bins"``, as the algorithm's accountant covers), the tight certified
+calibration, a
 ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.audit`.
 """
 
@@ -28,6 +29,7 @@ import math
 
 import torch
 
+from ...accountant import steps_per_epoch
 from ...accountant.validation import InputError
 from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
@@ -41,8 +43,8 @@ from . import checkpoint
 from .errors import opacus_flavoured
 from .hooks import ModuleHooks
 from .ledger import Ledger
-from .loader import (FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler, check_loader, loader_generator,
-                     private_loader)
+from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
+                     check_loader, loader_generator, private_loader)
 from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
 from .perlayer import PerLayerModule
@@ -51,7 +53,10 @@ __all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS"]
 
 #: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
 ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
-_SAMPLERS = {"poisson": "Poisson", "wor": "fixed size without replacement", "shuffle": "shuffled epochs"}
+_SAMPLERS = {"poisson": "Poisson", "wor": "fixed size without replacement", "shuffle": "shuffled epochs",
+             "balls-in-bins": "balls-in-bins epochs"}
+#: the samplings whose run is whole epochs, every record once an epoch
+_EPOCH_WISE = ("shuffle", "balls-in-bins")
 #: Opacus's grad_sample_mode values: every one is served by the same per-layer rules
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost", "ghost_fsdp")
 #: clipping= values: "flat" (one norm over every parameter), "per_layer" (one bound per trained parameter)
@@ -147,10 +152,14 @@ class PrivacyEngine:
         for name, val in (("epochs", epochs), ("steps", steps)):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
                 raise InputError(f"{name}={val!r} is not allowed: expected an integer >= 1.")
-        shuffle = sampling == "shuffle"
+        shuffle = sampling in _EPOCH_WISE
+        if sampling == "balls-in-bins":
+            # the accountant's steps per epoch (one owner: what DPSGD(sampling="balls-in-bins") counts),
+            # whatever the user's loader would have dropped
+            steps_per_pass = steps_per_epoch(n, batch_size)
         if shuffle and steps is not None and steps % steps_per_pass:
-            raise InputError(f"steps={steps} is not allowed with sampling='shuffle': expected whole epochs (a multiple "
-                             f"of {steps_per_pass} batches); give epochs.")
+            raise InputError(f"steps={steps} is not allowed with sampling={sampling!r}: expected whole epochs (a "
+                             f"multiple of {steps_per_pass} batches); give epochs.")
         E = epochs if epochs is not None else (steps // steps_per_pass if steps is not None else 1)
         T = steps if steps is not None else E * steps_per_pass
         q = {"rounds": None if shuffle else T, "n": n, "batch_size": batch_size, "sampling": sampling,
@@ -162,7 +171,7 @@ class PrivacyEngine:
             if q.get(name) is None:
                 q[name] = value
         fields = {f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}
-        if shuffle and "sampling" in entry.train_shape:
+        if sampling == "shuffle" and "sampling" in entry.train_shape:
             fields["drop_last"] = bool(drop_last)
         return entry.mechanism(**fields)
 
@@ -176,6 +185,9 @@ class PrivacyEngine:
         if not isinstance(poisson_sampling, bool):
             raise InputError(f"poisson_sampling={poisson_sampling!r} is not allowed: expected True or False.")
         keep = sampling is None and not poisson_sampling
+        if sampling == "balls-in-bins" and not poisson_sampling:
+            raise InputError("poisson_sampling=False is not allowed with sampling='balls-in-bins': it keeps the "
+                             "loader's own batches, and balls-in-bins draws its own; give one of them.")
         if keep and "shuffle" not in entry.engine:
             raise InputError(f"poisson_sampling=False is not allowed for {algorithm}: its accountant covers "
                              f"{', '.join(_SAMPLERS[k] for k in entry.engine)} batches only, not the loader's own.")
@@ -232,7 +244,12 @@ class PrivacyEngine:
         batches, in its own order (sequential, or shuffled by its sampler), accounted as a fixed
         partition -- each record in one batch per pass, so ``E`` passes are ``E`` Gaussian releases
         of sensitivity ``C``, exact GDP ``mu = sqrt(E) / z`` (zero-out relation), no amplification
-        (the shuffle mechanism's certified upper end; docs/optimizers.md).  ``clipping="per_layer"``
+        (the shuffle mechanism's certified upper end; docs/optimizers.md).  ``sampling="balls-in-bins"``
+        (DP-SGD): each pass is an epoch of ``t = ceil(n / batch_size)`` steps, every record in one of them
+        chosen uniformly from the secret data stream (:class:`~.loader.BallsInBinsBatchSampler`: batches of
+        ``Binomial(n, 1/t)`` records, empty ones included), the noisy sum divided by the expected batch
+        ``n / t``, and each epoch charged as one ``BallsInBinsGaussianEvent`` -- ``get_epsilon`` is
+        ``DPSGD(sampling="balls-in-bins", n=n, batch_size=batch_size, epochs=E).epsilon``.  ``clipping="per_layer"``
         with ``max_grad_norm`` a list (one bound per trained parameter): each parameter's part of
         a record's gradient clipped to its bound, sensitivity ``||max_grad_norm||_2``
         (:mod:`.perlayer`).
@@ -399,6 +416,8 @@ class PrivacyEngine:
             sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share)
         elif sampling == "wor":
             sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None))
+        elif sampling == "balls-in-bins":
+            sampler = BallsInBinsBatchSampler(n, mech.steps_per_epoch, gen, share)
         else:
             sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=getattr(data_loader.batch_sampler, "drop_last",
                                                                               False))
@@ -425,7 +444,8 @@ class PrivacyEngine:
 
     def epsilon_bracket(self, delta: float):
         """The certified upper end and a lower bound on the true eps of what ran (shuffled epochs:
-        the shuffle bracket, whose upper end :meth:`get_epsilon` reports)."""
+        the shuffle bracket, whose upper end :meth:`get_epsilon` reports; balls-in-bins epochs: its
+        PLD bracket)."""
         return self.ledger.epsilon_bracket(delta)
 
     # -- checkpoints (read back with weights_only=True: nothing is unpickled; :mod:`.checkpoint`) ------

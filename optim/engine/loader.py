@@ -10,7 +10,10 @@ the accounting of the run assumes:
   batch (DP-SRM; its first batch may have another size, ``b0``);
 * :class:`ShuffleBatchSampler` -- each epoch a uniformly random permutation cut into consecutive
   batches of ``b`` (the last one short unless ``drop_last``): ``DataLoader(shuffle=True)``, which
-  is accounted by the shuffle bracket, never as Poisson.
+  is accounted by the shuffle bracket, never as Poisson;
+* :class:`BallsInBinsBatchSampler` -- each epoch every record put in one of the epoch's ``t`` steps,
+  uniformly and independently, the ``t`` batches yielded in step order (``Binomial(n, 1/t)`` records
+  each, empty batches included): accounted by the balls-in-bins bracket, one event an epoch.
 
 The samplers draw exactly as :class:`dpcalib.optim.data.sampling.Sampler` does from the same
 generator (:mod:`dpcalib.optim.randomness`), so a loop over this loader sees the same batches as the
@@ -34,10 +37,11 @@ from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data._utils.collate import default_collate
 
 from ...accountant.validation import InputError
-from ..randomness import permutation, poisson_mask
+from ..data.sampling import bin_batches
+from ..randomness import bins, permutation, poisson_mask
 
-__all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "private_loader", "check_loader",
-           "DPDataLoader", "loader_generator"]
+__all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
+           "private_loader", "check_loader", "DPDataLoader", "loader_generator"]
 
 
 class _Batches(TorchSampler):
@@ -124,6 +128,34 @@ class ShuffleBatchSampler(_Batches):
             yield perm[j * self.b:(j + 1) * self.b]
 
 
+class BallsInBinsBatchSampler(_Batches):
+    """One epoch per pass: every record put in one of ``t`` steps uniformly at random (the run's secret
+    data stream: :func:`~dpcalib.optim.randomness.bins`), the ``t`` batches in step order.
+
+    ``t`` is the mechanism's ``steps_per_epoch`` (``ceil(n / batch_size)``,
+    :func:`dpcalib.accountant.steps_per_epoch`); a batch holds ``Binomial(n, 1/t)`` records, ``n / t`` on
+    average (:attr:`expected_batch_size`), and may be empty (collated as zero-row tensors, as a Poisson
+    batch is)."""
+
+    sampling = "balls-in-bins"
+
+    def __init__(self, n, t: int, generator, share=(0, 1)):
+        super().__init__(n, generator, share)
+        self.t = int(t)
+        if not 1 <= self.t <= self.n:
+            raise InputError(f"t={t!r} is not allowed: expected an integer in [1, n={self.n}] (the steps of an epoch).")
+
+    @property
+    def expected_batch_size(self) -> float:
+        return self.n / self.t
+
+    def __len__(self):
+        return self.t
+
+    def _draws(self, start):
+        yield from bin_batches(bins(self.generator, self.n, self.t), self.t)
+
+
 class DPDataLoader(DataLoader):
     """The user's loader with the run's batch sampler; counts the passes begun and the batches the
     loop consumed in the current pass (its position for a checkpoint).
@@ -154,6 +186,9 @@ class DPDataLoader(DataLoader):
             n = len(dataset)
             batch_sampler = PoissonBatchSampler(n, q, int(1 / q), generator if generator is not None else
                                                 _fresh_generator())
+            collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
+        if isinstance(batch_sampler, _Batches) and not isinstance(collate_fn, _Collate):
+            # its batches may be empty (Poisson, balls-in-bins): zero-row tensors, as make_private's loader
             collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
         if collate_fn is not None:
             kwargs["collate_fn"] = collate_fn

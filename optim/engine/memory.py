@@ -8,7 +8,8 @@ Each logical batch of the private loader is cut into chunks of at most ``max_phy
 rows; the optimizer only adds the terms of every chunk but the last (``signal_skip_step``), and
 makes the step -- one release, one ledger charge -- at the last.  The per-record terms of a batch
 are sums over its records, so the step is the one of a single pass over the whole batch (up to the
-float rounding of the order of the sums).  An empty Poisson batch is one (empty) chunk.
+float rounding of the order of the sums).  An empty Poisson or balls-in-bins batch is one (empty)
+chunk.
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ class BatchMemoryManager:
     def __len__(self):
         """Physical batches per pass (Opacus's count): ``len(loader) * ceil(b / size)`` for batches of a
         fixed size ``b``; for Poisson batches the expected count, ``int(len(loader) * q n / size)``
-        (sizes vary from batch to batch)."""
+        (sizes vary from batch to batch), and for balls-in-bins batches ``int(len(loader) * (n / t) / size)``."""
         bs = getattr(self.data_loader, "batch_sampler", None)
         steps = len(self.data_loader)
         if getattr(bs, "sampling", None) == "poisson":
             return int(steps * (bs.q * bs.n) / self.size)
+        if getattr(bs, "sampling", None) == "balls-in-bins":
+            return int(steps * bs.expected_batch_size / self.size)
         b = getattr(bs, "b", None) or getattr(bs, "batch_size", None) or getattr(self.data_loader, "batch_size", None)
         if b is None:
             return steps

@@ -300,13 +300,13 @@ class DPOptimizer(Optimizer):
         return loss
 
     def _charges(self, kind: str) -> int:
-        """Releases to charge for this step.  Shuffled batches and the loader's own (a partition): a
-        record is in one batch per pass, so the first step of each (pass, noise levels) charges the
+        """Releases to charge for this step.  Shuffled or balls-in-bins batches and the loader's own (a
+        partition): a record is in one batch per pass, so the first step of each (pass, noise levels) charges the
         pass's whole epoch -- ``steps_per_epoch`` releases, which the mechanism counts as one
         participation -- and the others nothing; a pass is the loader's (restarting it mid-pass
         starts a new one) or, past ``steps_per_epoch`` steps without a restart, a new one."""
         m = self.mechanism
-        if not getattr(m, "shuffled", False):
+        if not getattr(m, "epoch_wise", False):
             return 1
         T = m.steps_per_epoch
         passes = getattr(self.loader, "passes", 0)

@@ -15,7 +15,7 @@ the released iterates, and anyone who knows the batches loses the amplification 
 * ``secure_mode=True`` draws every stream from :class:`~.secure.SecureGenerator` (ChaCha20 keyed
   from ``os.urandom``) and the noise with :func:`~.secure.gaussian_release`.
 
-The draws (:func:`poisson_mask`, :func:`permutation`, :func:`randint`, :func:`uniform`,
+The draws (:func:`poisson_mask`, :func:`permutation`, :func:`randint`, :func:`bins`, :func:`uniform`,
 :func:`standard_normal`) take either kind of generator: a ``torch.Generator`` (the default; a seeded
 run draws exactly as it always has) or a :class:`~.secure.SecureGenerator`.
 """
@@ -33,7 +33,7 @@ from . import secure
 from .secure import SecureGenerator
 
 __all__ = ["RunStreams", "fresh_root", "check_seed", "stream_seeds", "node_seeds", "poisson_mask", "permutation",
-           "randint", "uniform", "standard_normal", "is_secure", "ROOT_BYTES"]
+           "randint", "bins", "uniform", "standard_normal", "is_secure", "ROOT_BYTES"]
 
 #: a run's root: 128 bits of entropy (a SeedSequence's) or a 256-bit secure key
 ROOT_BYTES = 32
@@ -186,6 +186,44 @@ def randint(generator, n: int, size: int = 1) -> torch.Tensor:
     if is_secure(generator):
         return secure.randint(generator, n, size)
     return torch.randint(n, (size,), generator=generator, device=generator.device)
+
+
+def bins(generator, n: int, t: int) -> torch.Tensor:
+    """Balls-in-bins: each of ``n`` records put in one of ``t`` bins (the steps of an epoch), exactly
+    uniformly and independently.
+
+    ``torch.randint`` with a range that is not a power of two reduces 32 random bits modulo ``t``, which
+    favours the low bins by up to ``t / 2^32`` -- the accountant's pair assumes exactly ``1/t`` each.  So a
+    torch.Generator draws ``k = ceil(log2 t)`` bits per record (a power-of-two range: exact) and redraws
+    the records whose draw is ``>= t`` (each round keeps at least half); a SecureGenerator rejects 64-bit
+    words (:func:`~.secure.randint`).  A seeded generator draws the same bins every time.
+
+    Args:
+        generator: a torch.Generator or a SecureGenerator.
+        n: how many records, an integer >= 0.
+        t: how many bins, an integer >= 1.
+
+    Returns:
+        A long tensor ``[n]`` of bins in ``0 .. t-1`` on the generator's device.
+
+    Raises:
+        ValueError: ``n < 0`` or ``t < 1``.
+    """
+    n, t = int(n), int(t)
+    if n < 0 or t < 1:
+        raise InputError(f"n={n}, t={t} are not allowed: expected n >= 0 records and t >= 1 bins.")
+    if is_secure(generator):
+        return secure.randint(generator, t, n)
+    device = generator.device
+    span = 1 << max(0, (t - 1).bit_length())           # the smallest power of two >= t
+    out = torch.randint(span, (n,), generator=generator, device=device)
+    if span == t:
+        return out
+    bad = (out >= t).nonzero().flatten()
+    while bad.numel():
+        out[bad] = torch.randint(span, (bad.numel(),), generator=generator, device=device)
+        bad = bad[out[bad] >= t]
+    return out
 
 
 def uniform(generator) -> float:
