@@ -498,6 +498,11 @@ def test_frozen_layers_are_constants_and_a_second_forward_is_refused():
     m3, opt3, loader3 = _make()
     xb, yb = next(iter(loader3))
     nn.MSELoss()(m3(xb), yb).backward()
+    with pytest.raises(InputError, match="count twice"):      # a second batch: refused at its forward
+        m3(xb)
+    opt3.step()                                                # the first batch's step
+    opt3.zero_grad()
+    m3(xb)                                                     # a forward without backward, then a batch
     nn.MSELoss()(m3(xb), yb).backward()
     with pytest.raises(InputError, match="2 training forwards"):
         opt3.step()

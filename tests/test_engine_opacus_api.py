@@ -282,6 +282,57 @@ def test_a_missing_zero_grad_is_refused_as_opacus_refuses_it():
         opt.step()
 
 
+
+def test_a_second_batch_before_step_is_refused_at_its_forward_and_the_run_goes_on_unchanged():
+    _, _, m, opt, dl = _make(noise_multiplier=0.0)
+    x, y = _data()
+    nn.functional.mse_loss(m(x[:B]), y[:B]).backward()
+    alone = opt.release_of(noise=False)                   # the first batch's clipped sum
+    nn.functional.mse_loss(m(x[:B]), y[:B]).backward()
+    with pytest.raises(InputError, match="count twice") as err:
+        m(x[B:2 * B])                                     # Opacus raises ValueError here (Poisson accumulation)
+    assert isinstance(err.value, ValueError) and len(m.captures) == 1
+    assert torch.equal(opt.release_of(noise=False), alone)    # the refused forward recorded nothing
+    nn.functional.mse_loss(m(x[:B]), y[:B]).backward()    # (release_of forgets the batch it answered)
+    opt.step()
+    assert opt.round == 1
+    m(x[:B])                                              # a forward without backward is not refused here ...
+    opt.zero_grad()                                       # ... and zero_grad forgets it
+    nn.functional.mse_loss(m(x[:B]), y[:B]).backward()
+    opt.step()
+    assert opt.round == 2
+
+
+def test_zero_grad_is_required_between_the_physical_batches_of_a_logical_batch():
+    _, _, m, opt, dl = _make(poisson_sampling=False, noise_multiplier=0.0)
+    x, y = _data()
+    with BatchMemoryManager(data_loader=dl, max_physical_batch_size=3, optimizer=opt) as chunks:
+        it = iter(chunks)
+        for _ in range(2):                                # chunks 1-2 of the first batch, zero_grad each
+            xb, yb = next(it)
+            opt.zero_grad()
+            nn.functional.mse_loss(m(xb), yb).backward()
+            opt.step()
+        xb, yb = next(it)                                 # chunk 3 (the last) without zero_grad: refused
+        nn.functional.mse_loss(m(xb), yb).backward()
+        with pytest.raises(InputError, match="zero_grad") as err:
+            opt.step()
+        assert isinstance(err.value, ValueError) and opt.round == 0
+        m.zero_grad()                                     # the module's zero_grad counts (GradSampleModule's does)
+        nn.functional.mse_loss(m(xb), yb).backward()
+        opt.step()
+        assert opt.round == 1
+        xb, yb = next(it)                                 # after a full step too: a chunk without zero_grad
+        nn.functional.mse_loss(m(xb), yb).backward()
+        with pytest.raises(InputError, match="zero_grad"):
+            opt.step()
+    # the step that ran is the one-batch step: its direction is the clipped mean of the loader's first batch
+    _, _, m2, opt2, _ = _make(poisson_sampling=False, noise_multiplier=0.0)
+    nn.functional.mse_loss(m2(x[:B]), y[:B]).backward()
+    opt2.step()
+    assert all(torch.allclose(p, q, rtol=0, atol=1e-14) for p, q in zip(m.parameters(), m2.parameters()))
+
+
 # -- per-layer clipping ---------------------------------------------------------------------------------
 BOUNDS = [0.3, 0.2, 0.5, 0.1]
 
@@ -349,3 +400,93 @@ def test_per_layer_bounds_must_match_the_trained_parameters():
         with pytest.raises(InputError, match="clipping='per_layer' is not allowed for dicesgd"):
             _make(algorithm="dicesgd", noise={"sigma1": 1.0}, noise_multiplier=None, C2=0.1, clipping="per_layer",
                   max_grad_norm=[1.0] * 4)
+
+
+class _SeqFirst(nn.Module):
+    """Tokens ``[T, B]`` (records on dimension 1) -> ``[B, T]`` (records on dimension 0); mixes time steps
+    (a running sum), never records."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc1, self.fc2 = nn.Embedding(20, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(self.emb(x))).cumsum(0)
+        return self.fc2(h).squeeze(-1).permute(1, 0)
+
+
+SEQ_BOUNDS = [0.3, 0.2, 0.5, 0.1, 0.05]
+
+
+def _seq(batch_first=False, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = _SeqFirst().double()
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randint(0, 20, (12, 6), generator=g), torch.randn(12, 6, generator=g, dtype=torch.float64)
+
+    def collate(rows):
+        xs, ys = zip(*rows)
+        return torch.stack(xs, 1), torch.stack(ys)                 # [T, B] and [B, T]
+    dl = DataLoader(TensorDataset(x, y), batch_size=6, collate_fn=collate)
+    out = _make(model=model, loader=dl, clipping="per_layer", max_grad_norm=SEQ_BOUNDS, batch_first=batch_first,
+                poisson_sampling=False, noise_multiplier=0.0, loss_reduction="sum", **kw)
+    return out + (x, y)
+
+
+def _seq_sum(opt, m, xb, yb):
+    opt.zero_grad()
+    ((m(xb) - yb) ** 2).sum().backward()
+    return opt.release_of(noise=False)
+
+
+def test_per_layer_clipping_with_sequence_first_records_matches_the_naive_loop_and_its_leave_one_out():
+    _, model, m, opt, dl, x, y = _seq()
+    naive = _SeqFirst().double()
+    naive.load_state_dict(model.state_dict())
+    xb, yb = x.T.contiguous(), y                                   # all 12 records, [T, B]
+    got = _seq_sum(opt, m, xb, yb)
+    assert m.captures == [] or m.captures[0].out_dim == 0
+    total = 0
+    for i in range(xb.shape[1]):
+        naive.zero_grad()
+        ((naive(xb[:, i:i + 1]) - yb[i:i + 1]) ** 2).sum().backward()
+        total = total + torch.cat([(p.grad * min(1.0, b / float(p.grad.norm()))).reshape(-1)
+                                   for p, b in zip(naive.parameters(), SEQ_BOUNDS)])
+    assert torch.allclose(got, total, rtol=1e-10, atol=1e-13)
+    c, worst = float(M.PerLayerClip(SEQ_BOUNDS)), 0.0
+    for i in range(xb.shape[1]):
+        keep = torch.arange(xb.shape[1]) != i
+        worst = max(worst, float((got - _seq_sum(opt, m, xb[:, keep], yb[keep])).norm()))
+    assert 0.5 * c < worst <= c * (1 + 1e-12)
+    one = _seq_sum(opt, m, xb[:, :1], yb[:1])                       # a batch of one record
+    assert torch.allclose(one, total - _seq_sum(opt, m, xb[:, 1:], yb[1:]), rtol=1e-9, atol=1e-12)
+
+
+def test_per_layer_clipping_refuses_records_it_cannot_find_in_the_output():
+    _, _, m, opt, dl, x, y = _seq(batch_first=True)                 # the same model declared batch-first
+    with pytest.raises(InputError, match="does not hold each record's own output"):
+        m(x.T.contiguous())                                         # "records" would be time steps: mixed
+
+    class Centred(nn.Module):                                      # subtracts the batch's mean: mixes records
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 1)
+
+        def forward(self, x):
+            return self.fc(x - x.mean(0))
+
+    _, _, m2, opt2, _ = _make(model=Centred().double(), clipping="per_layer", max_grad_norm=[1.0, 1.0])
+    with pytest.raises(InputError, match="mixed"):
+        m2(_data()[0][:B])
+
+    class Summed(nn.Module):                                       # no dimension of its output holds the records
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 1)
+
+        def forward(self, x):
+            return self.fc(x).sum(0)
+
+    _, _, m3, opt3, _ = _make(model=Summed().double(), clipping="per_layer", max_grad_norm=[1.0, 1.0])
+    with pytest.raises(InputError, match="no dimension could hold"):
+        m3(_data()[0][:B])

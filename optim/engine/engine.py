@@ -380,10 +380,7 @@ class PrivacyEngine:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
                              "batch.")
         if clipping == "per_layer":
-            if not batch_first:
-                raise InputError("batch_first=False is not allowed with clipping='per_layer': its records are on "
-                                 "dimension 0 of the module's one input.")
-            private = PerLayerModule(module, c, loss_reduction=loss_reduction)
+            private = PerLayerModule(module, c, loss_reduction=loss_reduction, batch_first=batch_first)
         else:
             private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())

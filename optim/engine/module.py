@@ -51,7 +51,7 @@ from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
 
-__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning"]
+__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning", "refuse_accumulation"]
 
 REDUCTIONS = ("mean", "sum")
 
@@ -221,6 +221,7 @@ class PrivateModule(nn.Module):
         self._surveyed = False
         self._warned_precision = False
         self.captures: list[Capture] = []
+        self.zeroed = True                # zero_grad since the last optimizer step (what the next step checks)
         dim = self._dim
         self._rec = Recorder(self._owners, broadcast_dim=lambda m: dim if isinstance(m, nn.Embedding) else None)
         if self.unsupported:
@@ -243,6 +244,14 @@ class PrivateModule(nn.Module):
     def clear(self) -> None:
         self.captures = []
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The parameters' ``.grad`` and the batches recorded since the last step cleared (as Opacus's
+        ``GradSampleModule.zero_grad`` clears its per-sample gradients); counts as the ``zero_grad`` the
+        next step requires."""
+        super().zero_grad(set_to_none)
+        self.clear()
+        self.zeroed = True
+
     def _option(self) -> str:
         return f"batch_first={self.batch_first}"
 
@@ -262,6 +271,7 @@ class PrivateModule(nn.Module):
     def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
             return self._plain(*args, **kwargs)
+        refuse_accumulation(self.captures)
         x = self._batch(args, kwargs)
         rows = records_of(x, self._dim)
         params = self.params()
@@ -435,6 +445,20 @@ class PrivateModule(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(super().__getattr__("_module"), name)
+
+
+def refuse_accumulation(captures) -> None:
+    """A training forward after a batch was back-propagated, before ``optimizer.step()`` consumed it, is
+    refused in one line: the two batches' terms would meet in one step, and a record in both would count
+    twice.  Opacus raises a ``ValueError`` at the second backward of Poisson batches for the same reason
+    ("Poisson sampling is not compatible with grad accumulation"); here it is an ``InputError``, a
+    ``ValueError``, at the second forward, whatever the sampling.  A forward whose backward did not run
+    (an evaluation in training mode) is refused only at the step, which ``zero_grad()`` avoids."""
+    if any(c.complete() for c in captures):
+        raise InputError("a second training batch before optimizer.step() is not allowed: the last batch was "
+                         "back-propagated and not yet stepped, and a record in both would count twice (Opacus: "
+                         "Poisson sampling is not compatible with grad accumulation); call optimizer.step() after "
+                         "every forward/backward pass, and cut a large batch into chunks with BatchMemoryManager.")
 
 
 def _why(m) -> str | None:

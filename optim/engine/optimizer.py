@@ -107,6 +107,7 @@ class DPOptimizer(Optimizer):
         self._keeps_prev = any(op == "clipped_diff_sum" for first in (True, False) for op, _ in kernel.asks(first))
         self._sums: dict | None = None      # terms of the logical batch so far
         self._skip = False
+        self._after_skip = False            # the last step was a physical batch that was not the last of its batch
         self._step_hooks: list = []
         self.regularizer = regularizer      # r(params): its gradient is added to the direction (public)
         self._given = None                  # the .grad views the last step wrote, and their sum of squares
@@ -211,6 +212,7 @@ class DPOptimizer(Optimizer):
     def zero_grad(self, set_to_none: bool = True):
         self.original_optimizer.zero_grad(set_to_none)
         self.module.clear()
+        self.module.zeroed = True
 
     def signal_skip_step(self, do_skip: bool = True) -> None:
         """The next :meth:`step` is a physical batch that is not the last of its logical batch."""
@@ -319,7 +321,13 @@ class DPOptimizer(Optimizer):
         return count
 
     def _step(self) -> None:
+        if not getattr(self.module, "zeroed", True) and (self._after_skip or self._stale()):
+            raise InputError("optimizer.step() is not allowed here: optimizer.zero_grad() was not called since the "
+                             "last step (Opacus requires it on each step, the physical batches of BatchMemoryManager "
+                             "included; the gradients would otherwise be the last step's).")
         self._accumulate()
+        self.module.zeroed = False
+        self._after_skip = self._skip
         if self._skip:
             self._skip = False
             return
@@ -371,11 +379,11 @@ class DPOptimizer(Optimizer):
         views, sq = self._given if self._given is not None else (None, None)
         mine = views is not None and all(p.grad is v for (_, p), v in zip(self.module.named, views))
         if mine:
-            now = sum(float(v.square().sum()) for v in views)
-            if now == sq and sq != 0.0:
+            if self._stale():
                 raise InputError("optimizer.step() is not allowed here: optimizer.zero_grad() was not called since "
                                  "the last step (Opacus requires it on each step too; the gradients would otherwise "
                                  "be the last step's).")
+            now = sum(float(v.square().sum()) for v in views)
             foreign = now != 0.0 and now != sq       # zeroed in place (zero_grad(set_to_none=False)) is fine
         else:
             foreign = any(p.grad is not None and (views is None or p.grad is not views[i]) and bool(p.grad.any())
@@ -385,6 +393,16 @@ class DPOptimizer(Optimizer):
                              "private forward (e.g. a regulariser added to the loss), which the private step would "
                              "drop; pass regularizer=fn(params) to make_private (its gradient is public and is added "
                              "after the release), and call optimizer.zero_grad() before each batch.")
+
+    def _stale(self) -> bool:
+        """The parameters' ``.grad`` are still the views the last private step wrote, unchanged (no
+        ``zero_grad`` of any kind since)."""
+        if self._given is None:
+            return False
+        views, sq = self._given
+        if not all(p.grad is v for (_, p), v in zip(self.module.named, views)):
+            return False
+        return sq != 0.0 and sum(float(v.square().sum()) for v in views) == sq
 
     def _release(self, value, std, **kw):
         return self.transport.release(self.privatizer, value, std, **kw)

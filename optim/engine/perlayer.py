@@ -14,7 +14,16 @@ record's gradient by ``vmap`` over the records of the linearised loss ``<f(x_i),
 gradient at this point is the record's gradient), measures each parameter's part in float64,
 clips it and sums.  It serves the same calls of :class:`~.optimizer.DPOptimizer` as
 :class:`~.module.PrivateModule` (``captures``, ``clear``, ``named``, ``inner``).  A model called with
-one positional input, the batch on dimension 0.
+one positional input, the batch on dimension 0 (``batch_first=False``: on dimension 1, ``[T, B, ...]``).
+
+Where the records are in the output is found, not assumed: on the first batch of two records or more,
+each record is also run alone (``vmap``), and the output's record dimension is the one dimension ``d``
+where the batch's output has ``B`` rows, each record's own output one, and every other size agrees; each
+record's slice of the batch's output along ``d`` must then equal its own output (up to float rounding).
+So a model that mixes records (attention across the declared record dimension, a mean over the batch)
+or whose output has no such single dimension is refused in one line: a record's gradient of the
+batch's loss would then carry other records' data, and one record could move every clipped term.  Every
+later batch is checked to have ``B`` rows on ``d``.
 """
 
 from __future__ import annotations
@@ -26,8 +35,13 @@ from torch.func import functional_call, grad, vmap
 from ...accountant.validation import InputError
 from ...mechanisms import PerLayerClip
 from ..clipping.paths import clip_factors
+from .module import refuse_accumulation
 
 __all__ = ["PerLayerModule"]
+
+
+def _where(m) -> str:
+    return f"dimension {m.dim} (batch_first={m.batch_first})"
 
 
 class _Capture:
@@ -37,10 +51,11 @@ class _Capture:
         self.owner, self.x, self.params = owner, x, params
         self.g = None
         self.target = None
+        self.out_dim = 0                    # the output's record dimension (set by the forward)
 
     @property
     def rows(self) -> int:
-        return int(self.x.shape[0])
+        return int(self.x.shape[self.owner.dim])
 
     def complete(self) -> bool:
         return self.g is not None or self.rows == 0
@@ -52,11 +67,13 @@ class _Capture:
         """Each record's gradient of every trained parameter (float64), ``{name: [B, ...]}``."""
         o = self.owner
 
-        def one(p, xi, gi):
-            out = functional_call(o.inner, p, (xi.unsqueeze(0),))
-            return (out * gi.unsqueeze(0)).sum()
+        d_in, d_out = o.dim, self.out_dim
 
-        per = vmap(grad(one), in_dims=(None, 0, 0))(self.params, self.x, self.g)
+        def one(p, xi, gi):
+            out = functional_call(o.inner, p, (xi.unsqueeze(d_in),))
+            return (out * gi.unsqueeze(d_out)).sum()
+
+        per = vmap(grad(one), in_dims=(None, d_in, d_out))(self.params, self.x, self.g)
         scale = float(self.rows) if o.loss_reduction == "mean" else 1.0
         return {k: v.to(torch.float64) * scale for k, v in per.items()}
 
@@ -91,7 +108,7 @@ class _Capture:
 class PerLayerModule(nn.Module):
     """``module`` wrapped for per-layer clipping at ``bounds`` (one per trained parameter)."""
 
-    def __init__(self, module: nn.Module, bounds, *, loss_reduction: str = "mean"):
+    def __init__(self, module: nn.Module, bounds, *, loss_reduction: str = "mean", batch_first: bool = True):
         super().__init__()
         self.named = [(k, p) for k, p in module.named_parameters() if p.requires_grad]
         if not self.named:
@@ -104,7 +121,10 @@ class PerLayerModule(nn.Module):
                              f"{len(self.named)} trained parameters (one each, in module.parameters() order).")
         self.bounds = PerLayerClip(bounds)
         self._module, self.loss_reduction = module, loss_reduction
+        self.batch_first, self.dim = bool(batch_first), 0 if batch_first else 1
+        self._out = None                    # (output's record dimension, its number of dimensions), once found
         self.captures: list = []
+        self.zeroed = True
 
     @property
     def inner(self) -> nn.Module:
@@ -113,19 +133,69 @@ class PerLayerModule(nn.Module):
     def clear(self) -> None:
         self.captures = []
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        self.clear()
+        self.zeroed = True
+
     def forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
             return self._module(*args, **kwargs)
-        if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
+        refuse_accumulation(self.captures)
+        if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor) or args[0].dim() <= self.dim:
             raise InputError("the module's input is not allowed with clipping='per_layer': expected one positional "
-                             "tensor, the batch on dimension 0.")
+                             f"tensor, the batch on {_where(self)}.")
         x = args[0]
         cap = _Capture(self, x.detach() if x.is_floating_point() else x, {k: p.detach() for k, p in self.named})
-        self.captures.append(cap)
         out = functional_call(self._module, cap.params, (x,))
+        if not isinstance(out, torch.Tensor):
+            raise InputError(f"the module's output ({type(out).__name__}) is not allowed with clipping='per_layer': "
+                             "expected one tensor.")
+        if cap.rows:
+            cap.out_dim = self._records_of_output(cap, out)
+        self.captures.append(cap)
         out = out + out.new_zeros((), requires_grad=True)
         out.register_hook(cap._add)
         return out
+
+    def _records_of_output(self, cap: _Capture, out: torch.Tensor) -> int:
+        """The output's record dimension (see the module text), found on the first batch of two records or
+        more and checked on every batch; refused in one line where it cannot be told."""
+        rows, shape = cap.rows, tuple(out.shape)
+        if self._out is not None:
+            d, nd = self._out
+            if len(shape) != nd or shape[d] != rows:
+                raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer':"
+                                 f" the first batch had its records on dimension {d} of {nd}, this one does not have "
+                                 f"its {rows} records there.")
+            return d
+        if rows == 1:                       # one record: any dimension of size 1 holds it (all give its gradient)
+            ones = [d for d, n in enumerate(shape) if n == 1]
+            if not ones:
+                raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer':"
+                                 " no dimension holds the batch's one record.")
+            return ones[0]
+        d_in = self.dim
+        with torch.no_grad():
+            alone = vmap(lambda xi: functional_call(self._module, cap.params, (xi.unsqueeze(d_in),)),
+                         in_dims=d_in)(cap.x)
+        one = tuple(alone.shape[1:])
+        dims = [d for d in range(len(shape)) if len(one) == len(shape) and one[d] == 1 and shape[d] == rows
+                and all(one[k] == shape[k] for k in range(len(shape)) if k != d)]
+        if len(dims) != 1:
+            raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer': "
+                             f"one record alone gives {list(one)}, so {'several dimensions' if dims else 'no dimension'}"
+                             f" could hold the batch's {rows} records (input records on {_where(self)}).")
+        d = dims[0]
+        mine, theirs = out.detach().movedim(d, 0), alone.squeeze(d + 1)
+        scale = float(theirs.abs().max()) if theirs.numel() else 0.0
+        tol = 1e-4 if out.dtype.itemsize >= 8 else 1e-3
+        if not torch.allclose(mine, theirs, rtol=tol, atol=tol * max(scale, 1e-30)):
+            raise InputError(f"the module is not allowed with clipping='per_layer': its output's record dimension "
+                             f"{d} does not hold each record's own output (records on {_where(self)} are mixed, e.g. "
+                             "attention or a mean across them), so one record could move every record's gradient.")
+        self._out = (d, len(shape))
+        return d
 
     def __getattr__(self, name):
         try:
