@@ -77,7 +77,7 @@ class ClipD2P(Mechanism):
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
         improved conversion (and real orders for add/remove) with ``accountant="rdp"``; with
-        ``accountant="pld"`` (the default) the smallest sigma whose certified PLD upper bound meets the target."""
+        ``accountant="best"`` (the default) the smallest sigma whose certified PLD upper bound meets the target."""
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         J, K = self.samples_per_node, self.iterations

@@ -131,7 +131,7 @@ class DIFF2GD(Mechanism):
         difference rounds ``(u-1)/u``), or ``shares=(s1, s2)`` with ``s1 + s2 = 1``, which is
         ``u = 1/s1``.  ``"paper"``: Prop. 4.1 verbatim (alpha = 1 + ceil(2 log(1/delta)/eps)).
         ``"tight"``: the same ratio sigma1/sigma2, scaled down until the exact GDP eps equals the
-        target (never above it) -- the best certified eps (``accountant="pld"``, the default);
+        target (never above it) -- the best certified eps (``accountant="best"``, the default);
         ``accountant="rdp"`` solves on RDP alone (more noise; for comparison).
         """
         accountant = check_accountant(accountant)
@@ -352,7 +352,7 @@ class DIFF2BVR(Mechanism):
         ``2 K ceil(R/P) eps'(alpha) <= (1 - 1/u1 - 1/u2) eps`` with the exact Lemma B.7).
         ``"tight"``: the paper's three noise levels scaled by one common factor (same split)
         until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the
-        target (``accountant="rdp"``); with ``accountant="pld"`` (the default), until the certified eps
+        target (``accountant="rdp"``); with ``accountant="best"`` (the default), until the certified eps
         (PLD upper bound of the replace-one WOR pairs, or RDP if smaller) does.
         """
         accountant = check_accountant(accountant)

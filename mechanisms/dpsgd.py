@@ -317,7 +317,7 @@ class DPSGD(Mechanism):
         paper's calibration is the numerical Poisson accountant (DPSGD-E2): integer orders
         2..256, 300, 400, 512, 768, 1024 and Lemma B.4.  ``"tight"``: the exact Poisson RDP at
         real orders with the improved conversion (``accountant="rdp"``), or, with
-        ``accountant="pld"`` (the default), the smallest noise whose certified eps (the PLD upper bound of both
+        ``accountant="best"`` (the default), the smallest noise whose certified eps (the PLD upper bound of both
         directions, or RDP if smaller) meets the target (3-8 % less noise in the common regime, up to 25 % with few
         steps; 0.1-1 s per calibration).  Either way ``certified_epsilon`` is the best certified eps of the answer."""
         accountant = check_accountant(accountant)

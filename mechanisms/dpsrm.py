@@ -130,7 +130,7 @@ class DPSRM(Mechanism):
         ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
         improved conversion hits the target (``accountant="rdp"``), or until the certified
         eps (PLD upper bound of the replace-one WOR pair, or RDP if smaller) does
-        (``accountant="pld"``, the default).  ``certified_epsilon`` is the best certified eps of the answer."""
+        (``accountant="best"``, the default).  ``certified_epsilon`` is the best certified eps of the answer."""
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         a, p0, pt = self.paper_sigmas(e, d, beta)

@@ -92,7 +92,7 @@ class Mechanism:
       in the order the algorithm names them: ``noise_multiplier``; ``sigma0, sigma``; ...);
     * ``epsilon(delta, *noise, accountant="best", conversion="improved")`` -- eps spent, by default
       the best certified (:meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report`);
-    * ``calibrate(epsilon, delta, method="tight", accountant="pld", **options)`` -- the noise
+    * ``calibrate(epsilon, delta, method="tight", accountant="best", **options)`` -- the noise
       levels for a target: ``method`` is ``"paper"`` (the paper's formula, labelled) or
       ``"tight"``; ``accountant`` what tight mode solves on (``"pld"``: the best certified eps,
       the default; ``"rdp"``: RDP alone); ``options`` the algorithm's own (a budget split).

@@ -28,7 +28,7 @@ NO_FEASIBLE_NOISE = ("no noise level meets the target epsilon: eps stayed above 
                      "Either eps does not decrease with the noise, or delta is so small that the RDP "
                      "accountant cannot certify the target: its eps has a floor of about log(1/delta) / "
                      "(largest order - 1), e.g. 0.37 at delta=1e-170 with orders up to 1024. Raise the "
-                     "target epsilon or delta, or use accountant='pld' (no such floor).")
+                     "target epsilon or delta, or use accountant='best' (no such floor).")
 
 
 def smallest_scale(eps_of: Callable[[float], float], target: float, start: float = 1.0,
