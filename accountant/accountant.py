@@ -67,17 +67,6 @@ class EpsilonReport:
                    (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + tuple(b.notes))
 
 
-def _chosen(accountant: str, method: str | None) -> str:
-    """The ``accountant=`` of an eps query; ``method=`` is its old name (deprecated)."""
-    if method is None:
-        return accountant
-    import warnings
-
-    warnings.warn("method= of an eps query is now accountant= ('method' is paper|tight, the calibration's)",
-                  DeprecationWarning, stacklevel=3)
-    return method
-
-
 #: RDP reports of recent compositions, keyed by (events, orders, delta, conversion, refine): the
 #: events are frozen, so a report is a pure function of the key
 _RDP_REPORTS: dict = {}
@@ -182,12 +171,12 @@ class PrivacyAccountant:
                                                         f"{tv:.3g} <= delta, so (0, delta)-DP holds",), "tv")
 
     def get_epsilon(self, delta, accountant: str = "best", conversion: str = "improved",
-                    refine: bool = True, *, method: str | None = None) -> float:
+                    refine: bool = True) -> float:
         """``eps`` spent at ``delta``: by default the best certified one (see :meth:`epsilon_report`)."""
-        return self.epsilon_report(delta, _chosen(accountant, method), conversion, refine).epsilon
+        return self.epsilon_report(delta, accountant, conversion, refine).epsilon
 
     def epsilon_report(self, delta, accountant: str = "best", conversion: str = "improved",
-                       refine: bool = True, *, method: str | None = None) -> EpsilonReport:
+                       refine: bool = True) -> EpsilonReport:
         """``eps(delta)`` with the method, order and conversion that produced it.
 
         Args:
@@ -195,16 +184,15 @@ class PrivacyAccountant:
           accountant: which bound answers -- ``"best"`` (the default: the smallest certified eps
             of exact GDP, the PLD bracket's upper end and RDP, :meth:`epsilon_bracket`; the
             report's ``method`` names the one that certified it), ``"auto"`` (GDP when exact,
-            else RDP: fast), ``"gdp"``, ``"rdp"`` or ``"pld"``.  (``method=`` is its old name:
-            accepted with a DeprecationWarning.)
+            else RDP: fast), ``"gdp"``, ``"rdp"`` or ``"pld"``.
           conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
           refine: refine the optimal order over real values when every event allows it
             (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
         """
-        method = _chosen(accountant, method)
+        method = accountant
         d = validation.delta(delta)
         if method not in ("auto", "gdp", "rdp", "pld", "best"):
-            raise InputError(f"method={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
+            raise InputError(f"accountant={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
                              f"'pld' or 'best'.")
         if conversion not in CONVERSIONS:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")

@@ -22,7 +22,7 @@ import sys
 import warnings
 
 from .commands.algorithms import SPECS, build, dumps as _json, fmt
-from .commands.common import (CONVERSION_REFUSAL, DeprecatedSpelling, accountant_argument, conversion_argument,
+from .commands.common import (CONVERSION_REFUSAL, accountant_argument, conversion_argument,
                       epsilon_of, finite_epsilon, need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
 from .commands.limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int
 
@@ -430,8 +430,7 @@ def _show_warnings(caught) -> None:
     from .accountant import SubsamplingConditionWarning
     from .mechanisms import PaperConditionWarning
 
-    ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning,
-                                                         DeprecatedSpelling))]
+    ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning))]
     msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in ours))
     for msg in msgs[:20]:
         print(f"dpcalib: warning: {msg}", file=sys.stderr)

@@ -6,7 +6,7 @@ Each class is a frozen description of a run's shape (validated at construction) 
 See docs/calibration.md.
 """
 
-from .releases import Mechanism, PerLayerClip, Releases, ReleaseSpec
+from .releases import Mechanism, PerLayerClip, ReleaseSpec
 from .report import METHODS, CalibrationReport, PaperConditionWarning, paper_warning
 from .d2p import AdaD2P, ClipD2P, ConstD2P, NoPrivacyGuaranteeError
 from .dicesgd import DiceSGD, dice_code_multiplier, dice_const_needed, dice_safe_sigma1_rdp
@@ -21,7 +21,7 @@ from .registry import ALGORITHMS, REGISTRY, Algorithm, Names, lookup, register
 __all__ = [
     "ALGORITHMS", "REGISTRY", "Algorithm", "Names", "lookup", "register", "METHODS", "CalibrationReport",
     "PaperConditionWarning", "NoPrivacyGuaranteeError",
-    "paper_warning", "Mechanism", "PerLayerClip", "Releases", "ReleaseSpec",
+    "paper_warning", "Mechanism", "PerLayerClip", "ReleaseSpec",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",
     "dice_safe_sigma1_rdp", "dice_code_multiplier", "classical_gaussian_multiplier", "ClipD2P", "ConstD2P", "AdaD2P",
 ]

@@ -21,7 +21,7 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
-__all__ = ["ReleaseSpec", "Mechanism", "Releases", "PerLayerClip"]
+__all__ = ["ReleaseSpec", "Mechanism", "PerLayerClip"]
 
 #: where :meth:`Mechanism.release_counts` reads the counts an accountant composes
 _COUNTS: contextvars.ContextVar = contextvars.ContextVar("dpcalib_release_counts", default=None)
@@ -196,13 +196,12 @@ class Mechanism:
     def report_notes(self, delta, *noise) -> tuple:
         return ()
 
-    def epsilon(self, delta, *noise, accountant: str = "best", conversion: str = "improved",
-                method: str | None = None, **named):
+    def epsilon(self, delta, *noise, accountant: str = "best", conversion: str = "improved", **named):
         """eps spent at ``delta`` by these noise levels, positional or by name (an ``EpsilonReport``
         naming the method that certified it); ``accountant``: as
-        ``PrivacyAccountant.epsilon_report`` (``method=``: its old name, deprecated)."""
+        ``PrivacyAccountant.epsilon_report``."""
         noise = self.noise_values(noise, named)
-        rep = self.accountant(*noise).epsilon_report(delta, accountant, conversion, method=method)
+        rep = self.accountant(*noise).epsilon_report(delta, accountant, conversion)
         if rep.method == "gdp" and self.epsilon_lower(delta, *noise) is not None:
             # the GDP pair's eps is this mechanism's certified upper end, not its exact eps (shuffled
             # batches): the report carries the mechanism's own bracket
@@ -278,7 +277,3 @@ class Mechanism:
 def _shown(value) -> str:
     """A shape value in words: an unbounded parameter (an infinite default) is 'unbounded'."""
     return "unbounded" if isinstance(value, float) and math.isinf(value) else str(value)
-
-
-#: the earlier name of :class:`Mechanism`
-Releases = Mechanism

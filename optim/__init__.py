@@ -17,7 +17,6 @@ except ImportError as _exc:       # accounting, calibration and the CLI do not n
     raise ImportError("dpcalib.optim (the reference optimizers, audits and distributed runs) needs PyTorch, "
                       f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
 
-from . import deprecated as _deprecated  # noqa: E402  (old module paths, one release)
 from . import algorithms, audit, clipping, data, engine, randomness, run, tensors  # noqa: E402
 from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS,  # noqa: E402
                          DiceSGD, NoiseSource, PrivateOptimizer, Release, accuracy,
@@ -28,7 +27,6 @@ from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, Module
                        clip_factors, clip_path, clipped_grad_diff_sum, clipped_grad_sum, linear_attention,
                        supports_ghost)
 
-_deprecated.install()
 
 __all__ = [
     "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "noise_std_test", "noise_ks_test",
@@ -39,10 +37,3 @@ __all__ = [
     "PrivacyEngine", "BatchMemoryManager", "DPDataLoader", "BudgetExceeded",
     "algorithms", "audit", "clipping", "data", "engine", "randomness", "run", "tensors",
 ]
-
-
-def __getattr__(name: str):
-    """The old module attributes (``dpcalib.optim.harness``, ...), with a DeprecationWarning."""
-    if name in _deprecated.MOVED:
-        return _deprecated.attribute(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,11 +77,10 @@ def test_every_per_example_query_goes_through_the_per_example_object(name):
     assert c.calls >= b.total_rounds
 
 
-def test_the_random_source_is_the_privatizer_and_noise_is_its_deprecated_name():
+def test_the_random_source_is_the_privatizer():
     opt, _ = build("dp-sgd", mlp(), seed=0)
     assert isinstance(opt.privatizer, O.NoiseSource)
-    with pytest.warns(DeprecationWarning, match="opt.privatizer"):
-        assert opt.noise is opt.privatizer
+    assert not hasattr(opt, "noise")          # the old name is gone (0.1.0 keeps no aliases)
 
 
 @pytest.mark.parametrize("path", ["run/runner.py"] + [f"audit/{m}.py" for m in (

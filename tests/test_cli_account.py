@@ -41,7 +41,7 @@ def test_account_gaussian_is_exact():
     (["account", "--gaussian", "1:10"], "--delta"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["account", "--poisson", "0.01:1:3", "--delta", "1e-5", "--accountant", "gdp"], "--accountant gdp is not allowed"),
-    (["account", "--wor", "0.01:1:3", "--delta", "1e-5", "--method", "gdp"], "--accountant gdp is not allowed"),
+    (["account", "--wor", "0.01:1:3", "--delta", "1e-5", "--accountant", "gdp"], "--accountant gdp is not allowed"),
     (["epsilon", "dp-sgd", "--noise-multiplier", "1e-9", "--delta", "1e-5", "--sampling-rate", "0.5",
       "--steps", "10", "--accountant", "pld"], "--accountant='pld' is not allowed for these events"),
 ])

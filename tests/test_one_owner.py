@@ -147,14 +147,14 @@ def test_full_batch_rdp_calibration_is_for_comparison_and_needs_more_noise(algo)
     assert rdp.achieved_epsilon == pytest.approx(2.0, rel=1e-6) and rdp.certified_epsilon < 2.0
 
 
-def test_eps_queries_choose_their_bound_with_accountant_and_method_is_the_old_name():
+def test_eps_queries_choose_their_bound_with_accountant():
     from dpcalib.accountant import PoissonSampledGaussianEvent, PrivacyAccountant
 
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
     rdp = acc.epsilon_report(1e-5, accountant="rdp")
     assert rdp.method == "rdp" and acc.get_epsilon(1e-5, "rdp") == rdp.epsilon
-    with pytest.warns(DeprecationWarning, match="accountant="):
-        assert acc.epsilon_report(1e-5, method="rdp").epsilon == rdp.epsilon
+    with pytest.raises(TypeError):
+        acc.epsilon_report(1e-5, method="rdp")        # the old name is gone (0.1.0 keeps no aliases)
     m = DPSGD(0.01, 100)
     assert m.epsilon(1e-5, 1.0, accountant="rdp").epsilon == rdp.epsilon
     assert m.epsilon(1e-5, 1.0).epsilon == acc.get_epsilon(1e-5) < rdp.epsilon      # best by default

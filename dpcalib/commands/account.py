@@ -4,11 +4,10 @@ events (full batch, Poisson-subsampled, subsampled without replacement)."""
 from __future__ import annotations
 
 import argparse
-import warnings
 
 from .algorithms import dumps as _json
 from ..accountant import watching
-from .common import (CONVERSION_REFUSAL, ProgressBar, DeprecatedSpelling, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
+from .common import (CONVERSION_REFUSAL, ProgressBar, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
                       need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
 
 __all__ = ["ACCOUNT_EXAMPLE", "account_parser", "run_account", "run_report", "event_flags"]
@@ -56,26 +55,15 @@ def account_parser(command: str = "account", description: str = "eps(delta) of a
                      metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one): "
                                                    "GAMMA = b/n in [0, 1], Z > 0, COUNT times (repeatable)")
     acc.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
+    accountant_argument(acc)
     if command == "account":
-        accountant_argument(acc)
-        acc.add_argument("--method", choices=["auto", "gdp", "rdp"], default=None,
-                         help="deprecated: the older spelling of --accountant (auto is best)")
         conversion_argument(acc)
-    else:
-        accountant_argument(acc)
     acc.add_argument("--json", action="store_true", help="machine-readable output")
     return acc
 
 
 def run_account(args) -> int:
     args.command_name = "account"
-    if args.method is not None:
-        if args.accountant is not None:
-            raise UsageError("--method is not allowed with --accountant: --method is the older spelling of "
-                              "--accountant")
-        warnings.warn("--method of account is deprecated: use --accountant (best, pld, rdp or gdp)",
-                      DeprecatedSpelling)
-        args.accountant = {"auto": "best"}.get(args.method, args.method)
     if args.conversion is not None and args.accountant != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
     acc = _compose_events(args)

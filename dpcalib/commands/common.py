@@ -14,16 +14,12 @@ CONVERSION_REFUSAL = ("--conversion={} is not allowed without --accountant rdp: 
                       "to (eps, delta); the default (best) certifies with exact GDP, the PLD or RDP at the improved "
                       "conversion")
 
-__all__ = ["CONVERSION_REFUSAL", "UsageError", "DeprecatedSpelling", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
+__all__ = ["CONVERSION_REFUSAL", "UsageError", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
            "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon", "ProgressBar"]
 
 
 class UsageError(Exception):
     pass
-
-
-class DeprecatedSpelling(UserWarning):
-    """An option spelled the older way: it still works, and says so on stderr (after success)."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -126,15 +126,6 @@ class NoiseSource:
         (``sources``: generators, or integer seeds of new ``torch.Generator`` s)."""
         self.row_generators = [_generator(s, self.device) for s in sources]
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "_standard" in cls.__dict__ and "standard" not in cls.__dict__:   # the hook's old name
-            import warnings
-
-            warnings.warn(f"{cls.__name__}._standard is now NoiseSource.standard: override that; this alias goes in "
-                          "the next release.", DeprecationWarning, stacklevel=2)
-            cls.standard = cls.__dict__["_standard"]
-
     def standard(self, shape, generator=None) -> torch.Tensor:
         """Standard normal draws (every noise draw of a torch.Generator goes through here; a check
         that plants mis-scaled noise overrides this)."""
@@ -340,22 +331,6 @@ class PrivateOptimizer:
         self.metrics: list[dict] = []
         self._out = None          # reservoir: the returned iterate, uniform over the candidates so far
         self._n_candidates = 0
-
-    @property
-    def noise(self) -> NoiseSource:
-        """Deprecated name of :attr:`privatizer`, the run's source of noise and record of its
-        releases ("noise" is the calibrated levels: the ``noise=`` argument)."""
-        import warnings
-
-        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
-        return self.privatizer
-
-    @noise.setter
-    def noise(self, value: NoiseSource) -> None:
-        import warnings
-
-        warnings.warn("opt.noise is now opt.privatizer", DeprecationWarning, stacklevel=2)
-        self.privatizer = value
 
     def holders(self) -> int:
         """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record."""
