@@ -44,7 +44,7 @@ def outer_terms(mod, b1, b0=None, same_in: bool = False, want=ALL, transposed: b
         norm2 = norm2 + sum(n2 for n2, _ in parts)
     has_b = wants(mod, "bias", want)
     if has_b:
-        bias_sig = torch.cat([t[0][0] for t in blocks], dim=2)           # [B, T, out]: dG or G
+        bias_sig = blocks[0][0][0] if len(blocks) == 1 else torch.cat([t[0][0] for t in blocks], dim=2)  # dG or G
         norm2 = norm2 + row_sq64(bias_sig.sum(1))
 
     def sums(f):

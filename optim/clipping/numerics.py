@@ -1,8 +1,8 @@
 """The float64 numerics every per-layer rule of the layers path shares: per-row dot products and
 sums of squares accumulated in float64 (block by block, so that the float64 copies stay in cache),
 the a-priori-inflated float32 upper bound of a row's sum of squares, and the per-record norms and
-sums of matrices ``sum_k G_k^T A_k`` (Gram products when cheaper, else the matrices formed once,
-measured and summed as the same matrices).  The guarantee they serve: :mod:`.layers`."""
+sums of matrices ``sum_k G_k^T A_k`` (norms by Gram products when cheaper, else of the matrices formed a
+few records at a time; sums by one matrix product of the weighted signals).  The guarantee they serve: :mod:`.layers`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import math
 import torch
 
 __all__ = ["ROW_BLOCK", "rowdots64", "UPPER_MAX_COLS", "row_sq_upper", "rows_sq_upper", "gram_cheaper", "gram_block",
+           "gram_norm_cheaper", "FORMED_ELEMS",
            "CAST_ELEMS", "row_sq64", "record_sq64", "work_dtype", "in_work"]
 
 
@@ -128,12 +129,51 @@ def gram_cheaper(T: int, din: int, dout: int) -> bool:
     return T * (din + dout) < din * dout
 
 
+#: the cost of a float64 product relative to a float32 one (CPU vector units: half the lanes)
+F64_COST = 2
+#: the cost of a formed gradient's float64 norm per element, in float32 multiply-adds (a cast and a
+#: square, memory-bound)
+NORM_COST = 8
+
+
+def gram_norm_cheaper(T: int, din: int, dout: int, blocks: int = 1) -> bool:
+    """Per-record norms of ``sum_k G_k^T A_k`` (``blocks`` terms of ``T`` positions) are cheaper by float64 Gram
+    products (``F64_COST * (blocks T)^2 (in + out)`` per record) than by forming the matrices in float32 and
+    taking their float64 norms (``blocks T in out + NORM_COST in out``)."""
+    n = blocks * T
+    return F64_COST * n * n * (din + dout) < (n + NORM_COST) * din * dout
+
+
+def _weighted_sum(terms, f):
+    """``sum_i f_i sum_k G_ik^T A_ik`` as ONE matrix product over every record's positions (``[out, B T] @
+    [B T, in]``: no per-record matrix, no ``[B, out, in]`` intermediate)."""
+    out = None
+    for G, A in terms:
+        B, T, dout = G.shape
+        Gf = (G * f.to(G.dtype)[:, None, None]).reshape(B * T, dout)
+        w = Gf.T @ A.reshape(B * T, A.shape[2])
+        out = w if out is None else out + w
+    return out
+
+
+def _formed(terms, s, e):
+    """``[e - s, out, in]``: records ``s:e``'s matrices ``sum_k G_k^T A_k`` (added in place: no copy)."""
+    W = None
+    for G, A in terms:
+        w = torch.bmm(G[s:e].transpose(1, 2), A[s:e])
+        W = w if W is None else W.add_(w)
+    return W
+
+
 def gram_block(terms):
     """``(norm2 [B] float64, sums(f) -> [out, in])`` of the per-record matrices ``sum_k G_k^T A_k``
-    (``terms = [(G [B, T, out], A [B, T, in]), ...]``).  Gram products (float64) when cheaper --
-    the sum is then formed from the signals; otherwise the per-record matrices are formed once in
-    the working dtype, their norms taken in float64 and the SAME matrices summed, so that the norm
-    is always that of the vector added."""
+    (``terms = [(G [B, T, out], A [B, T, in]), ...]``).  The norms by float64 Gram products when cheaper
+    (:func:`gram_norm_cheaper`), otherwise from the per-record matrices formed in the working dtype a few
+    records at a time, each block's float64 norms taken and the block dropped (the batch's ``[B, out, in]`` is
+    never held: the step's memory stays that of the signals).  The sum, either way, is one matrix product of the
+    signals weighted by the factors (:func:`_weighted_sum`).  Both norms are of the matrices ``sum_k G_ik^T A_ik`` of record i's own signals,
+    up to a float64 rounding (Gram) or a float32 one relative to that record's products (formed), and the
+    sum rounds in the working dtype relative to the summands, as any sum (:mod:`.paths`, the guarantee)."""
     G0, A0 = terms[0]
     B, T, din = A0.shape
     dout = G0.shape[2]
@@ -141,8 +181,8 @@ def gram_block(terms):
         gg, aa = rowdots64([(G0[:, 0], G0[:, 0]), (A0[:, 0], A0[:, 0])])
         n2 = gg * aa
         return n2, (lambda f: (G0[:, 0] * f.to(G0.dtype)[:, None]).T @ A0[:, 0])
-    if gram_cheaper(T, din, dout):
-        n2 = torch.zeros(B, dtype=torch.float64, device=A0.device)
+    n2 = torch.zeros(B, dtype=torch.float64, device=A0.device)
+    if gram_norm_cheaper(T, din, dout, len(terms)):
         step = max(1, CAST_ELEMS // max(T * (din + dout) * len(terms), 1))   # records per float64 block
         for s in range(0, B, step):
             c = [(G[s:s + step].to(torch.float64), A[s:s + step].to(torch.float64)) for G, A in terms]
@@ -151,9 +191,16 @@ def gram_block(terms):
                     Gj, Aj = c[j]
                     v = ((Ai @ Aj.transpose(1, 2)) * (Gi @ Gj.transpose(1, 2))).sum((1, 2))
                     n2[s:s + step] += v if i == j else 2.0 * v
-        return n2, (lambda f: sum(torch.einsum("bto,bti->oi", G * f.to(G.dtype)[:, None, None], A) for G, A in terms))
-    W = sum(torch.einsum("bto,bti->boi", G, A) for G, A in terms)            # [B, out, in]
-    return row_sq64(W.reshape(B, -1)), (lambda f: torch.einsum("b,boi->oi", f.to(W.dtype), W))
+    else:
+        step = max(1, FORMED_ELEMS // max(din * dout, 1))                       # records per formed block
+        for s in range(0, B, step):
+            W = _formed(terms, s, s + step)
+            n2[s:s + step] = row_sq64(W.reshape(W.shape[0], -1))
+    return n2, (lambda f: _weighted_sum(terms, f))
+
+
+#: elements per block of per-record matrices :func:`gram_block` forms at once (the block is dropped after its norms)
+FORMED_ELEMS = 1 << 18
 
 
 #: elements per float64 block of :func:`row_sq64` and of the Gram products (the copies stay in cache)
