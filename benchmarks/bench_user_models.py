@@ -362,13 +362,15 @@ def main(argv=None):
     lines = head + [f"one DP-SGD step (batch {B}, sequence {T}) in a user loop on {a.device}"
              + (f" under {a.autocast} autocast" if a.autocast else "") + f", {a.threads} threads, each contender in "
              f"its own process, {a.rounds} rounds of turns: medians over the rounds [min-max]", "",
-             "| model | contender | clipped sum vs naive float64 loop | step ms [min-max] | max RSS MiB | steps' own peak MiB |",
+             "| model | contender | clipped sum vs naive float64 loop | step ms [min-max] | max RSS MiB | "
+             + ("CUDA max allocated MiB |" if a.device == "cuda" else "steps' own peak MiB |"),
              "|---|---|---|---|---|---|"]
     summary = []
     print("\n".join(lines), flush=True)
     for kind in a.models.split(","):
         checks = {who: _child(kind, who, a, check=True) for who in CONTENDERS}
-        correct = [w for w, r in checks.items() if "rel" in r and r["rel"] <= 1e-4]
+        tol = 2e-2 if a.autocast else 1e-4          # bf16 / fp16 products: the matrix's bf16 tolerance
+        correct = [w for w, r in checks.items() if "rel" in r and r["rel"] <= tol]
         runs = {}
         for _ in range(a.rounds):
             for who in CONTENDERS:
@@ -379,7 +381,7 @@ def main(argv=None):
                     runs.setdefault(who, []).append(r)
         med = {w: (statistics.median(r["median_s"] for r in rs), min(r["median_s"] for r in rs),
                    max(r["median_s"] for r in rs), statistics.median(r["max_rss_mib"] for r in rs),
-                   statistics.median(r["step_peak_mib"] for r in rs)) for w, rs in runs.items()}
+                   statistics.median(r.get("cuda_peak_mib", r["step_peak_mib"]) for r in rs)) for w, rs in runs.items()}
         for who in CONTENDERS:
             c = checks[who]
             verdict = (f"{c['rel']:.1e}" + ("" if who in correct else " (wrong)")) if "rel" in c else \
