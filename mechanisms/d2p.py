@@ -69,8 +69,11 @@ class ClipD2P(Mechanism):
             return PoissonSampledGaussianEvent(1.0 / J, z)
         return WORSampledGaussianEvent.from_sizes(1, J, z)
 
+    def release_counts(self) -> dict:
+        return {"iteration": self.iterations}
+
     def accountant(self, sigma) -> PrivacyAccountant:
-        return self._accountant_of({"sigma": v.positive(sigma, "sigma")}, {"iteration": self.iterations})
+        return self._accountant_of({"sigma": v.positive(sigma, "sigma")})
 
     @meets_accountant
     def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:

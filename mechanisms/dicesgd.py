@@ -129,10 +129,12 @@ class DiceSGD(Mechanism):
     def sensitivities(self):
         return self.sensitivity("first"), self.sensitivity("later")
 
+    def release_counts(self) -> dict:
+        return {"first": 1, "later": self.steps - 1}
+
     def accountant(self, sigma1) -> PrivacyAccountant:
         """Assumption-free events (DiceSGD-E5): full-batch Gaussian releases, no amplification."""
-        s = v.positive(sigma1, "sigma1")
-        return self._accountant_of({"sigma1": s}, {"first": 1, "later": self.steps - 1})
+        return self._accountant_of({"sigma1": v.positive(sigma1, "sigma1")})
 
     def paper_epsilon(self, delta, sigma1) -> float:
         """eps by the paper's own RDP bound (16 alpha T G~/(sigma1^2 N^2)) at the best real order, Lemma B.4."""

@@ -92,12 +92,15 @@ class DIFF2GD(Mechanism):
         return self.noise_multiplier("restart", sigma)
 
     # -- accounting ---------------------------------------------------------------------------
+    def release_counts(self) -> dict:
+        return {"restart": self.restarts, "difference": self.differences}
+
     def accountant(self, sigma1, sigma2=None) -> PrivacyAccountant:
         """The privacy events of a run with these noise levels (Lemma C.1, adaptive composition)."""
-        noise, counts = {"sigma1": v.positive(sigma1, "sigma1")}, {"restart": self.restarts}
+        noise = {"sigma1": v.positive(sigma1, "sigma1")}
         if self.differences:
-            noise["sigma2"], counts["difference"] = v.positive(sigma2, "sigma2"), self.differences
-        return self._accountant_of(noise, counts)
+            noise["sigma2"] = v.positive(sigma2, "sigma2")
+        return self._accountant_of(noise)
 
     def _slope(self, s1, s2) -> float:
         """RDP(alpha) = alpha * slope (Prop. 4.1's expression: 1/(2 z^2) per Gaussian release)."""
@@ -213,6 +216,9 @@ class DPGD(Mechanism):
     def _event(self, release: str, z: float):
         return GaussianEvent(z)
 
+    def release_counts(self) -> dict:
+        return {"restart": self._as_diff2.restarts}
+
     def accountant(self, sigma1) -> PrivacyAccountant:
         return self._as_diff2.accountant(sigma1)
 
@@ -288,6 +294,9 @@ class DIFF2BVR(Mechanism):
 
     def _z3(self, sigma3: float) -> float:
         return self.noise_multiplier("local", sigma3)
+
+    def release_counts(self) -> dict:
+        return {**self._gd.release_counts(), "local": (self.local_steps - 1) * self.local_rounds}
 
     def accountant(self, sigma1, sigma2, sigma3, *, noisy_steps=None, bound="thm27") -> PrivacyAccountant:
         """Events of a run.  ``noisy_steps`` per local round defaults to the true ``K - 1``."""

@@ -229,8 +229,11 @@ class DPSGD(Mechanism):
             return BallsInBinsGaussianEvent(self.steps_per_epoch, z)
         return GaussianEvent(z) if self.shuffled else PoissonSampledGaussianEvent(self.sampling_rate, z)
 
+    def release_counts(self) -> dict:
+        return {"step": self.total_steps}
+
     def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
-        return self._accountant_of({"noise_multiplier": noise_multiplier}, {"step": self.total_steps}, **kwargs)
+        return self._accountant_of({"noise_multiplier": noise_multiplier}, **kwargs)
 
     # -- shuffled batches: the bracket ------------------------------------------------------------
     def epsilon_lower(self, delta, noise_multiplier):

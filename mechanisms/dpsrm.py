@@ -79,11 +79,14 @@ class DPSRM(Mechanism):
     def sensitivities(self):
         return self.sensitivity("v^0"), self.sensitivity("v^t")
 
+    def release_counts(self) -> dict:
+        return {"v^0": 1, "v^t": self.steps - 1}
+
     def accountant(self, sigma0, sigma) -> PrivacyAccountant:
-        noise, counts = {"sigma0": v.positive(sigma0, "sigma0")}, {"v^0": 1}
+        noise = {"sigma0": v.positive(sigma0, "sigma0")}
         if self.steps > 1:
-            noise["sigma"], counts["v^t"] = v.positive(sigma, "sigma"), self.steps - 1
-        return self._accountant_of(noise, counts)
+            noise["sigma"] = v.positive(sigma, "sigma")
+        return self._accountant_of(noise)
 
     def paper_sigmas(self, epsilon, delta, beta=0.5):
         """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``."""

@@ -13,7 +13,6 @@ of them (tests/test_releases.py).
 
 from __future__ import annotations
 
-import contextvars
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -23,8 +22,6 @@ from ..accountant import PrivacyAccountant
 
 __all__ = ["ReleaseSpec", "Mechanism", "PerLayerClip"]
 
-#: where :meth:`Mechanism.release_counts` reads the counts an accountant composes
-_COUNTS: contextvars.ContextVar = contextvars.ContextVar("dpcalib_release_counts", default=None)
 
 
 class PerLayerClip(tuple):
@@ -254,22 +251,19 @@ class Mechanism:
         return out
 
     def release_counts(self) -> dict:
-        """``name -> count``: how many of each release a whole run makes -- the counts
-        :meth:`accountant` composes (read from it, so that they are written once)."""
-        seen: dict = {}
-        token = _COUNTS.set(seen)
-        try:
-            self.accountant(*[1.0] * len(self.noise_names()))
-        finally:
-            _COUNTS.reset(token)
-        return seen
+        """``name -> count``: how many of each release a whole run makes (0 for a release the run
+        does not make), declared by each mechanism.  :meth:`accountant`, the engine's ledger and the
+        report's assumptions read it; nothing else counts releases.
 
-    def _accountant_of(self, noise: Mapping, counts: Mapping, clip=None, **kwargs) -> PrivacyAccountant:
-        seen = _COUNTS.get()
-        if seen is not None:
-            seen.update({k: int(v) for k, v in counts.items()})
+        Returns:
+          A dict from each release name of :attr:`releases` to its count in a whole run.
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no release_counts()")
+
+    def _accountant_of(self, noise: Mapping, clip=None, **kwargs) -> PrivacyAccountant:
+        """The accountant of a whole run (:meth:`release_counts`) at the noise levels ``noise``."""
         acc = PrivacyAccountant(**kwargs)
-        for ev, k in self.events(noise, counts, clip):
+        for ev, k in self.events(noise, self.release_counts(), clip):
             acc.compose(ev, k)
         return acc
 

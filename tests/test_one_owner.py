@@ -158,3 +158,18 @@ def test_eps_queries_choose_their_bound_with_accountant():
     m = DPSGD(0.01, 100)
     assert m.epsilon(1e-5, 1.0, accountant="rdp").epsilon == rdp.epsilon
     assert m.epsilon(1e-5, 1.0).epsilon == acc.get_epsilon(1e-5) < rdp.epsilon      # best by default
+
+
+@pytest.mark.parametrize("mech, noise", [
+    (DPSGD(0.01, 100), (1.0,)),
+    (DPSGD(sampling="shuffle", n=1000, batch_size=100, epochs=3), (2.0,)),
+    (DPSGD(sampling="balls-in-bins", n=1000, batch_size=100, epochs=3), (2.0,)),
+    (DPSRM(1000, 7, 64, 16), (1.0, 1.0)),
+    (ClipD2P(50, 30), (1.0,)),
+    (DIFF2BVR(100, 10, 10, 1651, 5, 13), (1.0, 1.0, 1.0)),
+])
+def test_release_counts_are_declared_and_are_what_the_accountant_composes(mech, noise):
+    counts = mech.release_counts()
+    assert set(counts) == {s.name for s in mech.releases}       # every release declared, none invented
+    composed = sum(k for _, k in mech.accountant(*noise).events)
+    assert composed == sum(mech.participations(name, k) for name, k in counts.items() if k)
