@@ -263,10 +263,16 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_calibrate(algorithm: str, args) -> int:
+    from .accountant import watching
+    from .commands.common import ProgressBar
+
     mech, split = _build(algorithm, args)
     methods = ["paper", "tight"] if args.method == "both" else [args.method]
     extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
-    reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra)) for m in methods]
+    # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
+    with ProgressBar(f"calibrate {algorithm}") as bar, watching(bar.note):
+        reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra))
+                   for m in methods]
     if args.json:
         print(_json(reports if len(reports) > 1 else reports[0]))
     else:

@@ -7,7 +7,6 @@ RDP start and the secant steps are :mod:`.search`'s."""
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable
 
 from ..accountant.validation import InputError
@@ -130,48 +129,21 @@ def floor_note(b) -> str:
             f"grids do not move), so RDP certifies this noise and the PLD could not lower it")
 
 
-#: seconds a calibration runs before it shows a progress bar (on a terminal only)
-PROGRESS_DELAY = 1.0
-
-
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
-    """:func:`_pld_tighten` with a progress bar on stderr -- on a terminal, and only once the
-    calibration has run for :data:`PROGRESS_DELAY` seconds -- counting the accountants it builds
-    and naming the grid each bracket composes (:func:`~dpcalib.accountant.watching`: at 10^8 steps
-    one bracket is tens of seconds, with no accountant built meanwhile).  The bar (and tqdm, whose
-    import costs ~15 ms: up to a sixth of a short calibration) comes into being only then: a
-    calibration that ends sooner never touches it."""
-    from ..accountant import watching
+    """:func:`_pld_tighten`, telling whoever watches (:func:`~dpcalib.accountant.watching`) each
+    accountant it builds; each bracket tells the grids it composes.  The math draws nothing: the
+    command line shows the parts as a bar."""
+    from ..accountant.progress import tell
 
-    t0 = time.monotonic()
     built = 0
-    bar = None
-
-    def shown():
-        nonlocal bar
-        if bar is None and time.monotonic() - t0 >= PROGRESS_DELAY:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(desc="calibrating (certified eps)", unit=" accountants", initial=built, leave=False,
-                       disable=None)
-        return bar
 
     def counted(t):
         nonlocal built
-        if shown() is not None:
-            bar.update(1)
         built += 1
+        tell(f"calibrating: accountant {built}")
         return build(t)
 
-    def note(part):
-        if shown() is not None:
-            bar.set_postfix_str(part)
-    try:
-        with watching(note):
-            return _pld_tighten(counted, target, delta, start, rtol)
-    finally:
-        if bar is not None:
-            bar.close()
+    return _pld_tighten(counted, target, delta, start, rtol)
 
 
 def _pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):

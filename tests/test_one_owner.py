@@ -79,45 +79,50 @@ def test_the_curve_ends_at_the_headline_in_json_and_text(algo, capsys):
         assert last == head, (acc, head, last)          # the same number, printed the same way
 
 
-def test_a_long_calibration_shows_progress_after_a_second(monkeypatch):
+def test_a_calibration_tells_its_progress_and_only_the_command_line_draws_it(monkeypatch, capsys):
     import tqdm.auto
 
-    from dpcalib.mechanisms import tighten as _solve
+    from dpcalib.accountant import clear_cache, watching
+    from dpcalib.commands import common
 
     bars = []
 
     class Bar:
         def __init__(self, **kw):
-            self.kw, self.n, self.closed = kw, kw.get("initial", 0), False
+            self.kw, self.parts, self.closed = kw, [], False
             bars.append(self)
 
-        def update(self, n):
-            self.n += n
-
-        def set_postfix_str(self, part):
+        def set_postfix_str(self, part, refresh=True):
             self.parts.append(part)
+
+        def refresh(self):
+            pass
+
+        def update(self, n):
+            pass
 
         def close(self):
             self.closed = True
-    Bar.parts = []
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
-    assert _solve.PROGRESS_DELAY == 1.0
-    # a calibration shorter than the delay never makes a bar (nor imports tqdm for one); a delay
-    # no run reaches keeps this deterministic on a slow machine
-    monkeypatch.setattr(_solve, "PROGRESS_DELAY", 1e9)
-    z = DPSGD(0.01, 1000).calibrate(2.0, 1e-5)["noise_multiplier"]
-    assert bars == []
-    # past the delay (here at once) the bar appears, counts every accountant built, and closes
-    monkeypatch.setattr(_solve, "PROGRESS_DELAY", 0.0)
-    from dpcalib.accountant import clear_cache
-
+    # the math layer draws nothing: a calibration in Python makes no bar, and tells whoever watches
+    # each accountant it builds and each grid a bracket composes (10^8 steps: seconds without an accountant)
+    told = []
     clear_cache()
-    assert DPSGD(0.01, 1000).calibrate(2.0, 1e-5)["noise_multiplier"] == z
+    with watching(told.append):
+        z = DPSGD(0.01, 1000).calibrate(2.0, 1e-5)["noise_multiplier"]
+    assert bars == []
+    built = [p for p in told if p.startswith("calibrating: accountant ")]
+    assert len(built) > 1 and built[0] == "calibrating: accountant 1"
+    assert any(p.startswith(("upper end on grid ", "lower end on grid ")) for p in told)
+    # the command line shows them: a bar on terminals only, after PROGRESS_DELAY seconds, closed at the end
+    assert common.PROGRESS_DELAY == 1.0
+    clear_cache()
+    assert main(["calibrate", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.01",
+                 "--steps", "1000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["noise"]["noise_multiplier"] == z
     (bar,) = bars
-    assert bar.kw["disable"] is None and bar.kw["leave"] is False           # terminals only
-    assert bar.kw["initial"] == 0 and bar.n > 1 and bar.closed
-    # and names each grid a bracket composes (a bracket of 10^8 steps builds no accountant for seconds)
-    assert bar.parts and all(p.startswith(("upper end on grid ", "lower end on grid ")) for p in bar.parts)
+    assert bar.kw["disable"] is None and bar.kw["leave"] is False and bar.kw["delay"] == 1.0 and bar.closed
+    assert any(p.startswith("calibrating: accountant ") for p in bar.parts)
 
 
 def test_every_mechanism_has_the_same_api():

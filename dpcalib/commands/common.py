@@ -35,9 +35,13 @@ class Parser(argparse.ArgumentParser):
 PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
 
 
+#: seconds long work runs before the command line shows its bar (on a terminal only)
+PROGRESS_DELAY = 1.0
+
+
 class ProgressBar:
     """Long work's parts as a bar on stderr: on a terminal only, and only once the work has run for
-    :data:`~dpcalib.mechanisms.tighten.PROGRESS_DELAY` seconds, as a calibration's bar (a report or a
+    :data:`PROGRESS_DELAY` seconds, as a calibration's bar (a report or a
     curve of 10^8 steps takes minutes; most take a second).  A ``progress(done, total, part)``
     callable (:func:`~dpcalib.accountant.report.privacy_report`'s hook); :meth:`note` is a watcher of
     the accountant's own work (:func:`~dpcalib.accountant.watching`: each grid composed), so that a
@@ -46,8 +50,6 @@ class ProgressBar:
 
     def __init__(self, desc: str, total: int | None = None):
         from tqdm.auto import tqdm
-
-        from ..mechanisms.tighten import PROGRESS_DELAY   # (imported here: the CLI starts without it)
 
         self.delay = PROGRESS_DELAY
         # (a redraw at every part: a report has a few, each of seconds or more)
