@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as Fn
 
 from .linear import outer_terms, wants
-from .numerics import gram_cheaper, in_work, record_sq64, row_sq64, rowdots64
+from .numerics import formed_terms, gram_cheaper, in_work, record_sq64, rowdots64
 from .rules import ALL, Rule, register_rule
 
 __all__ = ["conv_padding", "conv_blocks", "conv_weight_grads", "conv_formed", "conv_backward_grads", "RULE"]
@@ -162,14 +162,7 @@ def per_record(mod, a, g, want=ALL) -> dict:
 
 def _backward_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
     """``(norm2, sums)`` from :func:`per_record` (the difference: of the two points' records' gradients)."""
-    per = per_record(mod, a1, g1, want)
-    if a0 is not None:
-        p0 = per_record(mod, a0, g0, want)
-        per = {k: v - p0[k] for k, v in per.items()}
-    B = g1.shape[0]
-    norm2 = sum((row_sq64(v.reshape(B, -1)) for v in per.values()),
-                torch.zeros(B, dtype=torch.float64, device=g1.device))
-    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in per.items()})
+    return formed_terms(per_record, mod, a1, g1, a0, g0, want)
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):

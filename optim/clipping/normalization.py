@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as Fn
 
 from .linear import wants
-from .numerics import in_work, row_sq64
+from .numerics import formed_terms, in_work
 from .rules import ALL, Rule, register_rule
 
 __all__ = ["RULE"]
@@ -56,14 +56,7 @@ def per_record(mod, a, g, want=ALL) -> dict:
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    per = per_record(mod, a1, g1, want)
-    if a0 is not None:
-        p0 = per_record(mod, a0, g0, want)
-        per = {k: v - p0[k] for k, v in per.items()}
-    B = a1.shape[0]
-    norm2 = sum((row_sq64(v.reshape(B, -1)) for v in per.values()),
-                torch.zeros(B, dtype=torch.float64, device=a1.device))
-    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in per.items()})
+    return formed_terms(per_record, mod, a1, g1, a0, g0, want)
 
 
 def _record_dim(mod):

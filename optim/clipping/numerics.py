@@ -235,3 +235,28 @@ def record_sq64(W: torch.Tensor) -> torch.Tensor:
     for c in range(0, W.shape[0], step):
         out += torch.linalg.vector_norm(W[c:c + step], dim=dims, dtype=torch.float64).square()
     return out
+
+
+def formed_terms(per_record, mod, a1, g1, a0=None, g0=None, want=None):
+    """``(norm2, sums)`` of a rule that forms each record's gradient (``per_record(mod, a, g, want)``:
+    name -> ``[B, ...]``): the squared norms in float64 and the weighted sums ``f -> {name: sum_b f_b
+    per_b}``.  With a second point ``(a0, g0)`` the records' gradient differences.
+
+    Args:
+      per_record: the rule's ``(mod, a, g, want) -> {name: tensor [B, ...]}``.
+      mod: the layer; a1, g1: its input and output gradient at the point; a0, g0: at the previous
+        point, or None.
+      want: the parameter names asked for (None: all).
+
+    Returns:
+      ``(norm2 [B] float64, sums)``.
+    """
+    per = per_record(mod, a1, g1, want)
+    if a0 is not None:
+        p0 = per_record(mod, a0, g0, want)
+        per = {k: v - p0[k] for k, v in per.items()}
+    B = g1.shape[0]
+    norm2 = sum((row_sq64(v.reshape(B, -1)) for v in per.values()),
+                torch.zeros(B, dtype=torch.float64, device=g1.device))
+    return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in per.items()})
+
