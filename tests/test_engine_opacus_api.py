@@ -1,7 +1,8 @@
 """Opacus's public engine API on dpcalib's engine: module checks, wrap_model=False, the loader's own
 batches (poisson_sampling=False) and their accounting, DPDataLoader's constructors, BatchMemoryManager's
 length, schedulers, checkpoints, noise_generator, ghost mode's criterion, the errors Opacus users catch,
-and per-layer clipping (its sensitivity, leave-one-out on real records, against a naive loop)."""
+per-layer clipping (its sensitivity, leave-one-out on real records, against a naive loop),
+and p.summed_grad (the un-noised clipped sum, across physical batches, cleared by zero_grad)."""
 
 import io
 import math
