@@ -1,7 +1,8 @@
 """Opacus's public engine API on dpcalib's engine: module checks, wrap_model=False, the loader's own
 batches (poisson_sampling=False) and their accounting, DPDataLoader's constructors, BatchMemoryManager's
 length, schedulers, checkpoints, noise_generator, ghost mode's criterion, the errors Opacus users catch,
-and per-layer clipping (its sensitivity, leave-one-out on real records, against a naive loop)."""
+per-layer clipping (its sensitivity, leave-one-out on real records, against a naive loop),
+and p.summed_grad (the un-noised clipped sum, across physical batches, cleared by zero_grad)."""
 
 import io
 import math
@@ -490,3 +491,67 @@ def test_per_layer_clipping_refuses_records_it_cannot_find_in_the_output():
     _, _, m3, opt3, _ = _make(model=Summed().double(), clipping="per_layer", max_grad_norm=[1.0, 1.0])
     with pytest.raises(InputError, match="no dimension could hold"):
         m3(_data()[0][:B])
+
+
+# -- p.summed_grad: Opacus's un-noised clipped sum of the logical batch ------------------------------------
+def _flat_sum(model, x, y, c):
+    """The naive loop: each record's whole gradient clipped to norm c, summed (flat)."""
+    total = None
+    for i in range(len(x)):
+        model.zero_grad()
+        nn.functional.mse_loss(model(x[i:i + 1]), y[i:i + 1], reduction="sum").backward()
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        g = g * min(1.0, c / float(g.norm()))
+        total = g if total is None else total + g
+    return total
+
+
+def _summed(m):
+    return torch.cat([p.summed_grad.reshape(-1) for p in m.parameters()])
+
+
+@pytest.mark.parametrize("clipping", ["flat", "per_layer"])
+def test_summed_grad_is_the_clipped_sum_before_the_noise_which_is_added_on_top(clipping):
+    bound = 0.2 if clipping == "flat" else BOUNDS
+    _, _, m, opt, dl = _make(clipping=clipping, max_grad_norm=bound, noise_multiplier=1.0, seed=3)
+    opt.privatizer.record = opt.privatizer.record_noise = True      # keep the noise drawn, to compare with
+    assert all(p.summed_grad is None for p in m.parameters())       # Opacus's None before the first step
+    x, y = _data()
+    x, y = x[:B] * 3, y[:B] * 3
+    opt.zero_grad()
+    nn.functional.mse_loss(m(x), y).backward()
+    opt.step()
+    naive = _flat_sum(_model(), x, y, bound) if clipping == "flat" else _per_layer_sum(_model(), x, y, bound)
+    got = _summed(m)
+    assert torch.allclose(got, naive, rtol=1e-10, atol=1e-12)
+    for p in m.parameters():
+        assert p.summed_grad.dtype == p.dtype and p.summed_grad.shape == p.shape
+        assert p.summed_grad.data_ptr() != p.grad.data_ptr()
+    noise = opt.privatizer.releases[-1].noise.to(got.dtype)
+    assert float(noise.norm()) > 0.1 * opt.kernel.std("step")       # noise was drawn ...
+    grad = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    assert torch.equal(grad, (got + noise) / opt.kernel.normaliser)  # ... on top of summed_grad, not into it
+    opt.zero_grad()
+    assert all(p.summed_grad is None for p in m.parameters())
+
+
+def test_summed_grad_accumulates_over_the_physical_batches_until_zero_grad_after_the_step():
+    _, _, m, opt, dl = _make(poisson_sampling=False, max_grad_norm=0.2)
+    seen_x, seen_y = [], []
+    with BatchMemoryManager(data_loader=dl, max_physical_batch_size=3, optimizer=opt) as chunks:
+        for xb, yb in chunks:
+            opt.zero_grad()
+            if seen_x:                                               # kept between the physical batches
+                assert torch.equal(_summed(m), before)
+            nn.functional.mse_loss(m(xb), yb).backward()
+            opt.step()
+            seen_x.append(xb)
+            seen_y.append(yb)
+            before = _summed(m).clone()
+            naive = _flat_sum(_model(), torch.cat(seen_x), torch.cat(seen_y), 0.2)
+            assert torch.allclose(before, naive, rtol=1e-10, atol=1e-12)
+            if opt.round == 1:
+                break
+    assert sum(len(t) for t in seen_x) == B and len(seen_x) == 3     # the first logical batch, in 3 chunks
+    opt.zero_grad()
+    assert all(p.summed_grad is None for p in m.parameters())

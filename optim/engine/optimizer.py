@@ -16,6 +16,14 @@
 
 A physical batch that is not the last of its logical batch (:class:`.memory.BatchMemoryManager`
 signals it) only adds its terms.
+
+``p.summed_grad`` (Opacus's attribute, read by its users' scripts): after each :meth:`step` -- a
+physical batch's included -- every trained parameter holds its part of the sum of the records' clipped
+gradients of the logical batch so far, on this process, before any noise (the kernel's clipped sum:
+DP-SGD's at its clip, per-layer bounds included; DiceSGD's and DP-SRM's at ``C1``), unscaled, in the
+parameter's dtype and shape.  A copy: the release never writes into it.  :meth:`zero_grad` sets it to
+``None`` except between the physical batches of one logical batch, where the sum goes on, as Opacus's
+``DPOptimizer`` does.  It is the un-noised sum -- as sensitive as the data (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -114,6 +122,8 @@ class DPOptimizer(Optimizer):
         self.loader = loader                # the private loader: its passes, for the shuffled runs' charges
         self.per_layer = per_layer          # PerLayerClip of clipping="per_layer" (the kernel's C is its norm)
         self._pass = None                   # (pass, levels) whose one release per record is charged already
+        for _, p in module.named:            # Opacus's attribute, None until the first step (see the module text)
+            p.summed_grad = None
 
     # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
     @property
@@ -211,6 +221,8 @@ class DPOptimizer(Optimizer):
     # -- the loop's calls -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
         self.original_optimizer.zero_grad(set_to_none)
+        if not self._after_skip:             # between physical batches the logical batch's sum goes on
+            self._clear_summed()
         self.module.clear()
         self.module.zeroed = True
 
@@ -246,6 +258,25 @@ class DPOptimizer(Optimizer):
         terms = self._terms()
         self._sums = terms if self._sums is None else {k: self._sums[k] + v for k, v in terms.items()}
         self.module.clear()
+        self._set_summed()
+
+    def _set_summed(self) -> None:
+        """``p.summed_grad``: each trained parameter's part of the logical batch's clipped sum so far
+        (this process's records, before noise), copied out of the sums so that nothing the release or a
+        later accumulation does can write into it."""
+        key = next((k for k in self._sums if k[0] == "clipped_sum"), None)
+        if key is None:                                                   # pragma: no cover - every kernel asks one
+            return
+        flat = self._sums[key].detach().clone()
+        i = 0
+        for _, p in self.module.named:
+            n = p.numel()
+            p.summed_grad = flat[i:i + n].view_as(p).to(device=p.device, dtype=p.dtype)
+            i += n
+
+    def _clear_summed(self) -> None:
+        for _, p in self.module.named:
+            p.summed_grad = None
 
     def release_of(self, *, noise: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
         """The release :meth:`step` would make on the batch the module recorded, at the current
