@@ -74,10 +74,10 @@ def test_the_batch_of_one_dp_srm_calibration_is_tight_and_sound():
     the memory cap and the calibration stopped at certified eps 0.2309 for a target of 0.316 (111 s).
     Now it reaches the target with a bracket of the usual width, and the fuzz's independent oracle
     (a lower-bound PLD of its own) finds delta within the target at the returned noise."""
-    from benchmarks.fuzz_soundness import ATOL, KINDS, RTOL, config
+    from benchmarks.fuzz_soundness import ATOL, RTOL, config
 
-    i = 189
-    mech, eps, delta, oracle = config(KINDS[i % len(KINDS)], np.random.default_rng([51, i]))
+    i = 189                   # the fuzz's configuration #189 (a DP-SRM one: its kind pinned by name)
+    mech, eps, delta, oracle = config("dp-srm", np.random.default_rng([51, i]))
     assert type(mech).__name__ == "DPSRM" and mech.b == 1
     rep = mech.calibrate(eps, delta, method="tight")
     assert "memory cap" not in rep.accounting
@@ -127,10 +127,10 @@ def test_the_one_record_first_batch_calibration_is_fast_tight_and_sound():
     """Seed 52, #19 took 327 s (the bracket's windows spanned the losses up to ~1000 at a grid of
     ~1e-4); with the level following eps it takes about a second, at the target, with a bracket of
     the usual width, and the fuzz's own oracle agrees."""
-    from benchmarks.fuzz_soundness import ATOL, KINDS, RTOL, config
+    from benchmarks.fuzz_soundness import ATOL, RTOL, config
 
-    i = 19
-    mech, eps, delta, oracle = config(KINDS[i % len(KINDS)], np.random.default_rng([52, i]))
+    i = 19                    # the fuzz's configuration #19 (a DP-SRM one: its kind pinned by name)
+    mech, eps, delta, oracle = config("dp-srm", np.random.default_rng([52, i]))
     ref, eps_r, delta_r = _seed52_case19()
     assert (mech.n, mech.b0, mech.b, eps, delta) == (ref.n, ref.b0, ref.b, eps_r, delta_r)
     clear_cache()

@@ -66,9 +66,9 @@ class _Terminal(io.StringIO):
 ])
 def test_cli_shows_a_bar_on_a_terminal_and_none_when_piped_with_the_same_answer(monkeypatch, capsys, argv, desc):
     from dpcalib.cli import main
-    from dpcalib.mechanisms import tighten
+    from dpcalib.commands import common
 
-    monkeypatch.setattr(tighten, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(common, "PROGRESS_DELAY", 0.0)
     clear_cache()
     assert main(argv) == 0                                      # piped (pytest's capture): no bar
     piped = capsys.readouterr()

@@ -151,11 +151,11 @@ class _Terminal(io.StringIO):
 
 def test_cli_report_shows_a_bar_on_a_terminal_and_none_when_piped(monkeypatch, capsys):
     from dpcalib.cli import main
-    from dpcalib.mechanisms import tighten
+    from dpcalib.commands import common
 
     argv = ["report", "dp-sgd", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "100",
             "--noise-multiplier", "1.0"]
-    monkeypatch.setattr(tighten, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(common, "PROGRESS_DELAY", 0.0)
     assert main(argv) == 0                                      # piped (pytest's capture): no bar
     piped = capsys.readouterr()
     assert "parts" not in piped.err and "epsilon" in piped.out
