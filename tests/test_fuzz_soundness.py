@@ -1,5 +1,5 @@
 """The soundness fuzz (benchmarks/fuzz_soundness.py): its independent oracles agree with other
-independent references, it catches a planted bug, and a 200-configuration slice of it finds no
+independent references, it catches a planted bug, and a 120-configuration slice of it finds no
 under-report."""
 
 import pytest
@@ -59,9 +59,9 @@ def test_a_planted_bug_is_caught():
     assert bib and sum(r["outcome"] == "under-report" for r in bib) >= len(bib) // 2
 
 
-def test_two_hundred_random_configurations_never_under_report():
-    res = F.fuzz(200, seed=0, workers=2)          # the two cores of a CI machine
+def test_a_slice_of_random_configurations_never_under_reports():
+    res = F.fuzz(120, seed=0, workers=2)          # the two cores of a CI machine (the long runs: docs/testing.md)
     counts = {k: sum(r["outcome"] == k for r in res) for k in ("ok", "under-report", "error", "oracle-failed")}
     bad = [r for r in res if r["outcome"] in ("under-report", "error", "oracle-failed")]
     assert counts["under-report"] == 0 and counts["error"] == 0 and counts["oracle-failed"] == 0, bad
-    assert counts["ok"] >= 190           # a slice that really calibrates (few refused or invalid)
+    assert counts["ok"] >= 114           # a slice that really calibrates (few refused or invalid)

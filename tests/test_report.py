@@ -100,7 +100,7 @@ def _compositions(draw):
     return acc
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(_compositions())
 def test_tpr_is_at_least_the_fpr_non_decreasing_and_at_most_one(acc):
     a = np.concatenate(([0.0], np.logspace(-6, 0, 40)))
