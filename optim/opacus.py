@@ -29,7 +29,6 @@ from __future__ import annotations
 
 try:
     from opacus.accountants import IAccountant, register_accountant
-    from opacus.accountants.registry import _ACCOUNTANTS
 except ImportError as exc:  # pragma: no cover - exercised only without opacus
     raise ImportError("dpcalib.optim.opacus needs Opacus: pip install opacus") from exc
 
@@ -84,5 +83,5 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     return DPSGD(sample_rate, steps).calibrate(target_epsilon, target_delta)["noise_multiplier"]
 
 
-if _ACCOUNTANTS.get(MECHANISM) is not DpcalibAccountant:
-    register_accountant(MECHANISM, DpcalibAccountant, force=True)
+# Opacus's public registration; force: a re-import (or a reload) registers the same name again
+register_accountant(MECHANISM, DpcalibAccountant, force=True)
