@@ -1,5 +1,5 @@
 """Docs that cannot go stale: every ``dpcalib`` command and every Python block of README.md and
-docs/cli.md is run, and the numbers the docs print beside it are compared with what it prints now.
+every page of docs/ is run, and the numbers the docs print beside it are compared with what it prints now.
 
 * A fenced block of ``$ dpcalib ...`` lines (docs/cli.md), or README's install-and-run block followed
   by its "Output" block: each line the docs show (``...`` stands for lines left out) must appear in
@@ -32,7 +32,7 @@ import pytest
 from dpcalib.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/cli.md", "docs/threat-model.md")
+DOCS = ("README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")))
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w])")
 
 
