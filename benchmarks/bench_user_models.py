@@ -406,7 +406,7 @@ def main(argv=None):
     print("\n".join(lines[-len(summary) - 4:]))
     if a.out:
         with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write(f"# Per-sample clipping on the models users bring ({a.device})\n\n" + "\n".join(lines) + "\n")
     return 0
 
 

@@ -193,7 +193,8 @@ def main(argv=None):
     print(lines[-1])
     if a.out:
         with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write("# Opacus on the models users bring: each clipping mode, with and without its fix\n\n"
+                    + "\n".join(lines) + "\n")
     return 0
 
 
