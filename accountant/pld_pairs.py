@@ -79,7 +79,8 @@ class EpsilonBracket:
         discretization: the loss grid step of the final composition (0.0 where nothing was composed).
         converged: whether the width is within the requested tolerance.
         notes: a tuple of strings on how the bracket was obtained (a cap reached, a fallback).
-        method: the sound method that gave ``upper``: ``"pld"``, ``"gdp"`` or ``"rdp"``.
+        method: the sound method that gave ``upper``: ``"pld"``, ``"gdp"`` or ``"rdp"`` (``"tv"``:
+        eps = 0 exactly by the total-variation bound; ``"none"``: no events composed).
     """
 
     lower: float
