@@ -218,7 +218,7 @@ def _edges(total, leaves_: dict) -> dict:
 
 
 def place_uses(calls, out, leaves_: dict) -> tuple:
-    """Where each parameter of ``leaves_`` is used on the graph of a forward.
+    r"""Where each parameter of ``leaves_`` is used on the graph of a forward.
 
     ``({name: (module, own name)}, [names])``: the parameters whose every use is inside the calls of the
     nearest recorded ancestor of their module rather than of the module itself (a parent that uses a
@@ -229,7 +229,7 @@ def place_uses(calls, out, leaves_: dict) -> tuple:
     Args:
         calls: the recorded calls of the forward.
         out: the forward's output.
-        leaves_: ``{run's name: leaf tensor}`` the parameters the forward ran with.
+        leaves\_: ``{run's name: leaf tensor}`` the parameters the forward ran with.
 
     Returns:
         ``(moved, rest)``: the parameters used by an ancestor's calls, and the sorted names of those used
@@ -265,11 +265,11 @@ def place_uses(calls, out, leaves_: dict) -> tuple:
 
 
 def uses_of(out, leaves_: dict) -> dict:
-    """``{name: uses}`` of every leaf parameter on the autograd graph of ``out``'s floating tensors.
+    r"""``{name: uses}`` of every leaf parameter on the autograd graph of ``out``'s floating tensors.
 
     Args:
         out: a tensor or a nested container of them.
-        leaves_: ``{name: leaf tensor}``.
+        leaves\_: ``{name: leaf tensor}``.
 
     Returns:
         The number of edges into each leaf's gradient accumulator (0 for every one when nothing in

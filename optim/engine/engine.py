@@ -1,5 +1,7 @@
 """``PrivacyEngine``: dpcalib's private updates in the user's own training loop, with Opacus's names.
 
+In the user's own loop::
+
     from dpcalib.optim import PrivacyEngine          # was: from opacus import PrivacyEngine
     engine = PrivacyEngine()
     model, optimizer, loader = engine.make_private_with_epsilon(
