@@ -51,7 +51,17 @@ _EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEv
 
 @dataclass(frozen=True)
 class EpsilonReport:
-    """The answer to "what eps do these events spend at this delta", with how it was obtained."""
+    """The answer to "what eps do these events spend at this delta", with how it was obtained.
+
+    Attributes:
+        epsilon: the certified eps (a float, >= 0, possibly inf).
+        delta: the delta it is for, in (0, 1).
+        method: ``"gdp"`` (exact), ``"rdp"``, ``"pld"`` (certified upper end of the bracket),
+            ``"tv"`` (eps = 0 by the total-variation bound) or ``"none"`` (no events).
+        conversion: the RDP -> DP conversion, or None (not an RDP answer).
+        order: the optimal RDP order, or None (not an RDP answer).
+        notes: a tuple of strings on how the answer was obtained.
+    """
 
     epsilon: float
     delta: float
@@ -62,7 +72,14 @@ class EpsilonReport:
 
     @classmethod
     def from_bracket(cls, b) -> "EpsilonReport":
-        """The certified upper end of an :class:`~dpcalib.accountant.EpsilonBracket` as a report."""
+        """The certified upper end of an :class:`~dpcalib.accountant.EpsilonBracket` as a report.
+
+        Args:
+            b: the bracket (its ``upper``, ``delta``, ``method``, ``lower`` and ``notes`` are read).
+
+        Returns:
+            The :class:`EpsilonReport` (no conversion, no order; the bracket in its notes).
+        """
         return cls(b.upper, b.delta, b.method, None, None,
                    (f"bracket [{b.lower:.9g}, {b.upper:.9g}]",) + tuple(b.notes))
 
@@ -81,6 +98,13 @@ class PrivacyAccountant:
     <...PrivacyAccountant object at ...>
     >>> round(acc.get_epsilon(1e-5), 6)   # exact: 1-GDP
     4.377178
+
+    Args:
+        orders: the Rényi orders of the RDP grid, each in (1, inf) (default ``DEFAULT_ORDERS``;
+            duplicates dropped, sorted).
+
+    Raises:
+        InputError: if an order is out of range.
     """
 
     def __init__(self, orders=None):
@@ -114,6 +138,18 @@ class PrivacyAccountant:
         event whose neighbouring relation differs from the events already composed (Poisson
         sampling is analysed under add/remove, sampling without replacement under replace-one),
         raises ``ValueError`` and leaves the accountant as it was.
+
+        Args:
+            event: a :class:`GaussianEvent`, :class:`WORSampledGaussianEvent`,
+                :class:`PoissonSampledGaussianEvent` or :class:`BallsInBinsGaussianEvent`.
+            count: the number of repetitions, an integer >= 0 (0 composes nothing).
+
+        Returns:
+            The accountant itself (so calls chain).
+
+        Raises:
+            InputError: if ``event`` is of another type, ``count`` is not an integer >= 0, or the
+                event's neighbouring relation differs from the composed events'.
         """
         if not isinstance(event, _EVENT_TYPES):
             raise InputError(f"event={event!r} is not allowed: expected one of "
@@ -134,7 +170,17 @@ class PrivacyAccountant:
 
     # -- analysis -----------------------------------------------------------------------------
     def rdp(self, orders=None) -> np.ndarray:
-        """Total RDP at ``orders`` (default: the accountant's orders)."""
+        """Total RDP at ``orders`` (default: the accountant's orders).
+
+        Args:
+            orders: the Rényi orders, each in (1, inf), or None (the accountant's orders).
+
+        Returns:
+            The composition's RDP at each order (a 1-d float array).
+
+        Raises:
+            InputError: if an order is out of range.
+        """
         a = self._orders if orders is None else np.atleast_1d(validation.orders_array(orders, "orders"))
         total = np.zeros(a.shape, dtype=float)
         for ev, k in self._events:
@@ -142,7 +188,14 @@ class PrivacyAccountant:
         return total
 
     def gdp_mu(self) -> float:
-        """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions)."""
+        """``mu`` of the exact GDP guarantee (only for full-batch Gaussian compositions).
+
+        Returns:
+            ``mu = sqrt(sum_i k_i / z_i^2)`` (a float, 0.0 for no events, possibly inf).
+
+        Raises:
+            InputError: if an event is not a full-batch Gaussian.
+        """
         if not self.is_full_batch_gaussian:
             raise InputError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
         # (1/z) * (1/z) rather than 1/z^2: z^2 underflows to 0 for z below 1e-162 (mu is then inf,
@@ -154,7 +207,11 @@ class PrivacyAccountant:
 
     def total_variation_bound(self) -> float:
         """An upper bound on ``delta(0)``, the total variation distance between the outputs of two
-        neighbouring runs: :func:`~dpcalib.accountant.events.total_variation_bound` of the events."""
+        neighbouring runs: :func:`~dpcalib.accountant.events.total_variation_bound` of the events.
+
+        Returns:
+            The bound (a float in [0, 1]).
+        """
         return total_variation_bound(self._events)
 
     def _tv_bracket(self, d: float):
@@ -172,7 +229,21 @@ class PrivacyAccountant:
 
     def get_epsilon(self, delta, accountant: str = "best", conversion: str = "improved",
                     refine: bool = True) -> float:
-        """``eps`` spent at ``delta``: by default the best certified one (see :meth:`epsilon_report`)."""
+        """``eps`` spent at ``delta``: by default the best certified one (see :meth:`epsilon_report`).
+
+        Args:
+            delta: the target delta, in (0, 1).
+            accountant: ``"best"``, ``"auto"``, ``"gdp"``, ``"rdp"`` or ``"pld"`` (as
+                :meth:`epsilon_report`).
+            conversion: the RDP -> DP conversion, ``"improved"`` or ``"mironov"``.
+            refine: refine the optimal RDP order over real values.
+
+        Returns:
+            The certified eps (a float, >= 0, possibly inf).
+
+        Raises:
+            InputError: as :meth:`epsilon_report`.
+        """
         return self.epsilon_report(delta, accountant, conversion, refine).epsilon
 
     def epsilon_report(self, delta, accountant: str = "best", conversion: str = "improved",
@@ -180,14 +251,22 @@ class PrivacyAccountant:
         """``eps(delta)`` with the method, order and conversion that produced it.
 
         Args:
-          delta: target delta in (0, 1).
-          accountant: which bound answers -- ``"best"`` (the default: the smallest certified eps
-            of exact GDP, the PLD bracket's upper end and RDP, :meth:`epsilon_bracket`; the
-            report's ``method`` names the one that certified it), ``"auto"`` (GDP when exact,
-            else RDP: fast), ``"gdp"``, ``"rdp"`` or ``"pld"``.
-          conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
-          refine: refine the optimal order over real values when every event allows it
-            (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
+            delta: target delta in (0, 1).
+            accountant: which bound answers -- ``"best"`` (the default: the smallest certified eps
+                of exact GDP, the PLD bracket's upper end and RDP, :meth:`epsilon_bracket`; the
+                report's ``method`` names the one that certified it), ``"auto"`` (GDP when exact,
+                else RDP: fast), ``"gdp"``, ``"rdp"`` or ``"pld"``.
+            conversion: RDP -> DP conversion, ``"improved"`` or ``"mironov"`` (DIFF2 Lemma B.4).
+            refine: refine the optimal order over real values when every event allows it
+                (``False`` keeps the grid's answer: a valid, slightly larger eps, computed faster).
+
+        Returns:
+            The :class:`EpsilonReport` (``method="none"`` and eps 0 for no events).
+
+        Raises:
+            InputError: if ``delta`` is out of range, ``accountant`` or ``conversion`` is unknown,
+                ``accountant="gdp"`` is asked of a composition that is not full-batch Gaussian, or
+                (``"pld"``) the PLD cannot answer (delta below ``MIN_DELTA``, memory cap).
         """
         method = accountant
         d = validation.delta(delta)
@@ -233,6 +312,18 @@ class PrivacyAccountant:
         batch only; then ``lower = upper``), the privacy-loss-distribution upper bound
         (:mod:`dpcalib.accountant.pld`) and the RDP value, so the bracket is never worse than
         :meth:`epsilon_report`.  ``lower`` is the PLD lower bound for the same dominating pairs.
+
+        Args:
+            delta: the target delta, in (0, 1).
+            rtol: the PLD bracket's relative tolerance, in (0, 1], or None (``RTOL``).
+            methods: a non-empty subset of ``("gdp", "pld", "rdp")``.
+
+        Returns:
+            The :class:`~.pld_pairs.EpsilonBracket`.
+
+        Raises:
+            InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an
+                unknown name, or ``methods == ("pld",)`` and the PLD cannot answer.
         """
         from .pld import RTOL, EpsilonBracket, pld_epsilon
 
@@ -325,7 +416,20 @@ class PrivacyAccountant:
         fewer fractional-order evaluations; eps is stationary in the order at the optimum, so it
         moves by O(rtol^2) only -- and any order gives a valid eps.  ``near``: an order expected
         close to the optimum (the optimum at a nearby noise level): the search runs within 3 %
-        of it, and in the grid cell as usual where the answer lands on that window's edge."""
+        of it, and in the grid cell as usual where the answer lands on that window's edge.
+
+        Args:
+            delta: the target delta, in (0, 1).
+            conversion: the RDP -> DP conversion, ``"improved"`` or ``"mironov"``.
+            rtol: the relative tolerance on the order, in (0, 1].
+            near: an order expected close to the optimum, or None.
+
+        Returns:
+            A tuple ``(eps, order)``; ``(0.0, None)`` for no events.
+
+        Raises:
+            InputError: if ``delta``, ``rtol`` or ``near`` is out of range, or ``conversion`` is unknown.
+        """
         d = validation.delta(delta)
         r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
         if conversion not in CONVERSIONS:
@@ -384,7 +488,21 @@ class PrivacyAccountant:
         ``mu`` where exact, and the attack-risk terms (largest membership-inference TPR at each
         FPR, largest advantage), all from the certified side, with the assumptions in words.
         ``progress``: None or ``progress(done, total, part)``, told after each part
-        (:func:`~dpcalib.accountant.report.privacy_report`)."""
+        (:func:`~dpcalib.accountant.report.privacy_report`).
+
+        Args:
+            delta: the report's delta, in (0, 1).
+            deltas: the eps table's deltas, or None (``DEFAULT_DELTAS``).
+            fprs: the attack-risk false-positive rates, each in (0, 1), or None (``DEFAULT_FPRS``).
+            assumptions: a dict of words, or None (read from the events).
+            progress: None, or a callable ``progress(done, total, part)``.
+
+        Returns:
+            The :class:`~dpcalib.accountant.report.PrivacyReport`.
+
+        Raises:
+            InputError: as :func:`~dpcalib.accountant.report.privacy_report`.
+        """
         from .report import DEFAULT_FPRS, privacy_report
 
         return privacy_report(self, delta, deltas, DEFAULT_FPRS if fprs is None else fprs, assumptions,
@@ -393,7 +511,18 @@ class PrivacyAccountant:
     # -- interoperability ---------------------------------------------------------------------
     @classmethod
     def from_dp_event(cls, event, orders=None) -> "PrivacyAccountant":
-        """An accountant holding a dp-accounting ``DpEvent`` tree (see :mod:`.interop`)."""
+        """An accountant holding a dp-accounting ``DpEvent`` tree (see :mod:`.interop`).
+
+        Args:
+            event: a dp-accounting ``DpEvent``.
+            orders: the Rényi orders of the RDP grid, or None (``DEFAULT_ORDERS``).
+
+        Returns:
+            The :class:`PrivacyAccountant`.
+
+        Raises:
+            InputError: as :func:`~.interop.from_dp_event`, or if the tree mixes neighbouring relations.
+        """
         from .interop import from_dp_event
 
         acc = cls(orders)
@@ -402,14 +531,33 @@ class PrivacyAccountant:
         return acc
 
     def to_dp_event(self):
-        """The composition as a dp-accounting ``ComposedDpEvent`` (:func:`.interop.to_dp_event`)."""
+        """The composition as a dp-accounting ``ComposedDpEvent`` (:func:`.interop.to_dp_event`).
+
+        Returns:
+            A ``dp_accounting.ComposedDpEvent``.
+
+        Raises:
+            InputError: if an event has no dp-accounting equivalent (balls-in-bins).
+            ImportError: if dp-accounting is not installed.
+        """
         from .interop import to_dp_event
 
         return to_dp_event(self)
 
     def cross_check(self, delta) -> dict:
         """Our eps beside dp-accounting's (RDP, and PLD where it supports the events) and Opacus's PRV
-        accountant (:func:`.interop.cross_check`, which documents the keys)."""
+        accountant (:func:`.interop.cross_check`, which documents the keys).
+
+        Args:
+            delta: the target delta, in (0, 1).
+
+        Returns:
+            The dict of :func:`~.interop.cross_check`.
+
+        Raises:
+            InputError: if ``delta`` is out of range.
+            ImportError: if dp-accounting is not installed.
+        """
         from .interop import cross_check
 
         return cross_check(self, delta)

@@ -77,7 +77,15 @@ TAIL_ATOMS = 400
 @dataclass(frozen=True)
 class Plan:
     """How one epoch is discretised: the bulk grid ``step`` and its ``n`` cells up to ``c1 = n step``, the
-    tail's geometric ``ratio`` up to ``c_max`` (none: ``c_max == c1``), ``J`` tail terms kept."""
+    tail's geometric ``ratio`` up to ``c_max`` (none: ``c_max == c1``), ``J`` tail terms kept.
+
+    Attributes:
+        step: the bulk grid's step (in the ``y`` variable), > 0.
+        n: the number of bulk cells, up to ``c1 = n step``.
+        ratio: the tail's geometric ratio (1.0 where there is no tail).
+        c_max: where the tail ends (``c_max == c1`` where there is no tail).
+        J: the number of tail terms kept.
+    """
 
     step: float
     n: int
@@ -87,6 +95,9 @@ class Plan:
 
     @property
     def c1(self) -> float:
+        """Where the bulk grid ends: ``n * step``.
+
+        """
         return self.n * self.step
 
 
@@ -103,9 +114,18 @@ def _y_at(z: float, x: float) -> float:
 def plan(z: float, t: int, h: float, tau: float) -> Plan:
     """The discretisation of one epoch at loss grid ``h`` with tail budget ``tau``.
 
-    Args: ``z`` noise multiplier, ``t`` steps an epoch, ``h`` loss grid, ``tau`` tail budget (mass).
-    Returns: the :class:`Plan` (bulk grid, its cells, the tail's ratio and end, the tail terms kept).
-    Raises: OverCap where a term's tail lies beyond any grid (vanishing noise)."""
+    Args:
+        z: the noise multiplier, > 0.
+        t: the steps an epoch, >= 1.
+        h: the loss grid, > 0.
+        tau: the tail budget (a probability mass), > 0.
+
+    Returns:
+        The :class:`Plan` (bulk grid, its cells, the tail's ratio and end, the tail terms kept).
+
+    Raises:
+        OverCap: where a term's tail lies beyond any grid (vanishing noise).
+    """
     step = KAPPA * h * math.sqrt(t)
     # the upper tail's P-mass at infinity (beyond c_max) at most tau / 10
     x_max = 1.0 + z * float(-special.ndtri(min(0.5, tau / 10.0)))

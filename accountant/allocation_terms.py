@@ -41,7 +41,15 @@ _U = float(np.finfo(float).eps)
 
 def cells(z: float, edges: np.ndarray):
     """``(Q, A)``: the ``Q``-mass and the first moment ``E_Q[Y; cell]`` of the cells ``(e_i, e_(i+1)]`` of
-    ``Y`` (edges non-decreasing, ``>= 0``), each tail-accurate (the Gaussian pair's bins)."""
+    ``Y`` (edges non-decreasing, ``>= 0``), each tail-accurate (the Gaussian pair's bins).
+
+    Args:
+        z: the noise multiplier, > 0.
+        edges: the cell edges in ``Y`` (non-decreasing, >= 0; 0 is the edge at ``-inf`` loss).
+
+    Returns:
+        A tuple ``(Q, A)`` of float arrays, one entry per cell.
+    """
     with np.errstate(divide="ignore"):
         le = np.log(np.asarray(edges, dtype=float))
     P, Q, _, _ = GaussianPair(z).bins(le)
@@ -49,7 +57,15 @@ def cells(z: float, edges: np.ndarray):
 
 
 def above(z: float, y: float):
-    """``(Q(Y > y), E_Q[Y; Y > y])``."""
+    """``(Q(Y > y), E_Q[Y; Y > y])``.
+
+    Args:
+        z: the noise multiplier, > 0.
+        y: the threshold, > 0.
+
+    Returns:
+        A tuple ``(Q(Y > y), E_Q[Y; Y > y])`` of floats.
+    """
     x = z * z * math.log(y) + 0.5
     return float(special.ndtr(-x / z)), float(special.ndtr(-(x - 1.0) / z))
 
@@ -245,7 +261,20 @@ def tail_laws(z: float, c1: float, ratio: float, c_max: float, shift: float = 0.
 
 def pooled(y: np.ndarray, q: np.ndarray, lo: float, ratio: float, upper: bool, shift: float = 0.0):
     """Atoms ``(y, q)`` (``y >= lo``) on the grid ``(lo + shift) ratio^i - shift``: spread onto each cell's
-    ends keeping mass and mean (``upper``: a spread), or merged into each cell's mean (a contraction)."""
+    ends keeping mass and mean (``upper``: a spread), or merged into each cell's mean (a contraction).
+
+    Args:
+        y: the atoms' positions (``>= lo``).
+        q: the atoms' masses (non-negative; zero masses are dropped).
+        lo: the grid's first point (``lo + shift > 0``).
+        ratio: the grid's geometric ratio, > 1.
+        upper: spread (True) or merge (False).
+        shift: the grid's offset.
+
+    Returns:
+        A tuple ``(y, q)`` of float arrays: the pooled atoms (masses scaled by ``1 + 1e-13`` for a
+        spread, ``1 - 1e-13`` for a merge).
+    """
     if shift:
         v, pq = pooled(y + shift, q, lo + shift, ratio, upper)
         return v - shift, pq
@@ -276,7 +305,19 @@ def pooled(y: np.ndarray, q: np.ndarray, lo: float, ratio: float, upper: bool, s
 
 def convolved(a, b, lo: float, ratio: float, upper: bool, shift: float = 0.0):
     """The law of the sum of two independent atom sets ``a = (y, q)``, ``b``, put on the grid of
-    :func:`pooled` from ``lo``."""
+    :func:`pooled` from ``lo``.
+
+    Args:
+        a: the first atom set ``(y, q)``.
+        b: the second atom set ``(y, q)``.
+        lo: the grid's first point.
+        ratio: the grid's geometric ratio, > 1.
+        upper: spread (True) or merge (False), as :func:`pooled`.
+        shift: the grid's offset.
+
+    Returns:
+        A tuple ``(y, q)`` of float arrays, as :func:`pooled`.
+    """
     y = np.add.outer(a[0], b[0]).ravel()
     q = np.multiply.outer(a[1], b[1]).ravel()
     return pooled(y, q, lo, ratio, upper, shift)

@@ -17,13 +17,27 @@ _CLEARERS: list[Callable[[], None]] = []
 
 
 def register(clear: Callable[[], None]) -> Callable[[], None]:
-    """Remember ``clear`` (no arguments) as one of the things :func:`clear_cache` calls."""
+    """Remember ``clear`` (no arguments) as one of the things :func:`clear_cache` calls.
+
+    Args:
+        clear: a callable taking no arguments that empties one cache.
+
+    Returns:
+        ``clear`` itself (so it can be used as a decorator).
+    """
     _CLEARERS.append(clear)
     return clear
 
 
 def cached(maxsize: int):
-    """``functools.lru_cache(maxsize)`` whose ``cache_clear`` is registered."""
+    """``functools.lru_cache(maxsize)`` whose ``cache_clear`` is registered.
+
+    Args:
+        maxsize: the most answers kept (``None`` for no bound, as in ``functools.lru_cache``).
+
+    Returns:
+        A decorator that wraps a function in the registered ``lru_cache``.
+    """
     def wrap(fn):
         out = functools.lru_cache(maxsize=maxsize)(fn)
         register(out.cache_clear)
@@ -33,7 +47,11 @@ def cached(maxsize: int):
 
 class Memo(dict):
     """A dict of at most ``size`` answers, the oldest first out, emptied by :func:`clear_cache`:
-    for answers an ``lru_cache`` cannot key (a function of part of its arguments, or of state)."""
+    for answers an ``lru_cache`` cannot key (a function of part of its arguments, or of state).
+
+    Args:
+        size: the most answers kept, >= 1.
+    """
 
     def __init__(self, size: int):
         super().__init__()
@@ -41,7 +59,15 @@ class Memo(dict):
         register(self.clear)
 
     def remember(self, key, value):
-        """Keep ``value`` under ``key`` (dropping the oldest answer when full); returns ``value``."""
+        """Keep ``value`` under ``key`` (dropping the oldest answer when full); returns ``value``.
+
+        Args:
+            key: a hashable key.
+            value: the answer to keep.
+
+        Returns:
+            ``value``, unchanged.
+        """
         if len(self) >= self.size:
             self.pop(next(iter(self)))
         self[key] = value

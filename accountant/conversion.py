@@ -62,6 +62,21 @@ def rdp_to_dp(alpha, rdp, delta, conversion="improved"):
 
     Formal guarantee: a mechanism that is ``(alpha, rdp)``-RDP is ``(eps, delta)``-DP with the
     returned ``eps`` (clipped below at 0).  ``rdp = inf`` gives ``eps = inf``.
+
+    Args:
+        alpha: one Rényi order or an array of orders, each in (1, inf).
+        rdp: the RDP value(s) at ``alpha``, in [0, inf]; a scalar is broadcast, otherwise the
+            same shape as ``alpha``.
+        delta: the target delta, in (0, 1).
+        conversion: ``"improved"`` (Canonne et al. 2020, Prop. 12) or ``"mironov"`` (Mironov
+            2017, Prop. 3).
+
+    Returns:
+        ``eps`` (>= 0): a float for a scalar ``alpha``, else an array shaped like ``alpha``.
+
+    Raises:
+        InputError: if ``conversion`` is unknown, ``delta`` or an order is out of range, or
+            ``rdp`` is negative, NaN, non-numeric or of a different shape.
     """
     _check_conversion(conversion)
     d = validation.delta(delta)
@@ -75,6 +90,19 @@ def best_epsilon(orders, rdp, delta, conversion="improved"):
     """Smallest ``eps`` over the given orders: returns ``(eps, order)``.
 
     Formal guarantee: valid for every order, hence for the minimum.
+
+    Args:
+        orders: the Rényi orders, each in (1, inf).
+        rdp: the RDP values at ``orders`` (same shape, or a scalar), in [0, inf].
+        delta: the target delta, in (0, 1).
+        conversion: ``"improved"`` or ``"mironov"``.
+
+    Returns:
+        A tuple ``(eps, order)`` of floats: the smallest epsilon and the order attaining it.
+
+    Raises:
+        InputError: if ``conversion`` is unknown, ``delta`` or an order is out of range, or
+            ``rdp`` is negative, NaN, non-numeric or of a different shape.
     """
     _check_conversion(conversion)
     d = validation.delta(delta)
@@ -92,6 +120,17 @@ def best_epsilon_linear(slope, delta, conversion="improved"):
     ``alpha* = 1 + sqrt(log(1/delta)/S)``.  ``"improved"``: the convex 1-D problem (in log(alpha - 1))
     solved by golden-section search to ~1e-13, followed by a check against the closed-form
     Mironov value (the improved one is never larger).
+
+    Args:
+        slope: ``S``, the RDP curve's slope, in [0, inf] (for a Gaussian: ``sum 1/(2 z^2)``).
+        delta: the target delta, in (0, 1).
+        conversion: ``"improved"`` or ``"mironov"``.
+
+    Returns:
+        A tuple ``(eps, alpha*)`` of floats; ``(0.0, inf)`` for ``slope = 0``.
+
+    Raises:
+        InputError: if ``conversion`` is unknown or ``slope`` / ``delta`` is out of range.
     """
     _check_conversion(conversion)
     d = validation.delta(delta)

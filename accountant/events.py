@@ -41,7 +41,14 @@ ADD_REMOVE = "add/remove"
 
 @dataclass(frozen=True)
 class GaussianEvent:
-    """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6)."""
+    """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6).
+
+    Attributes:
+        noise_multiplier: ``z``, noise std / L2 sensitivity, in (0, inf).
+
+    Raises:
+        InputError: if ``noise_multiplier`` is out of range.
+    """
 
     noise_multiplier: float
 
@@ -58,13 +65,36 @@ class GaussianEvent:
     use_probability = 1.0
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """The release's RDP, ``alpha / (2 z^2)`` (DIFF2 Lemma B.6).
+
+        Args:
+            orders: the Rényi order(s), each in (1, inf).
+
+        Returns:
+            The RDP value(s) as a float array, shaped like ``orders``.
+        """
         return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
 
     def describe(self, count: int) -> str:
-        """``count`` of these releases in words (the privacy report's assumptions)."""
+        """``count`` of these releases in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of releases, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
         return f"{count} full-batch Gaussian release(s), noise multiplier {self.noise_multiplier:g}"
 
     def to_dp_event(self):
+        """The dp-accounting event of this release (imports dp_accounting).
+
+        Returns:
+            A ``dp_accounting.GaussianDpEvent``.
+
+        Raises:
+            ImportError: if dp-accounting is not installed.
+        """
         import dp_accounting
 
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
@@ -79,6 +109,17 @@ class WORSampledGaussianEvent:
     Gaussian RDP ``alpha / (2 z^2)`` (subsampling never hurts: joint convexity of
     ``exp((alpha-1) D_alpha)`` over the coupling of the two subsamples).
     Only integer orders are used (Thm 9 and Thm 27 are stated for integer alpha).
+
+    Attributes:
+        sampling_ratio: ``gamma = b / n``, in [0, 1].
+        noise_multiplier: ``z``, noise std / L2 sensitivity (replace-one), in (0, inf).
+        bound: ``"thm27"`` or ``"thm9"``.
+        sample_size: ``b``, an integer in [0, n], or None (given together with ``dataset_size``).
+        dataset_size: ``n``, an integer >= 1, or None.
+
+    Raises:
+        InputError: if an argument is out of range, ``bound`` is unknown, only one of the sizes is
+            given, or ``sample_size / dataset_size`` differs from ``sampling_ratio``.
     """
 
     sampling_ratio: float
@@ -111,6 +152,20 @@ class WORSampledGaussianEvent:
     @classmethod
     def from_sizes(cls, sample_size: int, dataset_size: int, noise_multiplier: float,
                    bound: str = "thm27") -> "WORSampledGaussianEvent":
+        """The event of samples of ``sample_size`` out of ``dataset_size`` records.
+
+        Args:
+            sample_size: ``b``, an integer in [0, n].
+            dataset_size: ``n``, an integer >= 1.
+            noise_multiplier: ``z``, noise std / L2 sensitivity (replace-one), in (0, inf).
+            bound: ``"thm27"`` or ``"thm9"``.
+
+        Returns:
+            The :class:`WORSampledGaussianEvent` with ``sampling_ratio = b / n``.
+
+        Raises:
+            InputError: if an argument is out of range.
+        """
         n = validation.integer(dataset_size, "dataset_size", low=1)
         b = validation.integer(sample_size, "sample_size", low=0, high=n)
         return cls(b / n, noise_multiplier, bound, b, n)
@@ -122,15 +177,40 @@ class WORSampledGaussianEvent:
         return self.sampling_ratio
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """The step's RDP (:func:`~.subsampling.subsampled_gaussian_rdp_wor`, WBK19 Thm 27 or Thm 9).
+
+        Args:
+            orders: the Rényi order(s), each in (1, inf) (real orders are interpolated, WBK19 Cor. 10).
+
+        Returns:
+            The RDP value(s) as a float array, shaped like ``orders``.
+        """
         return np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier,
                                                       self.bound), dtype=float)
 
     def describe(self, count: int) -> str:
-        """``count`` of these steps in words (the privacy report's assumptions)."""
+        """``count`` of these steps in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of steps, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
         return (f"{count} Gaussian step(s) on a fixed-size sample drawn without replacement "
                 f"(fraction {self.sampling_ratio:g}), noise multiplier {self.noise_multiplier:g}")
 
     def to_dp_event(self):
+        """The dp-accounting event of this step (imports dp_accounting).
+
+        Returns:
+            A ``dp_accounting.SampledWithoutReplacementDpEvent`` around a ``GaussianDpEvent`` (sizes
+            from ``sample_size`` / ``dataset_size``, else the ratio as a fraction with denominator
+            at most 1e9).
+
+        Raises:
+            ImportError: if dp-accounting is not installed.
+        """
         import dp_accounting
 
         if self.sample_size is not None:
@@ -144,7 +224,15 @@ class WORSampledGaussianEvent:
 
 @dataclass(frozen=True)
 class PoissonSampledGaussianEvent:
-    """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove)."""
+    """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove).
+
+    Attributes:
+        sampling_probability: ``q``, in [0, 1].
+        noise_multiplier: ``z``, noise std / L2 sensitivity (add/remove), in (0, inf).
+
+    Raises:
+        InputError: if an argument is out of range.
+    """
 
     sampling_probability: float
     noise_multiplier: float
@@ -164,15 +252,38 @@ class PoissonSampledGaussianEvent:
         return self.sampling_probability
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """The step's RDP (:func:`~.poisson.poisson_gaussian_rdp`, Mironov, Talwar & Zhang 2019).
+
+        Args:
+            orders: the Rényi order(s), each in (1, inf).
+
+        Returns:
+            The RDP value(s) as a float array, shaped like ``orders``.
+        """
         return np.asarray(poisson_gaussian_rdp(orders, self.sampling_probability,
                                                self.noise_multiplier), dtype=float)
 
     def describe(self, count: int) -> str:
-        """``count`` of these steps in words (the privacy report's assumptions)."""
+        """``count`` of these steps in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of steps, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
         return (f"{count} Poisson-subsampled Gaussian step(s) (each record in with probability "
                 f"{self.sampling_probability:g}, independently), noise multiplier {self.noise_multiplier:g}")
 
     def to_dp_event(self):
+        """The dp-accounting event of this step (imports dp_accounting).
+
+        Returns:
+            A ``dp_accounting.PoissonSampledDpEvent`` around a ``GaussianDpEvent``.
+
+        Raises:
+            ImportError: if dp-accounting is not installed.
+        """
         import dp_accounting
 
         return dp_accounting.PoissonSampledDpEvent(
@@ -192,6 +303,13 @@ class BallsInBinsGaussianEvent:
     variation bound are the Gaussian release's (the record is in one release an epoch: sound, no
     amplification).  ``steps = 1`` is the full-batch Gaussian (:func:`full_batch_form`).  Random
     allocation of ``k > 1`` of the steps is not this event (see docs/accounting.md).
+
+    Attributes:
+        steps: the steps of an epoch, an integer in [1, ``MAX_RUN_LENGTH``].
+        noise_multiplier: ``z``, noise std / the sum's sensitivity, in (0, inf).
+
+    Raises:
+        InputError: if an argument is out of range.
     """
 
     steps: int
@@ -210,15 +328,34 @@ class BallsInBinsGaussianEvent:
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         """The Gaussian release's RDP, ``alpha / (2 z^2)``: the epoch's pair is a post-processing of
         ``(N(1, z^2), N(0, z^2))`` (the step and the other coordinates are drawn independently of the
-        record), so this bounds it -- with no amplification."""
+        record), so this bounds it -- with no amplification.
+
+        Args:
+            orders: the Rényi order(s), each in (1, inf).
+
+        Returns:
+            The RDP value(s) as a float array, shaped like ``orders``.
+        """
         return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
 
     def describe(self, count: int) -> str:
-        """``count`` epochs in words (the privacy report's assumptions)."""
+        """``count`` epochs in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of epochs, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
         return (f"{count} epoch(s) of balls-in-bins batches (each record in one of {self.steps} steps, "
                 f"chosen uniformly at random and independently), noise multiplier {self.noise_multiplier:g}")
 
     def to_dp_event(self):
+        """Refused: dp-accounting has no balls-in-bins accountant.
+
+        Raises:
+            InputError: always (dp-accounting has no balls-in-bins event).
+        """
         raise InputError("BallsInBinsGaussianEvent has no dp-accounting event (dp-accounting 0.6 has no "
                          "balls-in-bins accountant); compare it with dpcalib's own brackets.")
 
@@ -232,7 +369,14 @@ def full_batch_form(event):
     multiplier is the event's (the noise std over the sensitivity under the event's relation):
     its privacy loss is exactly Gaussian, and exact Gaussian DP (:mod:`accountant.gdp`) and the
     Gaussian PLD answer it instead of a subsampled bound.  The caller keeps the event's
-    neighbouring relation (the Gaussian event carries none)."""
+    neighbouring relation (the Gaussian event carries none).
+
+    Args:
+        event: an event.
+
+    Returns:
+        A :class:`GaussianEvent`, or ``event`` unchanged.
+    """
     if isinstance(event, (PoissonSampledGaussianEvent, WORSampledGaussianEvent)) and event.use_probability >= 1.0:
         return GaussianEvent(event.noise_multiplier)
     if isinstance(event, BallsInBinsGaussianEvent) and event.steps == 1:
@@ -250,6 +394,12 @@ def never_used_probability(events) -> float:
     ``eps = 0`` -- is at most ``1 - never_used_probability``, at every noise level.  For any
     ``delta`` at or above that, ``(0, delta)``-DP holds with no noise at all, and no noise level
     is the smallest meeting a target; noise searches check this first.
+
+    Args:
+        events: an iterable of ``(event, count)`` pairs.
+
+    Returns:
+        The probability (a float in [0, 1]).
     """
     log_never = 0.0
     for ev, k in events:
@@ -272,7 +422,14 @@ def total_variation_bound(events) -> float:
     (the argument of the PLD accountant), and the total variation of a product of pairs is at most
     ``1 - prod (1 - TV_i)`` (couple the factors one by one).  Every record that is never used, and
     every noise so large that the release barely moves, makes this small: where it is at most
-    ``delta``, eps = 0 exactly."""
+    ``delta``, eps = 0 exactly.
+
+    Args:
+        events: an iterable of ``(event, count)`` pairs.
+
+    Returns:
+        The bound (a float in [0, 1]).
+    """
     from scipy import special
 
     log_same = 0.0

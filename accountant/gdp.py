@@ -25,7 +25,15 @@ __all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_log_delta"]
 
 
 def gdp_log_delta(eps: float, mu: float) -> float:
-    """``log delta(eps)`` of ``mu``-GDP (no validation; eps >= 0, mu > 0)."""
+    """``log delta(eps)`` of ``mu``-GDP (no validation; eps >= 0, mu > 0).
+
+    Args:
+        eps: the privacy parameter epsilon, >= 0 (not checked).
+        mu: the GDP parameter, > 0 (not checked).
+
+    Returns:
+        ``log delta(eps)`` as a float (``-inf`` where delta rounds to 0 relative to ``Phi(a)``).
+    """
     a = -eps / mu + mu / 2.0
     b = -eps / mu - mu / 2.0
     la = float(special.log_ndtr(a))
@@ -37,7 +45,18 @@ def gdp_log_delta(eps: float, mu: float) -> float:
 
 
 def gdp_delta(eps, mu):
-    """Exact ``delta`` of ``mu``-GDP at ``eps`` (Balle & Wang 2018, Thm 8)."""
+    """Exact ``delta`` of ``mu``-GDP at ``eps`` (Balle & Wang 2018, Thm 8).
+
+    Args:
+        eps: the privacy parameter epsilon, in [0, inf).
+        mu: the GDP parameter, in (0, inf).
+
+    Returns:
+        ``delta(eps)`` as a float in [0, 1].
+
+    Raises:
+        InputError: if ``eps`` or ``mu`` is out of range.
+    """
     e = validation.in_range(eps, "eps", 0.0, math.inf, high_open=True)
     m = validation.positive(mu, "mu")
     return math.exp(gdp_log_delta(e, m))
@@ -49,6 +68,16 @@ def gdp_epsilon(mu, delta):
 
     Formal guarantee: the root is bracketed and refined by Brent's method to ~1e-15 relative and
     the upper end of the final bracket is returned, so ``gdp_delta(result, mu) <= delta``.
+
+    Args:
+        mu: the GDP parameter, in [0, inf].
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        The smallest ``eps`` (a float, ``>= 0``, possibly ``inf``).
+
+    Raises:
+        InputError: if ``mu`` or ``delta`` is out of range.
     """
     m = validation.in_range(mu, "mu", 0.0, math.inf)
     d = validation.delta(delta)
@@ -71,6 +100,16 @@ def gdp_mu(eps, delta):
     """Largest ``mu`` such that ``mu``-GDP is ``(eps, delta)``-DP (root in mu; delta increases with mu).
 
     Formal guarantee: ``gdp_delta(eps, result) <= delta``.
+
+    Args:
+        eps: the privacy parameter epsilon, in [0, inf).
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        The largest ``mu`` (a float, > 0).
+
+    Raises:
+        InputError: if ``eps`` or ``delta`` is out of range.
     """
     e = validation.in_range(eps, "eps", 0.0, math.inf, high_open=True)
     d = validation.delta(delta)

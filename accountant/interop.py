@@ -71,6 +71,17 @@ def from_dp_event(event) -> list:
 
     A ``SelfComposedDpEvent`` of a composition repeats each part ``count`` times in place
     (``(A, B) x 3`` becomes ``A x 3, B x 3``): composition commutes, so every eps is unchanged.
+
+    Args:
+        event: a dp-accounting ``DpEvent`` (read by class name and attributes; dp-accounting need
+            not be installed).
+
+    Returns:
+        A list of ``(event, count)`` pairs of dpcalib events, zero counts dropped.
+
+    Raises:
+        InputError: if the tree holds an unsupported event, a sampled event that does not wrap a
+            ``GaussianDpEvent``, or a ``SelfComposedDpEvent`` whose count is not an integer >= 0.
     """
     out: list = []
     _walk(event, 1, out)
@@ -126,7 +137,19 @@ class _Collect(logging.Handler):
 
 def to_dp_event(accountant):
     """The composition held by ``accountant`` as a dp-accounting ``ComposedDpEvent`` (imports
-    dp_accounting lazily)."""
+    dp_accounting lazily).
+
+    Args:
+        accountant: a :class:`~dpcalib.accountant.PrivacyAccountant` (anything with ``events``,
+            a sequence of ``(event, count)`` pairs).
+
+    Returns:
+        A ``dp_accounting.ComposedDpEvent`` of one ``SelfComposedDpEvent`` per ``(event, count)``.
+
+    Raises:
+        InputError: if an event has no dp-accounting equivalent (balls-in-bins sampling).
+        ImportError: if dp-accounting is not installed.
+    """
     import dp_accounting
 
     return dp_accounting.ComposedDpEvent(
@@ -161,6 +184,18 @@ def cross_check(accountant, delta) -> dict:
     ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
     ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
     add/remove only, None where unsupported or not installed) and ``notes``.
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` to check.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        A dict with the keys above, plus ``delta`` (the checked delta) and ``neighboring_relation``;
+        ``notes`` is a tuple of strings.  A value is None where that accountant was not run or failed.
+
+    Raises:
+        InputError: if ``delta`` is out of range.
+        ImportError: if dp-accounting is not installed.
     """
     import dp_accounting
 

@@ -80,14 +80,24 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     """Certified bracket ``[lower, upper]`` of ``eps(delta)`` for a composition.
 
     Args:
-      events: an iterable of events or ``(event, count)`` pairs (Gaussian, Poisson-sampled
-        Gaussian, without-replacement-sampled Gaussian; one neighbouring relation).
-      delta: target delta in (0, 1).
-      rtol, atol: the grid is refined until ``upper - lower <= max(rtol * upper, atol)``.
-      memory_cap: bytes one composition may use; when the next refinement would exceed it the
-        best bracket so far is returned with ``converged=False`` and a note.
-      discretization: a fixed grid step in (0, 64] (``MAX_DISCRETIZATION``) instead of the
-        automatic choice.
+        events: an iterable of events or ``(event, count)`` pairs (Gaussian, Poisson-sampled
+            Gaussian, without-replacement-sampled Gaussian; one neighbouring relation).
+        delta: the target delta, in [``MIN_DELTA``, 1).
+        rtol: the relative tolerance, in (0, 1]: the grid is refined until
+            ``upper - lower <= max(rtol * upper, atol)``.
+        memory_cap: bytes one composition may use, >= 2^20; when the next refinement would
+            exceed it the best bracket so far is returned with ``converged=False`` and a note.
+        discretization: a fixed grid step in (0, 64] (``MAX_DISCRETIZATION``) instead of the
+            automatic choice (None).
+        atol: the absolute tolerance on the width, in [0, inf).
+
+    Returns:
+        The :class:`EpsilonBracket` (``lower``, ``upper``, ``delta``, the final grid,
+        ``converged`` and notes).
+
+    Raises:
+        InputError: if an argument is out of range, an event is unsupported, or a fixed
+            ``discretization`` needs more than ``memory_cap`` bytes.
     """
     d = checked_delta(delta)
     r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
@@ -109,6 +119,21 @@ def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     prediction (a calibration solves on it and checks the report afterwards), not a bracket.
     With ``with_uppers``: ``(grid, ((h, upper), ...))``, the upper ends of the grids the
     prediction composed (coarse to fine; a calibration extrapolates them to the predicted grid).
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs, as for :func:`pld_epsilon`.
+        delta: the target delta, in [``MIN_DELTA``, 1).
+        rtol: the relative tolerance of the refinement (as for :func:`pld_epsilon`; not checked).
+        memory_cap: bytes one composition may use (not checked).
+        atol: the absolute tolerance on the width (not checked).
+        with_uppers: also return the ``(grid, upper)`` pairs composed on the way.
+
+    Returns:
+        The predicted grid step (a float; 0.0 for no events), or ``(grid, ((h, upper), ...))``
+        with ``with_uppers``.
+
+    Raises:
+        InputError: if ``delta`` is out of range or an event is unsupported.
     """
     d = checked_delta(delta)
     ev = checked_events(events)

@@ -30,7 +30,23 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     coefficient of a part has modulus at most its tilted mass.  Round-off, :func:`split_composition`'s
     model term by term: with ``A = |t_a|``, ``B = |t_b|`` and ``w_j`` the weights, a coefficient errs
     by at most ``u log2 N sum_j w_j ((n - j) A^(n-j-1) B^j + j A^(n-j) B^(j-1))`` to first order.
-    The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``."""
+    The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``.
+
+    Args:
+        a: the first part of the step (a :class:`~.pld_pairs.Step`, sub-probability).
+        b: the second part of the step (a :class:`~.pld_pairs.Step`, sub-probability).
+        n: the number of steps composed here, >= 1.
+        K: the total number of steps (the binomial coefficients are ``C(K, j)``), >= ``n``.
+        J: the largest number of ``b`` factors kept, in ``[0, n]``.
+        h: the grid step, > 0.
+        alpha: the mass allowed to wrap around on each side, in (0, 1).
+        cap_bytes: the memory the transforms may use, in bytes.
+        lam: the tilt, >= 0.
+
+    Returns:
+        The :class:`~.pld_compose.Composed` of the ``n`` steps (count ``n``, no mass at infinity),
+        or None where ``J`` or ``n`` is out of range, ``a`` is empty, or over the memory cap.
+    """
     from scipy import special
 
     if not (0 <= J <= n) or n < 1:
@@ -198,7 +214,20 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     ``p_k`` the binomial weights, a coefficient errs by at most ``u log2 N sum_k p_k ((K - k)
     A^(K-k-1) B^k + k A^(K-k) B^(k-1))`` to first order -- small where ``b``'s spectrum has
     decayed, unlike ``K`` times the full spectrum.  The terms beyond ``k_max`` (binomial tail at
-    most ``alpha``) are charged too."""
+    most ``alpha``) are charged too.
+
+    Args:
+        step: the step kind (a :class:`~.pld_pairs.Step` with its ``count`` ``K``).
+        h: the grid step, > 0.
+        alpha: the mass allowed to wrap around on each side, in (0, 1).
+        cap_bytes: the memory the transforms may use, in bytes.
+        lam: the tilt, > 0.
+        r_min: the lowest bin the caller reads.
+
+    Returns:
+        The :class:`~.pld_compose.Composed` of the ``K`` steps, or None where the split does not
+        apply (or over the memory cap).
+    """
     from scipy import special
 
     K = step.count

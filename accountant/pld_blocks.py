@@ -70,7 +70,24 @@ BLOCKS = True
 def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
     """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
     events with :data:`BLOCK_MIN` or more steps of one Poisson pair composed in blocks
-    (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only."""
+    (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only.
+
+    Args:
+        ev: checked ``(event, count)`` pairs.
+        h: the grid step, > 0.
+        tau: the largest P-mass of each step's tails beyond its grid, > 0.
+        direction: ``"remove"`` or ``"add"``.
+        cap: the memory one step may use, in bytes.
+        delta: the target delta of the bracket.
+        lower: build the lower steps instead of the upper ones.
+        level: the cut level of the plain steps (None: ``LOSS_CUT``).
+
+    Returns:
+        A list of :class:`~.pld_pairs.Step` (lower steps may be None where their construction failed).
+
+    Raises:
+        OverCap: if a plain step's bins would exceed ``cap``.
+    """
     out, plain = [], []
     for e, k in ev:
         pairs = dominating_pairs(e, direction) if BLOCKS else ()
@@ -88,7 +105,14 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
 def block_plan(K: int):
     """``(n_blocks, m, M, rest)``: ``K = n_blocks m + rest`` steps in blocks of ``m ~ sqrt(K)``
     (a power of 4 apart from the rounding that keeps ``rest < n_blocks``), ``M = sqrt`` of that
-    power of 4 the fine grid's refinement; None below :data:`BLOCK_MIN`."""
+    power of 4 the fine grid's refinement; None below :data:`BLOCK_MIN`.
+
+    Args:
+        K: the number of steps.
+
+    Returns:
+        A tuple ``(n_blocks, m, M, rest)`` of ints, or None when ``K < BLOCK_MIN``.
+    """
     if K < BLOCK_MIN:
         return None
     j = max(2, round(math.log(K) / math.log(4.0) / 2.0))
@@ -105,7 +129,20 @@ def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: i
     """The steps (grid ``h``) of ``K`` steps of ``pair`` composed in blocks: the block (``count =
     n_blocks``) and ``X`` (count 1; see the module); upper steps, or with ``lower`` lower steps.
     None where blocks do not apply (too few steps, not a Poisson pair, no cut with few terms, a
-    lower construction that fails) -- the caller then uses the plain steps."""
+    lower construction that fails) -- the caller then uses the plain steps.
+
+    Args:
+        pair: the dominating pair.
+        h: the grid step, > 0.
+        tau: the largest P-mass of each step's tails beyond its grid, > 0.
+        K: the number of steps.
+        delta: the target delta of the bracket.
+        cap: the memory a composition may use, in bytes.
+        lower: build lower steps instead of upper ones.
+
+    Returns:
+        A list of :class:`~.pld_pairs.Step` (the block and ``X``), or None (remembered).
+    """
     plan = block_plan(K)
     if plan is None or not isinstance(pair, (RemovePair, AddPair)) or not 0.0 < pair.q < 1.0:
         return None

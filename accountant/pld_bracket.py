@@ -27,6 +27,14 @@ def suffix_sums(mass: np.ndarray, lo: int, h: float):
     carries a relative rounding error of at most :func:`suffix_rounding` (``~n u``) --
     relative to the suffix sum itself, hence to the tail delta is read from (:func:`_eps_at`
     charges it).
+
+    Args:
+        mass: the non-negative masses (a 1-d float array).
+        lo: the grid index of ``mass[0]`` (unused: the sums depend on offsets only).
+        h: the grid step, > 0.
+
+    Returns:
+        A tuple ``(A, B)`` of float arrays of ``mass``'s length.
     """
     A = np.cumsum(mass[::-1])[::-1]
     B = decayed_suffix(mass, h)
@@ -37,7 +45,15 @@ def suffix_rounding(n: int, h: float) -> float:
     """Relative rounding error bound of :func:`decayed_suffix` and of a suffix cumsum of ``n``
     non-negative terms: ``n`` additions; the block weights (``exp`` of an argument of at most
     32, rounded: ``<= 34 u`` each, and three of them per term); per doubling pass of the
-    carries a weight (``exp`` of an argument below 746: ``<= 747 u``) and two roundings."""
+    carries a weight (``exp`` of an argument below 746: ``<= 747 u``) and two roundings.
+
+    Args:
+        n: the number of terms, >= 0.
+        h: the grid step, > 0.
+
+    Returns:
+        The relative bound (a float, a multiple of the machine epsilon).
+    """
     nb = -(-n // decay_block(n, h)) if n else 0
     passes = max(0, nb - 1).bit_length()
     return (n + 2 + 140 + 750 * passes) * float(np.finfo(float).eps)
@@ -99,11 +115,26 @@ def _eps_at(mass: np.ndarray, lo: int, h: float, c: float, delta: float, side: i
 
 
 def sum_error(mass: np.ndarray) -> float:
-    """Bound on the rounding of a sum of n non-negative terms in double precision."""
+    """Bound on the rounding of a sum of n non-negative terms in double precision.
+
+    Args:
+        mass: the non-negative terms (a float array).
+
+    Returns:
+        The absolute bound (a float, > 0).
+    """
     return 2.0 * (mass.size + 2) * float(np.finfo(float).eps) * float(np.sum(mass)) + 1e-300
 
 
 def rounding_gap(h: float) -> float:
+    """The per-step term ``K * rounding_gap(h)`` of the Hoeffding shift of a bracket's lower end.
+
+    Args:
+        h: the grid step, > 0.
+
+    Returns:
+        ``r - 1 - log r`` with ``r = h / (1 - e^-h)`` (a float, >= 0).
+    """
     r = h / -math.expm1(-h)
     return r - 1.0 - math.log(r)
 
@@ -162,12 +193,36 @@ def upper_one(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
     valid for this one too).  When that composition had to be re-tilted, the untilted one is
     skipped here: the tilted composition reads the bins above the coarse lower end, and the
     result is intersected with the coarse bracket.
+
+    Args:
+        steps: the upper (connect-the-dots) steps of one direction.
+        h: the grid step, > 0.
+        delta: the target delta, in (0, 1).
+        cap_bytes: the memory a composition may use, in bytes.
+        floor: a lower bound on the answer from another direction (``-inf``: none).
+        hint: ``(lower, upper, retilted)`` on a coarser grid, or None.
+
+    Returns:
+        A tuple ``(lower, upper)`` of floats, or ``(None, None)`` over the memory cap.
     """
     return upper_info(steps, h, delta, cap_bytes, floor, hint)[:2]
 
 
 def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
-    """:func:`upper_one` and whether a tilted composition was needed (``retilted``)."""
+    """:func:`upper_one` and whether a tilted composition was needed (``retilted``).
+
+    Args:
+        steps: the upper (connect-the-dots) steps of one direction.
+        h: the grid step, > 0.
+        delta: the target delta, in (0, 1).
+        cap_bytes: the memory a composition may use, in bytes.
+        floor: a lower bound on the answer from another direction (``-inf``: none).
+        hint: ``(lower, upper, retilted)`` on a coarser grid, or None.
+
+    Returns:
+        A tuple ``(lower, upper, retilted)``; ``(0.0, 0.0, False)`` for no steps and
+        ``(None, None, False)`` over the memory cap.
+    """
     if not steps:
         return 0.0, 0.0, False
     alpha = ALIAS * delta
@@ -194,10 +249,21 @@ def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
 
 def lower_one(lower_steps, h, delta, cap_bytes, upper=None):
     """The lower end of one direction from the composition of its lower steps
-    (:func:`lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
+    (:func:`~.pld_discretise.lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
     ``LOWER_RETILT * delta`` -- or, with the bracket's ``upper`` end known, where the charge
     decides the bracket's width (:func:`_round_off_decides`: then above ``RETILT * delta``, as
-    the upper end's); None over the memory cap."""
+    the upper end's); None over the memory cap.
+
+    Args:
+        lower_steps: the usable lower steps of one direction (:func:`lower_usable`).
+        h: the grid step, > 0.
+        delta: the target delta, in (0, 1).
+        cap_bytes: the memory a composition may use, in bytes.
+        upper: the bracket's upper end, or None if not known.
+
+    Returns:
+        The lower end (a float, >= 0), or None over the memory cap.
+    """
     alpha = ALIAS * delta
     lcomp, _ = compose_steps(lower_steps, h, alpha, cap_bytes)
     if lcomp is None:
@@ -225,7 +291,14 @@ def _round_off_decides(comp, h, delta, lower, upper) -> bool:
 
 
 def lower_usable(lower_steps) -> bool:
-    """Lower steps exist for every event and none is empty (an empty one bounds nothing)."""
+    """Lower steps exist for every event and none is empty (an empty one bounds nothing).
+
+    Args:
+        lower_steps: a sequence of lower steps (:class:`~.pld_pairs.Step` or None).
+
+    Returns:
+        True when the sequence is non-empty and every step has positive finite mass.
+    """
     return bool(lower_steps) and all(s is not None and float(np.sum(s.mass)) > 0.0 for s in lower_steps)
 
 

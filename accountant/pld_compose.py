@@ -96,6 +96,17 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     ``E[e^(lam (L - r h)); L > x] <= exp(Lambda(l') - (l' - lam) x - lam r h)`` for ``l' > lam``.
     Tilted with ``r_min`` given, ``lo`` is then raised as far as the mass below it, wrapped
     to the top and damped there by un-tilting, stays at most ``alpha`` (never above ``r_min``).
+
+    Args:
+        steps: the discretised steps (:class:`~.pld_pairs.Step`) to compose.
+        h: the grid step, > 0.
+        log_alpha: ``log alpha``, the log of the mass allowed below and (wrapped) above the window.
+        lam: the tilt, >= 0.
+        logm: the steps' composed ``(up, dn)`` log-MGFs (:func:`log_mgfs`), or None to compute them.
+        r_min: the lowest bin the caller reads, or None (``lo``).
+
+    Returns:
+        A tuple ``(lo, hi)`` of grid indices (ints), ``hi >= lo``.
     """
     up, dn = logm if logm is not None else log_mgfs(steps, h)
     w_lo = float(np.max(-(dn - log_alpha) / LAMBDAS))
@@ -122,7 +133,15 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
 
 
 def log_mgfs(steps, h):
-    """log E[e^(l L)] of the composed discrete loss for l in +-LAMBDAS (finite atoms only)."""
+    """log E[e^(l L)] of the composed discrete loss for l in +-LAMBDAS (finite atoms only).
+
+    Args:
+        steps: the discretised steps; each step's ``lmgf`` is filled in if None.
+        h: the grid step, > 0.
+
+    Returns:
+        A tuple ``(up, dn)`` of arrays: the log-MGF at ``+LAMBDAS`` and at ``-LAMBDAS``.
+    """
     for s in steps:
         if s.lmgf is None:
             s.lmgf = (_log_mgf(s, h, LAMBDAS), _log_mgf(s, h, -LAMBDAS))
@@ -139,7 +158,15 @@ def delta_tilt(up, log_delta):
     Chernoff optimum is ``sqrt(log(1/delta) / b)`` (exact for a Gaussian loss).  A factor 2 off
     puts the tilted bulk many spreads away from the quantile for a narrow loss at a tiny delta
     (z = 100, 10 steps, delta = 1e-120: 9 spreads, below the FFT's round-off); any tilt gives
-    a valid bracket, so the model only has to be good, not certain."""
+    a valid bracket, so the model only has to be good, not certain.
+
+    Args:
+        up: the composed log-MGF at ``+LAMBDAS`` (:func:`log_mgfs`).
+        log_delta: ``log delta``, < 0.
+
+    Returns:
+        The tilt ``lam`` (a float).
+    """
     cand = LAMBDAS[LAMBDAS <= LAMBDAS[-3]]
     x = (up[:cand.size] - log_delta) / cand
     i = int(np.argmin(x))
@@ -153,6 +180,21 @@ def delta_tilt(up, log_delta):
 
 @dataclass
 class Composed:
+    """A composition of discretised steps on a window of the loss grid: masses, their round-off bounds,
+    and what lies off the window.
+
+    Attributes:
+        lo: the grid index of ``mass[0]``.
+        mass: the composed finite pmf on the window (may hold round-off).
+        err: a per-bin bound on the round-off of ``mass`` (an estimate, see :func:`compose_steps`).
+        inf: the composed mass at +infinity.
+        alias: a bound on the wrapped-around mass (both sides) plus the steps' charges.
+        bad: the total mass of the true losses outside the per-step grids.
+        count: the number of steps ``K`` composed.
+        shift: the composed grid's anchor: ``mass[j]`` sits at ``shift + (lo + j) h``.
+        blocked: whether a step stands for a block of steps (then no Hoeffding end).
+    """
+
     lo: int            # grid index of mass[0]
     mass: np.ndarray   # composed finite pmf on the window (may hold round-off)
     err: np.ndarray    # per-bin bound on the round-off of ``mass`` (estimate, see compose_steps)
@@ -171,10 +213,16 @@ class Composed:
 
     @property
     def upper_mass(self):
+        """``mass + err`` clipped to [0, 1]: an upper bound on each bin's mass.
+
+        """
         return np.clip(self.mass + self.err, 0.0, 1.0)
 
     @property
     def lower_mass(self):
+        """``mass - err`` clipped to [0, 1]: a lower bound on each bin's mass.
+
+        """
         return np.clip(self.mass - self.err, 0.0, 1.0)
 
 
@@ -182,7 +230,14 @@ def charges(steps) -> float:
     """The profile offset the steps' charges add to a composition (:attr:`Step.charge`): ``f_(A*B)
     <= f_(A'*B) + c |B|`` for a measure ``A`` whose profile is within ``c`` of ``A'``'s, so each
     step's ``count * charge`` is multiplied by the largest total mass the others can have (the
-    steps' masses, at least 1 each)."""
+    steps' masses, at least 1 each).
+
+    Args:
+        steps: the discretised steps (:class:`~.pld_pairs.Step`).
+
+    Returns:
+        The offset (a float, >= 0).
+    """
     c = math.fsum(s.count * s.charge for s in steps)
     if c <= 0.0:
         return 0.0
@@ -198,6 +253,14 @@ def power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
     coefficient that :func:`compose_steps` charges; coefficients whose power is below the smallest
     double (``c log|t| < -745``) are exactly zero, and are not computed (most of them, for the
     narrow spectra of many composed steps).  numpy's complex ``**`` is several times slower.
+
+    Args:
+        t: the complex Fourier coefficients, ``|t| <= 1``.
+        log_abs: ``log|t|`` (``-inf`` where ``t = 0``).
+        c: the power, >= 1.
+
+    Returns:
+        The complex array ``t ** c`` (``t`` itself for ``c = 1``).
     """
     if c == 1:
         return t
@@ -212,7 +275,16 @@ def power(t: np.ndarray, log_abs: np.ndarray, c: int) -> np.ndarray:
 
 
 def cyclic(w: np.ndarray, i0: int, N: int) -> np.ndarray:
-    """``w`` (grid indices ``i0 ..``) wrapped onto a cyclic grid of ``N`` points."""
+    """``w`` (grid indices ``i0 ..``) wrapped onto a cyclic grid of ``N`` points.
+
+    Args:
+        w: the masses.
+        i0: the grid index of ``w[0]``.
+        N: the cyclic grid's size, >= 1.
+
+    Returns:
+        A float array of length ``N`` (wrapped masses added up).
+    """
     a = np.zeros(N)
     start = i0 % N
     if w.size <= N - start:
@@ -233,7 +305,20 @@ def untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min)
     Un-tilting multiplies bin j by ``e^(big - lam (lo + j) h)``, decreasing in j: its error bound
     ``level * e^(...)`` is at least 1 on a prefix of the window -- those bins (and, with
     ``r_min``, the bins below ``r_min``, never read) are unresolved: error 1, mass 0 (and where
-    the exponent reaches 700: no overflow below)."""
+    the exponent reaches 700: no overflow below).
+
+    Args:
+        vals: the tilted window's values.
+        big: the log of the un-tilting constant.
+        lam: the tilt, > 0.
+        h: the grid step, > 0.
+        lo: the grid index of ``vals[0]``.
+        level: the round-off per bin in tilted units, > 0.
+        r_min: the lowest bin read, or None.
+
+    Returns:
+        A tuple ``(mass, err)`` of float arrays of ``vals``'s length (``err`` in [0, 1]).
+    """
     n = vals.size
     j0 = max(math.floor((big + math.log(level)) / (lam * h)), math.floor((big - 700.0) / (lam * h))) - lo + 1
     if r_min is not None:
@@ -250,7 +335,17 @@ def untilt(vals, big: float, lam: float, h: float, lo: int, level: float, r_min)
 
 def tilted(mass: np.ndarray, i0: int, h: float, lam: float):
     """``(w, log_norm)``: a step's masses (grid indices ``i0 ..``) tilted by ``e^(lam L)`` and
-    normalised to sum 1, and the log of the normaliser (the un-tilting constant of one step)."""
+    normalised to sum 1, and the log of the normaliser (the un-tilting constant of one step).
+
+    Args:
+        mass: the step's masses, non-negative with a positive sum.
+        i0: the grid index of ``mass[0]``.
+        h: the grid step, > 0.
+        lam: the tilt (0: no tilt).
+
+    Returns:
+        A tuple ``(w, log_norm)``: the normalised tilted masses and the log of the normaliser.
+    """
     if lam == 0.0:                         # no tilt: normalising is one division
         tot = float(mass.sum())
         return mass / tot, math.log(tot)
@@ -271,7 +366,24 @@ def read_window(F, G, g_factor, N, lo, n, big, lam, h, r_min=None, extra=0.0):
     Round-off (see :func:`compose_steps`): ``G`` bounds, per coefficient, how far rounding in the
     transforms of the factors moves ``F`` to first order (``g_factor`` times it); an output bin
     errs by at most ``4 u log2 N`` times the spectrum's mean of that plus ``rms|F|`` (the inverse
-    transform's own) plus ``extra``, or by the most negative output value if larger."""
+    transform's own) plus ``extra``, or by the most negative output value if larger.
+
+    Args:
+        F: the composition's half spectrum (complex, as from ``rfft``).
+        G: per coefficient, the first-order bound on the factors' rounding.
+        g_factor: the factor ``G`` is multiplied by (the number of steps ``K``).
+        N: the cyclic grid's size.
+        lo: the grid index of the window's first bin.
+        n: the window's length.
+        big: the log of the un-tilting constant.
+        lam: the tilt (0: un-tilting is one constant factor).
+        h: the grid step, > 0.
+        r_min: the lowest bin read, or None.
+        extra: an extra round-off term, in the spectrum's units.
+
+    Returns:
+        A tuple ``(mass, err)`` of float arrays of length ``n``.
+    """
     ends = [0] if N % 2 else [0, -1]       # (the half spectrum counts twice except its ends)
     mean_G = (2.0 * float(G.sum()) - float(G[ends].sum())) / N
     x = F.view(np.float64)                 # (real and imaginary parts; no BLAS, see _log_mgf)
@@ -313,6 +425,18 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     caller reads only bins above a known lower bound on eps.  Mass above the window wraps
     around; it is magnified by un-tilting at most by ``e^(lam (L - r_min h))`` on the bins
     read, and the window is sized so that this is at most ``alpha`` (:func:`loss_window`).
+
+    Args:
+        steps: the discretised steps (:class:`~.pld_pairs.Step`) to compose.
+        h: the grid step, > 0.
+        alpha: the mass allowed to wrap around on each side, in (0, 1).
+        cap_bytes: the memory the transforms may use, in bytes.
+        lam: the tilt, >= 0.
+        r_min: the lowest bin the caller reads, or None.
+
+    Returns:
+        A tuple ``(composed, size)``: the :class:`Composed` (None over the memory cap) and the
+        window's or cyclic grid's number of points.
     """
     inf = -math.expm1(sum(s.count * math.log1p(-min(s.inf, 1.0)) for s in steps)) if steps else 0.0
     shift = math.fsum(s.count * s.shift for s in steps)
@@ -369,7 +493,20 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     ``lam``, read from its own low end); the cyclic grid has ``N >= hi_c - lo_c + 1`` points for
     every count, so each window sits on it as in :func:`compose_steps` (what lies beyond
     ``lo_c + N - 1`` wraps around, bounded as there; the points in between are not read), and
-    each count's round-off bound is :func:`compose_steps`'s with ``K = c``."""
+    each count's round-off bound is :func:`compose_steps`'s with ``K = c``.
+
+    Args:
+        step: the discretised step.
+        counts: the numbers of compositions, each >= 1.
+        h: the grid step, > 0.
+        alpha: the mass allowed to wrap around on each side, in (0, 1).
+        cap_bytes: the memory the transforms may use, in bytes.
+        lam: the tilt, >= 0.
+
+    Returns:
+        A list of :class:`Composed`, one per count, or None over the memory cap (and where a
+        count is below 1 or the step has no finite mass).
+    """
     counts = [int(c) for c in counts]
     if any(c < 1 for c in counts) or not float(np.sum(step.mass)) > 0.0:
         return None

@@ -18,7 +18,15 @@ def decayed_rounding(n: int, h: float) -> float:
     """Relative rounding bound of :func:`decayed_suffix` on ``n`` points: within a block of ``L``
     points a cumulative sum (``L`` additions) and three block weights (``exp`` of an argument of at
     most 32: ``<= 34 u`` each); per doubling pass of the carries a weight (``exp`` of an argument
-    below 746: ``<= 747 u``) and two roundings; the carry's own weight and addition."""
+    below 746: ``<= 747 u``) and two roundings; the carry's own weight and addition.
+
+    Args:
+        n: the number of points, >= 0.
+        h: the grid step (the decay rate per point), > 0.
+
+    Returns:
+        The relative rounding bound (a float, a multiple of the machine epsilon).
+    """
     L = decay_block(n, h) if n else 0
     nb = -(-n // L) if n else 0
     passes = max(0, nb - 1).bit_length()
@@ -30,6 +38,15 @@ _DECAY_BLOCK = 1 << 16
 
 
 def decay_block(n: int, h: float) -> int:
+    """The block length ``L`` of :func:`decayed_suffix`: at most ``2^16`` points and ``L h <= 32``.
+
+    Args:
+        n: the number of points, >= 1 (0 gives 1).
+        h: the grid step, > 0.
+
+    Returns:
+        ``L = max(1, min(n, 2^16, int(32 / h)))``, an int.
+    """
     return max(1, min(n, _DECAY_BLOCK, int(_DECAY_SPAN / h)))
 
 
@@ -50,8 +67,15 @@ def decayed_suffix(x: np.ndarray, h: float) -> np.ndarray:
     block; the weights stay in ``[1, e^32]``, no overflow), then each block adds the previous
     block's last value times ``e^-((k_t + 1) h)`` (those last values first carried from block to
     block by a doubling scan).  Every term is non-negative; the rounding is bounded by
-    :func:`suffix_rounding`.  (This replaced ``scipy.signal.lfilter``, whose import alone took
+    :func:`decayed_rounding`.  (This replaced ``scipy.signal.lfilter``, whose import alone took
     0.6 s of every CLI call; it runs as fast.)
+
+    Args:
+        x: a 1-d array of non-negative masses.
+        h: the decay rate per point (the grid step), > 0.
+
+    Returns:
+        A float array of the same length: ``B_j`` for each ``j``.
     """
     x = np.asarray(x, dtype=float)
     n = x.size

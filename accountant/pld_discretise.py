@@ -20,7 +20,15 @@ __all__ = ["Bins", "bins_of", "convexify", "discretised_steps", "decay_block", "
 
 @dataclass
 class Bins:
-    """True masses of one step's loss on the bins ``(j h, (j+1) h]``, ``j = i0 .. i0+n-1``."""
+    """True masses of one step's loss on the bins ``(j h, (j+1) h]``, ``j = i0 .. i0+n-1``.
+
+    Attributes:
+        i0: the grid index of the first bin.
+        P: the P-masses of the bins (a float array).
+        Q: the Q-masses of the bins (a float array of the same length).
+        p_below: ``P(L <= i0 h)``.
+        p_above: ``P(L > (i0 + n) h)``.
+    """
 
     i0: int
     P: np.ndarray
@@ -38,7 +46,23 @@ register(_BINS.clear)
 
 def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, level=None) -> Bins:
     """The pair's true bins on the grid ``h`` over its loss range (tails of mass ``tau``; cut at
-    ``+-level`` where the mass beyond is at most ``cut_mass``), remembered."""
+    ``+-level`` where the mass beyond is at most ``cut_mass``), remembered.
+
+    Args:
+        pair: the dominating pair (:class:`~.pld_pairs.Pair`).
+        h: the grid step, > 0.
+        tau: the largest P-mass of each tail beyond the loss range, > 0.
+        cap_bytes: the memory the step may use, in bytes.
+        cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
+        level: the cut level (None: ``LOSS_CUT``).
+
+    Returns:
+        The :class:`Bins` (shared with the cache: not to be modified).
+
+    Raises:
+        OverCap: if the loss range is not finite, its grid indices exceed ``2^60``, or its bins
+            would take more than ``cap_bytes``.
+    """
     lo, hi = pair.loss_range(tau, cut_mass, level)
     # (a loss range that is not finite, or whose grid indices leave int64 -- noise so small that
     # the losses are past 1e18 grid steps -- is over the cap too: the PLD cannot hold it, RDP answers)
@@ -64,7 +88,16 @@ def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, lev
 
 def upper_step(b: Bins, h: float, count: int) -> Step:
     """Connect-the-dots: each bin's mass is split between its two grid points so that the
-    ``Q``-mass is kept (pessimistic; the tails go to the lowest grid point and to +infinity)."""
+    ``Q``-mass is kept (pessimistic; the tails go to the lowest grid point and to +infinity).
+
+    Args:
+        b: the step's true bins.
+        h: the grid step, > 0.
+        count: how many times the step is composed, >= 1.
+
+    Returns:
+        The upper :class:`~.pld_pairs.Step` (``n + 1`` atoms from ``b.i0``).
+    """
     i0, P, Q = b.i0, b.P, b.Q
     # r = (P - e^(jh) Q) / (1 - e^-h), in log space (e^(jh) overflows for large losses); a bin
     # whose Q-mass underflowed is sent up whole (its likelihood ratio is taken as e^((j+1)h))
@@ -110,6 +143,14 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
     bound on delta(eps), hence on eps(delta).  The error is ``O(h^2)`` per step (the chord's
     gap), like connect-the-dots' own, so the bracket's width is ``O(K h^2)``.  Returns None
     if the repair cannot be paid for (never seen; the caller keeps its other lower bound).
+
+    Args:
+        b: the step's true bins.
+        h: the grid step, > 0.
+        count: how many times the step is composed, >= 1.
+
+    Returns:
+        The lower :class:`~.pld_pairs.Step`, or None (no bins, or the repair cannot be paid for).
     """
     P = b.P
     Q = b.Q
@@ -419,7 +460,15 @@ def _symmetrised_bins(r: Bins, a: Bins) -> Bins:
 def edge_anchor(pair: Pair, h: float):
     """``(g, P_edge)``: the anchor of a Poisson pair's grid ``g + j h`` (see
     :func:`_anchored_lower_step`) and the P-mass of its edge cell, merged into one atom at ``g``;
-    None where the pair has no edge or no anchor is found."""
+    None where the pair has no edge or no anchor is found.
+
+    Args:
+        pair: the dominating pair (a remove or add pair with ``0 < q < 1``).
+        h: the grid step, > 0.
+
+    Returns:
+        A tuple ``(g, P_edge)`` of floats, or None.
+    """
     edge = pair.edge
     if edge is None:
         return None
@@ -511,7 +560,25 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, l
     in the list where the lower construction failed).  Each event's dominating pairs come from
     :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
     symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses cut at
-    ``+-level`` (default LOSS_CUT; :func:`~.pld_grid.cut_level`) where the mass beyond is at most ``delta / k``."""
+    ``+-level`` (default LOSS_CUT; :func:`~.pld_grid.cut_level`) where the mass beyond is at most ``delta / k``.
+
+    Args:
+        events: checked ``(event, count)`` pairs.
+        h: the grid step, > 0.
+        tau: the largest P-mass of each step's tails beyond its grid, > 0.
+        direction: ``"remove"`` or ``"add"``.
+        cap: the memory one step may use, in bytes.
+        lower: also build the lower steps.
+        delta: the target delta of the bracket, or None (no cut).
+        level: the cut level (None: ``LOSS_CUT``).
+
+    Returns:
+        The list of upper steps, or ``(upper_steps, lower_steps)`` with ``lower``.
+
+    Raises:
+        OverCap: if a step's bins would exceed ``cap`` (from :func:`bins_of`).
+        InputError: if an event has no dominating pair.
+    """
     ups, los = [], []
     for ev, k in events:
         pairs = dominating_pairs(ev, direction)

@@ -25,7 +25,17 @@ __all__ = ["pld_epsilon_at", "checked_delta", "cut_level", "first_grid", "window
 
 
 def checked_delta(delta) -> float:
-    """``delta`` checked for the PLD accountant: in [MIN_DELTA, 1)."""
+    """``delta`` checked for the PLD accountant: in [MIN_DELTA, 1).
+
+    Args:
+        delta: the target delta.
+
+    Returns:
+        ``delta`` as a float.
+
+    Raises:
+        InputError: if ``delta`` is not in [``MIN_DELTA``, 1).
+    """
     d = validation.delta(delta)
     if d < MIN_DELTA:
         raise InputError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
@@ -43,6 +53,21 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     steps allow it (the upper end is then +inf).  A calibration's search needs only one end.
     The two ends are computed separately and remembered for the last few compositions, so a
     report at a point the search evaluated composes only its lower end.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        delta: the target delta, in [``MIN_DELTA``, 1).
+        discretization: the grid step, put on the ladder of grids (:func:`~.pld_pairs.grid_step`).
+        memory_cap: bytes one composition may use.
+        side: ``"both"``, ``"upper"`` or ``"lower"``.
+
+    Returns:
+        A tuple ``(lower, upper)`` of floats (``upper = inf`` for ``side="lower"``), or
+        ``(None, None)`` where a composition would exceed ``memory_cap``.
+
+    Raises:
+        InputError: if ``side`` is unknown, ``delta`` or ``discretization`` is out of range, or an
+            event is unsupported.
     """
     if side not in ("both", "upper", "lower"):
         raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
@@ -84,7 +109,16 @@ def cut_level(ev, d: float, cap: int) -> float | None:
     CUT_MARGIN)`` in delta at the eps it reads (``sum_i p_i <= d``: the mass condition), i.e. nothing
     below ``eps_up + 20``, and the lower end loses at most as much.  DP-SRM with a first batch of one
     record at noise 0.027 (losses ~690, eps 0.11): the level falls from 1000 to ~64 and every window
-    with it (docs/accounting.md)."""
+    with it (docs/accounting.md).
+
+    Args:
+        ev: a tuple of checked ``(event, count)`` pairs.
+        d: the target delta (checked).
+        cap: bytes one composition may use.
+
+    Returns:
+        The loss level (a float below ``LOSS_CUT``), or None for ``LOSS_CUT``.
+    """
     tau = _step_tail(ev, d)
     if not any(pair.q < 1.0 and pair.loss_range(tau)[1] > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k
                for e, k in ev for direction in directions(ev) for pair in dominating_pairs(e, direction)):
@@ -238,7 +272,15 @@ def _lower_ends(key, ups):
 
 def first_grid(events, delta: float) -> float:
     """The grid the automatic refinement of :func:`pld_epsilon` starts on: ``0.5 / sqrt(K log(1e6 /
-    delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05."""
+    delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        delta: the target delta, in [``MIN_DELTA``, 1).
+
+    Returns:
+        The first grid step (a float on the ladder, <= 0.05).
+    """
     d = checked_delta(delta)
     K = sum(k for _, k in checked_events(events))
     return on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
@@ -249,13 +291,32 @@ def window_points(events, delta: float, discretization: float) -> int:
     ``discretization`` (the size of the FFT one bracket at that grid costs; tilted re-compositions
     are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
     its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
-    ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose."""
+    ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        delta: the target delta, in [``MIN_DELTA``, 1).
+        discretization: the grid step.
+
+    Returns:
+        The number of grid points (an int, >= 0).
+    """
     return window_points_of(tuple(checked_events(events)), checked_delta(delta), grid_step(discretization))
 
 
 @cached(maxsize=256)
 def window_points_of(ev, d, h) -> int:
-    """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed)."""
+    """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed).
+
+    Args:
+        ev: a tuple of checked ``(event, count)`` pairs.
+        d: the target delta (checked).
+        h: the grid step (on the ladder).
+
+    Returns:
+        The number of grid points (an int): 0 for nothing to compose, ``MEMORY_CAP // 8`` where the
+        steps exceed the memory cap.
+    """
     try:
         steps = discretised_steps(ev, h, _step_tail(ev, d), directions(ev)[0], MEMORY_CAP, delta=d,
                                   level=cut_level(ev, d, MEMORY_CAP)) if ev else []

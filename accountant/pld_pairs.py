@@ -41,7 +41,14 @@ def on_ladder(h: float) -> float:
 
     The automatic grids are taken from this fixed ladder, so that nearby compositions (a
     calibration's noise levels) end on the *same* grid and their brackets vary continuously;
-    a calibration can then solve on the very grid its report will use."""
+    a calibration can then solve on the very grid its report will use.
+
+    Args:
+        h: a grid step, > 0.
+
+    Returns:
+        The step on the ladder (a float); ``h`` itself when ``h >= 0.05``.
+    """
     if h >= 0.05:
         return h
     k = math.ceil(-4.0 * math.log2(h / 0.05) - 1e-9)
@@ -63,7 +70,18 @@ ALIAS = 1e-8
 
 @dataclass(frozen=True)
 class EpsilonBracket:
-    """``eps(delta)`` of a composition: ``lower <= true eps <= upper`` (``upper`` is certified)."""
+    """``eps(delta)`` of a composition: ``lower <= true eps <= upper`` (``upper`` is certified).
+
+    Attributes:
+        lower: a lower bound on eps (a float, >= 0).
+        upper: the certified upper bound on eps (a float, possibly inf).
+        delta: the target delta the bracket is for.
+        discretization: the loss grid step of the final composition (0.0 where nothing was composed).
+        converged: whether the width is within the requested tolerance.
+        notes: a tuple of strings on how the bracket was obtained (a cap reached, a fallback).
+        method: the sound method that gave ``upper``: ``"pld"``, ``"gdp"`` or ``"rdp"`` (``"tv"``:
+        eps = 0 exactly by the total-variation bound; ``"none"``: no events composed).
+    """
 
     lower: float
     upper: float
@@ -77,6 +95,9 @@ class EpsilonBracket:
 
     @property
     def width(self) -> float:
+        """``upper - lower``, the bracket's width.
+
+        """
         return self.upper - self.lower
 
 
@@ -128,7 +149,11 @@ class Pair:
     q_comps: tuple = ()
 
     def loss(self, x):
-        """Privacy loss at x."""
+        """Privacy loss at x.
+
+        Args:
+            x: a point or an array of points of the real line.
+        """
         raise NotImplementedError
 
     def _x_of_mix(self, ell):
@@ -156,7 +181,16 @@ class Pair:
             return np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
 
     def mass(self, comps, lo, hi):
-        """Mixture mass of lo < x <= hi."""
+        """Mixture mass of lo < x <= hi.
+
+        Args:
+            comps: the mixture's ``(weight, mean)`` components (``p_comps`` or ``q_comps``).
+            lo: the lower end (exclusive), a float or array.
+            hi: the upper end (inclusive), a float or array (``lo <= hi``).
+
+        Returns:
+            The mass (a float, or an array for array ends).
+        """
         out = 0.0
         for w, m in comps:
             if w > 0:
@@ -188,11 +222,26 @@ class Pair:
         raise NotImplementedError
 
     def x_of(self, loss: float) -> float:
-        """The x where the privacy loss equals ``loss`` (the loss is monotone in x)."""
+        """The x where the privacy loss equals ``loss`` (the loss is monotone in x).
+
+        Args:
+            loss: a privacy-loss value.
+
+        Returns:
+            The point ``x`` (a float).
+        """
         return float(self._x_edges(np.array([loss], dtype=float))[0])
 
     def bins(self, eps_edges):
-        """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last)."""
+        """P and Q masses of ``L`` in (e_i, e_(i+1)], plus P(L <= e_0) and P(L > e_last).
+
+        Args:
+            eps_edges: non-decreasing loss edges ``e_0 <= ... <= e_last``.
+
+        Returns:
+            A tuple ``(P, Q, p_below, p_above)``: the arrays of P- and Q-masses of the bins
+            (one fewer than the edges) and the two P tail masses (floats).
+        """
         e = np.asarray(eps_edges, dtype=float)
         x = self._x_edges(e)
         memo = {}
@@ -224,14 +273,29 @@ class Pair:
 
     def loss_range(self, tau, cut_mass=None, level=None):
         """Losses beyond which each tail of P has mass at most tau (a subsampled pair's: cut at
-        ``+-level`` where the mass beyond is at most ``cut_mass``, :func:`_cut`)."""
+        ``+-level`` where the mass beyond is at most ``cut_mass``, :func:`_cut`).
+
+        Args:
+            tau: the largest P-mass of each tail beyond the range, > 0.
+            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut; ignored by
+                this base method).
+            level: the cut level (None: ``LOSS_CUT``; ignored by this base method).
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats.
+        """
         lo, hi = self._tails(tau)
         return float(lo), float(hi)
 
 
 @dataclass(frozen=True)
 class GaussianPair(Pair):
-    """``P = N(1, z^2)`` vs ``Q = N(0, z^2)``: a full-batch Gaussian release of sensitivity 1."""
+    """``P = N(1, z^2)`` vs ``Q = N(0, z^2)``: a full-batch Gaussian release of sensitivity 1.
+
+    Attributes:
+        z: the noise multiplier, noise std / L2 sensitivity, > 0.
+        q: the sampling probability; always 1.0 for this pair.
+    """
 
     z: float
     q: float = 1.0
@@ -240,6 +304,14 @@ class GaussianPair(Pair):
     q_comps = ((1.0, 0.0),)
 
     def loss(self, x):
+        """Privacy loss at ``x``: ``(x - 1/2) / z^2``, increasing in ``x``.
+
+        Args:
+            x: a point or an array of points.
+
+        Returns:
+            ``(x - 1/2) / z^2`` (an array).
+        """
         x = np.asarray(x, dtype=float)
         return (x - 0.5) / (self.z * self.z)
 
@@ -250,24 +322,50 @@ class GaussianPair(Pair):
 @dataclass(frozen=True)
 class RemovePair(Pair):
     """``P = (1 - q) N(0, z^2) + q N(1, z^2)`` vs ``Q = N(0, z^2)``: a record sampled with probability q,
-    removed (the remove direction of Poisson sampling; one half of sampling without replacement)."""
+    removed (the remove direction of Poisson sampling; one half of sampling without replacement).
+
+    Attributes:
+        z: the noise multiplier, noise std / L2 sensitivity, > 0.
+        q: the sampling probability (or ratio), in (0, 1].
+    """
 
     z: float
     q: float = 1.0
 
     @property
     def p_comps(self):
+        """P's ``(weight, mean)`` components: ``((1 - q, 0), (q, 1))``.
+
+        """
         return ((1.0 - self.q, 0.0), (self.q, 1.0))
 
     q_comps = ((1.0, 0.0),)
 
     def loss(self, x):
+        """Privacy loss at ``x``: ``log(1 - q + q e^((x - 1/2) / z^2))``, increasing in ``x``.
+
+        Args:
+            x: a point or an array of points.
+
+        Returns:
+            The loss (an array).
+        """
         return self._mix_loss(x)
 
     def _x_edges(self, e):
         return self._x_of_mix(e)
 
     def loss_range(self, tau, cut_mass=None, level=None):
+        """Losses beyond which each tail of P has mass at most tau, cut as :func:`_cut` allows.
+
+        Args:
+            tau: the largest P-mass of each tail beyond the range, > 0.
+            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
+            level: the cut level (None: ``LOSS_CUT``).
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, ``lo >= log(1 - q)``.
+        """
         lo, hi = self._tails(tau)
         lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
         return _cut(self, cut_mass, float(lo), float(hi), level)
@@ -279,13 +377,25 @@ class RemovePair(Pair):
 
     def cell_point(self, x):
         """A point at or below ``-log E_P[e^-L | cell]`` of the edge cell ``{x' <= x}`` (losses from the
-        edge up to ``L(x)``; :func:`_edge_point`)."""
+        edge up to ``L(x)``; :func:`_edge_point`).
+
+        Args:
+            x: the cell's upper end (a float).
+
+        Returns:
+            The loss point (a float; ``-inf`` for an empty cell).
+        """
         return _edge_point(self, self.edge, x, +1)
 
 
 @dataclass(frozen=True)
 class AddPair(Pair):
-    """``P = N(0, z^2)`` vs ``Q = (1 - q) N(0, z^2) + q N(1, z^2)``: the add direction."""
+    """``P = N(0, z^2)`` vs ``Q = (1 - q) N(0, z^2) + q N(1, z^2)``: the add direction.
+
+    Attributes:
+        z: the noise multiplier, noise std / L2 sensitivity, > 0.
+        q: the sampling probability (or ratio), in (0, 1].
+    """
 
     z: float
     q: float = 1.0
@@ -294,9 +404,20 @@ class AddPair(Pair):
 
     @property
     def q_comps(self):
+        """Q's ``(weight, mean)`` components: ``((1 - q, 0), (q, 1))``.
+
+        """
         return ((1.0 - self.q, 0.0), (self.q, 1.0))
 
     def loss(self, x):
+        """Privacy loss at ``x``: ``-log(1 - q + q e^((x - 1/2) / z^2))``, decreasing in ``x``.
+
+        Args:
+            x: a point or an array of points.
+
+        Returns:
+            The loss (an array).
+        """
         return -self._mix_loss(x)
 
     decreasing = True
@@ -305,6 +426,16 @@ class AddPair(Pair):
         return self._x_of_mix(-e)[::-1]
 
     def loss_range(self, tau, cut_mass=None, level=None):
+        """Losses beyond which each tail of P has mass at most tau, cut as :func:`_cut` allows.
+
+        Args:
+            tau: the largest P-mass of each tail beyond the range, > 0.
+            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
+            level: the cut level (None: ``LOSS_CUT``).
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, ``hi <= -log(1 - q)``.
+        """
         a, b = self._tails(tau)
         lo, hi = b, a                                                       # the loss decreases in x
         hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
@@ -317,7 +448,14 @@ class AddPair(Pair):
 
     def cell_point(self, x):
         """A point at or below ``-log E_P[e^-L | cell]`` of the edge cell ``{x' <= x}`` (losses from
-        ``L(x)`` up to the edge; :func:`_edge_point`)."""
+        ``L(x)`` up to the edge; :func:`_edge_point`).
+
+        Args:
+            x: the cell's upper end (a float).
+
+        Returns:
+            The loss point (a float; the edge itself for an empty cell).
+        """
         return _edge_point(self, self.edge, x, -1)
 
 
@@ -342,7 +480,15 @@ def _cut(pair, cut_mass, lo: float, hi: float, level: float | None = None) -> tu
 @functools.lru_cache(maxsize=256)
 def beyond(pair, level: float) -> tuple:
     """``(P(L <= -level), P(L > level))`` of a pair (a function of the frozen pair and the level: every
-    grid of a search asks again)."""
+    grid of a search asks again).
+
+    Args:
+        pair: a frozen :class:`Pair`.
+        level: the loss level, >= 0.
+
+    Returns:
+        A tuple ``(below, above)`` of floats.
+    """
     _, _, below, above = pair.bins(np.array([-level, level]))
     return below, above
 
@@ -375,7 +521,19 @@ PAIRS = {"gauss": GaussianPair, "remove": RemovePair, "add": AddPair}
 
 
 def pair(kind: str, z: float, q: float = 1.0) -> Pair:
-    """The pair of one direction by name (``PAIRS``)."""
+    """The pair of one direction by name (``PAIRS``).
+
+    Args:
+        kind: ``"gauss"``, ``"remove"`` or ``"add"``.
+        z: the noise multiplier, > 0.
+        q: the sampling probability, in (0, 1].
+
+    Returns:
+        The :class:`Pair`.
+
+    Raises:
+        KeyError: if ``kind`` is not a key of ``PAIRS``.
+    """
     return PAIRS[kind](z, q)
 
 
@@ -384,7 +542,18 @@ def dominating_pairs(event, direction: str) -> tuple:
     sampling without replacement under replace-one -- the remove and the add pair, whose discretised
     steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0) and for a
     balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).
-    ``direction``: "remove" or "add", the direction a Poisson event's pair takes."""
+    ``direction``: "remove" or "add", the direction a Poisson event's pair takes.
+
+    Args:
+        event: a Gaussian, Poisson-sampled, without-replacement-sampled or balls-in-bins event.
+        direction: ``"remove"`` or ``"add"``.
+
+    Returns:
+        A tuple of zero, one or two :class:`Pair` objects.
+
+    Raises:
+        InputError: if ``event`` is of another type.
+    """
     z = event.noise_multiplier
     if isinstance(event, BallsInBinsGaussianEvent):
         return ()
@@ -402,7 +571,19 @@ def dominating_pairs(event, direction: str) -> tuple:
 
 @dataclass
 class Step:
-    """A discretised step: finite masses at (i0 + j) * h, an infinite-loss mass, tail masses."""
+    """A discretised step: finite masses at (i0 + j) * h, an infinite-loss mass, tail masses.
+
+    Attributes:
+        i0: the grid index of the first atom.
+        mass: the finite atoms' masses (a float array).
+        inf: the mass at infinite loss.
+        bad: the mass of the true loss outside the grid (rounded up or sent to infinity).
+        count: how many times the step is composed, >= 1.
+        lmgf: ``log E[e^(l L)]`` over the finite atoms at the tilts, or None (not yet computed).
+        shift: the grid's anchor (atoms at ``shift + (i0 + j) * h``).
+        charge: the profile slack of the step (a block's remainders), >= 0.
+        block: the number of the pair's steps this step stands for, >= 1.
+    """
 
     i0: int
     mass: np.ndarray
@@ -426,6 +607,9 @@ class Step:
 
 
 class OverCap(Exception):
+    """A composition or discretisation would exceed the memory cap (caught inside the accountant).
+
+    """
     pass
 
 
@@ -435,12 +619,20 @@ def aligned_grid(events, h: float) -> float | None:
     With small noise almost all of a Poisson step's mass sits just above ``log(1 - q)`` (remove
     direction; just below ``-log(1 - q)`` for add, and both for sampling without replacement):
     an atom.  Mid-way between two grid points its chord gap is ``~h/4`` of the whole mass, more
-    than the thin tail above can repay, and :func:`lower_step` fails.  With ``h' = |log(1 - q)|
+    than the thin tail above can repay, and :func:`~.pld_discretise.lower_step` fails.  With ``h' = |log(1 - q)|
     / ceil(|log(1 - q)| / h)`` the atom sits at a grid point (the grid is symmetric about 0, so
     for both signs), its gap is ~0, and the lower step exists.  Any grid's lower end is valid;
     this one is used only where the grid ``h``'s lower steps fail.  The atom of the subsampled
     event with the most steps is aligned; None where no event is subsampled (0 < q < 1) or the
-    atom is within ``h`` of 0 (then it sits near a grid point already)."""
+    atom is within ``h`` of 0 (then it sits near a grid point already).
+
+    Args:
+        events: checked ``(event, count)`` pairs.
+        h: the grid step, > 0.
+
+    Returns:
+        The aligned grid step (a float), or None.
+    """
     best = None
     for ev, k in events:
         q = ev.use_probability
@@ -460,13 +652,30 @@ MAX_DISCRETIZATION = 64.0
 
 
 def grid_step(discretization) -> float:
-    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range."""
+    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range.
+
+    Args:
+        discretization: the requested grid step.
+
+    Returns:
+        The step as a float.
+
+    Raises:
+        InputError: if ``discretization`` is not in ``(0, MAX_DISCRETIZATION]``.
+    """
     return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
 
 
 def directions(events):
     """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step or a
-    balls-in-bins epoch is among them (each composed on its own, the worse reported), else remove."""
+    balls-in-bins epoch is among them (each composed on its own, the worse reported), else remove.
+
+    Args:
+        events: ``(event, count)`` pairs.
+
+    Returns:
+        ``("remove", "add")`` or ``("remove",)``.
+    """
     if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) for e, _ in events):
         return ("remove", "add")
     return ("remove",)
@@ -474,7 +683,18 @@ def directions(events):
 
 def checked_events(events):
     """``events`` (events or ``(event, count)`` pairs) as validated ``(event, count)`` pairs of one
-    neighbouring relation, zero counts dropped, full-batch forms exact -- or the typed input error."""
+    neighbouring relation, zero counts dropped, full-batch forms exact -- or the typed input error.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs (counts: integers >= 0).
+
+    Returns:
+        A list of ``(event, count)`` pairs.
+
+    Raises:
+        InputError: if an item is neither an event nor a pair, an event is of an unsupported type,
+            a count is not an integer >= 0, or the events mix neighbouring relations.
+    """
     out = []
     for item in events:
         if isinstance(item, EVENTS):

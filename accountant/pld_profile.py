@@ -43,7 +43,21 @@ def _delta_upper(comp, h: float, eps: float) -> float:
 
 
 def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
-    """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``."""
+    """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        epsilon: the epsilon at which delta is bracketed (a real number).
+        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
+        memory_cap: bytes one composition may use.
+
+    Returns:
+        A tuple ``(lower, upper)`` of floats in [0, 1]; ``(0.0, 0.0)`` for no events.
+
+    Raises:
+        InputError: if an argument is out of range, an event is unsupported, or a composition
+            needs more than ``memory_cap`` bytes.
+    """
     e = validation.real(epsilon, "epsilon")
     h = grid_step(discretization)
     ev = checked_events(events)
@@ -84,7 +98,21 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
 def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int = MEMORY_CAP) -> np.ndarray:
     """Certified upper bounds on ``delta(eps)`` at every ``eps`` in ``epsilons`` from ONE composition
     per direction (the worse direction at each eps): the privacy profile the trade-off curve of
-    :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end."""
+    :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        epsilons: finite epsilons (a number or a 1-d array-like).
+        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
+        memory_cap: bytes one composition may use.
+
+    Returns:
+        A float array of upper bounds on delta, one per epsilon (zeros for no events).
+
+    Raises:
+        InputError: if ``epsilons`` is not a 1-d array of finite numbers, an argument is out of
+            range, an event is unsupported, or a composition needs more than ``memory_cap`` bytes.
+    """
     eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
     if eps.ndim != 1 or not np.all(np.isfinite(eps)):
         raise InputError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
@@ -123,7 +151,21 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
     the whole profile on ``eps >= 0``: what the attack-risk terms of :mod:`.tradeoff` need
     (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`pld_profile`:
     the finite atoms of the connect-the-dots composition with their round-off added, the
-    infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding."""
+    infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding.
+
+    Args:
+        events: an iterable of events or ``(event, count)`` pairs.
+        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
+        memory_cap: bytes one composition may use.
+
+    Returns:
+        A list of ``(eps, delta_upper)`` pairs of float arrays, one per direction
+        (``[(zeros(1), zeros(1))]`` for no events).
+
+    Raises:
+        InputError: if an argument is out of range, an event is unsupported, or a composition
+            needs more than ``memory_cap`` bytes.
+    """
     from .pld_bracket import suffix_rounding, suffix_sums
 
     h = grid_step(discretization)

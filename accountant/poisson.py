@@ -137,12 +137,18 @@ def poisson_gaussian_rdp(alpha, q, noise_multiplier):
     5e4, where eps is astronomically large anyway), an upper bound: the chord of the convex
     ``log A_alpha`` between the neighbouring integer orders.
 
-    Args:
-      alpha: order(s) > 1, scalar or array.
-      q: sampling probability in [0, 1].
-      noise_multiplier: ``z > 0``.
-
     Edge cases: ``q = 0`` -> 0; ``q = 1`` -> ``alpha / (2 z^2)`` (no amplification).
+
+    Args:
+        alpha: the order(s), each in (1, inf), scalar or array.
+        q: the sampling probability, in [0, 1].
+        noise_multiplier: ``z``, noise std / L2 sensitivity, in (0, inf).
+
+    Returns:
+        The RDP value(s): a float for a scalar ``alpha``, else an array shaped like ``alpha``.
+
+    Raises:
+        InputError: if an order, ``q`` or ``noise_multiplier`` is out of range.
     """
     a = validation.orders_array(alpha, "alpha")
     qq = validation.probability(q, "q")

@@ -20,7 +20,17 @@ _WATCHERS: contextvars.ContextVar[tuple] = contextvars.ContextVar("dpcalib_progr
 @contextlib.contextmanager
 def watching(watcher: Callable[[str], None]) -> Iterator[None]:
     """Call ``watcher(part)`` with each part of long work started inside the block (e.g. ``"upper end
-    on grid 1.45e-05"``); blocks nest, every watcher is told."""
+    on grid 1.45e-05"``); blocks nest, every watcher is told.
+
+    Args:
+        watcher: a callable taking one string (the part of work that starts).
+
+    Yields:
+        Nothing (``None``): the watcher is told for the length of the ``with`` block.
+
+    Raises:
+        InputError: if ``watcher`` is not callable.
+    """
     if not callable(watcher):
         from .validation import InputError
 
@@ -33,6 +43,10 @@ def watching(watcher: Callable[[str], None]) -> Iterator[None]:
 
 
 def tell(part: str) -> None:
-    """Tell every watcher that ``part`` starts (nothing where nobody watches)."""
+    """Tell every watcher that ``part`` starts (nothing where nobody watches).
+
+    Args:
+        part: a short description of the work that starts.
+    """
     for watcher in _WATCHERS.get():
         watcher(part)

@@ -40,7 +40,22 @@ CURVE_FPRS = tuple(float(x) for x in np.unique(np.concatenate((np.logspace(-6, 0
 
 @dataclass(frozen=True)
 class PrivacyReport:
-    """What a composition's guarantee means.  ``epsilon`` is the certified upper end at ``delta``."""
+    """What a composition's guarantee means.  ``epsilon`` is the certified upper end at ``delta``.
+
+    Attributes:
+        delta: the report's delta, in (0, 1).
+        epsilon_lower: the lower end of eps at ``delta`` (None where only an RDP upper bound exists).
+        epsilon_upper: the certified upper end of eps at ``delta``.
+        method: the method that certified ``epsilon_upper`` (``"pld"``, ``"gdp"``, ``"rdp"``, ``"tv"``
+        or ``"none"``; as :class:`~.pld_pairs.EpsilonBracket`).
+        epsilons: ``((delta, lower or None, upper), ...)``, delta decreasing.
+        mu: the GDP parameter where the composition is exactly Gaussian DP, else None.
+        tpr_at_fpr: ``((fpr, tpr), ...)``: the largest true-positive rate at each FPR.
+        advantage: the largest ``TPR - FPR`` of any test, in [0, 1].
+        tradeoff: ``((fpr, tpr), ...)`` on ``CURVE_FPRS`` (the trade-off curve is ``1 - tpr``).
+        assumptions: a dict of words: the conditions under which the numbers hold.
+        notes: a tuple of strings.
+    """
 
     delta: float
     epsilon_lower: float | None
@@ -56,12 +71,19 @@ class PrivacyReport:
 
     @property
     def epsilon(self) -> float:
+        """The certified upper end of eps at ``delta`` (``epsilon_upper``).
+
+        """
         return self.epsilon_upper
 
     def to_dict(self) -> dict:
         """The JSON form (stable keys: ``epsilon``, ``epsilon_lower``, ``epsilon_upper``, ``delta``,
         ``method``, ``epsilons``, ``mu``, ``tpr_at_fpr`` keyed by the FPR as a string,
-        ``advantage``, ``tradeoff``, ``assumptions``, ``notes``)."""
+        ``advantage``, ``tradeoff``, ``assumptions``, ``notes``).
+
+        Returns:
+            A dict of JSON-serialisable values.
+        """
         return {"epsilon": self.epsilon_upper, "epsilon_lower": self.epsilon_lower,
                 "epsilon_upper": self.epsilon_upper, "delta": self.delta, "method": self.method,
                 "epsilons": [{"delta": d, "lower": lo, "upper": up} for d, lo, up in self.epsilons],
@@ -71,7 +93,11 @@ class PrivacyReport:
                 "assumptions": dict(self.assumptions), "notes": list(self.notes)}
 
     def text(self) -> str:
-        """The report in words, one fact a line."""
+        """The report in words, one fact a line.
+
+        Returns:
+            The lines joined by newlines (a str).
+        """
         lines = []
         lo = "-" if self.epsilon_lower is None else f"{self.epsilon_lower:.6g}"
         lines.append(f"epsilon     {self.epsilon_upper:.6g}  at delta = {self.delta:g}   "
@@ -140,7 +166,12 @@ class PrivacyReport:
         return fig
 
     def plot(self, path: str, title: str = "") -> None:
-        """Write :meth:`figure` to ``path`` (needs matplotlib)."""
+        """Write :meth:`figure` to ``path`` (needs matplotlib).
+
+        Args:
+            path: the file to write (its extension picks the format).
+            title: the figure's title (default: the certified eps and delta).
+        """
         import matplotlib.pyplot as plt
 
         fig = self.figure(title)
@@ -163,11 +194,28 @@ _RELATIONS = {
 
 
 def relation_text(relation) -> str:
+    """The neighbouring relation in words, for a report's assumptions.
+
+    Args:
+        relation: ``"add/remove"``, ``"replace-one"``, ``"zero-out"`` or None (full-batch only).
+
+    Returns:
+        The sentence (a str; ``str(relation)`` for another value).
+    """
     return _RELATIONS.get(relation, str(relation))
 
 
 def event_assumptions(accountant, delta: float) -> dict:
-    """The assumptions of a raw composition, in words."""
+    """The assumptions of a raw composition, in words.
+
+    Args:
+        accountant: the accountant (its ``events`` and ``neighboring_relation`` are read).
+        delta: the report's delta.
+
+    Returns:
+        A dict of str: ``neighbouring_relation``, ``sampling``, ``record``, ``steps``, ``delta``
+        and ``attacker``.
+    """
     parts, steps = [], 0
     for ev, k in accountant.events:
         steps += k
@@ -183,6 +231,14 @@ def event_assumptions(accountant, delta: float) -> dict:
 
 
 def delta_text(delta: float) -> str:
+    """What ``delta`` means, in words, for a report's assumptions.
+
+    Args:
+        delta: the report's delta.
+
+    Returns:
+        The sentence (a str).
+    """
     return (f"delta = {delta:g}: the slack of (eps, delta)-DP (roughly, the chance that the eps bound does not "
             "hold); keep it well below 1 / (number of records)")
 
@@ -197,7 +253,25 @@ def privacy_report(accountant, delta, deltas=None, fprs=DEFAULT_FPRS, assumption
     not the accountant's own (shuffled batches), default the accountant's best bracket;
     ``progress``: None, or a callable ``progress(done, total, part)`` told after each part of the
     report (one eps bracket per delta, then the attack risk; ``part`` names the next one, "" at the
-    end) -- a report of 10^8 steps takes minutes, and a caller may show a bar (the CLI does)."""
+    end) -- a report of 10^8 steps takes minutes, and a caller may show a bar (the CLI does).
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` of the composition.
+        delta: the report's delta, in (0, 1).
+        deltas: the eps table's deltas, each in (0, 1), or None (``DEFAULT_DELTAS``).
+        fprs: the attack-risk false-positive rates, each in (0, 1).
+        assumptions: a dict of words, or None (read from the events).
+        bracket: a callable ``delta -> EpsilonBracket``, or None (the accountant's).
+        notes: strings added to the report.
+        progress: None, or a callable ``progress(done, total, part)``.
+
+    Returns:
+        The :class:`PrivacyReport`.
+
+    Raises:
+        InputError: if ``delta`` or a table delta is out of range, ``fprs`` is not a non-empty 1-d
+            array of rates in (0, 1), or ``progress`` is neither None nor callable.
+    """
     d = validation.delta(delta)
     ds = DEFAULT_DELTAS if deltas is None else tuple(np.atleast_1d(np.asarray(deltas, dtype=float)))
     ds = sorted({validation.delta(x) for x in ds} | {d}, reverse=True)

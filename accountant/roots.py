@@ -21,6 +21,20 @@ def brentq(f, a: float, b: float, xtol: float = 1e-14, rtol: float = 4 * _EPS, m
 
     Converges superlinearly on smooth functions and never leaves the bracket (falls back to
     bisection), so it always terminates with ``|b - a| <= 2 (xtol + rtol |x|)``.
+
+    Args:
+        f: a continuous function of one float, returning a float.
+        a: the lower end of the bracket.
+        b: the upper end of the bracket.
+        xtol: the absolute tolerance on the root.
+        rtol: the relative tolerance on the root.
+        maxiter: the most iterations; the current estimate is returned when they run out.
+
+    Returns:
+        The root estimate (a float within the bracket).
+
+    Raises:
+        ValueError: if ``f(a)`` and ``f(b)`` are both non-zero and of the same sign.
     """
     fa, fb = f(a), f(b)
     if fa == 0:
@@ -66,7 +80,18 @@ def brentq(f, a: float, b: float, xtol: float = 1e-14, rtol: float = 4 * _EPS, m
 
 
 def golden_min(f, lo: float, hi: float, xtol: float = 1e-12, maxiter: int = 300):
-    """Golden-section search for the minimum of a unimodal ``f`` on ``[lo, hi]``: ``(x, f(x))``."""
+    """Golden-section search for the minimum of a unimodal ``f`` on ``[lo, hi]``: ``(x, f(x))``.
+
+    Args:
+        f: a unimodal function of one float, returning a float.
+        lo: the lower end of the interval.
+        hi: the upper end of the interval.
+        xtol: the relative (to ``max(1, |x|)``) width of the final interval.
+        maxiter: the most iterations.
+
+    Returns:
+        A tuple ``(x, f(x))``: the best point found and its value.
+    """
     g = (math.sqrt(5.0) - 1.0) / 2.0
     x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
     f1, f2 = f(x1), f(x2)
@@ -94,6 +119,19 @@ def bounded_min(f, lo: float, hi: float, xatol: float = 1e-5, maxiter: int = 500
     ``tol1 = sqrt(2.2e-16) |x| + xatol / 3`` and the same updates -- so it returns the same
     point, without the ~0.4 s import.  ``converged`` is False when ``maxiter`` evaluations ran out
     or a value was NaN.
+
+    Args:
+        f: a function of one float, returning a float.
+        lo: the lower bound, finite.
+        hi: the upper bound, finite, ``>= lo``.
+        xatol: the absolute tolerance on ``x``.
+        maxiter: the most evaluations of ``f``.
+
+    Returns:
+        A tuple ``(x, f(x), converged)``: the minimiser found, its value, and a bool.
+
+    Raises:
+        InputError: if a bound is not finite or ``lo > hi``.
     """
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
         raise InputError(f"bounded_min: bounds ({lo!r}, {hi!r}) must be finite with lo <= hi.")

@@ -70,6 +70,17 @@ SHUFFLE_RELATIONS = (ZERO_OUT, "replace-one")
 
 
 def check_relation(relation) -> str:
+    """The neighbouring relation of shuffled batches, checked (``SHUFFLE_RELATIONS``).
+
+    Args:
+        relation: ``"zero-out"`` or ``"replace-one"``.
+
+    Returns:
+        ``relation``, unchanged.
+
+    Raises:
+        InputError: if ``relation`` is add/remove (no step-by-step analysis applies) or unknown.
+    """
     if relation in ("add/remove", "add-remove", "add_remove"):
         raise InputError(f"relation={relation!r} is not allowed for shuffled batches: removing a record moves "
                          "every later record of the permutation into another batch (and changes the number of "
@@ -82,7 +93,19 @@ def check_relation(relation) -> str:
 
 
 def steps_per_epoch(n, batch_size, drop_last: bool = False) -> int:
-    """Batches per epoch: ``ceil(n / b)``, or ``floor(n / b)`` with ``drop_last``."""
+    """Batches per epoch: ``ceil(n / b)``, or ``floor(n / b)`` with ``drop_last``.
+
+    Args:
+        n: the number of records, an integer >= 1.
+        batch_size: the batch size ``b``, an integer in [1, n].
+        drop_last: drop the last, partial batch.
+
+    Returns:
+        The number of batches (an int).
+
+    Raises:
+        InputError: if ``n`` or ``batch_size`` is not an integer >= 1, or ``batch_size > n``.
+    """
     n = validation.integer(n, "n", low=1)
     b = validation.integer(batch_size, "batch_size", low=1)
     if b > n:
@@ -96,14 +119,39 @@ def _shift(relation: str) -> float:
 
 
 def shuffle_mu(noise_multiplier, epochs, relation: str = ZERO_OUT) -> float:
-    """``mu`` of the certified GDP bound: ``sqrt(E) Delta / (z C)`` (``Delta/C`` = 1 or 2)."""
+    """``mu`` of the certified GDP bound: ``sqrt(E) Delta / (z C)`` (``Delta/C`` = 1 or 2).
+
+    Args:
+        noise_multiplier: ``z``, noise std / clip norm, in (0, inf).
+        epochs: the number of epochs ``E``, an integer >= 1.
+        relation: ``"zero-out"`` (``Delta/C = 1``) or ``"replace-one"`` (``Delta/C = 2``).
+
+    Returns:
+        ``mu`` (a float, > 0).
+
+    Raises:
+        InputError: if an argument is out of range or ``relation`` is not allowed.
+    """
     z = validation.positive(noise_multiplier, "noise_multiplier")
     e = validation.integer(epochs, "epochs", low=1)
     return math.sqrt(e) * _shift(relation) / z
 
 
 def shuffle_upper_epsilon(noise_multiplier, epochs, delta, relation: str = ZERO_OUT) -> float:
-    """The certified upper end: exact GDP eps of ``E`` Gaussian releases (see the module text)."""
+    """The certified upper end: exact GDP eps of ``E`` Gaussian releases (see the module text).
+
+    Args:
+        noise_multiplier: ``z``, noise std / clip norm, in (0, inf).
+        epochs: the number of epochs, an integer >= 1.
+        delta: the target delta, in (0, 1).
+        relation: ``"zero-out"`` or ``"replace-one"``.
+
+    Returns:
+        The upper end of eps (a float).
+
+    Raises:
+        InputError: if an argument is out of range or ``relation`` is not allowed.
+    """
     return gdp_epsilon(shuffle_mu(noise_multiplier, epochs, relation), validation.delta(delta))
 
 
@@ -210,7 +258,25 @@ def shuffle_lower_epsilon(noise_multiplier, n, batch_size, epochs, delta, relati
                           discretization: float = 1e-3) -> float:
     """A lower bound on the true eps(delta) of ``epochs`` epochs of shuffled batches of ``batch_size``
     out of ``n`` records (see the module text): no accountant may report less for shuffled DP-SGD
-    in general.  The same with or without ``drop_last``."""
+    in general.  The same with or without ``drop_last``.
+
+    Args:
+        noise_multiplier: ``z``, noise std / clip norm, in (0, inf).
+        n: the number of records, an integer >= 1.
+        batch_size: the batch size, an integer in [1, n].
+        epochs: the number of epochs, an integer >= 1.
+        delta: the target delta, in (0, 1).
+        relation: ``"zero-out"`` or ``"replace-one"``.
+        discretization: the loss grid step, in (0, inf).
+
+    Returns:
+        The lower bound on eps (a float, >= 0).
+
+    Raises:
+        InputError: if an argument is out of range or ``relation`` is not allowed, no slice of the
+            max statistic has a representable mass at this noise, or the composition exceeds the
+            memory cap.
+    """
     z = validation.positive(noise_multiplier, "noise_multiplier")
     steps_per_epoch(n, batch_size)                          # validates n, batch_size
     F, r = divmod(int(n), int(batch_size))
@@ -222,7 +288,23 @@ def shuffle_lower_epsilon(noise_multiplier, n, batch_size, epochs, delta, relati
 
 def shuffle_epsilon_bracket(noise_multiplier, n, batch_size, epochs, delta, relation: str = ZERO_OUT,
                             drop_last: bool = False):
-    """``EpsilonBracket`` of shuffled batches: the lower bound above and the certified GDP upper end."""
+    """``EpsilonBracket`` of shuffled batches: the lower bound above and the certified GDP upper end.
+
+    Args:
+        noise_multiplier: ``z``, noise std / clip norm, in (0, inf).
+        n: the number of records, an integer >= 1.
+        batch_size: the batch size, an integer in [1, n].
+        epochs: the number of epochs, an integer >= 1.
+        delta: the target delta, in (0, 1).
+        relation: ``"zero-out"`` or ``"replace-one"``.
+        drop_last: drop the last, partial batch of each epoch (only the notes' step count changes).
+
+    Returns:
+        The :class:`~.pld_pairs.EpsilonBracket` (``method="gdp"``, grid 1e-3, ``converged=True``).
+
+    Raises:
+        InputError: as :func:`shuffle_lower_epsilon` and :func:`shuffle_upper_epsilon`.
+    """
     from .pld_pairs import EpsilonBracket
 
     T = steps_per_epoch(n, batch_size, drop_last)

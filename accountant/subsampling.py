@@ -98,21 +98,25 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
     evaluated in log space (relative error ~1e-13 at alpha = 4096), so it is a valid RDP bound
     whenever ``base_rdp`` is.
 
-    Args:
-      alpha: integer order(s) >= 2 (scalar or array).
-      gamma: sampling ratio ``b / n`` in [0, 1].
-      base_rdp: callable ``j -> eps(j)``, the RDP curve of the base mechanism (vectorised or
-        scalar; values in [0, inf]).
-      base_rdp_inf: ``eps(inf)`` of the base mechanism (``inf`` for a Gaussian).
-
-    Returns:
-      float for a scalar ``alpha``, else an array.
-
     Subsampling never hurts: the value returned is ``min(RHS, eps(alpha))`` -- the mixture over
     coupled batches that differ in at most one record is, by joint convexity of
     ``exp((alpha-1) D_alpha)``, no more distinguishable than the base mechanism itself.
 
     Edge cases: ``gamma = 0`` gives 0; ``eps(j) = inf`` gives inf.
+
+    Args:
+        alpha: integer order(s) >= 2 (scalar or array).
+        gamma: sampling ratio ``b / n`` in [0, 1].
+        base_rdp: callable ``j -> eps(j)``, the RDP curve of the base mechanism (vectorised or
+            scalar; values in [0, inf]).
+        base_rdp_inf: ``eps(inf)`` of the base mechanism, in [0, inf] (``inf`` for a Gaussian).
+
+    Returns:
+        The RDP bound(s): a float for a scalar ``alpha``, else an array shaped like ``alpha``.
+
+    Raises:
+        InputError: if an order is not an integer >= 2, ``gamma`` or ``base_rdp_inf`` is out of
+            range, ``base_rdp`` is not callable, or its values are not in [0, inf].
     """
     a = validation.orders_array(alpha, "alpha", integer_only=True)
     g = validation.probability(gamma, "gamma")
@@ -134,7 +138,14 @@ def subsampled_rdp_wor(alpha, gamma, base_rdp, base_rdp_inf=math.inf):
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LemmaB8Conditions:
-    """Which conditions of DIFF2 Lemma B.8 hold (None = could not be checked)."""
+    """Which conditions of DIFF2 Lemma B.8 hold (None = could not be checked).
+
+    Attributes:
+        eps_alpha_le_one_third: whether ``eps(alpha) <= 1/3`` (None: not checked).
+        eps_alpha_le_log_term: whether ``eps(alpha) <= log(1/(2 gamma alpha))`` (None: not checked).
+        gamma_le_eps2_over_c_alpha: whether ``gamma <= eps(2) / (c alpha)``.
+        reasons: a tuple of strings, one per condition that failed or was not checked.
+    """
 
     eps_alpha_le_one_third: bool | None
     eps_alpha_le_log_term: bool | None
@@ -154,6 +165,19 @@ def lemma_b8_conditions(alpha, gamma, base_rdp2, base_rdp_alpha=None, c=1.0) -> 
     The lemma needs ``eps(alpha)`` increasing in alpha, ``eps(alpha) <= min{1/3, log(1/(2 gamma alpha))}``
     and ``gamma <= eps(2) / (c alpha)``.  Without ``base_rdp_alpha`` the first two cannot be
     checked and are reported as ``None``.
+
+    Args:
+        alpha: the integer order, >= 2.
+        gamma: the sampling ratio ``b / n``, in [0, 1].
+        base_rdp2: ``eps(2)`` of the base mechanism, in [0, inf].
+        base_rdp_alpha: ``eps(alpha)`` of the base mechanism, in [0, inf], or None.
+        c: the lemma's constant, in (0, inf).
+
+    Returns:
+        The :class:`LemmaB8Conditions`.
+
+    Raises:
+        InputError: if an argument is out of range.
     """
     a = validation.integer(alpha, "alpha", low=2)
     g = validation.probability(gamma, "gamma")
@@ -189,15 +213,23 @@ def subsampled_rdp_wor_simple(alpha, gamma, base_rdp2, c=1.0, *, base_rdp_alpha=
 
     * ``"warn"`` (default): a :class:`SubsamplingConditionWarning` naming each failed condition;
       the number returned is then NOT a certified bound.
-    * ``"raise"``: ``ValueError`` naming each failed condition.
+    * ``"raise"``: :class:`~.validation.InputError` (a ``ValueError``) naming each failed condition.
     * ``"ignore"``: no check (used to reproduce a paper's arithmetic).
 
     Args:
-      alpha: integer order >= 2 (the lemma inherits Lemma B.7's setting).
-      gamma: sampling ratio in [0, 1].
-      base_rdp2: ``eps(2)`` of the base mechanism.
-      c: the lemma's constant ``c > 0`` (DIFF2 footnote 14 uses c = 1).
-      base_rdp_alpha: ``eps(alpha)`` of the base mechanism, to check the conditions.
+        alpha: integer order >= 2 (the lemma inherits Lemma B.7's setting).
+        gamma: sampling ratio in [0, 1].
+        base_rdp2: ``eps(2)`` of the base mechanism, in [0, inf].
+        c: the lemma's constant ``c > 0`` (DIFF2 footnote 14 uses c = 1).
+        base_rdp_alpha: ``eps(alpha)`` of the base mechanism, to check the conditions.
+        check: ``"warn"``, ``"raise"`` or ``"ignore"``.
+
+    Returns:
+        The Lemma B.8 value (a float), a certified bound only where the conditions hold.
+
+    Raises:
+        InputError: if ``check`` is unknown, an argument is out of range (checked even with
+            ``"ignore"``), or, with ``check="raise"``, a condition fails or cannot be checked.
     """
     if check not in ("warn", "raise", "ignore"):
         raise InputError(f"check={check!r} is not allowed: expected one of 'warn', 'raise', 'ignore'.")
@@ -323,10 +355,17 @@ def subsampled_gaussian_rdp_wor(alpha, gamma, noise_multiplier, bound="thm27"):
     (subsampling never hurts: see :func:`subsampled_rdp_wor`).
 
     Args:
-      alpha: order(s) > 1 (scalar or array).
-      gamma: sampling ratio ``b / n`` in [0, 1].
-      noise_multiplier: ``z > 0``: noise std over the L2-sensitivity (replace-one) of the query.
-      bound: ``"thm27"`` or ``"thm9"``.
+        alpha: order(s) > 1 (scalar or array).
+        gamma: sampling ratio ``b / n`` in [0, 1].
+        noise_multiplier: ``z > 0``: noise std over the L2-sensitivity (replace-one) of the query.
+        bound: ``"thm27"`` or ``"thm9"``.
+
+    Returns:
+        The RDP bound(s): a float for a scalar ``alpha``, else an array shaped like ``alpha``.
+
+    Raises:
+        InputError: if ``bound`` is unknown or an order, ``gamma`` or ``noise_multiplier`` is
+            out of range.
     """
     if bound not in ("thm27", "thm9"):
         raise InputError(f"bound={bound!r} is not allowed: expected 'thm27' or 'thm9'.")

@@ -33,14 +33,38 @@ __all__ = ["TradeOffCurve", "gdp_tradeoff", "profile_tradeoff", "claimed_tradeof
 
 
 def gdp_tradeoff(mu: float, alpha) -> np.ndarray:
-    """``Phi(Phi^{-1}(1 - alpha) - mu)``: the trade-off curve of ``mu``-GDP."""
+    """``Phi(Phi^{-1}(1 - alpha) - mu)``: the trade-off curve of ``mu``-GDP.
+
+    Args:
+        mu: the GDP parameter, in [0, inf].
+        alpha: the type I error(s) (FPR), clipped to [0, 1].
+
+    Returns:
+        The type II error(s) ``f(alpha)``, shaped like ``alpha``.
+
+    Raises:
+        InputError: if ``mu`` is out of range.
+    """
     m = validation.in_range(mu, "mu", 0.0, math.inf)
     a = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
     return special.ndtr(-special.ndtri(a) - m)     # Phi(Phi^-1(1 - a) - m); scipy.stats is slow to import
 
 
 def profile_tradeoff(epsilons, deltas, alpha) -> np.ndarray:
-    """The upper envelope over the grid of the (eps, delta(eps))-DP trade-off curves."""
+    """The upper envelope over the grid of the (eps, delta(eps))-DP trade-off curves.
+
+    Args:
+        epsilons: the eps of the profile, each >= 0.
+        deltas: ``delta(eps)`` at each eps, in [0, 1] (as many as ``epsilons``).
+        alpha: the type I error(s) (FPR), clipped to [0, 1].
+
+    Returns:
+        The type II error(s), shaped like ``alpha``.
+
+    Raises:
+        InputError: if the arrays are empty, of different sizes, or hold a negative eps or a delta
+            outside [0, 1].
+    """
     e = np.asarray(epsilons, dtype=float).reshape(-1, 1)
     d = np.asarray(deltas, dtype=float).reshape(-1, 1)
     if e.shape != d.shape or e.size == 0 or np.any(e < 0) or np.any((d < 0) | (d > 1)):
@@ -55,7 +79,16 @@ def profile_tradeoff(epsilons, deltas, alpha) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TradeOffCurve:
-    """A claimed trade-off curve: ``kind`` "gdp" (``mu``) or "profile" (``epsilons``, ``deltas``)."""
+    """A claimed trade-off curve: ``kind`` "gdp" (``mu``) or "profile" (``epsilons``, ``deltas``).
+
+    Calling the curve on type I errors ``alpha`` returns its type II errors.
+
+    Attributes:
+        kind: ``"gdp"`` or ``"profile"``.
+        mu: the GDP parameter (``kind="gdp"``), else None.
+        epsilons: the profile's eps (``kind="profile"``).
+        deltas: the profile's deltas at ``epsilons`` (``kind="profile"``).
+    """
 
     kind: str
     mu: float | None = None
@@ -69,20 +102,59 @@ class TradeOffCurve:
 
     @classmethod
     def gdp(cls, mu: float) -> "TradeOffCurve":
+        """The curve of ``mu``-GDP.
+
+        Args:
+            mu: the GDP parameter, in [0, inf].
+
+        Returns:
+            The :class:`TradeOffCurve`.
+
+        Raises:
+            InputError: if ``mu`` is out of range.
+        """
         return cls("gdp", mu=float(validation.in_range(mu, "mu", 0.0, math.inf)))
 
     @classmethod
     def from_profile(cls, epsilons, deltas) -> "TradeOffCurve":
+        """The envelope curve of a privacy profile ``(eps_i, delta_i)``.
+
+        Args:
+            epsilons: the eps of the profile, each >= 0.
+            deltas: ``delta(eps)`` at each eps, in [0, 1].
+
+        Returns:
+            The :class:`TradeOffCurve`.
+
+        Raises:
+            InputError: as :func:`profile_tradeoff`.
+        """
         profile_tradeoff(epsilons, deltas, 0.5)            # validates
         return cls("profile", epsilons=tuple(float(x) for x in np.ravel(epsilons)),
                    deltas=tuple(float(x) for x in np.ravel(deltas)))
 
     @classmethod
     def epsilon_delta(cls, epsilon: float, delta: float) -> "TradeOffCurve":
-        """The curve of one (eps, delta)-DP claim (all an (eps, delta) pair says)."""
+        """The curve of one (eps, delta)-DP claim (all an (eps, delta) pair says).
+
+        Args:
+            epsilon: the claim's eps, in [0, inf].
+            delta: the claim's delta, in (0, 1).
+
+        Returns:
+            The :class:`TradeOffCurve`.
+
+        Raises:
+            InputError: if ``epsilon`` or ``delta`` is out of range.
+        """
         return cls.from_profile([validation.in_range(epsilon, "epsilon", 0.0, math.inf)], [validation.delta(delta)])
 
     def label(self) -> str:
+        """A short name of the curve, for plots and tables.
+
+        Returns:
+            The label (a str), e.g. ``"1.2-GDP"`` or ``"(1, 1e-05)-DP"``.
+        """
         if self.kind == "gdp":
             return f"{self.mu:.4g}-GDP"
         if len(self.epsilons) == 1:
@@ -93,7 +165,20 @@ class TradeOffCurve:
 def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256) -> TradeOffCurve:
     """The trade-off curve a composition certifies: exact GDP for full-batch Gaussian compositions,
     else the envelope of the PLD's certified profile on ``points`` values of eps in
-    ``[0, eps(1e-12)]`` (eps(1e-12) from the accountant's own certified bound)."""
+    ``[0, eps(1e-12)]`` (eps(1e-12) from the accountant's own certified bound).
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` of the composition.
+        discretization: the PLD grid step of the profile.
+        points: the number of eps values, an integer >= 2.
+
+    Returns:
+        The :class:`TradeOffCurve` (``0``-GDP for no events).
+
+    Raises:
+        InputError: if ``points`` or ``discretization`` is out of range, or the profile's
+            composition exceeds the memory cap.
+    """
     if not accountant.events:
         return TradeOffCurve.gdp(0.0)
     if accountant.is_full_batch_gaussian:
@@ -117,12 +202,27 @@ def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256
 # infimum larger: the TPR reported is never below the truth.
 
 def gdp_tpr(mu: float, fpr) -> np.ndarray:
-    """``Phi(Phi^-1(a) + mu)``: the largest TPR at FPR ``a`` under ``mu``-GDP (exact)."""
+    """``Phi(Phi^-1(a) + mu)``: the largest TPR at FPR ``a`` under ``mu``-GDP (exact).
+
+    Args:
+        mu: the GDP parameter, in [0, inf].
+        fpr: the false-positive rate(s), in [0, 1].
+
+    Returns:
+        The TPR(s), shaped like ``fpr``.
+    """
     return 1.0 - gdp_tradeoff(mu, fpr)
 
 
 def gdp_advantage(mu: float) -> float:
-    """``2 Phi(mu/2) - 1``: the largest TPR - FPR under ``mu``-GDP (= delta(0))."""
+    """``2 Phi(mu/2) - 1``: the largest TPR - FPR under ``mu``-GDP (= delta(0)).
+
+    Args:
+        mu: the GDP parameter, in [0, inf].
+
+    Returns:
+        The advantage (a float in [0, 1]).
+    """
     m = validation.in_range(mu, "mu", 0.0, math.inf)
     return float(2.0 * special.ndtr(m / 2.0) - 1.0)
 
@@ -138,7 +238,18 @@ def tpr_from_profiles(profiles, fprs) -> np.ndarray:
     """Upper bounds on the TPR at each FPR from certified upper profiles on ``eps >= 0``:
     ``profiles`` is ``[(eps, delta), ...]``, one pair per direction; with two directions the
     second is the first's reverse (Poisson: remove, add), with one the pair is symmetric.
-    Clipped to ``[a, 1]`` (a test that ignores the output reaches TPR = FPR)."""
+    Clipped to ``[a, 1]`` (a test that ignores the output reaches TPR = FPR).
+
+    Args:
+        profiles: a list of one or two ``(eps, delta)`` pairs of arrays (eps increasing from 0).
+        fprs: the false-positive rates, in [0, 1].
+
+    Returns:
+        A float array of TPR bounds, one per FPR.
+
+    Raises:
+        InputError: if ``fprs`` is not a non-empty 1-d array of rates in [0, 1].
+    """
     a = _fprs(fprs)
     out = np.zeros(a.size)
     for i, (e, d) in enumerate(profiles):
@@ -192,7 +303,19 @@ def certified_tpr(accountant, fprs, discretization: float = RISK_DISCRETIZATION)
     """The largest membership-inference TPR at each FPR that the accountant's events allow,
     from the certified side (never below the truth for these dominating pairs): exact for
     full-batch Gaussian compositions (``Phi(Phi^-1(a) + mu)``), else from the PLD's certified
-    upper profiles of both directions, over all real eps (:func:`tpr_from_profiles`)."""
+    upper profiles of both directions, over all real eps (:func:`tpr_from_profiles`).
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` of the composition.
+        fprs: the false-positive rates, in [0, 1].
+        discretization: the PLD grid step (coarsened 4x at a time up to 0.05 when over the memory cap).
+
+    Returns:
+        A float array of TPR bounds, one per FPR.
+
+    Raises:
+        InputError: if ``fprs`` or ``discretization`` is out of range, or no grid fits the memory cap.
+    """
     a = _fprs(fprs)
     kind, src = _tradeoff_source(accountant, discretization)
     return gdp_tpr(src, a) if kind == "gdp" else tpr_from_profiles(src, a)
@@ -200,7 +323,18 @@ def certified_tpr(accountant, fprs, discretization: float = RISK_DISCRETIZATION)
 
 def certified_advantage(accountant, discretization: float = RISK_DISCRETIZATION) -> float:
     """The largest TPR - FPR of any membership test: ``delta(0)`` of the worse direction (the
-    total-variation distance of the pair), from the certified side."""
+    total-variation distance of the pair), from the certified side.
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` of the composition.
+        discretization: the PLD grid step, as for :func:`certified_tpr`.
+
+    Returns:
+        The advantage (a float in [0, 1]).
+
+    Raises:
+        InputError: if ``discretization`` is out of range, or no grid fits the memory cap.
+    """
     kind, src = _tradeoff_source(accountant, discretization)
     if kind == "gdp":
         return gdp_advantage(src)
@@ -210,7 +344,19 @@ def certified_advantage(accountant, discretization: float = RISK_DISCRETIZATION)
 def attack_risk(accountant, fprs, discretization: float = RISK_DISCRETIZATION):
     """``(tpr, advantage, mu)`` from ONE composition: the certified TPR at each FPR (as
     :func:`certified_tpr`), the advantage (as :func:`certified_advantage`) and the GDP ``mu``
-    where the composition is exactly GDP (else None)."""
+    where the composition is exactly GDP (else None).
+
+    Args:
+        accountant: the :class:`~dpcalib.accountant.PrivacyAccountant` of the composition.
+        fprs: the false-positive rates, in [0, 1].
+        discretization: the PLD grid step, as for :func:`certified_tpr`.
+
+    Returns:
+        A tuple ``(tpr, advantage, mu)``: the TPR array, a float, and a float or None.
+
+    Raises:
+        InputError: if ``fprs`` or ``discretization`` is out of range, or no grid fits the memory cap.
+    """
     a = _fprs(fprs)
     kind, src = _tradeoff_source(accountant, discretization)
     if kind == "gdp":

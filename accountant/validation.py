@@ -53,7 +53,18 @@ def _fail(name: str, value, allowed: str) -> ValueError:
 
 
 def real(value, name: str) -> float:
-    """Return ``value`` as a float; reject bools, strings, NaN and non-numbers."""
+    """Return ``value`` as a float; reject bools, strings, NaN and non-numbers.
+
+    Args:
+        value: the number to check (a Python or numpy real; bools and strings are refused).
+        name: the argument's name, quoted in the error message.
+
+    Returns:
+        ``value`` as a Python float (possibly infinite).
+
+    Raises:
+        InputError: if ``value`` is a bool, not a real number, or NaN.
+    """
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise _fail(name, value, "a real number")
     x = float(value)
@@ -64,7 +75,22 @@ def real(value, name: str) -> float:
 
 def in_range(value, name: str, low: float, high: float, *, low_open: bool = False,
              high_open: bool = False) -> float:
-    """Check ``low <(=) value <(=) high`` and return the value as a float."""
+    """Check ``low <(=) value <(=) high`` and return the value as a float.
+
+    Args:
+        value: the number to check.
+        name: the argument's name, quoted in the error message.
+        low: the lower bound.
+        high: the upper bound.
+        low_open: exclude ``low`` itself (strict ``>``).
+        high_open: exclude ``high`` itself (strict ``<``).
+
+    Returns:
+        ``value`` as a Python float.
+
+    Raises:
+        InputError: if ``value`` is not a real number, is NaN, or lies outside the range.
+    """
     x = real(value, name)
     ok_low = x > low if low_open else x >= low
     ok_high = x < high if high_open else x <= high
@@ -76,22 +102,69 @@ def in_range(value, name: str, low: float, high: float, *, low_open: bool = Fals
 
 
 def positive(value, name: str, *, allow_inf: bool = False) -> float:
-    """A strictly positive number (finite unless ``allow_inf``)."""
+    """A strictly positive number (finite unless ``allow_inf``).
+
+    Args:
+        value: the number to check.
+        name: the argument's name, quoted in the error message.
+        allow_inf: also accept ``inf``.
+
+    Returns:
+        ``value`` as a float in (0, inf), or (0, inf] when ``allow_inf``.
+
+    Raises:
+        InputError: if ``value`` is not a real number, is NaN, or lies outside the range.
+    """
     return in_range(value, name, 0.0, math.inf, low_open=True, high_open=not allow_inf)
 
 
 def probability(value, name: str) -> float:
-    """A sampling probability / ratio in [0, 1]."""
+    """A sampling probability / ratio in [0, 1].
+
+    Args:
+        value: the number to check.
+        name: the argument's name, quoted in the error message.
+
+    Returns:
+        ``value`` as a float in [0, 1].
+
+    Raises:
+        InputError: if ``value`` is not a real number, is NaN, or lies outside the range.
+    """
     return in_range(value, name, 0.0, 1.0)
 
 
 def delta(value, name: str = "delta") -> float:
-    """A target delta in the open interval (0, 1)."""
+    """A target delta in the open interval (0, 1).
+
+    Args:
+        value: the number to check.
+        name: the argument's name, quoted in the error message.
+
+    Returns:
+        ``value`` as a float in (0, 1).
+
+    Raises:
+        InputError: if ``value`` is not a real number, is NaN, or lies outside the range.
+    """
     return in_range(value, name, 0.0, 1.0, low_open=True, high_open=True)
 
 
 def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
-    """An integer (int, numpy integer or integral float) in [low, high]."""
+    """An integer (int, numpy integer or integral float) in [low, high].
+
+    Args:
+        value: the number to check (an int, a numpy integer or a finite integral float; not a bool).
+        name: the argument's name, quoted in the error message.
+        low: the smallest integer allowed.
+        high: the largest integer allowed (``inf`` for no ceiling).
+
+    Returns:
+        ``value`` as a Python int.
+
+    Raises:
+        InputError: if ``value`` is a bool, not integral, or outside ``[low, high]``.
+    """
     if isinstance(value, bool):
         raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
     if isinstance(value, (numbers.Integral, np.integer)):
@@ -115,20 +188,59 @@ def _capped(value, name: str, low: int, cap: int, why: str) -> int:
 
 def run_length(value, name: str, low: int = 1) -> int:
     """A run length (steps, rounds, iterations, epochs) in ``[low, MAX_RUN_LENGTH]``; the refusal
-    says why there is a ceiling."""
+    says why there is a ceiling.
+
+    Args:
+        value: the run length to check.
+        name: the argument's name, quoted in the error message.
+        low: the shortest run allowed.
+
+    Returns:
+        ``value`` as a Python int.
+
+    Raises:
+        InputError: if ``value`` is not an integer in the range.
+    """
     return _capped(value, name, low, MAX_RUN_LENGTH, "no training run is longer, and accounting for 1e9 steps "
                                                      "already takes 10-40 s and about 2 GB")
 
 
 def records(value, name: str, low: int = 1) -> int:
-    """A number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``."""
+    """A number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``.
+
+    Args:
+        value: the number of records to check.
+        name: the argument's name, quoted in the error message.
+        low: the smallest number allowed.
+
+    Returns:
+        ``value`` as a Python int.
+
+    Raises:
+        InputError: if ``value`` is not an integer in the range.
+    """
     return _capped(value, name, low, MAX_RECORDS, "sampling rates below 1e-9 are beyond what the accountants "
                                                   "are tested at")
 
 
 def orders_array(alpha, name: str = "alpha", *, integer_only: bool = False,
                  low: float = 1.0, max_order: float = math.inf) -> np.ndarray:
-    """Validate one order or an array of Rényi orders (> ``low``; integers >= 2 if asked)."""
+    """Validate one order or an array of Rényi orders (> ``low``; integers >= 2 if asked).
+
+    Args:
+        alpha: one Rényi order or an array-like of orders.
+        name: the argument's name, quoted in the error message.
+        integer_only: require integer orders in ``[2, max_order]`` (``low`` is then ignored).
+        low: the orders must exceed this (exclusive).
+        max_order: the largest order allowed (inclusive).
+
+    Returns:
+        The orders as a float numpy array (0-d for a single order).
+
+    Raises:
+        InputError: if ``alpha`` is not numeric, is empty, holds NaN, or holds an order out of range
+            (infinite, ``<= low`` or ``> max_order``; not an integer ``>= 2`` when ``integer_only``).
+    """
     try:
         arr = np.asarray(alpha, dtype=float)
     except (TypeError, ValueError):
@@ -168,7 +280,18 @@ def _fmt(x: float) -> str:
 def writable_file(path, name: str) -> str:
     """``path`` of a file to be written (a checkpoint, a plot): checked before any work, not after
     it, by creating it (and removing it again if it did not exist) -- a folder's permission bits
-    do not tell (root passes every check, /proc refuses new files whatever they say)."""
+    do not tell (root passes every check, /proc refuses new files whatever they say).
+
+    Args:
+        path: the file's path (a str or path-like).
+        name: the argument's name, quoted in the error message.
+
+    Returns:
+        ``path`` as a str.
+
+    Raises:
+        InputError: if its folder does not exist, it is a folder, or it cannot be opened for writing.
+    """
     text = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):

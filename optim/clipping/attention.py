@@ -24,7 +24,20 @@ __all__ = ["LinearMultiheadAttention", "linear_attention"]
 
 
 class LinearMultiheadAttention(nn.Module):
-    """Multi-head attention from four ``nn.Linear`` layers, call-compatible with ``nn.MultiheadAttention``."""
+    """Multi-head attention from four ``nn.Linear`` layers, call-compatible with ``nn.MultiheadAttention``.
+
+    Args:
+        embed_dim: the model dimension E (queries and outputs), a multiple of ``num_heads``.
+        num_heads: the number of heads h; each has dimension ``embed_dim // num_heads``.
+        dropout: the dropout probability on the attention weights (applied in training mode only).
+        bias: whether the four projections have biases.
+        kdim: the keys' dimension (None: ``embed_dim``).
+        vdim: the values' dimension (None: ``embed_dim``).
+        batch_first: inputs and outputs are ``[B, L, E]`` (else ``[L, B, E]``).
+
+    Raises:
+        InputError: if ``embed_dim`` is not a multiple of ``num_heads``.
+    """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, kdim=None,
                  vdim=None, batch_first: bool = False):
@@ -40,7 +53,17 @@ class LinearMultiheadAttention(nn.Module):
 
     @classmethod
     def from_module(cls, m: nn.MultiheadAttention) -> "LinearMultiheadAttention":
-        """The same attention as ``m`` (its weights copied)."""
+        """The same attention as ``m`` (its weights copied).
+
+        Args:
+            m: the ``nn.MultiheadAttention`` to convert (left unchanged).
+
+        Returns:
+            A new :class:`LinearMultiheadAttention` on ``m``'s device and dtype, in ``m``'s training mode.
+
+        Raises:
+            InputError: if ``m`` has ``add_bias_kv`` or ``add_zero_attn``.
+        """
         if m.bias_k is not None or m.add_zero_attn:
             raise InputError("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not allowed: "
                              "LinearMultiheadAttention has no rule for them.")
@@ -65,6 +88,22 @@ class LinearMultiheadAttention(nn.Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
                 average_attn_weights: bool = True, is_causal: bool = False):
+        """Attend ``query`` to ``key`` / ``value``, as ``nn.MultiheadAttention.forward`` does.
+
+        Args:
+            query: ``[L, B, E]`` (``[B, L, E]`` when ``batch_first``).
+            key: ``[S, B, kdim]`` (``[B, S, kdim]`` when ``batch_first``).
+            value: ``[S, B, vdim]`` (``[B, S, vdim]`` when ``batch_first``).
+            key_padding_mask: ``[B, S]``, True (or ``-inf`` added) at keys to ignore; None: none.
+            need_weights: also return the attention weights.
+            attn_mask: ``[L, S]`` or ``[B * num_heads, L, S]``, boolean (True: masked) or additive; None: none.
+            average_attn_weights: average the returned weights over the heads.
+            is_causal: with no ``attn_mask``, mask every key after the query's position.
+
+        Returns:
+            ``(output, weights)``: the output shaped as ``query``, and the attention weights ``[B, L, S]``
+            (averaged) or ``[B, num_heads, L, S]``, or None when ``need_weights`` is False.
+        """
         if not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         B, L, E = query.shape
@@ -92,8 +131,19 @@ class LinearMultiheadAttention(nn.Module):
 
 
 def linear_attention(model: nn.Module) -> nn.Module:
-    """Replace every ``nn.MultiheadAttention`` in ``model`` (in place) by the equivalent
-    :class:`LinearMultiheadAttention`; returns ``model``.  Convert before building the optimizer."""
+    """Replace every ``nn.MultiheadAttention`` in ``model`` (in place) by the equivalent :class:`LinearMultiheadAttention`.
+
+    Convert before building the optimizer.
+
+    Args:
+        model: the module tree to convert.
+
+    Returns:
+        ``model`` itself, converted.
+
+    Raises:
+        InputError: if one of its attentions has ``add_bias_kv`` or ``add_zero_attn``.
+    """
     for name, child in list(model.named_children()):
         if isinstance(child, nn.MultiheadAttention):
             setattr(model, name, LinearMultiheadAttention.from_module(child))

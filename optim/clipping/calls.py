@@ -28,7 +28,14 @@ __all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "first_tensor"]
 
 
 def leaves(obj) -> list:
-    """Every tensor in ``obj`` (a tensor, or tuples, lists, dicts of them, nested), in order."""
+    """Every tensor in ``obj`` (a tensor, or tuples, lists, dicts of them, nested), in order.
+
+    Args:
+        obj: a tensor or a nested container of them (other values are skipped).
+
+    Returns:
+        The list of tensors, depth first.
+    """
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (tuple, list)):
@@ -39,8 +46,18 @@ def leaves(obj) -> list:
 
 
 def rebuild(obj, fn):
-    """``obj`` with every tensor ``t`` replaced by ``fn(t)`` (the same container types: a namedtuple such as
-    ``PackedSequence`` rebuilt from its fields, a dict subclass such as ``ModelOutput`` copied and refilled)."""
+    """``obj`` with every tensor ``t`` replaced by ``fn(t)``, in the same container types.
+
+    A namedtuple such as ``PackedSequence`` is rebuilt from its fields, a dict subclass such as
+    ``ModelOutput`` copied and refilled.
+
+    Args:
+        obj: a tensor or a nested container of them (other values are kept as they are).
+        fn: ``fn(tensor) -> tensor``.
+
+    Returns:
+        The rebuilt object.
+    """
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple):
@@ -59,7 +76,15 @@ def rebuild(obj, fn):
 
 
 def first_tensor(args, kwargs):
-    """The first tensor (or ``PackedSequence``) among the positional inputs, else among the keyword inputs."""
+    """The first tensor (or ``PackedSequence``) among the positional inputs, else among the keyword inputs.
+
+    Args:
+        args: the positional inputs.
+        kwargs: the keyword inputs.
+
+    Returns:
+        That tensor or ``PackedSequence``, or None when there is none.
+    """
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, nn.utils.rnn.PackedSequence) or isinstance(a, torch.Tensor):
             return a
@@ -71,11 +96,27 @@ def _floating(t) -> bool:
 
 
 class Call:
-    """One call of a module that owns parameters.  ``outs``: its floating output tensors (as joined) in order;
-    ``grads``: the backward's gradient of each (by index; absent: zero); ``dim``: the dimension of the first
-    input and output that indexes the records (None: the whole call is one record); ``rows``: the records;
-    ``keys``: the module's trained parameters wanted, own name -> the run's name; ``point``: the parameter
-    values the call ran at (relative names; None: the module's own)."""
+    """One call of a module that owns parameters.
+
+    Args:
+        name: the module's name in the model (``""``: the root).
+        module: the module called.
+        args: its positional inputs (detached).
+        kwargs: its keyword inputs (detached).
+        out: its output as returned to the caller (floating tensors joined to the graph).
+        outs: its floating output tensors (as joined), in order.
+        rows: the number of records in the batch.
+        autocast: ``(device, dtype)`` of the autocast region it ran in, or None.
+        broadcast: its size-1 record dimension was expanded to ``rows``.
+
+    Attributes:
+        grads: the backward's gradient of each of ``outs`` (by index; absent: zero).
+        dim: the dimension of the first input and output that indexes the records (None: the whole call is
+            one record).
+        out_dims: the record dimension of each output, or None (``dim`` for every one).
+        keys: the module's trained parameters wanted, own name -> the run's name.
+        point: the parameter values the call ran at (relative names; None: the module's own).
+    """
 
     __slots__ = ("name", "module", "args", "kwargs", "outs", "out", "grads", "dim", "out_dims", "rows", "keys", "point",
                  "autocast", "broadcast")
@@ -87,10 +128,23 @@ class Call:
         self.autocast, self.broadcast = autocast, broadcast
 
     def grad(self, j: int) -> torch.Tensor:
+        """The gradient of output ``j``.
+
+        Args:
+            j: the index of the output in ``outs``.
+
+        Returns:
+            The backward's gradient, or zeros shaped as the output when none reached it.
+        """
         g = self.grads.get(j)
         return torch.zeros_like(self.outs[j]) if g is None else g
 
     def input(self):
+        """The call's first input.
+
+        Returns:
+            The first tensor (or ``PackedSequence``) among its inputs (:func:`first_tensor`), or None.
+        """
         return first_tensor(self.args, self.kwargs)
 
     def _records_first(self, t):
@@ -99,19 +153,40 @@ class Call:
         return t if self.dim == 0 else t.movedim(self.dim, 0)
 
     def a(self) -> torch.Tensor:
-        """The first input, records on dim 0."""
+        """The first input, records on dim 0.
+
+        Returns:
+            The input moved so that the records are on dim 0 (``dim`` None: a leading dimension of 1 added).
+        """
         return self._records_first(self.input())
 
     def g(self) -> torch.Tensor:
-        """The first output's gradient, records on dim 0."""
+        """The first output's gradient, records on dim 0.
+
+        Returns:
+            The gradient (zeros if none reached it) moved so that the records are on dim 0.
+        """
         return self._records_first(self.grad(0))
 
     def signature(self):
+        """What identifies the call across forwards.
+
+        Returns:
+            ``(name, module class name)``.
+        """
         return self.name, type(self.module).__name__
 
 
 def owners(model: nn.Module, trained) -> list:
-    """``[(name, module)]`` of the modules that own a parameter in ``trained`` (ids), in ``named_modules`` order."""
+    """``[(name, module)]`` of the modules that own a parameter in ``trained`` (ids), in ``named_modules`` order.
+
+    Args:
+        model: the model.
+        trained: the ``id`` s of the trained parameters (a set or any container supporting ``in``).
+
+    Returns:
+        One ``(name, module)`` per owning module (a module reached under two names: its first).
+    """
     out = []
     for name, m in model.named_modules(remove_duplicate=False):
         if any(id(p) in trained for _, p in m.named_parameters(recurse=False)):
@@ -121,7 +196,15 @@ def owners(model: nn.Module, trained) -> list:
 
 
 class Recorder:
-    """Forward hooks on ``modules`` (``[(name, module)]``) that record their calls while :meth:`recording`."""
+    """Forward hooks on ``modules`` (``[(name, module)]``) that record their calls while recording.
+
+    Recording runs between :meth:`start` and :meth:`stop`.
+
+    Args:
+        modules: ``[(name, module)]`` the modules to hook (e.g. from :func:`owners`).
+        broadcast_dim: ``f(module)``: the dimension where a size-1 input is broadcast over the records, or
+            None; or None (no broadcasting).
+    """
 
     def __init__(self, modules, *, broadcast_dim=None):
         self.calls = None
@@ -132,18 +215,38 @@ class Recorder:
         self.handles = [m.register_forward_hook(_hook_of(self, name), with_kwargs=True) for name, m in modules]
 
     def remove(self) -> None:
+        """Remove the hooks (the recorder records nothing more)."""
         for h in self.handles:
             h.remove()
         self.handles = []
 
     def start(self, calls: list, rows: int) -> None:
+        """Record the following calls.
+
+        Args:
+            calls: the list each call's :class:`Call` is appended to.
+            rows: the number of records in the batch.
+        """
         self.calls, self.rows = calls, int(rows)
 
     def stop(self) -> None:
+        """Stop recording (the hooks stay)."""
         self.calls = None
 
     def record(self, name, mod, args, kwargs, out):
-        """The hook of every call (nothing unless recording)."""
+        """The hook of every call (nothing unless recording).
+
+        Args:
+            name: the module's name.
+            mod: the module.
+            args: its positional inputs.
+            kwargs: its keyword inputs.
+            out: its output.
+
+        Returns:
+            None when not recording (the output unchanged), else the output rebuilt with its floating tensors
+            joined to the graph (same types and values).
+        """
         calls = self.calls
         if calls is None:
             return None

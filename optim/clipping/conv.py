@@ -29,7 +29,15 @@ FOLDED_PER_POSITION = 1500
 
 
 def conv_padding(m):
-    """The conv's numeric padding, or None when it has none we unfold (a non-zero mode, uneven 'same')."""
+    """The conv's numeric padding, or None when it has none we unfold (a non-zero mode, uneven 'same').
+
+    Args:
+        m: a convolution module (``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``).
+
+    Returns:
+        A tuple of per-dimension paddings (``'valid'``: zeros; an even ``'same'``: half the dilated kernel
+        extent), or None for a padding mode other than ``"zeros"`` or a ``'same'`` that pads unevenly.
+    """
     if m.padding_mode != "zeros":
         return None
     if m.padding == "valid":
@@ -45,7 +53,16 @@ def conv_padding(m):
 
 
 def conv_blocks(mod, a, g):
-    """``[(A [B, T, in k], G [B, T, out])]``: the unfolded input patches and the signals, one block per group."""
+    """``[(A [B, T, in k], G [B, T, out])]``: the unfolded input patches and the signals, one block per group.
+
+    Args:
+        mod: an ``nn.Conv1d`` or ``nn.Conv2d`` with a padding :func:`conv_padding` can express.
+        a: its input ``[B, C_in, ...]``.
+        g: the gradient of its output ``[B, C_out, ...]``.
+
+    Returns:
+        A list of ``mod.groups`` pairs ``(A, G)``, ``T`` the number of output positions.
+    """
     B = a.shape[0]
     pad = conv_padding(mod)
     if isinstance(mod, nn.Conv1d):
@@ -62,12 +79,22 @@ def conv_blocks(mod, a, g):
 
 
 def conv_weight_grads(mod, a, g) -> torch.Tensor:
-    """Per-sample weight gradients of a conv with ``groups == 1`` as ``[in, B, out, k0, k1]`` (record b's
-    gradient is ``W[:, b]`` with its first two axes swapped), by ONE grouped convolution of the inputs
-    with the back-propagated signals (the samples as groups; the layer's stride becomes the dilation
-    and its dilation the stride) -- about 2x faster than unfolding the inputs into patches and
+    """Per-sample weight gradients of a conv with ``groups == 1`` as ``[in, B, out, k0, k1]``.
+
+    Record b's gradient is ``W[:, b]`` with its first two axes swapped, computed by ONE grouped convolution
+    of the inputs with the back-propagated signals (the samples as groups; the layer's stride becomes the
+    dilation and its dilation the stride) -- about 2x faster than unfolding the inputs into patches and
     multiplying on the papers' CNN shapes.  The result is a view of the convolution's output: it is
-    measured and summed in that layout, never copied into a ``[B, out, in k]`` one."""
+    measured and summed in that layout, never copied into a ``[B, out, in k]`` one.
+
+    Args:
+        mod: an ``nn.Conv1d`` or ``nn.Conv2d`` with ``groups == 1`` and a padding :func:`conv_padding` can express.
+        a: its input ``[B, C_in, ...]``.
+        g: the gradient of its output ``[B, C_out, ...]``.
+
+    Returns:
+        The per-sample weight gradients, ``[C_in, B, C_out, k0, k1]`` (a 1-d conv: ``k0 == 1``).
+    """
     pad = conv_padding(mod)
     if isinstance(mod, nn.Conv1d):
         a, g = a.unsqueeze(2), g.unsqueeze(2)
@@ -91,8 +118,22 @@ def conv_weight_grads(mod, a, g) -> torch.Tensor:
 
 
 def conv_formed(mod, a1, g1, a0, g0, want=ALL):
-    """A conv's ``(norm2, sums)`` from the formed per-sample weight gradients (gradient, or the
-    difference ``dg a^T + g0 da^T``), measured and summed as the same matrices."""
+    """A conv's ``(norm2, sums)`` from the formed per-sample weight gradients.
+
+    The gradient, or the difference ``dg a^T + g0 da^T``, measured and summed as the same matrices.
+
+    Args:
+        mod: an ``nn.Conv1d`` or ``nn.Conv2d`` with ``groups == 1``.
+        a1: its input at the current point, records on dim 0.
+        g1: the gradient of its output at the current point.
+        a0: its input at the other point; None: the gradient at the current point, not a difference.
+        g0: the gradient of its output at the other point (given with ``a0``).
+        want: the module's parameter names to include, or ``ALL``.
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, ``{"weight": ..., "bias": ...}``.
+    """
     bias_sig = g1 if a0 is None else g1 - g0
     B = g1.shape[0]
     norm2 = torch.zeros(B, dtype=torch.float64, device=g1.device)
@@ -136,9 +177,19 @@ def _explicit_padding(mod, a):
 
 
 def conv_backward_grads(mod, a, g) -> torch.Tensor:
-    """Per-record weight gradients ``[B, *weight.shape]`` of any convolution (1-3 d, transposed, groups, every
-    padding mode), by ONE weight-gradient convolution with the records folded into the groups (records as
-    ``B * groups`` groups of one batch element: no record's gradient sees another's signals)."""
+    """Per-record weight gradients ``[B, *weight.shape]`` of any convolution, by ONE weight-gradient convolution.
+
+    Any convolution: 1-3 d, transposed, groups, every padding mode.  The records are folded into the groups
+    (``B * groups`` groups of one batch element: no record's gradient sees another's signals).
+
+    Args:
+        mod: a convolution or transposed convolution module.
+        a: its input, records on dim 0.
+        g: the gradient of its output, records on dim 0.
+
+    Returns:
+        The records' weight gradients ``[B, *mod.weight.shape]``, in the work dtype.
+    """
     a, pad = _explicit_padding(mod, a)
     a, g = in_work(a, g)
     B, w = a.shape[0], mod.weight
@@ -151,6 +202,18 @@ def conv_backward_grads(mod, a, g) -> torch.Tensor:
 
 
 def per_record(mod, a, g, want=ALL) -> dict:
+    """The records' gradients ``{"weight": [B, *weight.shape], "bias": [B, out]}`` of a convolution.
+
+    Args:
+        mod: the ``nn.ConvNd / nn.ConvTransposeNd`` module.
+        a: its input, records on dim 0.
+        g: the gradient of its output, records on dim 0.
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        A dict by parameter name of the records' gradients ``[B, *param.shape]`` (only the wanted
+        parameters the module has).
+    """
     out = {}
     if wants(mod, "weight", want):
         out["weight"] = conv_backward_grads(mod, a, g)
@@ -166,6 +229,20 @@ def _backward_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """The layers path's ``terms`` hook for the convolutions: the records' squared gradient norms and weighted sum.
+
+    Args:
+        mod: the ``nn.ConvNd / nn.ConvTransposeNd`` module.
+        a1: its input at the current point, records on dim 0.
+        g1: the gradient of its output at the current point, records on dim 0.
+        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
+        g0: the gradient of its output at the other point (given with ``a0``).
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
+    """
     if isinstance(mod, (nn.Conv3d, _TRANSPOSED)) or conv_padding(mod) is None:
         return _backward_terms(mod, a1, g1, a0, g0, want)
     a1, g1, a0, g0 = in_work(a1, g1, a0, g0)

@@ -35,6 +35,20 @@ def _embedding_sum(mod, ids, G, f) -> torch.Tensor:
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """The layers path's ``terms`` hook for ``nn.Embedding``: the records' squared gradient norms and weighted sum.
+
+    Args:
+        mod: the ``nn.Embedding`` module.
+        a1: its input at the current point, records on dim 0.
+        g1: the gradient of its output at the current point, records on dim 0.
+        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
+        g0: the gradient of its output at the other point (given with ``a0``).
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
+    """
     ids, G = _embedding_parts(mod, a1, g1)
     if not wants(mod, "weight", want):
         return torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device), (lambda f: {})
@@ -44,7 +58,18 @@ def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
 
 
 def per_record(mod, a, g, want=ALL) -> dict:
-    """``{"weight": [B, num_embeddings, dim]}`` (formed: a weight shared with another call, e.g. tied)."""
+    """``{"weight": [B, num_embeddings, dim]}`` (formed: a weight shared with another call, e.g. tied).
+
+    Args:
+        mod: the ``nn.Embedding`` module.
+        a: its input ids, records on dim 0.
+        g: the gradient of its output ``[B, ..., dim]``.
+        want: the module's parameter names to include, or ``ALL``.
+
+    Returns:
+        ``{"weight": ...}`` the records' weight gradients (``padding_idx`` rows zero), or ``{}`` when the
+        weight is not wanted.
+    """
     if not wants(mod, "weight", want):
         return {}
     ids, G = _embedding_parts(mod, a, g)
@@ -55,6 +80,14 @@ def per_record(mod, a, g, want=ALL) -> dict:
 
 
 def why_not(m) -> str | None:
+    """Why this embedding cannot be taken by the rule (None: it can).
+
+    Args:
+        m: the ``nn.Embedding`` module.
+
+    Returns:
+        ``"max_norm / scale_grad_by_freq / sparse"`` when any of those options is set, else None.
+    """
     return "max_norm / scale_grad_by_freq / sparse" if (m.max_norm is not None or m.scale_grad_by_freq or m.sparse) \
         else None
 

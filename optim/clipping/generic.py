@@ -33,14 +33,28 @@ _CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its rep
 
 
 def autocast_of(state):
-    """The autocast region a call ran in (``(device, dtype)`` or None), to replay it under."""
+    """The autocast region a call ran in, to replay it under.
+
+    Args:
+        state: ``(device, dtype)`` of the region, or None.
+
+    Returns:
+        A context manager: ``torch.autocast(device, dtype=dtype)``, or a null context for None.
+    """
     if state is None:
         return contextlib.nullcontext()
     return torch.autocast(state[0], dtype=state[1])
 
 
 def tolerance(dtype) -> float:
-    """How far a replay of a call may be from the call's own output, relative to its largest value."""
+    """How far a replay of a call may be from the call's own output, relative to its largest value.
+
+    Args:
+        dtype: the output's dtype.
+
+    Returns:
+        1e-7 for float64, 1e-3 for float32, 6e-2 for any other dtype.
+    """
     return {torch.float64: 1e-7, torch.float32: 1e-3}.get(dtype, 6e-2)
 
 
@@ -53,9 +67,24 @@ def _name(call) -> str:
 
 
 def call_per_record(call, want, reduction: str | None = None) -> dict:
-    """``{name: [B, ...]}``: every record's gradient of the call's parameters named in ``want`` (relative to the
-    call's module; its children's included).  ``reduction``: how an output without the record dimension was
-    reduced over the batch (the root's loss: "mean" or "sum"); None: such an output is refused."""
+    """``{name: [B, ...]}``: every record's gradient of the call's parameters named in ``want``.
+
+    Names are relative to the call's module; its children's parameters are included.
+
+    Args:
+        call: the :class:`~.calls.Call`.
+        want: the parameter names (relative to the call's module) to differentiate.
+        reduction: how an output without the record dimension was reduced over the batch (the root's
+            loss: ``"mean"`` or ``"sum"``); None: such an output is refused.
+
+    Returns:
+        A dict by name of the records' gradients, records on dim 0 (one record when ``call.dim`` is None).
+
+    Raises:
+        InputError: if an output without the record dimension has a gradient (and no ``reduction`` covers
+            it), vmap cannot run the module per record, or the per-record replay does not give the call's
+            output.
+    """
     mod, d, rows = call.module, call.dim, call.rows
     point = call.point if call.point is not None else dict(mod.named_parameters())
     diff = {k: point[k].detach() for k in want}
@@ -141,7 +170,21 @@ def _check(call, aux, out_dims) -> None:
 
 
 def generic_terms(c1, c0=None, want=(), reduction=None):
-    """``(norm2, sums)`` of :func:`call_per_record` (the difference: of the two points' per-record gradients)."""
+    """``(norm2, sums)`` of :func:`call_per_record` (the difference: of the two points' per-record gradients).
+
+    Args:
+        c1: the call at the current point.
+        c0: the same call at the other point, or None (the gradient).
+        want: the parameter names to include (relative to the call's module).
+        reduction: as for :func:`call_per_record`.
+
+    Returns:
+        ``(norm2, sums, per)``: the records' squared norms (float64), ``sums(f)`` the per-record vectors
+        weighted by ``f`` and summed, and the per-record vectors themselves.
+
+    Raises:
+        InputError: as :func:`call_per_record`.
+    """
     per = {k: v.float() if v.dtype.itemsize < 4 else v for k, v in call_per_record(c1, want, reduction).items()}
     if c0 is not None:
         p0 = call_per_record(c0, want, reduction)

@@ -60,7 +60,15 @@ __all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_s
 
 
 def why_not(m: nn.Module) -> str | None:
-    """Why the layers path cannot take this module (None: it can)."""
+    """Why the layers path cannot take this module (None: it can).
+
+    Args:
+        m: a module (only its own parameters matter; a module without any is taken).
+
+    Returns:
+        A one-line reason (fused attention, no rule, unexpected parameter names, or the rule's own
+        ``why_not``), or None.
+    """
     own = {k for k, _ in m.named_parameters(recurse=False)}
     if not own:
         return None
@@ -75,7 +83,14 @@ def why_not(m: nn.Module) -> str | None:
 
 
 def unsupported_layers(model: nn.Module) -> list:
-    """``"name (Type): reason"`` for every module with parameters the layers path cannot take."""
+    """``"name (Type): reason"`` for every module with parameters the layers path cannot take.
+
+    Args:
+        model: the model.
+
+    Returns:
+        The list of reasons, in ``named_modules`` order (empty: every module is taken).
+    """
     out = []
     for name, m in model.named_modules():
         why = why_not(m)
@@ -85,6 +100,14 @@ def unsupported_layers(model: nn.Module) -> list:
 
 
 def supports_layers(model: nn.Module) -> bool:
+    """Whether the layers path can take ``model``.
+
+    Args:
+        model: the model.
+
+    Returns:
+        True when it has parameters and :func:`unsupported_layers` finds nothing.
+    """
     return any(True for _ in model.parameters()) and not unsupported_layers(model)
 
 
@@ -95,8 +118,17 @@ class SharedModule(Exception):
 
 
 def key_map(model: nn.Module, names) -> dict:
-    """``{id(module): {own name: run's name}}`` for the parameters in ``names`` (the run's names, as
-    ``named_parameters()`` gives them: a tied weight under its first name)."""
+    """``{id(module): {own name: run's name}}`` for the parameters in ``names``.
+
+    The run's names are as ``named_parameters()`` gives them: a tied weight under its first name.
+
+    Args:
+        model: the model.
+        names: the run's parameter names (a container supporting ``in``).
+
+    Returns:
+        For every module that owns one of them, its own names mapped to the run's.
+    """
     run = {id(p): k for k, p in model.named_parameters() if k in names}
     out = {}
     for _, m in model.named_modules(remove_duplicate=False):
@@ -147,7 +179,14 @@ def _signals(model, params, loss_fn, x, y):
 
 
 def count_uses(calls) -> dict:
-    """``{run's name: calls}``: how many recorded calls of modules owning each parameter ran."""
+    """``{run's name: calls}``: how many recorded calls of modules owning each parameter ran.
+
+    Args:
+        calls: the recorded :class:`~.calls.Call` list (their ``keys`` set).
+
+    Returns:
+        The count of calls per run's parameter name.
+    """
     out: dict = {}
     for c in calls:
         for k in c.keys.values():
@@ -179,12 +218,23 @@ def _edges(total, leaves_: dict) -> dict:
 
 
 def place_uses(calls, out, leaves_: dict) -> tuple:
-    """Where each parameter of ``leaves_`` (the run's names; leaves of the forward that gave ``out`` and the
-    recorded ``calls``) is used: ``({name: (module, own name)}, [names])`` -- the parameters whose every use is
-    inside the calls of the nearest recorded ancestor of their module rather than of the module itself (a parent
-    that uses a child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s), and those used elsewhere too.
-    The others are used only inside the calls of the modules that own them: counted on the graph of ``out``
-    against each such call replayed alone (a fused recurrent kernel uses its weights once per time step)."""
+    r"""Where each parameter of ``leaves_`` is used on the graph of a forward.
+
+    ``({name: (module, own name)}, [names])``: the parameters whose every use is inside the calls of the
+    nearest recorded ancestor of their module rather than of the module itself (a parent that uses a
+    child's weight, as ``nn.MultiheadAttention`` does ``out_proj``'s), and those used elsewhere too.  The
+    others are used only inside the calls of the modules that own them: counted on the graph of ``out``
+    against each such call replayed alone (a fused recurrent kernel uses its weights once per time step).
+
+    Args:
+        calls: the recorded calls of the forward.
+        out: the forward's output.
+        leaves\_: ``{run's name: leaf tensor}`` the parameters the forward ran with.
+
+    Returns:
+        ``(moved, rest)``: the parameters used by an ancestor's calls, and the sorted names of those used
+        elsewhere too.
+    """
     uses = uses_of(out, leaves_)
     expected = count_uses(calls)
     inside: dict = {}
@@ -215,7 +265,16 @@ def place_uses(calls, out, leaves_: dict) -> tuple:
 
 
 def uses_of(out, leaves_: dict) -> dict:
-    """``{name: uses}`` of every leaf parameter on the autograd graph of ``out``'s floating tensors."""
+    r"""``{name: uses}`` of every leaf parameter on the autograd graph of ``out``'s floating tensors.
+
+    Args:
+        out: a tensor or a nested container of them.
+        leaves\_: ``{name: leaf tensor}``.
+
+    Returns:
+        The number of edges into each leaf's gradient accumulator (0 for every one when nothing in
+        ``out`` requires a gradient).
+    """
     ts = [t for t in leaves(out) if t.is_floating_point() and t.requires_grad]
     if not ts:
         return dict.fromkeys(leaves_, 0)
@@ -248,10 +307,51 @@ def _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer,
 
 
 def layers_clipped_sum(model, loss_fn, x, y, c, params, chunk_size, weights, stabilizer, factors_of, cache=None):
-    """``(sum_i w_i clip(grad_i, C), norms)`` by the layers path (see the module text)."""
+    """``(sum_i w_i clip(grad_i, C), norms)`` by the layers path (see the module text).
+
+    Args:
+        model: the model.
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
+        x: the inputs, records on dim 0.
+        y: the targets, records on dim 0.
+        c: the clip norm C >= 0.
+        params: ``{run's name: tensor}`` the parameter point.
+        chunk_size: records per chunk, > 0.
+        weights: the records' weights ``[B]``, or None (1).
+        stabilizer: automatic clipping's offset, or None.
+        factors_of: ``factors_of(norms, c, stabilizer)``, the clip factors (:func:`~.paths.clip_factors`).
+        cache: a :class:`~.signals.SignalCache`, or None.
+
+    Returns:
+        ``(sums, norms)``: the clipped sums by run's name, and the records' unclipped norms ``[B]`` (float64).
+
+    Raises:
+        SharedModule: if a parameter reaches the loss other than through its own modules' calls, or a
+            call's input has no dimension of the batch's records (the caller falls back to vmap).
+    """
     return _run(model, loss_fn, x, y, c, params, None, chunk_size, weights, stabilizer, factors_of, cache)
 
 
 def layers_clipped_diff_sum(model, loss_fn, x, y, c, params, prev, chunk_size, weights, factors_of, cache=None):
-    """The same for ``grad_i(params) - grad_i(prev)``."""
+    """The same for ``grad_i(params) - grad_i(prev)``.
+
+    Args:
+        model: the model.
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
+        x: the inputs, records on dim 0.
+        y: the targets, records on dim 0.
+        c: the clip norm C >= 0.
+        params: ``{run's name: tensor}`` the current parameter point.
+        prev: the earlier point, the same names.
+        chunk_size: records per chunk, > 0.
+        weights: the records' weights ``[B]``, or None (1).
+        factors_of: ``factors_of(norms, c, stabilizer)``, the clip factors (:func:`~.paths.clip_factors`).
+        cache: a :class:`~.signals.SignalCache`, or None.
+
+    Returns:
+        ``(sums, norms)``: the clipped sums of the differences by run's name, and their norms ``[B]`` (float64).
+
+    Raises:
+        SharedModule: as :func:`layers_clipped_sum`.
+    """
     return _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, None, factors_of, cache)

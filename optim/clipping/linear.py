@@ -19,16 +19,37 @@ __all__ = ["outer_terms", "linear_blocks", "wants", "RULE", "CONV1D_RULE", "is_h
 
 
 def wants(mod, name: str, want) -> bool:
-    """The module has parameter ``name`` and the caller wants it (``want`` ALL: every one)."""
+    """The module has parameter ``name`` and the caller wants it (``want`` ALL: every one).
+
+    Args:
+        mod: the module.
+        name: a parameter name of the module (``"weight"``, ``"bias"``).
+        want: the names wanted, or ``ALL``.
+
+    Returns:
+        True when ``mod.<name>`` is not None and ``name`` is wanted.
+    """
     return getattr(mod, name, None) is not None and (want is ALL or name in want)
 
 
 def outer_terms(mod, b1, b0=None, same_in: bool = False, want=ALL, transposed: bool = False):
-    """``(norm2, sums)`` of a layer whose per-record gradient is a sum over positions of outer products,
-    block by block (``b1``, ``b0``: ``[(A [B, T, in], G [B, T, out])]`` per block at the two points;
-    ``b0`` None: the gradient, else the difference ``dG^T A1 + G0^T (A1 - A0)``, with the second term
-    dropped when the inputs are the same, ``same_in``).  The bias's signal is the (difference of the)
-    back-propagated signal summed over positions.  ``transposed``: the weight is stored ``[in, out]``."""
+    """``(norm2, sums)`` of a layer whose per-record gradient is a sum over positions of outer products, block by block.
+
+    The bias's signal is the (difference of the) back-propagated signal summed over positions.
+
+    Args:
+        mod: the layer (its ``weight`` / ``bias`` decide what is measured).
+        b1: ``[(A [B, T, in], G [B, T, out])]``, one pair per block, at the current point.
+        b0: the same blocks at the other point; None: the gradient, else the difference
+            ``dG^T A1 + G0^T (A1 - A0)``.
+        same_in: the inputs at the two points are equal, so the second term of the difference is dropped.
+        want: the module's parameter names to include, or ``ALL``.
+        transposed: the weight is stored ``[in, out]`` (Hugging Face's ``Conv1D``).
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, ``{"weight": ..., "bias": ...}`` shaped as the parameters.
+    """
     if b0 is not None:
         blocks = []
         for (A1, G1), (A0, G0) in zip(b1, b0):
@@ -58,19 +79,54 @@ def outer_terms(mod, b1, b0=None, same_in: bool = False, want=ALL, transposed: b
 
 
 def linear_blocks(mod, a, g):
-    """``[(A [B, T, in], G [B, T, out])]``: the layer's one block, in the work dtype."""
+    """``[(A [B, T, in], G [B, T, out])]``: the layer's one block, in the work dtype.
+
+    Args:
+        mod: the linear layer (unused: the block is the signals reshaped).
+        a: the layer's input ``[B, ..., in]``.
+        g: the gradient of its output ``[B, ..., out]``.
+
+    Returns:
+        A one-element list ``[(A, G)]``, every leading dimension after the records flattened into ``T``.
+    """
     B = a.shape[0]
     a, g = in_work(a, g)
     return [(a.reshape(B, -1, a.shape[-1]), g.reshape(B, -1, g.shape[-1]))]
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """The layers path's ``terms`` hook for ``nn.Linear``: the records' squared gradient norms and weighted sum.
+
+    Args:
+        mod: the ``nn.Linear`` module.
+        a1: its input at the current point, records on dim 0.
+        g1: the gradient of its output at the current point, records on dim 0.
+        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
+        g0: the gradient of its output at the other point (given with ``a0``).
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
+    """
     b0 = linear_blocks(mod, a0, g0) if a0 is not None else None
     return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want)
 
 
 def per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
-    """The records' gradients ``{"weight": [B, out, in], "bias": [B, out]}`` (formed: a shared parameter)."""
+    """The records' gradients ``{"weight": [B, out, in], "bias": [B, out]}`` (formed: a shared parameter).
+
+    Args:
+        mod: the linear layer.
+        a: its input ``[B, ..., in]``.
+        g: the gradient of its output ``[B, ..., out]``.
+        want: the module's parameter names to include, or ``ALL``.
+        transposed: the weight is stored ``[in, out]`` (the weight gradients are then ``[B, in, out]``).
+
+    Returns:
+        A dict by parameter name of per-record gradients, records on dim 0 (only the wanted parameters
+        the module has).
+    """
     (A, G), = linear_blocks(mod, a, g)
     out = {}
     if wants(mod, "weight", want):
@@ -84,7 +140,15 @@ RULE = register_rule(Rule((nn.Linear,), terms, per_record=per_record))
 
 
 def is_hf_conv1d(mod) -> bool:
-    """Hugging Face's ``transformers.pytorch_utils.Conv1D`` (matched by name: transformers is optional)."""
+    """Hugging Face's ``transformers.pytorch_utils.Conv1D`` (matched by name: transformers is optional).
+
+    Args:
+        mod: a module.
+
+    Returns:
+        True when ``mod``'s class is named ``Conv1D``, comes from a ``transformers`` module and the
+        instance has ``nf``.
+    """
     t = type(mod)
     return t.__name__ == "Conv1D" and t.__module__.startswith("transformers") and hasattr(mod, "nf")
 

@@ -34,7 +34,18 @@ def _norm_stats(mod, a):
 
 
 def per_record(mod, a, g, want=ALL) -> dict:
-    """Per-record gradients ``{"weight": [B, ...], "bias": [B, ...]}``."""
+    """Per-record gradients ``{"weight": [B, ...], "bias": [B, ...]}``.
+
+    Args:
+        mod: the ``nn.LayerNorm / nn.RMSNorm / nn.GroupNorm / nn.InstanceNormNd`` module.
+        a: its input, records on dim 0.
+        g: the gradient of its output, records on dim 0.
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        A dict by parameter name of the records' gradients ``[B, *param.shape]`` (only the wanted
+        parameters the module has).
+    """
     a, g = in_work(a, g)
     B = a.shape[0]
     out = {}
@@ -56,6 +67,20 @@ def per_record(mod, a, g, want=ALL) -> dict:
 
 
 def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """The layers path's ``terms`` hook for the affine normalisations: the records' squared gradient norms and weighted sum.
+
+    Args:
+        mod: the ``nn.LayerNorm / nn.RMSNorm / nn.GroupNorm / nn.InstanceNormNd`` module.
+        a1: its input at the current point, records on dim 0.
+        g1: the gradient of its output at the current point, records on dim 0.
+        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
+        g0: the gradient of its output at the other point (given with ``a0``).
+        want: the module's parameter names to include, or ``ALL`` (every one).
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
+    """
     return formed_terms(per_record, mod, a1, g1, a0, g0, want)
 
 

@@ -20,7 +20,14 @@ def work_dtype(*tensors) -> torch.dtype:
     """The dtype a rule forms per-record gradients in: the widest floating dtype of ``tensors``, and at least
     float32 -- so that under ``torch.autocast`` (a float32 input beside a bfloat16 output gradient) or with
     bfloat16 / float16 parameters every product a norm is measured on is formed in float32 or better (the
-    inputs cast exactly; the sums are cast to the parameters' dtype once, at the end)."""
+    inputs cast exactly; the sums are cast to the parameters' dtype once, at the end).
+
+    Args:
+        *tensors: tensors or None (None and integer tensors are skipped).
+
+    Returns:
+        ``torch.float32`` promoted with every floating dtype among ``tensors``.
+    """
     out = torch.float32
     for t in tensors:
         if t is not None and t.is_floating_point():
@@ -29,7 +36,14 @@ def work_dtype(*tensors) -> torch.dtype:
 
 
 def in_work(*tensors):
-    """``tensors`` in their :func:`work_dtype` (integer tensors, e.g. ids, and None unchanged)."""
+    """``tensors`` in their :func:`work_dtype` (integer tensors, e.g. ids, and None unchanged).
+
+    Args:
+        *tensors: tensors or None.
+
+    Returns:
+        A tuple of the same length: floating tensors cast to :func:`work_dtype`, the others as given.
+    """
     dt = work_dtype(*tensors)
     return tuple(t.to(dt) if t is not None and t.is_floating_point() and t.dtype != dt else t for t in tensors)
 
@@ -41,7 +55,14 @@ ROW_BLOCK = 1024
 def rowdots64(pairs) -> list:
     """``[sum_j x_ij y_ij for (x, y) in pairs]``: per-row dot products of ``[n, d]`` tensors accumulated in
     float64.  A pair of one tensor with itself is a squared norm (:func:`row_sq64`); other pairs are cast
-    block by block (casting whole matrices to float64 is memory-bound; a block's copies stay in cache)."""
+    block by block (casting whole matrices to float64 is memory-bound; a block's copies stay in cache).
+
+    Args:
+        pairs: ``[(x, y)]``, tensors ``[n, d]`` (each pair of one width), every one with the same ``n``.
+
+    Returns:
+        One float64 tensor ``[n]`` per pair, in order.
+    """
     n = pairs[0][0].shape[0]
     dev = pairs[0][0].device
     out = [row_sq64(x) if _same(x, y) else torch.empty(n, dtype=torch.float64, device=dev) for x, y in pairs]
@@ -82,14 +103,28 @@ def row_sq_upper(x: torch.Tensor) -> torch.Tensor:
     sum.  The slack is at most ``(1 + gamma_d) / (1 - gamma_d) - 1 ~ 2 gamma_d`` relative on the sum
     (``gamma_d`` = 6.2e-5 at d = 1024): the norm is over-stated by at most about ``gamma_d``.  Rows
     whose float32 sum overflows, longer rows and other dtypes are summed exactly in float64
-    (:func:`row_sq64`)."""
+    (:func:`row_sq64`).
+
+    Args:
+        x: ``[n, d]`` tensor.
+
+    Returns:
+        ``[n]`` float64 upper bounds on the rows' sums of squares.
+    """
     return rows_sq_upper([x])[0]
 
 
 def rows_sq_upper(xs: list) -> torch.Tensor:
     """:func:`row_sq_upper` of several ``[n, d_j]`` tensors at once: ``[J, n]`` float64 (one float32
     reduction per tensor, the inflation and the overflow check on the stacked result: few small
-    operations, which is what a millisecond step pays for)."""
+    operations, which is what a millisecond step pays for).
+
+    Args:
+        xs: a list of ``[n, d_j]`` tensors, all with the same ``n``.
+
+    Returns:
+        ``[J, n]`` float64 upper bounds, row j for ``xs[j]``.
+    """
     if not all(_bounded32(x) for x in xs):
         return torch.stack([row_sq_upper(x) if _bounded32(x) else row_sq64(x) for x in xs])
     s = torch.stack([(x * x).sum(1) for x in xs]).to(torch.float64)
@@ -126,6 +161,16 @@ def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def gram_cheaper(T: int, din: int, dout: int) -> bool:
+    """A linear layer's per-record norm by Gram products (``T (in + out)``) costs less than forming ``G^T A`` (``in out``).
+
+    Args:
+        T: positions per record.
+        din: the layer's input width.
+        dout: its output width.
+
+    Returns:
+        True when ``T * (din + dout) < din * dout``.
+    """
     return T * (din + dout) < din * dout
 
 
@@ -139,7 +184,17 @@ NORM_COST = 8
 def gram_norm_cheaper(T: int, din: int, dout: int, blocks: int = 1) -> bool:
     """Per-record norms of ``sum_k G_k^T A_k`` (``blocks`` terms of ``T`` positions) are cheaper by float64 Gram
     products (``F64_COST * (blocks T)^2 (in + out)`` per record) than by forming the matrices in float32 and
-    taking their float64 norms (``blocks T in out + NORM_COST in out``)."""
+    taking their float64 norms (``blocks T in out + NORM_COST in out``).
+
+    Args:
+        T: positions per record in each term.
+        din: the input width.
+        dout: the output width.
+        blocks: the number of terms ``k``, >= 1.
+
+    Returns:
+        True when the Gram products' estimated cost is the lower.
+    """
     n = blocks * T
     return F64_COST * n * n * (din + dout) < (n + NORM_COST) * din * dout
 
@@ -173,7 +228,15 @@ def gram_block(terms):
     never held: the step's memory stays that of the signals).  The sum, either way, is one matrix product of the
     signals weighted by the factors (:func:`_weighted_sum`).  Both norms are of the matrices ``sum_k G_ik^T A_ik`` of record i's own signals,
     up to a float64 rounding (Gram) or a float32 one relative to that record's products (formed), and the
-    sum rounds in the working dtype relative to the summands, as any sum (:mod:`.paths`, the guarantee)."""
+    sum rounds in the working dtype relative to the summands, as any sum (:mod:`.paths`, the guarantee).
+
+    Args:
+        terms: ``[(G [B, T, out], A [B, T, in]), ...]``, every term with the same ``B`` and widths.
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f) -> [out, in]``, the
+        matrices weighted by ``f [B]`` and summed.
+    """
     G0, A0 = terms[0]
     B, T, din = A0.shape
     dout = G0.shape[2]
@@ -211,7 +274,14 @@ def row_sq64(W: torch.Tensor) -> torch.Tensor:
     """Per-row sums of squares of ``W [B, m]`` in float64 (``vector_norm`` with a float64 accumulator,
     squared: relative error ~1e-16), block by block for large ``W`` -- blocks of whole rows, or of
     columns when a row alone is larger than a block (each block's float64 copy stays in cache; a
-    whole-matrix cast is memory-bound)."""
+    whole-matrix cast is memory-bound).
+
+    Args:
+        W: ``[B, m]`` tensor.
+
+    Returns:
+        ``[B]`` float64 sums of squares.
+    """
     B, m = W.shape
     if B * m <= CAST_ELEMS:
         return torch.linalg.vector_norm(W, dim=1, dtype=torch.float64).square()
@@ -228,7 +298,14 @@ def row_sq64(W: torch.Tensor) -> torch.Tensor:
 
 def record_sq64(W: torch.Tensor) -> torch.Tensor:
     """Per-record sums of squares, in float64, of ``W [in, B, ...]`` (records on axis 1), cast block
-    by block along axis 0 (each block's float64 copy stays in cache)."""
+    by block along axis 0 (each block's float64 copy stays in cache).
+
+    Args:
+        W: ``[in, B, ...]`` tensor, records on axis 1.
+
+    Returns:
+        ``[B]`` float64 sums of squares.
+    """
     dims = (0,) + tuple(range(2, W.dim()))
     step = max(1, CAST_ELEMS // max(W[0].numel(), 1))
     out = torch.zeros(W.shape[1], dtype=torch.float64, device=W.device)

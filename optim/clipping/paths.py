@@ -68,7 +68,14 @@ _ELEMENTWISE = (nn.ReLU, nn.Softplus, nn.Tanh, nn.Sigmoid, nn.Identity, nn.Leaky
 
 
 def supports_ghost(model: nn.Module) -> bool:
-    """True for ``nn.Sequential`` models made of ``nn.Linear`` (at least one) and elementwise activations only."""
+    """True for ``nn.Sequential`` models made of ``nn.Linear`` (at least one) and elementwise activations only.
+
+    Args:
+        model: the model.
+
+    Returns:
+        Whether the ghost path can take ``model``.
+    """
     return isinstance(model, nn.Sequential) and any(isinstance(m, nn.Linear) for m in model) and \
         all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model)
 
@@ -76,10 +83,17 @@ def supports_ghost(model: nn.Module) -> bool:
 def clip_factors(norms: torch.Tensor, max_norm: float, stabilizer: float | None = None) -> torch.Tensor:
     """``min{1, C/||v||}``, with 0 where the norm is 0 or C = 0 (the clipped vector is 0 there).
 
-    ``max_norm`` may be a tensor broadcastable against ``norms`` (one C per batched run).
-
     With ``stabilizer=g`` (automatic clipping, Bu et al.; DiceSGD Algorithm 4): ``C/(||v|| + g)``,
     so every scaled vector has norm < C and ``v = 0`` maps to 0.
+
+    Args:
+        norms: the vectors' L2 norms ``||v||`` (>= 0).
+        max_norm: the clip norm C >= 0 (``inf``: factor 1), or a tensor broadcastable against ``norms``
+            (one C per batched run).
+        stabilizer: the automatic-clipping offset g > 0, or None (plain clipping).
+
+    Returns:
+        The factors, shaped as ``norms``: ``||f v|| <= C`` for each.
     """
     if stabilizer is not None:
         return max_norm / (norms + stabilizer)
@@ -100,8 +114,21 @@ _WARNED: set = set()
 
 
 def clip_path(model: nn.Module, method: str = "auto") -> str:
-    """The path ``method`` takes for ``model``: ``"ghost"``, ``"layers"`` or ``"vmap"`` (with "auto", a
-    model that falls to vmap is reported once per model class by a :class:`ClippingFallbackWarning`)."""
+    """The path ``method`` takes for ``model``: ``"ghost"``, ``"layers"`` or ``"vmap"``.
+
+    With ``"auto"``, a model that falls to vmap is reported once per model class by a
+    :class:`ClippingFallbackWarning`.
+
+    Args:
+        model: the model.
+        method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"``.
+
+    Returns:
+        The path's name (``method`` itself unless it is ``"auto"``).
+
+    Raises:
+        InputError: if ``method`` is unknown, or is ``"ghost"`` / ``"layers"`` for a model that path cannot take.
+    """
     if method not in METHODS:
         raise InputError(f"method={method!r} is not allowed: expected one of {', '.join(METHODS)}.")
     if method == "ghost" and not supports_ghost(model):
@@ -245,9 +272,21 @@ def _factors(norms, c, stabilizer, weights, scale):
 
 @exact_float32()
 def ghost_clipped_sum(sig, c: float, weights=None, stabilizer=None, scale: float | None = None):
-    """``(sum_i w_i clip(v_i, C), ||v_i||)`` of an MLP's per-record gradients from its ghost signals
-    ``[(name, a [B, in], g [B, out], has_bias)]`` (``v_i = scale * (g_i a_i^T, g_i)``; ``scale``:
-    signals left by a mean-reduced loss, multiplied by the batch's rows)."""
+    """``(sum_i w_i clip(v_i, C), ||v_i||)`` of an MLP's per-record gradients from its ghost signals.
+
+    ``v_i = scale * (g_i a_i^T, g_i)`` per Linear layer.
+
+    Args:
+        sig: the ghost signals ``[(name, a [B, in], g [B, out], has_bias)]``, one per Linear layer.
+        c: the clip norm C >= 0.
+        weights: the records' weights ``[B]`` (None: 1).
+        stabilizer: the automatic-clipping offset (see :func:`clip_factors`), or None.
+        scale: the factor of signals left by a mean-reduced loss (the batch's rows), or None (1).
+
+    Returns:
+        ``(sums, norms)``: the clipped sums ``{"<layer>.weight": ..., "<layer>.bias": ...}`` and the records'
+        unclipped norms ``[B]``.
+    """
     # sum over layers of ||g||^2 (||a||^2 + [bias]): upper bounds of its non-negative terms bound it
     sq = rows_sq_upper([t for _, a, g, _ in sig for t in (g, a)])
     norms = _ghost_norms(sq[0::2], sq[1::2], [hb for *_, hb in sig])
@@ -256,7 +295,19 @@ def ghost_clipped_sum(sig, c: float, weights=None, stabilizer=None, scale: float
 
 @exact_float32()
 def ghost_clipped_diff_sum(s1, s0, c: float, weights=None, scale: float | None = None):
-    """The same for the records' gradient differences between the point of ``s1`` and that of ``s0``."""
+    """The same for the records' gradient differences between the point of ``s1`` and that of ``s0``.
+
+    Args:
+        s1: the ghost signals at the current point (as for :func:`ghost_clipped_sum`).
+        s0: the ghost signals at the other point, the same layers.
+        c: the clip norm C >= 0.
+        weights: the records' weights ``[B]`` (None: 1).
+        scale: the factor of signals left by a mean-reduced loss, or None (1).
+
+    Returns:
+        ``(sums, norms)``: the clipped sums of the differences by parameter name, and the records'
+        unclipped difference norms ``[B]`` (float64).
+    """
     # record i adds v_i = dg_i a_i^T + g0_i da_i^T (+ dg_i for the bias): norms and sum from the same
     # differences, norms in float64 (module docstring: the guarantee)
     parts = []
@@ -319,13 +370,30 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
                      weights: torch.Tensor | None = None, stabilizer: float | None = None, cache=None):
     """``(sum_i w_i clip(grad l(params; x_i, y_i), C), per-sample norms)``.
 
-    ``loss_fn(output, target)`` must return one loss per example (no reduction).  Returns a dict
-    with the model's parameter names and a tensor of the unclipped per-sample gradient norms.
-    ``weights`` (default 1) lets several clients' clipped MEANS be summed in one pass
-    (``w_i = 1/(P n_p)`` for DIFF2).  ``stabilizer``: automatic clipping (see :func:`clip_factors`).
+    ``weights`` lets several clients' clipped MEANS be summed in one pass (``w_i = 1/(P n_p)`` for DIFF2).
     Formal guarantee: every summand has norm <= ``max_norm`` (L2 sensitivity of the sum: C under
-    add/remove, 2C under replace-one).  ``cache``: an :class:`dpcalib.optim.clipping.signals.SignalCache` (full-batch runs
-    reuse the signals of a point evaluated before; the result is the same).
+    add/remove, 2C under replace-one).
+
+    Args:
+        model: the ``nn.Module``.
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example (no reduction).
+        x: the inputs, records on dim 0.
+        y: the targets, records on dim 0.
+        max_norm: the clip norm C, in ``[0, inf]`` (``inf``: no clipping; 0: every summand 0).
+        params: ``{name: tensor}`` the parameter point (None: the model's own parameters).
+        method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"`` (see :func:`clip_path`).
+        chunk_size: records per vmap chunk (bounds memory), > 0.
+        weights: the records' weights ``[B]`` (None: 1).
+        stabilizer: automatic clipping (see :func:`clip_factors`), or None.
+        cache: a :class:`dpcalib.optim.clipping.signals.SignalCache` (full-batch runs reuse the signals of
+            a point evaluated before; the result is the same), or None.
+
+    Returns:
+        ``(sums, norms)``: a dict of clipped sums by the model's parameter names, and the unclipped
+        per-sample gradient norms ``[B]``.
+
+    Raises:
+        InputError: if ``max_norm`` is negative or NaN, ``method`` is unknown or cannot take the model.
     """
     c, path = _check(max_norm, method, model)
     params = _params(model, params)
@@ -351,6 +419,26 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     (``theta^t`` vs ``theta^{t-1}``) clip.  Same contract as :func:`clipped_grad_sum`; computed in
     float64 whatever the model's dtype and the sums returned in the parameters' dtypes
     (:mod:`dpcalib.optim.clipping.precision`: why a difference needs it).
+
+    Args:
+        model: the ``nn.Module``.
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example (no reduction).
+        x: the inputs, records on dim 0.
+        y: the targets, records on dim 0.
+        max_norm: the clip norm C, in ``[0, inf]`` (``inf``: no clipping; 0: every summand 0).
+        params: ``{name: tensor}`` the current parameter point.
+        params_prev: the earlier point, the same names and shapes.
+        method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"`` (see :func:`clip_path`).
+        chunk_size: records per vmap chunk (bounds memory), > 0.
+        weights: the records' weights ``[B]`` (None: 1).
+        cache: a :class:`dpcalib.optim.clipping.signals.SignalCache`, or None.
+
+    Returns:
+        ``(sums, norms)``: a dict of clipped sums of the differences in the dtypes of ``params``, and the
+        unclipped per-sample difference norms ``[B]``.
+
+    Raises:
+        InputError: if ``max_norm`` is negative or NaN, ``method`` is unknown or cannot take the model.
     """
     c, path = _check(max_norm, method, model)
     like, params, params_prev = params, widened_params(params), widened_params(params_prev)   # float64 (.precision)

@@ -33,7 +33,15 @@ __all__ = ["PerExample", "flat_of"]
 
 
 def flat_of(tensors: dict, like: dict) -> torch.Tensor:
-    """The values of ``tensors`` in the order of ``like``'s keys, as one flat vector."""
+    """The values of ``tensors`` in the order of ``like``'s keys, as one flat vector.
+
+    Args:
+        tensors: ``{name: tensor}`` with at least ``like``'s keys.
+        like: ``{name: ...}`` giving the order.
+
+    Returns:
+        The concatenation of the flattened tensors.
+    """
     return torch.cat([tensors[k].reshape(-1) for k in like])
 
 
@@ -45,7 +53,16 @@ def _zeros(params: dict) -> torch.Tensor:
 class PerExample:
     """Forward and backward on the records themselves (the plain queries of a run).
 
-    ``clip_method`` / ``chunk_size``: see :func:`optim.clipping.clipped_grad_sum`."""
+    Args:
+        clip_method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"``: see
+            :func:`optim.clipping.clipped_grad_sum`.
+        chunk_size: records per vmap chunk: see :func:`optim.clipping.clipped_grad_sum`.
+        reuse_signals: keep a :class:`~.signals.SignalCache` so that full-batch rounds reuse the previous
+            point's per-sample signals.
+
+    Raises:
+        InputError: if ``clip_method`` is not one of the four.
+    """
 
     def __init__(self, clip_method: str = "auto", chunk_size: int = 1024, reuse_signals: bool = True):
         if clip_method not in ("auto", "ghost", "layers", "vmap"):
@@ -57,6 +74,22 @@ class PerExample:
 
     def clipped_sum(self, model, loss_fn, params: dict, x, y, c: float, *, ids, weights=None,
                     stabilizer=None) -> torch.Tensor:
+        """``sum_i w_i clip(grad l(params; z_i), C)``, flat.
+
+        Args:
+            model: the model.
+            loss_fn: ``loss_fn(output, target)``, one loss per example.
+            params: ``{name: tensor}`` the parameter point (the flat vector follows its order).
+            x: the records' inputs, records on dim 0 (may be empty).
+            y: the records' targets.
+            c: the clip norm C >= 0.
+            ids: ``(holder, index)`` naming the records (ignored here).
+            weights: the records' weights ``[B]`` (None: 1).
+            stabilizer: automatic clipping's offset (see :func:`~.paths.clip_factors`), or None.
+
+        Returns:
+            The clipped sum as one flat vector (zeros for an empty batch).
+        """
         if x.shape[0] == 0:
             return _zeros(params)
         sums, _ = clipped_grad_sum(model, loss_fn, x, y, c, params, method=self.clip_method,
@@ -66,6 +99,22 @@ class PerExample:
 
     def clipped_diff_sum(self, model, loss_fn, cur: dict, prev: dict, x, y, c: float, *, ids,
                          weights=None) -> torch.Tensor:
+        """``sum_i w_i clip(grad l(cur; z_i) - grad l(prev; z_i), C)``, flat.
+
+        Args:
+            model: the model.
+            loss_fn: ``loss_fn(output, target)``, one loss per example.
+            cur: ``{name: tensor}`` the current parameter point (the flat vector follows its order).
+            prev: the earlier point, the same names.
+            x: the records' inputs, records on dim 0 (may be empty).
+            y: the records' targets.
+            c: the clip norm C >= 0.
+            ids: ``(holder, index)`` naming the records (ignored here).
+            weights: the records' weights ``[B]`` (None: 1).
+
+        Returns:
+            The clipped sum of the differences as one flat vector (zeros for an empty batch).
+        """
         if x.shape[0] == 0:
             return _zeros(cur)
         sums, _ = clipped_grad_diff_sum(model, loss_fn, x, y, c, cur, prev, method=self.clip_method,
@@ -73,6 +122,19 @@ class PerExample:
         return flat_of(sums, cur)
 
     def grad_sum(self, model, loss_fn, params: dict, x, y, *, ids) -> torch.Tensor:
+        """``sum_i grad l(params; z_i)`` unclipped (DiceSGD's error feedback), flat.
+
+        Args:
+            model: the model.
+            loss_fn: ``loss_fn(output, target)``, one loss per example.
+            params: ``{name: tensor}`` the parameter point (the flat vector follows its order).
+            x: the records' inputs, records on dim 0 (may be empty).
+            y: the records' targets.
+            ids: ``(holder, index)`` naming the records (ignored here).
+
+        Returns:
+            The summed gradient as one flat vector (zeros for an empty batch).
+        """
         if x.shape[0] == 0:
             return _zeros(params)
         from torch.func import functional_call
@@ -82,5 +144,16 @@ class PerExample:
         return flat_of(dict(zip(p, torch.autograd.grad(loss, list(p.values())))), p)
 
     def grads(self, grad_fn, Z: torch.Tensor, x, y, *, ids) -> torch.Tensor:
-        """``grad_fn(Z, x, y)``: ``[nodes, records, d]`` per-example gradients, node i's records at Z[i]."""
+        """``grad_fn(Z, x, y)``: ``[nodes, records, d]`` per-example gradients, node i's records at Z[i].
+
+        Args:
+            grad_fn: the function of :func:`~.points.point_grads`.
+            Z: the nodes' flat parameter vectors ``[nodes, d]``.
+            x: the records' inputs (per node, or shared).
+            y: the records' targets.
+            ids: ``(holder, index)`` naming the records (ignored here).
+
+        Returns:
+            The per-example gradients ``[nodes, records, d]``.
+        """
         return grad_fn(Z, x, y)

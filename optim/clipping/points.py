@@ -22,9 +22,20 @@ __all__ = ["point_grads", "clipped_point_sums"]
 
 
 def point_grads(model, loss_fn, like: dict, *, shared_records: bool = False):
-    """``grads(Z, x, y)``: the per-example gradients ``[points, records, d]`` of ``loss_fn`` (one loss
-    per example) through ``model`` at each flat parameter vector ``Z[i]`` (shaped as the tensors of
-    ``like``, in their order); ``shared_records``: every point takes the same ``x``, ``y``."""
+    """``grads(Z, x, y)``: the per-example gradients ``[points, records, d]`` at each of several parameter points.
+
+    The gradients of ``loss_fn`` (one loss per example) through ``model`` at each flat parameter vector
+    ``Z[i]`` (shaped as the tensors of ``like``, in their order), by one nested ``torch.func.vmap``.
+
+    Args:
+        model: the ``nn.Module`` whose parameters ``Z`` replaces (its buffers widened to ``Z``'s dtype).
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
+        like: ``{name: tensor}`` giving the names, shapes and order of the parameters in a flat vector.
+        shared_records: every point takes the same ``x [records, ...]``, ``y`` (else ``[points, records, ...]``).
+
+    Returns:
+        The function ``grads(Z [points, d], x, y) -> [points, records, d]``.
+    """
     def one(pflat, xi, yi):
         p, i = {}, 0
         for k, t in like.items():
@@ -39,9 +50,16 @@ def point_grads(model, loss_fn, like: dict, *, shared_records: bool = False):
 
 @exact_float32()
 def clipped_point_sums(g: torch.Tensor, max_norm, weights: torch.Tensor) -> torch.Tensor:
-    """``[points, d]``: ``sum_m w_m clip(g_pm, C_p)`` for per-example gradients ``g [points, M, d]``,
-    ``max_norm`` a float or a tensor ``[points]`` of clip norms, and weights ``[points, M]`` or
-    ``[M]`` (0 for a record not in the sample); norms in float64."""
+    """``[points, d]``: ``sum_m w_m clip(g_pm, C_p)`` for per-example gradients at several points; norms in float64.
+
+    Args:
+        g: per-example gradients ``[points, M, d]``.
+        max_norm: the clip norm C, a float or a tensor ``[points]`` (one per point).
+        weights: ``[points, M]`` or ``[M]``, 0 for a record not in the sample.
+
+    Returns:
+        The clipped, weighted sums ``[points, d]`` in ``g``'s dtype.
+    """
     norms = torch.linalg.vector_norm(g, dim=2, dtype=torch.float64)
     c = max_norm[:, None] if isinstance(max_norm, torch.Tensor) else max_norm
     f = clip_factors(norms, c).to(g.dtype) * weights

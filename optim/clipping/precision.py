@@ -46,9 +46,17 @@ EXACT_FLOAT32 = True
 
 
 def widened(t, dtype: torch.dtype | None = None):
-    """``t`` in ``dtype`` when it is a floating tensor of a narrower dtype (an exact cast upwards), else
-    ``t`` itself (integer ids, masks, tensors as wide or wider, anything that is not a tensor).
-    ``dtype`` None: :data:`DIFFERENCE_DTYPE`."""
+    """``t`` in ``dtype`` when it is a floating tensor of a narrower dtype (an exact cast upwards), else ``t`` itself.
+
+    ``t`` itself: integer ids, masks, tensors as wide or wider, anything that is not a tensor.
+
+    Args:
+        t: any value.
+        dtype: the dtype to widen to; None: :data:`DIFFERENCE_DTYPE`.
+
+    Returns:
+        The widened tensor, or ``t`` unchanged.
+    """
     dtype = DIFFERENCE_DTYPE if dtype is None else dtype
     if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype.itemsize < dtype.itemsize:
         return t.to(dtype)
@@ -56,21 +64,45 @@ def widened(t, dtype: torch.dtype | None = None):
 
 
 def widened_params(params: dict, dtype: torch.dtype | None = None) -> dict:
-    """Every floating parameter in ``dtype`` (detached: a release forms no parameter gradients)."""
+    """Every floating parameter in ``dtype`` (detached: a release forms no parameter gradients).
+
+    Args:
+        params: ``{name: tensor}``.
+        dtype: the dtype to widen to; None: :data:`DIFFERENCE_DTYPE`.
+
+    Returns:
+        A new dict of detached, widened tensors (as wide or wider: unchanged but detached).
+    """
     return {k: widened(v.detach(), dtype) for k, v in params.items()}
 
 
 def widened_buffers(model, dtype: torch.dtype) -> dict:
-    """The model's floating buffers narrower than ``dtype``, widened (to pass beside widened parameters
-    to ``functional_call``: a float32 buffer in a product with float64 activations would raise);
-    empty where none is."""
+    """The model's floating buffers narrower than ``dtype``, widened.
+
+    To pass beside widened parameters to ``functional_call``: a float32 buffer in a product with float64
+    activations would raise.
+
+    Args:
+        model: the model.
+        dtype: the dtype to widen to.
+
+    Returns:
+        ``{buffer name: widened tensor}``; empty where no buffer is narrower.
+    """
     return {k: widened(b, dtype) for k, b in model.named_buffers()
             if b.is_floating_point() and b.dtype.itemsize < dtype.itemsize}
 
 
 def narrowed(sums: dict, like: dict) -> dict:
-    """Each sum back in its parameter's dtype (one rounding, relative to the sum); every key of ``sums``
-    names a parameter of ``like``."""
+    """Each sum back in its parameter's dtype (one rounding, relative to the sum).
+
+    Args:
+        sums: ``{name: tensor}``; every key names a parameter of ``like``.
+        like: ``{name: tensor}`` giving the dtypes.
+
+    Returns:
+        A new dict of the sums cast to their parameters' dtypes.
+    """
     return {k: v.to(like[k].dtype) for k, v in sums.items()}
 
 
@@ -89,10 +121,16 @@ def _fp32_settings() -> list:
 
 @contextlib.contextmanager
 def exact_float32():
-    """Float32 matrix products and convolutions in IEEE float32 (no TF32, no bf16) and autocast off inside the
-    ``with`` block or the call decorated by ``@exact_float32()``; the previous settings restored on leaving, also
-    on an error (module text: why every release needs it).  Re-entrant; the settings are process-wide,
-    so another thread's products inside the block run exact too.  Costs ~5 us a call."""
+    """Float32 matrix products and convolutions in IEEE float32 (no TF32, no bf16), autocast off, inside a block.
+
+    Applies inside the ``with`` block or the call decorated by ``@exact_float32()``; the previous settings
+    are restored on leaving, also on an error (module text: why every release needs it).  Re-entrant; the
+    settings are process-wide, so another thread's products inside the block run exact too.  Costs ~5 us a
+    call.  Does nothing while ``EXACT_FLOAT32`` is False.
+
+    Yields:
+        None, once, with the exact settings in force.
+    """
     if not EXACT_FLOAT32:
         yield
         return

@@ -35,7 +35,18 @@ FORWARD_RTOL = 1e-4
 
 
 def records_of(x, dim: int) -> int:
-    """The batch's records: ``x.shape[dim]``, or a ``PackedSequence``'s sequences."""
+    """The batch's records: ``x.shape[dim]``, or a ``PackedSequence``'s sequences.
+
+    Args:
+        x: the model's input, a tensor or a ``PackedSequence``.
+        dim: the dimension that holds the records (0: ``batch_first``).
+
+    Returns:
+        The number of records.
+
+    Raises:
+        InputError: if the tensor has no dimension ``dim``.
+    """
     if isinstance(x, nn.utils.rnn.PackedSequence):
         return int(x.batch_sizes[0]) if x.batch_sizes.numel() else 0
     if x.dim() <= dim:
@@ -46,7 +57,15 @@ def records_of(x, dim: int) -> int:
 
 def perturbed(x, dim: int):
     """``x`` with record 0 changed (floating: ``-1.5 x + 1``; ids: another record's, or the smallest and largest id
-    swapped; a ``PackedSequence``: its sequence 0), every other record the same; None when nothing changes."""
+    swapped; a ``PackedSequence``: its sequence 0), every other record the same; None when nothing changes.
+
+    Args:
+        x: a tensor or a ``PackedSequence`` (not modified).
+        dim: the tensor's record dimension.
+
+    Returns:
+        A changed copy, or None when every id is the same (nothing to change).
+    """
     if isinstance(x, nn.utils.rnn.PackedSequence):
         data = x.data.clone()
         s0 = int(x.unsorted_indices[0]) if x.unsorted_indices is not None else 0
@@ -76,7 +95,16 @@ def perturbed(x, dim: int):
 
 
 def moves(t0, t1):
-    """Elementwise: where the forward value moved."""
+    """Elementwise: where the forward value moved.
+
+    Args:
+        t0: the value in the base forward.
+        t1: the same value in the forward of the changed batch.
+
+    Returns:
+        A boolean tensor: for a floating tensor, moved by more than ``FORWARD_RTOL`` times ``t0``'s
+        largest magnitude; otherwise any difference.
+    """
     if t0.is_floating_point():
         scale = float(t0.detach().abs().max()) if t0.numel() else 0.0
         return (t1.detach() - t0.detach()).abs() > FORWARD_RTOL * scale + 1e-30
@@ -84,7 +112,16 @@ def moves(t0, t1):
 
 
 def only_at(mask, d: int, index: int) -> bool:
-    """``mask`` is False at every index along ``d`` but ``index``."""
+    """``mask`` is False at every index along ``d`` but ``index``.
+
+    Args:
+        mask: a boolean tensor.
+        d: the dimension to look along.
+        index: the index allowed to be True.
+
+    Returns:
+        True when no element at another index along ``d`` is True (a 0-d or all-False mask: True).
+    """
     if mask.dim() == 0 or not bool(mask.any()):
         return True
     per = mask.movedim(d, 0).reshape(mask.shape[d], -1).any(1)
@@ -93,7 +130,17 @@ def only_at(mask, d: int, index: int) -> bool:
 
 
 def candidates(t, rows: int, prefer: int, fixed=None) -> list:
-    """The dims of ``t`` of size ``rows`` (``fixed``: that one only), ``prefer`` first."""
+    """The dims of ``t`` of size ``rows`` (``fixed``: that one only), ``prefer`` first.
+
+    Args:
+        t: a tensor.
+        rows: the batch's records.
+        prefer: the dimension to put first (the model's).
+        fixed: the only dimension allowed (the layer's own), or None.
+
+    Returns:
+        The list of dimensions.
+    """
     if fixed is not None:
         return [fixed] if t.dim() > fixed and t.shape[fixed] == rows else []
     order = [prefer] + [d for d in range(t.dim()) if d != prefer]
@@ -102,7 +149,16 @@ def candidates(t, rows: int, prefer: int, fixed=None) -> list:
 
 def last_record_loss(out, dim: int, rows: int):
     """A loss on the last record's outputs alone (a fixed non-uniform weighting of every floating output with the
-    record dimension), or None when no output has one."""
+    record dimension), or None when no output has one.
+
+    Args:
+        out: the forward's output (any structure of tensors).
+        dim: the record dimension.
+        rows: the batch's records.
+
+    Returns:
+        A scalar tensor, or None.
+    """
     from .calls import leaves
 
     total = None
@@ -120,7 +176,14 @@ def _name(call) -> str:
 
 
 def advice(option: str) -> str:
-    """What to give instead of ``option`` ("batch_first=True" or "batch_first=False")."""
+    """What to give instead of ``option`` ("batch_first=True" or "batch_first=False").
+
+    Args:
+        option: the option in force, ``"batch_first=True"`` or ``"batch_first=False"``.
+
+    Returns:
+        A clause for an error message, naming the other ``batch_first``.
+    """
     if option.endswith("True"):
         return "if the module's input is [T, B, ...], pass batch_first=False to make_private"
     return "if the module's input is [B, ...], pass batch_first=True to make_private"
@@ -132,9 +195,23 @@ def _fixed(call):
 
 
 def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, option: str) -> list:
-    """``(input dim, [output dims])`` of every call of ``base`` (the survey's calls), decided by the probes: ``moved`` the
-    calls of the batch with record 0 changed (None: not run), ``probe`` ``{(call index, output index): gradient}``
-    of :func:`last_record_loss` (None: not run).  Raises InputError (one line) where it cannot tell."""
+    """The record dimensions ``(input dim, [output dims])`` of every call of ``base``, decided by the probes.
+
+    Args:
+        base: the survey's calls (the batch as given).
+        moved: the calls of the batch with record 0 changed, or None (not run).
+        probe: ``{(call index, output index): gradient}`` of :func:`last_record_loss`, or None (not run).
+        rows: the batch's records.
+        prefer: the model's record dimension (0: ``batch_first``).
+        option: the option in force, named in the error messages.
+
+    Returns:
+        One ``(input dim, [output dims])`` per call (a dim None: the call has none).
+
+    Raises:
+        InputError: (one line) where it cannot tell: the changed batch ran other layers, a call's input is
+            not a tensor, or no single dimension of a call's input holds the records alone.
+    """
     if moved is not None and [c.signature() for c in moved] != [c.signature() for c in base]:
         raise InputError("the module is not allowed: changing one record changed which layers run (control flow "
                          "on the data), so the records' layers cannot be matched.")
@@ -203,7 +280,17 @@ def _out_dim(z, rows: int, d: int, g):
 
 def check_rows(calls: list, dims: list, rows: int, option: str) -> None:
     """Every later batch: each call's input still has the batch's rows where its records were found (and the
-    call takes its record dimensions: ``dims`` from :func:`resolve`)."""
+    call takes its record dimensions: ``dims`` from :func:`resolve`).
+
+    Args:
+        calls: the batch's calls (their ``dim`` and ``out_dims`` are set from ``dims``).
+        dims: the ``(input dim, [output dims])`` of :func:`resolve`, one per call.
+        rows: the batch's records.
+        option: the option in force, named in the error message.
+
+    Raises:
+        InputError: if a call's input does not have ``rows`` records in its record dimension.
+    """
     for call, (d, out_dims) in zip(calls, dims):
         call.dim, call.out_dims = d, out_dims
         x = call.input()

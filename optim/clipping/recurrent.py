@@ -88,8 +88,20 @@ def _cell(mode, gi, gh, c):
 
 
 def replay(mod, p: dict, X, lengths, h0, c0):
-    """The unrolled forward of ``mod`` at parameters ``p``: ``(output [B, T, D H], h_n, c_n, pieces)`` with
-    ``pieces[(layer, direction)] = (layer input, gi, [h_{t-1}], [gh_t])`` the nodes the backward is taken to."""
+    """The unrolled forward of ``mod`` at parameters ``p``, and the nodes the backward is taken to.
+
+    Args:
+        mod: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module (its configuration; its parameters are not read).
+        p: ``{name: tensor}`` the module's parameters to run at (their dtype is the replay's).
+        X: the input sequences ``[B, T, in]``, records first.
+        lengths: the sequences' lengths ``[B]`` (a packed batch), or None (every sequence ``T`` long).
+        h0: the initial hidden state ``[layers * directions, B, H]``, or None (zeros).
+        c0: the LSTM's initial cell state (same shape), or None (zeros).
+
+    Returns:
+        ``(output [B, T, D H], h_n, c_n, pieces)``, ``c_n`` None unless LSTM, and
+        ``pieces[(layer, direction)] = (layer input, gi, [h_{t-1}], [gh_t])``.
+    """
     B, T, _ = X.shape
     D, H, L, mode = (2 if mod.bidirectional else 1), mod.hidden_size, mod.num_layers, mod.mode
     dt = p[f"weight_hh_l0"].dtype
@@ -188,6 +200,23 @@ def _check(call, out, T) -> None:
 
 
 def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
+    """The layers path's ``terms`` hook for recurrent layers (``signals="call"``): squared norms and weighted sum.
+
+    Args:
+        mod: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module.
+        c1: the :class:`~.calls.Call` at the current point (its inputs and its outputs' gradients).
+        g1: unused (the call carries the gradients).
+        c0: the call at the other point (a gradient difference), or None.
+        g0: unused.
+        want: the module's parameter names to include, or ``ALL``.
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
+        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
+
+    Raises:
+        InputError: if an input is unbatched, or the unrolled replay does not give the layer's output.
+    """
     b1 = _blocks(c1, want)
     b0 = _blocks(c0, want) if c0 is not None else None
     B = next(iter(b1.values()))[0].shape[0] if b1 else c1.rows
@@ -209,6 +238,20 @@ def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
 
 
 def per_record(mod, call, g=None, want=ALL) -> dict:
+    """The records' gradients of a recurrent layer, ``{name: [B, *param.shape]}``.
+
+    Args:
+        mod: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module.
+        call: the :class:`~.calls.Call` (its inputs and its outputs' gradients).
+        g: unused (the call carries the gradients).
+        want: the module's parameter names to include, or ``ALL``.
+
+    Returns:
+        A dict by parameter name of the records' gradients (only the wanted parameters the module has).
+
+    Raises:
+        InputError: if an input is unbatched, or the unrolled replay does not give the layer's output.
+    """
     out = {}
     for name, v in _blocks(call, want).items():
         out[name] = torch.einsum("bto,bti->boi", *v) if isinstance(v, tuple) else v.sum(1)
@@ -216,8 +259,23 @@ def per_record(mod, call, g=None, want=ALL) -> dict:
 
 
 def records(call, moved, probe, rows: int, option: str):
-    """The record layout of a recurrent call (its own ``batch_first``, or packed), checked by the probes
-    of :mod:`.records`: ``(input dim, output dims)``."""
+    """The record layout of a recurrent call (its own ``batch_first``, or packed), checked by the probes of :mod:`.records`.
+
+    Args:
+        call: the :class:`~.calls.Call` of the layer on the batch.
+        moved: the same call with one record of the batch changed, or None (no move probe).
+        probe: ``{output index: gradient}`` of the gradient probe (one record's loss), or empty / None.
+        rows: the number of records in the batch.
+        option: the user's option named in the error message.
+
+    Returns:
+        ``(input dim, output dims)``: the input's record dimension (None: packed) and one per output
+        (``[d, 1, 1]``: the sequence, ``h_n``, ``c_n``).
+
+    Raises:
+        InputError: if the layer's input does not hold ``rows`` sequences, or a probe shows one record
+            reaching several of its sequences.
+    """
     from .records import advice, moves, only_at
 
     X, _, _, _ = _inputs(call)
@@ -249,6 +307,14 @@ class _Grads:
 
 
 def why_not(m) -> str | None:
+    """Why this recurrent layer cannot be taken by the rule (None: it can).
+
+    Args:
+        m: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module.
+
+    Returns:
+        A reason for LSTM projections (``proj_size > 0``) or dropout between layers, else None.
+    """
     if getattr(m, "proj_size", 0):
         return "proj_size > 0 (LSTM projections)"
     if m.dropout and m.num_layers > 1:

@@ -26,23 +26,30 @@ def _always(module) -> None:
 
 @dataclass(frozen=True)
 class Rule:
-    """``kinds``: the module classes it takes (and their subclasses); ``match(mod) -> bool``: further modules it
-    takes by another test (a class of a library that is not imported here).
+    """One layer kind's rule: the per-record squared gradient norms and weighted sums of a module.
 
-    ``terms(mod, a1, g1, a0=None, g0=None, want=ALL) -> (norm2, sums)``: ``norm2`` the records' squared norms
-    ``[B]`` (float64) of the gradient at the point of ``(a1, g1)`` -- or, with ``(a0, g0)``, of the gradient
-    DIFFERENCE between the two points -- over the parameters named in ``want`` (the module's own names; ALL:
-    every one), and ``sums(f) -> {"weight": ..., "bias": ...}`` the sum of the same per-record vectors weighted by
-    ``f [B]``: the norm is always that of the vector summed.  ``per_record(mod, a, g, want) -> {name: [B, ...]}``:
-    the records' gradients themselves (a parameter shared with another call adds them before the norm).
-
-    ``signals``: ``"first"`` -- ``a`` the first input and ``g`` the output's gradient, records on dim 0 -- or
-    ``"call"`` -- ``a`` the whole :class:`~.calls.Call` (every input, every output's gradient; ``g`` None).
-    ``record_dim(mod)``: the dimension of the first input that indexes the records whatever the model's layout
-    (a convolution's is 0), or None (the model's: ``batch_first``).
-    ``records(call, moved, probe, rows, option) -> (input dim, output dims)``: a layer that knows its own record
-    layout (recurrent: ``batch_first``, packed) checks it against the probes of :mod:`.records` itself.
-    ``why_not(mod)``: why this instance cannot be taken (None: it can)."""
+    Attributes:
+        kinds: the module classes it takes (and their subclasses), a tuple of types.
+        terms: ``terms(mod, a1, g1, a0=None, g0=None, want=ALL) -> (norm2, sums)``: ``norm2`` the records'
+            squared norms ``[B]`` (float64) of the gradient at the point of ``(a1, g1)`` -- or, with
+            ``(a0, g0)``, of the gradient DIFFERENCE between the two points -- over the parameters named in
+            ``want`` (the module's own names; ALL: every one), and ``sums(f) -> {"weight": ..., "bias": ...}``
+            the sum of the same per-record vectors weighted by ``f [B]``: the norm is always that of the
+            vector summed.
+        why_not: ``why_not(mod)``: why this instance cannot be taken (None: it can).
+        per_record: ``per_record(mod, a, g, want) -> {name: [B, ...]}``: the records' gradients themselves
+            (a parameter shared with another call adds them before the norm), or None.
+        signals: ``"first"`` -- ``a`` the first input and ``g`` the output's gradient, records on dim 0 --
+            or ``"call"`` -- ``a`` the whole :class:`~.calls.Call` (every input, every output's gradient;
+            ``g`` None).
+        record_dim: ``record_dim(mod)``: the dimension of the first input that indexes the records whatever
+            the model's layout (a convolution's is 0), or None (the model's: ``batch_first``).
+        match: ``match(mod) -> bool``: further modules it takes by another test (a class of a library that
+            is not imported here), or None.
+        records: ``records(call, moved, probe, rows, option) -> (input dim, output dims)``: a layer that knows
+            its own record layout (recurrent: ``batch_first``, packed) checks it against the probes of
+            :mod:`.records` itself; or None.
+    """
 
     kinds: tuple
     terms: Callable
@@ -59,11 +66,26 @@ RULES: list = []
 
 
 def register_rule(rule: Rule) -> Rule:
-    """Add a layer kind's rule (its module calls this once, at import)."""
+    """Add a layer kind's rule (its module calls this once, at import).
+
+    Args:
+        rule: the rule to append to ``RULES`` (after those already registered).
+
+    Returns:
+        The same ``rule``, so that a module can keep it as ``RULE``.
+    """
     RULES.append(rule)
     return rule
 
 
 def rule_for(module):
-    """The rule that takes ``module``, or None."""
+    """The rule that takes ``module``, or None.
+
+    Args:
+        module: an ``nn.Module`` instance.
+
+    Returns:
+        The first registered :class:`Rule` whose ``kinds`` include the module's class (or whose ``match``
+        accepts it), or None when no rule takes it.
+    """
     return next((r for r in RULES if isinstance(module, r.kinds) or (r.match is not None and r.match(module))), None)

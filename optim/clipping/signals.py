@@ -19,7 +19,11 @@ __all__ = ["SignalCache"]
 
 
 class SignalCache:
-    """At most ``points`` parameter points' signals of one batch (least recently used first out)."""
+    """At most ``points`` parameter points' signals of one batch (least recently used first out).
+
+    Args:
+        points: how many parameter points to keep per chunk of the batch (2: a difference round's two).
+    """
 
     def __init__(self, points: int = 2):
         self.points = int(points)
@@ -33,8 +37,25 @@ class SignalCache:
                 and kept.keys() == params.keys() and all(torch.equal(kept[n], params[n]) for n in kept))
 
     def signals(self, path: str, model, loss_fn, x, y, start: int, stop: int, params: dict, compute):
-        """``compute()``'s signals for rows ``start:stop`` of batch ``x`` at ``params``, reused when
-        kept.  ``path`` names the kind of signals ("ghost", "layers")."""
+        """``compute()``'s signals for rows ``start:stop`` of batch ``x`` at ``params``, reused when kept.
+
+        Nothing is reused (or kept) when the model has an active dropout layer.
+
+        Args:
+            path: the kind of signals (``"ghost"``, ``"layers"``), part of the key.
+            model: the model the signals come from (compared by identity).
+            loss_fn: the loss (compared by identity).
+            x: the batch's inputs (compared by identity, version counter and shape).
+            y: the batch's targets (compared by identity and version counter).
+            start: the first row of the chunk.
+            stop: the row after the chunk's last.
+            params: ``{name: tensor}`` the parameter values, compared with ``torch.equal`` to a kept copy.
+            compute: ``compute()`` computing the signals on a miss.
+
+        Returns:
+            The kept signals on a hit, else what ``compute()`` returns (kept when ``x`` is the batch of the
+            previous request).
+        """
         if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0 for m in model.modules()):
             return compute()                  # a random forward: nothing to reuse
         # the parameters' dtype: a difference release keeps float64 signals beside the model's own
@@ -58,5 +79,6 @@ class SignalCache:
         return sig
 
     def clear(self) -> None:
+        """Forget every kept point and the previous batch (the hit and miss counts are kept)."""
         self._items.clear()
         self._last = None

@@ -23,8 +23,17 @@ __all__ = ["signal_terms", "add_sums", "rule_of", "units"]
 
 
 def rule_of(call):
-    """The call's rule, or None for the per-module vmap rule (no rule, a rule that does not take this instance,
-    or parameters of the module's children among the call's)."""
+    """The call's rule, or None for the per-module vmap rule.
+
+    None: no rule, a rule that does not take this instance, or parameters of the module's children among
+    the call's.
+
+    Args:
+        call: a :class:`~.calls.Call`.
+
+    Returns:
+        The :class:`~.rules.Rule` that serves the call, or None.
+    """
     rule = rule_for(call.module)
     if rule is None or rule.why_not(call.module) is not None or any("." in k for k in call.keys):
         return None
@@ -32,7 +41,14 @@ def rule_of(call):
 
 
 def units(calls) -> list:
-    """Lists of call indices: the calls that share a parameter (by the run's names), in first-call order."""
+    """Lists of call indices: the calls that share a parameter (by the run's names), in first-call order.
+
+    Args:
+        calls: the :class:`~.calls.Call` list of one forward.
+
+    Returns:
+        A list of lists of indices into ``calls``, each a unit (calls linked by a shared parameter).
+    """
     parent = list(range(len(calls)))
 
     def find(i):
@@ -100,11 +116,21 @@ def _shared(cs1, cs0, reduction):
 
 
 def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
-    """``(norm2 [B] float64, [(names, sums)])`` of the calls ``sig1`` (at one point: the gradient) or of ``sig1``
-    against ``sig0`` (the same calls at another point: the difference): the records' squared norms summed over
-    the units, and each unit's ``sums(f)`` with ``names`` mapping its keys to the run's parameter names (None:
-    they are the run's already).  ``reduction``: how a root call's output without the record dimension was
-    reduced (:func:`~.generic.call_per_record`)."""
+    """``(norm2 [B] float64, [(names, sums)])`` of the calls ``sig1``, or of ``sig1`` against ``sig0``.
+
+    At one point: the gradient; against ``sig0`` (the same calls at another point): the difference.  The
+    records' squared norms are summed over the units; each unit gives its ``sums(f)`` with ``names``
+    mapping its keys to the run's parameter names (None: they are the run's already).
+
+    Args:
+        sig1: the calls of the forward at the current point.
+        sig0: the same calls at the other point, or None.
+        reduction: how a root call's output without the record dimension was reduced
+            (:func:`~.generic.call_per_record`), or None.
+
+    Returns:
+        ``(norm2, terms)``: the records' squared norms ``[B]`` (float64) and one ``(names, sums)`` per unit.
+    """
     terms, norm2 = [], None
     for unit in units(sig1):
         cs1 = [sig1[i] for i in unit]
@@ -124,7 +150,13 @@ def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
 
 
 def add_sums(total: dict, terms, f) -> None:
-    """``total[param] += sum_i f_i v_i`` for every unit of :func:`signal_terms` (``f`` in the totals' dtype)."""
+    """``total[param] += sum_i f_i v_i`` for every unit of :func:`signal_terms` (``f`` in the totals' dtype).
+
+    Args:
+        total: ``{run's parameter name: tensor}``, added to in place.
+        terms: the ``[(names, sums)]`` of :func:`signal_terms`.
+        f: the records' factors ``[B]`` (clip factors times weights).
+    """
     for names, sums in terms:
         for p, v in sums(f).items():
             k = p if names is None else names[p]

@@ -112,7 +112,14 @@ class ModuleValidator:
 
     @staticmethod
     def is_valid(module: nn.Module) -> bool:
-        """No error (:meth:`validate`)."""
+        """No error (:meth:`validate`).
+
+        Args:
+            module: the model.
+
+        Returns:
+            True when :meth:`validate` finds nothing to refuse.
+        """
         return not ModuleValidator.validate(module)
 
     @staticmethod
@@ -121,9 +128,13 @@ class ModuleValidator:
 
         Args:
             module: the model.
+            **kwargs: none accepted (Opacus's options are refused, not ignored).
 
         Returns:
             the fixed copy (a module needing no replacement comes back as an equal copy).
+
+        Raises:
+            InputError: if any keyword argument is given.
         """
         if kwargs:
             raise InputError(f"{sorted(kwargs)[0]}= is not allowed: ModuleValidator.fix takes no options.")
@@ -136,7 +147,19 @@ class ModuleValidator:
 
     @staticmethod
     def fix_and_validate(module: nn.Module, **kwargs) -> nn.Module:
-        """:meth:`fix`, then :meth:`validate` with ``strict=True`` (what no replacement fixes raises)."""
+        """:meth:`fix`, then :meth:`validate` with ``strict=True`` (what no replacement fixes raises).
+
+        Args:
+            module: the model.
+            **kwargs: passed to :meth:`fix` (none accepted).
+
+        Returns:
+            The fixed copy.
+
+        Raises:
+            InputError: if any keyword argument is given.
+            UnsupportedModuleError: if the fixed copy still has a module private training refuses.
+        """
         fixed = ModuleValidator.fix(module, **kwargs)
         ModuleValidator.validate(fixed, strict=True)
         return fixed

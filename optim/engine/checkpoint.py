@@ -38,7 +38,25 @@ def _module_of(module):
 
 def save(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_clip_scheduler=None, checkpoint_dict=None,
          module_state_dict_kwargs=None, torch_save_kwargs=None, data_loader=None) -> None:
-    """Write the checkpoint (the module text); ``checkpoint_dict``'s keys must not be Opacus's."""
+    """Write the checkpoint (the module text); ``checkpoint_dict``'s keys must not be Opacus's.
+
+    Args:
+        engine: the :class:`~.engine.PrivacyEngine` whose ledger is saved.
+        path: a file name (written to ``path.tmp`` and renamed: a crash leaves the old checkpoint whole) or a
+            binary file object, as ``torch.save`` takes.
+        module: the module trained (a wrapper's inner module is saved, with the user's ``state_dict`` keys).
+        optimizer: the :class:`~.optimizer.DPOptimizer`, or None (not saved).
+        noise_scheduler: a scheduler with ``state_dict()``, or None.
+        grad_clip_scheduler: a scheduler with ``state_dict()``, or None.
+        checkpoint_dict: further entries saved beside the checkpoint's own, or None; its keys must not be
+            the checkpoint's.
+        module_state_dict_kwargs: keywords for the module's ``state_dict``, or None.
+        torch_save_kwargs: keywords for ``torch.save``, or None.
+        data_loader: the private loader (its position mid-pass is saved when it has ``state_dict``), or None.
+
+    Raises:
+        InputError: if ``checkpoint_dict`` has a key of the checkpoint's own.
+    """
     extra = dict(checkpoint_dict or {})
     taken = sorted(set(extra) & set(_KEYS))
     if taken:
@@ -65,7 +83,28 @@ def save(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_cli
 
 def load(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_clip_scheduler=None,
          module_load_dict_kwargs=None, torch_load_kwargs=None, data_loader=None, resume_noise: bool = False) -> dict:
-    """Read the checkpoint back into the given objects; returns the whole dict."""
+    """Read the checkpoint back into the given objects; returns the whole dict.
+
+    Args:
+        engine: the :class:`~.engine.PrivacyEngine` whose ledger is replaced by the saved one.
+        path: a file name or a binary file object, as ``torch.load`` takes.
+        module: the module to load the saved state into (a wrapper's inner module).
+        optimizer: the :class:`~.optimizer.DPOptimizer` to load into, or None.
+        noise_scheduler: a scheduler with ``load_state_dict``, or None.
+        grad_clip_scheduler: a scheduler with ``load_state_dict``, or None.
+        module_load_dict_kwargs: keywords for the module's ``load_state_dict``, or None.
+        torch_load_kwargs: keywords for ``torch.load``, or None (``weights_only`` may only be True).
+        data_loader: the private loader, to put back at its saved position, or None.
+        resume_noise: take back the noise levels and clip norm the optimizer had when saved (else keep
+            this optimizer's).
+
+    Returns:
+        The checkpoint's dict (``checkpoint_dict``'s entries among them).
+
+    Raises:
+        InputError: if ``torch_load_kwargs`` asks for ``weights_only=False``, the file holds an object other
+            than plain data and tensors, or it is not a checkpoint of ``save_checkpoint``.
+    """
     kwargs = dict(torch_load_kwargs or {})
     if kwargs.pop("weights_only", True) is not True:
         raise InputError("torch_load_kwargs={'weights_only': False} is not allowed: a checkpoint is read without "

@@ -1,5 +1,7 @@
 """``PrivacyEngine``: dpcalib's private updates in the user's own training loop, with Opacus's names.
 
+In the user's own loop::
+
     from dpcalib.optim import PrivacyEngine          # was: from opacus import PrivacyEngine
     engine = PrivacyEngine()
     model, optimizer, loader = engine.make_private_with_epsilon(
@@ -66,13 +68,19 @@ CLIPPINGS = ("flat", "per_layer")
 
 class DPLoss:
     """The user's criterion, noting each batch's target for the private step (DP-SRM's gradient at
-    the previous point needs the batch's loss).  Call it as the criterion itself."""
+    the previous point needs the batch's loss).  Call it as the criterion itself.
+
+    Args:
+        criterion: the user's criterion, ``criterion(output, target, ...)``.
+        module: the :class:`~.module.PrivateModule` whose last capture takes the target.
+    """
 
     def __init__(self, criterion, module: PrivateModule):
         self.criterion, self.module = criterion, module
 
     @property
     def reduction(self):
+        """The criterion's ``reduction`` (the module's ``loss_reduction`` when it has none)."""
         return getattr(self.criterion, "reduction", self.module.loss_reduction)
 
     def __call__(self, output, target, *args, **kwargs):
@@ -128,7 +136,15 @@ class PrivacyEngine:
     and Jin et al. (IEEE S&P 2022) learn nothing from its low bits; the eps is the Gaussian
     mechanism's, unchanged (:mod:`dpcalib.optim.randomness.secure`; docs/threat-model.md).  Without
     it the streams are torch.Generators seeded from fresh operating-system entropy (unless
-    ``make_private`` is given a seed): unpredictable, but not hardened."""
+    ``make_private`` is given a seed): unpredictable, but not hardened.
+
+    Args:
+        accountant: ``"best"``, ``"auto"``, ``"gdp"``, ``"rdp"`` or ``"pld"`` (``"prv"``: ``"best"``).
+        secure_mode: draw batches and noise from the hardened generator (see above).
+
+    Raises:
+        InputError: if ``accountant`` is unknown or ``secure_mode`` is not a bool.
+    """
 
     def __init__(self, accountant: str = "best", secure_mode: bool = False):
         if accountant == "prv":
@@ -268,6 +284,50 @@ class PrivacyEngine:
         module's named parameters), a data-independent term of the objective; its gradient is
         public and is added to the private direction after the release.
 
+        Args:
+            module: the ``torch.nn.Module`` to train.
+            optimizer: the ``torch.optim.Optimizer`` of the module's parameters (not one ``make_private``
+                returned).
+            data_loader: the user's ``DataLoader``: its dataset's size and its batch size give the run's shape.
+            noise_multiplier: noise std / L2 sensitivity, a finite number >= 0, for an algorithm whose one
+                noise level it is; None: give ``noise``.
+            max_grad_norm: the clip norm C, a finite number > 0; with ``clipping="per_layer"`` a list of
+                bounds, one per trained parameter.
+            criterion: the loss to call in the loop (returned wrapped), or None.
+            algorithm: a registered algorithm with an engine entry (``"dp-sgd"``, ``"dicesgd"``, ``"dp-srm"``).
+            sampling: ``"poisson"``, ``"wor"``, ``"shuffle"`` or ``"balls-in-bins"``, as the algorithm's
+                accountant covers; None: the algorithm's first (the loader's own batches with
+                ``poisson_sampling=False``).
+            noise: ``{noise name: level}`` (finite, >= 0) or a ``CalibrationReport`` of the same algorithm;
+                None: give ``noise_multiplier``.
+            loss_reduction: ``"mean"`` or ``"sum"``, the criterion's reduction.
+            seed: None (fresh operating-system entropy) or an integer (reproducible; see above).
+            epochs: the planned number of passes over the loader, an integer >= 1, or None.
+            steps: the planned number of steps, an integer >= 1, or None (not with ``epochs``; with an
+                epoch-wise sampling a whole number of epochs).
+            C2: the algorithm's second bound where its shape has one (DiceSGD's ``C2``, DP-SRM's step
+                bound), or None (the algorithm's default).
+            b0: DP-SRM's first batch size, or None (the batch size).
+            momentum: DP-SRM's momentum in (0, 1], or None (the algorithm's default).
+            poisson_sampling: False keeps the loader's own batches (see above).
+            allow_overspend: let steps past a calibrated budget run (``make_private_with_epsilon``; else a
+                step past it raises).
+            distributed: share each batch between the processes of an initialised ``torch.distributed`` group.
+            clipping: ``"flat"`` or ``"per_layer"``.
+            grad_sample_mode: one of Opacus's modes (``"hooks"``, ``"functorch"``, ``"ew"``, ``"ghost"``,
+                ``"ghost_fsdp"``), all served by the same rules; a ghost mode without ``criterion`` gets
+                ``nn.CrossEntropyLoss``.
+            noise_generator: a ``torch.Generator`` on the module's device to draw the noise from, or None.
+            regularizer: ``r(params) -> scalar`` (see above), or None.
+            wrap_model: False: return the module passed in, its ``forward`` hooked.
+            **kwargs: Opacus's ``batch_first`` (True: records on dimension 0 of the module's input; False:
+                on dimension 1) and ``total_steps`` (accepted, unused); any other is refused.
+
+        Returns:
+            ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion, data_loader)`` when
+            a criterion is given or made: the :class:`~.module.PrivateModule` (or the hooked module), the
+            :class:`~.optimizer.DPOptimizer`, the wrapped criterion (:class:`DPLoss`) and the private loader.
+
         Raises:
             InputError: a bad option (one line); a module with a layer private training refuses
                 raises :class:`dpcalib.optim.clipping.UnsupportedModuleError`, also Opacus's
@@ -284,10 +344,29 @@ class PrivacyEngine:
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
-        """As :meth:`make_private`, with the noise calibrated so that the whole run (``epochs``
-        passes over the loader, or ``steps`` steps) spends at most ``target_epsilon`` at
-        ``target_delta`` (the tight certified calibration of the algorithm's mechanism, checked
-        against its certified upper bound).  A step past that run raises."""
+        """As :meth:`make_private`, with the noise calibrated to spend at most ``target_epsilon`` at ``target_delta``.
+
+        The whole run (``epochs`` passes over the loader, or ``steps`` steps) is calibrated by the tight
+        certified calibration of the algorithm's mechanism, checked against its certified upper bound.  A step
+        past that run raises (unless ``allow_overspend``).
+
+        Args:
+            module: as for :meth:`make_private`.
+            optimizer: as for :meth:`make_private`.
+            data_loader: as for :meth:`make_private`.
+            target_epsilon: the eps the whole run may spend, > 0.
+            target_delta: the delta of that budget, in (0, 1).
+            epochs: the run's passes over the loader (or give ``steps``).
+            steps: the run's steps (or give ``epochs``).
+            max_grad_norm: as for :meth:`make_private`.
+            **kwargs: :meth:`make_private`'s other keywords (not ``noise_multiplier`` or ``noise``).
+
+        Returns:
+            As :meth:`make_private`.
+
+        Raises:
+            InputError: if neither ``epochs`` nor ``steps`` is given, the noise is given, or as :meth:`make_private`.
+        """
         if epochs is None and steps is None:
             raise InputError("epochs or steps is required: the calibration is for a run of a known length.")
         if "noise_multiplier" in kwargs or "noise" in kwargs:
@@ -305,17 +384,41 @@ class PrivacyEngine:
 
         Raises:
             UnsupportedModuleError: a layer no replacement fixes (also Opacus's class, :mod:`.errors`).
+
+        Args:
+            module: the model (left unchanged).
+
+        Returns:
+            The fixed copy.
         """
         fixed = ModuleValidator.fix(module)
         _check_module(fixed)
         return fixed
 
     def is_compatible(self, *, module, optimizer=None, data_loader=None) -> bool:
-        """Whether ``make_private`` takes ``module`` (no layer it refuses)."""
+        """Whether ``make_private`` takes ``module`` (no layer it refuses).
+
+        Args:
+            module: the model.
+            optimizer: unused (Opacus's signature).
+            data_loader: unused (Opacus's signature).
+
+        Returns:
+            True when no layer is refused.
+        """
         return ModuleValidator.is_valid(module)
 
     def validate(self, *, module, optimizer=None, data_loader=None) -> None:
-        """As :meth:`is_compatible`, raising the first refusal (:meth:`get_compatible_module`'s error)."""
+        """As :meth:`is_compatible`, raising the first refusal (:meth:`get_compatible_module`'s error).
+
+        Args:
+            module: the model.
+            optimizer: unused (Opacus's signature).
+            data_loader: unused (Opacus's signature).
+
+        Raises:
+            UnsupportedModuleError: if the model has a layer private training refuses.
+        """
         _check_module(module)
 
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
@@ -436,20 +539,47 @@ class PrivacyEngine:
 
     # -- privacy spent ----------------------------------------------------------------------------------
     def get_epsilon(self, delta: float) -> float:
-        """eps spent so far at ``delta`` by every step charged to this engine (see :class:`PrivacyEngine`)."""
+        """eps spent so far at ``delta`` by every step charged to this engine (see :class:`PrivacyEngine`).
+
+        Args:
+            delta: the target delta.
+
+        Returns:
+            The eps spent (0 before any step, inf after a release without noise).
+        """
         return self.ledger.epsilon(delta, self.accountant_kind)
 
     def epsilon_bracket(self, delta: float):
         """The certified upper end and a lower bound on the true eps of what ran (shuffled epochs:
         the shuffle bracket, whose upper end :meth:`get_epsilon` reports; balls-in-bins epochs: its
-        PLD bracket)."""
+        PLD bracket).
+
+        Args:
+            delta: the target delta.
+
+        Returns:
+            The :class:`~dpcalib.accountant.EpsilonBracket`.
+
+        Raises:
+            InputError: if no step has run, or a release was made without noise.
+        """
         return self.ledger.epsilon_bracket(delta)
 
     # -- checkpoints (read back with weights_only=True: nothing is unpickled; :mod:`.checkpoint`) ------
     def state_dict(self) -> dict:
+        """The engine's plain data: its ledger and the accountant it reports.
+
+        Returns:
+            ``{"ledger": ..., "accountant": ...}``.
+        """
         return {"ledger": self.ledger.state_dict(), "accountant": self.accountant_kind}
 
     def load_state_dict(self, state: dict) -> None:
+        """Take back a :meth:`state_dict`.
+
+        Args:
+            state: what :meth:`state_dict` returned.
+        """
         self.ledger.load_state_dict(state["ledger"])
         self.accountant_kind = state["accountant"]
 
@@ -459,7 +589,24 @@ class PrivacyEngine:
         """Opacus's ``save_checkpoint``: module, optimizer (the wrapped one, the kernel's state, the
         noise stream, the previous point, the noise levels and clip it runs at), the schedulers, the
         loader's position and the ledger, to ``path`` (a file name: written atomically; or a
-        binary file object), with ``checkpoint_dict``'s entries beside them."""
+        binary file object), with ``checkpoint_dict``'s entries beside them.
+
+        Args:
+            path: a file name (written to ``path.tmp`` and renamed: a crash leaves the old checkpoint whole) or a
+                binary file object, as ``torch.save`` takes.
+            module: the module trained (a wrapper's inner module is saved, with the user's ``state_dict`` keys).
+            optimizer: the :class:`~.optimizer.DPOptimizer`, or None (not saved).
+            noise_scheduler: a scheduler with ``state_dict()``, or None.
+            grad_clip_scheduler: a scheduler with ``state_dict()``, or None.
+            checkpoint_dict: further entries saved beside the checkpoint's own, or None; its keys must not be
+                the checkpoint's.
+            module_state_dict_kwargs: keywords for the module's ``state_dict``, or None.
+            torch_save_kwargs: keywords for ``torch.save``, or None.
+            data_loader: the private loader (its position mid-pass is saved when it has ``state_dict``), or None.
+
+        Raises:
+            InputError: if ``checkpoint_dict`` has a key of the checkpoint's own.
+        """
         checkpoint.save(self, path=path, module=module, optimizer=optimizer, noise_scheduler=noise_scheduler,
                         grad_clip_scheduler=grad_clip_scheduler, checkpoint_dict=checkpoint_dict,
                         module_state_dict_kwargs=module_state_dict_kwargs, torch_save_kwargs=torch_save_kwargs,
@@ -472,7 +619,27 @@ class PrivacyEngine:
         checkpoint's dict (``checkpoint_dict``'s entries among them).  ``resume_noise=True``: the
         optimizer takes back the noise levels and clip norm the run had when saved, so that a run
         resumed mid-schedule is the same run bit for bit; by default (Opacus's behaviour) they stay
-        as this optimizer was built until a scheduler sets them."""
+        as this optimizer was built until a scheduler sets them.
+
+        Args:
+            path: a file name or a binary file object, as ``torch.load`` takes.
+            module: the module to load the saved state into (a wrapper's inner module).
+            optimizer: the :class:`~.optimizer.DPOptimizer` to load into, or None.
+            noise_scheduler: a scheduler with ``load_state_dict``, or None.
+            grad_clip_scheduler: a scheduler with ``load_state_dict``, or None.
+            module_load_dict_kwargs: keywords for the module's ``load_state_dict``, or None.
+            torch_load_kwargs: keywords for ``torch.load``, or None (``weights_only`` may only be True).
+            data_loader: the private loader, to put back at its saved position, or None.
+            resume_noise: take back the noise levels and clip norm the optimizer had when saved (else keep
+                this optimizer's).
+
+        Returns:
+            The checkpoint's dict.
+
+        Raises:
+            InputError: if ``torch_load_kwargs`` asks for ``weights_only=False``, the file holds an object other
+                than plain data and tensors, or it is not a checkpoint of ``save_checkpoint``.
+        """
         return checkpoint.load(self, path=path, module=module, optimizer=optimizer, noise_scheduler=noise_scheduler,
                                grad_clip_scheduler=grad_clip_scheduler,
                                module_load_dict_kwargs=module_load_dict_kwargs, torch_load_kwargs=torch_load_kwargs,

@@ -28,7 +28,11 @@ _STATE = threading.local()
 
 @contextlib.contextmanager
 def engine_internal():
-    """Calls of a hooked module inside this block run its class's own ``forward`` (the private step's)."""
+    """Calls of a hooked module inside this block run its class's own ``forward`` (the private step's).
+
+    Yields:
+        None, once, with the hooked modules' own ``forward`` in force (this thread).
+    """
     _STATE.depth = getattr(_STATE, "depth", 0) + 1
     try:
         yield
@@ -41,7 +45,14 @@ def _internal() -> bool:
 
 
 class ModuleHooks:
-    """The user's module (``private.inner``) made to run ``private``'s forward when trained."""
+    """The user's module (``private.inner``) made to run ``private``'s forward when trained.
+
+    Args:
+        private: the :class:`~.module.PrivateModule` built around the user's module.
+
+    Raises:
+        InputError: if the module's ``forward`` is already replaced on the instance.
+    """
 
     def __init__(self, private):
         module = private.inner

@@ -26,14 +26,25 @@ __all__ = ["Ledger"]
 
 
 class Ledger:
-    """``groups``: ``[(mechanism, levels, Counter of release kinds)]`` in the order they began."""
+    """The releases of a run, grouped by ``(mechanism, noise levels)``.
+
+    Attributes:
+        groups: ``[(mechanism, levels, Counter of release kinds)]`` in the order they began.
+    """
 
     def __init__(self):
         self.groups: list = []
 
     # -- charging ----------------------------------------------------------------------------------
     def charge(self, mechanism, levels: dict, kind: str, count: int = 1) -> None:
-        """One (or ``count``) release ``kind`` of ``mechanism`` at ``levels``."""
+        """One (or ``count``) release ``kind`` of ``mechanism`` at ``levels``.
+
+        Args:
+            mechanism: the run's mechanism (its ``release(kind)`` must know ``kind``).
+            levels: ``{noise name: level}`` the step used.
+            kind: the release kind.
+            count: how many releases.
+        """
         mechanism.release(kind)                       # an unknown kind is refused here, not at accounting time
         levels = {k: float(v) for k, v in levels.items()}
         for m, lv, counts in self.groups:
@@ -43,7 +54,17 @@ class Ledger:
         self.groups.append((mechanism, levels, Counter({kind: int(count)})))
 
     def with_step(self, mechanism, levels: dict, kind: str, count: int = 1) -> "Ledger":
-        """A copy of this ledger with ``count`` more releases charged (what a step would spend)."""
+        """A copy of this ledger with ``count`` more releases charged (what a step would spend).
+
+        Args:
+            mechanism: the run's mechanism.
+            levels: ``{noise name: level}``.
+            kind: the release kind.
+            count: how many releases.
+
+        Returns:
+            A new :class:`Ledger` (this one unchanged).
+        """
         out = Ledger()
         out.groups = [(m, dict(lv), Counter(c)) for m, lv, c in self.groups]
         out.charge(mechanism, levels, kind, count)
@@ -51,9 +72,19 @@ class Ledger:
 
     @property
     def steps(self) -> int:
+        """The number of releases charged, over every group."""
         return sum(sum(c.values()) for _, _, c in self.groups)
 
     def counts(self, mechanism, levels: dict) -> Counter:
+        """The release counts of one group.
+
+        Args:
+            mechanism: the group's mechanism.
+            levels: its noise levels.
+
+        Returns:
+            A copy of the group's ``Counter`` of release kinds (empty when there is no such group).
+        """
         levels = {k: float(v) for k, v in levels.items()}
         return next((Counter(c) for m, lv, c in self.groups if m == mechanism and lv == levels), Counter())
 
@@ -70,6 +101,11 @@ class Ledger:
         return (m, lv) if dict(c) == {k: v for k, v in m.release_counts().items() if v} else None
 
     def accountant(self) -> PrivacyAccountant:
+        """A :class:`~dpcalib.accountant.PrivacyAccountant` with every group's events composed.
+
+        Returns:
+            The accountant.
+        """
         acc = PrivacyAccountant()
         for m, lv, c in self.groups:
             for ev, k in m.events(lv, c):
@@ -78,7 +114,15 @@ class Ledger:
 
     def epsilon(self, delta: float, accountant: str = "best") -> float:
         """eps spent at ``delta``: 0 before any step, inf after a release without noise; else the
-        best certified eps (``accountant="best"``; ``"auto"`` the fast GDP/RDP bound)."""
+        best certified eps (``accountant="best"``; ``"auto"`` the fast GDP/RDP bound).
+
+        Args:
+            delta: the target delta.
+            accountant: ``"best"``, or one accountant's name (``"auto"``, ``"gdp"``, ``"rdp"``, ``"pld"``).
+
+        Returns:
+            The eps spent.
+        """
         if not self.steps:
             return 0.0
         if self._unprotected():
@@ -91,7 +135,17 @@ class Ledger:
 
     def epsilon_bracket(self, delta: float):
         """:class:`~dpcalib.accountant.EpsilonBracket`: the certified upper end and a lower bound on
-        the truth (shuffled epochs: the mechanism's own bracket, whose lower end is Chua et al.'s)."""
+        the truth (shuffled epochs: the mechanism's own bracket, whose lower end is Chua et al.'s).
+
+        Args:
+            delta: the target delta.
+
+        Returns:
+            The bracket.
+
+        Raises:
+            InputError: if no step has run, or a release was made without noise.
+        """
         if not self.steps or self._unprotected():
             raise InputError("the ledger has no bracket: " + ("no step has run." if not self.steps else
                              "a release was made without noise (eps is infinite)."))
@@ -103,10 +157,20 @@ class Ledger:
 
     # -- state -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """The ledger as plain data (read back with ``torch.load(weights_only=True)``).
+
+        Returns:
+            ``{"groups": [{"algorithm", "shape", "levels", "counts"}]}``.
+        """
         return {"groups": [{"algorithm": m.name, "shape": m.shape(), "levels": dict(lv), "counts": dict(c)}
                            for m, lv, c in self.groups]}
 
     def load_state_dict(self, state: dict) -> None:
+        """Replace the groups by those of a :meth:`state_dict`.
+
+        Args:
+            state: what :meth:`state_dict` returned (the mechanisms rebuilt from the registry by name and shape).
+        """
         groups = []
         for g in state["groups"]:
             m = lookup(g["algorithm"]).mechanism(**g["shape"])

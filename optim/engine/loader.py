@@ -76,7 +76,15 @@ class _Batches(TorchSampler):
 
 
 class PoissonBatchSampler(_Batches):
-    """``steps`` Poisson batches at rate ``q`` per pass over the loader."""
+    """``steps`` Poisson batches at rate ``q`` per pass over the loader.
+
+    Args:
+        n: the dataset's size.
+        q: the sampling rate, each record's probability of being in a batch.
+        steps: batches per pass.
+        generator: the ``torch.Generator`` the batches are drawn from.
+        share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+    """
 
     sampling = "poisson"
 
@@ -93,7 +101,16 @@ class PoissonBatchSampler(_Batches):
 
 
 class FixedSizeBatchSampler(_Batches):
-    """``steps`` batches of ``b`` distinct records per pass (the very first of the run ``b0``)."""
+    """``steps`` batches of ``b`` distinct records per pass (the very first of the run ``b0``).
+
+    Args:
+        n: the dataset's size.
+        b: the batch size.
+        steps: batches per pass.
+        generator: the ``torch.Generator`` the batches are drawn from.
+        share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+        b0: the size of the run's very first batch (None: ``b``).
+    """
 
     sampling = "wor"
 
@@ -111,7 +128,15 @@ class FixedSizeBatchSampler(_Batches):
 
 
 class ShuffleBatchSampler(_Batches):
-    """One epoch per pass: a random permutation cut into batches of ``b``."""
+    """One epoch per pass: a random permutation cut into batches of ``b``.
+
+    Args:
+        n: the dataset's size.
+        b: the batch size.
+        generator: the ``torch.Generator`` the batches are drawn from.
+        share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+        drop_last: drop the epoch's last, short batch.
+    """
 
     sampling = "shuffle"
 
@@ -135,7 +160,17 @@ class BallsInBinsBatchSampler(_Batches):
     ``t`` is the mechanism's ``steps_per_epoch`` (``ceil(n / batch_size)``,
     :func:`dpcalib.accountant.steps_per_epoch`); a batch holds ``Binomial(n, 1/t)`` records, ``n / t`` on
     average (:attr:`expected_batch_size`), and may be empty (collated as zero-row tensors, as a Poisson
-    batch is)."""
+    batch is).
+
+    Args:
+        n: the dataset's size.
+        t: the steps of an epoch, an integer in ``[1, n]``.
+        generator: the ``torch.Generator`` the batches are drawn from.
+        share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+
+    Raises:
+        InputError: if ``t`` is not in ``[1, n]``.
+    """
 
     sampling = "balls-in-bins"
 
@@ -147,6 +182,7 @@ class BallsInBinsBatchSampler(_Batches):
 
     @property
     def expected_batch_size(self) -> float:
+        """The mean batch size, ``n / t``."""
         return self.n / self.t
 
     def __len__(self):
@@ -164,7 +200,22 @@ class DPDataLoader(DataLoader):
     batches at rate ``q``, ``int(1/q)`` of them per pass, empty ones as zero-row tensors) and
     :meth:`from_data_loader`.  ``generator``: the batches' generator (the user owns its secret);
     None takes fresh operating-system entropy -- never torch's global generator, so
-    ``torch.manual_seed`` does not make them reproducible (Opacus's loader follows it)."""
+    ``torch.manual_seed`` does not make them reproducible (Opacus's loader follows it).
+
+    Args:
+        dataset: the dataset (map-style).
+        sample_rate: Opacus's Poisson rate ``q`` in (0, 1], or None (give ``batch_sampler``).
+        collate_fn: the collate function (None: torch's default); empty batches collate as zero-row tensors.
+        drop_last: accepted for Opacus's signature (not used).
+        generator: the batches' ``torch.Generator`` with ``sample_rate``, or None (fresh entropy).
+        distributed: must be False with ``sample_rate`` (use ``make_private(..., distributed=True)``).
+        batch_sampler: the run's batch sampler, or None (with ``sample_rate``).
+        **kwargs: further ``DataLoader`` settings (workers, pin memory, ...).
+
+    Raises:
+        InputError: if ``sample_rate`` is given with ``batch_sampler`` or ``distributed=True``, is not in
+            (0, 1], or ``generator`` is not a ``torch.Generator``.
+    """
 
     consumed = 0
     passes = 0
@@ -198,7 +249,19 @@ class DPDataLoader(DataLoader):
     @classmethod
     def from_data_loader(cls, data_loader, *, generator=None, distributed: bool = False) -> "DPDataLoader":
         """Opacus's: Poisson batches at ``q = 1 / len(data_loader)`` over its dataset, with its
-        settings; ``generator`` default: the loader's own, else fresh entropy."""
+        settings; ``generator`` default: the loader's own, else fresh entropy.
+
+        Args:
+            data_loader: the user's ``DataLoader`` (checked as by :func:`check_loader`).
+            generator: the batches' ``torch.Generator``, or None (the loader's own, else fresh entropy).
+            distributed: must be False (as for the constructor).
+
+        Returns:
+            The new :class:`DPDataLoader`.
+
+        Raises:
+            InputError: if the loader is refused by :func:`check_loader`, or as for the constructor.
+        """
         check_loader(data_loader)
         if generator is None:
             generator = data_loader.generator
@@ -216,11 +279,21 @@ class DPDataLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict:
+        """The loader's position in the current pass, for a checkpoint.
+
+        Returns:
+            The batch sampler's ``position(consumed)`` where it has one, else ``{"skip": batches consumed}``.
+        """
         if hasattr(self.batch_sampler, "position"):
             return self.batch_sampler.position(self.consumed)
         return {"skip": int(self.consumed)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Go back to a position of :meth:`state_dict` (the next pass resumes there).
+
+        Args:
+            state: what :meth:`state_dict` returned.
+        """
         if hasattr(self.batch_sampler, "load_position"):
             self.batch_sampler.load_position(state)
         else:
@@ -237,7 +310,18 @@ def _fresh_generator() -> torch.Generator:
 def loader_generator(data_loader, fallback):
     """The generator the run's batches are drawn from: the loader's own ``generator`` where it has one
     (Opacus's behaviour; a warning says that whoever knows its seed knows the batches), else
-    ``fallback`` (fresh entropy)."""
+    ``fallback`` (fresh entropy).
+
+    Args:
+        data_loader: the user's ``DataLoader``.
+        fallback: the generator to use when the loader has none.
+
+    Returns:
+        The loader's ``generator``, or ``fallback``.
+
+    Raises:
+        InputError: if the loader's generator is not a CPU ``torch.Generator``.
+    """
     gen = getattr(data_loader, "generator", None)
     if gen is None:
         return fallback
@@ -283,7 +367,15 @@ class _Collate:
 
 
 def check_loader(data_loader) -> None:
-    """Refuse a loader whose sampling the accountant cannot follow (one line, the reason)."""
+    """Refuse a loader whose sampling the accountant cannot follow (one line, the reason).
+
+    Args:
+        data_loader: the user's loader.
+
+    Raises:
+        InputError: if it is not a ``DataLoader``, its dataset is iterable, unsized or empty, its batch
+            sampler or sampler is one the accountant cannot follow, or it has ``batch_size=None``.
+    """
     if not isinstance(data_loader, DataLoader):
         raise InputError(f"data_loader={type(data_loader).__name__} is not allowed: expected a "
                          "torch.utils.data.DataLoader.")
@@ -312,7 +404,15 @@ def check_loader(data_loader) -> None:
 
 
 def private_loader(data_loader, batch_sampler) -> DataLoader:
-    """A ``DataLoader`` over the user's dataset with ``batch_sampler`` and the user's settings."""
+    """A ``DataLoader`` over the user's dataset with ``batch_sampler`` and the user's settings.
+
+    Args:
+        data_loader: the user's ``DataLoader`` (its dataset, collate function and settings are kept).
+        batch_sampler: the run's batch sampler.
+
+    Returns:
+        A :class:`DPDataLoader`.
+    """
     d = data_loader
     return DPDataLoader(d.dataset, batch_sampler=batch_sampler, collate_fn=_Collate(d.collate_fn, d.dataset),
                         **_settings(d))

@@ -44,7 +44,17 @@ def _cut(batch, s: int, e: int):
 
 class BatchMemoryManager:
     """Context manager over ``data_loader`` (the one ``make_private`` returned) that yields physical
-    chunks of at most ``max_physical_batch_size`` records and tells ``optimizer`` which are not last."""
+    chunks of at most ``max_physical_batch_size`` records and tells ``optimizer`` which are not last.
+
+    Args:
+        data_loader: the private loader ``make_private`` returned.
+        max_physical_batch_size: the most records per chunk, an integer >= 1.
+        optimizer: the :class:`~.optimizer.DPOptimizer` ``make_private`` returned.
+
+    Raises:
+        InputError: if ``max_physical_batch_size`` is not an integer >= 1, or ``optimizer`` has no
+            ``signal_skip_step``.
+    """
 
     def __init__(self, *, data_loader, max_physical_batch_size: int, optimizer):
         if isinstance(max_physical_batch_size, bool) or not isinstance(max_physical_batch_size, int) \

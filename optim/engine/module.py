@@ -67,7 +67,16 @@ _BATCH_NAMES = ("input_ids", "pixel_values", "inputs_embeds", "input_values", "i
 class Capture:
     """One physical batch as the user's forward and backward left it: the batch, its records, the calls of the
     modules that own trained parameters (their output gradients set by the backward); the loss target when the
-    engine's criterion saw it (DP-SRM's previous point needs it)."""
+    engine's criterion saw it (DP-SRM's previous point needs it).
+
+    Args:
+        owner: the :class:`PrivateModule` that recorded it.
+        x: the batch (the tensor or ``PackedSequence`` whose record dimension indexes the records).
+        args: the forward's positional inputs.
+        kwargs: the forward's keyword inputs.
+        params: ``{name: detached tensor}`` the trained parameters the forward ran at.
+        rows: the batch's records.
+    """
 
     def __init__(self, owner: "PrivateModule", x, args, kwargs, params: dict, rows: int):
         self.owner, self.x, self.args, self.kwargs, self.params = owner, x, args, kwargs, params
@@ -77,9 +86,19 @@ class Capture:
         self._terms = None
 
     def scale(self) -> float:
+        """The factor that turns the signals a reduced loss left into the records' own gradients.
+
+        Returns:
+            ``rows`` for a mean-reduced loss, else 1.
+        """
         return float(self.rows) if self.owner.loss_reduction == "mean" else 1.0
 
     def complete(self) -> bool:
+        """Whether the batch's backward has run (or the batch is empty).
+
+        Returns:
+            True for an empty batch or when some call has an output gradient.
+        """
         return self.rows == 0 or any(c.grads for c in self.calls)
 
     def _ghost(self, calls):
@@ -117,6 +136,15 @@ class Capture:
     # -- the terms a kernel asks for (under exact_float32: a step called inside autocast forms no vector in bf16) --
     @exact_float32()
     def clipped_sum(self, c: float, stabilizer=None) -> torch.Tensor:
+        """``sum_i clip(g_i, C)`` of the batch's records at its own point, flat.
+
+        Args:
+            c: the clip norm C >= 0 (``inf``: unclipped).
+            stabilizer: automatic clipping's offset (see :func:`~dpcalib.optim.clipping.paths.clip_factors`), or None.
+
+        Returns:
+            The clipped sum as one flat vector in the trained parameters' order (zeros for an empty batch).
+        """
         if self.rows == 0:
             return self._zeros()
         ghost = self._ghost(self.calls)
@@ -128,12 +156,30 @@ class Capture:
         return self._sum(*self._terms, c, stabilizer)
 
     def grad_sum(self) -> torch.Tensor:
+        """``sum_i g_i`` unclipped, flat.
+
+        Returns:
+            The summed gradient as one flat vector (zeros for an empty batch).
+        """
         return self.clipped_sum(math.inf)
 
     @exact_float32()
     def clipped_diff_sum(self, c: float, prev: dict, criterion) -> torch.Tensor:
         """Records' clipped gradient differences between this point and ``prev`` on this batch (the
-        loss at ``prev`` by ``criterion`` on the recorded target)."""
+        loss at ``prev`` by ``criterion`` on the recorded target).
+
+        Args:
+            c: the clip norm C >= 0.
+            prev: ``{name: tensor}`` the earlier point.
+            criterion: the loss evaluated at ``prev`` (the batch's own reduction).
+
+        Returns:
+            The clipped sum of the differences as one flat vector in the parameters' dtype (zeros for an
+            empty batch), computed in float64.
+
+        Raises:
+            InputError: if the engine's criterion did not see the batch's target.
+        """
         if self.rows == 0:
             return self._zeros()
         if self.target is None:
@@ -182,7 +228,18 @@ def _set_rng_state(state) -> None:
 
 class PrivateModule(nn.Module):
     """``module`` wrapped for private training (see the module text).  In ``eval()`` mode, or
-    under ``torch.no_grad()``, the forward is the plain module's and records nothing."""
+    under ``torch.no_grad()``, the forward is the plain module's and records nothing.
+
+    Args:
+        module: the user's ``torch.nn.Module`` (a compiled one trains its original module eagerly).
+        loss_reduction: ``"mean"`` or ``"sum"``, the criterion's reduction.
+        batch_first: records on dimension 0 of the module's input (else 1).
+
+    Raises:
+        InputError: if ``module`` is not a module, already a ``PrivateModule``, has a layer private training
+            refuses, no parameters or none that requires grad; or ``loss_reduction`` / ``batch_first`` is
+            not allowed.
+    """
 
     def __init__(self, module: nn.Module, *, loss_reduction: str = "mean", batch_first: bool = True):
         super().__init__()
@@ -239,15 +296,25 @@ class PrivateModule(nn.Module):
         return self._module
 
     def params(self) -> dict:
+        """The trained parameters, detached.
+
+        Returns:
+            ``{name: tensor}`` in the run's order.
+        """
         return {k: p.detach() for k, p in self.named}
 
     def clear(self) -> None:
+        """Forget the batches recorded since the last step."""
         self.captures = []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The parameters' ``.grad`` and the batches recorded since the last step cleared (as Opacus's
         ``GradSampleModule.zero_grad`` clears its per-sample gradients); counts as the ``zero_grad`` the
-        next step requires."""
+        next step requires.
+
+        Args:
+            set_to_none: set the gradients to None instead of zero.
+        """
         super().zero_grad(set_to_none)
         self.clear()
         self.zeroed = True
@@ -269,6 +336,21 @@ class PrivateModule(nn.Module):
 
     # -- the forward -----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
+        """The module's forward, recording the batch for the private step when training with gradients enabled.
+
+        In ``eval()`` mode or under ``torch.no_grad()``: the plain module's forward, nothing recorded.
+
+        Args:
+            *args: the module's positional inputs (the batch among them).
+            **kwargs: its keyword inputs.
+
+        Returns:
+            The module's output, unchanged in type and value.
+
+        Raises:
+            InputError: if a back-propagated batch awaits ``optimizer.step()``, the input holds no batch
+                tensor, or its layers or record layout cannot be matched.
+        """
         if not (self.training and torch.is_grad_enabled()):
             return self._plain(*args, **kwargs)
         refuse_accumulation(self.captures)
@@ -417,7 +499,20 @@ class PrivateModule(nn.Module):
 
     def signals_at(self, params: dict, x, target, criterion, args=(), kwargs=None, rows=None) -> list:
         """The calls of the batch at another point ``params`` (DP-SRM's previous iterate): a forward and the
-        criterion's backward (the same reduction as the batch's own)."""
+        criterion's backward (the same reduction as the batch's own).
+
+        Args:
+            params: ``{name: tensor}`` the point to run at.
+            x: the batch.
+            target: the batch's loss target.
+            criterion: the loss, ``criterion(output, target)``.
+            args: the forward's positional inputs.
+            kwargs: its keyword inputs (None: none).
+            rows: the batch's records (None: counted from the batch).
+
+        Returns:
+            The recorded :class:`~dpcalib.optim.clipping.calls.Call` list, their output gradients set.
+        """
         kwargs = kwargs or {}
         if rows is None:
             rows = records_of(self._batch(args, kwargs), self._dim)
@@ -436,7 +531,15 @@ class PrivateModule(nn.Module):
         return calls
 
     def terms(self, calls1, calls0=None):
-        """``(norm2, terms)`` of the calls (:func:`~dpcalib.optim.clipping.units.signal_terms`)."""
+        """``(norm2, terms)`` of the calls (:func:`~dpcalib.optim.clipping.units.signal_terms`).
+
+        Args:
+            calls1: the calls at the current point.
+            calls0: the same calls at the other point, or None (the gradient).
+
+        Returns:
+            ``(norm2 [B] float64, [(names, sums)])``.
+        """
         return signal_terms(calls1, calls0, self.loss_reduction)
 
     # the user's module's own names stay reachable (model.fc1, model.state_dict() keys of the wrapped module)
@@ -453,7 +556,14 @@ def refuse_accumulation(captures) -> None:
     twice.  Opacus raises a ``ValueError`` at the second backward of Poisson batches for the same reason
     ("Poisson sampling is not compatible with grad accumulation"); here it is an ``InputError``, a
     ``ValueError``, at the second forward, whatever the sampling.  A forward whose backward did not run
-    (an evaluation in training mode) is refused only at the step, which ``zero_grad()`` avoids."""
+    (an evaluation in training mode) is refused only at the step, which ``zero_grad()`` avoids.
+
+    Args:
+        captures: the batches recorded since the last step.
+
+    Raises:
+        InputError: if one of them has been back-propagated.
+    """
     if any(c.complete() for c in captures):
         raise InputError("a second training batch before optimizer.step() is not allowed: the last batch was "
                          "back-propagated and not yet stepped, and a record in both would count twice (Opacus: "

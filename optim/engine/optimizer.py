@@ -90,7 +90,27 @@ class _Summed:
 
 class DPOptimizer(Optimizer):
     """``optimizer`` (any ``torch.optim.Optimizer``) driven by ``kernel`` on the batches of
-    ``module`` (a :class:`~.module.PrivateModule`).  Built by :class:`~.engine.PrivacyEngine`."""
+    ``module`` (a :class:`~.module.PrivateModule`).  Built by :class:`~.engine.PrivacyEngine`.
+
+    Args:
+        optimizer: the user's ``torch.optim.Optimizer`` of the module's parameters.
+        module: the :class:`~.module.PrivateModule` (or :class:`~.perlayer.PerLayerModule`) whose batches it steps on.
+        kernel: the algorithm's kernel (its release, noise levels and clip).
+        mechanism: the run's mechanism, charged to ``ledger``.
+        ledger: the engine's :class:`~.ledger.Ledger`.
+        privatizer: the noise source.
+        transport: how the terms are reduced and the noise released (one process, or ranks).
+        budget: the calibrated budget of ``make_private_with_epsilon`` (a dict), or None.
+        allow_overspend: a step past the budget warns instead of raising.
+        criterion: the engine's criterion (DP-SRM's previous point needs it), or None.
+        regularizer: ``r(params) -> scalar tensor``, a public term of the objective, or None.
+        loader: the private loader (its passes, for the shuffled runs' charges), or None.
+        per_layer: the ``PerLayerClip`` of ``clipping="per_layer"``, or None.
+
+    Raises:
+        InputError: if ``optimizer`` is not a ``torch.optim.Optimizer``, is already a ``DPOptimizer``, holds
+            parameters that are not the module's, or a release's std does not fit the model's dtype.
+    """
 
     def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
                  allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None):
@@ -128,26 +148,32 @@ class DPOptimizer(Optimizer):
     # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
     @property
     def param_groups(self):
+        """The wrapped optimizer's ``param_groups``."""
         return self.original_optimizer.param_groups
 
     @param_groups.setter
     def param_groups(self, value):
+        """Set the wrapped optimizer's ``param_groups``."""
         self.original_optimizer.param_groups = value
 
     @property
     def state(self):
+        """The wrapped optimizer's ``state``."""
         return self.original_optimizer.state
 
     @state.setter
     def state(self, value):
+        """Set the wrapped optimizer's ``state``."""
         self.original_optimizer.state = value
 
     @property
     def defaults(self):
+        """The wrapped optimizer's ``defaults``."""
         return self.original_optimizer.defaults
 
     @defaults.setter
     def defaults(self, value):
+        """Set the wrapped optimizer's ``defaults``."""
         self.original_optimizer.defaults = value
 
     def __repr__(self):
@@ -160,7 +186,15 @@ class DPOptimizer(Optimizer):
         return dict(self.kernel.levels)
 
     def set_noise(self, **levels) -> None:
-        """Change noise levels from the next step on (charged to the ledger as they run)."""
+        """Change noise levels from the next step on (charged to the ledger as they run).
+
+        Args:
+            **levels: ``name=level`` for some of the algorithm's noise levels, each a finite number >= 0.
+
+        Raises:
+            InputError: if a name is not one of the algorithm's levels, a level is not a finite number >= 0, or
+                a release's std would not fit the model's dtype.
+        """
         for k, v in levels.items():
             if k not in self.kernel.levels:
                 raise InputError(f"{k}={v!r} is not allowed: this algorithm's noise levels are {sorted(self.kernel.levels)}.")
@@ -179,6 +213,7 @@ class DPOptimizer(Optimizer):
 
     @noise_multiplier.setter
     def noise_multiplier(self, value):
+        """Set DP-SGD's noise multiplier from the next step on (:meth:`set_noise`)."""
         self.set_noise(noise_multiplier=value)
 
     @property
@@ -193,6 +228,7 @@ class DPOptimizer(Optimizer):
 
     @max_grad_norm.setter
     def max_grad_norm(self, value):
+        """Set the clip norm from the next step on (a number; per-layer clipping: a number or the list of bounds)."""
         if value == self.max_grad_norm:
             return
         if not self.kernel.clip_schedulable:
@@ -220,6 +256,11 @@ class DPOptimizer(Optimizer):
 
     # -- the loop's calls -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
+        """Clear the gradients and the recorded batches (between physical batches the logical batch's sum goes on).
+
+        Args:
+            set_to_none: set the gradients to None instead of zero.
+        """
         self.original_optimizer.zero_grad(set_to_none)
         if not self._after_skip:             # between physical batches the logical batch's sum goes on
             self._clear_summed()
@@ -227,7 +268,11 @@ class DPOptimizer(Optimizer):
         self.module.zeroed = True
 
     def signal_skip_step(self, do_skip: bool = True) -> None:
-        """The next :meth:`step` is a physical batch that is not the last of its logical batch."""
+        """The next :meth:`step` is a physical batch that is not the last of its logical batch.
+
+        Args:
+            do_skip: True: the next step only adds its terms; False: it releases.
+        """
         self._skip = bool(do_skip)
 
     def _first(self) -> bool:
@@ -284,7 +329,18 @@ class DPOptimizer(Optimizer):
         nothing is charged, stepped or kept (the kernel's state, levels and stream are restored).
         What the checks of :mod:`dpcalib.optim.audit.steps` call; in ``secure_mode`` the noise is
         drawn by the secure sampler, keyed by ``generator``'s seed, so that a check sees the noise
-        the run adds."""
+        the run adds.
+
+        Args:
+            noise: add the noise (False: the noiseless release).
+            generator: the generator to draw the noise from, or None (the run's noise stream).
+
+        Returns:
+            The release (a flat tensor), as :meth:`step` would make it.
+
+        Raises:
+            InputError: if the module has not recorded exactly one back-propagated batch since the last step.
+        """
         with engine_internal():
             sums = {k: self.transport.aggregate(v) for k, v in self._terms().items()}
             state, levels, gen = self.kernel.state_dict(), dict(self.kernel.levels), self.privatizer.generator
@@ -324,6 +380,22 @@ class DPOptimizer(Optimizer):
         warnings.warn(msg, OverspendWarning, stacklevel=3)
 
     def step(self, closure=None):
+        """The private step: the batch's terms released with noise, charged to the ledger, then the wrapped step.
+
+        A physical batch that is not the last of its logical batch (:meth:`signal_skip_step`) only adds its terms.
+
+        Args:
+            closure: a closure re-evaluating the loss (``torch.optim``'s), or None.
+
+        Returns:
+            The closure's loss, or None.
+
+        Raises:
+            InputError: if ``zero_grad()`` was not called since the last step, the module did not record exactly
+                one back-propagated batch, a gradient reached the parameters outside the private step, or the
+                regularizer returned no scalar tensor.
+            BudgetExceeded: if the step would spend past the calibrated budget (``allow_overspend=False``).
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -439,16 +511,33 @@ class DPOptimizer(Optimizer):
         return self.transport.release(self.privatizer, value, std, **kw)
 
     def attach_step_hook(self, fn) -> None:
-        """``fn(optimizer)`` after each private step's release, before the wrapped optimizer's step."""
+        """``fn(optimizer)`` after each private step's release, before the wrapped optimizer's step.
+
+        Args:
+            fn: ``fn(optimizer)``, called with this optimizer.
+        """
         self._step_hooks.append(fn)
 
     # -- state -------------------------------------------------------------------------------------------
     def state_dict(self):
+        """The optimizer's state for a checkpoint.
+
+        The wrapped optimizer's state, the round, the previous point, the kernel's state, the noise levels
+        and the noise stream.
+
+        Returns:
+            A dict of plain data and tensors.
+        """
         return {"optimizer": self.original_optimizer.state_dict(), "round": self.round, "prev": self.prev,
                 "kernel": self.kernel.state_dict(), "levels": dict(self.kernel.levels),
                 "noise": self.privatizer.state_dict()}
 
     def load_state_dict(self, state):
+        """Take back a :meth:`state_dict` (the noise levels included).
+
+        Args:
+            state: what :meth:`state_dict` returned.
+        """
         self.original_optimizer.load_state_dict(state["optimizer"])
         self.round, self.prev = int(state["round"]), state["prev"]
         self.kernel.load_state_dict(state["kernel"])

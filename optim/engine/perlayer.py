@@ -106,7 +106,18 @@ class _Capture:
 
 
 class PerLayerModule(nn.Module):
-    """``module`` wrapped for per-layer clipping at ``bounds`` (one per trained parameter)."""
+    """``module`` wrapped for per-layer clipping at ``bounds`` (one per trained parameter).
+
+    Args:
+        module: the user's module.
+        bounds: the clip bounds, one per trained parameter (in ``module.parameters()`` order).
+        loss_reduction: ``"mean"`` or ``"sum"``, the criterion's reduction.
+        batch_first: records on dimension 0 of the input (else 1).
+
+    Raises:
+        InputError: if no parameter requires grad, or ``bounds`` is not a list of one bound per trained
+            parameter.
+    """
 
     def __init__(self, module: nn.Module, bounds, *, loss_reduction: str = "mean", batch_first: bool = True):
         super().__init__()
@@ -128,17 +139,39 @@ class PerLayerModule(nn.Module):
 
     @property
     def inner(self) -> nn.Module:
+        """The user's module."""
         return self._module
 
     def clear(self) -> None:
+        """Forget the captured batches."""
         self.captures = []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """The module's ``zero_grad``, and the captured batches forgotten.
+
+        Args:
+            set_to_none: set the gradients to None instead of zero.
+        """
         super().zero_grad(set_to_none)
         self.clear()
         self.zeroed = True
 
     def forward(self, *args, **kwargs):
+        """Run the module, capturing the batch for the private step (training with gradients enabled).
+
+        Outside training or with gradients disabled, the module's own forward.
+
+        Args:
+            *args: one positional tensor, the batch (records on the ``batch_first`` dimension).
+            **kwargs: none accepted in training.
+
+        Returns:
+            The module's output (one tensor), joined to the graph so that its gradient is captured.
+
+        Raises:
+            InputError: if a back-propagated batch awaits ``optimizer.step()``, the input is not one tensor
+                with the record dimension, the output is not one tensor, or its record dimension cannot be told.
+        """
         if not (self.training and torch.is_grad_enabled()):
             return self._module(*args, **kwargs)
         refuse_accumulation(self.captures)
