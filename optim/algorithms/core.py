@@ -445,8 +445,8 @@ class PrivateOptimizer:
 
     Raises:
         InputError: if an argument is of the wrong kind, the model has no parameters, the noise
-            calibrates another algorithm, or a regulariser is given where it is not supported.
-        ValueError: if ``seed`` is neither None nor an integer >= 0.
+            calibrates another algorithm, a regulariser is given where it is not supported, or
+            ``seed`` is neither None nor an integer >= 0.
     """
 
     name = "private-optimizer"
