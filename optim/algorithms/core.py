@@ -45,14 +45,30 @@ __all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-example squared error ``||f(x) - y||^2`` (regression, DIFF2 experiments)."""
+    """Per-example squared error ``||f(x) - y||^2`` (regression, DIFF2 experiments).
+
+    Args:
+        output: model outputs, shape (n, ...).
+        target: targets with n rows and as many entries per row as ``output``.
+
+    Returns:
+        The per-example losses, shape (n,).
+    """
     return (output.reshape(output.shape[0], -1) - target.reshape(target.shape[0], -1)).pow(2).sum(1)
 
 
 def cross_entropy_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-example cross-entropy of logits (classification).  ``output`` of shape (n, k >= 2):
     softmax cross-entropy with integer labels 0..k-1; of shape (n,) or (n, 1): binary logistic
-    loss ``log(1 + exp(-s z))`` with labels 0/1 (bool, int or float; s = +-1 for label 1/0)."""
+    loss ``log(1 + exp(-s z))`` with labels 0/1 (bool, int or float; s = +-1 for label 1/0).
+
+    Args:
+        output: logits, shape (n, k) with k >= 2, or (n,) / (n, 1) for a binary model.
+        target: labels, n of them (integers 0..k-1; 0/1 for a binary model).
+
+    Returns:
+        The per-example losses, shape (n,).
+    """
     if output.dim() == 1 or (output.dim() == 2 and output.shape[1] == 1):
         return torch.nn.functional.binary_cross_entropy_with_logits(
             output.reshape(-1), target.reshape(-1).to(output.dtype), reduction="none")
@@ -61,7 +77,15 @@ def cross_entropy_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 def accuracy(output: torch.Tensor, target: torch.Tensor) -> float:
     """Fraction of examples whose predicted class (argmax of the logits; logit > 0 for one output)
-    is the label."""
+    is the label.
+
+    Args:
+        output: logits, shape (n, k) with k >= 2, or (n,) / (n, 1) for a binary model.
+        target: labels, n of them.
+
+    Returns:
+        The fraction correct, in [0, 1]; NaN when there are no examples (n = 0).
+    """
     if output.shape[0] == 0:
         return math.nan
     if output.dim() == 1 or (output.dim() == 2 and output.shape[1] == 1):
@@ -84,6 +108,17 @@ class Release:
     "fresh data-dependent term + public state" (DIFF2's ``+ v~_{r-1}``, DP-SRM's ``(1 - gamma) v^{t-1}``)
     also records ``fresh``, the term before the public state was added: the claimed sensitivity
     bounds its move, and a check can measure that move without the rounding of the public part.
+
+    Attributes:
+        round: the round (1-based) in which the release was made.
+        name: the release's name within the algorithm (e.g. ``"clipped gradient sum"``).
+        std: per-coordinate noise std requested, >= 0.
+        sensitivity: claimed L2 sensitivity of the noiseless query, or None (no claim).
+        relation: the neighbouring relation of the claim (the mechanism's ``release``).
+        noise: the added noise (float64, CPU), or None when noise recording is off.
+        value: the noiseless query (float64, CPU), or None without ``record_values``.
+        released: value + noise as returned to the algorithm, or None without ``record_values``.
+        fresh: the data-dependent term before a public term was added (float64, CPU), or None.
     """
 
     round: int
@@ -98,7 +133,15 @@ class Release:
 
 
 def split_public(value, public):
-    """``(fresh term or None, the whole query)`` of a query ``value + public``."""
+    """``(fresh term or None, the whole query)`` of a query ``value + public``.
+
+    Args:
+        value: the data-dependent term of the query (a tensor).
+        public: a data-independent term added to it, or None.
+
+    Returns:
+        ``(None, value)`` without ``public``; otherwise ``(value, value + public)``.
+    """
     return (None, value) if public is None else (value, value + public)
 
 
@@ -108,7 +151,17 @@ class NoiseSource:
 
     ``source``: the generator (a ``torch.Generator``, or the :class:`~dpcalib.optim.randomness.SecureGenerator`
     of a secure run, whose noise :func:`~dpcalib.optim.randomness.gaussian_release` draws) or an
-    integer seed of a new ``torch.Generator`` on ``device``."""
+    integer seed of a new ``torch.Generator`` on ``device``.
+
+    Args:
+        source: a ``torch.Generator``, a ``SecureGenerator``, or an integer seed of a new
+            ``torch.Generator`` on ``device``.
+        device: the device of the noise (and of a generator built from a seed).
+        dtype: the floating dtype of the noise.
+        record: keep a :class:`Release` for every release in ``releases``.
+        record_noise: with recording on, also keep each release's noise.
+        record_values: keep the noiseless query and the released value too (implies ``record``).
+    """
 
     def __init__(self, source, device, dtype, record: bool = False, record_noise: bool = True,
                  record_values: bool = False):
@@ -123,12 +176,24 @@ class NoiseSource:
     def use_rows(self, sources) -> None:
         """One generator per row of :meth:`privatize_rows` (per D2P node), so that node i's noise is
         the same stream whether the nodes are simulated together or run as separate processes
-        (``sources``: generators, or integer seeds of new ``torch.Generator`` s)."""
+        (``sources``: generators, or integer seeds of new ``torch.Generator`` s).
+
+        Args:
+            sources: one generator or integer seed per row (node).
+        """
         self.row_generators = [_generator(s, self.device) for s in sources]
 
     def standard(self, shape, generator=None) -> torch.Tensor:
         """Standard normal draws (every noise draw of a torch.Generator goes through here; a check
-        that plants mis-scaled noise overrides this)."""
+        that plants mis-scaled noise overrides this).
+
+        Args:
+            shape: the shape of the draw.
+            generator: the generator to draw from; None for the source's own generator.
+
+        Returns:
+            A tensor of i.i.d. N(0, 1) draws on the source's device and dtype.
+        """
         g = self.generator if generator is None else generator
         return standard_normal(g, shape, device=self.device, dtype=self.dtype)
 
@@ -147,7 +212,23 @@ class NoiseSource:
     def privatize(self, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity, relation: str,
                   public: torch.Tensor | None = None):
         """``value (+ public) + N(0, std^2 I)`` (no draw when std = 0): one release.  ``public``: a
-        data-independent term of the query (see :class:`Release`)."""
+        data-independent term of the query (see :class:`Release`).
+
+        Args:
+            value: the noiseless query.
+            std: per-coordinate noise std, >= 0.
+            round: the round of the release (for the record).
+            name: the release's name (for the record).
+            sensitivity: the claimed L2 sensitivity, or None (for the record).
+            relation: the neighbouring relation of the claim (for the record).
+            public: a data-independent term added to ``value`` before the noise, or None.
+
+        Returns:
+            The released tensor ``value (+ public) + noise``.
+
+        Raises:
+            InputError: if ``std`` is negative or NaN.
+        """
         if std < 0 or math.isnan(std):
             raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = split_public(value, public)
@@ -161,7 +242,24 @@ class NoiseSource:
 
     def privatize_row(self, i: int, value: torch.Tensor, std: float, *, round: int, name: str, sensitivity,
                       relation: str, public: torch.Tensor | None = None):
-        """``value (+ public) + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise)."""
+        """``value (+ public) + N(0, std^2 I)`` from row i's generator (a DIFF2-BVR client's local noise).
+
+        Args:
+            i: the row (node / client) whose generator draws the noise; :meth:`use_rows` must have been called.
+            value: the noiseless query.
+            std: per-coordinate noise std, >= 0.
+            round: the round of the release (for the record).
+            name: the release's name (for the record).
+            sensitivity: the claimed L2 sensitivity, or None (for the record).
+            relation: the neighbouring relation of the claim (for the record).
+            public: a data-independent term added to ``value`` before the noise, or None.
+
+        Returns:
+            The released tensor ``value (+ public) + noise``.
+
+        Raises:
+            InputError: if ``std`` is negative or NaN.
+        """
         if std < 0 or math.isnan(std):
             raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
         fresh, value = split_public(value, public)
@@ -180,7 +278,22 @@ class NoiseSource:
 
     def privatize_rows(self, values: torch.Tensor, stds: torch.Tensor, *, round: int, names, sensitivity,
                        relation: str):
-        """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes)."""
+        """Row i of ``values`` plus N(0, stds[i]^2 I), independently (one release per row: D2P nodes).
+
+        Args:
+            values: the noiseless queries, one per row, shape (rows, ...).
+            stds: per-row noise std, shape (rows,), each >= 0 (a zero std adds no noise).
+            round: the round of the releases (for the records).
+            names: one release name per row (for the records).
+            sensitivity: the claimed L2 sensitivity of each row, or None (for the records).
+            relation: the neighbouring relation of the claim (for the records).
+
+        Returns:
+            The released rows, same shape as ``values``.
+
+        Raises:
+            InputError: if row generators are set and their number is not the number of rows.
+        """
         rows = values.shape[0]
         gens = self.row_generators
         if gens is not None and len(gens) != rows:
@@ -208,13 +321,22 @@ class NoiseSource:
                 cpu(fresh) if self.record_values and fresh is not None else None))
 
     def state_dict(self) -> dict:
-        """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``)."""
+        """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``).
+
+        Returns:
+            A dict with the generator state, the recorded releases and the row generators' states (or None).
+        """
         rows = None if self.row_generators is None else [g.get_state() for g in self.row_generators]
         return {"generator": self.generator.get_state(),
                 "releases": [{f.name: getattr(r, f.name) for f in fields(Release)} for r in self.releases],
                 "rows": rows}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the generators and recorded releases from :meth:`state_dict`'s output.
+
+        Args:
+            state: a dict as returned by :meth:`state_dict`.
+        """
         self.generator.set_state(state["generator"])
         self.releases = [Release(**r) for r in state["releases"]]
         if state.get("rows") is not None:
@@ -246,6 +368,18 @@ def _noise_levels(noise) -> dict:
 
 
 def check_clip(value, name: str) -> float:
+    """A clipping threshold as a float, checked.
+
+    Args:
+        value: the threshold (anything ``float()`` accepts), in [0, inf].
+        name: the argument's name, for the error message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        InputError: if the value is NaN or negative.
+    """
     c = float(value)
     if math.isnan(c) or c < 0:
         raise InputError(f"{name}={value!r} is not allowed: expected a number in [0, inf].")
@@ -253,6 +387,18 @@ def check_clip(value, name: str) -> float:
 
 
 def check_lr(value, name: str = "lr") -> float:
+    """A learning rate (or other step size) as a float, checked.
+
+    Args:
+        value: the step size (anything ``float()`` accepts), finite and > 0.
+        name: the argument's name, for the error message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        InputError: if the value is not a finite number > 0.
+    """
     f = float(value)
     if not (f > 0) or math.isinf(f):
         raise InputError(f"{name}={value!r} is not allowed: expected a finite number > 0.")
@@ -277,7 +423,31 @@ class PrivateOptimizer:
     operating system and adds the noise on a fixed grid, exactly as a rounded Gaussian, so that
     floating-point attacks on the noise's low bits learn nothing; the privacy accounted is the
     Gaussian mechanism's, unchanged (:mod:`dpcalib.optim.randomness.secure`).  On several processes
-    the root of the streams is drawn once and shared inside the process group only."""
+    the root of the streams is drawn once and shared inside the process group only.
+
+    Args:
+        model: the model whose parameters are trained (in place); it must have parameters.
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses (e.g. :func:`squared_loss`).
+        mechanism: the mechanism the update implements (its ``name`` must match a calibration's).
+        noise: a :class:`~dpcalib.mechanisms.CalibrationReport` or a dict of noise levels (each a
+            finite number >= 0, or None for unused).
+        seed: None (fresh entropy) or an integer >= 0 (reproducible, and known to whoever knows it).
+        secure_mode: draw the streams from ChaCha20 and the noise on a fixed grid.
+        record: record every release (see :class:`NoiseSource`).
+        record_noise: with recording on, keep each release's noise.
+        record_values: also keep the noiseless queries (audits).
+        clip_method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"`` (see :class:`~dpcalib.optim.clipping.per_example.PerExample`).
+        chunk_size: the number of examples per chunk of the per-example computation.
+        transport: the process layout (one process by default).
+        sampler: how minibatches are drawn (a :class:`~dpcalib.optim.data.sampling.Sampler`; the plain one by default).
+        regularizer: ``regularizer(params) -> scalar tensor``, a data-independent term of the
+            objective (only for updates with ``supports_regularizer``), or None.
+
+    Raises:
+        InputError: if an argument is of the wrong kind, the model has no parameters, the noise
+            calibrates another algorithm, a regulariser is given where it is not supported, or
+            ``seed`` is neither None nor an integer >= 0.
+    """
 
     name = "private-optimizer"
 
@@ -333,7 +503,11 @@ class PrivateOptimizer:
         self._n_candidates = 0
 
     def holders(self) -> int:
-        """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record."""
+        """How many data holders (clients, nodes) the run has; record ``(holder, index)`` names a record.
+
+        Returns:
+            The number of data holders (1 for a single-holder update).
+        """
         return 1
 
     # -- helpers for subclasses ----------------------------------------------------------------
@@ -347,7 +521,11 @@ class PrivateOptimizer:
         return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
 
     def params(self) -> dict:
-        """A copy of the current parameters (never a view: the model is updated in place)."""
+        """A copy of the current parameters (never a view: the model is updated in place).
+
+        Returns:
+            A dict parameter name -> detached copy of the parameter.
+        """
         return {k: p.detach().clone() for k, p in self.model.named_parameters()}
 
     def _set_params(self, new: dict) -> None:
@@ -367,7 +545,17 @@ class PrivateOptimizer:
 
     def release(self, value: torch.Tensor, std: float, **kwargs) -> torch.Tensor:
         """One release through the run's transport and noise source (what a kernel is handed:
-        ``value + N(0, std^2 I)``, recorded and, on several processes, drawn once)."""
+        ``value + N(0, std^2 I)``, recorded and, on several processes, drawn once).
+
+        Args:
+            value: the noiseless query.
+            std: per-coordinate noise std, >= 0.
+            **kwargs: passed on to :meth:`NoiseSource.privatize` (``round``, ``name``,
+                ``sensitivity``, ``relation``, ``public``).
+
+        Returns:
+            The released tensor.
+        """
         return self.transport.release(self.privatizer, value, std, **kwargs)
 
     def _offer_output(self, candidate: dict) -> None:
@@ -378,14 +566,25 @@ class PrivateOptimizer:
             self._out = {k: v.detach().clone() for k, v in candidate.items()}
 
     def output(self) -> dict:
-        """The iterate the paper returns (uniform among the candidates; the last one if none)."""
+        """The iterate the paper returns (uniform among the candidates; the last one if none).
+
+        Returns:
+            A dict parameter name -> tensor.
+        """
         return self._out if self._out is not None else self.params()
 
     # -- privacy ---------------------------------------------------------------------------------
     def sampled_record_signal(self, norm: float) -> tuple[float, float]:
         """``(sampling rate, what one Poisson-sampled record whose gradient has norm ``norm`` adds to
         a release along that gradient)`` -- for updates that release a clipped sum of Poisson-sampled
-        records (DP-SGD, DiceSGD); the others have no such release."""
+        records (DP-SGD, DiceSGD); the others have no such release.
+
+        Args:
+            norm: the L2 norm of the record's gradient.
+
+        Raises:
+            InputError: always here; updates that make such a release override this.
+        """
         raise InputError(f"{self.name} makes no release of a clipped sum of Poisson-sampled records.")
 
     def _events(self) -> list:
@@ -393,6 +592,11 @@ class PrivateOptimizer:
         raise NotImplementedError
 
     def accountant(self) -> PrivacyAccountant:
+        """A privacy accountant holding the events of the releases made so far.
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` composed of :meth:`_events`.
+        """
         acc = PrivacyAccountant()
         for ev, k in self._events():
             if k:
@@ -403,7 +607,18 @@ class PrivateOptimizer:
         """eps spent so far at ``delta`` (the calibration's delta by default); inf with zero noise.
         ``accountant``: as :meth:`~dpcalib.accountant.PrivacyAccountant.epsilon_report` -- the best
         certified eps by default (for the whole calibrated run, the number ``dpcalib epsilon``
-        prints), ``"auto"`` for the fast GDP/RDP bound."""
+        prints), ``"auto"`` for the fast GDP/RDP bound.
+
+        Args:
+            delta: the target delta, in (0, 1); None for the calibration's delta.
+            accountant: the accountant choice of ``get_epsilon`` (``"best"``, ``"auto"``, ...).
+
+        Returns:
+            The eps spent: 0.0 before the first round, inf if a release had zero noise.
+
+        Raises:
+            InputError: if ``delta`` is None and the noise was not a CalibrationReport.
+        """
         d = self.delta if delta is None else delta
         if self.round == 0:
             return 0.0
@@ -422,7 +637,14 @@ class PrivateOptimizer:
 
     def epsilon_metric(self, delta) -> float:
         """The metrics' eps: the best certified eps spent so far (at the end of the calibrated run,
-        the run's eps -- what ``dpcalib epsilon`` prints for it)."""
+        the run's eps -- what ``dpcalib epsilon`` prints for it).
+
+        Args:
+            delta: the target delta, in (0, 1), or None.
+
+        Returns:
+            The eps spent at ``delta``; inf if a release had zero noise; NaN when ``delta`` is None.
+        """
         if self.round > 0 and self._noiseless():
             return math.inf
         return self.epsilon_spent(delta) if delta is not None else math.nan
@@ -443,7 +665,17 @@ class PrivateOptimizer:
         return loss.detach(), flat(dict(zip(p, g)))
 
     def regularizer_value_and_grad(self, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(r(params), grad r(params) as one flat vector)`` (zeros without a regulariser)."""
+        """``(r(params), grad r(params) as one flat vector)`` (zeros without a regulariser).
+
+        Args:
+            params: a dict parameter name -> tensor.
+
+        Returns:
+            ``(value, gradient)``: a scalar tensor and a flat tensor with one entry per parameter coordinate.
+
+        Raises:
+            InputError: if the regulariser does not return a one-element tensor.
+        """
         if self.regularizer is None:
             n = sum(v.numel() for v in params.values())
             z = torch.zeros((), device=self.device, dtype=self.dtype)
@@ -469,7 +701,21 @@ class PrivateOptimizer:
         without the regulariser); ``metrics={"name": fn(output, target) -> float}`` (e.g.
         ``{"accuracy": O.accuracy}``): each on the training records (``train_<name>``) and, with ``test``, on
         the test records (``test_<name>``).  On a multi-process transport this is a collective: every process
-        adds its share of f (the other metrics are this process's)."""
+        adds its share of f (the other metrics are this process's).
+
+        Args:
+            params: a dict parameter name -> tensor; None (or empty) for the current iterate.
+            test: ``(x_test, y_test)`` with the same number of rows, >= 1; or None.
+            metrics: a dict name -> ``fn(output, target) -> float``, or None.
+
+        Returns:
+            A dict with ``loss`` and ``grad_norm``, plus ``train_<name>``, ``test_loss`` and
+            ``test_<name>`` as requested.
+
+        Raises:
+            InputError: if a metric is not callable, metrics are asked of records read item by item,
+                or ``test`` is not a pair of tensors with the same number (>= 1) of rows.
+        """
         params = params or self._eval_params()
         loss, grad = self._loss_and_grad(params, *self._objective())
         if self.regularizer is not None:
@@ -515,7 +761,11 @@ class PrivateOptimizer:
         raise NotImplementedError
 
     def step(self) -> None:
-        """One round (one release of the mechanism)."""
+        """One round (one release of the mechanism).
+
+        Raises:
+            RuntimeError: if all the calibrated rounds have been run.
+        """
         if self.round >= self.total_rounds:
             raise RuntimeError(f"the run is complete: {self.total_rounds} rounds were calibrated "
                                "(running further would spend more privacy than the calibration covers).")
@@ -531,36 +781,79 @@ class PrivateOptimizer:
         """Restore :meth:`_state`'s output: the hook a subclass writes."""
 
     def algorithm_state(self) -> dict:
-        """What a checkpoint keeps of the algorithm itself (:meth:`_state`), for the runner."""
+        """What a checkpoint keeps of the algorithm itself (:meth:`_state`), for the runner.
+
+        Returns:
+            A dict of plain data (tensors, numbers, lists, dicts).
+        """
         return self._state()
 
     def load_algorithm_state(self, state: dict) -> None:
+        """Restore what :meth:`algorithm_state` returned (for the runner).
+
+        Args:
+            state: a dict as returned by :meth:`algorithm_state`.
+        """
         self._load_state(state)
 
     def output_state(self) -> tuple:
-        """``(iterate kept for output, candidates seen)``: the output reservoir, for the runner."""
+        """``(iterate kept for output, candidates seen)``: the output reservoir, for the runner.
+
+        Returns:
+            A pair (dict parameter name -> tensor, or None; int >= 0).
+        """
         return self._out, self._n_candidates
 
     def load_output_state(self, out, n_candidates: int) -> None:
+        """Restore the output reservoir from :meth:`output_state`'s pair (for the runner).
+
+        Args:
+            out: the iterate kept for output (dict parameter name -> tensor), or None.
+            n_candidates: how many candidates had been offered, >= 0.
+        """
         self._out, self._n_candidates = out, int(n_candidates)
 
     # -- shortcuts to the runner (dpcalib.optim.run.runner.Runner owns the loop, metrics and checkpoints) -----
     def run(self, rounds: int | None = None, **kwargs) -> list[dict]:
-        """:meth:`dpcalib.optim.run.runner.Runner.run`: run ``rounds`` more rounds (default: to the calibrated total)."""
+        """:meth:`dpcalib.optim.run.runner.Runner.run`: run ``rounds`` more rounds (default: to the calibrated total).
+
+        Args:
+            rounds: the number of rounds to run; None to run to the calibrated total.
+            **kwargs: passed on to :meth:`dpcalib.optim.run.runner.Runner.run`.
+
+        Returns:
+            The list of metric rows recorded (one dict per evaluation).
+        """
         return Runner(self).run(rounds, **kwargs)
 
     def state_dict(self) -> dict:
-        """:meth:`dpcalib.optim.run.runner.Runner.state_dict`: the whole state as plain data."""
+        """:meth:`dpcalib.optim.run.runner.Runner.state_dict`: the whole state as plain data.
+
+        Returns:
+            A dict of plain data (``torch.load(weights_only=True)`` reads it back).
+        """
         return Runner(self).state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """:meth:`dpcalib.optim.run.runner.Runner.load_state_dict`: resume from :meth:`state_dict`."""
+        """:meth:`dpcalib.optim.run.runner.Runner.load_state_dict`: resume from :meth:`state_dict`.
+
+        Args:
+            state: a dict as returned by :meth:`state_dict`.
+        """
         Runner(self).load_state_dict(state)
 
     def save_checkpoint(self, path) -> None:
-        """:meth:`dpcalib.optim.run.runner.Runner.save_checkpoint` (atomic)."""
+        """:meth:`dpcalib.optim.run.runner.Runner.save_checkpoint` (atomic).
+
+        Args:
+            path: the checkpoint file (str or path-like).
+        """
         Runner(self).save_checkpoint(path)
 
     def load_checkpoint(self, path) -> None:
-        """:meth:`dpcalib.optim.run.runner.Runner.load_checkpoint` (read with ``weights_only=True``: never unpickles)."""
+        """:meth:`dpcalib.optim.run.runner.Runner.load_checkpoint` (read with ``weights_only=True``: never unpickles).
+
+        Args:
+            path: the checkpoint file (str or path-like).
+        """
         Runner(self).load_checkpoint(path)

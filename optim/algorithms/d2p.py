@@ -7,7 +7,7 @@ package (:mod:`dpcalib.optim.clipping.points`: one nested ``torch.func.vmap``, n
 the mixing is one matrix product ``X <- P^k X_half``.  The same code runs one node per process on
 torch.distributed: ``X`` then has the rank's one row and the mixing is a push-sum exchange
 (:class:`dpcalib.optim.run.ranks.NodesOnRanks`; see :mod:`dpcalib.optim.run.transport`).  Node i's
-iteration k:
+iteration k::
 
   g_i = grad l(z_i; xi_i)                         (ClipD2P: clipped to C)
   x_i^{k+1/2} = x_i - lr (g_i + N_i),   N_i ~ N(0, s_i^2 I)
@@ -165,7 +165,28 @@ class _Decentralized(PrivateOptimizer):
 class ClipD2P(_Decentralized):
     """ClipD2P (AdaD2P paper, Algorithm 3): per-example gradients clipped to C, noise ``N(0, sigma^2 C^2 I)``.
     Claimed sensitivity per node and iteration: C (add/remove) or 2C (replace-one).
-    ``mechanism``: :class:`mechanisms.ClipD2P`; ``noise``: its calibration (``sigma``)."""
+    ``mechanism``: :class:`mechanisms.ClipD2P`; ``noise``: its calibration (``sigma``).
+
+    Args:
+        model: the model (its parameters are every node's starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        node_data: one ``(x, y)`` pair per node this process runs, every node with the same number
+            J of records, J >= the calibration's ``samples_per_node``.
+        mechanism: a :class:`dpcalib.mechanisms.ClipD2P`.
+        noise: its calibration (a CalibrationReport) or a dict of noise levels
+            (``sigma``: noise multiplier, std / C, >= 0).
+        C: the clipping threshold on per-example gradients, in [0, inf]; inf only with ``sigma = 0``.
+        lr: the step size, finite and > 0.
+        graph: the mixing graph's variant, ``"paper"`` or ``"sgp"``.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``transport``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``graph`` is unknown, ``node_data`` is not
+            a non-empty list of ``(x, y)`` pairs, one per node this process runs, with the same J >=
+            ``samples_per_node`` everywhere, ``lr`` is not a finite number > 0, or the noise has no ``sigma``,
+            or C is negative, NaN, or inf with ``sigma > 0``.
+    """
 
     name = "clipd2p"
     _mechanism_type = M.ClipD2P
@@ -191,7 +212,28 @@ class ClipD2P(_Decentralized):
 class ConstD2P(ClipD2P):
     """ConstD2P (AdaD2P paper, Algorithm 2): NO clipping, noise ``N(0, sigma^2 G^2 I)`` with G an estimated
     gradient bound.  The claimed sensitivity (G or 2G) holds only if every per-example gradient
-    norm is <= G (AdaD2P-E2); the run counts the violations in ``bound_violations``."""
+    norm is <= G (AdaD2P-E2); the run counts the violations in ``bound_violations``.
+
+    Args:
+        model: the model (its parameters are every node's starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        node_data: one ``(x, y)`` pair per node this process runs, every node with the same number
+            J of records, J >= the calibration's ``samples_per_node``.
+        mechanism: a :class:`dpcalib.mechanisms.ConstD2P`.
+        noise: its calibration (a CalibrationReport) or a dict of noise levels
+            (``sigma``: noise multiplier, std / G, >= 0).
+        G: the assumed bound on per-example gradient norms, in [0, inf]; inf only with ``sigma = 0``.
+        lr: the step size, finite and > 0.
+        graph: the mixing graph's variant, ``"paper"`` or ``"sgp"``.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``transport``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``graph`` is unknown, ``node_data`` is not
+            a non-empty list of ``(x, y)`` pairs, one per node this process runs, with the same J >=
+            ``samples_per_node`` everywhere, ``lr`` is not a finite number > 0, or the noise has no ``sigma``,
+            or G is negative, NaN, or inf with ``sigma > 0``.
+    """
 
     name = "constd2p"
     _mechanism_type = M.ConstD2P
@@ -223,12 +265,37 @@ class NoGuarantee:
     """Mixin for AdaD2P runs: no (eps, delta) exists -- eps spent is inf, the accountant raises."""
 
     def accountant(self):
+        """The mechanism's accountant, which AdaD2P does not have.
+
+        Returns:
+            Nothing: AdaD2P's mechanism raises instead.
+
+        Raises:
+            NoPrivacyGuaranteeError: always (raised by the mechanism's ``accountant``).
+        """
         return self.mechanism.accountant()
 
     def epsilon_spent(self, delta=None, accountant: str = "best") -> float:
+        """The eps spent so far: none holds once a round has run.
+
+        Args:
+            delta: ignored (no delta gives a finite eps).
+            accountant: ignored.
+
+        Returns:
+            0.0 before the first round, inf after.
+        """
         return math.inf if self.round else 0.0
 
     def epsilon_metric(self, delta) -> float:
+        """The metrics' eps: as :meth:`epsilon_spent`.
+
+        Args:
+            delta: ignored.
+
+        Returns:
+            0.0 before the first round, inf after.
+        """
         return self.epsilon_spent()
 
 
@@ -236,7 +303,26 @@ class AdaD2P(NoGuarantee, _Decentralized):
     """AdaD2P (AdaD2P paper, Algorithm 1): noise ``N(0, sigma^2 ||g_i||^2 I)`` scaled by the private gradient's
     own norm, no clipping.  It has NO finite (eps, delta) guarantee (AdaD2P-E1): provided as the
     paper's algorithm and as a target for the empirical checks; :meth:`epsilon_spent` is inf and :meth:`accountant`
-    raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``."""
+    raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``.
+
+    Args:
+        model: the model (its parameters are every node's starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        node_data: one ``(x, y)`` pair per node this process runs, every node with the same number
+            J of records, J >= the calibration's ``samples_per_node``.
+        mechanism: a :class:`dpcalib.mechanisms.AdaD2P`.
+        noise: its calibration (a CalibrationReport) or a dict of noise levels
+            (``sigma``: std / ||g_i||, >= 0).
+        lr: the step size, finite and > 0.
+        graph: the mixing graph's variant, ``"paper"`` or ``"sgp"``.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``transport``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``graph`` is unknown, ``node_data`` is not
+            a non-empty list of ``(x, y)`` pairs, one per node this process runs, with the same J >=
+            ``samples_per_node`` everywhere, ``lr`` is not a finite number > 0, or the noise has no ``sigma``.
+    """
 
     name = "adad2p"
     _mechanism_type = M.AdaD2P

@@ -67,6 +67,33 @@ class DIFF2GD(PrivateOptimizer):
     ``mechanism``: a :class:`mechanisms.DIFF2GD` (or :class:`mechanisms.DPGD`, i.e. T = 1);
     ``noise``: its :class:`~mechanisms.CalibrationReport` (or a dict ``{"sigma1", "sigma2"}``;
     zeros give the non-private algorithm).
+
+    Args:
+        model: the model (its parameters are the starting point x_0).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        shards: one ``(x, y)`` pair per client this process runs (all P in one process), each with
+            as many inputs as targets and at least the calibration's ``n_min`` records.
+        mechanism: a :class:`dpcalib.mechanisms.DIFF2GD` with ``restart_interval`` T >= 2.
+        noise: its calibration, or a dict with ``sigma1`` (restart rounds) and ``sigma2``
+            (difference rounds; needed when T > 1): noise multipliers, std / clip, >= 0.
+        C1: the clip of the restart rounds' per-example gradients, in [0, inf] (inf only with ``sigma1 = 0``).
+        C2: the scale of the difference rounds' clip ``C2 ||x_{r-1} - x_{r-2}||``, in [0, inf]
+            (inf, the default, only with ``sigma2 = 0``).
+        lr: the step size, finite and > 0.
+        seed: None (fresh entropy) or an integer >= 0 (reproducible).
+        secure_mode: draw the streams from ChaCha20 and the noise on a fixed grid.
+        record: record every release.
+        record_noise: with recording on, keep each release's noise.
+        clip_method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"``.
+        chunk_size: the number of examples per chunk of the per-example computation.
+        transport: the process layout (one process by default).
+        sampler: how minibatches are drawn, or None for the plain draws.
+        regularizer: ``regularizer(params) -> scalar tensor`` added to the objective, or None.
+
+    Raises:
+        InputError: if the mechanism is of another kind or has T = 1, a clip is NaN or negative or
+            inf with nonzero noise, ``lr`` is not a finite number > 0, a needed noise level is
+            missing, or ``shards`` does not match the calibration (see above).
     """
 
     name = "diff2-gd"
@@ -116,16 +143,35 @@ class DIFF2GD(PrivateOptimizer):
         self.v = None      # v~_{r-1}
 
     def holders(self) -> int:
+        """The number of clients P.
+
+        Returns:
+            P, the calibration's number of clients.
+        """
         return self.P
 
     # -- one round -------------------------------------------------------------------------------
     def is_restart(self, r: int) -> bool:
-        """Is round ``r`` (1-based) a restart round (r = 1, T + 1, ...)?"""
+        """Is round ``r`` (1-based) a restart round (r = 1, T + 1, ...)?
+
+        Args:
+            r: the round, >= 1.
+
+        Returns:
+            True for a restart round.
+        """
         return (r - 1) % self.T == 0
 
     def difference_clip(self, dx):
         """A difference round's clip ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` from the step length ``dx`` (a
-        number, or a tensor of them: one per batched run); 0 where the iterate did not move."""
+        number, or a tensor of them: one per batched run); 0 where the iterate did not move.
+
+        Args:
+            dx: the step length ``||x_{r-1} - x_{r-2}||`` (a float, or a tensor of them), >= 0.
+
+        Returns:
+            The clip ``C2 dx`` (0 where ``dx`` is 0), of the same kind as ``dx``.
+        """
         if isinstance(dx, torch.Tensor):
             return torch.where(dx == 0, torch.zeros_like(dx), self.C2 * dx)
         return 0.0 if dx == 0.0 else self.C2 * dx
@@ -178,7 +224,24 @@ class DIFF2GD(PrivateOptimizer):
 class DPGD(DIFF2GD):
     """DP-GD (DIFF2's baseline): DIFF2-GD with T = 1; every round releases
     ``(1/P) sum_p ClippedMean(grad l(x_{r-1}, D_p), C1) + N(0, sigma1^2 C1^2 I)``.
-    ``mechanism``: :class:`mechanisms.DPGD` (or a :class:`mechanisms.DIFF2GD` with T = 1)."""
+    ``mechanism``: :class:`mechanisms.DPGD` (or a :class:`mechanisms.DIFF2GD` with T = 1).
+
+    Args:
+        model: the model (its parameters are the starting point x_0).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        shards: one ``(x, y)`` pair per client this process runs (all P in one process), each with
+            as many inputs as targets and at least the calibration's ``n_min`` records.
+        mechanism: a :class:`dpcalib.mechanisms.DPGD`, or a :class:`dpcalib.mechanisms.DIFF2GD` with
+            ``restart_interval`` 1 (then converted to DP-GD, and a calibration to its dict of noise levels).
+        noise: its calibration, or a dict with ``sigma1``: noise multiplier, std / C1, >= 0.
+        C1: the clip of the per-example gradients, in [0, inf] (inf only with ``sigma1 = 0``).
+        lr: the step size, finite and > 0.
+        **kwargs: the other keyword arguments of :class:`DIFF2GD` (``seed``, ``record``, ...).
+
+    Raises:
+        InputError: if the mechanism is a DIFF2-GD with ``restart_interval`` other than 1, or on any
+            of :class:`DIFF2GD`'s checks.
+    """
 
     refuses_dp_gd = False
     name = "dp-gd"
@@ -200,7 +263,27 @@ class DIFF2BVR(DIFF2GD):
     ``v~_k = ClippedMean(grad l(x_{k-1}, I_k) - grad l(x_{k-2}, I_k), C_{3,k}) + v~_{k-1}
     + N(0, sigma3^2 C_{3,k}^2 I)``, ``C_{3,k} = C3 ||x_{k-1} - x_{k-2}||``, ``x_k = x_{k-1} - lr v~_k``.
     Claimed sensitivity of a local release: ``2 C_{3,k} / b`` (Lemma E.1).  Returned iterate:
-    ``x_{k^-1, r-1}`` with ``k^ ~ Unif[K]`` (DIFF2-E5).  ``C3`` defaults to ``C2`` (Thm 5.3)."""
+    ``x_{k^-1, r-1}`` with ``k^ ~ Unif[K]`` (DIFF2-E5).  ``C3`` defaults to ``C2`` (Thm 5.3).
+
+    Args:
+        model: the model (its parameters are the starting point x_0).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        shards: one ``(x, y)`` pair per client this process runs (all P in one process), each with
+            as many inputs as targets and at least the calibration's ``n_min`` records.
+        mechanism: a :class:`dpcalib.mechanisms.DIFF2BVR` (its ``local_steps`` K and ``batch_size`` b).
+        noise: its calibration, or a dict with ``sigma1``, ``sigma2`` (when T > 1) and ``sigma3``
+            (local steps; needed when K > 1): noise multipliers, std / clip, >= 0.
+        C1: the clip of the restart rounds, in [0, inf] (inf only with ``sigma1 = 0``).
+        C2: the scale of the difference rounds' clip, in [0, inf] (inf only with ``sigma2 = 0``).
+        C3: the scale of the local steps' clip ``C3 ||x_{k-1} - x_{k-2}||``, in [0, inf] (inf only
+            with ``sigma3 = 0``); None for ``C2``.
+        lr: the step size, finite and > 0.
+        **kwargs: the other keyword arguments of :class:`DIFF2GD` (``seed``, ``record``, ...).
+
+    Raises:
+        InputError: if the mechanism is not a DIFF2-BVR, C3 is NaN or negative or inf with nonzero
+            ``sigma3``, ``sigma3`` is missing when K > 1, or on any of :class:`DIFF2GD`'s checks.
+    """
 
     name = "diff2-bvr"
     _mechanism_types = (M.DIFF2BVR,)
@@ -235,6 +318,11 @@ class DIFF2BVR(DIFF2GD):
         self._set_params(cur)
 
     def client_noise_source(self):
+        """The noise source the clients' local releases are drawn from (a check may override it).
+
+        Returns:
+            The run's :class:`~dpcalib.optim.algorithms.core.NoiseSource` (row p: client p's stream).
+        """
         return self.privatizer
 
     def _local_phase(self, r, p, shard, x0, x1, noise):

@@ -36,7 +36,24 @@ class DistributedDIFF2GD(DIFF2GD):
     """DIFF2-GD (or DP-GD) with one client per rank: :class:`dpcalib.optim.DIFF2GD` on
     :class:`ClientsOnRanks`.  ``shard``: this rank's ``(x, y)``; ``mechanism``:
     :class:`dpcalib.mechanisms.DIFF2GD` (or :class:`~dpcalib.mechanisms.DPGD`) with ``clients`` =
-    world size.  Only the server rank ``src`` draws noise (and records releases)."""
+    world size.  Only the server rank ``src`` draws noise (and records releases).
+
+    Args:
+        model: the model (the same starting point on every rank).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        shard: this rank's ``(x, y)`` pair, at least ``n_min`` records.
+        mechanism: a :class:`dpcalib.mechanisms.DIFF2GD` or :class:`dpcalib.mechanisms.DPGD`.
+        noise: its calibration, or a dict of noise levels (``sigma1``, ``sigma2``).
+        C1: the clip of the restart rounds, in [0, inf].
+        C2: the scale of the difference rounds' clip, in [0, inf].
+        lr: the step size, finite and > 0.
+        src: the server rank (draws the noise), in [0, world size).
+        **kwargs: the other keyword arguments of :class:`~dpcalib.optim.algorithms.diff2.DIFF2GD`.
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``shard`` is not a pair, or on any of
+            :class:`~dpcalib.optim.algorithms.diff2.DIFF2GD`'s checks.
+    """
 
     _mechanism_types = (M.DIFF2GD, M.DPGD)
 
@@ -56,7 +73,22 @@ class DistributedDIFF2BVR(DIFF2BVR):
     :class:`ClientsOnRanks`.  The DIFF2 round as :class:`DistributedDIFF2GD`; then client
     ``p_r = 1 + (r mod P)`` alone runs the K - 1 noisy local steps on its shard -- its own
     minibatch sampling and its own local noise stream -- and broadcasts ``x_{K,r-1}`` and
-    ``x^out_r`` to the others."""
+    ``x^out_r`` to the others.
+
+    Args:
+        model: the model (the same starting point on every rank).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        shard: this rank's ``(x, y)`` pair, at least ``n_min`` records.
+        mechanism: a :class:`dpcalib.mechanisms.DIFF2BVR`.
+        noise: its calibration, or a dict of noise levels (``sigma1``, ``sigma2``, ``sigma3``).
+        src: the server rank, in [0, world size).
+        **kwargs: the keyword arguments of :class:`~dpcalib.optim.algorithms.diff2.DIFF2BVR`
+            (``C1``, ``C2``, ``C3``, ``lr``, ...).
+
+    Raises:
+        InputError: if the mechanism is not a DIFF2-BVR, ``shard`` is not a pair, or on any of
+            :class:`~dpcalib.optim.algorithms.diff2.DIFF2BVR`'s checks.
+    """
 
     def __init__(self, model, loss_fn, shard, mechanism, noise, *, src: int = 0, **kwargs):
         if not isinstance(mechanism, M.DIFF2BVR):
@@ -122,7 +154,17 @@ class DistributedDiceSGD(_BatchOnRanks, DiceSGD):
 
 def on_ranks(cls: type) -> type:
     """The torch.distributed variant of the one-process optimizer class ``cls`` (the class here whose
-    algorithm is ``cls`` or its closest base: DP-GD runs as DIFF2-GD with T = 1)."""
+    algorithm is ``cls`` or its closest base: DP-GD runs as DIFF2-GD with T = 1).
+
+    Args:
+        cls: a one-process optimizer class (e.g. :class:`~dpcalib.optim.algorithms.sgd.DPSGD`).
+
+    Returns:
+        The ``Distributed*`` class of this module for ``cls``.
+
+    Raises:
+        InputError: if no class here implements ``cls``'s algorithm or one of its bases.
+    """
     variants = (DistributedDIFF2GD, DistributedDIFF2BVR, DistributedClipD2P, DistributedConstD2P,
                 DistributedAdaD2P, DistributedDPSGD, DistributedDPSRM, DistributedDiceSGD)
     best = None

@@ -32,19 +32,48 @@ class Queries:
     the previous one (DP-SRM)."""
 
     def clipped_sum(self, c: float, stabilizer: float | None = None) -> torch.Tensor:   # pragma: no cover
+        """The sum over the batch of the per-example gradients clipped to ``c``.
+
+        Args:
+            c: the clip norm, >= 0.
+            stabilizer: None for plain clipping, or the automatic clip's stabilizer (> 0).
+
+        Returns:
+            A flat tensor, one entry per parameter coordinate.
+        """
         raise NotImplementedError
 
     def clipped_diff_sum(self, c: float) -> torch.Tensor:                               # pragma: no cover
+        """The batch sum of per-example gradient differences (current minus previous point) clipped to ``c``.
+
+        Args:
+            c: the clip norm, >= 0.
+
+        Returns:
+            A flat tensor, one entry per parameter coordinate.
+        """
         raise NotImplementedError
 
     def grad_sum(self) -> torch.Tensor:                                                 # pragma: no cover
+        """The sum over the batch of the unclipped per-example gradients.
+
+        Returns:
+            A flat tensor, one entry per parameter coordinate.
+        """
         raise NotImplementedError
 
 
 class RecordQueries(Queries):
     """The reference optimizers' queries: the records ``idx`` of the run's data at ``cur`` (and
     ``prev``), each computed by the run's per-example object on this process's share of the batch
-    and summed by its transport -- the calls the per-example object has always seen, in order."""
+    and summed by its transport -- the calls the per-example object has always seen, in order.
+
+    Args:
+        opt: the driving one-dataset optimizer (its transport, per-example object, model and data).
+        idx: the indices of the batch's records in the run's data.
+        cur: the current parameters (dict name -> tensor).
+        prev: the previous parameters, for ``clipped_diff_sum``; or None.
+    """
 
     def __init__(self, opt, idx: torch.Tensor, cur: dict, prev: dict | None = None):
         self.opt, self.cur, self.prev = opt, cur, prev
@@ -52,16 +81,38 @@ class RecordQueries(Queries):
         self.xs, self.ys = opt.rows(self.mine)
 
     def clipped_sum(self, c, stabilizer=None):
+        """:meth:`Queries.clipped_sum` over the records ``idx`` at ``cur``.
+
+        Args:
+            c: the clip norm, >= 0.
+            stabilizer: None for plain clipping, or the automatic clip's stabilizer (> 0).
+
+        Returns:
+            A flat tensor, summed over this process's share and aggregated by the transport.
+        """
         o = self.opt
         return o.transport.aggregate(o.per_example.clipped_sum(o.model, o.loss_fn, self.cur, self.xs, self.ys, c,
                                                                ids=(0, self.mine), stabilizer=stabilizer))
 
     def clipped_diff_sum(self, c):
+        """:meth:`Queries.clipped_diff_sum` over the records ``idx`` between ``cur`` and ``prev``.
+
+        Args:
+            c: the clip norm, >= 0.
+
+        Returns:
+            A flat tensor, summed over this process's share and aggregated by the transport.
+        """
         o = self.opt
         return o.transport.aggregate(o.per_example.clipped_diff_sum(o.model, o.loss_fn, self.cur, self.prev, self.xs,
                                                                     self.ys, c, ids=(0, self.mine)))
 
     def grad_sum(self):
+        """:meth:`Queries.grad_sum` over the records ``idx`` at ``cur``.
+
+        Returns:
+            A flat tensor, summed over this process's share and aggregated by the transport.
+        """
         o = self.opt
         return o.transport.aggregate(o.per_example.grad_sum(o.model, o.loss_fn, self.cur, self.xs, self.ys,
                                                             ids=(0, self.mine)))
@@ -73,7 +124,12 @@ class Kernel:
 
     :meth:`step` returns ``(released, kind)``; :meth:`direction` turns the released value into the
     descent direction a ``torch.optim`` optimizer takes as ``.grad`` (the same scale as the
-    reference optimizer's ``lr`` step).  ``state_dict`` / ``load_state_dict``: plain tensors only."""
+    reference optimizer's ``lr`` step).  ``state_dict`` / ``load_state_dict``: plain tensors only.
+
+    Args:
+        mechanism: the run's mechanism.
+        levels: the noise levels (copied).
+    """
 
     name = "kernel"
     #: records per batch the direction is normalised by (DP-SGD: the expected batch size B)
@@ -88,41 +144,109 @@ class Kernel:
         self.mechanism, self.levels = mechanism, dict(levels)
 
     def kind(self, first: bool) -> str:                                  # pragma: no cover - abstract
+        """The kind of release a step makes (the key of the mechanism's events).
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            The kind's name.
+        """
         raise NotImplementedError
 
     def asks(self, first: bool) -> tuple:
         """``((query, args), ...)``: the queries :meth:`step` asks, in its order (a driver that sums
-        the terms of several physical batches computes exactly these)."""
+        the terms of several physical batches computes exactly these).
+
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            A tuple of ``(query name, args tuple)`` pairs.
+        """
         raise NotImplementedError                                       # pragma: no cover - abstract
 
     def step(self, queries: Queries, release, round: int, first: bool) -> tuple:   # pragma: no cover
+        """One step on one batch: ask the queries, make the release, update the kernel's state.
+        Args:
+            queries: the batch's :class:`Queries`.
+            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
+            round: the round of the release (1-based), for the record.
+            first: is this the run's first step?
+
+        Returns:
+            ``(released, kind)``: the released tensor and its kind.
+        """
         raise NotImplementedError
 
     def direction(self, released: torch.Tensor) -> torch.Tensor:
-        """The descent direction of a release (a new tensor: the release is left as it was)."""
+        """The descent direction of a release (a new tensor: the release is left as it was).
+
+        Args:
+            released: the released tensor of :meth:`step`.
+
+        Returns:
+            ``released / normaliser`` as a new tensor.
+        """
         return released.clone() if self.normaliser == 1.0 else released / self.normaliser
 
     def std(self, kind: str) -> float:
-        """The per-coordinate std of release ``kind`` at this kernel's levels and clips."""
+        """The per-coordinate std of release ``kind`` at this kernel's levels and clips.
+
+        Args:
+            kind: the release kind (as :meth:`kind` returns it).
+
+        Returns:
+            The std, >= 0.
+        """
         raise NotImplementedError                                       # pragma: no cover - abstract
 
     @classmethod
     def for_run(cls, mechanism, levels: dict, *, n: int, clip: float, dim: int, device, dtype) -> "Kernel":
         """The kernel of a run of ``mechanism`` on ``n`` records at ``levels`` (``clip``: the
-        per-record clip norm the user asked for, where the mechanism does not fix it)."""
+        per-record clip norm the user asked for, where the mechanism does not fix it).
+
+        Args:
+            mechanism: the run's mechanism (of this kernel's algorithm).
+            levels: the noise levels, a dict as a calibration's ``noise``.
+            n: the number of records of the run, >= 1.
+            clip: the per-record clip norm the user asked for.
+            dim: the number of parameter coordinates.
+            device: the device of the kernel's state.
+            dtype: the dtype of the kernel's state.
+
+        Returns:
+            The kernel.
+        """
         raise NotImplementedError                                       # pragma: no cover - abstract
 
     def state_dict(self) -> dict:
+        """The kernel's state as plain tensors.
+
+        Returns:
+            A dict (empty for a stateless kernel).
+        """
         return {}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Args:
+            state: a dict as returned by :meth:`state_dict`.
+        """
         pass
 
 
 class DPSGDKernel(Kernel):
     """DP-SGD / DPSGD-GC: ``release(sum_{i in batch} clip(g_i, C) + N(0, (z C)^2 I))``, direction
     ``released / B`` (``B`` the expected batch size ``q n``, the shuffled batch size, or balls-in-bins'
-    expected batch ``n / t``: the mechanism's ``expected_batch_size``)."""
+    expected batch ``n / t``: the mechanism's ``expected_batch_size``).
+
+    Args:
+        mechanism: a :class:`dpcalib.mechanisms.DPSGD`.
+        levels: the noise levels (``noise_multiplier``: std / C, >= 0).
+        C: the clip norm, >= 0.
+        B: the batch size the direction is normalised by, > 0.
+    """
 
     name = "dp-sgd"
     clip_schedulable = True
@@ -135,20 +259,65 @@ class DPSGDKernel(Kernel):
 
     @classmethod
     def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
+        """A DP-SGD kernel with ``C = clip`` and ``B`` the expected batch size (``q n`` when Poisson).
+
+        Args:
+            mechanism: the run's mechanism (a DP-SGD mechanism).
+            levels: the noise levels, a dict as a calibration's ``noise``.
+            n: the number of records of the run, >= 1.
+            clip: the per-record clip norm the user asked for, >= 0.
+            dim: the number of parameter coordinates.
+            device: the device of the kernel's state.
+            dtype: the dtype of the kernel's state.
+
+        Returns:
+            The kernel.
+        """
         B = mechanism.expected_batch_size if mechanism.epoch_wise else mechanism.sampling_rate * n
         return cls(mechanism, levels, C=clip, B=B)
 
     def kind(self, first):
+        """Every DP-SGD step makes a ``"step"`` release.
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``"step"``.
+        """
         return "step"
 
     def asks(self, first):
+        """One clipped sum at C.
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``(("clipped_sum", (C, None)),)``.
+        """
         return (("clipped_sum", (self.C, None)),)
 
     def std(self, kind):
+        """The std ``z C`` of a step's release (0 without noise).
+        Args:
+            kind: the release kind (as :meth:`kind` returns it).
+
+        Returns:
+            The std, >= 0.
+        """
         z = self.levels["noise_multiplier"]
         return 0.0 if z == 0.0 else self.mechanism.std("step", z, self.C)
 
     def step(self, queries, release, round, first=False):
+        """Release the clipped gradient sum plus N(0, (z C)^2 I).
+        Args:
+            queries: the batch's :class:`Queries`.
+            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
+            round: the round of the release (1-based), for the record.
+            first: is this the run's first step?
+
+        Returns:
+            ``(released, kind)``: the noisy sum and ``"step"``.
+        """
         s = queries.clipped_sum(self.C)
         m = self.mechanism
         noisy = release(s, self.std("step"), round=round, name="clipped gradient sum",
@@ -159,7 +328,18 @@ class DPSGDKernel(Kernel):
 class DiceSGDKernel(Kernel):
     """DiceSGD (Algorithm 2): ``v = (1/B) sum clip(g_i, C1) + clip(e, C2)``, ``release(v + w)``,
     ``e <- e + (1/B) sum g_i - v`` (the error feedback is never released).  ``stabilizer``:
-    automatic clipping (Algorithm 4)."""
+    automatic clipping (Algorithm 4).
+
+    Args:
+        mechanism: a :class:`dpcalib.mechanisms.DiceSGD` (its ``batch_size`` B).
+        levels: the noise levels (``sigma1``: the absolute std of the noise on the average, >= 0).
+        C1: the gradient clip, >= 0.
+        C2: the error-feedback clip, >= 0.
+        stabilizer: None for plain clipping, or the automatic clip's stabilizer (> 0).
+        dim: the number of parameter coordinates (the size of ``e``).
+        device: the device of ``e``.
+        dtype: the dtype of ``e``.
+    """
 
     name = "dicesgd"
 
@@ -172,17 +352,53 @@ class DiceSGDKernel(Kernel):
 
     @classmethod
     def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype, stabilizer: float = 0.01):
+        """A DiceSGD kernel at the mechanism's clips (``clip`` and ``n`` are not used: the calibration fixes them).
+
+        Args:
+            mechanism: the run's mechanism (a DiceSGD mechanism).
+            levels: the noise levels, a dict as a calibration's ``noise``.
+            n: the number of records of the run, >= 1.
+            clip: the per-record clip norm the user asked for (ignored).
+            dim: the number of parameter coordinates.
+            device: the device of the kernel's state.
+            dtype: the dtype of the kernel's state.
+            stabilizer: the automatic clip's stabilizer, > 0 (used only when ``mechanism.automatic``).
+
+        Returns:
+            The kernel, with zero error feedback.
+        """
         c1, c2, _ = mechanism.clips
         return cls(mechanism, levels, C1=c1, C2=c2, stabilizer=stabilizer if mechanism.automatic else None, dim=dim,
                    device=device, dtype=dtype)
 
     def kind(self, first):
+        """The first step's release is ``"first"``, the others ``"later"`` (their sensitivities differ).
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``"first"`` or ``"later"``.
+        """
         return "first" if first else "later"
 
     def asks(self, first):
+        """The clipped sum at C1 and the plain gradient sum.
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``(("clipped_sum", (C1, stabilizer)), ("grad_sum", ()))``.
+        """
         return (("clipped_sum", (self.C1, self.stabilizer)), ("grad_sum", ()))
 
     def std(self, kind):
+        """The mechanism's std of release ``kind`` at ``sigma1``.
+        Args:
+            kind: the release kind (as :meth:`kind` returns it).
+
+        Returns:
+            The std, >= 0.
+        """
         return self.mechanism.std(kind, self.levels["sigma1"])
 
     def _clip_e(self):
@@ -190,6 +406,16 @@ class DiceSGDKernel(Kernel):
         return clip_factors(ne, self.C2, self.stabilizer)[0] * self.e
 
     def step(self, queries, release, round, first=False):
+        """Release ``v + w`` and update the error feedback ``e``.
+        Args:
+            queries: the batch's :class:`Queries`.
+            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
+            round: the round of the release (1-based), for the record.
+            first: is this the run's first step?
+
+        Returns:
+            ``(released, kind)``: ``v + w`` and ``"first"`` / ``"later"``.
+        """
         clipped = queries.clipped_sum(self.C1, self.stabilizer)
         plain = queries.grad_sum()
         v = clipped / self.B + self._clip_e()
@@ -200,16 +426,33 @@ class DiceSGDKernel(Kernel):
         return vw, kind
 
     def state_dict(self):
+        """The error feedback.
+
+        Returns:
+            ``{"e": e}``.
+        """
         return {"e": self.e}
 
     def load_state_dict(self, state):
+        """Restore the error feedback.
+
+        Args:
+            state: a dict with ``"e"``, as :meth:`state_dict` returns it.
+        """
         self.e = state["e"]
 
 
 class DPSRMKernel(Kernel):
     """DP-SRM (practical clipped variant, DPSRM-E4): ``v^0 = release((1/b0) sum clip(g_i, C1))``;
     later ``v^t = release((1/b) sum [(1 - gamma) clip(g_i - g_i', C2) + gamma clip(g_i, C1)]
-    + (1 - gamma) v^{t-1})`` with ``g'`` at the previous point; the direction is ``v^t``."""
+    + (1 - gamma) v^{t-1})`` with ``g'`` at the previous point; the direction is ``v^t``.
+
+    Args:
+        mechanism: a :class:`dpcalib.mechanisms.DPSRM` (its ``momentum`` gamma, ``b0`` and ``b``).
+        levels: the noise levels (``sigma0``, ``sigma``: absolute stds, >= 0).
+        C1: the gradient clip, >= 0.
+        C2: the gradient-difference clip, >= 0.
+    """
 
     name = "dp-srm"
 
@@ -222,22 +465,75 @@ class DPSRMKernel(Kernel):
 
     @classmethod
     def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
+        """A DP-SRM kernel at the mechanism's ``lipschitz`` and ``step_bound`` clips (``clip`` is not used).
+
+        Args:
+            mechanism: the run's mechanism (a DP-SRM mechanism).
+            levels: the noise levels, a dict as a calibration's ``noise``.
+            n: the number of records of the run, >= 1.
+            clip: the per-record clip norm the user asked for (ignored).
+            dim: the number of parameter coordinates.
+            device: the device of the kernel's state.
+            dtype: the dtype of the kernel's state.
+
+        Returns:
+            The kernel, with no ``v`` yet.
+        """
         return cls(mechanism, levels, C1=mechanism.lipschitz, C2=mechanism.step_bound)
 
     def kind(self, first):
+        """The first release is ``"v^0"``, the others ``"v^t"``.
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``"v^0"`` or ``"v^t"``.
+        """
         return "v^0" if first else "v^t"
 
     def asks(self, first):
+        """The first step: the clipped sum at C1; later: the clipped difference sum at C2, then the clipped sum at C1.
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            A tuple of ``(query name, args tuple)`` pairs, in :meth:`step`'s order.
+        """
         return (("clipped_sum", (self.C1, None)),) if first else (("clipped_diff_sum", (self.C2,)),
                                                                    ("clipped_sum", (self.C1, None)))
 
     def std(self, kind):
+        """The mechanism's std of release ``kind`` at ``sigma0`` (``"v^0"``) or ``sigma``.
+        Args:
+            kind: the release kind (as :meth:`kind` returns it).
+
+        Returns:
+            The std, >= 0.
+        """
         return self.mechanism.std(kind, self.levels["sigma0" if kind == "v^0" else "sigma"])
 
     def batch_size(self, first: bool) -> int:
+        """The batch size of a step.
+
+        Args:
+            first: is this the run's first step?
+
+        Returns:
+            ``b0`` for the first step, ``b`` after.
+        """
         return self.b0 if first else self.b
 
     def step(self, queries, release, round, first=False):
+        """Release ``v^t`` (the momentum term ``(1 - gamma) v^{t-1}`` as its public part) and keep it.
+        Args:
+            queries: the batch's :class:`Queries`.
+            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
+            round: the round of the release (1-based), for the record.
+            first: is this the run's first step?
+
+        Returns:
+            ``(released, kind)``: ``v^t`` and ``"v^0"`` / ``"v^t"``.
+        """
         if first:
             v = queries.clipped_sum(self.C1) / self.b0
         else:
@@ -251,8 +547,18 @@ class DPSRMKernel(Kernel):
         return self.v, kind
 
     def state_dict(self):
+        """The last release.
+
+        Returns:
+            ``{"v": v}`` (None before the first step).
+        """
         return {"v": self.v}
 
     def load_state_dict(self, state):
+        """Restore the last release.
+
+        Args:
+            state: a dict with ``"v"``, as :meth:`state_dict` returns it.
+        """
         self.v = state["v"]
 

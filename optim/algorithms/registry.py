@@ -19,8 +19,17 @@ __all__ = ["OPTIMIZERS", "optimizer_class", "squared_loss", "DPGD", "DIFF2GD", "
 
 
 def optimizer_class(name: str) -> type:
-    """The reference optimizer of the registered algorithm ``name`` (an unknown name raises
-    :class:`~dpcalib.accountant.validation.InputError`)."""
+    """The reference optimizer of the registered algorithm ``name``.
+
+    Args:
+        name: a registered algorithm's name (e.g. ``"dp-sgd"``).
+
+    Returns:
+        The optimizer class (imported from its ``"module:Class"`` path when it is registered as one).
+
+    Raises:
+        InputError: if ``name`` is not registered (raised by the registry's lookup).
+    """
     path = lookup(name).optimizer
     if isinstance(path, type):
         return path

@@ -95,7 +95,25 @@ class DPSGD(_OneDataset):
     ``x <- x - (lr/B) (sum_{i in B_t} clip(grad l(x, z_i), C) + N(0, z^2 C^2 I))`` with ``B_t`` a
     Poisson sample at rate ``q`` and ``B = q n`` the expected batch size (the noise is on the SUM,
     std ``z C``; claimed sensitivity ``C`` under add/remove).  ``mechanism``:
-    :class:`mechanisms.DPSGD`; ``noise``: its calibration (``noise_multiplier``)."""
+    :class:`mechanisms.DPSGD`; ``noise``: its calibration (``noise_multiplier``).
+
+    Args:
+        model: the model (its parameters are the starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        data: a pair ``(x, y)`` of tensors with the same number (>= 1) of rows, or a non-empty
+            map-style dataset whose items are ``(x_i, y_i)``.
+        mechanism: a :class:`dpcalib.mechanisms.DPSGD`.
+        noise: its calibration, or a dict with ``noise_multiplier``: std / C, >= 0.
+        C: the clipping threshold, in [0, inf] (inf only with a zero noise multiplier).
+        lr: the step size, finite and > 0.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``sampler``, ``regularizer``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``data`` is malformed or empty, C or
+            ``lr`` is out of range, ``noise_multiplier`` is missing, or an epoch-wise mechanism's
+            ``n`` is not the number of records.
+    """
 
     supports_regularizer = True
     name = "dp-sgd"
@@ -160,7 +178,14 @@ class DPSGD(_OneDataset):
 
     def sampled_record_signal(self, norm: float) -> tuple[float, float]:
         """``(sampling rate, what one sampled record whose gradient has norm ``norm`` adds to the
-        release along that gradient)``: DP-SGD releases the clipped SUM."""
+        release along that gradient)``: DP-SGD releases the clipped SUM.
+
+        Args:
+            norm: the L2 norm of the record's gradient, >= 0.
+
+        Returns:
+            ``(q, norm * clip factor)``: the sampling rate and the clipped norm.
+        """
         f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C, None)[0])
         return self.q, norm * f
 
@@ -175,7 +200,28 @@ class DPSRM(_OneDataset):
     WITHOUT replacement (sizes b0, b).  ``eta = lr``, or ``min(lr, max_step/||v||)`` when
     ``max_step`` is given (the paper's normalised step, which caps ``||theta^t - theta^{t-1}||``).
     C1, C2, gamma are the mechanism's ``lipschitz``, ``step_bound``, ``momentum``; the noise stds
-    ``sigma0``, ``sigma`` are ABSOLUTE stds."""
+    ``sigma0``, ``sigma`` are ABSOLUTE stds.
+
+    Args:
+        model: the model (its parameters are the starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        data: a pair ``(x, y)`` of tensors with the same number (>= 1) of rows, or a non-empty
+            map-style dataset whose items are ``(x_i, y_i)``.
+        mechanism: a :class:`dpcalib.mechanisms.DPSRM` whose ``n`` is the number of records.
+        noise: its calibration, or a dict with ``sigma0`` and ``sigma``: absolute stds, >= 0.
+        lr: the step size, finite and > 0.
+        max_step: a cap on ``||theta^t - theta^{t-1}||``, finite and > 0; None for plain steps of ``lr``.
+        C1: the gradient clip, in [0, lipschitz] with nonzero noise; None for the mechanism's ``lipschitz``.
+        C2: the gradient-difference clip, in [0, step_bound] with nonzero noise; None for the
+            mechanism's ``step_bound``.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``sampler``, ``regularizer``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``data`` is malformed, empty or of
+            another size than the calibration's n, a noise level is missing, C1 or C2 is out of
+            range, or ``lr`` or ``max_step`` is not a finite number > 0.
+    """
 
     supports_regularizer = True
     name = "dp-srm"
@@ -247,7 +293,31 @@ class DiceSGD(_OneDataset):
     ``optimizer="adam"``: Algorithm 3, Adam on ``v^t + w^t`` with bias corrections
     ``1 - beta^(t+1)`` (Adam's bias correction at step t + 1).  ``mechanism.automatic``: Algorithm 4, ``clip(x) =
     x / (||x|| + stabilizer)`` with C1 = C2 = 1.  Claimed sensitivity (assumption-free,
-    DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove)."""
+    DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove).
+
+    Args:
+        model: the model (its parameters are the starting point).
+        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
+        data: a pair ``(x, y)`` of tensors with the same number (>= 1) of rows, or a non-empty
+            map-style dataset whose items are ``(x_i, y_i)``.
+        mechanism: a :class:`dpcalib.mechanisms.DiceSGD` whose ``N`` is the number of records.
+        noise: its calibration, or a dict with ``sigma1``: the absolute std of the noise on the average, >= 0.
+        lr: the step size, finite and > 0.
+        optimizer: ``"sgd"`` (Algorithm 2) or ``"adam"`` (Algorithm 3).
+        betas: Adam's ``(beta1, beta2)``, each in [0, 1).
+        eps: Adam's denominator term.
+        stabilizer: the automatic clip's stabilizer, > 0 (used only when ``mechanism.automatic``).
+        C1: the gradient clip, at most the calibration's with nonzero noise; None for the calibration's.
+        C2: the error-feedback clip, at most the calibration's with nonzero noise; None for the calibration's.
+        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
+            ``record``, ``sampler``, ``regularizer``, ...).
+
+    Raises:
+        InputError: if the mechanism is of another kind, ``data`` is malformed, empty or of
+            another size than the calibration's N, ``optimizer`` is unknown, ``sigma1`` is missing,
+            C1 or C2 is out of range, ``stabilizer`` is not > 0 (automatic clipping), ``lr`` is not
+            a finite number > 0, or a beta is outside [0, 1).
+    """
 
     supports_regularizer = True
     name = "dicesgd"
@@ -295,7 +365,14 @@ class DiceSGD(_OneDataset):
     def sampled_record_signal(self, norm: float) -> tuple[float, float]:
         """``(sampling rate, what one sampled record whose gradient has norm ``norm`` adds to the
         release along that gradient)``: the clipped sum over the nominal batch B (the error feedback
-        is not a record's)."""
+        is not a record's).
+
+        Args:
+            norm: the L2 norm of the record's gradient, >= 0.
+
+        Returns:
+            ``(q, norm * clip factor / B)``: the sampling rate B / N and the clipped norm over B.
+        """
         f = float(clip_factors(torch.tensor([norm], dtype=torch.float64), self.C1, self.stabilizer)[0])
         return self.q, norm * f / self.B
 

@@ -45,7 +45,14 @@ BATCHABLE = Names(batched=True)
 
 
 def supports_batching(opt) -> bool:
-    """True for DP-GD and DIFF2-GD on one process (DIFF2-BVR's local steps sample records)."""
+    """True for DP-GD and DIFF2-GD on one process (DIFF2-BVR's local steps sample records).
+
+    Args:
+        opt: an optimizer.
+
+    Returns:
+        Whether :func:`batched_llr` can run ``opt``'s audit.
+    """
     from ..algorithms.diff2 import DIFF2BVR, DIFF2GD
 
     return isinstance(opt, DIFF2GD) and not isinstance(opt, DIFF2BVR) and opt.transport.holds_everyone
@@ -183,7 +190,27 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
 
     ``verify``: the first run of every batch is also run as a sequential leader/twin pair of the
     real optimizer and the two statistics must agree (to a few thousand ulps), else RuntimeError --
-    so a batched audit never audits a model of the optimizer that has drifted from the optimizer."""
+    so a batched audit never audits a model of the optimizer that has drifted from the optimizer.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer whose initial parameters do not depend on the seed.
+        canary_d: the canary of D (``canary(j)`` callable or flat tensor).
+        canary_dprime: the canary of D'.
+        seeds: the runs' seeds.
+        truth_is_d: one flag per seed: does the run release from D?
+        holder: the canaries' holder.
+        batch: runs per batch, an integer >= 1.
+        progress: show a progress bar (None: tqdm's default, shown on a terminal).
+        verify: check the first run of every batch against the sequential pair.
+
+    Returns:
+        A list of floats, one statistic S per seed, in order.
+
+    Raises:
+        InputError: if ``batch`` is not an integer >= 1, the optimizer cannot be batched, its
+            initial parameters depend on the seed, or the canary or holder is invalid.
+        RuntimeError: if ``verify`` finds the batched and sequential statistics disagree.
+    """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"batch={batch!r} is not allowed: expected an integer >= 1 (runs per batch).")
     from tqdm.auto import tqdm

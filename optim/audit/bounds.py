@@ -60,6 +60,20 @@ def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confide
     samples are looked at: ``mu/2`` for the GDP bound, the maximiser of the expected direct bound
     for the direct bound.  Each bound uses two one-sided Clopper-Pearson intervals at
     ``1 - (1 - confidence)/2`` (Bonferroni), so it holds with probability >= ``confidence``.
+
+    Args:
+        s_d: LLR samples from runs on D, at least one.
+        s_dprime: LLR samples from runs on D', at least one.
+        delta: the delta of the bounds, in (0, 1).
+        mu_claimed: the claimed GDP mu, >= 0 (0: the samples are used unstandardised, threshold 0).
+        confidence: the confidence of each bound, in (0, 1).
+
+    Returns:
+        A dict: ``direct``, ``gdp`` (eps lower bounds), ``mu_lo``, ``threshold_direct``,
+        ``threshold_gdp`` and the measured rates ``fpr_direct``, ``fnr_direct``, ``fpr_gdp``, ``fnr_gdp``.
+
+    Raises:
+        InputError: if either sample is empty.
     """
     n0, n1 = len(s_d), len(s_dprime)
     if min(n0, n1) < 1:
@@ -90,7 +104,17 @@ def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confide
 
 def audit_power(runs: int, delta: float, gdp: bool, confidence: float = 0.95) -> float:
     """The largest eps lower bound ``runs`` runs per dataset can give (perfectly separated scores):
-    the direct bound, and the GDP bound where the claim is GDP."""
+    the direct bound, and the GDP bound where the claim is GDP.
+
+    Args:
+        runs: runs per dataset, >= 1.
+        delta: the delta of the bounds, in (0, 1).
+        gdp: whether the GDP bound counts too (the claim is GDP).
+        confidence: the confidence of the bounds, in (0, 1).
+
+    Returns:
+        The largest attainable eps lower bound, >= 0.
+    """
     alpha = (1.0 - confidence) / 2.0                # two one-sided intervals (Bonferroni)
     b = _cp_upper(0, runs, alpha)
     best = _direct(b, b, delta)
@@ -101,6 +125,24 @@ def audit_power(runs: int, delta: float, gdp: bool, confidence: float = 0.95) ->
 
 @dataclass(frozen=True)
 class AuditReport:
+    """The result of a many-run audit: eps lower bounds (and optionally a trade-off curve check) against a claim.
+
+    Attributes:
+        algorithm: the audited algorithm's name.
+        claimed_epsilon: the claimed eps at ``delta``, >= 0.
+        delta: the delta of the claim and the bounds, in (0, 1).
+        runs: runs per dataset.
+        epsilon_lo_direct: the direct eps lower bound.
+        epsilon_lo_gdp: the GDP eps lower bound.
+        mu_claimed: the claimed GDP mu.
+        mu_lo: the lower bound on mu.
+        gdp_exact: is the claim a full-batch Gaussian composition (its trade-off curve exactly GDP)?
+        details: further entries of :meth:`as_dict`.
+        curve: the :class:`CurveCheck` of measured (FPR, FNR) regions, or None.
+        measured_runs: runs per dataset the eps bounds were measured on (a half for the held-out
+            audits), or None for ``runs``.
+        scores: ``(scores under D, scores under D')`` the bounds came from, or None.
+    """
     algorithm: str
     claimed_epsilon: float
     delta: float
@@ -158,6 +200,12 @@ class AuditReport:
         return "violation" if bad else "consistent"
 
     def as_dict(self) -> dict:
+        """The report as plain data (the scores left out).
+
+        Returns:
+            A dict of the claim, the bounds, ``verdict``, ``max_epsilon_lo``, the ``details`` and, with a
+            curve check, ``curve``.
+        """
         out = {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
                "epsilon_lo_gdp": self.epsilon_lo_gdp, "mu_claimed": self.mu_claimed, "mu_lo": self.mu_lo,
@@ -181,7 +229,22 @@ class CurveCheck:
 
     A region lies entirely below ``f`` when its upper-right corner does (``f`` is non-increasing):
     ``FNR_hi < f(FPR_hi)`` (or the same with the roles of D and D' exchanged).  Then no mechanism
-    with the claimed curve produces these rates, at the stated confidence: ``violation``."""
+    with the claimed curve produces these rates, at the stated confidence: ``violation``.
+
+    Attributes:
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve` f.
+        thresholds: the thresholds t.
+        fpr: the measured FPR at each threshold.
+        fnr: the measured FNR at each threshold.
+        fpr_lo: the lower end of each FPR region.
+        fpr_hi: the upper end of each FPR region.
+        fnr_lo: the lower end of each FNR region.
+        fnr_hi: the upper end of each FNR region.
+        claimed_fnr: ``f(FPR_hi)`` at each threshold.
+        below: whether each region lies entirely below f.
+        confidence: the simultaneous confidence of the regions, in (0, 1).
+        runs: ``(runs under D, runs under D')`` the rates were measured on.
+    """
 
     curve: TradeOffCurve
     thresholds: tuple
@@ -198,9 +261,16 @@ class CurveCheck:
 
     @property
     def violation(self) -> bool:
+        """Does some region lie entirely below the claimed curve?"""
         return any(self.below)
 
     def as_dict(self) -> dict:
+        """The check as plain data.
+
+        Returns:
+            A dict: ``claimed_curve`` (its label), ``confidence``, ``violation`` and ``points``
+            (one dict per threshold).
+        """
         return {"claimed_curve": self.curve.label(), "confidence": self.confidence, "violation": self.violation,
                 "points": [{"threshold": t, "fpr": a, "fnr": b, "fpr_hi": ah, "fnr_hi": bh, "claimed_fnr_at_fpr_hi": c,
                             "below": w}
@@ -210,13 +280,35 @@ class CurveCheck:
 
 def gdp_thresholds(mu: float) -> list:
     """The curve check's thresholds for the LLR of a claimed ``mu``-GDP pair, fixed before looking:
-    ``S = k mu`` for k in {-1, -1/2, 0, 1/2, 1} (the standardised ``T = S/mu + mu/2`` at ``mu/2 + k``)."""
+    ``S = k mu`` for k in {-1, -1/2, 0, 1/2, 1} (the standardised ``T = S/mu + mu/2`` at ``mu/2 + k``).
+
+    Args:
+        mu: the claimed GDP mu, >= 0.
+
+    Returns:
+        The five thresholds, a list of floats.
+    """
     return [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)]
 
 
 def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: float = 0.95) -> CurveCheck:
     """Compare the measured trade-off of the statistic (samples under D and D') with ``curve`` at
-    ``thresholds`` fixed before the samples were looked at (see :class:`CurveCheck`)."""
+    ``thresholds`` fixed before the samples were looked at (see :class:`CurveCheck`).
+
+    Args:
+        s_d: the statistic's samples from runs on D (the dataset with the canary; larger says D).
+        s_dprime: the statistic's samples from runs on D'.
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`.
+        thresholds: the thresholds, at least one, all finite.
+        confidence: the simultaneous confidence of the regions, in (0, 1).
+
+    Returns:
+        A :class:`CurveCheck`.
+
+    Raises:
+        InputError: if there is no threshold or one is not finite, ``confidence`` is outside (0, 1),
+            or either sample is empty.
+    """
     import numpy as np
 
     ts = [float(t) for t in thresholds]
@@ -245,7 +337,20 @@ def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: flo
 def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -> dict:
     """Direct eps lower bound with the threshold chosen on a held-out half of the runs: the first
     half picks the threshold (the best direct bound there, among the first half's values), the
-    second half is evaluated at it with Clopper-Pearson (valid for ANY statistic)."""
+    second half is evaluated at it with Clopper-Pearson (valid for ANY statistic).
+
+    Args:
+        s_d: the statistic's samples from runs on D (the dataset with the canary; larger says D).
+        s_dprime: the statistic's samples from runs on D'.
+        delta: the delta of the bound, in (0, 1).
+        confidence: the confidence of the bound, in (0, 1).
+
+    Returns:
+        A dict: ``direct`` (the eps lower bound), ``threshold``, and the second half's ``fpr`` and ``fnr``.
+
+    Raises:
+        InputError: if either sample has fewer than two runs.
+    """
     h0, h1 = len(s_d) // 2, len(s_dprime) // 2
     if min(h0, h1) < 1:
         raise InputError("samples are not allowed: expected at least two runs per dataset.")
@@ -266,7 +371,21 @@ def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -
 def heldout_curve_check(s_d, s_dprime, curve: TradeOffCurve, confidence: float = 0.95,
                         quantiles=(0.1, 0.3, 0.5, 0.7, 0.9)) -> CurveCheck:
     """:func:`curve_check` with thresholds at ``quantiles`` of the first half of the runs (pooled,
-    finite values), evaluated on the second half -- for statistics whose law is not known ahead."""
+    finite values), evaluated on the second half -- for statistics whose law is not known ahead.
+
+    Args:
+        s_d: the statistic's samples from runs on D (the dataset with the canary; larger says D).
+        s_dprime: the statistic's samples from runs on D'.
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`.
+        confidence: the simultaneous confidence of the regions, in (0, 1).
+        quantiles: the quantiles of the first half that give the thresholds, each in [0, 1].
+
+    Returns:
+        A :class:`CurveCheck` on the second half.
+
+    Raises:
+        InputError: if either sample has fewer than two runs, or as :func:`curve_check`.
+    """
     import numpy as np
 
     h0, h1 = len(s_d) // 2, len(s_dprime) // 2
@@ -283,7 +402,21 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """P[at least ``v`` of ``r`` guesses correct] for an (eps, delta)-DP mechanism whose ``m``
     canaries are each included with probability 1/2 (Steinke, Nasr & Jagielski 2023, Thm 3 with
     delta > 0, as in their Algorithm 2): ``P[Bin(r, p) >= v] + 2 m delta max_i P[v > Bin(r, p) >= v - i] / i``,
-    ``p = e^eps / (1 + e^eps)``."""
+    ``p = e^eps / (1 + e^eps)``.
+
+    Args:
+        m: the number of canaries.
+        r: the number of guesses, in [0, m].
+        v: the number of right guesses, in [0, r].
+        eps: the eps tested, >= 0.
+        delta: the delta tested, in [0, 1].
+
+    Returns:
+        The p-value, in [0, 1].
+
+    Raises:
+        InputError: if not ``0 <= v <= r <= m``, eps is negative, or delta is outside [0, 1].
+    """
     if not (0 <= v <= r <= m) or eps < 0 or not 0 <= delta <= 1:
         raise InputError(f"(m, r, v, eps, delta)={(m, r, v, eps, delta)!r} is not allowed: expected "
                          "0 <= v <= r <= m, eps >= 0, delta in [0, 1].")
@@ -301,7 +434,21 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
 
 def one_run_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
     """The largest eps the guesses refute at ``confidence``: p-value < 1 - confidence (bisection to
-    1e-6; 0 when not even eps = 0 is refuted)."""
+    1e-6; 0 when not even eps = 0 is refuted).
+
+    Args:
+        m: the number of canaries.
+        r: the number of guesses, in [0, m].
+        v: the number of right guesses, in [0, r].
+        delta: the delta of the bound, in [0, 1].
+        confidence: the confidence of the bound, in (0, 1).
+
+    Returns:
+        The eps lower bound, >= 0 (512 when the doubling search refutes every eps up to 512).
+
+    Raises:
+        InputError: if the counts, or delta, are out of range (raised by :func:`one_run_p_value`).
+    """
     a = 1.0 - confidence
     if one_run_p_value(m, r, v, 0.0, delta) >= a:
         return 0.0

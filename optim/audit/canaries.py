@@ -56,7 +56,14 @@ class GradientCanary(PerExample):
     parameter point is ``gradient(j)`` (a flat tensor of the model's size; a tensor: the same
     vector at every point).  Its term is ``w clip(gradient(j), C)`` (``w`` the weight the run gives
     that record), or the clip of ``gradient(j) - gradient(j')`` for a difference between points j'
-    and j.  Everything else is answered by ``base``."""
+    and j.  Everything else is answered by ``base``.
+
+    Args:
+        base: the per-example object that answers for every other record.
+        gradient: ``gradient(j)`` -> the flat gradient at the j-th point, or a flat tensor (the same at every point).
+        holder: the canary's holder.
+        index: the canary's index in the holder's data.
+    """
 
     def __init__(self, base: PerExample, gradient, holder: int = 0, index: int = 0):
         self.base = base
@@ -65,10 +72,26 @@ class GradientCanary(PerExample):
         self.points: dict = {}
 
     def point(self, params) -> int:
-        """Id of a parameter point: the order in which the run first asked about it."""
+        """Id of a parameter point: the order in which the run first asked about it.
+
+        Args:
+            params: the parameters, a dict name -> tensor or one flat tensor.
+
+        Returns:
+            j, the point's id (0 for the first point asked about).
+        """
         return self.points.setdefault(_key(_flat(params)), len(self.points))
 
     def gradient(self, j: int, like: torch.Tensor) -> torch.Tensor:
+        """The canary's gradient at the j-th point, on ``like``'s device and dtype.
+
+        Args:
+            j: the point's id.
+            like: a tensor whose device and dtype the gradient takes.
+
+        Returns:
+            The flat gradient.
+        """
         return torch.as_tensor(self.fn(j)).to(like.device, like.dtype)
 
     def _clip(self, g: torch.Tensor, c, stabilizer=None) -> torch.Tensor:
@@ -83,6 +106,22 @@ class GradientCanary(PerExample):
         return 1.0 if weights is None else float(weights[hit].sum())
 
     def clipped_sum(self, model, loss_fn, params, x, y, c, *, ids, weights=None, stabilizer=None):
+        """The base's clipped sum, with the canary's row (if in the batch) replaced by its injected gradient, clipped.
+
+        Args:
+            model: the run's model.
+            loss_fn: the run's per-example loss.
+            params: the parameters (dict name -> tensor).
+            x: the batch's inputs.
+            y: the batch's targets.
+            c: the clip norm, >= 0.
+            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
+            weights: per-row weights, or None (weight 1).
+            stabilizer: None for plain clipping, or the automatic clip's stabilizer (> 0).
+
+        Returns:
+            The flat clipped (weighted) sum.
+        """
         j = self.point(params)
         hit = self._hit(ids)
         if not bool(hit.any()):
@@ -94,6 +133,22 @@ class GradientCanary(PerExample):
         return rest + self._weight(weights, hit) * self._clip(self.gradient(j, rest), c, stabilizer)
 
     def clipped_diff_sum(self, model, loss_fn, cur, prev, x, y, c, *, ids, weights=None):
+        """The base's clipped difference sum, with the canary's difference ``gradient(j) - gradient(j')`` clipped.
+
+        Args:
+            model: the run's model.
+            loss_fn: the run's per-example loss.
+            cur: the current parameters (point j).
+            prev: the previous parameters (point j').
+            x: the batch's inputs.
+            y: the batch's targets.
+            c: the clip norm, >= 0.
+            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
+            weights: per-row weights, or None (weight 1).
+
+        Returns:
+            The flat clipped (weighted) difference sum.
+        """
         j_prev = self.point(prev)
         j = self.point(cur)
         hit = self._hit(ids)
@@ -106,6 +161,19 @@ class GradientCanary(PerExample):
         return rest + self._weight(weights, hit) * self._clip(g, c)
 
     def grad_sum(self, model, loss_fn, params, x, y, *, ids):
+        """The base's unclipped gradient sum, with the canary's row replaced by its injected gradient.
+
+        Args:
+            model: the run's model.
+            loss_fn: the run's per-example loss.
+            params: the parameters (dict name -> tensor).
+            x: the batch's inputs.
+            y: the batch's targets.
+            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
+
+        Returns:
+            The flat gradient sum.
+        """
         j = self.point(params)
         hit = self._hit(ids)
         if not bool(hit.any()):
@@ -115,6 +183,18 @@ class GradientCanary(PerExample):
         return rest + float(hit.sum()) * self.gradient(j, rest)
 
     def grads(self, grad_fn, Z, x, y, *, ids):
+        """The base's per-example gradients (D2P), with the canary's rows replaced by its injected gradient.
+
+        Args:
+            grad_fn: ``grad_fn(Z, x, y)`` -> ``[nodes, records, d]`` per-example gradients.
+            Z: the nodes' parameter points, ``[nodes, d]``.
+            x: the records' inputs, ``[nodes, records, ...]``.
+            y: the records' targets.
+            ids: ``(holder, index)`` tensors of each record.
+
+        Returns:
+            The per-example gradients, ``[nodes, records, d]``.
+        """
         j = self.point(Z)
         g = self.base.grads(grad_fn, Z, x, y, ids=ids)
         hit = self._hit(ids)
@@ -126,7 +206,18 @@ class GradientCanary(PerExample):
 
 def plant(opt, gradient, holder: int = 0) -> None:
     """Make record 0 of ``holder``'s data in ``opt`` a :class:`GradientCanary` (validated against the
-    model's size and the run's holders); ``None`` leaves the records as they are."""
+    model's size and the run's holders); ``None`` leaves the records as they are.
+
+    Args:
+        opt: the optimizer (one-process transport).
+        gradient: ``gradient(j)`` -> the flat gradient at the j-th point, a flat tensor of the model's
+            size, or None.
+        holder: the canary's holder, an integer in [0, ``opt.holders()``).
+
+    Raises:
+        InputError: if the transport does not hold every holder, the gradient is not a flat vector
+            of the model's size, or ``holder`` is out of range.
+    """
     if gradient is None:
         return
     if not getattr(opt.transport, "holds_everyone", True):
@@ -166,7 +257,16 @@ class ManyCanaries(Sampler):
     """``m`` gradient canaries (row i of ``gradients``: canary i's gradient at every point); canary i
     is a record of the dataset iff ``included[i]`` and is then Poisson-sampled at the records' rate,
     its draw taken from the run's data generator after the records'.  Install with :meth:`install`
-    (the optimizer's sampler and per-example object)."""
+    (the optimizer's sampler and per-example object).
+
+    Args:
+        gradients: ``[m, d]``, row i the gradient of canary i at every point.
+        included: m flags: is canary i a record of the dataset?
+        base: the sampler of the records; None for the plain one (:meth:`install` replaces it by the run's).
+
+    Raises:
+        InputError: if ``gradients`` is not two-dimensional or ``included`` does not have m flags.
+    """
 
     def __init__(self, gradients: torch.Tensor, included, base: Sampler | None = None):
         self.gradients = torch.as_tensor(gradients)
@@ -178,6 +278,14 @@ class ManyCanaries(Sampler):
         self.current = self.gradients[:0]
 
     def install(self, opt) -> None:
+        """Make this the optimizer's sampler (the old one its base) and wrap its per-example object.
+
+        Args:
+            opt: the optimizer.
+
+        Raises:
+            InputError: if ``gradients`` is not ``[m, d]`` with m >= 1 and d the model's size.
+        """
         d = sum(p.numel() for p in opt.model.parameters())
         if self.gradients.shape[1] != d or self.gradients.shape[0] < 1:
             raise InputError(f"gradients is not allowed: expected a [m, {d}] tensor (one row per canary), got shape "
@@ -187,15 +295,47 @@ class ManyCanaries(Sampler):
         opt.per_example = _ManyTerms(opt.per_example, self)
 
     def poisson(self, n, q, generator, *, holder=0):
+        """The base's Poisson sample, then each canary's inclusion at the same rate (kept for the per-example terms).
+
+        Args:
+            n: the number of records, >= 0.
+            q: the sampling rate, in [0, 1].
+            generator: the run's data generator.
+            holder: the holder whose records are sampled.
+
+        Returns:
+            The indices (ascending) of the sampled records.
+        """
         idx = self.base.poisson(n, q, generator, holder=holder)
         keep = (torch.rand(self.gradients.shape[0], generator=generator, device=generator.device) < q).cpu()
         self.current = self.gradients[keep & self.included]
         return idx
 
     def without_replacement(self, n, size, generator, *, holder=0):
+        """The base's sample (the canaries take no part).
+
+        Args:
+            n: the number of records.
+            size: the sample size, in [0, n].
+            generator: the run's data generator.
+            holder: the holder whose records are sampled.
+
+        Returns:
+            ``size`` distinct indices.
+        """
         return self.base.without_replacement(n, size, generator, holder=holder)
 
     def one(self, n, generator, *, holder=0):
+        """The base's draw (the canaries take no part).
+
+        Args:
+            n: the number of records, >= 1.
+            generator: the run's data generator.
+            holder: the holder (D2P node) whose record is drawn.
+
+        Returns:
+            One index, a tensor of shape [1].
+        """
         return self.base.one(n, generator, holder=holder)
 
 
@@ -215,7 +355,18 @@ class WORCoupling(Sampler):
     randomness is keyed by the run's seed and the release's index, ``releases()`` being the number
     of releases the run has recorded; a one-record draw is a D2P node's, released ``holder`` rows
     after them); ``mode`` picks the batch it computes: "in" (canary in) or "out".  Only the
-    ``holder``'s samples are rewritten.  ``gammas`` records b/n per release index."""
+    ``holder``'s samples are rewritten.  ``gammas`` records b/n per release index.
+
+    Args:
+        seed: the run's seed (keys the coupling's randomness).
+        mode: ``"in"`` (canary in) or ``"out"``.
+        releases: ``releases()`` -> the number of releases the run has recorded; required to rewrite samples.
+        holder: the holder whose samples are rewritten.
+        base: the sampler that draws; None for the plain one.
+
+    Raises:
+        InputError: if ``mode`` is not ``"in"`` or ``"out"``.
+    """
 
     def __init__(self, seed: int, mode: str, releases=None, holder: int = 0, base: Sampler | None = None):
         if mode not in ("in", "out"):
@@ -225,13 +376,51 @@ class WORCoupling(Sampler):
         self.base = Sampler() if base is None else base
 
     def poisson(self, n, q, generator, *, holder=0):
+        """The base's Poisson sample, unchanged.
+
+        Args:
+            n: the number of records, >= 0.
+            q: the sampling rate, in [0, 1].
+            generator: the run's data generator.
+            holder: the holder whose records are sampled.
+
+        Returns:
+            The indices (ascending) of the sampled records.
+        """
         return self.base.poisson(n, q, generator, holder=holder)
 
     def without_replacement(self, n, size, generator, *, holder=0):
+        """The base's sample, rewritten into the coupling's ``mode`` batch for ``holder``.
+
+        Args:
+            n: the number of records.
+            size: the sample size, in [0, n].
+            generator: the run's data generator.
+            holder: the holder whose records are sampled.
+
+        Returns:
+            ``size`` distinct indices (the holder's: the coupled batch).
+
+        Raises:
+            InputError: if the holder's sample is to be rewritten and ``releases`` is None.
+        """
         idx = self.base.without_replacement(n, size, generator, holder=holder)
         return idx if int(holder) != self.holder else self(idx, n, self._at())
 
     def one(self, n, generator, *, holder=0):
+        """The base's one-record draw, rewritten into the coupling's ``mode`` for ``holder``.
+
+        Args:
+            n: the number of records, >= 1.
+            generator: the run's data generator.
+            holder: the holder (D2P node) whose record is drawn.
+
+        Returns:
+            One index, a tensor of shape [1] (the holder's: the coupled draw).
+
+        Raises:
+            InputError: if the holder's draw is to be rewritten and ``releases`` is None.
+        """
         idx = self.base.one(n, generator, holder=holder)
         return idx if int(holder) != self.holder else self(idx, n, self._at() + self.holder)
 

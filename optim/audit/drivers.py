@@ -56,6 +56,15 @@ __all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", 
 
 @dataclass(frozen=True)
 class ProbeReport:
+    """The result of :func:`sensitivity_probe`.
+
+    Attributes:
+        rows: one ``(pair, release name, max observed / claimed sensitivity, releases)`` per pair and release name.
+        max_ratio: the largest ratio over all pairs and releases with a claim.
+        exceeded: the number of releases whose change exceeds the claim beyond floating-point rounding.
+        std_mismatches: the number of releases whose requested std differs between D and D'.
+        unclaimed: the number of releases without a claimed sensitivity (AdaD2P).
+    """
     rows: tuple            # (pair, release name, max observed / claimed sensitivity, releases)
     max_ratio: float       # over all pairs and releases with a claim
     exceeded: int          # releases whose change exceeds the claim beyond floating-point rounding
@@ -64,6 +73,7 @@ class ProbeReport:
 
     @property
     def passed(self) -> bool:
+        """No release exceeded its claim, changed its std, or went without a claim."""
         return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
 
 
@@ -75,6 +85,17 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
     ``build(seed)`` returns a fresh optimizer (same configuration every call).  Default candidates:
     zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
     Under add/remove only pairs with the zero candidate (= the record removed) are compared.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        candidates: name -> canary (``canary(j)`` callable or flat tensor); None for the defaults.
+            A candidate named ``"zero"`` stands for the removed record under add/remove.
+        holder: the canaries' holder.
+        rounds: the number of rounds; None for the run's ``total_rounds``.
+        seed: the seed of every run.
+
+    Returns:
+        A :class:`ProbeReport`.
     """
     probe = build(seed)
     d = sum(p.numel() for p in probe.model.parameters())
@@ -114,7 +135,15 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
 
 def plot_audit(report: AuditReport, path) -> None:
     """Draw the claimed trade-off curve, the measured (FPR, FNR) points and their simultaneous
-    confidence regions to ``path`` (needs matplotlib: ``pip install 'dpcalib[plot]'``)."""
+    confidence regions to ``path`` (needs matplotlib: ``pip install 'dpcalib[plot]'``).
+
+    Args:
+        report: an :class:`~dpcalib.optim.audit.bounds.AuditReport` with a curve check.
+        path: the image file to write (str or path-like; its suffix picks the format).
+
+    Raises:
+        InputError: as :func:`audit_figure`.
+    """
     fig = audit_figure(report)
     import matplotlib.pyplot as plt
 
@@ -125,8 +154,14 @@ def plot_audit(report: AuditReport, path) -> None:
 def audit_figure(report: AuditReport):
     """:func:`plot_audit`'s figure (a ``matplotlib.figure.Figure``; close it when done).
 
+    Args:
+        report: an :class:`~dpcalib.optim.audit.bounds.AuditReport` with a curve check.
+
+    Returns:
+        The figure: the claimed curve with the measured regions, and each region's gap to the curve.
+
     Raises:
-        ValueError: a report without trade-off measurements, or matplotlib missing.
+        InputError: if the report has no trade-off measurements (``curve`` None), or matplotlib is not installed.
     """
     import numpy as np
 
@@ -222,6 +257,22 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
     ``batch``: ``None`` -- one leader/twin pair after another (the oracle); an integer -- that many
     runs stacked along a tensor dimension (:mod:`dpcalib.optim.audit.batched`; DP-GD and DIFF2-GD), same value
     per run; ``"auto"`` -- batched (4096 runs per batch) where the optimizer supports it.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        canary_d: the canary of D (``canary(j)`` callable or flat tensor).
+        canary_dprime: the canary of D'.
+        runs: runs per dataset, an integer >= 1.
+        seed: the first run's seed.
+        holder: the canaries' holder.
+        batch: None, an integer >= 1, or ``"auto"`` (see above).
+        progress: show a progress bar (None: tqdm's default).
+
+    Returns:
+        ``(list of S under D, list of S under D')``, ``runs`` floats each (possibly +-inf).
+
+    Raises:
+        InputError: if ``runs`` is not an integer >= 1.
     """
     _check_runs(runs, 1)
     if batch == "auto":
@@ -250,6 +301,30 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
     optimizer's own accountant certifies for a complete run (:func:`spent_tradeoff`).
     Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
     ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        canary_d: the canary of D (``canary(j)`` callable or flat tensor).
+        canary_dprime: the canary of D'.
+        runs: runs per dataset, an integer >= 1.
+        claimed_epsilon: the claimed eps, finite and > 0.
+        delta: the delta of the claim, in (0, 1).
+        holder: the canaries' holder.
+        gdp_exact: is the claim exactly GDP (a full-batch Gaussian composition)?  The GDP bound
+            counts only then.
+        confidence: the confidence of the bounds, in (0, 1).
+        progress: show a progress bar (None: tqdm's default, shown on a terminal).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+        name: the algorithm's name in the report; None for the optimizer's ``name``.
+        batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`).
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`, or None for the default above.
+
+    Returns:
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport`.
+
+    Raises:
+        InputError: if ``runs`` is not an integer >= 1, ``claimed_epsilon`` is not finite and > 0,
+            or ``delta`` is outside (0, 1).
     """
     _check_runs(runs, 1)
     e, d = _check_claim(claimed_epsilon, delta)
@@ -272,7 +347,15 @@ def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, 
 def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
     """The trade-off curve the optimizer's own accountant certifies for one complete run (exact GDP
     for full-batch Gaussian compositions, else the PLD profile's envelope): the claim a curve check
-    tests when the caller gives none."""
+    tests when the caller gives none.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        seed: the run's seed.
+
+    Returns:
+        The :class:`~dpcalib.accountant.TradeOffCurve` of the complete run.
+    """
     from ...accountant import claimed_tradeoff
 
     spent = build(seed)
@@ -303,6 +386,27 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
     step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
     carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
     optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        canary: the canary record's gradient (``canary(j)`` callable or flat tensor), record 0 of holder 0.
+        rate: the Poisson sampling rate, in (0, 1].
+        runs: runs per dataset, an integer >= 2 (half choose the threshold, half measure).
+        claimed_epsilon: the claimed eps, finite and > 0.
+        delta: the delta of the claim, in (0, 1).
+        confidence: the confidence of the bounds, in (0, 1).
+        progress: show a progress bar (None: tqdm's default, shown on a terminal).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+        name: the algorithm's name in the report; None for the optimizer's ``name``.
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the curve the
+            optimizer's own accountant certifies (:func:`spent_tradeoff`).
+
+    Returns:
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
+
+    Raises:
+        InputError: if ``runs`` is not an integer >= 2, ``rate`` is outside (0, 1],
+            ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
     """
     _check_runs(runs, 2)
     q = float(rate)
@@ -346,6 +450,18 @@ CANARY_NORM = 1e6
 
 @dataclass(frozen=True)
 class OneRunReport:
+    """The result of :func:`one_run_audit`.
+
+    Attributes:
+        algorithm: the audited algorithm's name.
+        claimed_epsilon: the claimed eps.
+        delta: the delta of the claim and the bound.
+        canaries: the number of canaries m.
+        included: how many canaries were records of the dataset.
+        epsilon_lo: the eps lower bound: the largest over the guess counts tried (Bonferroni-corrected).
+        guesses: one ``(k, r, correct, eps_lo at the corrected level)`` per guess count k.
+        seed: the run's seed.
+    """
     algorithm: str
     claimed_epsilon: float
     delta: float
@@ -357,9 +473,15 @@ class OneRunReport:
 
     @property
     def verdict(self) -> str:
+        """``"violation"`` when ``epsilon_lo`` exceeds the claim, else ``"consistent"``."""
         return "violation" if self.epsilon_lo > self.claimed_epsilon + 1e-9 else "consistent"
 
     def as_dict(self) -> dict:
+        """The report as plain data.
+
+        Returns:
+            A dict of the fields, ``verdict``, and ``guesses`` as a list of dicts.
+        """
         return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                 "canaries": self.canaries, "included": self.included, "epsilon_lo": self.epsilon_lo,
                 "verdict": self.verdict, "guesses": [dict(zip(("k", "r", "correct", "epsilon_lo"), g))
@@ -377,8 +499,29 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     Poisson-subsampled Gaussian LLR of the released value's coordinate (in vs out, at the claimed
     std and the canary's contribution; the optimal score of one canary); it guesses "in" for
     the k highest and "out" for the k lowest scores.  The eps lower bound is their Theorem 3
-    (:func:`one_run_epsilon`), maximised over the guess counts ``ks`` (default m/20, m/10, m/5) with a Bonferroni correction (each k at
+    (:func:`one_run_epsilon`), maximised over the guess counts ``ks`` (default m/20, m/10, m/5)
+    with a Bonferroni correction (each k at
     ``1 - (1 - confidence)/len(ks)``), so the reported bound holds at ``confidence``.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        canaries: the number of canaries m, an integer in [2, number of parameters].
+        claimed_epsilon: the claimed eps, finite and > 0.
+        delta: the delta of the claim, in (0, 1).
+        ks: the guess counts, each in [1, m // 2]; None for the defaults.
+        confidence: the confidence of the reported bound, in (0, 1).
+        seed: the run's seed (it also draws the canaries' coordinates and inclusions).
+        progress: show a progress bar (None: tqdm's default).
+        name: the algorithm's name in the report; None for the optimizer's ``name``.
+
+    Returns:
+        A :class:`OneRunReport`.
+
+    Raises:
+        InputError: if the optimizer is not a Poisson-sampled one-dataset optimizer (DP-SGD,
+            DiceSGD), ``canaries`` is out of range or its gradients would need more than 1 GiB,
+            ``ks`` is empty or out of range, ``claimed_epsilon`` is not finite and > 0, or
+            ``delta`` is outside (0, 1).
     """
     import numpy as np
 
@@ -439,7 +582,29 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
     trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
     :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
-    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends)."""
+    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends).
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        canary_a: the canary of D (``canary(j)`` callable or flat tensor).
+        canary_b: the canary of D'.
+        runs: runs per dataset, an integer >= 2 (half choose the thresholds, half measure).
+        claimed_epsilon: the claimed eps, finite and > 0.
+        delta: the delta of the claim, in (0, 1).
+        holder: the canaries' holder (whose samples are coupled).
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for :func:`spent_tradeoff`.
+        confidence: the confidence of the bounds, in (0, 1).
+        progress: show a progress bar (None: tqdm's default, shown on a terminal).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+        name: the algorithm's name in the report; None for the optimizer's ``name``.
+
+    Returns:
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
+
+    Raises:
+        InputError: if ``runs`` is not an integer >= 2, ``claimed_epsilon`` is not finite and > 0,
+            or ``delta`` is outside (0, 1).
+    """
     _check_runs(runs, 2)
     e, d = _check_claim(claimed_epsilon, delta)
     s_d, s_p = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,

@@ -55,6 +55,19 @@ def harness(algorithm: str, mechanism, noise):
     The LLR conditions on the sampling, so only claims without amplification by sampling are
     auditable: full-batch DP-GD / DIFF2-GD, DiceSGD's assumption-free accountant, and the D2P
     family with one record per node (J = 1).
+
+    Args:
+        algorithm: a registered algorithm's name.
+        mechanism: the run shape (a mechanism of ``algorithm``).
+        noise: its calibration or a dict of noise levels.
+
+    Returns:
+        ``(build, canary_d, canary_dprime, holder, gdp_exact)``: ``build(seed)`` -> a fresh
+        optimizer, the two canaries, the canaries' holder (0) and whether the claim is exactly GDP.
+
+    Raises:
+        InputError: if ``algorithm`` is not registered or not auditable this way, or a D2P run has
+            more than one record per node.
     """
     lookup(algorithm)
     if algorithm not in names(audit="llr"):
@@ -93,7 +106,20 @@ def harness(algorithm: str, mechanism, noise):
 def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
     """``build(seed)`` for the standard one-run audit of ``algorithm`` (CLI and docs): an MLP
     32 -> h -> 1 (ReLU) with h the smallest width >= 32 giving at least ``canaries`` parameters, on
-    synthetic records (as many as the shape fixes -- DiceSGD's N -- else 100), clip norms 1."""
+    synthetic records (as many as the shape fixes -- DiceSGD's N -- else 100), clip norms 1.
+
+    Args:
+        algorithm: a registered algorithm's name.
+        mechanism: the run shape (a mechanism of ``algorithm``).
+        noise: its calibration or a dict of noise levels.
+        canaries: the number of canaries the audit will plant, >= 1.
+
+    Returns:
+        ``build(seed)`` -> a fresh optimizer.
+
+    Raises:
+        InputError: if ``algorithm`` is not registered or has no one-run audit.
+    """
     from torch import nn
 
     lookup(algorithm)
@@ -116,7 +142,18 @@ def one_run_harness(algorithm: str, mechanism, noise, canaries: int):
 
 def wor_claim(algorithm: str, mechanism) -> bool:
     """Does this run's claim rest on sampling without replacement under replace-one?  (ClipD2P's
-    only with more than one record per node under replace-one; its J = 1 audit is the plain one.)"""
+    only with more than one record per node under replace-one; its J = 1 audit is the plain one.)
+
+    Args:
+        algorithm: a registered algorithm's name.
+        mechanism: the run shape (a mechanism of ``algorithm``).
+
+    Returns:
+        True if the without-replacement audit applies.
+
+    Raises:
+        InputError: if ``algorithm`` is not registered (raised by the registry's lookup).
+    """
     lookup(algorithm)
     if algorithm not in names(audit="wor"):
         return False
@@ -130,7 +167,21 @@ def wor_harness(algorithm: str, mechanism, noise):
     x = 0 and y = 1e6, so their clipped gradient is -C along the bias; canary B is the same gradient
     and canary A its opposite -- the worst case of the replace-one pair (see docs/audit.md).  Clients'
     shards (DIFF2-BVR): P clients of n_min random records, alternating canaries (every DIFF2 round and
-    local difference moves by its claimed sensitivity)."""
+    local difference moves by its claimed sensitivity).
+
+    Args:
+        algorithm: a registered algorithm's name.
+        mechanism: the run shape (a mechanism of ``algorithm``).
+        noise: its calibration or a dict of noise levels.
+
+    Returns:
+        ``(build, canary_a, canary_b, holder)``: ``build(seed)`` -> a fresh optimizer, the two
+        canaries and their holder (0).
+
+    Raises:
+        InputError: if ``algorithm`` is not registered or its claim does not rest on sampling
+            without replacement under replace-one (:func:`wor_claim`).
+    """
     if not wor_claim(algorithm, mechanism):
         raise InputError(f"algorithm={algorithm!r} is not allowed for a without-replacement audit: expected one of "
                          f"{names(audit='wor')} (ClipD2P: with samples_per_node > 1 under replace-one).")

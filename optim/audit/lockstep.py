@@ -29,20 +29,46 @@ def _unit(d: int, direction=None) -> torch.Tensor:
 
 
 def zero(d: int):
-    """A record with zero gradient everywhere (under add/remove: the same as no record)."""
+    """A record with zero gradient everywhere (under add/remove: the same as no record).
+
+    Args:
+        d: the number of parameter coordinates.
+
+    Returns:
+        ``canary(j)`` -> the zero vector (float64) at every point j.
+    """
     z = torch.zeros(d, dtype=torch.float64)
     return lambda j: z
 
 
 def constant(d: int, norm: float, direction=None):
-    """The same gradient ``norm * u`` at every point."""
+    """The same gradient ``norm * u`` at every point.
+
+    Args:
+        d: the number of parameter coordinates.
+        norm: the gradient's L2 norm.
+        direction: the direction u (normalised here; nonzero), or None for the all-ones direction.
+
+    Returns:
+        ``canary(j)`` -> ``norm * u`` (float64) at every point j.
+    """
     g = norm * _unit(d, direction)
     return lambda j: g
 
 
 def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
     """``sign * (-1)^j * norm * u`` at the j-th point: its differences between consecutive points
-    are ``2 norm`` long, so DIFF2's difference rounds carry it too."""
+    are ``2 norm`` long, so DIFF2's difference rounds carry it too.
+
+    Args:
+        d: the number of parameter coordinates.
+        norm: the gradient's L2 norm.
+        direction: the direction u (normalised here; nonzero), or None for the all-ones direction.
+        sign: the sign at even points.
+
+    Returns:
+        ``canary(j)`` -> the gradient (float64) at the j-th point.
+    """
     g = sign * norm * _unit(d, direction)
     return lambda j: g if j % 2 == 0 else -g
 
@@ -50,7 +76,18 @@ def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
 # ---- lockstep runs -----------------------------------------------------------------------------
 def lead_run(build, seed, canary, holder=0):
     """A run that records its releases with their values (the truth of an experiment); record 0 of
-    the ``holder`` is the gradient canary (:func:`dpcalib.optim.audit.canaries.plant`)."""
+    the ``holder`` is the gradient canary (:func:`dpcalib.optim.audit.canaries.plant`).
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
+        seed: the run's seed.
+        canary: a gradient canary (``gradient(j)`` callable or flat tensor, see
+            :func:`~dpcalib.optim.audit.canaries.plant`), or None.
+        holder: the canary's holder.
+
+    Returns:
+        The leader optimizer (not yet stepped).
+    """
     leader = build(seed)
     leader.privatizer.record = leader.privatizer.record_values = True
     plant(leader, canary, holder)
@@ -58,7 +95,19 @@ def lead_run(build, seed, canary, holder=0):
 
 
 def follow_run(build, seed, leader, canary, holder=0):
-    """A run on another dataset that walks ``leader``'s public history (see :class:`~dpcalib.optim.audit.replay.ReplaySource`)."""
+    """A run on another dataset that walks ``leader``'s public history (see :class:`~dpcalib.optim.audit.replay.ReplaySource`).
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
+        seed: the run's seed.
+        leader: the leader optimizer whose releases are walked.
+        canary: a gradient canary (``gradient(j)`` callable or flat tensor, see
+            :func:`~dpcalib.optim.audit.canaries.plant`), or None.
+        holder: the canary's holder.
+
+    Returns:
+        The follower optimizer (not yet stepped).
+    """
     f = build(seed)
     plant(f, canary, holder)
     f.privatizer = ReplaySource(leader.privatizer, f.device, f.dtype)
@@ -71,7 +120,19 @@ def _leader_twin(build, seed, canary_a, canary_b, holder):
 
 
 def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: int | None = None):
-    """Leader (canary A) and twin (canary B) stepped in lockstep; returns both optimizers."""
+    """Leader (canary A) and twin (canary B) stepped in lockstep; returns both optimizers.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
+        seed: the run's seed.
+        canary_a: the leader's canary.
+        canary_b: the twin's canary.
+        holder: the canaries' holder.
+        rounds: the number of rounds; None for the run's ``total_rounds``.
+
+    Returns:
+        ``(leader, twin)``, both stepped.
+    """
     leader, twin = _leader_twin(build, seed, canary_a, canary_b, holder)
     n = leader.total_rounds if rounds is None else int(rounds)
     for _ in range(n):
@@ -89,7 +150,18 @@ def _log_density(o, q, s):
 
 
 def release_llr(o, q_a, s_a, q_b, s_b) -> float:
-    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0)."""
+    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0).
+
+    Args:
+        o: the released value.
+        q_a: the noiseless query under A.
+        s_a: the noise std under A, >= 0 (0: a point mass).
+        q_b: the noiseless query under B.
+        s_b: the noise std under B, >= 0.
+
+    Returns:
+        The log-likelihood ratio (possibly +-inf).
+    """
     la, lb = _log_density(o, q_a, s_a), _log_density(o, q_b, s_b)
     if math.isinf(la) and math.isinf(lb):
         return 0.0 if la == lb else la
@@ -111,7 +183,19 @@ def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
 
 def pair_llr(build, seed: int, canary_d, canary_dprime, truth_is_d: bool, holder: int = 0) -> float:
     """One run's statistic ``S = log p_D - log p_D'``: a leader releasing from D (``truth_is_d``) or
-    D', and its twin on the other dataset."""
+    D', and its twin on the other dataset.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
+        seed: the run's seed.
+        canary_d: the canary of D.
+        canary_dprime: the canary of D'.
+        truth_is_d: does the leader release from D?
+        holder: the canaries' holder.
+
+    Returns:
+        The statistic S (possibly +-inf).
+    """
     a, b = (canary_d, canary_dprime) if truth_is_d else (canary_dprime, canary_d)
     return _llr_of_pair(*run_pair(build, seed, a, b, holder=holder), truth_is_a=truth_is_d)
 
@@ -126,7 +210,15 @@ def _log_kernel(o, q, s: float) -> float:
 
 
 def logaddexp(x: float, y: float) -> float:
-    """``log(e^x + e^y)`` in double precision (either may be -inf)."""
+    """``log(e^x + e^y)`` in double precision (either may be -inf).
+
+    Args:
+        x: a log-value (may be -inf).
+        y: a log-value (may be -inf).
+
+    Returns:
+        ``log(e^x + e^y)``.
+    """
     m = max(x, y)
     if m == -math.inf:
         return -math.inf
@@ -150,7 +242,23 @@ def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int 
     with canary A, "in" with canary B -- and each release contributes the exact mixture LLR
     (:func:`_mixture_llr`, gamma = b/n of the sample that could hold the canary; a release whose
     query holds the canary for sure -- a full batch -- has gamma = 1; one that cannot -- another
-    client's local step -- has equal queries and contributes 0)."""
+    client's local step -- has equal queries and contributes 0).
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
+        seed: the run's seed.
+        canary_a: the canary of D.
+        canary_b: the canary of D'.
+        truth_is_a: does the leader release from D?
+        holder: the canaries' holder (whose samples are coupled).
+
+    Returns:
+        The statistic ``log p_A - log p_B`` of the run.
+
+    Raises:
+        RuntimeError: if the followers' samplers recorded different sampling rates (the sampling
+            depends on private data).
+    """
     leader = lead_run(build, seed, canary_a if truth_is_a else canary_b, holder)
     f_out = follow_run(build, seed, leader, canary_a, holder)
     f_a = follow_run(build, seed, leader, canary_a, holder)

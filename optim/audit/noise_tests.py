@@ -32,6 +32,17 @@ __all__ = ["NoiseStdTest", "noise_std_test", "NoiseKSTest", "noise_ks_test", "No
 
 @dataclass(frozen=True)
 class NoiseStdTest:
+    """The chi-square test of the recorded noise against the claimed std (:func:`noise_std_test`).
+
+    Attributes:
+        statistic: ``S = sum_j (n_j / s)^2`` over every recorded coordinate.
+        dof: k, the number of coordinates (the degrees of freedom).
+        p_value: the two-sided p-value, in [0, 1].
+        ratio: ``sqrt(S / k)``, the estimated actual std / claimed std.
+        ratio_interval: ``(low, high)`` on the ratio at confidence ``1 - level``.
+        level: the test's level: flagged below it.
+        releases: the number of releases tested (std 0 skipped).
+    """
     statistic: float      # S
     dof: int              # k
     p_value: float        # two-sided
@@ -42,6 +53,7 @@ class NoiseStdTest:
 
     @property
     def passed(self) -> bool:
+        """Is ``p_value >= level``?"""
         return self.p_value >= self.level
 
 
@@ -50,6 +62,17 @@ def noise_std_test(releases, level: float = 1e-3) -> NoiseStdTest:
 
     ``level``: significance (default 1e-3: a correct implementation fails 1 run in 1000);
     the interval on the ratio is at confidence ``1 - level``.
+
+    Args:
+        releases: recorded :class:`~dpcalib.optim.algorithms.core.Release` objects, with their noise.
+        level: the significance, in (0, 1).
+
+    Returns:
+        A :class:`NoiseStdTest`.
+
+    Raises:
+        InputError: if ``level`` is outside (0, 1), a release with nonzero std was recorded without
+            its noise, or no release has a nonzero std.
     """
     from scipy import stats        # imported on first use: ~0.6 s that every import of dpcalib.optim paid
     if not 0.0 < float(level) < 1.0:
@@ -73,7 +96,17 @@ def noise_std_test(releases, level: float = 1e-3) -> NoiseStdTest:
 
 @dataclass(frozen=True)
 class NoisePooledTest:
-    """One Kolmogorov-Smirnov test of every recorded coordinate (``noise / std``) against N(0, 1)."""
+    """One Kolmogorov-Smirnov test of every recorded coordinate (``noise / std``) against N(0, 1).
+
+    Attributes:
+        statistic: D_N, the largest distance between the pooled empirical CDF and the normal CDF.
+        draws: N, the number of coordinates pooled.
+        p_value: the KS p-value, in [0, 1].
+        level: the test's level: flagged below it.
+        power: the probability of flagging noise at distance ``detectable`` or more.
+        detectable: ``e_alpha + e_beta`` (see the module text).
+        releases: the number of releases pooled.
+    """
 
     statistic: float      # D_N, the largest distance between the pooled empirical CDF and Phi
     draws: int            # N, the coordinates pooled
@@ -85,6 +118,7 @@ class NoisePooledTest:
 
     @property
     def passed(self) -> bool:
+        """Is ``p_value >= level``?"""
         return self.p_value >= self.level
 
 
@@ -106,16 +140,17 @@ def noise_pooled_test(releases, level: float = 1e-3, power: float = 0.999) -> No
     """Kolmogorov-Smirnov test of all recorded noise coordinates, pooled, against N(0, 1).
 
     Args:
-        releases: recorded :class:`~dpcalib.optim.algorithms.core.Release` s (std 0 skipped).
-        level: significance alpha (a correct sampler fails one run in 1/alpha).
-        power: 1 - beta, for the ``detectable`` distance (see the module text).
+        releases: recorded :class:`~dpcalib.optim.algorithms.core.Release` objects (std 0 skipped).
+        level: significance alpha, in (0, 1) (a correct sampler fails one run in 1/alpha).
+        power: 1 - beta, in (0, 1), for the ``detectable`` distance (see the module text).
 
     Returns:
         :class:`NoisePooledTest`: the statistic, its p-value and the smallest Kolmogorov distance
         from N(0, 1) that the test catches with probability ``power``.
 
     Raises:
-        ValueError: a level or power outside (0, 1); releases without recorded noise.
+        InputError: if a level or power is outside (0, 1), a release with nonzero std was recorded
+            without its noise, or no release has a nonzero std.
     """
     import numpy as np
     from scipy import stats
@@ -134,12 +169,20 @@ def noise_pooled_test(releases, level: float = 1e-3, power: float = 0.999) -> No
 
 @dataclass(frozen=True)
 class NoiseKSTest:
+    """Per-release Kolmogorov-Smirnov tests of the noise and their pooled test (:func:`noise_ks_test`).
+
+    Attributes:
+        p_values: one KS p-value per release (``noise / std`` against N(0, 1)).
+        level: the family's significance.
+        pooled: the :class:`NoisePooledTest` of every coordinate of every release, or None.
+    """
     p_values: tuple       # one per release (KS of noise/std against N(0, 1))
     level: float
     pooled: NoisePooledTest | None = None    # every coordinate of every release in one test
 
     @property
     def min_p(self) -> float:
+        """The smallest per-release p-value."""
         return min(self.p_values)
 
     @property
@@ -152,19 +195,21 @@ class NoiseKSTest:
 
 
 def noise_ks_test(releases, level: float = 1e-3) -> NoiseKSTest:
-    """Per-release Kolmogorov-Smirnov tests of ``noise / std`` against N(0, 1) (std 0 skipped), and
-    the pooled test of all of them (:func:`noise_pooled_test`): catches a wrong noise SHAPE or a std
-    that is right on average but wrong in some steps.
+    """Per-release Kolmogorov-Smirnov tests of ``noise / std`` against N(0, 1), and their pooled test.
+
+    Std 0 releases are skipped; the pooled test is :func:`noise_pooled_test`.  Together they catch a
+    wrong noise SHAPE or a std that is right on average but wrong in some steps.
 
     Args:
         releases: recorded releases (with their noise).
-        level: the family's significance (Bonferroni over the releases and the pooled test).
+        level: the family's significance, in (0, 1) (Bonferroni over the releases and the pooled test).
 
     Returns:
         :class:`NoiseKSTest`.
 
     Raises:
-        ValueError: a level outside (0, 1); releases without recorded noise.
+        InputError: if ``level`` is outside (0, 1), a release with nonzero std was recorded without
+            its noise, or no release has a nonzero std.
     """
     from scipy import stats        # imported on first use: ~0.6 s that every import of dpcalib.optim paid
     if not 0.0 < float(level) < 1.0:

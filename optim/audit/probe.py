@@ -51,7 +51,14 @@ SLACK_ULPS = 64
 @dataclass(frozen=True)
 class Pair:
     """Two neighbouring datasets at one slot: ``record_d`` there in D, ``record_dprime`` in D'
-    (``None``: the slot is empty in D', add/remove)."""
+    (``None``: the slot is empty in D', add/remove).
+
+    Attributes:
+        label: the pair's name in the report.
+        relation: the neighbouring relation (``"replace-one"``, ``"add/remove"`` or ``"zero-out"``).
+        record_d: ``(x, y)`` of the slot in D.
+        record_dprime: ``(x, y)`` of the slot in D', or None (the slot is empty in D').
+    """
 
     label: str
     relation: str
@@ -69,7 +76,20 @@ def _candidates(x, y, held_out) -> dict:
 
 def pairs(x, y, held_out, relation: str) -> tuple:
     """The neighbouring pairs the probe runs for the record ``(x, y)`` at the probed slot, with
-    ``held_out`` another real record of the same distribution (see the module docstring)."""
+    ``held_out`` another real record of the same distribution (see the module docstring).
+
+    Args:
+        x: the probed record's features.
+        y: the probed record's target.
+        held_out: ``(x, y)`` of another real record, outside the data.
+        relation: ``"add/remove"``, ``"zero-out"`` or ``"replace-one"``.
+
+    Returns:
+        A tuple of :class:`Pair`.
+
+    Raises:
+        InputError: if ``relation`` is none of those.
+    """
     cand = _candidates(x, y, held_out)
     if relation in ("add/remove", "zero-out"):
         # zero-out (shuffled batches): the record replaced by one that contributes nothing -- in the
@@ -87,7 +107,18 @@ def pairs(x, y, held_out, relation: str) -> tuple:
 class RecordProbeReport:
     """``rows``: one dict per (release kind, pair): ``release``, ``pair``, ``relation``,
     ``worst_ratio`` (move / claim), ``releases``.  ``tol``: the largest slack / claim over all
-    releases (every release satisfies ``move <= claim (1 + tol)`` when ``exceeded == 0``)."""
+    releases (every release satisfies ``move <= claim (1 + tol)`` when ``exceeded == 0``).
+
+    Attributes:
+        algorithm: the probed algorithm's name.
+        rows: the dicts described above.
+        worst_ratio: the largest move / claim over every release and pair.
+        tol: the largest slack / claim over every release.
+        exceeded: the number of releases whose move exceeds ``claim + slack``.
+        std_mismatches: the number of releases whose noise std differs between D and D'.
+        releases: the number of releases compared.
+        slot: ``(holder, index)`` of the probed record.
+    """
 
     algorithm: str
     rows: tuple
@@ -100,12 +131,23 @@ class RecordProbeReport:
 
     @property
     def passed(self) -> bool:
+        """No release exceeded its claim or changed its std."""
         return self.exceeded == 0 and self.std_mismatches == 0
 
     def worst(self) -> dict:
+        """The row with the largest ``worst_ratio``.
+
+        Returns:
+            That row's dict.
+        """
         return max(self.rows, key=lambda r: r["worst_ratio"])
 
     def as_dict(self) -> dict:
+        """The report as plain data.
+
+        Returns:
+            A dict of the fields, ``slot`` as ``{"holder", "index"}`` and ``rows`` as a list of dicts.
+        """
         return {"algorithm": self.algorithm, "worst_ratio": self.worst_ratio, "tol": self.tol,
                 "exceeded": self.exceeded, "std_mismatches": self.std_mismatches, "releases": self.releases,
                 "slot": {"holder": self.slot[0], "index": self.slot[1]}, "rows": [dict(r) for r in self.rows]}
@@ -166,6 +208,25 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
     ``sampler``.  The slot ``data[holder][index]`` is the record that differs; ``held_out`` is a
     real record outside ``data``.  ``pair_list``: the neighbouring pairs (default :func:`pairs` of
     the slot's record under the run's neighbouring relation).  ``rounds``: default the whole run.
+
+    Args:
+        build: ``build(data, seed, sampler)`` -> a fresh optimizer (see above).
+        data: a non-empty list of ``(x, y)``, one per holder.
+        held_out: ``(x, y)`` of a real record outside ``data``.
+        holder: the probed slot's holder, in [0, len(data)).
+        index: the probed slot's index in the holder's data.
+        rounds: the number of rounds, in [1, total rounds]; None for the whole run.
+        seed: the seed of every run.
+        pair_list: the :class:`Pair` list to run, or None for :func:`pairs`.
+        progress: show a progress bar (None: tqdm's default, shown on a terminal).
+
+    Returns:
+        A :class:`RecordProbeReport`.
+
+    Raises:
+        InputError: if ``data`` is empty, ``holder``, ``index`` or ``rounds`` is out of range, the
+            algorithm claims no sensitivity (AdaD2P) or mixes neighbouring relations, or an
+            add/remove pair is asked of releases that draw no sample.
     """
     from tqdm.auto import tqdm
 
@@ -245,7 +306,14 @@ PROBE_DEFAULTS = {name: dict(a.probe) for name, a in REGISTRY.items() if a.probe
 
 
 def refusal(algorithm: str) -> str:
-    """Why ``algorithm`` has no standard probe."""
+    """Why ``algorithm`` has no standard probe.
+
+    Args:
+        algorithm: the algorithm's name.
+
+    Returns:
+        The message: the algorithm's lack of a guarantee, or the list of the probed algorithms.
+    """
     entry = REGISTRY.get(algorithm) if isinstance(algorithm, str) else None
     if entry is not None and entry.no_guarantee:
         return (f"ALGORITHM={algorithm!r} is not allowed for a sensitivity probe: it claims no sensitivity "
@@ -260,7 +328,7 @@ PROBE_NODES = 4
 
 def _table(name: str, rows: int, seed: int):
     """``(x, y)`` float tensors: ``rows`` records of a synthetic shape or a numeric CSV (last column: the
-    target), prepared as in the DIFF2 paper (standardised features; targets scaled by max |y|)."""
+    target), prepared as in the DIFF2 paper (standardised features; targets scaled by ``max |y|``)."""
     import os
 
     from .. import data as D
@@ -288,7 +356,28 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
     DiceSGD N; D2P J per node on 4 nodes), else ``n`` (DP-SGD).  ``lr``, ``clips`` (``c1``, ``c2``,
     ``clip``, passed as the entry's ``clips`` keywords): default the entry's ``probe``.  ``secure_mode``:
     the optimizers draw from the secure generator and sampler (seeded: the probe simulates the
-    adversary who knows the seed)."""
+    adversary who knows the seed).
+
+    Args:
+        algorithm: a registered algorithm with a standard probe.
+        mechanism: the run shape (a mechanism of ``algorithm``).
+        noise: its calibration or a dict of noise levels.
+        n: records per dataset where the shape does not fix it, an integer >= 2.
+        hidden: the MLP's hidden width, an integer >= 1.
+        data: a synthetic shape's name or the path of a numeric CSV (last column: the target).
+        lr: the learning rate, or None for the entry's.
+        clips: clip norms by option name (None values ignored), or None for the entry's.
+        seed: the seed of the data, the model's initialisation and the probe's runs.
+        dtype: the dtype of the data and the model.
+        secure_mode: run the optimizers in secure mode.
+
+    Returns:
+        ``(build, data, held_out)`` for :func:`record_probe`.
+
+    Raises:
+        InputError: if ``algorithm`` has no standard probe, ``hidden`` or the records per dataset
+            are out of range, or ``data`` is unknown or too small.
+    """
     from torch import nn
 
     from ..algorithms.registry import optimizer_class, squared_loss

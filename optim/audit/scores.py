@@ -34,10 +34,27 @@ STATISTICS = ("llr", "any")
 
 @dataclass(frozen=True)
 class ScoresAudit:
-    """Lower bounds on eps from scores.  ``epsilon_lo``: the larger of the direct bound and (for a
-    GDP claim) the GDP bound; ``verdict``: "violation" when it exceeds ``claimed_epsilon``,
-    "consistent" otherwise (None without a claim); ``max_epsilon_lo``: the largest bound any
-    outcome of this many runs could give (the audit's power)."""
+    """Lower bounds on eps from scores (:func:`epsilon_from_scores`).
+
+    ``verdict`` compares ``epsilon_lo`` with the claim; ``max_epsilon_lo`` is the largest bound any
+    outcome of this many runs could give (the audit's power).
+
+    Attributes:
+        epsilon_lo: the larger of the direct bound and (for a GDP claim) the GDP bound, >= 0.
+        epsilon_lo_direct: the direct bound from the two error rates.
+        epsilon_lo_gdp: the GDP bound (0.0 for ``statistic="any"``).
+        mu_lo: the lower bound on the GDP mu (0.0 for ``statistic="any"``).
+        statistic: ``"llr"`` or ``"any"``.
+        delta: the delta of the bounds, in (0, 1).
+        confidence: the confidence of the bounds, in (0, 1).
+        runs_in: the number of scores with the canary.
+        runs_out: the number of scores without it.
+        fpr: the false-positive rate at the threshold.
+        fnr: the false-negative rate at the threshold.
+        threshold: the score threshold of the direct bound.
+        claimed_epsilon: the claimed eps, >= 0, or None.
+        max_epsilon_lo: the largest bound this many runs could give.
+    """
 
     epsilon_lo: float
     epsilon_lo_direct: float
@@ -56,6 +73,9 @@ class ScoresAudit:
 
     @property
     def verdict(self) -> str | None:
+        """``"violation"`` when ``epsilon_lo`` exceeds the claim, ``"consistent"`` when the audit could have
+        exceeded it but did not, ``"inconclusive"`` when it could not have; None without a claim.
+        """
         if self.claimed_epsilon is None:
             return None
         if self.epsilon_lo > self.claimed_epsilon + 1e-9:
@@ -63,6 +83,11 @@ class ScoresAudit:
         return "consistent" if self.max_epsilon_lo > self.claimed_epsilon else "inconclusive"
 
     def text(self) -> str:
+        """The bound, the verdict and the error rates in one line.
+
+        Returns:
+            The line.
+        """
         claim = "" if self.claimed_epsilon is None else f" (claimed {self.claimed_epsilon:.6g}: {self.verdict})"
         return (f"eps >= {self.epsilon_lo:.6g} at delta = {self.delta:g} with {self.confidence:.0%} confidence{claim}; "
                 f"{self.runs_in} + {self.runs_out} runs, {self.statistic} scores, FPR {self.fpr:.4g}, FNR {self.fnr:.4g}")
@@ -83,7 +108,25 @@ def _floats(values, name: str) -> list:
 def epsilon_from_scores(in_scores, out_scores, *, delta: float, confidence: float = 0.95,
                         claimed_epsilon: float | None = None, statistic: str = "any") -> ScoresAudit:
     """Lower bounds on eps at ``delta`` from the scores of runs on the dataset with the canary
-    (``in_scores``: a larger score says "in") and without it (``out_scores``); see the module text."""
+    (``in_scores``: a larger score says "in") and without it (``out_scores``); see the module text.
+
+    Args:
+        in_scores: the scores of the runs with the canary (numbers, none NaN, at least one).
+        out_scores: the scores of the runs without it (numbers, none NaN, at least one).
+        delta: the delta of the bounds, in (0, 1).
+        confidence: the confidence of the bounds, in (0, 1).
+        claimed_epsilon: the claimed eps, >= 0 (required for ``statistic="llr"``), or None.
+        statistic: ``"llr"`` (log-likelihood ratios of a GDP claim) or ``"any"`` (any score; at
+            least two runs per dataset).
+
+    Returns:
+        A :class:`ScoresAudit`.
+
+    Raises:
+        InputError: if ``delta`` or ``confidence`` is outside (0, 1), ``statistic`` is unknown, the
+            scores are not numbers, empty or hold NaN, ``claimed_epsilon`` is negative (or missing
+            with ``"llr"``), or ``"any"`` has fewer than two runs per dataset.
+    """
     from ...accountant.validation import delta as check_delta
 
     d = check_delta(delta)
@@ -118,7 +161,22 @@ def epsilon_from_scores(in_scores, out_scores, *, delta: float, confidence: floa
 def epsilon_from_guesses(canaries: int, guesses: int, correct: int, *, delta: float, confidence: float = 0.95) -> float:
     """The one-run bound (Steinke, Nasr & Jagielski 2023, Thm 3): ``canaries`` canaries each in or
     out with probability 1/2, ``guesses`` of them guessed, ``correct`` right -> eps >= this with
-    probability >= ``confidence``."""
+    probability >= ``confidence``.
+
+    Args:
+        canaries: the number of canaries m, an integer >= 1.
+        guesses: the number of guesses r, an integer in [0, m].
+        correct: the number of right guesses v, an integer in [0, r].
+        delta: the delta of the bound, in (0, 1).
+        confidence: the probability the bound holds with, in (0, 1).
+
+    Returns:
+        The lower bound on eps, >= 0.
+
+    Raises:
+        InputError: if a count is not an integer >= 0 or not ``0 <= correct <= guesses <= canaries``
+            with ``canaries >= 1``.
+    """
     for name, v in (("canaries", canaries), ("guesses", guesses), ("correct", correct)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise InputError(f"{name}={v!r} is not allowed: expected an integer >= 0.")

@@ -54,7 +54,21 @@ class StepClaim:
     """What a step claims about one release: ``sensitivity`` (L2, one record, under ``relation``),
     ``noise_std`` (per coordinate), and the sampling of its batches (``sample_rate`` for Poisson and
     for balls-in-bins -- ``1/t``, a record's chance to be in a given step --, ``batch_size`` for fixed-size
-    or shuffled batches)."""
+    or shuffled batches).
+
+    Attributes:
+        sensitivity: the claimed L2 sensitivity of one release to one record, finite and >= 0.
+        noise_std: the per-coordinate noise std, finite and >= 0.
+        relation: ``"add/remove"`` or ``"replace-one"``.
+        sampling: one of :data:`SAMPLINGS` (``"poisson"``, ``"wor"``, ``"shuffle"``,
+            ``"balls-in-bins"``, ``"full batch"``).
+        sample_rate: the sampling rate, in (0, 1] (Poisson, balls-in-bins), or None.
+        batch_size: the fixed batch size (``"wor"``, ``"shuffle"``), or None.
+
+    Raises:
+        InputError: if ``sensitivity`` or ``noise_std`` is not a finite number >= 0, ``relation`` or
+            ``sampling`` is unknown, or a Poisson / balls-in-bins ``sample_rate`` is outside (0, 1].
+    """
 
     sensitivity: float
     noise_std: float
@@ -78,7 +92,14 @@ class StepClaim:
 
     def epsilon(self, delta: float) -> float:
         """The claimed eps of one release given its batch (a Gaussian mechanism, no amplification by
-        sampling: what a check that holds the batch fixed can test); inf without noise."""
+        sampling: what a check that holds the batch fixed can test); inf without noise.
+
+        Args:
+            delta: the target delta, in (0, 1).
+
+        Returns:
+            The GDP eps at mu = sensitivity / noise_std; inf without noise (0.0 if the sensitivity is 0 too).
+        """
         if self.noise_std == 0.0:
             return math.inf if self.sensitivity > 0 else 0.0
         return float(gdp_epsilon(self.sensitivity / self.noise_std, delta))
@@ -90,6 +111,16 @@ class PrivateStep:
     claim: StepClaim
 
     def release(self, batch, *, noise: bool, generator: torch.Generator) -> torch.Tensor:  # pragma: no cover
+        """The value one step releases on ``batch`` at the current parameters (the contract).
+
+        Args:
+            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+            noise: add the step's noise (False: the noiseless value).
+            generator: the generator the noise is drawn from.
+
+        Returns:
+            The released value, flat, float64 on the CPU.
+        """
         raise NotImplementedError
 
 
@@ -98,7 +129,15 @@ def _flat64(t) -> torch.Tensor:
 
 
 class FunctionStep(PrivateStep):
-    """A plain function ``fn(batch, noise: bool, generator) -> released tensor`` and its claim."""
+    """A plain function ``fn(batch, noise: bool, generator) -> released tensor`` and its claim.
+
+    Args:
+        fn: ``fn(batch, noise, generator)`` -> the released tensor.
+        claim: the step's :class:`StepClaim`.
+
+    Raises:
+        InputError: if ``fn`` is not callable or ``claim`` is not a StepClaim.
+    """
 
     def __init__(self, fn, claim: StepClaim):
         if not callable(fn):
@@ -108,6 +147,16 @@ class FunctionStep(PrivateStep):
         self.fn, self.claim = fn, claim
 
     def release(self, batch, *, noise, generator):
+        """``fn(batch, noise, generator)``, flat, in float64 on the CPU.
+
+        Args:
+            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+            noise: add the step's noise (False: the noiseless value).
+            generator: the generator the noise is drawn from.
+
+        Returns:
+            The released value, flat, float64 on the CPU.
+        """
         return _flat64(self.fn(batch, noise, generator))
 
 
@@ -115,7 +164,17 @@ class EngineStep(PrivateStep):
     """The optimizer ``make_private`` returned (:class:`dpcalib.optim.engine.DPOptimizer`), its
     module and the loss (``criterion(output, target)``, reduced as ``make_private`` was told): the
     kernel's release on the batch at the current parameters, through the optimizer's own per-record
-    terms and noise source, its state restored after each call (nothing is charged or stepped)."""
+    terms and noise source, its state restored after each call (nothing is charged or stepped).
+
+    Args:
+        module: the module ``make_private`` returned.
+        optimizer: the :class:`dpcalib.optim.engine.DPOptimizer` ``make_private`` returned; its
+            claim is read from its kernel and mechanism at construction.
+        criterion: ``criterion(output, target)`` -> the loss, reduced as ``make_private`` was told.
+
+    Raises:
+        InputError: if ``optimizer`` is not such a DPOptimizer.
+    """
 
     def __init__(self, module, optimizer, criterion):
         if not hasattr(optimizer, "kernel") or not hasattr(optimizer, "release_of"):
@@ -137,6 +196,16 @@ class EngineStep(PrivateStep):
                                else "replace-one", sampling, rate, getattr(m, "batch_size", None))
 
     def release(self, batch, *, noise, generator):
+        """Forward and backward on ``batch``, then the optimizer's release of those terms (its state restored).
+
+        Args:
+            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+            noise: add the step's noise (False: the noiseless value).
+            generator: the generator the noise is drawn from.
+
+        Returns:
+            The released value, flat, float64 on the CPU.
+        """
         x, y = batch
         self.optimizer.zero_grad()
         self.criterion(self.module(x), y).backward()
@@ -147,7 +216,18 @@ class OpacusStep(PrivateStep):
     """Opacus's ``DPOptimizer`` and ``GradSampleModule`` as ``PrivacyEngine.make_private`` returns
     them (hooks mode): forward, backward, then its ``pre_step`` -- per-sample clipping, noise from
     its ``generator``, scaling -- and the noisy SUM read back from ``.grad`` (times the expected
-    batch size for a mean loss).  The accountant's step hook is held off; the gradients are zeroed."""
+    batch size for a mean loss).  The accountant's step hook is held off; the gradients are zeroed.
+
+    Args:
+        module: Opacus's ``GradSampleModule``.
+        optimizer: Opacus's ``DPOptimizer`` (its ``max_grad_norm`` C and ``noise_multiplier`` z
+            make the claim: sensitivity C, std z C, add/remove, Poisson).
+        criterion: ``criterion(output, target)`` -> the loss.
+        sample_rate: the Poisson sampling rate of the claim, in (0, 1], or None.
+
+    Raises:
+        InputError: if ``optimizer`` has no ``pre_step`` or ``noise_multiplier``, or the claim is invalid.
+    """
 
     def __init__(self, module, optimizer, criterion, sample_rate: float | None = None):
         if not hasattr(optimizer, "pre_step") or not hasattr(optimizer, "noise_multiplier"):
@@ -157,6 +237,16 @@ class OpacusStep(PrivateStep):
         self.claim = StepClaim(C, z * C, "add/remove", "poisson", sample_rate)
 
     def release(self, batch, *, noise, generator):
+        """Forward, backward and Opacus's ``pre_step`` on ``batch``; the noisy sum read back from ``.grad``.
+
+        Args:
+            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+            noise: add the step's noise (False: the noiseless value).
+            generator: the generator the noise is drawn from.
+
+        Returns:
+            The released value, flat, float64 on the CPU (the gradients are zeroed).
+        """
         opt = self.optimizer
         x, y = batch
         opt.zero_grad()
@@ -220,7 +310,14 @@ def _neighbours(batch, i: int, relation: str) -> dict:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """The worst move of the noiseless release over its claim, per neighbour."""
+    """The worst move of the noiseless release over its claim, per neighbour.
+
+    Attributes:
+        worst_ratio: the largest move / claim over the records and neighbours probed, >= 0 (inf
+            when a claim of 0 is broken).
+        rows: one dict per neighbour: ``record``, ``neighbour``, ``move``, ``claim``, ``ratio``.
+        tolerance: the relative tolerance of the verdict.
+    """
 
     worst_ratio: float
     rows: list = field(repr=False)
@@ -228,13 +325,27 @@ class ProbeResult:
 
     @property
     def passed(self) -> bool:
+        """Is ``worst_ratio <= 1 + tolerance``?"""
         return self.worst_ratio <= 1.0 + self.tolerance
 
 
 def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-5) -> ProbeResult:
     """One record removed or replaced moves the noiseless release by at most the claimed
     sensitivity (x2 for a replacement under add/remove), up to ``tolerance`` relative plus the
-    release's float rounding (:data:`SLACK_ULPS` ulps of the two releases' norms)."""
+    release's float rounding (:data:`SLACK_ULPS` ulps of the two releases' norms).
+
+    Args:
+        step: the step under test (a :class:`PrivateStep`).
+        batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+        records: the indices of the records probed.
+        tolerance: the relative tolerance, >= 0.
+
+    Returns:
+        A :class:`ProbeResult`.
+
+    Raises:
+        InputError: if ``step`` is not a PrivateStep.
+    """
     _check_step(step)
     c = step.claim
     base = step.release(batch, noise=False, generator=_gen(0))
@@ -256,7 +367,13 @@ def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-
 class IndependenceTest:
     """Noise draws from different generators are independent: ``z`` is ``sum_{i<j} <n_i, n_j> /
     std^2`` over its standard deviation ``sqrt(d k (k - 1) / 2)`` (about N(0, 1) for independent
-    isotropic draws; noise drawn once and reused gives ``z ~ sqrt(d k (k - 1) / 2)``)."""
+    isotropic draws; noise drawn once and reused gives ``z ~ sqrt(d k (k - 1) / 2)``).
+
+    Attributes:
+        z: the standardised cross-product statistic.
+        p_value: its two-sided normal p-value, in [0, 1].
+        level: the test's level: flagged below it.
+    """
 
     z: float
     p_value: float
@@ -264,12 +381,27 @@ class IndependenceTest:
 
     @property
     def passed(self) -> bool:
+        """Is ``p_value >= level``?"""
         return self.p_value >= self.level
 
 
 def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1, level: float = 1e-3):
     """``(std test, KS test, independence test)`` of the released noise -- release minus the
-    noiseless release on the same batch, from ``draws`` generators -- against the claimed std."""
+    noiseless release on the same batch, from ``draws`` generators -- against the claimed std.
+
+    Args:
+        step: the step under test (a :class:`PrivateStep`).
+        batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+        draws: the number of noisy releases, >= 1 (>= 2 for the independence test to run).
+        seed: the seed of the first draw's generator (draw k: ``seed + k``).
+        level: the tests' level, in (0, 1).
+
+    Returns:
+        ``(NoiseStdTest, NoiseKSTest, IndependenceTest)``.
+
+    Raises:
+        InputError: if ``step`` is not a PrivateStep.
+    """
     from scipy import stats
 
     _check_step(step)
@@ -296,7 +428,23 @@ def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, reco
     """Many independent releases on the batch without record ``record`` (add/remove; replace-one: the
     record replaced by an all-zero one) and with it; score: the released value's projection on the
     direction between the two noiseless releases, as the log-likelihood ratio of the claimed
-    Gaussian noise.  -> :class:`~.scores.ScoresAudit` against the claimed eps of one release."""
+    Gaussian noise.  -> :class:`~.scores.ScoresAudit` against the claimed eps of one release.
+
+    Args:
+        step: the step under test (a :class:`PrivateStep`).
+        batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+        delta: the delta of the eps bound, in (0, 1).
+        runs: the number of releases on each of the two batches.
+        record: the index of the record removed (or zeroed).
+        seed: the seed of the first release's generator.
+        confidence: the confidence of the lower bound, in (0, 1).
+
+    Returns:
+        A :class:`~dpcalib.optim.audit.scores.ScoresAudit`.
+
+    Raises:
+        InputError: if ``step`` is not a PrivateStep.
+    """
     _check_step(step)
     c = step.claim
     with_r = batch
@@ -321,7 +469,16 @@ def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, reco
 
 @dataclass(frozen=True)
 class SamplerReport:
-    """The batch sizes a loader produced against the claimed sampling."""
+    """The batch sizes a loader produced against the claimed sampling.
+
+    Attributes:
+        claimed: the claimed sampling (one of :data:`SAMPLINGS`).
+        sizes: the batch sizes observed.
+        p_value: the chi-square p-value (Poisson, balls-in-bins), or 1.0 / 0.0 for a fixed size
+            that held / did not.
+        passed: the verdict.
+        note: a one-line explanation.
+    """
 
     claimed: str
     sizes: list = field(repr=False)
@@ -330,6 +487,11 @@ class SamplerReport:
     note: str
 
     def text(self) -> str:
+        """One line: the verdict and the note.
+
+        Returns:
+            ``"sampler: ok (...)"`` or ``"sampler: FLAGGED (...)"``.
+        """
         return f"sampler: {'ok' if self.passed else 'FLAGGED'} ({self.note})"
 
 
@@ -339,7 +501,23 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
     ``sample_rate`` (a chi-square test against Binomial(n, q), which fixed-size or shuffled batches
     fail: their sizes do not vary; balls-in-bins batches at ``q = 1/t`` have these sizes too), or fixed
     size ``batch_size``.  A flagged Poisson claim prints
-    the shuffle bracket of the same run beside Poisson's eps (what a shuffled loader really spends)."""
+    the shuffle bracket of the same run beside Poisson's eps (what a shuffled loader really spends).
+
+    Args:
+        data_loader: an iterable of batches (a batch, or a tuple / list whose first item has one row per record).
+        claim: the :class:`StepClaim` whose sampling is tested.
+        n: the number of records; None for ``len(data_loader.dataset)``.
+        batches: the number of batch sizes to collect (the loader is iterated again as needed).
+        level: the chi-square test's level, in (0, 1).
+        delta: the delta of the eps comparison printed for a flagged Poisson claim, in (0, 1).
+
+    Returns:
+        A :class:`SamplerReport`.
+
+    Raises:
+        InputError: if the loader produces no batch, or the claim lacks the ``sample_rate`` or
+            ``batch_size`` its sampling needs.
+    """
     from scipy import stats
 
     ds = getattr(data_loader, "dataset", None)
@@ -404,7 +582,17 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
 
 @dataclass(frozen=True)
 class StepReport:
-    """:func:`check_step`'s verdicts: the probe, the noise tests and (with ``runs``) the audit."""
+    """:func:`check_step`'s verdicts: the probe, the noise tests and (with ``runs``) the audit.
+
+    Attributes:
+        probe: the :class:`ProbeResult`.
+        noise_std: the :class:`~dpcalib.optim.audit.noise_tests.NoiseStdTest`.
+        noise_ks: the :class:`~dpcalib.optim.audit.noise_tests.NoiseKSTest`.
+        noise_independence: the :class:`IndependenceTest`.
+        audit: the :class:`~dpcalib.optim.audit.scores.ScoresAudit`, or None without ``runs``.
+        claimed_epsilon: the claimed eps of one release at ``delta``.
+        delta: the delta of the claim and the audit.
+    """
 
     probe: ProbeResult
     noise_std: object
@@ -416,6 +604,7 @@ class StepReport:
 
     @property
     def flagged(self) -> list:
+        """One line per check that failed (an empty list when all passed)."""
         out = []
         if not self.probe.passed:
             out.append(f"probe: a record moved the release by {self.probe.worst_ratio:.6g} x its claimed sensitivity")
@@ -436,9 +625,15 @@ class StepReport:
 
     @property
     def passed(self) -> bool:
+        """Did every check pass?"""
         return not self.flagged
 
     def text(self) -> str:
+        """The report in a few lines, ending with the verdict.
+
+        Returns:
+            The text, lines separated by newlines.
+        """
         lines = [f"probe: worst move {self.probe.worst_ratio:.8g} of the claim (tolerance {self.probe.tolerance:g})",
                  f"noise: std ratio {self.noise_std.ratio:.6g} in [{self.noise_std.ratio_interval[0]:.4g}, "
                  f"{self.noise_std.ratio_interval[1]:.4g}], smallest KS p = {self.noise_ks.min_p:.3g}, independence z = "
@@ -456,7 +651,23 @@ class StepReport:
 
 def check_step(step: PrivateStep, batch, *, delta: float = 1e-5, records=(0,), draws: int = 20, runs: int = 0,
                tolerance: float = 1e-5) -> StepReport:
-    """The probe, the noise test and (``runs`` > 0) the audit of one step on ``batch``."""
+    """The probe, the noise test and (``runs`` > 0) the audit of one step on ``batch``.
+
+    Args:
+        step: the step under test (a :class:`PrivateStep`).
+        batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
+        delta: the delta of the claimed eps and the audit, in (0, 1).
+        records: the indices of the records probed (the first one is audited).
+        draws: the number of noisy releases of the noise tests.
+        runs: the number of audit releases per batch; 0 for no audit.
+        tolerance: the probe's relative tolerance, >= 0.
+
+    Returns:
+        A :class:`StepReport`.
+
+    Raises:
+        InputError: if ``step`` is not a PrivateStep (raised by the checks).
+    """
     probe = probe_step(step, batch, records=records, tolerance=tolerance)
     std, ks, ind = noise_test_step(step, batch, draws=draws)
     audit = audit_step(step, batch, delta=delta, runs=runs, record=int(records[0])) if runs else None
