@@ -49,8 +49,7 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
 
     Args:
-        build: maps a noise scale (> 0) to the mechanism at that scale (an object with
-            ``events`` and ``epsilon_report``).
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
         target: the target eps, > 0.
         delta: the target delta, in (0, 1).
         start: a feasible scale, > 0 (the RDP-tight one).
