@@ -4,6 +4,7 @@ Noise ``w^t ~ N(0, sigma1^2 I)`` is added to the AVERAGE-scale update ``v^t`` (c
 mean + clipped error feedback).  Only ``x^t`` is released; the error state ``e^t`` is hidden.
 
 Two accountants:
+
 * the paper's own bound (Thm 3.7 / A.3, Step III of its proof): total RDP ``16 alpha T G~/(sigma1^2 N^2)``,
   which rests on Assumptions 3.4/3.5 and the conditions of Lemma A.10 (DiceSGD-E4);
 * the assumption-free accountant (DiceSGD-E5): given the sampling randomness each release is a

@@ -1,5 +1,7 @@
 """An accountant Opacus users can plug into ``PrivacyEngine`` (optional: needs ``opacus``).
 
+Usage::
+
     import dpcalib.optim.opacus                      # registers the mechanism name "dpcalib"
     engine = opacus.PrivacyEngine(accountant="dpcalib")
     model, optimizer, loader = engine.make_private_with_epsilon(

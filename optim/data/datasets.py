@@ -1,7 +1,7 @@
 """Data for the reference optimizers: the papers' preprocessing and synthetic data of their shapes.
 
 Preprocessing (DIFF2 Sec. 6 / App. A): standardise every feature to mean 0, std 1;
-regression targets divided by max |y| over the whole dataset; random 80 % / 20 % train/test split;
+regression targets divided by max ``|y|`` over the whole dataset; random 80 % / 20 % train/test split;
 the training set cut into P equal i.i.d. shards (sizes differ by at most one record).
 
 Tables with text (categorical) columns are coded by :func:`encode_table` (ordinal or one-hot).
@@ -261,7 +261,7 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
     """The papers' preprocessing of a table ``x`` (n x d: an array, a pandas DataFrame or a dict of
     columns) and targets ``y`` (n,): text columns coded (:func:`encode_table`: ``categorical``,
     ``categories``), every numeric and ordinal column standardised to mean 0, std 1 (one-hot
-    columns stay 0/1), regression targets divided by max |y|, classification targets coded
+    columns stay 0/1), regression targets divided by max ``|y|``, classification targets coded
     0..k-1 (``TabularData.classes``: what each code stands for), a random train/test split.
 
     Args:
