@@ -201,7 +201,7 @@ class ForcedRecord(Sampler):
             holder: whose records are drawn.
 
         Returns:
-            The sampled indices (one fewer where the record was taken out).
+            The sampled indices (one fewer where the record was drawn and is taken out).
         """
         return self._fixed_size(super().without_replacement(n, size, generator, holder=holder), holder)
 
