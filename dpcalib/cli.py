@@ -486,7 +486,14 @@ def _require_torch(command: str) -> None:
 def main(argv=None) -> int:
     """The ``dpcalib`` command: 0 on success; 2 on a user's mistake (one line on stderr naming the
     option, the value and what is allowed); 1 on a bug (one line "internal error ... please
-    report"); 130 when interrupted -- never a Python traceback."""
+    report"); 130 when interrupted -- never a Python traceback.
+
+    Args:
+        argv: the arguments after ``dpcalib`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0, 1, 2 or 130.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -34,7 +34,17 @@ class NoPrivacyGuaranteeError(InputError):
 
 @dataclass(frozen=True)
 class ClipD2P(Mechanism):
-    """ClipD2P: ``J`` examples per node, ``iterations`` = K, noise multiplier ``sigma`` (std sigma C)."""
+    """ClipD2P: ``J`` examples per node, ``iterations`` = K, noise multiplier ``sigma`` (std sigma C).
+
+    Attributes:
+        samples_per_node: samples per node J, an integer in [1, 1e9].
+        iterations: iterations K, an integer in [1, 1e9].
+        relation: ``"add/remove"`` (Poisson, q = 1/J) or ``"replace-one"`` (one example without
+            replacement).
+
+    Raises:
+        InputError: on construction, if a field is out of its range or the relation unknown.
+    """
 
     samples_per_node: int
     iterations: int
@@ -53,12 +63,21 @@ class ClipD2P(Mechanism):
 
     @property
     def releases(self):
+        """The one release, ``"iteration"``, with the sampling of the chosen relation."""
         sampling = "Poisson" if self.relation == "add/remove" else "fixed size without replacement"
         return (ReleaseSpec("iteration", "sigma", self.relation, sampling, "clip", "K per node"),)
 
     def sensitivity(self, release: str, clip=None) -> float:
         """A node's sum of per-example gradients clipped to ``clip`` (one sampled example): ``clip``
-        under add/remove, ``2 clip`` under replace-one."""
+        under add/remove, ``2 clip`` under replace-one.
+
+        Args:
+            release: ``"iteration"``.
+            clip: the clip norm C (None: 1).
+
+        Returns:
+            The L2 sensitivity: ``clip`` (add/remove) or ``2 clip`` (replace-one).
+        """
         self.release(release)
         c = 1.0 if clip is None else float(clip)
         return c if self.relation == "add/remove" else 2.0 * c
@@ -70,9 +89,22 @@ class ClipD2P(Mechanism):
         return WORSampledGaussianEvent.from_sizes(1, J, z)
 
     def release_counts(self) -> dict:
+        """Iterations of a whole run.
+
+        Returns:
+            ``{"iteration": K}``.
+        """
         return {"iteration": self.iterations}
 
     def accountant(self, sigma) -> PrivacyAccountant:
+        """The privacy events of a whole run at noise multiplier ``sigma``.
+
+        Args:
+            sigma: noise level (std / clip norm C), > 0.
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         return self._accountant_of({"sigma": v.positive(sigma, "sigma")})
 
     @meets_accountant
@@ -80,7 +112,17 @@ class ClipD2P(Mechanism):
         """``"paper"``: Prop. 2 cannot be evaluated (c1, c2 unknown, AdaD2P-E3): a numerical
         accountant under the chosen relation with Lemma B.4.  ``"tight"``: the same events with the
         improved conversion (and real orders for add/remove) with ``accountant="rdp"``; with
-        ``accountant="best"`` (the default) the smallest sigma whose certified PLD upper bound meets the target."""
+        ``accountant="best"`` (the default) the smallest sigma whose certified PLD upper bound meets the target.
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma``.
+        """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         J, K = self.samples_per_node, self.iterations
@@ -132,6 +174,17 @@ class ConstD2P(ClipD2P):
 
     @meets_accountant
     def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
+        """ClipD2P's calibration with C = G, and the AdaD2P-E2 warning (emitted and in the report).
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma``.
+        """
         paper_warning("AdaD2P-E2", "ConstD2P's G is estimated from non-private runs and not enforced: the guarantee holds "
                       "only if every per-example gradient norm is <= G; clip at G (ClipD2P) to make it hold")
         rep = super().calibrate(epsilon, delta, method, accountant)
@@ -150,7 +203,12 @@ ADAD2P_REASON = (
 
 @dataclass(frozen=True)
 class AdaD2P:
-    """AdaD2P: refused.  Kept so that every algorithm of the papers has an entry that explains itself."""
+    """AdaD2P: refused.  Kept so that every algorithm of the papers has an entry that explains itself.
+
+    Attributes:
+        samples_per_node: samples per node J.
+        iterations: iterations K.
+    """
 
     samples_per_node: int = 1
     iterations: int = 1
@@ -162,20 +220,69 @@ class AdaD2P:
 
     def claimed_mechanism(self) -> "ClipD2P":
         """The run whose guarantee the paper claims for AdaD2P at the same sigma (Prop. 2 is stated
-        for the family): ClipD2P of the same shape under replace-one -- what an audit holds it to."""
+        for the family): ClipD2P of the same shape under replace-one -- what an audit holds it to.
+
+        Returns:
+            A replace-one :class:`ClipD2P` of the same shape.
+        """
         return ClipD2P(self.samples_per_node, self.iterations, "replace-one")
 
     def accountant(self, *args, **kwargs):
+        """Refused: AdaD2P has no privacy accountant (AdaD2P-E1).
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            NoPrivacyGuaranteeError: always.
+        """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
     def epsilon(self, *args, **kwargs):
+        """Refused: AdaD2P has no finite eps (AdaD2P-E1).
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            NoPrivacyGuaranteeError: always.
+        """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
     def calibrate(self, *args, **kwargs):
+        """Refused: no noise gives AdaD2P a guarantee (AdaD2P-E1).
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            NoPrivacyGuaranteeError: always.
+        """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
     def epsilon_bracket(self, *args, **kwargs):
+        """Refused: AdaD2P has no finite eps (AdaD2P-E1).
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            NoPrivacyGuaranteeError: always.
+        """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
     def report(self, *args, **kwargs):
+        """Refused: AdaD2P has no privacy report (AdaD2P-E1).
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            NoPrivacyGuaranteeError: always.
+        """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)

@@ -4,6 +4,7 @@ Noise ``w^t ~ N(0, sigma1^2 I)`` is added to the AVERAGE-scale update ``v^t`` (c
 mean + clipped error feedback).  Only ``x^t`` is released; the error state ``e^t`` is hidden.
 
 Two accountants:
+
 * the paper's own bound (Thm 3.7 / A.3, Step III of its proof): total RDP ``16 alpha T G~/(sigma1^2 N^2)``,
   which rests on Assumptions 3.4/3.5 and the conditions of Lemma A.10 (DiceSGD-E4);
 * the assumption-free accountant (DiceSGD-E5): given the sampling randomness each release is a
@@ -32,7 +33,15 @@ __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_mu
 
 def dice_const_needed(epsilon, delta) -> float:
     """The constant c that the paper's own RDP bound needs in place of 32 (DiceSGD-E3):
-    ``c = (32 eps/L / (sqrt(64 + 64 eps/L) - 8))^2``, ``L = log(1/delta)``."""
+    ``c = (32 eps/L / (sqrt(64 + 64 eps/L) - 8))^2``, ``L = log(1/delta)``.
+
+    Args:
+        epsilon: target eps, > 0.
+        delta: target delta, in (0, 1).
+
+    Returns:
+        The constant c.
+    """
     e = v.positive(epsilon, "epsilon")
     L = math.log(1.0 / v.delta(delta))
     return (32.0 * e / L / (math.sqrt(64.0 + 64.0 * e / L) - 8.0)) ** 2
@@ -41,7 +50,19 @@ def dice_const_needed(epsilon, delta) -> float:
 def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
     """The assumption-free bound (DiceSGD-E5, docs/errata.md) in RDP: every step at ``Delta = 2 C2 + C1/B`` and
     Lemma B.4 at the best real order: ``sigma1 = Delta sqrt(T / (2 S_max))``,
-    ``S_max = (sqrt(L + eps) - sqrt(L))^2``.  (The GDP accountant used by ``calibrate`` is tighter.)"""
+    ``S_max = (sqrt(L + eps) - sqrt(L))^2``.  (The GDP accountant used by ``calibrate`` is tighter.)
+
+    Args:
+        steps: iterations T, an integer >= 1.
+        C1: per-example clip, > 0.
+        C2: error-feedback clip (average scale), > 0.
+        batch_size: batch B, an integer >= 1.
+        epsilon: target eps, > 0.
+        delta: target delta, in (0, 1).
+
+    Returns:
+        The noise std ``sigma1`` on the average-scale update.
+    """
     e = v.positive(epsilon, "epsilon")
     L = math.log(1.0 / v.delta(delta))
     s_max = (math.sqrt(L + e) - math.sqrt(L)) ** 2
@@ -52,7 +73,18 @@ def dice_safe_sigma1_rdp(steps, C1, C2, batch_size, epsilon, delta) -> float:
 def dice_code_multiplier(sampling_rate, steps, epsilon, delta, ratio=1.0) -> float:
     """The authors' code's calibration (DiceSGD-E6): the DP-SGD noise multiplier for
     (q, T, eps, delta) times ``sqrt(1 + 2 ratio)``, ratio = C2/C1 (1.92943 for CIFAR).
-    Reported for comparison only: it is not the paper's Thm 3.7 and not certified here."""
+    Reported for comparison only: it is not the paper's Thm 3.7 and not certified here.
+
+    Args:
+        sampling_rate: Poisson sampling rate q, in (0, 1].
+        steps: steps T, an integer >= 1.
+        epsilon: target eps, > 0.
+        delta: target delta, in (0, 1).
+        ratio: C2/C1, > 0.
+
+    Returns:
+        The noise multiplier (std / C1 on the sum).
+    """
     r = v.positive(ratio, "ratio")
     z = abadi_multiplier(sampling_rate, steps, v.positive(epsilon, "epsilon"), v.delta(delta))
     return z * math.sqrt(1.0 + 2.0 * r)
@@ -66,6 +98,19 @@ class DiceSGD(Mechanism):
     ``B C2 <= C`` of Thm 3.7 (default ``B C2``); ``G_prime``: G' = max{0, G + sigma - C1} if known
     (default inf, i.e. min{C^2, G'^2} = C^2).  ``automatic=True``: Algorithm 4, C1 = C2 = C = 1
     (the learning rate absorbs C).
+
+    Attributes:
+        N: dataset size N, an integer in [1, 1e9].
+        batch_size: batch B, an integer in [1, N].
+        steps: iterations T, an integer in [1, 1e9].
+        C1: per-example clip, > 0.
+        C2: error-feedback clip (average scale), > 0.
+        C: the constant with ``B C2 <= C`` of Thm 3.7, > 0 (None: ``B C2``).
+        G_prime: G' if known, >= 0 (default inf).
+        automatic: the automatic variant (Algorithm 4: C1 = C2 = C = 1).
+
+    Raises:
+        InputError: on construction, if a field is out of its range.
     """
 
     N: int
@@ -117,7 +162,15 @@ class DiceSGD(Mechanism):
     def sensitivity(self, release: str, clip=None) -> float:
         """Add/remove sensitivity of ``v^t + w^t`` (DiceSGD-E5, assumption-free): ``C1/B`` at t = 0
         (no error feedback yet), ``2 C2 + C1/B`` after (the clipped feedback of both runs may differ
-        by 2 C2).  ``clip``: ``(C1, C2)`` actually used by a run (default: the mechanism's)."""
+        by 2 C2).  ``clip``: ``(C1, C2)`` actually used by a run (default: the mechanism's).
+
+        Args:
+            release: ``"first"`` (t = 0) or ``"later"`` (t >= 1).
+            clip: ``(C1, C2)`` used by a run, or None (the mechanism's).
+
+        Returns:
+            The L2 sensitivity of the release (average scale).
+        """
         self.release(release)
         c1, c2 = self.clips[:2] if clip is None else (float(clip[0]), float(clip[1]))
         return c1 / self.batch_size if release == "first" else 2.0 * c2 + c1 / self.batch_size
@@ -127,17 +180,38 @@ class DiceSGD(Mechanism):
 
     @property
     def sensitivities(self):
+        """``(Delta_0, Delta)``: the sensitivities of the first and of the later releases."""
         return self.sensitivity("first"), self.sensitivity("later")
 
     def release_counts(self) -> dict:
+        """Releases of a whole run: one first, ``T - 1`` later.
+
+        Returns:
+            ``{"first": 1, "later": T - 1}``.
+        """
         return {"first": 1, "later": self.steps - 1}
 
     def accountant(self, sigma1) -> PrivacyAccountant:
-        """Assumption-free events (DiceSGD-E5): full-batch Gaussian releases, no amplification."""
+        """Assumption-free events (DiceSGD-E5): full-batch Gaussian releases, no amplification.
+
+        Args:
+            sigma1: noise std on the average-scale update, > 0.
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         return self._accountant_of({"sigma1": v.positive(sigma1, "sigma1")})
 
     def paper_epsilon(self, delta, sigma1) -> float:
-        """eps by the paper's own RDP bound (16 alpha T G~/(sigma1^2 N^2)) at the best real order, Lemma B.4."""
+        """eps by the paper's own RDP bound (16 alpha T G~/(sigma1^2 N^2)) at the best real order, Lemma B.4.
+
+        Args:
+            delta: the delta, in (0, 1) (not checked here).
+            sigma1: noise std on the average-scale update, > 0.
+
+        Returns:
+            eps by the paper's bound (valid only under its assumptions, DiceSGD-E4).
+        """
         S = 16.0 * self.steps * self.G_tilde / (sigma1 ** 2 * self.N ** 2)
         return S + 2.0 * math.sqrt(S * math.log(1.0 / delta))
 
@@ -170,7 +244,21 @@ class DiceSGD(Mechanism):
         ``sqrt(96 T log(1/delta)) / (N eps)``), with a warning for every failed condition.
         ``"tight"``: the assumption-free accountant (DiceSGD-E5), exact by GDP; the paper's sigma1
         is reported beside it in ``notes``.  ``accountant="rdp"``: tight mode solves on RDP alone
-        (more noise; for comparison); the default solves on the best certified eps (exact GDP)."""
+        (more noise; for comparison); the default solves on the best certified eps (exact GDP).
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma1``.
+
+        Raises:
+            InputError: if Thm 3.7's noise is not finite at this eps (eps too small), or the target
+                is not allowed.
+        """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         L = math.log(1.0 / d)

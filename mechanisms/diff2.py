@@ -44,7 +44,17 @@ _DIFFERENCE = ReleaseSpec("difference", "sigma2", "replace-one", "full batch", "
 @dataclass(frozen=True)
 class DIFF2GD(Mechanism):
     """DIFF2-GD (Algorithms 1-3): ``R`` rounds, restart every ``T``, ``P`` clients, smallest local
-    dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch)."""
+    dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch).
+
+    Attributes:
+        rounds: rounds R, an integer in [1, 1e9].
+        restart_interval: restart interval T, an integer in [1, R].
+        clients: clients P, an integer in [1, 1e9].
+        n_min: smallest local dataset n_min, an integer in [1, 1e9].
+
+    Raises:
+        InputError: if a field is out of its range (checked on construction).
+    """
 
     rounds: int
     restart_interval: int
@@ -75,13 +85,22 @@ class DIFF2GD(Mechanism):
 
     @property
     def differences(self) -> int:
+        """Difference rounds (those that are not restarts): R - ceil(R/T)."""
         return self.rounds - self.restarts
 
     # -- releases -----------------------------------------------------------------------------
     def sensitivity(self, release: str, clip=None) -> float:
         """Lemma C.1: the average over P clients of each client's mean of gradients (or gradient
         differences) clipped to ``clip`` moves by at most ``2 clip / (n_min P)`` when one record is
-        replaced.  Both releases (restart, difference) share the rule."""
+        replaced.  Both releases (restart, difference) share the rule.
+
+        Args:
+            release: ``"restart"`` or ``"difference"``.
+            clip: the clip radius (None: 1, so the result is per unit of clip).
+
+        Returns:
+            The L2 sensitivity ``2 clip / (n_min P)``.
+        """
         self.release(release)
         return 2.0 * (1.0 if clip is None else float(clip)) / (self.n_min * self.clients)
 
@@ -93,10 +112,24 @@ class DIFF2GD(Mechanism):
 
     # -- accounting ---------------------------------------------------------------------------
     def release_counts(self) -> dict:
+        """Restart and difference rounds of a whole run.
+
+        Returns:
+            ``{"restart": ceil(R/T), "difference": R - ceil(R/T)}``.
+        """
         return {"restart": self.restarts, "difference": self.differences}
 
     def accountant(self, sigma1, sigma2=None) -> PrivacyAccountant:
-        """The privacy events of a run with these noise levels (Lemma C.1, adaptive composition)."""
+        """The privacy events of a run with these noise levels (Lemma C.1, adaptive composition).
+
+        Args:
+            sigma1: restart-round noise level (std / clip radius), > 0.
+            sigma2: difference-round noise level, > 0; required only when there are difference
+                rounds (T > 1).
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         noise = {"sigma1": v.positive(sigma1, "sigma1")}
         if self.differences:
             noise["sigma2"] = v.positive(sigma2, "sigma2")
@@ -111,7 +144,17 @@ class DIFF2GD(Mechanism):
 
     # -- calibration --------------------------------------------------------------------------
     def paper_sigmas(self, epsilon, delta, u=1.25):
-        """DIFF2 Prop. 4.1 as printed: ``(alpha, sigma1, sigma2)``."""
+        """DIFF2 Prop. 4.1 as printed: ``(alpha, sigma1, sigma2)``.
+
+        Args:
+            epsilon: target eps, > 0.
+            delta: target delta, in (0, 1).
+            u: budget split u > 1 (u >= 1 when T = 1).
+
+        Returns:
+            ``(alpha, sigma1, sigma2)``: the integer order and the two noise levels (``sigma2`` None
+            when there are no difference rounds).
+        """
         e, d = _check_target(epsilon, delta, "paper")
         uu = self._check_u(u)
         a = _paper_alpha(e, d)
@@ -136,6 +179,18 @@ class DIFF2GD(Mechanism):
         ``"tight"``: the same ratio sigma1/sigma2, scaled down until the exact GDP eps equals the
         target (never above it) -- the best certified eps (``accountant="best"``, the default);
         ``accountant="rdp"`` solves on RDP alone (more noise; for comparison).
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            u: budget split u > 1 (Prop. 4.1).
+            shares: None, or ``(s1, s2)``, two positive numbers summing to 1 (replaces ``u``).
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma1``, ``sigma2`` (``sigma3`` and ``sigma4``
+            None).
         """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
@@ -188,7 +243,13 @@ class DIFF2GD(Mechanism):
 
 @dataclass(frozen=True)
 class DPGD(Mechanism):
-    """DP-GD, the DIFF2 baseline (= DIFF2-GD with T = 1, u -> 1): ``sigma1`` only."""
+    """DP-GD, the DIFF2 baseline (= DIFF2-GD with T = 1, u -> 1): ``sigma1`` only.
+
+    Attributes:
+        rounds: rounds R, an integer in [1, 1e9].
+        clients: clients P, an integer in [1, 1e9].
+        n_min: smallest local dataset n_min, an integer in [1, 1e9].
+    """
 
     rounds: int
     clients: int
@@ -209,7 +270,15 @@ class DPGD(Mechanism):
         return DIFF2GD(self.rounds, 1, self.clients, self.n_min)
 
     def sensitivity(self, release: str, clip=None) -> float:
-        """DIFF2-GD's rule (Lemma C.1): ``2 clip / (n_min P)``."""
+        """DIFF2-GD's rule (Lemma C.1): ``2 clip / (n_min P)``.
+
+        Args:
+            release: ``"restart"``.
+            clip: the clip radius (None: 1).
+
+        Returns:
+            The L2 sensitivity.
+        """
         self.release(release)
         return self._as_diff2.sensitivity(release, clip)
 
@@ -217,15 +286,38 @@ class DPGD(Mechanism):
         return GaussianEvent(z)
 
     def release_counts(self) -> dict:
+        """Restart rounds of a whole run (every round).
+
+        Returns:
+            ``{"restart": R}``.
+        """
         return {"restart": self._as_diff2.restarts}
 
     def accountant(self, sigma1) -> PrivacyAccountant:
+        """The privacy events of a run at noise level ``sigma1`` (every round a restart round).
+
+        Args:
+            sigma1: noise level (std / clip radius), > 0.
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         return self._as_diff2.accountant(sigma1)
 
     @meets_accountant
     def calibrate(self, epsilon, delta, method="tight", accountant="best") -> CalibrationReport:
         """``"paper"``: sigma1^2 = 4 alpha R / (n_min^2 P^2 eps) (Prop. 4.1, T = 1, u -> 1);
-        ``"tight"``: exact GDP (``accountant="rdp"``: RDP alone, for comparison)."""
+        ``"tight"``: exact GDP (``accountant="rdp"``: RDP alone, for comparison).
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma1``.
+        """
         rep = self._as_diff2.calibrate(epsilon, delta, method, accountant=accountant, u=1.0)
         notes = dict(rep.notes)
         notes["sigma2"] = "DP-GD has no difference rounds"
@@ -242,6 +334,17 @@ class DIFF2BVR(Mechanism):
     steps each with a subsampled Gaussian (``gamma = b / n_min``, replace-one).  The paper counts
     ``K`` local noisy steps per round; the algorithm adds noise at k = 2..K, i.e. ``K - 1`` steps
     (DIFF2-E9): paper mode uses ``K``, tight mode ``K - 1``.
+
+    Attributes:
+        rounds: rounds R, an integer in [1, 1e9].
+        restart_interval: restart interval T, an integer in [1, R].
+        clients: clients P, an integer in [1, 1e9].
+        n_min: smallest local dataset n_min, an integer in [1, 1e9].
+        local_steps: local steps K per round, an integer in [1, 1e9].
+        batch_size: local minibatch b, an integer in [1, n_min].
+
+    Raises:
+        InputError: if a field is out of its range (checked on construction).
     """
 
     rounds: int
@@ -278,11 +381,20 @@ class DIFF2BVR(Mechanism):
 
     @property
     def gamma(self) -> float:
+        """The local steps' sampling rate ``b / n_min``."""
         return self.batch_size / self.n_min
 
     def sensitivity(self, release: str, clip=None) -> float:
         """Restart and difference rounds: DIFF2-GD's ``2 clip / (n_min P)``; a local step's minibatch
-        mean of ``b`` clipped differences: ``2 clip / b`` (Lemma E.1)."""
+        mean of ``b`` clipped differences: ``2 clip / b`` (Lemma E.1).
+
+        Args:
+            release: ``"restart"``, ``"difference"`` or ``"local"``.
+            clip: the clip radius (None: 1).
+
+        Returns:
+            The L2 sensitivity.
+        """
         if self.release(release).name == "local":
             return 2.0 * (1.0 if clip is None else float(clip)) / self.batch_size
         return self._gd.sensitivity(release, clip)
@@ -296,10 +408,26 @@ class DIFF2BVR(Mechanism):
         return self.noise_multiplier("local", sigma3)
 
     def release_counts(self) -> dict:
+        """Restart, difference and noisy local steps of a whole run (``K - 1`` per local round).
+
+        Returns:
+            A dict release name -> count.
+        """
         return {**self._gd.release_counts(), "local": (self.local_steps - 1) * self.local_rounds}
 
     def accountant(self, sigma1, sigma2, sigma3, *, noisy_steps=None, bound="thm27") -> PrivacyAccountant:
-        """Events of a run.  ``noisy_steps`` per local round defaults to the true ``K - 1``."""
+        """Events of a run.  ``noisy_steps`` per local round defaults to the true ``K - 1``.
+
+        Args:
+            sigma1: restart-round noise level, > 0.
+            sigma2: difference-round noise level, > 0 (None when T = 1).
+            sigma3: local-step noise level, > 0.
+            noisy_steps: noisy local steps per local round (None: ``K - 1``).
+            bound: the WOR subsampled-Gaussian RDP bound (``"thm27"``: WBK19 Thm 27).
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         s3 = v.positive(sigma3, "sigma3")
         k = self.local_steps - 1 if noisy_steps is None else noisy_steps
         acc = self._gd.accountant(sigma1, sigma2)
@@ -309,7 +437,17 @@ class DIFF2BVR(Mechanism):
 
     # -- paper --------------------------------------------------------------------------------
     def paper_rdp(self, alpha: int, sigma1, sigma2, sigma3) -> float:
-        """Prop. E.2's RDP at integer ``alpha``, with ``eps'`` from Lemma B.7 (exact sum) and K steps."""
+        """Prop. E.2's RDP at integer ``alpha``, with ``eps'`` from Lemma B.7 (exact sum) and K steps.
+
+        Args:
+            alpha: integer Renyi order, >= 2.
+            sigma1: restart-round noise level, > 0.
+            sigma2: difference-round noise level (None when T = 1).
+            sigma3: local-step noise level, > 0.
+
+        Returns:
+            The RDP of the whole run at ``alpha``.
+        """
         gd = self._gd.accountant(sigma1, sigma2).rdp([alpha])[0]
         b2s = self.batch_size ** 2 * sigma3 ** 2
         local = subsampled_rdp_wor(alpha, self.gamma, lambda j: 2.0 * np.asarray(j) / b2s)
@@ -318,7 +456,16 @@ class DIFF2BVR(Mechanism):
     def simple_sigma3(self, epsilon, delta):
         """The explicit sigma3 of Prop. E.2's proof (Lemma B.8 with c = 1):
         ``sigma3^2 = max{(8/3)(4+e) alpha^2/(alpha-1) * 6 K ceil(R/P)/(n_min^2 eps), 6 alpha/b^2}``.
-        Returns ``(sigma3, term1, term2, conditions_ok, largest_feasible_b)``."""
+        Returns ``(sigma3, term1, term2, conditions_ok, largest_feasible_b)``.
+
+        Args:
+            epsilon: target eps, > 0.
+            delta: target delta, in (0, 1).
+
+        Returns:
+            ``(sigma3, term1, term2, conditions_ok, largest_feasible_b)`` (the last None if no b
+            meets Lemma B.8's conditions).
+        """
         e, d = _check_target(epsilon, delta, "paper")
         a = _paper_alpha(e, d)
         n = self.n_min
@@ -363,6 +510,20 @@ class DIFF2BVR(Mechanism):
         until the RDP accountant (WBK19 Thm 27, improved conversion, K - 1 noisy steps) hits the
         target (``accountant="rdp"``); with ``accountant="best"`` (the default), until the certified eps
         (PLD upper bound of the replace-one WOR pairs, or RDP if smaller) does.
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            u1: budget split u1 > 1 (Prop. E.2).
+            u2: budget split u2 > 1, with 1/u1 + 1/u2 < 1.
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma1``, ``sigma2``, ``sigma3`` (``sigma4`` None).
+
+        Raises:
+            InputError: if 1/u1 + 1/u2 >= 1 (DIFF2-E6), or a target or split is not allowed.
         """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)

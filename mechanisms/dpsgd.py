@@ -37,7 +37,15 @@ __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
 def classical_gaussian_multiplier(epsilon, delta) -> float:
     """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; GAUSS-E1):
     ``sigma >= sqrt(2 log(1.25/delta)) / eps`` for ONE release.  Valid only for eps < 1 (the papers
-    state it for all eps > 0): a ``PaperConditionWarning`` (GAUSS-E1) is issued for eps >= 1."""
+    state it for all eps > 0): a ``PaperConditionWarning`` (GAUSS-E1) is issued for eps >= 1.
+
+    Args:
+        epsilon: target eps of the one release, > 0 (the bound holds only for eps < 1).
+        delta: target delta, in (0, 1).
+
+    Returns:
+        The noise multiplier ``sqrt(2 log(1.25/delta)) / eps`` (std / L2 sensitivity).
+    """
     import math
 
     e = v.positive(epsilon, "epsilon")
@@ -58,7 +66,23 @@ class DPSGD(Mechanism):
     (``sampling="shuffle"``) ``epochs`` epochs of shuffled batches of ``batch_size`` out of ``n``
     records (relation ``"zero-out"``, Chua et al.'s, or ``"replace-one"``; add/remove refused), or
     (``sampling="balls-in-bins"``) ``epochs`` epochs of ``ceil(n / batch_size)`` steps, each record in
-    one step an epoch chosen at random (add/remove only)."""
+    one step an epoch chosen at random (add/remove only).
+
+    Attributes:
+        sampling_rate: Poisson sampling rate q, in [1e-9, 1] (``sampling="poisson"``; else None).
+        steps: steps T, an integer in [1, 1e9] (``sampling="poisson"``; else None).
+        sampling: ``"poisson"``, ``"shuffle"`` or ``"balls-in-bins"``.
+        n: number of records N (epoch-wise samplings; with Poisson it sets q = b/N and T).
+        batch_size: batch size b (the expected batch for Poisson and balls-in-bins).
+        epochs: epochs E.
+        relation: neighbouring relation of ``sampling="shuffle"`` (``"zero-out"`` by default, or
+            ``"replace-one"``); ``"add/remove"`` for the other samplings.
+        drop_last: ``sampling="shuffle"`` only: drop each epoch's last, partial batch.
+
+    Raises:
+        InputError: on construction, if the sampling is unknown, a field is missing, out of
+            range or not allowed with the sampling.
+    """
 
     sampling_rate: float | None = None
     steps: int | None = None
@@ -169,10 +193,12 @@ class DPSGD(Mechanism):
 
     @property
     def shuffled(self) -> bool:
+        """Whether the batches are shuffled (``sampling="shuffle"``)."""
         return self.sampling == "shuffle"
 
     @property
     def balls_in_bins(self) -> bool:
+        """Whether each record goes to one random step an epoch (``sampling="balls-in-bins"``)."""
         return self.sampling == "balls-in-bins"
 
     @property
@@ -198,10 +224,12 @@ class DPSGD(Mechanism):
 
     @property
     def total_steps(self) -> int:
+        """Steps of the whole run: ``epochs * steps_per_epoch`` (epoch-wise samplings) or ``steps``."""
         return self.epochs * self.steps_per_epoch if self.epoch_wise else self.steps
 
     @property
     def releases(self) -> tuple:
+        """The one release, ``"step"``, with the sampling and relation of this run."""
         if self.shuffled:
             return (ReleaseSpec("step", "noise_multiplier", self.relation, "shuffled batches (one per record per "
                                 "epoch)", "clip", f"{self.epochs} epoch(s) of {self.steps_per_epoch} steps"),)
@@ -213,7 +241,16 @@ class DPSGD(Mechanism):
 
     def sensitivity(self, release: str, clip=None) -> float:
         """The sum of per-example gradients clipped to ``clip`` changes by at most ``clip`` when one
-        record is added or removed (or zeroed out); by ``2 clip`` when it is replaced."""
+        record is added or removed (or zeroed out); by ``2 clip`` when it is replaced.
+
+        Args:
+            release: ``"step"``.
+            clip: the clip norm (None: 1).
+
+        Returns:
+            The L2 sensitivity of the noisy sum: ``clip``, or ``2 clip`` for shuffled batches under
+            replace-one.
+        """
         self.release(release)
         c = 1.0 if clip is None else float(clip)
         return 2.0 * c if self.shuffled and self.relation != ZERO_OUT else c
@@ -221,7 +258,15 @@ class DPSGD(Mechanism):
     def participations(self, release: str, count: int) -> int:
         """Shuffled and balls-in-bins batches: a record sits in one batch per epoch, so ``count`` steps reach
         it at most ``ceil(count / steps_per_epoch)`` times (at most once in each epoch begun; a balls-in-bins
-        epoch cut short releases a prefix of the epoch, a post-processing of the whole)."""
+        epoch cut short releases a prefix of the epoch, a post-processing of the whole).
+
+        Args:
+            release: ``"step"``.
+            count: steps made, >= 0.
+
+        Returns:
+            The number of those steps that can include one record.
+        """
         return -(-int(count) // self.steps_per_epoch) if self.epoch_wise else count
 
     def _event(self, release: str, z: float):
@@ -230,18 +275,51 @@ class DPSGD(Mechanism):
         return GaussianEvent(z) if self.shuffled else PoissonSampledGaussianEvent(self.sampling_rate, z)
 
     def release_counts(self) -> dict:
+        """Steps of a whole run.
+
+        Returns:
+            ``{"step": total_steps}``.
+        """
         return {"step": self.total_steps}
 
     def accountant(self, noise_multiplier, **kwargs) -> PrivacyAccountant:
+        """The privacy events of a whole run at this noise multiplier.
+
+        Args:
+            noise_multiplier: noise std / clip norm, > 0.
+            **kwargs: passed to :class:`~dpcalib.accountant.PrivacyAccountant` (e.g. ``orders``).
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         return self._accountant_of({"noise_multiplier": noise_multiplier}, **kwargs)
 
     # -- shuffled batches: the bracket ------------------------------------------------------------
     def epsilon_lower(self, delta, noise_multiplier):
+        """Shuffled batches: Chua et al.'s lower bound on eps; None for the other samplings.
+
+        Args:
+            delta: the delta, in (0, 1).
+            noise_multiplier: noise std / clip norm, > 0.
+
+        Returns:
+            A lower bound on eps, or None.
+        """
         if not self.shuffled:
             return None
         return shuffle_lower_epsilon(noise_multiplier, self.n, self.batch_size, self.epochs, delta, self.relation)
 
     def epsilon_bracket(self, delta, noise_multiplier):
+        """The eps bracket at ``delta``: for shuffled batches :mod:`dpcalib.accountant.shuffle`'s, else
+        the accountant's.
+
+        Args:
+            delta: the delta, in (0, 1).
+            noise_multiplier: noise std / clip norm, > 0.
+
+        Returns:
+            An ``EpsilonBracket``.
+        """
         if not self.shuffled:
             return super().epsilon_bracket(delta, noise_multiplier)
         return shuffle_epsilon_bracket(noise_multiplier, self.n, self.batch_size, self.epochs, delta, self.relation,
@@ -249,17 +327,39 @@ class DPSGD(Mechanism):
 
     def poisson_twin(self) -> "DPSGD":
         """Poisson sampling at the same ``q = b/n`` and number of steps: what a shuffled run is often
-        (wrongly) reported as."""
+        (wrongly) reported as.
+
+        Returns:
+            A Poisson :class:`DPSGD` with q = b/n and ``total_steps`` steps.
+        """
         return DPSGD(self.batch_size / self.n, self.total_steps)
 
     def poisson_epsilon(self, delta, noise_multiplier) -> float | None:
         """Poisson's certified eps for the same ``q = b/n`` and steps (zero-out only: it is
-        add/remove's for Poisson sampling) -- shown beside the bracket, never valid for shuffling."""
+        add/remove's for Poisson sampling) -- shown beside the bracket, never valid for shuffling.
+
+        Args:
+            delta: the delta, in (0, 1).
+            noise_multiplier: noise std / clip norm, > 0.
+
+        Returns:
+            The Poisson twin's certified eps, or None (not shuffled, not zero-out, or a run longer
+            than 1e9 steps).
+        """
         if not self.shuffled or self.relation != ZERO_OUT or self.total_steps > v.MAX_RUN_LENGTH:
             return None               # (no Poisson twin of a run longer than any run: nothing to compare)
         return self.poisson_twin().epsilon(delta, noise_multiplier).epsilon
 
     def report_notes(self, delta, noise_multiplier) -> tuple:
+        """The report's note comparing a shuffled zero-out run with its Poisson twin (none otherwise).
+
+        Args:
+            delta: the delta, in (0, 1).
+            noise_multiplier: noise std / clip norm, > 0.
+
+        Returns:
+            A tuple of zero or one note line.
+        """
         pe = self.poisson_epsilon(delta, noise_multiplier)
         if pe is None:
             return ()
@@ -322,7 +422,22 @@ class DPSGD(Mechanism):
         real orders with the improved conversion (``accountant="rdp"``), or, with
         ``accountant="best"`` (the default), the smallest noise whose certified eps (the PLD upper bound of both
         directions, or RDP if smaller) meets the target (3-8 % less noise in the common regime, up to 25 % with few
-        steps; 0.1-1 s per calibration).  Either way ``certified_epsilon`` is the best certified eps of the answer."""
+        steps; 0.1-1 s per calibration).  Either way ``certified_epsilon`` is the best certified eps of the answer.
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"`` (shuffle and balls-in-bins: ``"tight"`` only).
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            rtol: relative tolerance of the searches on the multiplier.
+
+        Returns:
+            A :class:`CalibrationReport` with ``noise_multiplier``.
+
+        Raises:
+            InputError: if ``method="paper"`` with shuffled or balls-in-bins batches, or the target is
+                not allowed.
+        """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         if self.shuffled:

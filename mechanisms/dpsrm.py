@@ -31,6 +31,18 @@ class DPSRM(Mechanism):
     ``lipschitz`` is G (or the clip C1), ``step_bound`` is zeta/n0 (or the clip C2), ``momentum``
     is gamma in (0, 1], ``beta`` in (0, 1) splits the budget (RDP ``beta eps``, conversion
     ``(1 - beta) eps``) in the paper's calibration.
+
+    Attributes:
+        n: dataset size n, an integer in [1, 1e9].
+        steps: iterations T, an integer in [1, 1e9].
+        b0: first batch b0, an integer in [1, n].
+        b: batch b of the later steps, an integer in [1, n].
+        lipschitz: G (or the clip C1), > 0.
+        step_bound: zeta/n0 (or the clip C2), > 0.
+        momentum: gamma, in (0, 1].
+
+    Raises:
+        InputError: on construction, if a field is out of its range.
     """
 
     n: int
@@ -66,7 +78,15 @@ class DPSRM(Mechanism):
     def sensitivity(self, release: str, clip=None) -> float:
         """Replace-one sensitivity of the released estimator; the clip norms are the mechanism's
         ``lipschitz`` (C1) and ``step_bound`` (C2), so ``clip`` is not used.  ``v^0``: the mean of
-        ``b0`` gradients clipped to L, ``2 L / b0``; ``v^t``: ``2 ((1 - gamma) C2 + gamma L) / b``."""
+        ``b0`` gradients clipped to L, ``2 L / b0``; ``v^t``: ``2 ((1 - gamma) C2 + gamma L) / b``.
+
+        Args:
+            release: ``"v^0"`` or ``"v^t"``.
+            clip: ignored (the clips are the mechanism's fields).
+
+        Returns:
+            The replace-one L2 sensitivity of the release.
+        """
         if self.release(release).name == "v^0":
             return 2.0 * self.lipschitz / self.b0
         return 2.0 * ((1.0 - self.momentum) * self.step_bound + self.momentum * self.lipschitz) / self.b
@@ -77,19 +97,43 @@ class DPSRM(Mechanism):
 
     @property
     def sensitivities(self):
+        """``(Delta_0, Delta_t)``: the sensitivities of ``v^0`` and of ``v^t``."""
         return self.sensitivity("v^0"), self.sensitivity("v^t")
 
     def release_counts(self) -> dict:
+        """Releases of a whole run: one ``v^0``, ``T - 1`` ``v^t``.
+
+        Returns:
+            ``{"v^0": 1, "v^t": T - 1}``.
+        """
         return {"v^0": 1, "v^t": self.steps - 1}
 
     def accountant(self, sigma0, sigma) -> PrivacyAccountant:
+        """The privacy events of a whole run (fixed-size WOR sampled Gaussians, replace-one).
+
+        Args:
+            sigma0: absolute noise std of ``v^0``, > 0.
+            sigma: absolute noise std of ``v^t``, > 0 (ignored when T = 1).
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyAccountant` of the whole run.
+        """
         noise = {"sigma0": v.positive(sigma0, "sigma0")}
         if self.steps > 1:
             noise["sigma"] = v.positive(sigma, "sigma")
         return self._accountant_of(noise)
 
     def paper_sigmas(self, epsilon, delta, beta=0.5):
-        """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``."""
+        """The supplement's (2.3)/(2.5) with alpha rounded up (DPSRM-E2): ``(alpha, sigma0, sigma)``.
+
+        Args:
+            epsilon: target eps, > 0.
+            delta: target delta, in (0, 1).
+            beta: budget split, in (0, 1).
+
+        Returns:
+            ``(alpha, sigma0, sigma)``: the integer order and the two absolute noise stds.
+        """
         e, d = _check_target(epsilon, delta, "paper")
         bb = v.in_range(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
         a = paper_order(math.log(1.0 / d) / ((1.0 - bb) * e), e)
@@ -101,13 +145,31 @@ class DPSRM(Mechanism):
     @staticmethod
     def lemma37_rhs(ratio2: float, tau: float, alpha: int) -> float:
         """Right-hand side of Lemma 3.7's order condition, ``alpha <= 1 + (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))``
-        (the value docs/calibration.md shows)."""
+        (the value docs/calibration.md shows).
+
+        Args:
+            ratio2: ratio^2 = (sigma / sensitivity)^2, > 0.
+            tau: sampling rate b/n, in (0, 1].
+            alpha: integer Renyi order, >= 2.
+
+        Returns:
+            The right-hand side of the order condition.
+        """
         return 1.0 + (2.0 / 3.0) * ratio2 * math.log(1.0 / (tau * alpha * (1.0 + ratio2)))
 
     @staticmethod
     def corollary53_min_steps(epsilon, delta, beta=0.5):
         """Corollary 5.3 regime (b0^2 = b^2 = n^2 eps/T, corrected ratio^2 = 7 alpha, DPSRM-E1): the
-        smallest T for which Lemma 3.7's order condition holds.  Returns ``(alpha, ratio2, tau, T_min)``."""
+        smallest T for which Lemma 3.7's order condition holds.  Returns ``(alpha, ratio2, tau, T_min)``.
+
+        Args:
+            epsilon: target eps, > 0.
+            delta: target delta, in (0, 1).
+            beta: budget split, in (0, 1) (not checked here).
+
+        Returns:
+            ``(alpha, ratio2, tau, T_min)``.
+        """
         e = v.positive(epsilon, "epsilon")
         d = v.delta(delta)
         a = paper_order(math.log(1.0 / d) / ((1.0 - beta) * e), e)
@@ -118,7 +180,16 @@ class DPSRM(Mechanism):
     @staticmethod
     def lemma37_holds(ratio2: float, tau: float, alpha: int) -> bool:
         """Reconstructed Lemma 3.7 (the supplement's Lemma 3.7, corrected per DPSRM-E1, DPSRM-E3): ratio^2 >= 0.7 and
-        alpha - 1 <= (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2)))."""
+        alpha - 1 <= (2/3) ratio^2 log(1/(tau alpha (1 + ratio^2))).
+
+        Args:
+            ratio2: ratio^2 = (sigma / sensitivity)^2.
+            tau: sampling rate b/n.
+            alpha: integer Renyi order.
+
+        Returns:
+            True if both conditions hold.
+        """
         x = tau * alpha * (1.0 + ratio2)
         if ratio2 < 0.7 or x >= 1.0:
             return False
@@ -133,7 +204,18 @@ class DPSRM(Mechanism):
         ``"tight"``: both noise levels scaled by one factor (same split) until WBK19 Thm 27 + the
         improved conversion hits the target (``accountant="rdp"``), or until the certified
         eps (PLD upper bound of the replace-one WOR pair, or RDP if smaller) does
-        (``accountant="best"``, the default).  ``certified_epsilon`` is the best certified eps of the answer."""
+        (``accountant="best"``, the default).  ``certified_epsilon`` is the best certified eps of the answer.
+
+        Args:
+            epsilon: target eps, in (0, 1e4].
+            delta: target delta, in (0, 1).
+            method: ``"paper"`` or ``"tight"``.
+            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            beta: budget split, in (0, 1).
+
+        Returns:
+            A :class:`CalibrationReport` with ``sigma0``, ``sigma``.
+        """
         accountant = check_accountant(accountant)
         e, d = _check_target(epsilon, delta, method)
         a, p0, pt = self.paper_sigmas(e, d, beta)

@@ -47,6 +47,17 @@ def pld_scale(build, target: float, delta: float, start: float, rtol: float = 1e
     overshoots.  Returns ``start`` when the PLD does not apply or is not smaller, and when
     ``delta`` is at least the chance that the record is used at all (then eps = 0 at every
     noise level: :func:`~dpcalib.accountant.events.never_used_probability`).
+
+    Args:
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
+        target: the target eps, > 0.
+        delta: the target delta, in (0, 1).
+        start: a feasible scale, > 0 (the RDP-tight one).
+        rtol: relative tolerance of the search on the scale.
+
+    Returns:
+        ``(scale, capped)``: the smallest certified scale (at most ``start``), and whether a
+        smaller scale was left unexamined (over the memory cap, or its grid could not tell).
     """
     from ..accountant.events import never_used_probability
     from ..accountant.pld import MIN_DELTA, pld_epsilon

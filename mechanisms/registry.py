@@ -26,7 +26,33 @@ __all__ = ["Algorithm", "REGISTRY", "names", "Names", "RegistryView", "ALGORITHM
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One algorithm: its mechanism, the paper, its reference optimizer and which checks apply."""
+    """One algorithm: its mechanism, the paper, its reference optimizer and which checks apply.
+
+    Attributes:
+        name: the registry name (``"dp-sgd"``...).
+        mechanism: the mechanism class (:mod:`dpcalib.mechanisms`).
+        source: the paper and the algorithm, theorem or proposition, in words.
+        optimizer: the reference optimizer, ``"module:Class"`` in ``dpcalib.optim.algorithms`` or
+            ``"package.module:Class"``.
+        audit: the audits that apply: ``"llr"``, ``"wor"``, ``"one-run"``.
+        batched: whether many audit runs are stacked along a tensor dimension.
+        train: how ``dpcalib train`` runs it: ``"clients"``, ``"data-parallel"``, or ``""`` (not).
+        examples: command -> a worked command line.
+        probe: the record probe's defaults (lr and clip options), or None (no probe).
+        data: how the optimizer takes its records: ``"clients"``, ``"nodes"`` or ``"dataset"``.
+        records: the mechanism field that fixes the records per shard / node / dataset, or None.
+        clips: clip option (``c1``, ``c2``, ``clip``) -> the optimizer's keyword.
+        clip_enforced: False where the clip norm is an estimate the update never enforces.
+        claimed_by: the algorithm whose guarantee the paper claims for this one, or None.
+        paper_auditable: False where the paper's claim rests on amplification by sampling.
+        warnings: ``(erratum id, text)`` pairs printed with every eps of this algorithm.
+        noise_notes: print every noise level the paper names, with the reason where unused.
+        no_guarantee: why the algorithm claims no sensitivity at all (empty if it does).
+        train_shape: ``dpcalib train``: mechanism field -> run quantity.
+        train_clips: ``dpcalib train``: optimizer keyword -> run quantity.
+        train_defaults: ``dpcalib train``: run quantity -> its value when not given.
+        engine: the batch samplings the engine's accountant covers, the first the default.
+    """
 
     name: str
     mechanism: type
@@ -168,7 +194,17 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
 
 
 def lookup(name: str) -> Algorithm:
-    """The registry entry of ``name``; an unknown name raises :class:`InputError` listing the known ones."""
+    """The registry entry of ``name``; an unknown name raises :class:`InputError` listing the known ones.
+
+    Args:
+        name: a registered algorithm name.
+
+    Returns:
+        The :class:`Algorithm` entry.
+
+    Raises:
+        InputError: if ``name`` is not registered.
+    """
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
@@ -177,7 +213,17 @@ def lookup(name: str) -> Algorithm:
 
 def register(algorithm: Algorithm) -> Algorithm:
     """Add an algorithm (its mechanism, optimizer and the facts above) to the registry: every command,
-    check and list derived from the registry then knows it.  A name already taken is refused."""
+    check and list derived from the registry then knows it.  A name already taken is refused.
+
+    Args:
+        algorithm: the :class:`Algorithm` to add.
+
+    Returns:
+        ``algorithm`` itself.
+
+    Raises:
+        InputError: if ``algorithm`` is not an :class:`Algorithm` or its name is taken.
+    """
     if not isinstance(algorithm, Algorithm):
         raise InputError(f"algorithm={algorithm!r} is not allowed: expected a registry.Algorithm.")
     if algorithm.name in REGISTRY:
@@ -188,7 +234,16 @@ def register(algorithm: Algorithm) -> Algorithm:
 
 def names(*, audit: str | None = None, batched: bool | None = None, train: bool | str | None = None) -> tuple:
     """The names (registry order) of the algorithms with that audit kind / batched audits / train
-    (``train=True``: any way of training; or the way, "clients" / "data-parallel")."""
+    (``train=True``: any way of training; or the way, "clients" / "data-parallel").
+
+    Args:
+        audit: None (any), or an audit kind (``"llr"``, ``"wor"``, ``"one-run"``).
+        batched: None (any), or whether the audits are batched.
+        train: None (any), True/False (trainable or not), or ``"clients"`` / ``"data-parallel"``.
+
+    Returns:
+        A tuple of algorithm names.
+    """
     return tuple(n for n, a in REGISTRY.items()
                  if (audit is None or audit in a.audit) and (batched is None or a.batched == batched)
                  and (train is None or (bool(a.train) == train if isinstance(train, bool) else a.train == train)))
@@ -196,7 +251,11 @@ def names(*, audit: str | None = None, batched: bool | None = None, train: bool 
 
 class Names(Sequence):
     """:func:`names` as a live view: read from the registry at every use, so that an algorithm
-    registered after import is in it too (``AUDITABLE``, ``ONE_RUN``, ``BATCHABLE``, ...)."""
+    registered after import is in it too (``AUDITABLE``, ``ONE_RUN``, ``BATCHABLE``, ...).
+
+    Args:
+        **which: the filters of :func:`names` (``audit``, ``batched``, ``train``).
+    """
 
     def __init__(self, **which):
         self._which = which
@@ -228,7 +287,11 @@ class Names(Sequence):
 
 class RegistryView(Mapping):
     """``name -> of(name)`` for every registered algorithm, read from the registry at every use (so an
-    algorithm registered after import is in it too): ``ALGORITHMS``, ``OPTIMIZERS``."""
+    algorithm registered after import is in it too): ``ALGORITHMS``, ``OPTIMIZERS``.
+
+    Args:
+        of: maps a registered name to the view's value.
+    """
 
     def __init__(self, of):
         self._of = of

@@ -59,7 +59,14 @@ class PerLayerClip(tuple):
         return self.norm
 
     def scaled(self, factor: float) -> "PerLayerClip":
-        """Every bound times ``factor`` (a grad-clip scheduler moving the whole vector)."""
+        """Every bound times ``factor`` (a grad-clip scheduler moving the whole vector).
+
+        Args:
+            factor: the multiplier of every bound, > 0.
+
+        Returns:
+            A new :class:`PerLayerClip` with the scaled bounds.
+        """
         return PerLayerClip(b * float(factor) for b in self)
 
 
@@ -67,12 +74,15 @@ class PerLayerClip(tuple):
 class ReleaseSpec:
     """One kind of noisy release of a mechanism.
 
-    ``name``: the release's name (and the key under which runs count it); ``noise``: the key of
-    the noise level in a calibration (``sigma1``, ``noise_multiplier``...); ``relation``: the
-    neighbouring relation of its sensitivity; ``sampling``: ``"full batch"``, ``"Poisson"`` or
-    ``"fixed size without replacement"``; ``scale``: ``"clip"`` if the injected std is
-    ``level * clip`` (the level is a multiplier of the clip norm), ``"absolute"`` if the std is the
-    level itself; ``per_run``: how many of them a full run makes (for the docs and ``describe``)."""
+    Attributes:
+        name: the release's name (and the key under which runs count it).
+        noise: the key of the noise level in a calibration (``sigma1``, ``noise_multiplier``...).
+        relation: the neighbouring relation of its sensitivity.
+        sampling: ``"full batch"``, ``"Poisson"`` or ``"fixed size without replacement"``.
+        scale: ``"clip"`` if the injected std is ``level * clip`` (the level is a multiplier of
+            the clip norm), ``"absolute"`` if the std is the level itself.
+        per_run: how many of them a full run makes, in words (for the docs and ``describe``).
+    """
 
     name: str
     noise: str
@@ -103,7 +113,12 @@ class Mechanism:
 
     @classmethod
     def noise_names(cls) -> tuple:
-        """The names of the noise levels, in the order :meth:`accountant` takes them."""
+        """The names of the noise levels, in the order :meth:`accountant` takes them.
+
+        Returns:
+            A tuple of noise-level names (``noise_levels`` where the class declares it, else the
+            positional parameters of :meth:`accountant`).
+        """
         import inspect
 
         names = getattr(cls, "noise_levels", None)
@@ -115,7 +130,19 @@ class Mechanism:
     def noise_values(self, noise: tuple, named: Mapping) -> tuple:
         """The noise levels in :meth:`noise_names` order from positional values and/or names
         (``mech.epsilon(delta, **report.noise)``): a name the algorithm does not use is refused
-        unless its value is None (a calibration's report lists e.g. ``sigma4: None``)."""
+        unless its value is None (a calibration's report lists e.g. ``sigma4: None``).
+
+        Args:
+            noise: noise levels given by position, in :meth:`noise_names` order.
+            named: noise levels given by name (name -> value; None means not given).
+
+        Returns:
+            The tuple of noise levels in :meth:`noise_names` order (None where not given and optional).
+
+        Raises:
+            InputError: if a name is not one of the algorithm's noise levels (with a value not None),
+                a level is given both by position and by name, or a required level is missing.
+        """
         names = self.noise_names()
         if not named:
             return tuple(noise)
@@ -134,7 +161,11 @@ class Mechanism:
         return tuple(values)
 
     def required_noise(self) -> tuple:
-        """The noise levels that must be given (those without a default in :meth:`accountant`)."""
+        """The noise levels that must be given (those without a default in :meth:`accountant`).
+
+        Returns:
+            A tuple of noise-level names, in :meth:`noise_names` order.
+        """
         import inspect
 
         params = inspect.signature(self.accountant).parameters
@@ -142,21 +173,53 @@ class Mechanism:
 
     def participations(self, release: str, count: int) -> int:
         """How many of ``count`` releases one record can take part in (all of them, unless the
-        sampling bounds it: shuffled batches put a record in one batch per epoch)."""
+        sampling bounds it: shuffled batches put a record in one batch per epoch).
+
+        Args:
+            release: the release's name.
+            count: how many releases of that kind the run made, >= 0.
+
+        Returns:
+            The number of those releases one record takes part in (here ``count``).
+        """
         return count
 
     def epsilon_lower(self, delta, *noise):
         """A lower bound on the true eps of this mechanism where the accountant's bracket does not
-        give one (shuffled batches); None: the bracket's lower end applies."""
+        give one (shuffled batches); None: the bracket's lower end applies.
+
+        Args:
+            delta: the delta at which eps is bounded, in (0, 1).
+            *noise: the noise levels, in :meth:`noise_names` order.
+
+        Returns:
+            A lower bound on eps, or None (the base class: the accountant's bracket applies).
+        """
         return None
 
     def epsilon_bracket(self, delta, *noise):
         """``EpsilonBracket`` of eps spent at ``delta``: the certified upper end of the accountant
-        (best of GDP / PLD / RDP) and a lower bound on the truth."""
+        (best of GDP / PLD / RDP) and a lower bound on the truth.
+
+        Args:
+            delta: the delta at which eps is bracketed, in (0, 1).
+            *noise: the noise levels, in :meth:`noise_names` order.
+
+        Returns:
+            An ``EpsilonBracket`` (lower and certified upper end of eps).
+        """
         return self.accountant(*noise).epsilon_bracket(delta)
 
     def assumptions(self, delta) -> dict:
-        """The conditions of this mechanism's guarantee, in words (the report's ``assumptions``)."""
+        """The conditions of this mechanism's guarantee, in words (the report's ``assumptions``).
+
+        Args:
+            delta: the delta of the guarantee, in (0, 1).
+
+        Returns:
+            A dict of condition name (``neighbouring_relation``, ``sampling``, ``record``, ``steps``,
+            ``delta``, ``attacker``) -> text.
+        """
         from ..accountant.report import delta_text, relation_text
 
         rels = list(dict.fromkeys(s.relation for s in self.releases))
@@ -172,6 +235,11 @@ class Mechanism:
                             "record: the worst case, so real attacks usually do worse"}
 
     def shape(self) -> dict:
+        """The run's shape: every dataclass field of the mechanism that is not None.
+
+        Returns:
+            A dict field name -> value.
+        """
         import dataclasses
 
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
@@ -180,7 +248,20 @@ class Mechanism:
         """The :class:`~dpcalib.accountant.PrivacyReport` of a run at these noise levels (positional
         or by name, or a :class:`CalibrationReport`'s levels, passed as the one argument after
         ``delta``).  ``progress``: None or ``progress(done, total, part)``, told after each part
-        (:func:`~dpcalib.accountant.report.privacy_report`)."""
+        (:func:`~dpcalib.accountant.report.privacy_report`).
+
+        Args:
+            delta: the headline delta, in (0, 1).
+            *noise: the noise levels in :meth:`noise_names` order, or a single
+                :class:`CalibrationReport`.
+            deltas: further deltas to report eps at (None: the report's default).
+            fprs: false-positive rates of the trade-off table (None: ``DEFAULT_FPRS``).
+            progress: None or ``progress(done, total, part)``.
+            **named: noise levels by name.
+
+        Returns:
+            A :class:`~dpcalib.accountant.PrivacyReport`.
+        """
         from ..accountant.report import DEFAULT_FPRS, privacy_report
 
         if len(noise) == 1 and hasattr(noise[0], "noise") and isinstance(noise[0].noise, dict):
@@ -191,12 +272,33 @@ class Mechanism:
                               self.report_notes(delta, *noise), progress=progress)
 
     def report_notes(self, delta, *noise) -> tuple:
+        """Notes added to the report for these noise levels (none in the base class).
+
+        Args:
+            delta: the headline delta, in (0, 1).
+            *noise: the noise levels, in :meth:`noise_names` order.
+
+        Returns:
+            A tuple of note lines (empty here).
+        """
         return ()
 
     def epsilon(self, delta, *noise, accountant: str = "best", conversion: str = "improved", **named):
         """eps spent at ``delta`` by these noise levels, positional or by name (an ``EpsilonReport``
         naming the method that certified it); ``accountant``: as
-        ``PrivacyAccountant.epsilon_report``."""
+        ``PrivacyAccountant.epsilon_report``.
+
+        Args:
+            delta: the delta at which eps is computed, in (0, 1).
+            *noise: the noise levels, in :meth:`noise_names` order.
+            accountant: ``"best"``, ``"auto"``, ``"gdp"``, ``"pld"`` or ``"rdp"``, as
+                ``PrivacyAccountant.epsilon_report`` takes it.
+            conversion: the RDP-to-(eps, delta) conversion (``"improved"`` by default).
+            **named: noise levels by name.
+
+        Returns:
+            An ``EpsilonReport`` (eps and the method that certified it).
+        """
         noise = self.noise_values(noise, named)
         rep = self.accountant(*noise).epsilon_report(delta, accountant, conversion)
         if rep.method == "gdp" and self.epsilon_lower(delta, *noise) is not None:
@@ -208,6 +310,17 @@ class Mechanism:
         return rep
 
     def release(self, name: str) -> ReleaseSpec:
+        """The :class:`ReleaseSpec` named ``name``.
+
+        Args:
+            name: a release name of :attr:`releases`.
+
+        Returns:
+            The matching :class:`ReleaseSpec`.
+
+        Raises:
+            InputError: if the mechanism has no release of that name.
+        """
         for spec in self.releases:
             if spec.name == name:
                 return spec
@@ -215,6 +328,15 @@ class Mechanism:
                          f"{[s.name for s in self.releases]}.")
 
     def sensitivity(self, release: str, clip=None) -> float:    # pragma: no cover - abstract
+        """The L2 sensitivity of one ``release`` (abstract: each mechanism defines its rule).
+
+        Args:
+            release: the release's name.
+            clip: the clip norm (a number or a :class:`PerLayerClip`); None where the rule needs none.
+
+        Returns:
+            The L2 sensitivity, > 0.
+        """
         raise NotImplementedError
 
     def _event(self, release: str, z: float):                  # pragma: no cover - abstract
@@ -222,22 +344,62 @@ class Mechanism:
 
     def std(self, release: str, level: float, clip=None) -> float:
         """The per-coordinate std injected for ``release`` at noise level ``level`` (``clip`` may be
-        an array of clips, one per batched audit run: the result is then an array too)."""
+        an array of clips, one per batched audit run: the result is then an array too).
+
+        Args:
+            release: the release's name.
+            level: the noise level (a multiplier of the clip for ``scale="clip"``, else the std).
+            clip: the clip norm, an array of clips, or None (taken as 1).
+
+        Returns:
+            The std (an array where ``clip`` is an array).
+        """
         if self.release(release).scale == "clip":
             return level * (1.0 if clip is None else (clip if hasattr(clip, "shape") else float(clip)))
         return float(level)
 
     def noise_multiplier(self, release: str, level: float, clip=None) -> float:
-        """``std / sensitivity``: what the accountant sees (for ``scale="clip"`` the clip cancels)."""
+        """``std / sensitivity``: what the accountant sees (for ``scale="clip"`` the clip cancels).
+
+        Args:
+            release: the release's name.
+            level: the noise level.
+            clip: the clip norm, or None.
+
+        Returns:
+            The noise multiplier, std / L2 sensitivity.
+        """
         return self.std(release, level, clip) / self.sensitivity(release, clip)
 
     def level(self, release: str, multiplier: float, clip=None) -> float:
-        """The noise level whose multiplier is ``multiplier`` (the inverse of :meth:`noise_multiplier`)."""
+        """The noise level whose multiplier is ``multiplier`` (the inverse of :meth:`noise_multiplier`).
+
+        Args:
+            release: the release's name.
+            multiplier: the noise multiplier, std / L2 sensitivity.
+            clip: the clip norm, or None.
+
+        Returns:
+            The noise level that gives ``multiplier``.
+        """
         return multiplier * self.sensitivity(release, clip) / self.std(release, 1.0, clip)
 
     def events(self, noise: Mapping, counts: Mapping, clip=None) -> list:
         """``[(event, count), ...]`` of a run that made ``counts[name]`` releases of each kind at the
-        noise levels ``noise`` (a mapping level key -> value).  Releases not made are skipped."""
+        noise levels ``noise`` (a mapping level key -> value).  Releases not made are skipped.
+
+        Args:
+            noise: noise-level key -> value.
+            counts: release name -> number of releases made.
+            clip: the clip norm, or None.
+
+        Returns:
+            A list of ``(event, count)`` pairs, one per release kind made, the count reduced to the
+            record's participations.
+
+        Raises:
+            InputError: if a release was made but ``noise`` has no finite level for it.
+        """
         out = []
         for spec in self.releases:
             k = int(counts.get(spec.name, 0))

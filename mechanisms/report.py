@@ -15,7 +15,16 @@ class PaperConditionWarning(UserWarning):
 
 
 def paper_warning(erratum: str, reason: str, *, emit: bool = True) -> str:
-    """Format ``[<erratum id>] <reason>`` (ids: docs/errata.md) and (optionally) emit it as a :class:`PaperConditionWarning`."""
+    """Format ``[<erratum id>] <reason>`` (ids: docs/errata.md) and (optionally) emit it as a :class:`PaperConditionWarning`.
+
+    Args:
+        erratum: the erratum id (see docs/errata.md), e.g. ``"E3"``.
+        reason: what failed, in words.
+        emit: whether to also emit the message as a :class:`PaperConditionWarning`.
+
+    Returns:
+        The formatted message ``[<erratum id>] <reason>``.
+    """
     msg = f"[{erratum}] {reason}"
     if emit:
         warnings.warn(msg, PaperConditionWarning, stacklevel=3)

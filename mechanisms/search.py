@@ -19,7 +19,15 @@ PLD_START_RTOL = 1e-7
 
 
 def start_rtol(accountant: str, rtol: float = 1e-9) -> float:
-    """Tolerance of the RDP-tight solve: ``rtol`` for ``accountant="rdp"``, coarser as a PLD start."""
+    """Tolerance of the RDP-tight solve: ``rtol`` for ``accountant="rdp"``, coarser as a PLD start.
+
+    Args:
+        accountant: the calibration's route, ``"rdp"`` or ``"pld"``.
+        rtol: the calibration's own tolerance.
+
+    Returns:
+        ``rtol`` for ``"rdp"``, else ``max(rtol, PLD_START_RTOL)``.
+    """
     return rtol if accountant == "rdp" else max(rtol, PLD_START_RTOL)
 
 
@@ -38,6 +46,19 @@ def smallest_scale(eps_of: Callable[[float], float], target: float, start: float
     ``eps_of`` must be non-increasing in ``t``.  The root is bracketed geometrically, refined by
     Brent's method on ``log t``, and the returned point is always on the feasible side: it is
     re-checked, and nudged up until ``eps_of(t) <= target`` holds (never overshoots).
+
+    Args:
+        eps_of: eps as a function of the scale ``t > 0``, non-increasing.
+        target: the target eps.
+        start: the first scale tried, > 0.
+        rtol: relative tolerance on ``t``.
+        log_step: the step of the geometric bracketing, in ``log t``.
+
+    Returns:
+        The smallest feasible scale found (``eps_of(t) <= target``).
+
+    Raises:
+        InputError: if no scale up to ``e^700`` is feasible (``NO_FEASIBLE_NOISE``).
     """
     f = lambda lt: eps_of(math.exp(lt)) - target  # noqa: E731
     lo = hi = math.log(start)
@@ -76,6 +97,22 @@ def tight_scale(build, target: float, delta: float, conversion: str = "improved"
     it (a PLD calibration's start, whose own report re-checks), the orders are found to 1e-3
     (eps is stationary in the order: it moves by ~1e-6 relative at most) and the answer is
     feasible at its fixed order -- a valid eps, so a sound start.
+
+    Args:
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
+        target: the target eps, > 0.
+        delta: the target delta, in (0, 1).
+        conversion: the RDP-to-(eps, delta) conversion.
+        start: the first scale tried, > 0.
+        rtol: relative tolerance on the scale.
+        exact: find the orders as precisely as the reports do and re-check with the full
+            accountant (see above).
+
+    Returns:
+        The smallest scale found whose RDP eps is at most ``target``.
+
+    Raises:
+        InputError: if no scale is feasible (``NO_FEASIBLE_NOISE``), raised by the searches.
     """
     import numpy as np
 
@@ -136,7 +173,23 @@ def loglog_scale(eps_of: Callable[[float], float], target: float, start: float =
     slope between -1 and -2).  Secant steps on ``log(eps / target)`` against ``log t`` (at most
     ``max_step`` per step until the root is bracketed, then Illinois-safeguarded inside the
     bracket; :func:`loglog_root`): a handful of evaluations where bisection-based
-    :func:`smallest_scale` needs 10-20.  The returned point was evaluated and is feasible."""
+    :func:`smallest_scale` needs 10-20.  The returned point was evaluated and is feasible.
+
+    Args:
+        eps_of: eps as a function of the scale ``t > 0``, non-increasing.
+        target: the target eps, > 0.
+        start: the first scale tried, > 0.
+        rtol: relative tolerance on ``t``.
+        max_step: the largest step in ``log t`` before the root is bracketed.
+
+    Returns:
+        A feasible scale within ``rtol`` of the root.
+
+    Raises:
+        ValueError: if ``eps_of`` returns NaN.
+        InputError: if no feasible scale is found (``NO_FEASIBLE_NOISE``, from
+            :func:`loglog_root`).
+    """
     def f(x):
         e = eps_of(math.exp(x))
         if math.isnan(e):
@@ -173,6 +226,25 @@ def loglog_root(f, x0: float, f0: float, x1: float, rtol: float, maxiter: int = 
     locating it to ``rtol`` cost a dozen near-cap compositions (3 s each).  With ``grow``, a
     walk that is not bracketed yet doubles its step limit each time the secant asks for more
     (the RDP start can be 40x the PLD answer's noise: 12 steps of 0.3 become 5).
+
+    Args:
+        f: a decreasing function of ``x`` (``+inf``: unknown, taken as infeasible).
+        x0: the first point.
+        f0: ``f(x0)``, already evaluated.
+        x1: the second point to evaluate.
+        rtol: the width of the final bracket, in ``x``.
+        maxiter: the most evaluations of ``f``.
+        predict: also stop where the secant puts a feasible point within
+            ``PREDICT_WITHIN * rtol`` of the root.
+        max_step: the largest step before the root is bracketed.
+        unknown_rtol: None, or the width at which a bracket whose infeasible end is unknown stops.
+        grow: double ``max_step`` each time the unbracketed secant asks for more.
+
+    Returns:
+        The smallest feasible ``x`` evaluated.
+
+    Raises:
+        InputError: if no evaluated point is feasible (``NO_FEASIBLE_NOISE``).
     """
     lo = flo = hi = fhi = None                 # lo: infeasible (f > 0), hi: feasible
     last = 0

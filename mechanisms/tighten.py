@@ -31,6 +31,20 @@ def lower_scale(build, target: float, delta: float, scale: float, h: float, lowe
     overstated).  ``lower`` None: the lower bound at ``scale`` on ``h`` is evaluated first (a
     secant from another grid's lower end -- the bracket's, on a grid 2x finer -- pointed the wrong
     way and crawled: 40 compositions, 120 s, for DP-SRM in the fuzz, docs/testing.md).
+
+    Args:
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
+        target: the target eps, > 0.
+        delta: the target delta, in (0, 1).
+        scale: the tight scale, > 0 (its PLD lower bound below the target).
+        h: the PLD grid (discretization) of the bracket at ``scale``, > 0.
+        lower: the PLD lower bound at ``scale`` on ``h``, or None (then evaluated first).
+        rtol: relative tolerance of the secant search.
+
+    Returns:
+        The scale below which the lower bound exceeds the target (``scale`` itself when
+        ``lower`` is not below the target), or None when the lower bound is 0 at ``scale`` or
+        never reaches the target (memory cap).
     """
     from ..accountant.pld import pld_epsilon_at
 
@@ -66,14 +80,37 @@ WOR_START_LABEL, WOR_START_SUFFIX = "RDP-tight (WBK19 Thm 27) scale", " of the p
 def rdp_tight_text(start: float | None, label: str = "RDP-tight noise", suffix: str = "",
                    note: str | None = None) -> str:
     """The RDP start as a calibration's accounting line names it, then the PLD stage's ``note``
-    (:func:`pld_tighten`: the memory cap stopped the search) where there is one."""
+    (:func:`pld_tighten`: the memory cap stopped the search) where there is one.
+
+    Args:
+        start: the RDP-tight scale, or None (RDP cannot certify the target).
+        label: the words naming the start.
+        suffix: text after the start's value.
+        note: the PLD stage's note, or None.
+
+    Returns:
+        The accounting text.
+    """
     text = "RDP cannot certify the target at this delta" if start is None else f"{label} {start:.6g}{suffix}"
     return text if note is None else f"{text}; {note}"
 
 
 def rdp_start(solve: Callable[[], float], accountant: str) -> float | None:
     """The RDP-tight scale ``solve()``; None where the RDP accountant cannot certify the target
-    at all and ``accountant == "pld"`` (then :func:`pld_tighten` finds its own start)."""
+    at all and ``accountant == "pld"`` (then :func:`pld_tighten` finds its own start).
+
+    Args:
+        solve: computes the RDP-tight scale; raises ``ValueError`` with ``NO_FEASIBLE_NOISE``
+            where RDP cannot certify the target.
+        accountant: the calibration's route, ``"pld"`` or ``"rdp"``.
+
+    Returns:
+        The RDP-tight scale, or None (RDP infeasible and ``accountant == "pld"``).
+
+    Raises:
+        ValueError: what ``solve`` raised, re-raised unless it is ``NO_FEASIBLE_NOISE`` and
+            ``accountant == "pld"``.
+    """
     try:
         return solve()
     except ValueError as exc:
@@ -94,7 +131,20 @@ def pld_start(build, target: float, delta: float) -> float:
     below the target (large noise makes the loss narrow and its PLD cheap; small noise is where
     it is expensive, so the scan stops at the first infeasible scale); the smallest feasible
     scale seen is returned, and :func:`~.pld_search.pld_scale` searches down from there as from an RDP
-    start."""
+    start.
+
+    Args:
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
+        target: the target eps, > 0.
+        delta: the target delta, in (0, 1).
+
+    Returns:
+        A scale, a power of 2 in [2^-4, 2^60], whose coarse PLD upper bound is below ``target``.
+
+    Raises:
+        InputError: if ``delta`` is below the PLD's ``MIN_DELTA`` or no scale tried is feasible
+            (the message is ``NO_FEASIBLE_NOISE``).
+    """
     from ..accountant.pld import MIN_DELTA, pld_epsilon
 
     if delta < MIN_DELTA:
@@ -116,7 +166,15 @@ def pld_start(build, target: float, delta: float) -> float:
 
 
 def cap_note(target: float, certified: float) -> str:
-    """The accounting line's words for a PLD calibration that the search's memory cap stopped."""
+    """The accounting line's words for a PLD calibration that the search's memory cap stopped.
+
+    Args:
+        target: the target eps.
+        certified: the certified eps where the search stopped.
+
+    Returns:
+        The note text.
+    """
     return (f"memory cap: at less noise no grid that fits {pld_search.SEARCH_CAP >> 20} MiB a composition can "
             f"certify the target, so the search stopped at certified eps {certified:.6g}, below the "
             f"target {target:.6g} -- this noise is sound but not the smallest (see docs/calibration.md)")
@@ -124,7 +182,14 @@ def cap_note(target: float, certified: float) -> str:
 
 def floor_note(b) -> str:
     """The accounting line's words where the PLD bracket stopped wide (a floating-point floor at a
-    tiny delta, or the memory cap) and RDP certified the answer: the PLD could not tighten it."""
+    tiny delta, or the memory cap) and RDP certified the answer: the PLD could not tighten it.
+
+    Args:
+        b: the ``EpsilonBracket`` that stopped wide.
+
+    Returns:
+        The note text.
+    """
     return (f"the PLD bracket stopped at width {b.upper - b.lower:.3g} at delta={b.delta:g} (a floor finer "
             f"grids do not move), so RDP certifies this noise and the PLD could not lower it")
 
@@ -132,7 +197,26 @@ def floor_note(b) -> str:
 def pld_tighten(build, target: float, delta: float, start: float | None, rtol: float = 1e-6):
     """:func:`_pld_tighten`, telling whoever watches (:func:`~dpcalib.accountant.watching`) each
     accountant it builds; each bracket tells the grids it composes.  The math draws nothing: the
-    command line shows the parts as a bar."""
+    command line shows the parts as a bar.
+
+    Args:
+        build: maps a noise scale (> 0) to the accountant of the run at that scale.
+        target: the target eps, > 0.
+        delta: the target delta, in (0, 1).
+        start: a feasible (RDP-tight) scale, or None (RDP cannot certify the target: a start is
+            found with the PLD alone, :func:`pld_start`).
+        rtol: relative tolerance of the search on the scale.
+
+    Returns:
+        ``(scale, bracket, lower_scale, note)``: the smallest scale whose certified eps meets
+        ``target``; the :class:`~dpcalib.accountant.EpsilonBracket` there; the scale below which
+        the PLD lower bound exceeds the target (None where not determined); None or the note
+        (:func:`cap_note`, :func:`floor_note`) the accounting line carries.
+
+    Raises:
+        InputError: if no feasible scale is found (``NO_FEASIBLE_NOISE``), raised by the PLD
+            stage.
+    """
     from ..accountant.progress import tell
 
     built = 0
@@ -228,6 +312,12 @@ def check_accountant(accountant: str) -> str:
     calibration on ``"pld"`` or ``"gdp"`` alone takes the best route and is then met by
     :func:`meets_accountant`.
 
+    Args:
+        accountant: one of :data:`ACCOUNTANTS`.
+
+    Returns:
+        ``"pld"`` for ``"best"``, ``"pld"`` and ``"gdp"``; ``"rdp"`` for ``"rdp"``.
+
     Raises:
       InputError: ``accountant`` is not one of :data:`ACCOUNTANTS`.
     """
@@ -250,6 +340,13 @@ def meets_accountant(calibrate):
     the split keeps its shares and the answer stays on the feasible side).  ``"gdp"`` on a run that is not
     full-batch Gaussians is refused by the accountant in one line.  ``method="paper"`` is the paper's
     calibration and ignores ``accountant``.
+
+    Args:
+        calibrate: the mechanism's ``calibrate`` method (returns a :class:`CalibrationReport`).
+
+    Returns:
+        The wrapped method; it raises ``InputError`` for an ``accountant`` not in
+        :data:`ACCOUNTANTS`.
     """
     import dataclasses
     import functools
@@ -292,6 +389,14 @@ def certify(acc, delta, accountant: str = "pld"):
     ``own`` is the eps of the accountant the calibration solved on: ``best`` for ``"pld"``;
     for ``"rdp"`` ``epsilon_report(delta)`` (exact GDP for full batch, else RDP at the optimal real
     order, improved conversion) -- the calibration's ``achieved_epsilon``.
+
+    Args:
+        acc: the accountant of the run at the returned noise.
+        delta: the target delta, in (0, 1).
+        accountant: the route the calibration solved on, ``"pld"`` or ``"rdp"``.
+
+    Returns:
+        ``(own, best, bracket)``: two ``EpsilonReport`` and the ``EpsilonBracket``.
     """
     from ..accountant.accountant import EpsilonReport
 
@@ -307,6 +412,20 @@ def calibrate_poisson(q: float, steps: int, eps: float, delta: float, *, convers
 
     ``refine=False``: eps is the minimum over ``orders`` exactly (the paper's grid).
     ``refine=True``: real orders, through :func:`tight_scale` (``exact``: see there).
+
+    Args:
+        q: Poisson sampling rate, in (0, 1].
+        steps: number of steps, >= 1.
+        eps: target eps, > 0.
+        delta: target delta, in (0, 1).
+        conversion: the RDP-to-(eps, delta) conversion (e.g. ``"mironov"``, ``"improved"``).
+        orders: the RDP orders (``refine=False``); None: the accountant's default.
+        refine: whether to optimise over real orders (see above).
+        rtol: relative tolerance of the search on the multiplier.
+        exact: passed to :func:`tight_scale` (``refine=True`` only).
+
+    Returns:
+        The noise multiplier (std / L2 sensitivity).
     """
     if not refine:
         return smallest_scale(lambda z: PrivacyAccountant(orders=orders).compose(

@@ -1,5 +1,7 @@
 """An accountant Opacus users can plug into ``PrivacyEngine`` (optional: needs ``opacus``).
 
+Usage::
+
     import dpcalib.optim.opacus                      # registers the mechanism name "dpcalib"
     engine = opacus.PrivacyEngine(accountant="dpcalib")
     model, optimizer, loader = engine.make_private_with_epsilon(
@@ -46,6 +48,12 @@ class DpcalibAccountant(IAccountant):
         self.history = []  # [(noise_multiplier, sample_rate, num_steps)], Opacus's layout
 
     def step(self, *, noise_multiplier: float, sample_rate: float):
+        """Record one optimizer step (Opacus calls it after each step); equal consecutive steps are merged.
+
+        Args:
+            noise_multiplier: the step's noise multiplier (std / clip norm), > 0.
+            sample_rate: the step's Poisson sampling rate, in (0, 1] (1: full batch).
+        """
         if self.history and self.history[-1][:2] == (noise_multiplier, sample_rate):
             z, q, k = self.history.pop()
             self.history.append((z, q, k + 1))
@@ -53,16 +61,37 @@ class DpcalibAccountant(IAccountant):
             self.history.append((noise_multiplier, sample_rate, 1))
 
     def accountant(self) -> PrivacyAccountant:
-        """The history as a dpcalib :class:`~dpcalib.accountant.PrivacyAccountant`."""
+        """The history as a dpcalib :class:`~dpcalib.accountant.PrivacyAccountant`.
+
+        Returns:
+            A new :class:`~dpcalib.accountant.PrivacyAccountant` of the steps so far.
+        """
         acc = PrivacyAccountant()
         for z, q, k in self.history:
             acc.compose(GaussianEvent(z) if q >= 1.0 else PoissonSampledGaussianEvent(q, z), k)
         return acc
 
     def epsilon_bracket(self, delta: float):
+        """The eps bracket of the steps so far at ``delta`` (certified upper end, lower bound).
+
+        Args:
+            delta: the delta, in (0, 1).
+
+        Returns:
+            An ``EpsilonBracket``.
+        """
         return self.accountant().epsilon_bracket(delta)
 
     def get_epsilon(self, delta: float, **kwargs) -> float:
+        """The best certified eps of the steps so far (Opacus's ``get_epsilon``).
+
+        Args:
+            delta: the delta, in (0, 1).
+            **kwargs: Opacus's options (ignored).
+
+        Returns:
+            eps, or 0.0 before the first step.
+        """
         if not self.history:
             return 0.0
         return self.accountant().epsilon_report(delta, accountant="best").epsilon
@@ -72,12 +101,27 @@ class DpcalibAccountant(IAccountant):
 
     @classmethod
     def mechanism(cls) -> str:
+        """The name this accountant is registered under in Opacus.
+
+        Returns:
+            ``"dpcalib"``.
+        """
         return MECHANISM
 
 
 def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, steps: int) -> float:
     """dpcalib's tight noise multiplier for ``steps`` Poisson-sampled steps (certified, never above
-    the target) -- :meth:`dpcalib.mechanisms.DPSGD.calibrate`."""
+    the target) -- :meth:`dpcalib.mechanisms.DPSGD.calibrate`.
+
+    Args:
+        target_epsilon: target eps, in (0, 1e4].
+        target_delta: target delta, in (0, 1).
+        sample_rate: Poisson sampling rate, in [1e-9, 1].
+        steps: number of steps, an integer in [1, 1e9].
+
+    Returns:
+        The noise multiplier (std / clip norm).
+    """
     from ..mechanisms import DPSGD
 
     return DPSGD(sample_rate, steps).calibrate(target_epsilon, target_delta)["noise_multiplier"]

@@ -44,6 +44,17 @@ ACCOUNT_EXAMPLE = """example:
 
 def account_parser(command: str = "account", description: str = "eps(delta) of a composition of Gaussian events",
                     example: str = ACCOUNT_EXAMPLE) -> argparse.ArgumentParser:
+    """The parser of ``dpcalib account`` (and of the raw-events form of ``dpcalib report``).
+
+    Args:
+        command: the command's name (``"account"`` or ``"report"``); ``--conversion`` only for
+            ``"account"``.
+        description: the ``--help`` description.
+        example: the ``--help`` epilog.
+
+    Returns:
+        The :class:`Parser`.
+    """
     acc = Parser(prog=f"dpcalib {command}", description=description,
                   epilog=example, formatter_class=argparse.RawDescriptionHelpFormatter)
     acc.add_argument("--gaussian", action="append", default=[], type=_event_spec("gaussian", 2),
@@ -63,6 +74,18 @@ def account_parser(command: str = "account", description: str = "eps(delta) of a
 
 
 def run_account(args) -> int:
+    """``dpcalib account``: eps(delta) of the composed events, as text or JSON.
+
+    Args:
+        args: the parsed command line (:func:`account_parser`).
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        UsageError: if ``--conversion`` is given without ``--accountant rdp``, no event is given,
+            or eps is not finite.
+    """
     args.command_name = "account"
     if args.conversion is not None and args.accountant != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
@@ -84,6 +107,14 @@ def run_account(args) -> int:
 
 
 def event_flags(args) -> list:
+    """The event options the user gave, for a refusal that names them.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        A list of ``(flag, value text)`` pairs.
+    """
     return [(f"--{kind}", ":".join(f"{x:g}" for x in v)) for kind in ("gaussian", "poisson", "wor")
             for v in getattr(args, kind)]
 
@@ -104,7 +135,14 @@ def _compose_events(args):
 
 
 def run_report(rest) -> int:
-    """``dpcalib report --poisson ... --delta D``: the raw composition's report."""
+    """``dpcalib report --poisson ... --delta D``: the raw composition's report.
+
+    Args:
+        rest: the arguments after ``dpcalib report``.
+
+    Returns:
+        The exit status, 0.
+    """
     from .report import EXAMPLE, add_arguments, run_events
 
     p = account_parser("report", "what eps means for a composition of Gaussian events, or for an ALGORITHM's "

@@ -19,6 +19,12 @@ def number(text: str) -> float:
     """A number as the command line takes it: a float (``0.004``) or a fraction of two (``256/60000``,
     a batch over a dataset's size), computed as ``float(a) / float(b)``.
 
+    Args:
+        text: the option's text.
+
+    Returns:
+        The number, as a float.
+
     Raises:
         argparse.ArgumentTypeError: not a number, or not a fraction of two numbers with b != 0 (argparse
             reports it in one line naming the option).
@@ -43,6 +49,18 @@ _TYPES = {"int": int, "float": number, "str": str, "bool": bool}
 
 @dataclass(frozen=True)
 class Opt:
+    """One command-line option of an algorithm.
+
+    Attributes:
+        flag: the option (``--rounds``).
+        field: the constructor or ``calibrate`` keyword it sets.
+        type: the type argparse converts the text with.
+        help: the help text.
+        default: the default shown in ``--help``; None: no default.
+        target: ``"shape"`` (a constructor field) or ``"split"`` (a ``calibrate`` keyword).
+        required: whether the option must be given.
+        choices: the values argparse accepts, or None (any).
+    """
     flag: str            # --rounds
     field: str           # constructor / calibrate keyword
     type: type
@@ -55,6 +73,14 @@ class Opt:
 
 @dataclass(frozen=True)
 class Spec:
+    """The command-line description of an algorithm.
+
+    Attributes:
+        options: the shape and split options (:class:`Opt`).
+        noise: the names of the noise levels, in the order ``epsilon()`` takes them.
+        rounds_field: the field that grows with training (for ``--curve``), or None.
+        example: a worked ``calibrate`` command line.
+    """
     options: tuple         # shape and split options
     noise: tuple           # names of the noise levels, in the order epsilon() takes them
     rounds_field: str | None  # the count that grows with training (for --curve)
@@ -70,7 +96,14 @@ def _type(annotation) -> type:
 
 
 def spec_of(cls) -> Spec:
-    """The command-line description of a mechanism class."""
+    """The command-line description of a mechanism class.
+
+    Args:
+        cls: the mechanism class (registered in :data:`~dpcalib.mechanisms.REGISTRY`).
+
+    Returns:
+        Its :class:`Spec`.
+    """
     opts = []
     for f in dataclasses.fields(cls):
         has_default = f.default is not dataclasses.MISSING
@@ -127,14 +160,28 @@ SPECS = _Specs()
 
 
 def dumps(obj) -> str:
-    """JSON that is JSON: a number that is not finite is an error of ours, never 'Infinity'."""
+    """JSON that is JSON: a number that is not finite is an error of ours, never 'Infinity'.
+
+    Args:
+        obj: a JSON-serialisable object.
+
+    Returns:
+        The JSON text.
+    """
     import json
 
     return json.dumps(obj, allow_nan=False)
 
 
 def fmt(x) -> str:
-    """A number as the command line prints it (6 significant digits; "-" for none)."""
+    """A number as the command line prints it (6 significant digits; "-" for none).
+
+    Args:
+        x: a number, None, or anything printable.
+
+    Returns:
+        The text.
+    """
     if x is None:
         return "-"
     if isinstance(x, float):
@@ -144,7 +191,15 @@ def fmt(x) -> str:
 
 def build(algorithm: str, args):
     """``(mechanism, split)`` from parsed options: the shape options construct the mechanism, the
-    split options are ``calibrate`` keywords."""
+    split options are ``calibrate`` keywords.
+
+    Args:
+        algorithm: a registered algorithm name.
+        args: the parsed command line.
+
+    Returns:
+        ``(mechanism, split)``: the mechanism instance and a dict of ``calibrate`` keywords.
+    """
     from ..mechanisms import REGISTRY
 
     cls = REGISTRY[algorithm].mechanism

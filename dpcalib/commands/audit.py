@@ -11,6 +11,21 @@ __all__ = ["run"]
 
 
 def run(algorithm: str, args) -> int:
+    """``dpcalib audit ALGORITHM ...``: calibrate, run the reference optimizer on neighbouring
+    datasets (many runs, or ``--one-run`` with canaries) and print the lower bound on eps.
+
+    Args:
+        algorithm: the registered algorithm name.
+        args: the parsed command line.
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        UsageError: if ``--runs`` is missing (without ``--one-run``), the algorithm cannot be
+            audited this way, or ``--method=paper`` is asked where the paper's claim rests on
+            amplification by sampling.
+    """
     from ..mechanisms import REGISTRY
     from ..optim import audit as A
 

@@ -19,15 +19,31 @@ __all__ = ["CONVERSION_REFUSAL", "UsageError", "Parser", "PLOT_FORMATS", "writab
 
 
 class UsageError(Exception):
+    """A command line that is not allowed: reported in one line with exit status 2."""
     pass
 
 
 class Parser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` that refuses in one line (:class:`UsageError`), with no
+    abbreviated options.
+
+    Args:
+        *args: passed to ``argparse.ArgumentParser``.
+        **kwargs: passed to ``argparse.ArgumentParser`` (``allow_abbrev`` defaults to False).
+    """
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)     # --sampling is not --sampling-rate
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # one line, exit 2, no traceback
+        """Refuse the command line in one line (exit 2, no traceback).
+
+        Args:
+            message: argparse's message.
+
+        Raises:
+            UsageError: always, with ``message``.
+        """
         raise UsageError(message)
 
 
@@ -46,7 +62,12 @@ class ProgressBar:
     callable (:func:`~dpcalib.accountant.report.privacy_report`'s hook); :meth:`note` is a watcher of
     the accountant's own work (:func:`~dpcalib.accountant.watching`: each grid composed), so that a
     single bracket of seconds shows where it is (told after the bar closed: nothing drawn); a
-    context manager that closes the bar."""
+    context manager that closes the bar.
+
+    Args:
+        desc: the bar's label.
+        total: the number of parts, or None (unknown until told).
+    """
 
     def __init__(self, desc: str, total: int | None = None):
         from tqdm.auto import tqdm
@@ -65,7 +86,11 @@ class ProgressBar:
             self.bar.close()
 
     def note(self, part: str) -> None:
-        """What the current part is doing now (the bar shows it once the delay has passed)."""
+        """What the current part is doing now (the bar shows it once the delay has passed).
+
+        Args:
+            part: what the current part is doing, in words.
+        """
         self.bar.set_postfix_str(part, refresh=False)
         if time.monotonic() - self.t0 >= self.delay:
             self.bar.refresh()
@@ -79,7 +104,18 @@ class ProgressBar:
 
 
 def writable_plot(text: str) -> str:
-    """``--plot FILE``: checked before any work -- a format matplotlib writes and a folder that exists."""
+    """``--plot FILE``: checked before any work -- a format matplotlib writes and a folder that exists.
+
+    Args:
+        text: the ``--plot`` file name.
+
+    Returns:
+        The file name, checked.
+
+    Raises:
+        argparse.ArgumentTypeError: if the suffix is not one of :data:`PLOT_FORMATS` or the file
+            cannot be written.
+    """
     import os
 
     suffix = os.path.splitext(text)[1].lower().lstrip(".")
@@ -99,7 +135,12 @@ EXACT = {"gdp": "exact Gaussian DP at both ends", "tv": "exact: the total variat
 
 
 def print_epsilon(rep, ends: str | None = None) -> None:
-    """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion."""
+    """The lines shared by ``epsilon`` and ``account``: eps, delta, method, order, conversion.
+
+    Args:
+        rep: the ``EpsilonReport`` to print.
+        ends: the words for the bracket's two ends, or None (the method's default).
+    """
     print(f"epsilon     {_fmt(rep.epsilon)}")
     bracket = [n for n in rep.notes if str(n).startswith("bracket [")]
     exact = EXACT.get(rep.method)
@@ -113,6 +154,11 @@ def print_epsilon(rep, ends: str | None = None) -> None:
 
 
 def need_matplotlib() -> None:
+    """Refuse ``--plot`` before any work when matplotlib is not installed.
+
+    Raises:
+        UsageError: if matplotlib cannot be imported.
+    """
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -128,7 +174,12 @@ ACCOUNTANT_HELP = ("best (default: the smallest certified eps of exact GDP, the 
 
 def accountant_argument(p, solves: bool = False) -> None:
     """The one ``--accountant`` option (``solves``: calibrate's wording -- the noise is the smallest whose
-    eps under that accountant meets the target)."""
+    eps under that accountant meets the target).
+
+    Args:
+        p: the (sub)parser to add the option to.
+        solves: use calibrate's wording and default (``best``).
+    """
     what = "the accountant the calibration meets the target with: " if solves else "which bound answers: "
     p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default="best" if solves else None,
                    help=what + ACCOUNTANT_HELP + (".  The certified line is the best certified eps either way"
@@ -136,13 +187,30 @@ def accountant_argument(p, solves: bool = False) -> None:
 
 
 def conversion_argument(p) -> None:
+    """Add the ``--conversion`` option (RDP's conversion, with ``--accountant rdp`` only).
+
+    Args:
+        p: the (sub)parser to add the option to.
+    """
     p.add_argument("--conversion", choices=["improved", "mironov"], default=None,
                    help="the RDP -> (eps, delta) conversion of --accountant rdp: improved (default) or mironov "
                         "(DIFF2 Lemma B.4); only with --accountant rdp")
 
 
 def epsilon_of(acc, args) -> tuple:
-    """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD)."""
+    """(report, lower) of an accountant under the chosen --accountant (lower: None without PLD).
+
+    Args:
+        acc: the :class:`~dpcalib.accountant.PrivacyAccountant` of the events.
+        args: the parsed command line (``accountant``, ``delta``, ``conversion``).
+
+    Returns:
+        ``(report, lower)``: an ``EpsilonReport`` and a lower bound on eps (None where none).
+
+    Raises:
+        UsageError: if ``--accountant gdp`` is asked for events that are not full-batch
+            Gaussian releases.
+    """
     from ..accountant import EpsilonReport
 
     which = args.accountant or "best"
@@ -159,7 +227,16 @@ def epsilon_of(acc, args) -> tuple:
 
 def finite_epsilon(value, args, noise_flags) -> None:
     """An eps that is not a finite number (noise so small that the privacy loss leaves the floats)
-    is refused, naming the noise the user gave: there is no privacy left to report."""
+    is refused, naming the noise the user gave: there is no privacy left to report.
+
+    Args:
+        value: the eps, or None.
+        args: the parsed command line (unused).
+        noise_flags: ``(flag, value)`` pairs of the noise the user gave, named in the refusal.
+
+    Raises:
+        UsageError: if ``value`` is not a finite number.
+    """
     if value is None or math.isfinite(value):
         return
     given = ", ".join(f"{f}={v!r}" for f, v in noise_flags) or "the noise"

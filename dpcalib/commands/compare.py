@@ -11,6 +11,16 @@ __all__ = ["run"]
 
 
 def run(algorithm: str, args) -> int:
+    """``dpcalib compare ALGORITHM ...``: the paper's and the tight calibrations, the RDP conversions
+    and the anchors side by side.
+
+    Args:
+        algorithm: the registered algorithm name.
+        args: the parsed command line.
+
+    Returns:
+        The exit status, 0.
+    """
     from tqdm.auto import tqdm
 
     mech, split = _build(algorithm, args)

@@ -49,7 +49,19 @@ def _dataset_records(mech, args) -> int:
 
 def training_limits(algorithm: str, mech, args, runs: int = 1, records: int | None = None) -> None:
     """Refuse a run whose size would take hours or all the memory, before any of it starts: the
-    optimizers hold every record in memory and run it through the model at every step."""
+    optimizers hold every record in memory and run it through the model at every step.
+
+    Args:
+        algorithm: a registered algorithm name.
+        mech: the mechanism of the run.
+        args: the parsed command line (``command_name`` and the shape options).
+        runs: how many runs (an audit's), >= 1.
+        records: the records of the run's datasets (None: derived from the mechanism).
+
+    Raises:
+        InputError: if the run has more steps than ``MAX_TRAINING_STEPS``, the runs together more
+            than ``MAX_AUDIT_STEPS``, or the datasets more records than ``MAX_TRAINING_RECORDS``.
+    """
     steps = _run_length(mech)
     field = SPECS[algorithm].rounds_field or "steps"
     flag = "--" + (field if getattr(args, field, None) is not None else "epochs").replace("_", "-")
@@ -70,6 +82,21 @@ def training_limits(algorithm: str, mech, args, runs: int = 1, records: int | No
 
 
 def check_int(value: int, flag: str, low: int, high: int, why: str = "") -> int:
+    """An integer option in ``[low, high]``.
+
+    Args:
+        value: the option's value.
+        flag: the option's name, for the refusal.
+        low: the smallest allowed value.
+        high: the largest allowed value.
+        why: why the range, in words (optional).
+
+    Returns:
+        ``value``.
+
+    Raises:
+        InputError: if ``value`` is outside ``[low, high]``.
+    """
     if not low <= value <= high:
         raise InputError(f"{flag}={value} is not allowed: expected an integer in [{low}, {high}]"
                           + (f" ({why})" if why else ""))
@@ -77,7 +104,20 @@ def check_int(value: int, flag: str, low: int, high: int, why: str = "") -> int:
 
 
 def check_real(value: float, flag: str, low: float = 0.0, high: float = float("inf")) -> float:
-    """A finite number in ``(low, high]`` (a learning rate, a clip norm)."""
+    """A finite number in ``(low, high]`` (a learning rate, a clip norm).
+
+    Args:
+        value: the option's value.
+        flag: the option's name, for the refusal.
+        low: the excluded lower end.
+        high: the included upper end.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        InputError: if ``value`` is not finite or not in ``(low, high]``.
+    """
     import math
 
     if not (math.isfinite(value) and low < value <= high):

@@ -22,7 +22,13 @@ __all__ = ["add_arguments", "run"]
 MAX_HIDDEN = 4096
 
 def add_arguments(p, algorithm: str, shape_flags: set) -> None:
-    """The probe's own options (the shape options and --epsilon/--delta/--json come from the CLI)."""
+    """The probe's own options (the shape options and --epsilon/--delta/--json come from the CLI).
+
+    Args:
+        p: the algorithm's ``probe`` parser.
+        algorithm: the registered algorithm name (its probe defaults choose the clip options).
+        shape_flags: the shape options already on the parser (``--n`` is added only if absent).
+    """
     p.add_argument("--method", choices=["paper", "tight"], default="tight",
                    help="which calibration drives the probed run (default tight)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the papers' value for the algorithm)")
@@ -55,6 +61,21 @@ def _fmt(x) -> str:
 
 
 def run(algorithm: str, args, build_mechanism) -> int:
+    """``dpcalib probe ALGORITHM ...``: calibrate, run the record probe and print each release's
+    worst move against its claimed sensitivity.
+
+    Args:
+        algorithm: the registered algorithm name.
+        args: the parsed command line.
+        build_mechanism: ``(algorithm, args) -> (mechanism, split)``.
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        InputError: if the algorithm has no probe (it claims no sensitivity), or an option is out
+            of range.
+    """
     from ..optim.audit import probe as P
 
     from ..mechanisms import REGISTRY

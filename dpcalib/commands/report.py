@@ -39,7 +39,12 @@ def _numbers(flag: str, low: float, high: float):
 
 
 def add_arguments(p, plot_path) -> None:
-    """The report's own options (both forms)."""
+    """The report's own options (both forms).
+
+    Args:
+        p: the parser to add ``--deltas``, ``--fprs`` and ``--plot`` to.
+        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
+    """
     from ..accountant.report import DEFAULT_DELTAS, DEFAULT_FPRS
 
     p.add_argument("--deltas", type=_numbers("--deltas", 0.0, 1.0), default=None, metavar="D1,D2,...",
@@ -85,7 +90,18 @@ def _chosen_accountant(args, epsilon_of) -> dict:
 
 
 def run_events(acc, args) -> int:
-    """``dpcalib report --poisson ... --delta D``."""
+    """``dpcalib report --poisson ... --delta D``.
+
+    Args:
+        acc: the :class:`~dpcalib.accountant.PrivacyAccountant` of the events.
+        args: the parsed command line.
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        InputError: if ``--plot`` is given and matplotlib is not installed.
+    """
     from ..accountant import watching
 
     with ProgressBar("report") as bar, watching(bar.note):
@@ -96,7 +112,22 @@ def run_events(acc, args) -> int:
 
 def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None) -> int:
     """``dpcalib report ALGORITHM ...``: the mechanism's report (its bracket and assumptions);
-    ``progress`` as :func:`~dpcalib.accountant.report.privacy_report`'s."""
+    ``progress`` as :func:`~dpcalib.accountant.report.privacy_report`'s.
+
+    Args:
+        algorithm: the registered algorithm name.
+        mech: its mechanism instance.
+        noise: the noise levels, in the mechanism's order.
+        names: the noise levels' names, in the same order.
+        args: the parsed command line.
+        progress: None or ``progress(done, total, part)``.
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        InputError: if ``--plot`` is given and matplotlib is not installed.
+    """
     rep = mech.report(args.delta, *noise, deltas=args.deltas, fprs=args.fprs, progress=progress)
     extra = {"algorithm": algorithm, "noise": dict(zip(names, noise))}
     extra.update(_chosen_accountant(args, lambda x: mech.epsilon(args.delta, *noise, accountant=x).epsilon))

@@ -192,7 +192,17 @@ def _quantities(cfg, *, n=None, world=None, n_min=None) -> dict:
 
 def train_mechanism(cfg, **where):
     """``(mechanism, quantities)`` of this run -- ``where``: ``n`` records (data-parallel) or ``world``
-    processes of ``n_min`` records each (one client per process); validates the shape."""
+    processes of ``n_min`` records each (one client per process); validates the shape.
+
+    Args:
+        cfg: the run's configuration (``algorithm`` and the shape options).
+        **where: ``n`` (records, data-parallel) or ``world`` and ``n_min`` (one client per
+            process).
+
+    Returns:
+        ``(mechanism, quantities)``: the mechanism instance and the run's quantities (name ->
+        value).
+    """
     entry, q = lookup(cfg["algorithm"]), _quantities(cfg, **where)
     return entry.mechanism(**{f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}), q
 
@@ -221,6 +231,20 @@ def _clients(cfg, data, world, rank, O, D):
 
 
 def run(argv, error_cls) -> int:
+    """``dpcalib train ALGORITHM ...``: check the options and data, run ``--world-size`` local
+    processes, print (or ``--json``) the noise, metrics and eps spent.
+
+    Args:
+        argv: the arguments after ``dpcalib train``.
+        error_cls: the exception class a refusal raises (the CLI's ``UsageError``).
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        error_cls: if an option, the data or the run's shape is not allowed, or a worker process
+            failed (the message names each rank's error).
+    """
     a = _parser(error_cls).parse_args(argv)
     if a.world_size < 1:
         raise error_cls(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
@@ -327,6 +351,11 @@ def run(argv, error_cls) -> int:
 
 #: the most local processes (4 per core, at least 16): each is a Python process with torch (~300 MB)
 def max_world_size() -> int:
+    """The most local processes ``dpcalib train`` starts: 4 per core, at least 16.
+
+    Returns:
+        The largest allowed ``--world-size``.
+    """
     return max(16, 4 * (os.cpu_count() or 1))
 
 

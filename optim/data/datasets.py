@@ -1,7 +1,7 @@
 """Data for the reference optimizers: the papers' preprocessing and synthetic data of their shapes.
 
 Preprocessing (DIFF2 Sec. 6 / App. A): standardise every feature to mean 0, std 1;
-regression targets divided by max |y| over the whole dataset; random 80 % / 20 % train/test split;
+regression targets divided by max ``|y|`` over the whole dataset; random 80 % / 20 % train/test split;
 the training set cut into P equal i.i.d. shards (sizes differ by at most one record).
 
 Tables with text (categorical) columns are coded by :func:`encode_table` (ordinal or one-hot).
@@ -30,7 +30,19 @@ SHAPES = {
 
 
 def equal_shards(x, y, parts: int) -> list:
-    """Cut ``(x, y)`` into ``parts`` consecutive shards whose sizes differ by at most one."""
+    """Cut ``(x, y)`` into ``parts`` consecutive shards whose sizes differ by at most one.
+
+    Args:
+        x: the features, indexable by row slices (length n).
+        y: the targets, same length.
+        parts: number of shards, an integer in [1, n].
+
+    Returns:
+        A list of ``parts`` pairs ``(x_shard, y_shard)``.
+
+    Raises:
+        InputError: if ``parts`` is not an integer >= 1 or exceeds the number of records.
+    """
     if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
         raise InputError(f"parts={parts!r} is not allowed: expected an integer >= 1.")
     n = len(x)
@@ -42,7 +54,17 @@ def equal_shards(x, y, parts: int) -> list:
 
 @dataclass
 class TabularData:
-    """A prepared dataset: torch tensors, train rows already in random order."""
+    """A prepared dataset: torch tensors, train rows already in random order.
+
+    Attributes:
+        x_train: training features, shape (n_train, d).
+        y_train: training targets (float for regression, long class codes for classification).
+        x_test: test features, shape (n_test, d).
+        y_test: test targets.
+        task: ``"regression"`` or ``"classification"``.
+        columns: the feature names.
+        classes: classification: what label 0, 1, ... stands for; None for regression.
+    """
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -53,19 +75,38 @@ class TabularData:
     classes: tuple | None = None   #: classification: what label 0, 1, ... stands for
 
     def shards(self, clients: int) -> list:
-        """Equal i.i.d. shards of the training set, one per client (DIFF2: P = 10)."""
+        """Equal i.i.d. shards of the training set, one per client (DIFF2: P = 10).
+
+        Args:
+            clients: number of clients P, an integer in [1, n_train].
+
+        Returns:
+            A list of ``(x, y)`` shards (:func:`equal_shards`).
+
+        Raises:
+            InputError: if ``clients`` is not an integer in [1, n_train].
+        """
         return equal_shards(self.x_train, self.y_train, clients)
 
     def n_min(self, clients: int) -> int:
-        """Smallest shard: the n_min the calibration needs."""
+        """Smallest shard: the n_min the calibration needs.
+
+        Args:
+            clients: number of clients P, >= 1.
+
+        Returns:
+            ``n_train // clients``.
+        """
         return len(self.x_train) // clients
 
     @property
     def train(self):
+        """``(x_train, y_train)``."""
         return self.x_train, self.y_train
 
     @property
     def test(self):
+        """``(x_test, y_test)``."""
         return self.x_test, self.y_test
 
 
@@ -142,6 +183,22 @@ def encode_table(x, *, categorical: str = "ordinal", categories: dict | None = N
     the order ``categories[name]`` gives (e.g. ``{"cut": ["Fair", "Good", "Very Good", "Premium",
     "Ideal"]}``), or in sorted order when the column is not named there; ``"onehot"`` replaces it by
     one 0/1 column per value (``"name=value"``); ``"refuse"`` raises, naming the column.
+
+    Args:
+        x: the table: an (n, d) array-like, a pandas DataFrame or a dict of columns.
+        categorical: ``"ordinal"``, ``"onehot"`` or ``"refuse"``.
+        categories: None, or column name -> its values in coding order (a column named here is
+            coded as categorical even if numeric).
+
+    Returns:
+        ``(array, names, onehot)``: the (n, d') float64 array, the column names and, for each,
+        whether it is a one-hot column.
+
+    Raises:
+        InputError: if ``categorical`` or ``categories`` is not allowed, the table is not
+            (n, d) or its columns differ in length, a column is complex or has missing values, a
+            text column is met with ``"refuse"``, or ``categories`` omits a value or names an
+            unknown column.
     """
     if categorical not in ("ordinal", "onehot", "refuse"):
         raise InputError(f"categorical={categorical!r} is not allowed: expected 'ordinal', 'onehot' or 'refuse'.")
@@ -204,8 +261,29 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
     """The papers' preprocessing of a table ``x`` (n x d: an array, a pandas DataFrame or a dict of
     columns) and targets ``y`` (n,): text columns coded (:func:`encode_table`: ``categorical``,
     ``categories``), every numeric and ordinal column standardised to mean 0, std 1 (one-hot
-    columns stay 0/1), regression targets divided by max |y|, classification targets coded
-    0..k-1 (``TabularData.classes``: what each code stands for), a random train/test split."""
+    columns stay 0/1), regression targets divided by max ``|y|``, classification targets coded
+    0..k-1 (``TabularData.classes``: what each code stands for), a random train/test split.
+
+    Args:
+        x: the table (n x d): an array, a pandas DataFrame or a dict of columns.
+        y: the targets, shape (n,).
+        task: ``"regression"`` or ``"classification"``.
+        test_fraction: the test share, in [0, 1).
+        seed: seed of the split's permutation.
+        standardize: standardise the numeric and ordinal columns.
+        scale_target: regression: divide y by max abs(y).
+        dtype: the features' torch dtype (and the regression targets').
+        categorical: how text columns are coded (:func:`encode_table`).
+        categories: the coding order of categorical columns (:func:`encode_table`).
+
+    Returns:
+        A :class:`TabularData`.
+
+    Raises:
+        InputError: if the task is unknown, the shapes do not match or n < 2, ``test_fraction``
+            is not in [0, 1), x or a regression y is not finite or y is not numeric for
+            regression, labels are missing, or :func:`encode_table` refuses the table.
+    """
     if task not in ("regression", "classification"):
         raise InputError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
     x, names, onehot = encode_table(x, categorical=categorical, categories=categories)
@@ -252,7 +330,21 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
 
 
 def load_csv(path, target: int = -1, *, delimiter: str = ",", skip_header: int = 0, **kwargs) -> TabularData:
-    """Read a numeric CSV (column ``target`` is y, the others x) and :func:`prepare` it."""
+    """Read a numeric CSV (column ``target`` is y, the others x) and :func:`prepare` it.
+
+    Args:
+        path: the CSV file.
+        target: the index of the target column (negative: from the end).
+        delimiter: the field separator.
+        skip_header: rows to skip at the top.
+        **kwargs: passed to :func:`prepare`.
+
+    Returns:
+        A :class:`TabularData`.
+
+    Raises:
+        InputError: if the file is not a numeric table, or :func:`prepare` refuses it.
+    """
     try:
         a = np.loadtxt(path, delimiter=delimiter, skiprows=skip_header, ndmin=2)
     except ValueError as exc:
@@ -268,6 +360,19 @@ def synthetic(name: str = "california", *, n: int | None = None, seed: int = 0, 
     Features: correlated Gaussians with skewed marginals (like housing data); target: a fixed
     random tanh network of the features plus Gaussian noise (regression), or the argmax of its
     logits (classification).  Deterministic given ``seed``.
+
+    Args:
+        name: a key of :data:`SHAPES`.
+        n: rows, >= 2 (None: the dataset's).
+        seed: the random seed.
+        noise: std of the Gaussian noise on the target (or the logits).
+        hidden: width of the teacher network.
+
+    Returns:
+        ``(x, y)``: float features (rows, d) and targets (floats, or class indices).
+
+    Raises:
+        InputError: if ``name`` is unknown or ``n`` < 2.
     """
     if name not in SHAPES:
         raise InputError(f"name={name!r} is not allowed: expected one of {sorted(SHAPES)}.")

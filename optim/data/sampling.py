@@ -53,32 +53,99 @@ class Sampler:
     """The plain draws (what the accountant assumes)."""
 
     def poisson(self, n: int, q: float, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
-        """Indices (ascending) of a Poisson sample of ``n`` records at rate ``q``."""
+        """Indices (ascending) of a Poisson sample of ``n`` records at rate ``q``.
+
+        Args:
+            n: number of records, >= 0.
+            q: sampling rate, in [0, 1].
+            generator: the run's data generator (``torch.Generator`` or a secure one).
+            holder: whose records are drawn (client or node; 0 for one dataset).
+
+        Returns:
+            A long tensor of the sampled indices, ascending.
+        """
         return poisson_mask(generator, n, q).nonzero().flatten()
 
     def without_replacement(self, n: int, size: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
-        """``size`` distinct indices of ``n`` records, uniformly."""
+        """``size`` distinct indices of ``n`` records, uniformly.
+
+        Args:
+            n: number of records, >= 1.
+            size: sample size, in [0, n].
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            A long tensor of ``size`` distinct indices.
+        """
         return permutation(generator, n)[:size]
 
     def one(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
-        """One index of ``n`` records, uniformly (a tensor of shape [1])."""
+        """One index of ``n`` records, uniformly (a tensor of shape [1]).
+
+        Args:
+            n: number of records, >= 1.
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            A long tensor of shape [1].
+        """
         return randint(generator, n, 1)
 
     def permutation(self, n: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
-        """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch)."""
+        """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch).
+
+        Args:
+            n: number of records, >= 1.
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            A permutation of ``0..n-1`` (a long tensor).
+        """
         return permutation(generator, n)
 
     def shuffled(self, perm: torch.Tensor, j: int, size: int, *, holder: int = 0) -> torch.Tensor:
-        """Batch ``j`` of an epoch: records ``j*size .. (j+1)*size - 1`` of its permutation."""
+        """Batch ``j`` of an epoch: records ``j*size .. (j+1)*size - 1`` of its permutation.
+
+        Args:
+            perm: the epoch's permutation.
+            j: the batch's index in the epoch, >= 0.
+            size: the batch size b, >= 1.
+            holder: whose records are drawn.
+
+        Returns:
+            The batch's indices (the last batch may be short).
+        """
         return perm[j * size:(j + 1) * size]
 
     def bins(self, n: int, t: int, generator: torch.Generator, *, holder: int = 0) -> torch.Tensor:
         """An epoch's balls-in-bins assignment: each of ``n`` records' step in ``0 .. t-1``, uniformly and
-        independently (drawn once per epoch)."""
+        independently (drawn once per epoch).
+
+        Args:
+            n: number of records, >= 0.
+            t: the epoch's steps, >= 1.
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            A long tensor ``[n]`` of bins in ``0 .. t-1``.
+        """
         return bins(generator, n, t)
 
     def binned(self, batches: list, j: int, *, holder: int = 0) -> torch.Tensor:
-        """Step ``j`` of a balls-in-bins epoch: ``batches[j]`` of :func:`bin_batches` (may be empty)."""
+        """Step ``j`` of a balls-in-bins epoch: ``batches[j]`` of :func:`bin_batches` (may be empty).
+
+        Args:
+            batches: the epoch's batches, from :func:`bin_batches`.
+            j: the step's index in the epoch, in ``0 .. t-1``.
+            holder: whose records are drawn.
+
+        Returns:
+            ``batches[j]``.
+        """
         return batches[j]
 
 
@@ -87,7 +154,13 @@ class ForcedRecord(Sampler):
     then record ``index`` of ``holder`` put into every sample (``present=True``; a fixed-size sample
     keeps its size: the record takes the last slot unless it is already in) or taken out of every
     sample (``present=False``).  A shuffled batch is compared under zero-out: the record joins it
-    (nobody displaced) or leaves it.  Samples of other holders are left alone."""
+    (nobody displaced) or leaves it.  Samples of other holders are left alone.
+
+    Args:
+        holder: the client or node whose record is forced (0 for one dataset).
+        index: the record's index in the holder's data.
+        present: True: the record is in every sample; False: in none.
+    """
 
     def __init__(self, holder: int, index: int, present: bool):
         self.holder, self.index, self.present = int(holder), int(index), bool(present)
@@ -99,6 +172,17 @@ class ForcedRecord(Sampler):
         return idx[idx != self.index]
 
     def poisson(self, n, q, generator, *, holder=0):
+        """A Poisson sample with the record put in or taken out.
+
+        Args:
+            n: number of records.
+            q: sampling rate, in [0, 1].
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            The sampled indices, ascending.
+        """
         idx = super().poisson(n, q, generator, holder=holder)
         if not self._mine(holder):
             return idx
@@ -108,12 +192,34 @@ class ForcedRecord(Sampler):
         return idx
 
     def without_replacement(self, n, size, generator, *, holder=0):
+        """A fixed-size sample with the record in the last slot (unless already in), or taken out.
+
+        Args:
+            n: number of records.
+            size: sample size, in [0, n].
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            The sampled indices (one fewer where the record was drawn and is taken out).
+        """
         return self._fixed_size(super().without_replacement(n, size, generator, holder=holder), holder)
 
     def shuffled(self, perm, j, size, *, holder=0):
         # shuffled batches are compared under zero-out: the record's contribution is there or not, the
         # other records of the batch are the same (present: the record joins the batch if the
         # permutation put it elsewhere; absent: it is taken out)
+        """A shuffled batch with the record joined or taken out (zero-out: nobody displaced).
+
+        Args:
+            perm: the epoch's permutation.
+            j: the batch's index in the epoch.
+            size: the batch size b.
+            holder: whose records are drawn.
+
+        Returns:
+            The batch's indices.
+        """
         idx = super().shuffled(perm, j, size, holder=holder)
         if not self._mine(holder):
             return idx
@@ -123,6 +229,16 @@ class ForcedRecord(Sampler):
     def binned(self, batches, j, *, holder=0):
         # as a shuffled batch, the record joins or leaves the step's batch, the others stay; the batch's
         # sum is divided by the expected batch, so this is the add/remove neighbour of the step
+        """A balls-in-bins step with the record joined or taken out (the add/remove neighbour).
+
+        Args:
+            batches: the epoch's batches, from :func:`bin_batches`.
+            j: the step's index in the epoch.
+            holder: whose records are drawn.
+
+        Returns:
+            The step's indices, ascending.
+        """
         idx = super().binned(batches, j, holder=holder)
         if not self._mine(holder):
             return idx
@@ -141,6 +257,20 @@ class ForcedRecord(Sampler):
         return idx
 
     def one(self, n, generator, *, holder=0):
+        """The forced record as the one-record sample (for the forced holder).
+
+        Args:
+            n: number of records.
+            generator: the run's data generator.
+            holder: whose records are drawn.
+
+        Returns:
+            A long tensor of shape [1].
+
+        Raises:
+            InputError: if ``present`` is False for the forced holder (a one-record sample cannot
+                lose its only record).
+        """
         idx = super().one(n, generator, holder=holder)
         if not self._mine(holder):
             return idx

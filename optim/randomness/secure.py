@@ -72,7 +72,7 @@ class SecureGenerator:
         device: torch device of the tensors drawn.
 
     Raises:
-        ValueError: a key that is not 32 bytes.
+        InputError: a key that is not 32 bytes.
     """
 
     def __init__(self, key: bytes, device="cpu"):
@@ -144,18 +144,32 @@ class SecureGenerator:
         return out if len(out) == int(n) else out[:int(n)]
 
     def words(self, n: int) -> np.ndarray:
-        """``n`` uniformly random 64-bit words (numpy ``uint64``, read-only)."""
+        """``n`` uniformly random 64-bit words (numpy ``uint64``, read-only).
+
+        Args:
+            n: how many words, >= 0.
+
+        Returns:
+            A read-only ``uint64`` array ``[n]``.
+        """
         return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64)
 
     def get_state(self) -> torch.Tensor:
-        """The key and the keystream position as 48 bytes (a uint8 tensor): a secret."""
+        """The key and the keystream position as 48 bytes (a uint8 tensor): a secret.
+
+        Returns:
+            A uint8 tensor ``[48]``: the 32-byte key and the 16-byte block counter.
+        """
         return torch.tensor(list(self._key + self._block.to_bytes(16, "little")), dtype=torch.uint8)
 
     def set_state(self, state) -> None:
         """Restore :meth:`get_state`'s output.
 
+        Args:
+            state: a 48-byte state from :meth:`get_state` (a uint8 tensor or a sequence of bytes).
+
         Raises:
-            ValueError: a state that is not 48 bytes (another generator's state).
+            InputError: a state that is not 48 bytes (another generator's state).
         """
         raw = bytes(torch.as_tensor(state).cpu().to(torch.uint8).tolist())
         if len(raw) != 48:
@@ -189,6 +203,10 @@ def permutation(g: SecureGenerator, n: int) -> torch.Tensor:
     """A uniformly random permutation of ``0 .. n-1`` (the order of 64-bit random keys; a draw with
     tied keys is rejected and drawn again, so every order is exactly equally likely).
 
+    Args:
+        g: the generator.
+        n: how many records, >= 0.
+
     Returns:
         A long tensor ``[n]`` on ``g.device``.
     """
@@ -203,8 +221,16 @@ def permutation(g: SecureGenerator, n: int) -> torch.Tensor:
 def randint(g: SecureGenerator, n: int, size: int = 1) -> torch.Tensor:
     """``size`` independent uniform draws from ``0 .. n-1`` (rejection sampling: exactly uniform).
 
+    Args:
+        g: the generator.
+        n: the range, an integer >= 1.
+        size: how many draws, >= 0.
+
     Returns:
         A long tensor ``[size]`` on ``g.device``.
+
+    Raises:
+        InputError: if ``n`` < 1.
     """
     n = int(n)
     if n < 1:
@@ -218,7 +244,14 @@ def randint(g: SecureGenerator, n: int, size: int = 1) -> torch.Tensor:
 
 
 def uniform(g: SecureGenerator) -> float:
-    """One uniform draw from [0, 1) on the 2^-53 grid."""
+    """One uniform draw from [0, 1) on the 2^-53 grid.
+
+    Args:
+        g: the generator.
+
+    Returns:
+        A float in [0, 1), a multiple of 2^-53.
+    """
     return math.ldexp(float(_bits53(g, 1)[0]), -53)
 
 
@@ -248,7 +281,7 @@ def gaussian_release(g: SecureGenerator, value: torch.Tensor, std: float) -> tor
         The release, in ``value``'s dtype and device.
 
     Raises:
-        ValueError: a std too small for the magnitude of ``value`` (the grid's index would overflow
+        InputError: a std too small for the magnitude of ``value`` (the grid's index would overflow
             float64: ``|value| / gamma`` beyond 1e308).
     """
     x = value.detach().reshape(-1).to("cpu", torch.float64).numpy()

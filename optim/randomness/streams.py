@@ -42,8 +42,14 @@ ROOT_BYTES = 32
 def check_seed(seed) -> int | None:
     """``seed`` as given (None or an integer >= 0).
 
+    Args:
+        seed: None or an integer >= 0.
+
+    Returns:
+        None, or the seed as an int.
+
     Raises:
-        ValueError: anything else (a bool, a float, a negative integer).
+        InputError: anything else (a bool, a float, a negative integer).
     """
     if seed is None:
         return None
@@ -54,7 +60,11 @@ def check_seed(seed) -> int | None:
 
 def fresh_root() -> bytes:
     """32 bytes of fresh operating-system entropy (``secrets.token_bytes``): a run's root when no
-    seed is given."""
+    seed is given.
+
+    Returns:
+        ``ROOT_BYTES`` (32) random bytes.
+    """
     return secrets.token_bytes(ROOT_BYTES)
 
 
@@ -99,7 +109,7 @@ class RunStreams:
             group (identity on one process).
 
     Raises:
-        ValueError: a seed that is not None or an integer >= 0.
+        InputError: a seed that is not None or an integer >= 0.
     """
 
     def __init__(self, seed=None, *, secure_mode: bool = False, agree=None):
@@ -121,7 +131,15 @@ class RunStreams:
 
     def run(self, device, data_device=None) -> tuple:
         """``(data, noise, output)`` generators: noise on ``device``, data on ``data_device`` (``device`` by
-        default), output on the CPU."""
+        default), output on the CPU.
+
+        Args:
+            device: the noise generator's device.
+            data_device: the data generator's device (None: ``device``).
+
+        Returns:
+            ``(data, noise, output)``: torch.Generators, or SecureGenerators in secure mode.
+        """
         data_device = device if data_device is None else data_device
         if self.secure:
             return (self._key.child("data", data_device), self._key.child("noise", device),
@@ -130,7 +148,16 @@ class RunStreams:
         return self._torch(s_data, data_device), self._torch(s_noise, device), self._torch(s_out, "cpu")
 
     def nodes(self, count: int, here, device) -> tuple[list, list]:
-        """Per-node ``(data generators, noise generators)`` of the nodes ``here`` of ``count``."""
+        """Per-node ``(data generators, noise generators)`` of the nodes ``here`` of ``count``.
+
+        Args:
+            count: the number of clients or nodes of the run.
+            here: the indices of the nodes this process holds.
+            device: the generators' device.
+
+        Returns:
+            ``(data generators, noise generators)``, one of each per node in ``here``.
+        """
         if self.secure:
             return ([self._key.child(f"node-data/{i}", device) for i in here],
                     [self._key.child(f"node-noise/{i}", device) for i in here])
@@ -139,7 +166,14 @@ class RunStreams:
 
 
 def is_secure(generator) -> bool:
-    """Is ``generator`` a :class:`~.secure.SecureGenerator`?"""
+    """Is ``generator`` a :class:`~.secure.SecureGenerator`?
+
+    Args:
+        generator: any generator.
+
+    Returns:
+        True for a :class:`~.secure.SecureGenerator`.
+    """
     return isinstance(generator, SecureGenerator)
 
 
@@ -175,14 +209,31 @@ def poisson_mask(generator, n: int, q: float) -> torch.Tensor:
 
 
 def permutation(generator, n: int) -> torch.Tensor:
-    """A uniformly random order of ``0 .. n-1`` on the generator's device."""
+    """A uniformly random order of ``0 .. n-1`` on the generator's device.
+
+    Args:
+        generator: a torch.Generator or a SecureGenerator.
+        n: how many records, >= 0.
+
+    Returns:
+        A long tensor, a permutation of ``0 .. n-1``.
+    """
     if is_secure(generator):
         return secure.permutation(generator, n)
     return torch.randperm(n, generator=generator, device=generator.device)
 
 
 def randint(generator, n: int, size: int = 1) -> torch.Tensor:
-    """``size`` uniform draws from ``0 .. n-1`` on the generator's device."""
+    """``size`` uniform draws from ``0 .. n-1`` on the generator's device.
+
+    Args:
+        generator: a torch.Generator or a SecureGenerator.
+        n: the range, >= 1.
+        size: how many draws.
+
+    Returns:
+        A long tensor ``[size]``.
+    """
     if is_secure(generator):
         return secure.randint(generator, n, size)
     return torch.randint(n, (size,), generator=generator, device=generator.device)
@@ -207,7 +258,7 @@ def bins(generator, n: int, t: int) -> torch.Tensor:
         A long tensor ``[n]`` of bins in ``0 .. t-1`` on the generator's device.
 
     Raises:
-        ValueError: ``n < 0`` or ``t < 1``.
+        InputError: ``n < 0`` or ``t < 1``.
     """
     n, t = int(n), int(t)
     if n < 0 or t < 1:
@@ -227,7 +278,14 @@ def bins(generator, n: int, t: int) -> torch.Tensor:
 
 
 def uniform(generator) -> float:
-    """One uniform draw from [0, 1)."""
+    """One uniform draw from [0, 1).
+
+    Args:
+        generator: a torch.Generator or a SecureGenerator.
+
+    Returns:
+        A float in [0, 1).
+    """
     if is_secure(generator):
         return secure.uniform(generator)
     return torch.rand((), generator=generator, device=generator.device).item()
@@ -237,8 +295,17 @@ def standard_normal(generator, shape, *, device, dtype) -> torch.Tensor:
     """Standard normal draws from a torch.Generator (a secure run adds its noise with
     :func:`~.secure.gaussian_release` instead: its noise is not a standard normal times a std).
 
+    Args:
+        generator: a torch.Generator.
+        shape: the shape of the draw.
+        device: the tensor's device.
+        dtype: the tensor's dtype.
+
+    Returns:
+        A tensor of i.i.d. N(0, 1) draws.
+
     Raises:
-        ValueError: a SecureGenerator (its noise is drawn with the value it is added to).
+        InputError: a SecureGenerator (its noise is drawn with the value it is added to).
     """
     if is_secure(generator):
         raise InputError("generator is not allowed here: secure-mode noise is drawn with the value it is added to "

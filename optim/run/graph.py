@@ -30,6 +30,15 @@ def exponential_hops(n: int) -> list[int]:
 
     >>> exponential_hops(20)
     [1, 2, 4, 8, 16]
+
+    Args:
+        n: number of nodes, an integer >= 1.
+
+    Returns:
+        The hops, powers of 2 (empty for n = 1).
+
+    Raises:
+        InputError: if ``n`` is not an integer >= 1 (raised by the shared check).
     """
     _check(n, "paper")
     if n == 1:
@@ -43,6 +52,12 @@ def sgp_offsets(n: int) -> list[int]:
 
     >>> sgp_offsets(20)
     [1, 19, 2, 18, 4, 16, 8, 12]
+
+    Args:
+        n: number of nodes, an integer >= 1.
+
+    Returns:
+        The nonzero offsets, without duplicates.
     """
     out = []
     for h in exponential_hops(n):
@@ -53,19 +68,57 @@ def sgp_offsets(n: int) -> list[int]:
 
 
 def period(n: int, variant: str = "paper") -> int:
+    """Number of iterations after which the graph sequence repeats (at least 1).
+
+    Args:
+        n: number of nodes, an integer >= 1.
+        variant: ``"paper"`` or ``"sgp"``.
+
+    Returns:
+        The period, >= 1.
+
+    Raises:
+        InputError: if ``n`` is not an integer >= 1 or the variant is unknown.
+    """
     _check(n, variant)
     return max(1, len(exponential_hops(n) if variant == "paper" else sgp_offsets(n)))
 
 
 def send_offset(n: int, k: int, variant: str = "paper") -> int:
-    """Offset o such that every node j sends to ``(j + o) mod n`` at iteration k (0: nobody sends)."""
+    """Offset o such that every node j sends to ``(j + o) mod n`` at iteration k (0: nobody sends).
+
+    Args:
+        n: number of nodes, an integer >= 1.
+        k: the iteration, >= 0.
+        variant: ``"paper"`` or ``"sgp"``.
+
+    Returns:
+        The offset, in [0, n).
+
+    Raises:
+        InputError: if ``n`` is not an integer >= 1 or the variant is unknown.
+    """
     _check(n, variant)
     offs = exponential_hops(n) if variant == "paper" else sgp_offsets(n)
     return offs[k % len(offs)] % n if offs else 0
 
 
 def mixing_matrix(n: int, k: int, variant: str = "paper", *, dtype=torch.float64, device=None) -> torch.Tensor:
-    """``P^k`` (n x n): ``x^{k+1}_i = sum_j P^k_{ij} x^{k+1/2}_j`` (node i receives from j)."""
+    """``P^k`` (n x n): ``x^{k+1}_i = sum_j P^k_{ij} x^{k+1/2}_j`` (node i receives from j).
+
+    Args:
+        n: number of nodes, an integer >= 1.
+        k: the iteration, >= 0.
+        variant: ``"paper"`` or ``"sgp"``.
+        dtype: the matrix's dtype.
+        device: the matrix's device (None: the default).
+
+    Returns:
+        The n x n mixing matrix (the identity where nobody sends).
+
+    Raises:
+        InputError: if ``n`` is not an integer >= 1 or the variant is unknown.
+    """
     o = send_offset(n, k, variant)
     P = torch.zeros(n, n, dtype=dtype, device=device)
     if o == 0:

@@ -48,7 +48,19 @@ def init_process_group(backend: str = "gloo", *, timeout_s: float = 60.0, init_m
                        rank: int | None = None, world_size: int | None = None) -> None:
     """``torch.distributed.init_process_group`` with a timeout that bounds every collective and
     receive (a dead or hung peer is detected within it).  Without ``rank``/``world_size`` the
-    ``torchrun`` environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) is used."""
+    ``torchrun`` environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) is used.
+
+    Args:
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (CUDA).
+        timeout_s: the timeout of every collective and receive, in seconds, finite and > 0.
+        init_method: the rendezvous URL, or None (the environment's).
+        rank: this process's rank, or None (from the environment).
+        world_size: the number of processes (given with ``rank``).
+
+    Raises:
+        InputError: if the backend is not ``"gloo"``/``"nccl"`` or the timeout is not a finite
+            number > 0.
+    """
     if backend not in ("gloo", "nccl"):
         raise InputError(f"backend={backend!r} is not allowed: expected 'gloo' (CPU) or 'nccl' (CUDA).")
     t = float(timeout_s)
@@ -82,7 +94,11 @@ def abandon(code: int = 1) -> NoReturn:
     stderr, then ``os._exit(code)``.  Once a peer has died the process group cannot be torn down
     cleanly -- destroying it, or letting the interpreter exit normally, can abort the process
     inside gloo ("terminate called without an active exception", exit -6) instead of exiting
-    with ``code``.  Write any error report (and close its file) before calling this."""
+    with ``code``.  Write any error report (and close its file) before calling this.
+
+    Args:
+        code: the exit status.
+    """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -170,23 +186,56 @@ class BatchOnRanks(_ServerSums):
     """DP-SGD, DP-SRM, DiceSGD data-parallel: every rank holds the dataset and draws the same batch
     (the same data generator, so the same sampling as one process); rank r computes the per-example
     terms of records r, r + W, r + 2W, ... of the batch; the clipped sums are all-reduced; the
-    server rank ``src`` adds the noise once and broadcasts the release."""
+    server rank ``src`` adds the noise once and broadcasts the release.
+
+    Args:
+        src: the server rank that adds the noise, in [0, world size).
+
+    Raises:
+        InputError: if torch.distributed is not initialised or ``src`` is not a rank.
+    """
 
     def __init__(self, src: int = 0):
         super().__init__(src)
 
     def share(self, idx: torch.Tensor) -> torch.Tensor:
+        """The records of the batch whose per-example terms this rank computes: ``idx[rank::world]``.
+
+        Args:
+            idx: the batch's record indices, a 1-d tensor (the same on every rank).
+
+        Returns:
+            This rank's share of ``idx``.
+        """
         return idx[self.rank::self.world]
 
     def metrics(self, loss: torch.Tensor, grad: torch.Tensor) -> dict:
         # every rank holds the whole dataset: its objective is already the global one
+        """Loss and gradient norm as they are (every rank holds the whole dataset).
+
+        Args:
+            loss: the loss (a scalar tensor).
+            grad: its gradient (flat).
+
+        Returns:
+            ``{"loss": float, "grad_norm": float}``.
+        """
         return {"loss": float(loss), "grad_norm": float(torch.linalg.vector_norm(grad))}
 
 
 class ClientsOnRanks(_ServerSums):
     """DIFF2 family: rank p is client p.  The clipped means are all-reduced; the server rank ``src``
     adds the noise and broadcasts the release; client p_r runs its local steps and broadcasts the
-    result."""
+    result.
+
+    Args:
+        clients: the number of clients P; the world size must equal it.
+        src: the server rank that adds the noise, in [0, P).
+
+    Raises:
+        InputError: if torch.distributed is not initialised, the world size is not ``clients``,
+            or ``src`` is not a rank.
+    """
 
     _summed = "clipped means"
 
@@ -194,6 +243,19 @@ class ClientsOnRanks(_ServerSums):
         super().__init__(src, clients, "clients")
 
     def run_on(self, p: int, fn, like: dict):
+        """Client ``p`` runs its local phase and broadcasts ``(x_K, x_out)`` to every rank.
+
+        Args:
+            p: the rank (client) that runs the phase.
+            fn: the local phase, ``fn() -> (x_K, x_out)`` (called on rank ``p`` only).
+            like: the parameter dict whose shapes the results take.
+
+        Returns:
+            ``(x_K, x_out)``, two parameter dicts shaped as ``like``.
+
+        Raises:
+            DistributedRunError: if the broadcast fails (a peer died, hung or lost its connection).
+        """
         x = flat(like)
         d = x.numel()
         if self.rank == p:
@@ -211,6 +273,21 @@ class NodesOnRanks(_Ranks):
     holds the node's own ``z = x / w``; the network average is an all-reduce."""
 
     def mix(self, half: torch.Tensor, w: torch.Tensor, k: int, graph: str):
+        """Push-sum exchange of iteration ``k``: send ``(x^{k+1/2}, w)`` to the out-neighbour, receive
+        from the in-neighbour, keep half.
+
+        Args:
+            half: this node's half-step parameters, shape ``(1, d)``.
+            w: this node's push-sum weight, shape ``(1,)``.
+            k: the iteration, >= 0.
+            graph: the exponential graph's variant, ``"paper"`` or ``"sgp"``.
+
+        Returns:
+            The mixed ``(X, w)`` (unchanged where nobody sends at ``k``).
+
+        Raises:
+            DistributedRunError: if the exchange fails.
+        """
         o = send_offset(self.world, k, graph)
         if o == 0:
             return half, w
@@ -224,11 +301,31 @@ class NodesOnRanks(_Ranks):
         return (0.5 * half[0] + 0.5 * got[:-1]).unsqueeze(0), 0.5 * w + 0.5 * got[-1:]
 
     def average(self, X: torch.Tensor) -> torch.Tensor:
+        """The network average of the nodes' x (an all-reduce).
+
+        Args:
+            X: this node's parameters, shape ``(1, d)``.
+
+        Returns:
+            The average over the ranks (flat).
+
+        Raises:
+            DistributedRunError: if the all-reduce fails.
+        """
         xbar = X[0].clone()
         _guard("all_reduce of the average", dist.all_reduce, xbar, op=dist.ReduceOp.SUM)
         return xbar / self.world
 
     def view(self, X: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """What the model holds: this node's ``z = x / w``.
+
+        Args:
+            X: this node's parameters, shape ``(1, d)``.
+            w: this node's push-sum weight, shape ``(1,)``.
+
+        Returns:
+            ``X[0] / w[0]``.
+        """
         return X[0] / w[0]
 
 

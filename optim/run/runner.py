@@ -60,7 +60,11 @@ def _move(obj, device):
 
 
 class Runner:
-    """Drives ``update`` (an optimizer): :meth:`run`, :meth:`log_metrics`, checkpoints."""
+    """Drives ``update`` (an optimizer): :meth:`run`, :meth:`log_metrics`, checkpoints.
+
+    Args:
+        update: the optimizer to drive (a ``PrivateOptimizer``).
+    """
 
     def __init__(self, update):
         self.update = update
@@ -77,6 +81,23 @@ class Runner:
         there every that many rounds and at the end; :meth:`load_checkpoint` resumes exactly.
         ``test=(x, y)`` and ``metrics={"name": fn}``: also logged, as the update's ``evaluate`` computes
         them (test loss, e.g. accuracy on the training and test records).
+
+        Args:
+            rounds: rounds to run, in [0, rounds left]; None: all rounds left.
+            log_every: log metrics every this many rounds, >= 1 (None: ``max(1, total // 100)``).
+            progress: show a tqdm bar (None: on a terminal).
+            checkpoint: the checkpoint path, or None (no checkpoints).
+            checkpoint_every: save every this many rounds, >= 1 (None: at the end only).
+            delta: the delta of the logged eps (None: the update's).
+            test: None, or ``(x, y)`` test records to evaluate.
+            metrics: None, or name -> metric function, evaluated by the update.
+
+        Returns:
+            The update's metrics list (one dict per logged round).
+
+        Raises:
+            InputError: if ``rounds``, ``log_every`` or ``checkpoint_every`` is out of range, or the
+                checkpoint path is not writable.
         """
         u = self.update
         left = u.total_rounds - u.round
@@ -109,6 +130,13 @@ class Runner:
         return u.metrics
 
     def log_metrics(self, delta=None, *, test=None, metrics: dict | None = None) -> None:
+        """Append (or replace, for the same round) the metrics of the current round.
+
+        Args:
+            delta: the delta of the logged eps (None: the update's).
+            test: None, or ``(x, y)`` test records to evaluate.
+            metrics: None, or name -> metric function, evaluated by the update.
+        """
         u = self.update
         m = {"round": u.round, **u.evaluate(test=test, metrics=metrics)}
         d = u.delta if delta is None else delta
@@ -119,6 +147,12 @@ class Runner:
             u.metrics.append(m)
 
     def state_dict(self) -> dict:
+        """The whole state of the run as plain containers (what a checkpoint holds).
+
+        Returns:
+            A dict: algorithm, round, model, algorithm state, counts, metrics, generator states,
+            noise source, output state, noise levels, format, run shape, transport, secure mode.
+        """
         u = self.update
         return {
             "algorithm": u.name, "round": u.round, "total_rounds": u.total_rounds,
@@ -133,7 +167,15 @@ class Runner:
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`.  A state of another algorithm, run shape, noise or
         model is refused with a ``ValueError`` (resuming it would spend privacy that was never
-        accounted, or silently train another model)."""
+        accounted, or silently train another model).
+
+        Args:
+            state: a dict from :meth:`state_dict`.
+
+        Raises:
+            InputError: if the state is not a checkpoint of this format, or its algorithm, rounds,
+                transport, secure mode, run shape, noise levels or model shapes differ from this run's.
+        """
         u = self.update
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise InputError("checkpoint is not allowed: it is not a dpcalib optimizer checkpoint "
@@ -170,7 +212,11 @@ class Runner:
         u.load_output_state(_move(state["out"], u.device), state["n_candidates"])
 
     def save_checkpoint(self, path) -> None:
-        """Write the whole state atomically (a crash mid-write leaves the previous file intact)."""
+        """Write the whole state atomically (a crash mid-write leaves the previous file intact).
+
+        Args:
+            path: the checkpoint path (the transport may add a per-rank suffix).
+        """
         u = self.update
         path = u.transport.path(os.fspath(path))
         tmp = f"{path}.tmp"
@@ -180,7 +226,15 @@ class Runner:
     def load_checkpoint(self, path) -> None:
         """Resume from a file written by :meth:`save_checkpoint`.  The file is read with
         ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a
-        checkpoint from someone else cannot run code; anything else is refused (``ValueError``)."""
+        checkpoint from someone else cannot run code; anything else is refused (``ValueError``).
+
+        Args:
+            path: the checkpoint path (the transport may add a per-rank suffix).
+
+        Raises:
+            InputError: if the file does not exist, cannot be loaded with ``weights_only=True``, or
+                does not fit this run (:meth:`load_state_dict`).
+        """
         u = self.update
         path = u.transport.path(os.fspath(path))
         try:

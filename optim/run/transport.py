@@ -42,52 +42,146 @@ class OneProcess:
     holds_everyone = True      # one process sees every participant (a check may plant a record)
 
     def here(self, count: int) -> list[int]:
-        """The participants this process runs: all ``count`` of them."""
+        """The participants this process runs: all ``count`` of them.
+
+        Args:
+            count: the number of clients / nodes of the run, >= 1.
+
+        Returns:
+            The indices ``0..count-1``.
+        """
         return list(range(count))
 
     def total(self, held: int) -> int:
-        """How many participants the network has, given that this process holds ``held``."""
+        """How many participants the network has, given that this process holds ``held``.
+
+        Args:
+            held: the number of participants this process holds.
+
+        Returns:
+            The number of participants of the network (here ``held``).
+        """
         return held
 
     def share(self, idx: torch.Tensor) -> torch.Tensor:
-        """The records of a one-dataset batch whose per-example terms this process computes: all."""
+        """The records of a one-dataset batch whose per-example terms this process computes: all.
+
+        Args:
+            idx: the batch's record indices, a 1-d tensor.
+
+        Returns:
+            The indices this process computes (here ``idx`` itself).
+        """
         return idx
 
     def aggregate(self, part: torch.Tensor) -> torch.Tensor:
-        """Sum of every client's weighted part: here all clients are in ``part`` already."""
+        """Sum of every client's weighted part: here all clients are in ``part`` already.
+
+        Args:
+            part: this process's weighted sum of the clients' terms.
+
+        Returns:
+            The sum over the network (here ``part`` itself).
+        """
         return part
 
     def release(self, privatizer, value: torch.Tensor, std: float, **kw) -> torch.Tensor:
-        """The server's ``privatizer`` adds the noise; every client gets the released value."""
+        """The server's ``privatizer`` adds the noise; every client gets the released value.
+
+        Args:
+            privatizer: the server's noise source (has ``privatize(value, std, **kw)``).
+            value: the tensor to privatize.
+            std: the noise std per coordinate, >= 0.
+            **kw: passed to ``privatizer.privatize``.
+
+        Returns:
+            The released (noisy) tensor.
+        """
         return privatizer.privatize(value, std, **kw)
 
     def run_on(self, p: int, fn, like: dict):
-        """Run client p's local phase ``fn() -> (x_K, x_out)``; every process gets its result."""
+        """Run client p's local phase ``fn() -> (x_K, x_out)``; every process gets its result.
+
+        Args:
+            p: the index of the client that runs the phase.
+            fn: the local phase, ``fn() -> (x_K, x_out)``.
+            like: tensors shaped as the result (used by transports that broadcast it).
+
+        Returns:
+            ``fn()``'s result.
+        """
         return fn()
 
     def mix(self, half: torch.Tensor, w: torch.Tensor, k: int, graph: str):
-        """Push-sum mixing of iteration k: ``(P^k X^{k+1/2}, P^k w^k)`` for all nodes at once."""
+        """Push-sum mixing of iteration k: ``(P^k X^{k+1/2}, P^k w^k)`` for all nodes at once.
+
+        Args:
+            half: the nodes' half-step parameters ``X^{k+1/2}``, one row per node.
+            w: the nodes' push-sum weights ``w^k``.
+            k: the iteration, >= 0.
+            graph: the exponential graph's variant, ``"paper"`` or ``"sgp"`` (:func:`~.graph.mixing_matrix`).
+
+        Returns:
+            ``(P^k X^{k+1/2}, P^k w^k)``.
+        """
         P = mixing_matrix(half.shape[0], k, graph, dtype=half.dtype, device=half.device)
         return P @ half, P @ w
 
     def average(self, X: torch.Tensor) -> torch.Tensor:
-        """The network average x-bar of the nodes' x (flat)."""
+        """The network average x-bar of the nodes' x (flat).
+
+        Args:
+            X: the nodes' parameters, one row per node.
+
+        Returns:
+            The mean over the nodes (flat).
+        """
         return X.mean(0)
 
     def view(self, X: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """What the model holds after an iteration: the network average."""
+        """What the model holds after an iteration: the network average.
+
+        Args:
+            X: the nodes' parameters, one row per node.
+            w: the nodes' push-sum weights (unused here).
+
+        Returns:
+            The mean over the nodes.
+        """
         return X.mean(0)
 
     def metrics(self, loss: torch.Tensor, grad: torch.Tensor) -> dict:
-        """Loss and gradient norm of the global objective from this process's share (all of it)."""
+        """Loss and gradient norm of the global objective from this process's share (all of it).
+
+        Args:
+            loss: the global objective's loss (a scalar tensor).
+            grad: its gradient (flat).
+
+        Returns:
+            ``{"loss": float, "grad_norm": float}``.
+        """
         return {"loss": float(loss), "grad_norm": float(torch.linalg.vector_norm(grad))}
 
     def path(self, path) -> str:
-        """The checkpoint file of this process."""
+        """The checkpoint file of this process.
+
+        Args:
+            path: the run's checkpoint path.
+
+        Returns:
+            This process's checkpoint path (here ``path``).
+        """
         return path
 
     def agree(self, root: bytes) -> bytes:
-        """The run's random root, the same on every process of the run: here, ``root`` itself."""
+        """The run's random root, the same on every process of the run: here, ``root`` itself.
+
+        Args:
+            root: this process's random root.
+
+        Returns:
+            The run's common root (here ``root``).
+        """
         return root
 
 
