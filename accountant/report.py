@@ -46,8 +46,8 @@ class PrivacyReport:
         delta: the report's delta, in (0, 1).
         epsilon_lower: the lower end of eps at ``delta`` (None where only an RDP upper bound exists).
         epsilon_upper: the certified upper end of eps at ``delta``.
-        method: the method that certified ``epsilon_upper`` (``"pld"``, ``"gdp"``, ``"rdp"``, ``"tv"``
-        or ``"none"``; as :class:`~.pld_pairs.EpsilonBracket`).
+        method: the method that certified ``epsilon_upper`` (``"pld"``, ``"gdp"``, ``"rdp"``,
+            ``"tv"`` or ``"none"``; as :class:`~.pld_pairs.EpsilonBracket`).
         epsilons: ``((delta, lower or None, upper), ...)``, delta decreasing.
         mu: the GDP parameter where the composition is exactly Gaussian DP, else None.
         tpr_at_fpr: ``((fpr, tpr), ...)``: the largest true-positive rate at each FPR.
