@@ -4,8 +4,9 @@ know about an algorithm by name.  Every list of algorithm names in the project i
 ``BATCHABLE``, ``dpcalib train``'s choices, the command line's examples); adding an algorithm is
 one entry here (tests/test_layout.py checks that no other list is written out).
 
-The optimizer is named by a string (``"sgd:DPSGD"`` in ``dpcalib.optim``), so that this layer
-and the command line never import torch; :mod:`dpcalib.optim.algorithms.registry` resolves it.
+The reference optimizer is not named here: the optim layer registers its class under the
+algorithm's name (:func:`dpcalib.optim.register_optimizer`), so that this layer and the command line
+never import torch and nothing is imported by a string.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ __all__ = ["Algorithm", "REGISTRY", "names", "Names", "RegistryView", "ALGORITHM
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One algorithm: its mechanism, the paper, its reference optimizer and which checks apply.
+    """One algorithm: its mechanism, the paper, and which checks apply (its reference optimizer is
+    registered by the optim layer, :func:`dpcalib.optim.register_optimizer`).
 
     Attributes:
         name: the registry name (``"dp-sgd"``...).
         mechanism: the mechanism class (:mod:`dpcalib.mechanisms`).
         source: the paper and the algorithm, theorem or proposition, in words.
-        optimizer: the reference optimizer, ``"module:Class"`` in ``dpcalib.optim.algorithms`` or
-            ``"package.module:Class"``.
         audit: the audits that apply: ``"llr"``, ``"wor"``, ``"one-run"``.
         batched: whether many audit runs are stacked along a tensor dimension.
         train: how ``dpcalib train`` runs it: ``"clients"``, ``"data-parallel"``, or ``""`` (not).
@@ -57,7 +57,6 @@ class Algorithm:
     name: str
     mechanism: type
     source: str
-    optimizer: str                 # "module:Class" in dpcalib.optim.algorithms, or "package.module:Class"
     audit: tuple = ()              # "llr": many-run white-box audit conditioned on the sampling
                                    # (full batch, assumption-free, J = 1); "wor": the replace-one
                                    # coupling of sampling without replacement; "one-run"
@@ -101,7 +100,7 @@ def _ex(**kw) -> dict:
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dp-gd", DPGD, "DIFF2 (Murata & Suzuki, ICML 2023), DP-GD baseline: Prop. 4.1 with T = 1, u -> 1",
-              "diff2:DPGD", ("llr",), batched=True, train="clients", data="clients", records="n_min",
+              ("llr",), batched=True, train="clients", data="clients", records="n_min",
               clips={"c1": "C1"}, noise_notes=True,
               train_shape={"rounds": "rounds", "clients": "world", "n_min": "n_min"}, train_clips={"C1": "c1"},
               examples=_ex(
@@ -110,7 +109,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250"),
               probe={"lr": 0.125, "c1": 1.0}),
     Algorithm("diff2-gd", DIFF2GD, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithms 1-3, Prop. 4.1",
-              "diff2:DIFF2GD", ("llr",), batched=True, train="clients", data="clients", records="n_min",
+              ("llr",), batched=True, train="clients", data="clients", records="n_min",
               clips={"c1": "C1", "c2": "C2"}, noise_notes=True,
               train_shape={"rounds": "rounds", "restart_interval": "restart_interval", "clients": "world",
                            "n_min": "n_min"},
@@ -123,7 +122,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--n-min 250 --c2 0.01"),
               probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
     Algorithm("diff2-bvr", DIFF2BVR, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithm 4, Prop. E.2",
-              "diff2:DIFF2BVR", ("wor",), data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"},
+              ("wor",), data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"},
               noise_notes=True, examples=_ex(
                   calibrate="dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
                             "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
@@ -133,7 +132,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--n-min 500 --local-steps 3 --batch-size 50"),
               probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
     Algorithm("dp-sgd", DPSGD, "Abadi et al. 2016; DPSGD-GC of DiceSGD (Zhang et al.) Algorithm 1, Thm 2.3",
-              "sgd:DPSGD", ("one-run",), train="data-parallel", clips={"clip": "C"},
+              ("one-run",), train="data-parallel", clips={"clip": "C"},
               train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
                            "batch_size": "shuffle_batch", "epochs": "epochs"},
               train_clips={"C": "c1"}, engine=("poisson", "shuffle", "balls-in-bins"), examples=_ex(
@@ -142,7 +141,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("dp-srm", DPSRM, "DP-SRM (Wang, Jayaraman, Evans & Gu), supplement eqs. 2.3, 2.5",
-              "sgd:DPSRM", ("wor",), train="data-parallel", records="n",
+              ("wor",), train="data-parallel", records="n",
               train_shape={"n": "n", "steps": "rounds", "b0": "b0", "b": "batch_size", "lipschitz": "c1",
                            "step_bound": "c2", "momentum": "momentum"},
               train_defaults={"c2": 1.0}, engine=("wor",), examples=_ex(
@@ -152,7 +151,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16"),
               probe={"lr": 0.1}),
     Algorithm("dicesgd", DiceSGD, "DiceSGD (Zhang, Bu, Wu & Hong, 2024), Algorithms 2-4, Thm 3.7",
-              "sgd:DiceSGD", ("llr", "one-run"), train="data-parallel", records="N",
+              ("llr", "one-run"), train="data-parallel", records="N",
               train_shape={"N": "n", "batch_size": "batch_size", "steps": "rounds", "C1": "c1", "C2": "c2"},
               train_defaults={"c2": 1.0}, engine=("poisson",),
               paper_auditable=False, examples=_ex(
@@ -164,7 +163,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                         "--c2 1 --c 1"),
               probe={"lr": 0.1}),
     Algorithm("clipd2p", ClipD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 3, Prop. 2",
-              "d2p:ClipD2P", ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"},
+              ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"},
               examples=_ex(
                   calibrate="dpcalib calibrate clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 "
                             "--iterations 3500",
@@ -173,7 +172,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("constd2p", ConstD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 2, Prop. 2",
-              "d2p:ConstD2P", ("llr",), data="nodes", records="samples_per_node", clips={"clip": "G"},
+              ("llr",), data="nodes", records="samples_per_node", clips={"clip": "G"},
               clip_enforced=False,
               warnings=(("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every gradient norm <= G"),),
               examples=_ex(
@@ -184,7 +183,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe constd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("adad2p", AdaD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 1 -- no valid guarantee",
-              "d2p:AdaD2P", ("llr",), data="nodes", records="samples_per_node", claimed_by="clipd2p",
+              ("llr",), data="nodes", records="samples_per_node", claimed_by="clipd2p",
               no_guarantee="its noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1",
               examples=_ex(
                   calibrate="dpcalib calibrate adad2p --epsilon 1 --delta 1e-5   (refused: no guarantee)",

@@ -18,7 +18,7 @@ except ImportError as _exc:       # accounting, calibration and the CLI do not n
                       f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
 
 from . import algorithms, audit, clipping, data, engine, randomness, run, tensors  # noqa: E402
-from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS,  # noqa: E402
+from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS, register_optimizer,  # noqa: E402
                          DiceSGD, NoiseSource, PrivateOptimizer, Release, accuracy,
                          cross_entropy_loss, squared_loss)
 from .audit import noise_ks_test, noise_pooled_test, noise_std_test  # noqa: E402
@@ -29,7 +29,7 @@ from .clipping import (ClippingFallbackWarning, LinearMultiheadAttention, Module
 
 
 __all__ = [
-    "OPTIMIZERS", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "noise_std_test", "noise_ks_test",
+    "OPTIMIZERS", "register_optimizer", "PrivateOptimizer", "NoiseSource", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "noise_std_test", "noise_ks_test",
     "noise_pooled_test",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P",
     "clip_factors", "clipped_grad_sum", "clipped_grad_diff_sum", "supports_ghost", "clip_path",

@@ -2,7 +2,7 @@
 has no cycle, between modules or between folders; layers import only downward (accountant <-
 mechanisms <- optim <- command line), and so do the folders inside a layer (optim: tensors, data
 <- clipping, run <- algorithms <- audit); no module imports a private name (or a private module) of
-another; no module is over 600 lines; every package says its job (and, inside a layer, what it may
+another; no module holds over 450 lines of code (docstrings aside: about 600 lines in all); every package says its job (and, inside a layer, what it may
 import) in its docstring."""
 
 import ast
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: folder -> (installed package, layer rank)
 FOLDERS = {"accountant": ("dpcalib.accountant", 0), "mechanisms": ("dpcalib.mechanisms", 1),
            "optim": ("dpcalib.optim", 2), "dpcalib": ("dpcalib", 3)}
-MAX_LINES = 600
+MAX_LINES = 450      # lines of code (docstrings, comments and blank lines aside): about 600 in all
 
 
 def _modules() -> dict:
@@ -142,9 +142,24 @@ def test_no_import_cycle():
     assert not cycles, cycles
 
 
+def code_lines(source: str) -> int:
+    """Lines that hold code: blank lines, comments and docstrings (the contracts
+    tests/test_docstrings.py asks for) aside, so that documenting a module never splits it."""
+    lines = source.splitlines()
+    keep = [bool(ln.strip()) and not ln.lstrip().startswith("#") for ln in lines]
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            for i in range(body[0].lineno - 1, body[0].end_lineno):
+                keep[i] = False
+    return sum(keep)
+
+
 def test_no_module_is_over_600_lines():
-    long = {m: n for m, (p, _) in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {m: n for m, (p, _) in MODULES.items() if (n := code_lines(p.read_text())) > MAX_LINES}
     assert not long, long
+    assert code_lines('"""doc\nmore"""\n# c\n\nx = 1\ndef f():\n    """d"""\n    return x\n') == 3
 
 
 def test_no_paper_file_imports_a_sibling_paper_file():

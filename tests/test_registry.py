@@ -158,12 +158,14 @@ def _toy_optimizer():
 @pytest.fixture
 def toy():
     pytest.importorskip("torch")
-    globals()["ToyGD"] = _toy_optimizer()        # "tests.test_registry:ToyGD" resolves to it
+    from dpcalib.optim import register_optimizer
+
     entry = register(Algorithm(
-        "toy-gd", ToyMechanism, "a test: DP-GD with step size lr / sqrt(r)", f"{__name__}:ToyGD", ("llr",),
+        "toy-gd", ToyMechanism, "a test: DP-GD with step size lr / sqrt(r)", ("llr",),
         data="clients", records="n_min", clips={"c1": "C1"}, probe={"lr": 0.125, "c1": 1.0},
         examples={"calibrate": "dpcalib calibrate toy-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 "
                                "--n-min 250"}))
+    register_optimizer("toy-gd", _toy_optimizer())
     try:
         yield entry
     finally:

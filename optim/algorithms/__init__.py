@@ -15,7 +15,7 @@ from .core import NoiseSource, PrivateOptimizer, Release, accuracy, cross_entrop
 from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .sgd import DPSGD, DPSRM, DiceSGD
-from .registry import OPTIMIZERS
+from .registry import OPTIMIZERS, register_optimizer
 
 __all__ = ["NoiseSource", "PrivateOptimizer", "Release", "squared_loss", "cross_entropy_loss", "accuracy", "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD",
-           "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P", "OPTIMIZERS"]
+           "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P", "OPTIMIZERS", "register_optimizer"]
