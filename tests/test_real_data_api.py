@@ -1,4 +1,4 @@
-"""What real data needs of the API (docs/experiments.md): tables with text columns, a classification loss
+"""What real data needs of the API (docs/how-to/reproduce-papers.md): tables with text columns, a classification loss
 and accuracy, test metrics, a regulariser that sees the parameters, eps inf for zero noise, the DIFF2
 degenerate case refused, DiceSGD's note against DP-SGD, and the experiments' extra refused cleanly."""
 

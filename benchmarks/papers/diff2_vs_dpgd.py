@@ -1,7 +1,7 @@
 """DIFF2-GD vs DP-GD on real regression data (the DIFF2 paper's claim, Sec. 6: DIFF2-GD reaches a lower
 train gradient norm / loss than DP-GD at the same (eps, delta)).
 
-Protocol (the paper's, Sec. 6 + App. A, at a smaller compute budget -- stated in docs/experiments.md):
+Protocol (the paper's, Sec. 6 + App. A, at a smaller compute budget -- stated in docs/how-to/reproduce-papers.md):
 standardised features, target / max |y|, random 80/20 split, P = 10 equal i.i.d. shards; one hidden layer
 of 10 softplus units, squared loss; (eps, delta) = (3, 1e-5); R rounds (default 500; the paper: 2000).
 Tuning (development seed 100, by the final train loss, unstable settings excluded by

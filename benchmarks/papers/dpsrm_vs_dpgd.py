@@ -3,7 +3,7 @@ paper's claim, supplement Sec. 1.1, Table 1: DP-SRM reaches a lower loss, gradie
 than DP-GD at eps in {0.2, 0.5}, delta = 1e-5, in fewer data passes).
 
 Protocol (the supplement's where it is printed; ijcnn1 is a download here, so two offline tables stand
-in -- stated in docs/experiments.md): nonconvex logistic regression -- a linear model, logistic loss and
+in -- stated in docs/how-to/reproduce-papers.md): nonconvex logistic regression -- a linear model, logistic loss and
 the regulariser r(w) = lambda sum_j w_j^2 / (1 + w_j^2), lambda = 1e-3 (the supplement does not print it;
 this is the usual "nonconvex logistic regression" of this line of work), on every parameter (weights and
 bias).  Data: ``digits-odd`` (digit is odd; 1437 training records) and ``diamonds-high`` (price above the

@@ -6,7 +6,7 @@ holds the data, draws the same batch, computes the per-example terms of its shar
 clipped sums are all-reduced and rank 0 adds the noise once.  Data: synthetic data of a paper's
 shape, or a local CSV prepared as in the DIFF2 paper; the calibration is the tight one for
 (``--epsilon``, ``--delta``); rank 0 reports the metrics.  For several machines use ``torchrun``
-(docs/distributed.md).
+(docs/how-to/distributed.md).
 """
 
 

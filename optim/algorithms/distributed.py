@@ -4,7 +4,7 @@ transport of :mod:`dpcalib.optim.run.ranks` (:class:`~dpcalib.optim.run.ranks.Cl
 :class:`~dpcalib.optim.run.ranks.NodesOnRanks`, :class:`~dpcalib.optim.run.ranks.BatchOnRanks`).
 No step, release, sensitivity or event is written here (tests/test_transport.py), so the same
 seeds give the same iterates as the one-process optimizers (to float rounding).  See
-docs/distributed.md.
+docs/how-to/distributed.md.
 """
 
 from __future__ import annotations

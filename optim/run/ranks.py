@@ -18,7 +18,7 @@ seeds give the same iterates as :class:`dpcalib.optim.DIFF2GD` / :class:`dpcalib
 (to float rounding).
 A peer that dies or hangs makes every collective or receive fail within the process group's
 timeout (:func:`init_process_group`); the run then raises :class:`DistributedRunError` naming the
-rank and the operation.  Checkpoints are per rank (``PATH.rank<r>``).  See docs/distributed.md.
+rank and the operation.  Checkpoints are per rank (``PATH.rank<r>``).  See docs/how-to/distributed.md.
 """
 
 from __future__ import annotations
