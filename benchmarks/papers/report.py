@@ -1,4 +1,4 @@
-"""The tables of docs/how-to/reproduce-papers.md, from the result files the three experiment scripts write
+"""The tables of benchmarks/results/experiments_*.md (linked from docs/how-to/reproduce-papers.md), from the result files the three experiment scripts write
 (benchmarks/papers/results/*.json): one markdown table per setting, mean +- std over the seeds, the
 paired one-sided p-values and the chosen hyper-parameters.
 
