@@ -1,5 +1,5 @@
 """Balls-in-bins against the other samplers and against the ``random-allocation`` package (one run; the
-numbers of docs/accounting.md, "Balls-in-bins batches").
+numbers of benchmarks/results/accounting_checks.md and allocation_compare.md.
 
     RANDOM_ALLOCATION_PYTHON=/work/venv-ra/bin/python python benchmarks/allocation_compare.py \
         [--out benchmarks/results/allocation_compare.md] [--plot docs/img/allocation_samplers.png]

@@ -66,7 +66,7 @@ WHY = ((1.0, 100, 1, 60000, 600), (0.658, 196, 1, 50000, 256), (1.0, 196, 50, 50
 @pytest.mark.parametrize("z,t,E,n,b", WHY)
 def test_balls_in_bins_noise_is_within_5_percent_of_poissons(z, t, E, n, b):
     """At the target Poisson's noise ``z`` spends (q = b/n, t E steps), balls-in-bins calibrates to 1.5-4.2 %
-    less noise (measured 0.958, 0.983, 0.985 of Poisson's; docs/accounting.md)."""
+    less noise (measured 0.958, 0.983, 0.985 of Poisson's; benchmarks/results/accounting_checks.md)."""
     poisson, m = DPSGD(b / n, t * E), bib(n, b, E)
     assert m.steps_per_epoch == t
     e = poisson.epsilon(1e-5, z).epsilon
