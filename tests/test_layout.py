@@ -291,3 +291,20 @@ def test_the_folder_rule_sees_an_upward_import():
     """The folder rule is not vacuous: the checks (audit, rank 3) import the updates (rank 2), never back."""
     assert any(folder(a) == "dpcalib.optim.audit" and folder(b) == "dpcalib.optim.algorithms" for a, b, _, _ in EDGES)
     assert FOLDER_RANKS["dpcalib.optim.algorithms"] < FOLDER_RANKS["dpcalib.optim.audit"]
+
+
+def test_every_name_a_module_exports_exists():
+    import importlib
+
+    missing = {}
+    for mod in MODULES:
+        if mod.startswith("dpcalib.optim"):
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                continue
+        m = importlib.import_module(mod)
+        gone = [n for n in getattr(m, "__all__", ()) if not hasattr(m, n)]
+        if gone:
+            missing[mod] = gone
+    assert not missing, f"__all__ names that the module does not define: {missing}"
