@@ -298,6 +298,8 @@ def test_every_name_a_module_exports_exists():
 
     missing = {}
     for mod in MODULES:
+        if mod.endswith("__main__"):
+            continue                        # running it is its job
         if mod.startswith("dpcalib.optim"):
             try:
                 import torch  # noqa: F401
