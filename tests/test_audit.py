@@ -123,7 +123,7 @@ def test_audit_of_full_batch_gaussian_optimizers_is_consistent_and_tight(name):
                 claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
     assert r.verdict == "consistent"
     assert r.epsilon_lo_direct <= 2.0 and r.epsilon_lo_gdp <= 2.0
-    assert r.epsilon_lo_gdp >= 0.55 * 2.0          # 10 000 runs reach >= 0.8 (docs/audit.md)
+    assert r.epsilon_lo_gdp >= 0.55 * 2.0          # 10 000 runs reach >= 0.8 (benchmarks/results/audit_results.md)
 
 
 class _Shrunk(NoiseSource):

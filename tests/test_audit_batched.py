@@ -91,7 +91,7 @@ def test_batched_audit_input_errors():
 
 @pytest.mark.parametrize("name", B.BATCHABLE)
 def test_reduced_large_audit_is_consistent_and_near_the_claim(name):
-    # benchmarks/audit_full_batch.py runs 10^5 runs per dataset (GDP bound >= 0.95 x claimed, docs/audit.md)
+    # benchmarks/audit_full_batch.py runs 10^5 runs per dataset (GDP bound >= 0.95 x claimed, benchmarks/results/audit_results.md)
     import sys
     from pathlib import Path
 
