@@ -39,6 +39,7 @@ myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"
 autodoc_default_options = {"members": True, "imported-members": True, "undoc-members": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
