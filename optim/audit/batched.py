@@ -34,6 +34,7 @@ from ...mechanisms.registry import Names
 from ..algorithms.core import stream_seeds
 from ..tensors import flat
 from .canaries import plant
+from .lockstep import gaussian_llr
 from ..clipping.paths import clip_factors
 from ..clipping.points import clipped_point_sums, point_grads
 from ..clipping.precision import DIFFERENCE_DTYPE, widened
@@ -102,25 +103,6 @@ def _canary_term(bt, g: torch.Tensor, c, runs: int) -> torch.Tensor:
     return bt.w_canary * f.reshape(-1, 1).expand(runs, 1) * g.reshape(1, -1)
 
 
-def _llr(o, q_d, q_p, std) -> torch.Tensor:
-    """``log N(o; q_D, s^2 I) - log N(o; q_D', s^2 I)`` per run, in float64 (0 / +-inf for s = 0, as
-    :func:`optim.audit.release_llr` gives for point masses)."""
-    o, q_d, q_p = (a.to(torch.float64) for a in (o, q_d, q_p))
-    s = std.to(torch.float64)
-    pos = s > 0
-    safe = torch.where(pos, s, torch.ones_like(s))
-    a = -((o - q_d) ** 2).sum(1) / (2.0 * safe * safe)
-    b = -((o - q_p) ** 2).sum(1) / (2.0 * safe * safe)
-    out = a - b
-    if not bool(pos.all()):
-        hit_d = (o == q_d).all(1)
-        hit_p = (o == q_p).all(1)
-        point = torch.where(hit_d & hit_p, torch.zeros_like(s),
-                            torch.where(hit_d, torch.full_like(s, math.inf), torch.full_like(s, -math.inf)))
-        out = torch.where(pos, out, point)
-    return out
-
-
 def _cg(canary, j: int, t) -> torch.Tensor:
     return torch.as_tensor(canary(j)).to(t.device, t.dtype)
 
@@ -163,7 +145,7 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
         z = torch.stack([src.standard((bt.d,)) if k else torch.zeros(bt.d, device=dev, dtype=dt)
                          for src, k in zip(sources, draw)])
         o = torch.where(truth, q_d, q_p) + std.to(dt).reshape(-1, 1) * z
-        stat = stat + _llr(o, q_d, q_p, std)
+        stat = stat + gaussian_llr(o, q_d, std, q_p, std)
         prev, v = theta, o
         theta = theta - t.lr * o
     return stat.cpu()

@@ -18,7 +18,7 @@ import torch
 from .canaries import WORCoupling, plant
 from .replay import ReplaySource
 
-__all__ = ["zero", "constant", "alternating", "lead_run", "follow_run", "run_pair", "release_llr", "pair_llr", "wor_llr",
+__all__ = ["gaussian_llr", "zero", "constant", "alternating", "lead_run", "follow_run", "run_pair", "release_llr", "pair_llr", "wor_llr",
            "logaddexp"]
 
 
@@ -142,15 +142,48 @@ def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: i
 
 
 # ---- likelihood ratio --------------------------------------------------------------------------
-def _log_density(o, q, s):
-    """log N(o; q, s^2 I) without the 2 pi term; a point mass when s = 0 (+inf at q, -inf elsewhere)."""
-    if s == 0.0:
-        return math.inf if torch.equal(o, q) else -math.inf
-    return float(-torch.sum((o - q) ** 2) / (2.0 * s * s)) - o.numel() * math.log(s)
+def gaussian_llr(o, q_a, s_a, q_b, s_b) -> torch.Tensor:
+    """``log N(o; q_A, s_A^2 I) - log N(o; q_B, s_B^2 I)`` of each run's Gaussian release, in float64:
+    the one likelihood ratio of the audits (sequential and batched).
+
+    A zero std is a point mass: its log-density is +inf at its query and -inf elsewhere, and the
+    ratio of two identical point masses is 0.  With equal stds the normalising terms are exactly 0,
+    so the ratio is the difference of the two quadratic terms alone.
+
+    Args:
+        o: the released values, shape ``(runs, d)``.
+        q_a: the noiseless queries under A, shape ``(runs, d)``.
+        s_a: the noise stds under A, shape ``(runs,)``, >= 0.
+        q_b: the noiseless queries under B, shape ``(runs, d)``.
+        s_b: the noise stds under B, shape ``(runs,)``, >= 0.
+
+    Returns:
+        The log-likelihood ratios, shape ``(runs,)``, float64 (possibly +-inf).
+    """
+    o, q_a, q_b = (t.to(torch.float64) for t in (o, q_a, q_b))
+    s_a, s_b = (torch.as_tensor(t, dtype=torch.float64, device=o.device) for t in (s_a, s_b))
+    pos = (s_a > 0) & (s_b > 0)
+    sa = torch.where(pos, s_a, torch.ones_like(s_a))
+    sb = torch.where(pos, s_b, torch.ones_like(s_b))
+    out = -((o - q_a) ** 2).sum(1) / (2.0 * sa * sa) - (-((o - q_b) ** 2).sum(1) / (2.0 * sb * sb))
+    out = out + o.shape[1] * (torch.log(sb) - torch.log(sa))        # exactly 0 where the stds agree
+    if not bool(pos.all()):
+        def log_density(q, s):
+            quad = -((o - q) ** 2).sum(1) / (2.0 * torch.where(s > 0, s, torch.ones_like(s)) ** 2) \
+                - o.shape[1] * torch.log(torch.where(s > 0, s, torch.ones_like(s)))
+            hit = (o == q).all(1)
+            return torch.where(s > 0, quad, torch.where(hit, torch.full_like(s, math.inf),
+                                                        torch.full_like(s, -math.inf)))
+        la, lb = log_density(q_a, s_a), log_density(q_b, s_b)
+        both_inf = torch.isinf(la) & torch.isinf(lb)
+        point = torch.where(both_inf, torch.where(la == lb, torch.zeros_like(la), la), la - lb)
+        out = torch.where(pos, out, point)
+    return out
 
 
 def release_llr(o, q_a, s_a, q_b, s_b) -> float:
-    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0).
+    """``log p_A(o) - log p_B(o)`` for one Gaussian release (inf - inf of identical point masses is 0):
+    :func:`gaussian_llr` of a single run.
 
     Args:
         o: the released value.
@@ -162,10 +195,8 @@ def release_llr(o, q_a, s_a, q_b, s_b) -> float:
     Returns:
         The log-likelihood ratio (possibly +-inf).
     """
-    la, lb = _log_density(o, q_a, s_a), _log_density(o, q_b, s_b)
-    if math.isinf(la) and math.isinf(lb):
-        return 0.0 if la == lb else la
-    return la - lb
+    row = (lambda t: torch.as_tensor(t).reshape(1, -1))
+    return float(gaussian_llr(row(o), row(q_a), [float(s_a)], row(q_b), [float(s_b)])[0])
 
 
 def _llr_of_pair(leader, twin, truth_is_a: bool) -> float:
