@@ -17,6 +17,9 @@ iteration k::
 Sampling follows the accountant: ONE example per node, uniformly (replace-one; the algorithm as
 written), or -- when the calibration is under add/remove, whose accountant assumes Poisson
 sampling (AdaD2P-E4) -- every example independently with probability 1/J.
+
+The releases are written once, in :class:`~.d2p_kernels.D2PKernel`; the optimizers here sample,
+compute the per-example gradients, hand the kernel its :class:`~.d2p_kernels.NodeQueries` and mix.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from ...mechanisms import paper_warning
 
 from ..tensors import flat, unflat
 from .core import PrivateOptimizer, check_clip, check_lr
-from ..clipping.points import clipped_point_sums, point_grads
+from .d2p_kernels import D2PKernel, NodeQueries
+from ..clipping.points import point_grads
 from ..clipping.precision import exact_float32
 from ..run.graph import VARIANTS
 
@@ -113,22 +117,20 @@ class _Decentralized(PrivateOptimizer):
         return g, mask
 
     def _combine(self, g, mask):
-        raise NotImplementedError
+        """The nodes' unclipped sums ``[n, d]`` (the kernel's ``grad_sum``)."""
+        return torch.einsum("nm,nmd->nd", mask, g)
 
-    def _stds(self, g_nodes) -> torch.Tensor:
-        raise NotImplementedError
+    def _release_rows(self, values, stds, **record):
+        return self.privatizer.privatize_rows(values, stds, names=[f"node {i}: g + N" for i in self.here], **record)
 
     def _step(self, r: int) -> None:
         k = r - 1
         Z = self.X / self.w.unsqueeze(1)
         g, mask = self._node_grads(Z)
-        g_nodes = self._combine(g, mask)                              # [n, d]
-        noisy = self.privatizer.privatize_rows(g_nodes, self._stds(g_nodes), round=r,
-                                          names=[f"node {i}: g + N" for i in self.here],
-                                          sensitivity=self._sensitivity(), relation=self.relation)
+        noisy, kind = self.kernel.step(NodeQueries(g, mask, self._combine), self._release_rows, r)
         half = self.X - self.lr * noisy
         self.X, self.w = self.transport.mix(half, self.w, k, self.graph)
-        self.counts["iteration"] += 1
+        self.counts[kind] += 1
         self._sync_model()
 
     def _sync_model(self):
@@ -140,9 +142,6 @@ class _Decentralized(PrivateOptimizer):
 
     def _eval_params(self) -> dict:
         return unflat(self.average(), self.like)
-
-    def _sensitivity(self):
-        return None
 
     def _objective(self):
         """The records of the nodes here, each weighted 1 / (nodes J) of the global objective."""
@@ -190,6 +189,7 @@ class ClipD2P(_Decentralized):
 
     name = "clipd2p"
     _mechanism_type = M.ClipD2P
+    _rule = "clip"
 
     def __init__(self, model, loss_fn, node_data, mechanism, noise, *, C: float, lr: float, **kwargs):
         super().__init__(model, loss_fn, node_data, mechanism, noise, lr=lr, **kwargs)
@@ -197,16 +197,7 @@ class ClipD2P(_Decentralized):
         if self.C == math.inf and self.sigma > 0:
             raise InputError(f"C=inf is not allowed with sigma={self.sigma}: unclipped gradients have unbounded "
                              "sensitivity.")
-
-    def _combine(self, g, mask):
-        return clipped_point_sums(g, self.C, mask)
-
-    def _stds(self, g_nodes):
-        s = 0.0 if self.sigma == 0.0 else self.mechanism.std("iteration", self.sigma, self.C)
-        return torch.full((g_nodes.shape[0],), s, device=self.device, dtype=torch.float64)
-
-    def _sensitivity(self):
-        return self.mechanism.sensitivity("iteration", self.C)
+        self.kernel = D2PKernel(mechanism, self.levels, rule=self._rule, C=self.C)
 
 
 class ConstD2P(ClipD2P):
@@ -237,6 +228,7 @@ class ConstD2P(ClipD2P):
 
     name = "constd2p"
     _mechanism_type = M.ConstD2P
+    _rule = "const"
 
     def __init__(self, model, loss_fn, node_data, mechanism, noise, *, G: float, lr: float, **kwargs):
         super().__init__(model, loss_fn, node_data, mechanism, noise, C=G, lr=lr, **kwargs)
@@ -330,11 +322,6 @@ class AdaD2P(NoGuarantee, _Decentralized):
     def __init__(self, model, loss_fn, node_data, mechanism, noise, *, lr: float, **kwargs):
         super().__init__(model, loss_fn, node_data, mechanism, noise, lr=lr, **kwargs)
         self.sigma = self._need("sigma")
-
-    def _combine(self, g, mask):
-        return torch.einsum("nm,nmd->nd", mask, g)
-
-    def _stds(self, g_nodes):
-        return self.sigma * torch.linalg.vector_norm(g_nodes, dim=1).to(torch.float64)
+        self.kernel = D2PKernel(mechanism, self.levels, rule="ada")
 
 

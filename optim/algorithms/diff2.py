@@ -1,9 +1,12 @@
-"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (DIFF2 Algorithms 1-4).
+"""DP-GD, DIFF2-GD and DIFF2-BVR-L-SGD (DIFF2 Algorithms 1-4): the drivers of the DIFF2 kernels.
 
 P clients are simulated in one process: their datasets are concatenated and each record carries
 the weight ``1/(P n_p)``, so one clipping pass gives ``(1/P) sum_p ClippedMean(D_p)`` without a
 loop over clients or samples.  The server adds ``N(0, sigma^2 C^2 I)`` to the client average
-(Algorithm 1 line 11) from the run's dedicated noise generator.  The same code runs one client
+(Algorithm 1 line 11) from the run's dedicated noise generator.  The releases are written once, in
+the kernels of :mod:`.diff2_kernels` (:class:`~.diff2_kernels.DIFF2Kernel` for a round,
+:class:`~.diff2_kernels.LocalStepKernel` for a DIFF2-BVR local step); the optimizers here draw the
+records, hand the kernels their :class:`~.diff2_kernels.ShardQueries` and step the parameters.  The same code runs one client
 per process on torch.distributed (:class:`dpcalib.optim.algorithms.distributed.ClientsOnRanks`): the sum
 over clients becomes an all-reduce, the release a broadcast from the server rank (see
 :mod:`dpcalib.optim.run.transport`).
@@ -21,6 +24,7 @@ from ... import mechanisms as M
 from ..tensors import flat, unflat
 from ..randomness import uniform
 from .core import PrivateOptimizer, check_clip, check_lr
+from .diff2_kernels import DIFF2Kernel, LocalStepKernel, ShardQueries
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -47,14 +51,11 @@ def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:
     return out
 
 
-def _step_length(cur: dict, before: dict, lr: float, r: int) -> float:
-    """``||x_{k-1} - x_{k-2}||``, the scale of a difference round's clip; a run whose iterate is no
-    longer finite has diverged, which is said here rather than as a NaN clip norm downstream."""
-    dx = float(torch.linalg.vector_norm(flat(cur) - flat(before)))
-    if not math.isfinite(dx):
-        raise InputError(f"lr={lr!r} is not allowed for this run: the iterate is no longer finite at round {r} (the "
-                         "run diverged); use a smaller learning rate.")
-    return dx
+def _client_release(noise, p: int, k: int):
+    """Client p's release of its local step k: from row p of ``noise``, named for the record."""
+    def release(value, std, **record):
+        return noise.privatize_row(p, value, std, **{**record, "name": f"v~ (local k={k}, client {p})"})
+    return release
 
 
 class DIFF2GD(PrivateOptimizer):
@@ -140,7 +141,12 @@ class DIFF2GD(PrivateOptimizer):
                                for p, s in self.shards.items()]),
                     torch.cat([torch.arange(s[0].shape[0], device=self.device) for s in held]))
         self.prev = None   # x_{r-2}
-        self.v = None      # v~_{r-1}
+        self.kernel = DIFF2Kernel(m, self.levels, C1=self.C1, C2=self.C2, T=self.T)
+
+    @property
+    def v(self):
+        """The last release ``v~_{r-1}`` (the kernel's state)."""
+        return self.kernel.v
 
     def holders(self) -> int:
         """The number of clients P.
@@ -160,7 +166,7 @@ class DIFF2GD(PrivateOptimizer):
         Returns:
             True for a restart round.
         """
-        return (r - 1) % self.T == 0
+        return self.kernel.is_restart(r)
 
     def difference_clip(self, dx):
         """A difference round's clip ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` from the step length ``dx`` (a
@@ -172,32 +178,15 @@ class DIFF2GD(PrivateOptimizer):
         Returns:
             The clip ``C2 dx`` (0 where ``dx`` is 0), of the same kind as ``dx``.
         """
-        if isinstance(dx, torch.Tensor):
-            return torch.where(dx == 0, torch.zeros_like(dx), self.C2 * dx)
-        return 0.0 if dx == 0.0 else self.C2 * dx
+        return self.kernel.difference_clip(dx)
 
     def _diff2_round(self, r: int) -> dict:
         """Lines 2-12 of Algorithm 1: returns x_r (does not change the model)."""
         cur = self.params()
-        if self.is_restart(r):
-            part = self.per_example.clipped_sum(self.model, self.loss_fn, cur, self.x, self.y, self.C1, ids=self.ids,
-                                                weights=self.w)
-            c, s, kind = self.C1, self.sigma1, "restart"
-            v = self.transport.aggregate(part)
-        else:
-            dx = _step_length(cur, self.prev, self.lr, r)
-            c = self.difference_clip(dx)
-            part = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, self.prev, self.x, self.y, c,
-                                                     ids=self.ids, weights=self.w)
-            s, kind = self.sigma2, "difference"
-            v = self.transport.aggregate(part)
-        public = None if self.is_restart(r) else self.v      # v~_r = fresh difference term + v~_{r-1}
-        std = 0.0 if s == 0.0 or c == 0.0 else self.mechanism.std(kind, s, c)
-        vt = self.transport.release(self.privatizer, v, std, round=r, name=f"v~ ({kind})",
-                                    sensitivity=self.mechanism.sensitivity(kind, c),
-                                    relation=self.mechanism.release(kind).relation, public=public)
+        queries = ShardQueries(self, cur, self.prev, self.x, self.y, self.ids, self.w, round=r)
+        vt, kind = self.kernel.step(queries, self.release, r, self.is_restart(r))
         self.counts[kind] += 1
-        self.prev, self.v = {k: t.clone() for k, t in cur.items()}, vt
+        self.prev = {k: t.clone() for k, t in cur.items()}
         return unflat(flat(cur) - self.lr * self._regularized(vt, cur), cur)
 
     def _step(self, r: int) -> None:
@@ -215,10 +204,11 @@ class DIFF2GD(PrivateOptimizer):
         return self.x, self.y, self.w
 
     def _state(self) -> dict:
-        return {"prev": self.prev, "v": self.v}
+        return {"prev": self.prev, **self.kernel.state_dict()}
 
     def _load_state(self, state: dict) -> None:
-        self.prev, self.v = state["prev"], state["v"]
+        self.prev = state["prev"]
+        self.kernel.load_state_dict(state)
 
 
 class DPGD(DIFF2GD):
@@ -305,6 +295,7 @@ class DIFF2BVR(DIFF2GD):
         self.x_out = None                    # x^out_{r-1}
         self.client_generators, noise_generators = self.streams.nodes(self.P, range(self.P), self.device)
         self.privatizer.use_rows(noise_generators)
+        self.local_kernel = LocalStepKernel(mechanism, self.levels, C3=self.C3)
 
     def _step(self, r: int) -> None:
         self._offer_output(self.x_out if self.x_out is not None else self.params())
@@ -331,21 +322,16 @@ class DIFF2BVR(DIFF2GD):
         of the noise source), as it would as a separate process.  Returns (x_K, x^out_r)."""
         xp, yp = shard
         gen = self.client_generators[p]
-        before, cur, vt = x0, x1, self.v
+        before, cur = x0, x1
+        self.local_kernel.v = self.v         # v~_{1,r-1}: the round's release
         keep, seen = x0, 1                   # reservoir over x_{0..K-1}: x^out_r = x_{k^-1, r-1}
         for k in range(2, self.K + 1):
             seen += 1
             if uniform(gen) < 1.0 / seen:
                 keep = cur
             idx = self.sampler.without_replacement(xp.shape[0], self.b, gen, holder=p)
-            dx = _step_length(cur, before, self.lr, r)
-            c = 0.0 if dx == 0.0 else self.C3 * dx
-            v = self.per_example.clipped_diff_sum(self.model, self.loss_fn, cur, before, xp[idx], yp[idx], c,
-                                                  ids=(p, idx))
-            std = 0.0 if self.sigma3 == 0.0 or c == 0.0 else self.mechanism.std("local", self.sigma3, c)
-            vt = noise.privatize_row(p, v / self.b, std, round=r, name=f"v~ (local k={k}, client {p})",
-                                     sensitivity=self.mechanism.sensitivity("local", c),
-                                     relation=self.mechanism.release("local").relation, public=vt)
+            queries = ShardQueries(self, cur, before, xp[idx], yp[idx], (p, idx), aggregate=False, round=r)
+            vt, _ = self.local_kernel.step(queries, _client_release(noise, p, k), r)
             before, cur = cur, unflat(flat(cur) - self.lr * vt, cur)
         return cur, keep
 

@@ -29,7 +29,7 @@ __all__ = ["Queries", "RecordQueries", "Kernel", "DPSGDKernel", "DiceSGDKernel",
 class Queries:
     """The per-example terms of one batch, flat, summed over the batch (and over the processes of a
     data-parallel run): what a kernel may ask.  ``clipped_diff_sum`` is between the current point and
-    the previous one (DP-SRM)."""
+    the previous one (DP-SRM, DIFF2), ``step_length`` the distance between the two (DIFF2)."""
 
     def clipped_sum(self, c: float, stabilizer: float | None = None) -> torch.Tensor:   # pragma: no cover
         """The sum over the batch of the per-example gradients clipped to ``c``.
@@ -59,6 +59,15 @@ class Queries:
 
         Returns:
             A flat tensor, one entry per parameter coordinate.
+        """
+        raise NotImplementedError
+
+    def step_length(self) -> float:                                                     # pragma: no cover
+        """The distance ``||cur - prev||`` between the current point and the previous one (the scale
+        of a DIFF2 difference release's clip, :mod:`.diff2_kernels`).
+
+        Returns:
+            A finite float >= 0 (or a tensor of them, one per run, for queries over stacked runs).
         """
         raise NotImplementedError
 

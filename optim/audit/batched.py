@@ -5,14 +5,20 @@ The sequential audit (:mod:`optim.audit`) steps, per seed, a leader on dataset D
 neighbour D' that receives the leader's releases.  For DP-GD and DIFF2-GD with full batches the twin
 walks exactly the leader's iterates and hidden state -- DIFF2's running estimator ``v~`` *is* the
 released value -- so at every release the two only differ in the canary's term of the current
-query.  A batched round therefore needs, per run, one iterate, the previous iterate and ``v~``:
+query.  A batched round therefore needs, per run, one iterate, the previous iterate and ``v~``.
+
+The round itself is the optimizer's own kernel (:class:`~dpcalib.optim.algorithms.diff2_kernels.DIFF2Kernel`,
+a copy of the template's, its ``v~`` one row per run): it asks the queries of a batched
+:class:`~dpcalib.optim.algorithms.kernels.Queries` (:class:`_Round`, one row per run, the clips and
+stds one per run) and releases through the round's ``release``, which adds the canary's term on D
+and on D', draws the noise and scores the release.  What this module adds:
 
 * per-example gradients of every run at once, from the clipping package
   (:func:`dpcalib.optim.clipping.points.point_grads`: ``vmap`` over runs of ``vmap`` over records of
   ``grad`` of the per-example loss, any ``nn.Module``; the D2P nodes' gradients are the same code);
-* the clip of each run (DIFF2's ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` differs per run) and the
-  noise std from the mechanism (``mechanism.std``: the one owner of the rule), the clipping rule
-  from :func:`optim.clipping.clip_factors`;
+* each run's step length (the kernel turns it into the run's clip ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``
+  and std, ``mechanism.std`` being the one owner of the rule), the clipping rule from
+  :func:`optim.clipping.clip_factors`;
 * the noise of run i from run i's own generator, seeded exactly as the sequential run with the
   same seed seeds its :class:`~dpcalib.optim.algorithms.core.NoiseSource`, drawn in the same order with the same
   shape and dtype: the sequential path is the oracle, and both give the same statistic per run
@@ -25,13 +31,15 @@ initial parameters must not depend on the seed (checked on the first and last ru
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 
 from ...accountant.validation import InputError
 from ...mechanisms.registry import Names
-from ..algorithms.core import stream_seeds
+from ..algorithms.core import split_public, stream_seeds
+from ..algorithms.kernels import Queries
 from ..tensors import flat
 from .canaries import plant
 from .lockstep import gaussian_llr
@@ -107,6 +115,35 @@ def _cg(canary, j: int, t) -> torch.Tensor:
     return torch.as_tensor(canary(j)).to(t.device, t.dtype)
 
 
+class _Round(Queries):
+    """One round of every run of a batch: the kernel's queries at each run's point ``theta`` (and
+    ``prev``), rows = runs, without the canary's record; the canary's terms on D and D' of the query
+    asked, for :meth:`release`."""
+
+    def __init__(self, bt: _Batch, j: int, theta, prev, canary_d, canary_dprime):
+        self.bt, self.j, self.theta, self.prev = bt, j, theta, prev
+        self.canaries = (canary_d, canary_dprime)
+        self.terms = None
+
+    def _canary_terms(self, g, c) -> None:
+        runs = self.theta.shape[0]
+        self.terms = tuple(_canary_term(self.bt, g(cn), c, runs) for cn in self.canaries)
+
+    def clipped_sum(self, c, stabilizer=None):
+        t = self.bt.t
+        self._canary_terms(lambda cn: _cg(cn, self.j, t), c)
+        return _clipped_sum(self.bt.per_example(self.theta), c, self.bt.w)
+
+    def clipped_diff_sum(self, c):
+        t, wide = self.bt.t, DIFFERENCE_DTYPE                  # as the release computes it (clipping.precision)
+        self._canary_terms(lambda cn: _cg(cn, self.j, t) - _cg(cn, self.j - 1, t), c.to(t.dtype))
+        per = self.bt.per_example(self.theta, wide) - self.bt.per_example(self.prev, wide)
+        return _clipped_sum(per, c.to(per.dtype), self.bt.w).to(t.dtype)
+
+    def step_length(self):
+        return torch.linalg.vector_norm(self.theta - self.prev, dim=1).to(torch.float64)
+
+
 def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.Tensor:
     """The statistic ``S = sum_r log p_D(o_r) - log p_D'(o_r)`` of each run (float64, CPU)."""
     t = bt.t
@@ -115,38 +152,27 @@ def _run_batch(bt: _Batch, seeds, truth_is_d, canary_d, canary_dprime) -> torch.
     sources = _noise_sources(t, seeds)
     truth = torch.as_tensor(truth_is_d, device=dev).reshape(-1, 1)
     theta = flat(t.params()).reshape(1, -1).expand(runs, -1).clone()
-    prev = v = None
+    prev = None
     stat = torch.zeros(runs, dtype=torch.float64, device=dev)
+    kernel = copy.copy(t.kernel)                    # the optimizer's own round, v~ one row per run
+    kernel.load_state_dict({"v": None})
     for r in range(1, t.total_rounds + 1):
-        j = r - 1                                   # id of the parameter point (visit order)
-        if t.is_restart(r):
-            part = _clipped_sum(bt.per_example(theta), t.C1, bt.w)
-            c = torch.full((runs,), t.C1, dtype=torch.float64, device=dev)
-            s, kind = t.sigma1, "restart"
-            g_d, g_p = _cg(canary_d, j, t), _cg(canary_dprime, j, t)
-            q_d = part + _canary_term(bt, g_d, t.C1, runs)
-            q_p = part + _canary_term(bt, g_p, t.C1, runs)
-        else:
-            dx = torch.linalg.vector_norm(theta - prev, dim=1).to(torch.float64)
-            c = t.difference_clip(dx)                           # the update's own rule, per run
-            wide = DIFFERENCE_DTYPE                             # as the release computes it (clipping.precision)
-            per = bt.per_example(theta, wide) - bt.per_example(prev, wide)
-            part = _clipped_sum(per, c.to(per.dtype), bt.w).to(dt) + v
-            s, kind = t.sigma2, "difference"
-            g_d = _cg(canary_d, j, t) - _cg(canary_d, j - 1, t)
-            g_p = _cg(canary_dprime, j, t) - _cg(canary_dprime, j - 1, t)
-            q_d = part + _canary_term(bt, g_d, c.to(dt), runs)
-            q_p = part + _canary_term(bt, g_p, c.to(dt), runs)
-        if s == 0.0:
-            std = torch.zeros(runs, dtype=torch.float64, device=dev)
-        else:
-            std = torch.where(c == 0, torch.zeros_like(c), torch.as_tensor(t.mechanism.std(kind, s, c)))
-        draw = (std > 0).tolist()
-        z = torch.stack([src.standard((bt.d,)) if k else torch.zeros(bt.d, device=dev, dtype=dt)
-                         for src, k in zip(sources, draw)])
-        o = torch.where(truth, q_d, q_p) + std.to(dt).reshape(-1, 1) * z
-        stat = stat + gaussian_llr(o, q_d, std, q_p, std)
-        prev, v = theta, o
+        q = _Round(bt, r - 1, theta, prev, canary_d, canary_dprime)   # r - 1: id of the parameter point
+
+        def release(value, std, public=None, **record):
+            nonlocal stat
+            std = torch.as_tensor(std, dtype=torch.float64, device=dev).expand(runs)
+            query = split_public(value, public)[1]
+            q_d, q_p = (query + term for term in q.terms)
+            draw = (std > 0).tolist()
+            z = torch.stack([src.standard((bt.d,)) if k else torch.zeros(bt.d, device=dev, dtype=dt)
+                             for src, k in zip(sources, draw)])
+            o = torch.where(truth, q_d, q_p) + std.to(dt).reshape(-1, 1) * z
+            stat = stat + gaussian_llr(o, q_d, std, q_p, std)
+            return o
+
+        o, _ = kernel.step(q, release, r, t.is_restart(r))
+        prev = theta
         theta = theta - t.lr * o
     return stat.cpu()
 
