@@ -153,14 +153,15 @@ class DistributedDiceSGD(_BatchOnRanks, DiceSGD):
 
 
 def on_ranks(cls: type) -> type:
-    """The torch.distributed variant of the one-process optimizer class ``cls`` (the class here whose
-    algorithm is ``cls`` or its closest base: DP-GD runs as DIFF2-GD with T = 1).
+    """The torch.distributed variant of the one-process optimizer class ``cls``: the class here whose
+    algorithm is ``cls`` (DP-GD runs as DIFF2-GD with T = 1), or, for a subclass registered from
+    outside (its own kernel, its own step size), that class's rank mixin over ``cls`` itself.
 
     Args:
         cls: a one-process optimizer class (e.g. :class:`~dpcalib.optim.algorithms.sgd.DPSGD`).
 
     Returns:
-        The ``Distributed*`` class of this module for ``cls``.
+        The ``Distributed*`` class for ``cls``.
 
     Raises:
         InputError: if no class here implements ``cls``'s algorithm or one of its bases.
@@ -175,4 +176,9 @@ def on_ranks(cls: type) -> type:
             best = (d, algo)
     if best is None:
         raise InputError(f"{cls.__name__} has no torch.distributed variant.")
-    return best[0]
+    d, algo = best
+    if cls is algo or cls.__module__ == algo.__module__:
+        return d
+    mixins = tuple(b for b in d.__bases__ if b.__module__ == __name__)
+    return type(f"Distributed{cls.__name__}", (*mixins, cls),
+                {"__doc__": f"{cls.__name__} on torch.distributed ranks.", "__module__": cls.__module__})

@@ -139,7 +139,7 @@ class DPSGD(_OneDataset):
         self.perm = None                    # shuffled batches: this epoch's permutation
         self.bins = None                    # balls-in-bins: this epoch's step of every record
         self._binned = None                 # ... and its batches in step order
-        self.kernel = DPSGDKernel(mechanism, self.levels, C=self.C, B=self.B)
+        self.kernel = self.kernel_class(mechanism, self.levels, C=self.C, B=self.B)
 
     def _batch(self, r: int) -> torch.Tensor:
         """The records of round ``r`` (1-based): a Poisson sample, or batch ``(r-1) mod T`` of the
@@ -245,7 +245,7 @@ class DPSRM(_OneDataset):
         self.lr = check_lr(lr)
         self.max_step = None if max_step is None else check_lr(max_step, "max_step")
         self.total_rounds = m.steps
-        self.kernel = DPSRMKernel(m, self.levels, C1=self.C1, C2=self.C2)
+        self.kernel = self.kernel_class(m, self.levels, C1=self.C1, C2=self.C2)
 
     @property
     def v(self):
@@ -353,7 +353,7 @@ class DiceSGD(_OneDataset):
         self.adam_eps = float(eps)
         self.B, self.q, self.total_rounds = m.batch_size, m.batch_size / m.N, m.steps
         d = sum(p.numel() for p in self.model.parameters())
-        self.kernel = DiceSGDKernel(m, self.levels, C1=self.C1, C2=self.C2, stabilizer=self.stabilizer, dim=d,
+        self.kernel = self.kernel_class(m, self.levels, C1=self.C1, C2=self.C2, stabilizer=self.stabilizer, dim=d,
                                     device=self.device, dtype=self.dtype)
         self.m1, self.m2 = torch.zeros_like(self.e), torch.zeros_like(self.e)
 
