@@ -35,6 +35,7 @@ standard harnesses :mod:`dpcalib.optim.audit.harnesses` (all re-exported by
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -519,21 +520,22 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
 
     Raises:
         InputError: if the optimizer is not a Poisson-sampled one-dataset optimizer (DP-SGD,
-            DiceSGD), ``canaries`` is out of range or its gradients would need more than 1 GiB,
+            DiceSGD), ``canaries`` is not an integer, is out of range, or its gradients would need more than 1 GiB,
             ``ks`` is empty or out of range, ``claimed_epsilon`` is not finite and > 0, or
             ``delta`` is outside (0, 1).
     """
     import numpy as np
 
-    m = int(canaries)
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
     if opt.name not in ONE_RUN:
         raise InputError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
                          "optimizer on one dataset (dp-sgd, dicesgd).")
-    if isinstance(canaries, bool) or not 2 <= m <= d:
+    integral = isinstance(canaries, numbers.Integral) and not isinstance(canaries, bool)
+    if not integral or not 2 <= canaries <= d:
         raise InputError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
                          "of the model per canary).")
+    m = int(canaries)
     if m * d * 8 > 1 << 30:
         raise InputError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
                          f"gradients ({m} x {d} float64) would need more than 1 GiB.")
@@ -569,9 +571,6 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
         rows.append((k, 2 * k, correct, eps_k))
         best = max(best, eps_k)
     return OneRunReport(name or opt.name, e, dl, m, int(included.sum()), best, tuple(rows), int(seed))
-
-
-#: optimizers the one-run audit supports (Poisson-sampled, one dataset)
 
 
 def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,

@@ -134,13 +134,13 @@ class RecordProbeReport:
         """No release exceeded its claim or changed its std."""
         return self.exceeded == 0 and self.std_mismatches == 0
 
-    def worst(self) -> dict:
+    def worst(self) -> dict | None:
         """The row with the largest ``worst_ratio``.
 
         Returns:
-            That row's dict.
+            That row's dict, or None when no release was compared (no rows).
         """
-        return max(self.rows, key=lambda r: r["worst_ratio"])
+        return max(self.rows, key=lambda r: r["worst_ratio"]) if self.rows else None
 
     def as_dict(self) -> dict:
         """The report as plain data.
@@ -224,7 +224,8 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         A :class:`RecordProbeReport`.
 
     Raises:
-        InputError: if ``data`` is empty, ``holder``, ``index`` or ``rounds`` is out of range, the
+        InputError: if ``data`` is empty, ``pair_list`` is empty or holds something else than
+            :class:`Pair`, ``holder``, ``index`` or ``rounds`` is out of range, the
             algorithm claims no sensitivity (AdaD2P) or mixes neighbouring relations, or an
             add/remove pair is asked of releases that draw no sample.
     """
@@ -245,6 +246,10 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
     if pair_list is None:
         x, y = data[holder]
         pair_list = pairs(x[index], y[index], held_out, relation)
+    pair_list = tuple(pair_list)
+    if not pair_list or not all(isinstance(pr, Pair) for pr in pair_list):
+        raise InputError(f"pair_list={pair_list!r} is not allowed: expected a non-empty list of Pair, or None for "
+                         "the standard pairs.")
     n = first.total_rounds if rounds is None else int(rounds)
     if not 1 <= n <= first.total_rounds:
         raise InputError(f"rounds={rounds!r} is not allowed: expected an integer in [1, {first.total_rounds}].")

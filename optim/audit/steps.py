@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...accountant import gdp_epsilon
-from ...accountant.validation import InputError
+from ...accountant.validation import InputError, integer
 from ..algorithms.core import Release
 from .noise_tests import noise_ks_test, noise_std_test
 from .scores import epsilon_from_scores
@@ -400,14 +400,15 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
         ``(NoiseStdTest, NoiseKSTest, IndependenceTest)``.
 
     Raises:
-        InputError: if ``step`` is not a PrivateStep.
+        InputError: if ``step`` is not a PrivateStep or ``draws`` is not an integer >= 1.
     """
     from scipy import stats
 
     _check_step(step)
+    draws = integer(draws, "draws", 1)
     base = step.release(batch, noise=False, generator=_gen(0))
     std = step.claim.noise_std
-    noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(int(draws))]
+    noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(draws)]
     rel = [Release(k, "step", std, step.claim.sensitivity, step.claim.relation, v) for k, v in enumerate(noise)]
     k, dim = len(noise), noise[0].numel()
     if std > 0 and k > 1:
@@ -515,13 +516,19 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
         A :class:`SamplerReport`.
 
     Raises:
-        InputError: if the loader produces no batch, or the claim lacks the ``sample_rate`` or
-            ``batch_size`` its sampling needs.
+        InputError: if the loader produces no batch, ``n`` is not an integer >= 1 (or None for a loader
+            without a sized ``dataset``), or the claim lacks the ``sample_rate`` or ``batch_size`` its
+            sampling needs.
     """
     from scipy import stats
 
-    ds = getattr(data_loader, "dataset", None)
-    n = int(n if n is not None else len(ds))
+    if n is None:
+        ds = getattr(data_loader, "dataset", None)
+        if ds is None or not hasattr(ds, "__len__"):
+            raise InputError("n=None is not allowed: expected the number of records, an integer >= 1 (the loader has "
+                             "no dataset whose length would give it).")
+        n = len(ds)
+    n = integer(n, "n", 1)
     sizes = []
     while len(sizes) < batches:
         before = len(sizes)
