@@ -1,6 +1,6 @@
-"""Empirical checks of the calibrated noise: sensitivity probes and white-box privacy audits.
+"""White-box privacy audits of the calibrated noise: lower bounds on eps.
 
-Both run the real optimizers twice in lockstep: a **leader** on dataset D (one record replaced
+They run the real optimizers twice in lockstep (as the record probe does, :mod:`.probe`): a **leader** on dataset D (one record replaced
 by a gradient canary A) and a **twin** on the neighbouring dataset D' (canary B) whose noise
 source is a :class:`~dpcalib.optim.audit.replay.ReplaySource`: the twin receives the leader's releases
 instead of adding its own noise, so it walks the same public history (same sampling, same
@@ -8,9 +8,6 @@ iterates) while its data and hidden state (DIFF2 differences, DP-SRM momentum, D
 feedback) are its own.  At every release this gives both noiseless queries ``q_D``, ``q_D'`` and
 both requested stds at the state actually visited.
 
-* **Sensitivity probe**: ``||q_D - q_D'||`` against the sensitivity the algorithm claims, for
-  adversarial canaries (zero, huge, opposite gradients); and ``std_D == std_D'`` (the noise scale
-  must not depend on private data -- AdaD2P fails this).
 * **Privacy audit**: the log-likelihood ratio ``S = sum_r log N(o_r; q_D, s_D^2) / N(o_r; q_D', s_D'^2)``
   of all releases, N runs with D the truth and N with D' the truth; 95 %-confidence lower bounds on
   eps from Clopper-Pearson intervals on the false positive / negative rates at thresholds fixed
@@ -47,91 +44,11 @@ from .bounds import (AuditReport, curve_check, epsilon_lower_bounds, gdp_thresho
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
 from .harnesses import ONE_RUN
-from .lockstep import (follow_run, lead_run, logaddexp, alternating, constant, pair_llr, release_llr, run_pair,
-                       wor_llr, zero)
+from .lockstep import follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
 
-__all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
+__all__ = ["llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
            "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    """The result of :func:`sensitivity_probe`.
-
-    Attributes:
-        rows: one ``(pair, release name, max observed / claimed sensitivity, releases)`` per pair and release name.
-        max_ratio: the largest ratio over all pairs and releases with a claim.
-        exceeded: the number of releases whose change exceeds the claim beyond floating-point rounding.
-        std_mismatches: the number of releases whose requested std differs between D and D'.
-        unclaimed: the number of releases without a claimed sensitivity (AdaD2P).
-    """
-    rows: tuple            # (pair, release name, max observed / claimed sensitivity, releases)
-    max_ratio: float       # over all pairs and releases with a claim
-    exceeded: int          # releases whose change exceeds the claim beyond floating-point rounding
-    std_mismatches: int    # releases where the requested std differs between D and D'
-    unclaimed: int         # releases without a claimed sensitivity (AdaD2P)
-
-    @property
-    def passed(self) -> bool:
-        """No release exceeded its claim, changed its std, or went without a claim."""
-        return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
-
-
-def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
-                      seed: int = 0) -> ProbeReport:
-    """Replace the ``holder``'s record 0 by each pair of candidate canaries and measure, at every
-    release of the visited trajectory, ``||q_A - q_B||`` against the claimed sensitivity.
-
-    ``build(seed)`` returns a fresh optimizer (same configuration every call).  Default candidates:
-    zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
-    Under add/remove only pairs with the zero candidate (= the record removed) are compared.
-
-    Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        candidates: name -> canary (``canary(j)`` callable or flat tensor); None for the defaults.
-            A candidate named ``"zero"`` stands for the removed record under add/remove.
-        holder: the canaries' holder.
-        rounds: the number of rounds; None for the run's ``total_rounds``.
-        seed: the seed of every run.
-
-    Returns:
-        A :class:`ProbeReport`.
-    """
-    probe = build(seed)
-    d = sum(p.numel() for p in probe.model.parameters())
-    if candidates is None:
-        candidates = {"zero": zero(d), "huge": constant(d, 1e6), "opposite": constant(d, -1e6),
-                      "alternating": alternating(d, 1e6)}
-    names = list(candidates)
-    rows, worst, mism, unclaimed, exceeded = [], 0.0, 0, 0, 0
-    for a in names:
-        for b in names:
-            if a == b:
-                continue
-            leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
-            rl, rt = leader.privatizer.releases, twin.privatizer.releases
-            if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
-                continue
-            per_name: dict = {}
-            for x, y in zip(rl, rt):
-                if x.std != y.std:
-                    mism += 1
-                if x.sensitivity is None:
-                    unclaimed += 1
-                    continue
-                dist = float(torch.linalg.vector_norm(x.value - y.value))
-                ulp = torch.finfo(leader.dtype).eps
-                slack = 1e-9 + 8 * ulp * float(torch.linalg.vector_norm(x.value) + torch.linalg.vector_norm(y.value))
-                exceeded += dist > x.sensitivity * (1 + 1e-9) + slack
-                ratio = dist / x.sensitivity if x.sensitivity > 0 else (math.inf if dist > 1e-12 else 0.0)
-                key = x.name.split(" (")[0] if "client" not in x.name else "v~ (local)"
-                prev = per_name.get(key, (0.0, 0))
-                per_name[key] = (max(prev[0], ratio), prev[1] + 1)
-            for key, (ratio, count) in per_name.items():
-                rows.append((f"{a} -> {b}", key, ratio, count))
-                worst = max(worst, ratio)
-    return ProbeReport(tuple(rows), worst, exceeded, mism, unclaimed)
 
 
 def plot_audit(report: AuditReport, path) -> None:

@@ -35,6 +35,7 @@ from ...accountant import gdp_epsilon
 from ...accountant.validation import InputError, integer
 from ..algorithms.core import Release
 from .noise_tests import noise_ks_test, noise_std_test
+from .probe import measure
 from .scores import epsilon_from_scores
 
 __all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep", "probe_step", "noise_test_step",
@@ -42,8 +43,6 @@ __all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep
 
 RELATIONS = ("add/remove", "replace-one")
 SAMPLINGS = ("poisson", "wor", "shuffle", "balls-in-bins", "full batch")
-#: float slack of the probe, in units of the working dtype's eps times the releases' norms
-SLACK_ULPS = 64
 #: the probe's added canaries: a record's features times these (their gradients' norms sweep
 #: orders of magnitude, so that some lands near any clip norm and some far above it)
 CANARY_SCALES = (1e3, -1e3, 1e2, -1e2, 10.0, -10.0, 3.0, -3.0, 0.3, -0.3, 0.1, -0.1, 0.03, 0.01)
@@ -332,7 +331,8 @@ class ProbeResult:
 def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-5) -> ProbeResult:
     """One record removed or replaced moves the noiseless release by at most the claimed
     sensitivity (x2 for a replacement under add/remove), up to ``tolerance`` relative plus the
-    release's float rounding (:data:`SLACK_ULPS` ulps of the two releases' norms).
+    release's float rounding: the record probe's one comparison (:func:`~.probe.measure`, its
+    :data:`~.probe.SLACK_ULPS` ulps of the two releases' norms), the ratio taken net of that rounding.
 
     Args:
         step: the step under test (a :class:`PrivateStep`).
@@ -353,13 +353,9 @@ def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-
     rows, worst = [], 0.0
     for i in records:
         for name, (nb, mult) in _neighbours(batch, int(i), c.relation).items():
-            other = step.release(nb, noise=False, generator=_gen(0))
-            move = float((base - other).norm())
-            claim = mult * c.sensitivity
-            slack = SLACK_ULPS * eps * float(base.norm() + other.norm())
-            ratio = math.inf if claim == 0 and move > slack else (0.0 if claim == 0 else max(0.0, move - slack) / claim)
-            rows.append({"record": int(i), "neighbour": name, "move": move, "claim": claim, "ratio": ratio})
-            worst = max(worst, ratio)
+            m = measure(base, step.release(nb, noise=False, generator=_gen(0)), mult * c.sensitivity, eps)
+            rows.append({"record": int(i), "neighbour": name, "move": m.move, "claim": m.claim, "ratio": m.net_ratio})
+            worst = max(worst, m.net_ratio)
     return ProbeResult(worst, rows, float(tolerance))
 
 
