@@ -15,7 +15,7 @@ imports it but :mod:`dpcalib.optim` itself and the command line.  A check enters
 its sampler, its per-example object and its noise source (tests/test_architecture.py).
 """
 
-from .bounds import (AuditReport, CurveCheck, curve_check, epsilon_lower_bounds, gdp_thresholds,
+from .bounds import (CONFIDENCE, AuditReport, CurveCheck, curve_check, epsilon_lower_bounds, gdp_thresholds,
                      heldout_curve_check, heldout_lower_bound, one_run_epsilon, one_run_p_value)
 from .canaries import GradientCanary, ManyCanaries, WORCoupling, plant
 from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, audit, audit_poisson, audit_wor, llr_samples,
@@ -32,7 +32,7 @@ from .steps import (EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim
 from ...accountant import TradeOffCurve
 
 __all__ = [
-    "AuditReport", "CurveCheck", "curve_check", "epsilon_lower_bounds", "gdp_thresholds", "heldout_curve_check",
+    "CONFIDENCE", "AuditReport", "CurveCheck", "curve_check", "epsilon_lower_bounds", "gdp_thresholds", "heldout_curve_check",
     "heldout_lower_bound", "one_run_epsilon", "one_run_p_value", "GradientCanary", "ManyCanaries", "WORCoupling",
     "plant", "CANARY_NORM", "DEFAULT_BATCH", "OneRunReport", "ProbeReport", "audit", "audit_poisson", "audit_wor",
     "llr_samples", "one_run_audit", "plot_audit", "audit_figure", "sensitivity_probe", "spent_tradeoff", "AUDITABLE", "ONE_RUN",

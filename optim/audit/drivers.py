@@ -39,7 +39,7 @@ import torch
 from ...accountant.validation import InputError
 from ...accountant import TradeOffCurve, gdp_mu
 
-from .bounds import (AuditReport, curve_check, epsilon_lower_bounds, gdp_thresholds, heldout_curve_check,
+from .bounds import (CONFIDENCE, AuditReport, curve_check, epsilon_lower_bounds, gdp_thresholds, heldout_curve_check,
                      heldout_lower_bound, one_run_epsilon)
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
@@ -204,48 +204,67 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
                         "audit", progress)
 
 
-def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
-          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
-          seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
+def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: float, delta: float,
+          rate: float | None = None, holder: int = 0, gdp_exact: bool | None = None, confidence: float = CONFIDENCE,
+          progress: bool | None = None, seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
           curve: TradeOffCurve | None = None) -> AuditReport:
-    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
-    (``canary_dprime``); returns the eps lower bounds, the measured trade-off against the claimed
-    curve, and the verdict against ``claimed_epsilon``.
+    """The many-run likelihood-ratio audit: ``runs`` runs with D the truth and ``runs`` with D';
+    returns the eps lower bounds, the measured trade-off against the claimed curve, and the verdict
+    against ``claimed_epsilon``.
 
-    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
-    ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
-    ``curve``: the claimed trade-off curve (:func:`dpcalib.accountant.claimed_tradeoff` of the
-    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the curve the
-    optimizer's own accountant certifies for a complete run (:func:`spent_tradeoff`).
-    Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
-    ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+    **Conditioned on the sampling** (``rate`` None): D holds canary ``canary_d``, D' ``canary_dprime``;
+    the statistic is the transcript LLR (:func:`llr_samples`; ``batch``: batched where supported,
+    ``None`` one pair at a time).  Its five thresholds are fixed from the claimed ``mu`` before the
+    samples are looked at: ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+
+    **Poisson-sampled** (``rate`` given, add/remove): D holds the canary record ``canary_d``, D' does
+    not (``canary_dprime`` None).  The canary's inclusion is the mechanism's secret, so two followers
+    walk the leader's public history, one with the canary forced into every sample (``q_in``) and
+    one without it (``q_out``); per release ``log((1 - rate) + rate * p_in(o)/p_out(o))``, the exact
+    LLR of a Poisson-subsampled Gaussian step, summed over releases (valid for any optimizer; exact
+    when the steps carry no hidden record-dependent state).  Thresholds from a held-out half; the
+    direct bound only; runs one after another (``batch`` is not used).
+
+    ``curve``: the claimed trade-off curve; default ``mu``-GDP when the claim is exactly GDP
+    (``gdp_exact``), else the curve the optimizer's own accountant certifies for a complete run
+    (:func:`spent_tradeoff`; the stated (eps, delta) where it has none) -- the default of every audit.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        canary_d: the canary of D (``canary(j)`` callable or flat tensor).
-        canary_dprime: the canary of D'.
-        runs: runs per dataset, an integer >= 1.
+        canary_d: the canary of D (``canary(j)`` callable or flat tensor), record 0 of the ``holder``.
+        canary_dprime: the canary of D'; None with ``rate`` (D' is D without the canary).
+        runs: runs per dataset, an integer >= 1 (>= 2 with ``rate``: half choose the threshold).
         claimed_epsilon: the claimed eps, finite and > 0.
         delta: the delta of the claim, in (0, 1).
+        rate: the Poisson sampling rate, in (0, 1], or None for the audit conditioned on the sampling.
         holder: the canaries' holder.
         gdp_exact: is the claim exactly GDP (a full-batch Gaussian composition)?  The GDP bound
-            counts only then.
+            counts only then.  None: True without ``rate``, False with it.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
         name: the algorithm's name in the report; None for the optimizer's ``name``.
-        batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`).
+        batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`); not used with ``rate``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`, or None for the default above.
 
     Returns:
-        An :class:`~dpcalib.optim.audit.bounds.AuditReport`.
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (with ``rate``: the direct bound only).
 
     Raises:
-        InputError: if ``runs`` is not an integer >= 1, ``claimed_epsilon`` is not finite and > 0,
-            or ``delta`` is outside (0, 1).
+        InputError: if ``runs`` is not an integer >= 1 (>= 2 with ``rate``), ``rate`` is outside
+            (0, 1], ``canary_dprime`` is missing without ``rate`` or given with it, ``gdp_exact`` is
+            True with ``rate``, ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
     """
+    if rate is not None:
+        return _audit_poisson(build, canary_d, canary_dprime, rate=rate, runs=runs, claimed_epsilon=claimed_epsilon,
+                              delta=delta, holder=holder, gdp_exact=gdp_exact, confidence=confidence,
+                              progress=progress, seed=seed, name=name, curve=curve)
     _check_runs(runs, 1)
+    if canary_dprime is None:
+        raise InputError("canary_dprime=None is not allowed: expected the canary of D' (or rate= for a "
+                         "Poisson-sampled audit, whose D' is D without the canary).")
     e, d = _check_claim(claimed_epsilon, delta)
+    gdp_exact = True if gdp_exact is None else bool(gdp_exact)
     mu = gdp_mu(e, d)
     s_d, s_p = llr_samples(build, canary_d, canary_dprime, runs=runs, seed=seed, holder=holder, batch=batch,
                            progress=progress)
@@ -282,8 +301,8 @@ def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
 
 
 def _default_curve(build, seed, e, d) -> TradeOffCurve:
-    """:func:`spent_tradeoff`, or the (eps, delta) curve of the stated claim where the optimizer has no
-    accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
+    """Every audit's default claimed curve: :func:`spent_tradeoff`, or the (eps, delta) curve of the
+    stated claim where the optimizer has no accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
     from ...mechanisms import NoPrivacyGuaranteeError
 
     try:
@@ -292,18 +311,61 @@ def _default_curve(build, seed, e, d) -> TradeOffCurve:
         return TradeOffCurve.epsilon_delta(e, d)
 
 
-def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
-                  confidence: float = 0.95, progress: bool | None = None, seed: int = 0,
-                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
-    """Audit of a Poisson-sampled optimizer under add/remove (D: with the canary record, D': without).
+def _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence, statistic) -> AuditReport:
+    """The report of an audit whose thresholds come from a held-out half (Poisson, without replacement)."""
+    s_d, s_p = scores
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": statistic}
+    if curve is None:
+        curve = _default_curve(build, seed, e, d)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
 
-    The canary's inclusion is the mechanism's secret, so the statistic must not use it: two
-    followers walk the leader's public history, one with the canary FORCED into every sample
-    (``q_in``) and one without it (``q_out``); the others' sampling is shared.  Per release,
-    ``log((1 - rate) + rate * p_in(o)/p_out(o))`` -- the exact LLR of a Poisson-subsampled Gaussian
-    step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
-    carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
-    optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
+
+def _audit_poisson(build, canary, canary_dprime, *, rate, runs, claimed_epsilon, delta, holder, gdp_exact,
+                   confidence, progress, seed, name, curve) -> AuditReport:
+    """:func:`audit` with ``rate``: the Poisson mixture LLR (see there)."""
+    _check_runs(runs, 2)
+    q = float(rate)
+    if not 0.0 < q <= 1.0:
+        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
+    if canary_dprime is not None:
+        raise InputError(f"canary_dprime={canary_dprime!r} is not allowed with rate: expected None (under Poisson "
+                         "sampling D' is D without the canary record).")
+    if gdp_exact:
+        raise InputError("gdp_exact=True is not allowed with rate: a Poisson-subsampled claim is not exactly GDP.")
+    e, d = _check_claim(claimed_epsilon, delta)
+    dim = sum(p.numel() for p in build(seed).model.parameters())
+    absent = zero(dim)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+
+    def one(s, truth_has_canary):
+        leader = lead_run(build, s, canary if truth_has_canary else absent, holder)
+        f_in, f_out = follow_run(build, s, leader, canary, holder), follow_run(build, s, leader, absent, holder)
+        f_in.sampler = ForcedRecord(holder, 0, present=True)      # record 0 (the canary) in every sample
+        for _ in range(leader.total_rounds):
+            leader.step()
+            f_in.step()
+            f_out.step()
+        total = 0.0
+        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
+            o = x.released.detach().to("cpu", torch.float64)
+            llr = release_llr(o, a.value, a.std, b.value, b.std)
+            total += logaddexp(log_keep, math.log(q) + llr)
+        return total
+
+    scores = _paired_runs(one, runs, seed, "audit", progress)
+    return _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence,
+                           "Poisson mixture LLR, held-out threshold")
+
+
+def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
+                  confidence: float = CONFIDENCE, progress: bool | None = None, seed: int = 0,
+                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
+    """:func:`audit` of a Poisson-sampled optimizer under add/remove (D: with the canary record, D':
+    without): ``audit(build, canary, None, rate=rate, ...)``, kept for its name.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
@@ -323,42 +385,10 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
 
     Raises:
-        InputError: if ``runs`` is not an integer >= 2, ``rate`` is outside (0, 1],
-            ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
+        InputError: as :func:`audit` with ``rate``.
     """
-    _check_runs(runs, 2)
-    q = float(rate)
-    if not 0.0 < q <= 1.0:
-        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
-    e, d = _check_claim(claimed_epsilon, delta)
-    dim = sum(p.numel() for p in build(seed).model.parameters())
-    absent = zero(dim)
-    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
-
-    def one(s, truth_has_canary):
-        leader = lead_run(build, s, canary if truth_has_canary else absent)
-        f_in, f_out = follow_run(build, s, leader, canary), follow_run(build, s, leader, absent)
-        f_in.sampler = ForcedRecord(0, 0, present=True)      # record 0 (the canary) in every sample
-        for _ in range(leader.total_rounds):
-            leader.step()
-            f_in.step()
-            f_out.step()
-        total = 0.0
-        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
-            o = x.released.detach().to("cpu", torch.float64)
-            llr = release_llr(o, a.value, a.std, b.value, b.std)
-            total += logaddexp(log_keep, math.log(q) + llr)
-        return total
-
-    s_d, s_p = _paired_runs(one, runs, seed, "audit", progress)
-    b = heldout_lower_bound(s_d, s_p, d, confidence)
-    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
-               "statistic": "Poisson mixture LLR, held-out threshold"}
-    if curve is None:
-        curve = _default_curve(build, seed, e, d)
-    check = heldout_curve_check(s_d, s_p, curve, confidence)
-    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
+    return audit(build, canary, None, rate=rate, runs=runs, claimed_epsilon=claimed_epsilon, delta=delta,
+                 confidence=confidence, progress=progress, seed=seed, name=name, curve=curve)
 
 
 # ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
@@ -407,7 +437,7 @@ class OneRunReport:
 
 
 def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
-                  confidence: float = 0.95, seed: int = 0, progress: bool | None = None,
+                  confidence: float = CONFIDENCE, seed: int = 0, progress: bool | None = None,
                   name: str | None = None) -> OneRunReport:
     """One-run audit (Steinke, Nasr & Jagielski, NeurIPS 2023) of a Poisson-sampled optimizer
     (DP-SGD, DiceSGD): ONE training run with ``canaries`` = m gradient canaries, each a record of
@@ -491,14 +521,15 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
 
 
 def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,
-              curve: TradeOffCurve | None = None, confidence: float = 0.95, progress: bool | None = None,
+              curve: TradeOffCurve | None = None, confidence: float = CONFIDENCE, progress: bool | None = None,
               seed: int = 0, name: str | None = None) -> AuditReport:
     """Audit of a claim that relies on fixed-size sampling without replacement under replace-one
     (DP-SRM with b < n, DIFF2-BVR-L-SGD's local steps, ClipD2P with J > 1): D holds canary A as
     record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
     trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
-    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
-    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends).
+    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve; default that of every
+    audit (:func:`audit`): the curve the optimizer's own accountant certifies for a complete run
+    (:func:`spent_tradeoff`), the stated (eps, delta) where it has none.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
@@ -508,7 +539,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
         claimed_epsilon: the claimed eps, finite and > 0.
         delta: the delta of the claim, in (0, 1).
         holder: the canaries' holder (whose samples are coupled).
-        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for :func:`spent_tradeoff`.
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the default above.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
@@ -523,13 +554,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     """
     _check_runs(runs, 2)
     e, d = _check_claim(claimed_epsilon, delta)
-    s_d, s_p = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
-                            "audit (w/o replacement)", progress)
-    if curve is None:
-        curve = spent_tradeoff(build, seed)
-    b = heldout_lower_bound(s_d, s_p, d, confidence)
-    check = heldout_curve_check(s_d, s_p, curve, confidence)
-    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
-               "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
-    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
+    scores = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
+                          "audit (w/o replacement)", progress)
+    return _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence,
+                           "without-replacement mixture LLR (replace-one coupling), held-out thresholds")

@@ -34,6 +34,7 @@ import torch
 from ...accountant import gdp_epsilon
 from ...accountant.validation import InputError, integer
 from ..algorithms.core import Release
+from .bounds import CONFIDENCE
 from .noise_tests import noise_ks_test, noise_std_test
 from .probe import measure
 from .scores import epsilon_from_scores
@@ -421,7 +422,7 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
 
 
 def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, record: int = 0, seed: int = 2,
-               confidence: float = 0.95):
+               confidence: float = CONFIDENCE):
     """Many independent releases on the batch without record ``record`` (add/remove; replace-one: the
     record replaced by an all-zero one) and with it; score: the released value's projection on the
     direction between the two noiseless releases, as the log-likelihood ratio of the claimed
