@@ -246,6 +246,22 @@ def test_poisson_audit_of_dp_sgd_is_consistent():
     assert r.verdict == "consistent" and 0.0 <= r.epsilon_lo_direct <= 2.0
 
 
+
+def test_the_poisson_audit_is_the_many_run_audit_with_a_rate():
+    """One many-run entry point: audit(..., rate=q) is audit_poisson, number for number; its bad inputs
+    are refused in one line."""
+    b, c = _dpsgd(), A.constant(3, 1e6)
+    old = A.audit_poisson(b, c, rate=0.5, runs=20, claimed_epsilon=2.0, delta=1e-5, progress=False)
+    new = A.audit(b, c, rate=0.5, runs=20, claimed_epsilon=2.0, delta=1e-5, progress=False)
+    assert new.scores == old.scores and new.as_dict() == old.as_dict() and not new.gdp_exact
+    for bad, what in ((dict(rate=0.5, canary_dprime=c), "canary_dprime="), (dict(rate=0.5, gdp_exact=True), "gdp_exact=True"),
+                      (dict(rate=1.5), "rate=1.5"), (dict(), "canary_dprime=None")):
+        kw = {"canary_dprime": None, **bad}
+        with pytest.raises(ValueError, match="is not allowed") as e:
+            A.audit(b, c, kw.pop("canary_dprime"), runs=4, claimed_epsilon=2.0, delta=1e-5, progress=False, **kw)
+        assert what in str(e.value) and "\n" not in str(e.value)
+
+
 class _Tiny(NoiseSource):
     """Planted bug: the noise actually added is 0.2 x the claimed std."""
 

@@ -68,6 +68,11 @@ def test_one_run_audit_input_errors():
     build = _dpsgd(2.0)
     with pytest.raises(ValueError, match="canaries=5000"):
         A.one_run_audit(build, canaries=5000, claimed_epsilon=2.0, delta=1e-5)
+    for bad in (2.7, 100.0, True):         # 2.7 was once truncated to 2 without a word
+        with pytest.raises(ValueError,
+                           match=rf"canaries={bad!r} is not allowed: expected an integer") as e:
+            A.one_run_audit(build, canaries=bad, claimed_epsilon=2.0, delta=1e-5)
+        assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="ks="):
         A.one_run_audit(build, canaries=100, claimed_epsilon=2.0, delta=1e-5, ks=[80])
     g = torch.Generator().manual_seed(0)

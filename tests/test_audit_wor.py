@@ -91,3 +91,18 @@ def test_cli_without_replacement_audit(argv, capsys, tmp_path):
     assert out["curve"]["violation"] is False and len(out["curve"]["points"]) == 5
     assert main(["audit", *argv, "--epsilon", "8", "--delta", "1e-5", "--no-progress"]) == 2
     assert "--runs is required" in capsys.readouterr().err
+
+
+def test_every_audit_falls_back_on_the_stated_claim_where_the_optimizer_has_no_accountant(monkeypatch):
+    """audit_wor once called spent_tradeoff itself and failed where audit and audit_poisson fell back on
+    the stated (eps, delta) curve (AdaD2P: no accountant of its own); they now share the default."""
+    from dpcalib.mechanisms import NoPrivacyGuaranteeError
+    from dpcalib.optim.audit import drivers
+
+    def none(build, seed=0):
+        raise NoPrivacyGuaranteeError("no accountant")
+    monkeypatch.setattr(drivers, "spent_tradeoff", none)
+    build, _, a, b, holder = _clipd2p()
+    r = A.audit_wor(build, a, b, runs=4, claimed_epsilon=EPS, delta=1e-5, holder=holder, progress=False)
+    stated = A.TradeOffCurve.epsilon_delta(EPS, 1e-5)
+    assert [r.curve.curve(x) for x in (1e-4, 0.1, 0.5)] == [stated(x) for x in (1e-4, 0.1, 0.5)]

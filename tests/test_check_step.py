@@ -168,6 +168,20 @@ def test_the_checks_refuse_what_is_not_a_step_in_one_line():
     assert a.verdict in ("consistent", "inconclusive")
 
 
+
+def test_noise_test_and_sampler_test_refuse_bad_counts_in_one_line():
+    """draws=0 once failed with an IndexError, a loader without a dataset (n=None) with a TypeError."""
+    step = FunctionStep(dp_sgd_step(_model(torch.float64)), CLAIM)
+    sizes = [(torch.zeros(4, 3),)] * 3          # an iterable of batches, no .dataset
+    for bad, what in ((lambda: noise_test_step(step, _batch(torch.float64), draws=0), "draws=0"),
+                      (lambda: noise_test_step(step, _batch(torch.float64), draws=2.5), "draws=2.5"),
+                      (lambda: sampler_test(sizes, CLAIM, batches=3), "n=None"),
+                      (lambda: sampler_test(sizes, CLAIM, n=0, batches=3), "n=0")):
+        with pytest.raises(InputError, match="is not allowed: expected") as e:
+            bad()
+        assert what in str(e.value) and "\n" not in str(e.value)
+    assert sampler_test(sizes, StepClaim(0.1, 0.3, sampling="wor", batch_size=4), n=12, batches=3).passed
+
 def test_opacus_loaders_against_a_poisson_claim():
     """Opacus's make_private: its Poisson loader passes the sampler test; with poisson_sampling=False (the
     user's shuffled loader, which Opacus still accounts as Poisson) the same claim is flagged."""

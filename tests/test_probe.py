@@ -88,6 +88,16 @@ def test_adad2p_and_add_remove_without_sampling_are_refused():
         P.record_probe(build, data, held, pair_list=[pair], progress=False)
 
 
+
+def test_an_empty_pair_list_is_refused_and_an_empty_report_has_no_worst_row():
+    mech = M.DPGD(2, 2, 40)
+    build, data, held = P.probe_harness("dp-gd", mech, mech.calibrate(3.0, 1e-5), hidden=8)
+    for bad in ([], ["not a pair"]):
+        with pytest.raises(ValueError, match="pair_list=.* is not allowed: expected a non-empty list of Pair") as e:
+            P.record_probe(build, data, held, pair_list=bad, progress=False)
+        assert "\n" not in str(e.value)
+    assert P.RecordProbeReport("dp-gd", (), 0.0, 0.0, 0, 0, 0, (0, 0)).worst() is None
+
 def test_forced_record_sampler():
     g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
     base = Sampler()

@@ -20,8 +20,12 @@ def _stats():
     return stats
 
 
-__all__ = ["epsilon_lower_bounds", "audit_power", "AuditReport", "CurveCheck", "curve_check", "gdp_thresholds",
-           "heldout_lower_bound", "heldout_curve_check", "one_run_p_value", "one_run_epsilon"]
+__all__ = ["CONFIDENCE", "epsilon_lower_bounds", "audit_power", "AuditReport", "CurveCheck", "curve_check",
+           "gdp_thresholds", "heldout_lower_bound", "heldout_curve_check", "one_run_p_value", "one_run_epsilon"]
+
+#: the confidence of every audit's bounds unless told otherwise (many-run, without replacement, one-run, a step's,
+#: anyone's scores)
+CONFIDENCE = 0.95
 
 
 # ---- epsilon lower bounds ----------------------------------------------------------------------
@@ -52,7 +56,7 @@ def _expected_direct(t, mu, n, delta, alpha):
     return _direct(_cp_upper(int(round(fpr * n)), n, alpha), _cp_upper(int(round(fnr * n)), n, alpha), delta)
 
 
-def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confidence: float = 0.95) -> dict:
+def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confidence: float = CONFIDENCE) -> dict:
     """95 %-confidence lower bounds on eps from LLR samples under D (``s_d``) and D' (``s_dprime``).
 
     Statistics are standardised with the claimed mu, ``T = S/mu + mu/2`` (N(mu, 1) vs N(0, 1) for
@@ -102,7 +106,7 @@ def epsilon_lower_bounds(s_d, s_dprime, delta: float, mu_claimed: float, confide
             "fpr_gdp": fpr_g / n1, "fnr_gdp": fnr_g / n0}
 
 
-def audit_power(runs: int, delta: float, gdp: bool, confidence: float = 0.95) -> float:
+def audit_power(runs: int, delta: float, gdp: bool, confidence: float = CONFIDENCE) -> float:
     """The largest eps lower bound ``runs`` runs per dataset can give (perfectly separated scores):
     the direct bound, and the GDP bound where the claim is GDP.
 
@@ -291,7 +295,7 @@ def gdp_thresholds(mu: float) -> list:
     return [k * mu for k in (-1.0, -0.5, 0.0, 0.5, 1.0)]
 
 
-def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: float = 0.95) -> CurveCheck:
+def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: float = CONFIDENCE) -> CurveCheck:
     """Compare the measured trade-off of the statistic (samples under D and D') with ``curve`` at
     ``thresholds`` fixed before the samples were looked at (see :class:`CurveCheck`).
 
@@ -334,7 +338,7 @@ def curve_check(s_d, s_dprime, curve: TradeOffCurve, thresholds, confidence: flo
     return CurveCheck(curve, *cols, confidence=float(confidence), runs=(n0, n1))
 
 
-def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -> dict:
+def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = CONFIDENCE) -> dict:
     """Direct eps lower bound with the threshold chosen on a held-out half of the runs: the first
     half picks the threshold (the best direct bound there, among the first half's values), the
     second half is evaluated at it with Clopper-Pearson (valid for ANY statistic).
@@ -368,7 +372,7 @@ def heldout_lower_bound(s_d, s_dprime, delta: float, confidence: float = 0.95) -
     return {"direct": eps, "threshold": t, "fpr": fpr / len(b_p), "fnr": fnr / len(b_d)}
 
 
-def heldout_curve_check(s_d, s_dprime, curve: TradeOffCurve, confidence: float = 0.95,
+def heldout_curve_check(s_d, s_dprime, curve: TradeOffCurve, confidence: float = CONFIDENCE,
                         quantiles=(0.1, 0.3, 0.5, 0.7, 0.9)) -> CurveCheck:
     """:func:`curve_check` with thresholds at ``quantiles`` of the first half of the runs (pooled,
     finite values), evaluated on the second half -- for statistics whose law is not known ahead.
@@ -432,7 +436,7 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     return min(1.0, beta + 2.0 * m * delta * alpha)
 
 
-def one_run_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+def one_run_epsilon(m: int, r: int, v: int, delta: float, confidence: float = CONFIDENCE) -> float:
     """The largest eps the guesses refute at ``confidence``: p-value < 1 - confidence (bisection to
     1e-6; 0 when not even eps = 0 is refuted).
 

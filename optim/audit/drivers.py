@@ -1,6 +1,6 @@
-"""Empirical checks of the calibrated noise: sensitivity probes and white-box privacy audits.
+"""White-box privacy audits of the calibrated noise: lower bounds on eps.
 
-Both run the real optimizers twice in lockstep: a **leader** on dataset D (one record replaced
+They run the real optimizers twice in lockstep (as the record probe does, :mod:`.probe`): a **leader** on dataset D (one record replaced
 by a gradient canary A) and a **twin** on the neighbouring dataset D' (canary B) whose noise
 source is a :class:`~dpcalib.optim.audit.replay.ReplaySource`: the twin receives the leader's releases
 instead of adding its own noise, so it walks the same public history (same sampling, same
@@ -8,9 +8,6 @@ iterates) while its data and hidden state (DIFF2 differences, DP-SRM momentum, D
 feedback) are its own.  At every release this gives both noiseless queries ``q_D``, ``q_D'`` and
 both requested stds at the state actually visited.
 
-* **Sensitivity probe**: ``||q_D - q_D'||`` against the sensitivity the algorithm claims, for
-  adversarial canaries (zero, huge, opposite gradients); and ``std_D == std_D'`` (the noise scale
-  must not depend on private data -- AdaD2P fails this).
 * **Privacy audit**: the log-likelihood ratio ``S = sum_r log N(o_r; q_D, s_D^2) / N(o_r; q_D', s_D'^2)``
   of all releases, N runs with D the truth and N with D' the truth; 95 %-confidence lower bounds on
   eps from Clopper-Pearson intervals on the false positive / negative rates at thresholds fixed
@@ -35,102 +32,23 @@ standard harnesses :mod:`dpcalib.optim.audit.harnesses` (all re-exported by
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
 from ...accountant.validation import InputError
 from ...accountant import TradeOffCurve, gdp_mu
 
-from .bounds import (AuditReport, curve_check, epsilon_lower_bounds, gdp_thresholds, heldout_curve_check,
+from .bounds import (CONFIDENCE, AuditReport, curve_check, epsilon_lower_bounds, gdp_thresholds, heldout_curve_check,
                      heldout_lower_bound, one_run_epsilon)
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
 from .harnesses import ONE_RUN
-from .lockstep import (follow_run, lead_run, logaddexp, alternating, constant, pair_llr, release_llr, run_pair,
-                       wor_llr, zero)
+from .lockstep import follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
 
-__all__ = ["sensitivity_probe", "ProbeReport", "llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
+__all__ = ["llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
            "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    """The result of :func:`sensitivity_probe`.
-
-    Attributes:
-        rows: one ``(pair, release name, max observed / claimed sensitivity, releases)`` per pair and release name.
-        max_ratio: the largest ratio over all pairs and releases with a claim.
-        exceeded: the number of releases whose change exceeds the claim beyond floating-point rounding.
-        std_mismatches: the number of releases whose requested std differs between D and D'.
-        unclaimed: the number of releases without a claimed sensitivity (AdaD2P).
-    """
-    rows: tuple            # (pair, release name, max observed / claimed sensitivity, releases)
-    max_ratio: float       # over all pairs and releases with a claim
-    exceeded: int          # releases whose change exceeds the claim beyond floating-point rounding
-    std_mismatches: int    # releases where the requested std differs between D and D'
-    unclaimed: int         # releases without a claimed sensitivity (AdaD2P)
-
-    @property
-    def passed(self) -> bool:
-        """No release exceeded its claim, changed its std, or went without a claim."""
-        return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
-
-
-def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
-                      seed: int = 0) -> ProbeReport:
-    """Replace the ``holder``'s record 0 by each pair of candidate canaries and measure, at every
-    release of the visited trajectory, ``||q_A - q_B||`` against the claimed sensitivity.
-
-    ``build(seed)`` returns a fresh optimizer (same configuration every call).  Default candidates:
-    zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
-    Under add/remove only pairs with the zero candidate (= the record removed) are compared.
-
-    Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        candidates: name -> canary (``canary(j)`` callable or flat tensor); None for the defaults.
-            A candidate named ``"zero"`` stands for the removed record under add/remove.
-        holder: the canaries' holder.
-        rounds: the number of rounds; None for the run's ``total_rounds``.
-        seed: the seed of every run.
-
-    Returns:
-        A :class:`ProbeReport`.
-    """
-    probe = build(seed)
-    d = sum(p.numel() for p in probe.model.parameters())
-    if candidates is None:
-        candidates = {"zero": zero(d), "huge": constant(d, 1e6), "opposite": constant(d, -1e6),
-                      "alternating": alternating(d, 1e6)}
-    names = list(candidates)
-    rows, worst, mism, unclaimed, exceeded = [], 0.0, 0, 0, 0
-    for a in names:
-        for b in names:
-            if a == b:
-                continue
-            leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
-            rl, rt = leader.privatizer.releases, twin.privatizer.releases
-            if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
-                continue
-            per_name: dict = {}
-            for x, y in zip(rl, rt):
-                if x.std != y.std:
-                    mism += 1
-                if x.sensitivity is None:
-                    unclaimed += 1
-                    continue
-                dist = float(torch.linalg.vector_norm(x.value - y.value))
-                ulp = torch.finfo(leader.dtype).eps
-                slack = 1e-9 + 8 * ulp * float(torch.linalg.vector_norm(x.value) + torch.linalg.vector_norm(y.value))
-                exceeded += dist > x.sensitivity * (1 + 1e-9) + slack
-                ratio = dist / x.sensitivity if x.sensitivity > 0 else (math.inf if dist > 1e-12 else 0.0)
-                key = x.name.split(" (")[0] if "client" not in x.name else "v~ (local)"
-                prev = per_name.get(key, (0.0, 0))
-                per_name[key] = (max(prev[0], ratio), prev[1] + 1)
-            for key, (ratio, count) in per_name.items():
-                rows.append((f"{a} -> {b}", key, ratio, count))
-                worst = max(worst, ratio)
-    return ProbeReport(tuple(rows), worst, exceeded, mism, unclaimed)
 
 
 def plot_audit(report: AuditReport, path) -> None:
@@ -286,48 +204,67 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
                         "audit", progress)
 
 
-def audit(build, canary_d, canary_dprime, *, runs: int, claimed_epsilon: float, delta: float,
-          holder: int = 0, gdp_exact: bool = True, confidence: float = 0.95, progress: bool | None = None,
-          seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
+def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: float, delta: float,
+          rate: float | None = None, holder: int = 0, gdp_exact: bool | None = None, confidence: float = CONFIDENCE,
+          progress: bool | None = None, seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
           curve: TradeOffCurve | None = None) -> AuditReport:
-    """White-box audit: ``runs`` runs with D (canary ``canary_d``) the truth and ``runs`` with D'
-    (``canary_dprime``); returns the eps lower bounds, the measured trade-off against the claimed
-    curve, and the verdict against ``claimed_epsilon``.
+    """The many-run likelihood-ratio audit: ``runs`` runs with D the truth and ``runs`` with D';
+    returns the eps lower bounds, the measured trade-off against the claimed curve, and the verdict
+    against ``claimed_epsilon``.
 
-    ``build(seed)`` returns a fresh optimizer; each run uses its own seed (data sampling and noise).
-    ``batch``: see :func:`llr_samples` (batched where supported; ``None`` runs one pair at a time).
-    ``curve``: the claimed trade-off curve (:func:`dpcalib.accountant.claimed_tradeoff` of the
-    calibration's accountant); default: ``mu``-GDP when ``gdp_exact``, else the curve the
-    optimizer's own accountant certifies for a complete run (:func:`spent_tradeoff`).
-    Its five thresholds are fixed from the claimed ``mu`` before the samples are looked at:
-    ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+    **Conditioned on the sampling** (``rate`` None): D holds canary ``canary_d``, D' ``canary_dprime``;
+    the statistic is the transcript LLR (:func:`llr_samples`; ``batch``: batched where supported,
+    ``None`` one pair at a time).  Its five thresholds are fixed from the claimed ``mu`` before the
+    samples are looked at: ``S = k mu``, k in {-1, -1/2, 0, 1/2, 1} (T = S/mu + mu/2 at mu/2 + k).
+
+    **Poisson-sampled** (``rate`` given, add/remove): D holds the canary record ``canary_d``, D' does
+    not (``canary_dprime`` None).  The canary's inclusion is the mechanism's secret, so two followers
+    walk the leader's public history, one with the canary forced into every sample (``q_in``) and
+    one without it (``q_out``); per release ``log((1 - rate) + rate * p_in(o)/p_out(o))``, the exact
+    LLR of a Poisson-subsampled Gaussian step, summed over releases (valid for any optimizer; exact
+    when the steps carry no hidden record-dependent state).  Thresholds from a held-out half; the
+    direct bound only; runs one after another (``batch`` is not used).
+
+    ``curve``: the claimed trade-off curve; default ``mu``-GDP when the claim is exactly GDP
+    (``gdp_exact``), else the curve the optimizer's own accountant certifies for a complete run
+    (:func:`spent_tradeoff`; the stated (eps, delta) where it has none) -- the default of every audit.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        canary_d: the canary of D (``canary(j)`` callable or flat tensor).
-        canary_dprime: the canary of D'.
-        runs: runs per dataset, an integer >= 1.
+        canary_d: the canary of D (``canary(j)`` callable or flat tensor), record 0 of the ``holder``.
+        canary_dprime: the canary of D'; None with ``rate`` (D' is D without the canary).
+        runs: runs per dataset, an integer >= 1 (>= 2 with ``rate``: half choose the threshold).
         claimed_epsilon: the claimed eps, finite and > 0.
         delta: the delta of the claim, in (0, 1).
+        rate: the Poisson sampling rate, in (0, 1], or None for the audit conditioned on the sampling.
         holder: the canaries' holder.
         gdp_exact: is the claim exactly GDP (a full-batch Gaussian composition)?  The GDP bound
-            counts only then.
+            counts only then.  None: True without ``rate``, False with it.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
         name: the algorithm's name in the report; None for the optimizer's ``name``.
-        batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`).
+        batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`); not used with ``rate``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`, or None for the default above.
 
     Returns:
-        An :class:`~dpcalib.optim.audit.bounds.AuditReport`.
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (with ``rate``: the direct bound only).
 
     Raises:
-        InputError: if ``runs`` is not an integer >= 1, ``claimed_epsilon`` is not finite and > 0,
-            or ``delta`` is outside (0, 1).
+        InputError: if ``runs`` is not an integer >= 1 (>= 2 with ``rate``), ``rate`` is outside
+            (0, 1], ``canary_dprime`` is missing without ``rate`` or given with it, ``gdp_exact`` is
+            True with ``rate``, ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
     """
+    if rate is not None:
+        return _audit_poisson(build, canary_d, canary_dprime, rate=rate, runs=runs, claimed_epsilon=claimed_epsilon,
+                              delta=delta, holder=holder, gdp_exact=gdp_exact, confidence=confidence,
+                              progress=progress, seed=seed, name=name, curve=curve)
     _check_runs(runs, 1)
+    if canary_dprime is None:
+        raise InputError("canary_dprime=None is not allowed: expected the canary of D' (or rate= for a "
+                         "Poisson-sampled audit, whose D' is D without the canary).")
     e, d = _check_claim(claimed_epsilon, delta)
+    gdp_exact = True if gdp_exact is None else bool(gdp_exact)
     mu = gdp_mu(e, d)
     s_d, s_p = llr_samples(build, canary_d, canary_dprime, runs=runs, seed=seed, holder=holder, batch=batch,
                            progress=progress)
@@ -364,8 +301,8 @@ def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
 
 
 def _default_curve(build, seed, e, d) -> TradeOffCurve:
-    """:func:`spent_tradeoff`, or the (eps, delta) curve of the stated claim where the optimizer has no
-    accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
+    """Every audit's default claimed curve: :func:`spent_tradeoff`, or the (eps, delta) curve of the
+    stated claim where the optimizer has no accountant of its own (AdaD2P: no finite guarantee, AdaD2P-E1)."""
     from ...mechanisms import NoPrivacyGuaranteeError
 
     try:
@@ -374,18 +311,61 @@ def _default_curve(build, seed, e, d) -> TradeOffCurve:
         return TradeOffCurve.epsilon_delta(e, d)
 
 
-def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
-                  confidence: float = 0.95, progress: bool | None = None, seed: int = 0,
-                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
-    """Audit of a Poisson-sampled optimizer under add/remove (D: with the canary record, D': without).
+def _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence, statistic) -> AuditReport:
+    """The report of an audit whose thresholds come from a held-out half (Poisson, without replacement)."""
+    s_d, s_p = scores
+    b = heldout_lower_bound(s_d, s_p, d, confidence)
+    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
+               "statistic": statistic}
+    if curve is None:
+        curve = _default_curve(build, seed, e, d)
+    check = heldout_curve_check(s_d, s_p, curve, confidence)
+    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
+                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
 
-    The canary's inclusion is the mechanism's secret, so the statistic must not use it: two
-    followers walk the leader's public history, one with the canary FORCED into every sample
-    (``q_in``) and one without it (``q_out``); the others' sampling is shared.  Per release,
-    ``log((1 - rate) + rate * p_in(o)/p_out(o))`` -- the exact LLR of a Poisson-subsampled Gaussian
-    step; summed over releases (a valid statistic for any optimizer; exact when the steps do not
-    carry hidden record-dependent state).  Direct bound and curve check (``curve``: default the
-    optimizer's own certified curve, :func:`spent_tradeoff`), thresholds from a held-out half.
+
+def _audit_poisson(build, canary, canary_dprime, *, rate, runs, claimed_epsilon, delta, holder, gdp_exact,
+                   confidence, progress, seed, name, curve) -> AuditReport:
+    """:func:`audit` with ``rate``: the Poisson mixture LLR (see there)."""
+    _check_runs(runs, 2)
+    q = float(rate)
+    if not 0.0 < q <= 1.0:
+        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
+    if canary_dprime is not None:
+        raise InputError(f"canary_dprime={canary_dprime!r} is not allowed with rate: expected None (under Poisson "
+                         "sampling D' is D without the canary record).")
+    if gdp_exact:
+        raise InputError("gdp_exact=True is not allowed with rate: a Poisson-subsampled claim is not exactly GDP.")
+    e, d = _check_claim(claimed_epsilon, delta)
+    dim = sum(p.numel() for p in build(seed).model.parameters())
+    absent = zero(dim)
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+
+    def one(s, truth_has_canary):
+        leader = lead_run(build, s, canary if truth_has_canary else absent, holder)
+        f_in, f_out = follow_run(build, s, leader, canary, holder), follow_run(build, s, leader, absent, holder)
+        f_in.sampler = ForcedRecord(holder, 0, present=True)      # record 0 (the canary) in every sample
+        for _ in range(leader.total_rounds):
+            leader.step()
+            f_in.step()
+            f_out.step()
+        total = 0.0
+        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
+            o = x.released.detach().to("cpu", torch.float64)
+            llr = release_llr(o, a.value, a.std, b.value, b.std)
+            total += logaddexp(log_keep, math.log(q) + llr)
+        return total
+
+    scores = _paired_runs(one, runs, seed, "audit", progress)
+    return _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence,
+                           "Poisson mixture LLR, held-out threshold")
+
+
+def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
+                  confidence: float = CONFIDENCE, progress: bool | None = None, seed: int = 0,
+                  name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
+    """:func:`audit` of a Poisson-sampled optimizer under add/remove (D: with the canary record, D':
+    without): ``audit(build, canary, None, rate=rate, ...)``, kept for its name.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
@@ -405,42 +385,10 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
 
     Raises:
-        InputError: if ``runs`` is not an integer >= 2, ``rate`` is outside (0, 1],
-            ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
+        InputError: as :func:`audit` with ``rate``.
     """
-    _check_runs(runs, 2)
-    q = float(rate)
-    if not 0.0 < q <= 1.0:
-        raise InputError(f"rate={rate!r} is not allowed: expected a number in (0, 1].")
-    e, d = _check_claim(claimed_epsilon, delta)
-    dim = sum(p.numel() for p in build(seed).model.parameters())
-    absent = zero(dim)
-    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
-
-    def one(s, truth_has_canary):
-        leader = lead_run(build, s, canary if truth_has_canary else absent)
-        f_in, f_out = follow_run(build, s, leader, canary), follow_run(build, s, leader, absent)
-        f_in.sampler = ForcedRecord(0, 0, present=True)      # record 0 (the canary) in every sample
-        for _ in range(leader.total_rounds):
-            leader.step()
-            f_in.step()
-            f_out.step()
-        total = 0.0
-        for x, a, b in zip(leader.privatizer.releases, f_in.privatizer.releases, f_out.privatizer.releases):
-            o = x.released.detach().to("cpu", torch.float64)
-            llr = release_llr(o, a.value, a.std, b.value, b.std)
-            total += logaddexp(log_keep, math.log(q) + llr)
-        return total
-
-    s_d, s_p = _paired_runs(one, runs, seed, "audit", progress)
-    b = heldout_lower_bound(s_d, s_p, d, confidence)
-    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
-               "statistic": "Poisson mixture LLR, held-out threshold"}
-    if curve is None:
-        curve = _default_curve(build, seed, e, d)
-    check = heldout_curve_check(s_d, s_p, curve, confidence)
-    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
+    return audit(build, canary, None, rate=rate, runs=runs, claimed_epsilon=claimed_epsilon, delta=delta,
+                 confidence=confidence, progress=progress, seed=seed, name=name, curve=curve)
 
 
 # ---- one-run audit (Steinke, Nasr & Jagielski 2023) ------------------------------------------------
@@ -489,7 +437,7 @@ class OneRunReport:
 
 
 def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
-                  confidence: float = 0.95, seed: int = 0, progress: bool | None = None,
+                  confidence: float = CONFIDENCE, seed: int = 0, progress: bool | None = None,
                   name: str | None = None) -> OneRunReport:
     """One-run audit (Steinke, Nasr & Jagielski, NeurIPS 2023) of a Poisson-sampled optimizer
     (DP-SGD, DiceSGD): ONE training run with ``canaries`` = m gradient canaries, each a record of
@@ -519,21 +467,22 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
 
     Raises:
         InputError: if the optimizer is not a Poisson-sampled one-dataset optimizer (DP-SGD,
-            DiceSGD), ``canaries`` is out of range or its gradients would need more than 1 GiB,
+            DiceSGD), ``canaries`` is not an integer, is out of range, or its gradients would need more than 1 GiB,
             ``ks`` is empty or out of range, ``claimed_epsilon`` is not finite and > 0, or
             ``delta`` is outside (0, 1).
     """
     import numpy as np
 
-    m = int(canaries)
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
     if opt.name not in ONE_RUN:
         raise InputError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
                          "optimizer on one dataset (dp-sgd, dicesgd).")
-    if isinstance(canaries, bool) or not 2 <= m <= d:
+    integral = isinstance(canaries, numbers.Integral) and not isinstance(canaries, bool)
+    if not integral or not 2 <= canaries <= d:
         raise InputError(f"canaries={canaries!r} is not allowed: expected an integer in [2, {d}] (one coordinate "
                          "of the model per canary).")
+    m = int(canaries)
     if m * d * 8 > 1 << 30:
         raise InputError(f"canaries={canaries!r} is not allowed with a model of {d} parameters: the canaries' "
                          f"gradients ({m} x {d} float64) would need more than 1 GiB.")
@@ -571,18 +520,16 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     return OneRunReport(name or opt.name, e, dl, m, int(included.sum()), best, tuple(rows), int(seed))
 
 
-#: optimizers the one-run audit supports (Poisson-sampled, one dataset)
-
-
 def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,
-              curve: TradeOffCurve | None = None, confidence: float = 0.95, progress: bool | None = None,
+              curve: TradeOffCurve | None = None, confidence: float = CONFIDENCE, progress: bool | None = None,
               seed: int = 0, name: str | None = None) -> AuditReport:
     """Audit of a claim that relies on fixed-size sampling without replacement under replace-one
     (DP-SRM with b < n, DIFF2-BVR-L-SGD's local steps, ClipD2P with J > 1): D holds canary A as
     record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
     trade-off curve check with thresholds from a held-out half (:func:`heldout_lower_bound`,
-    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve (default: the
-    :func:`dpcalib.accountant.claimed_tradeoff` of the composition the run spends).
+    :func:`heldout_curve_check`).  ``curve``: the claimed trade-off curve; default that of every
+    audit (:func:`audit`): the curve the optimizer's own accountant certifies for a complete run
+    (:func:`spent_tradeoff`), the stated (eps, delta) where it has none.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
@@ -592,7 +539,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
         claimed_epsilon: the claimed eps, finite and > 0.
         delta: the delta of the claim, in (0, 1).
         holder: the canaries' holder (whose samples are coupled).
-        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for :func:`spent_tradeoff`.
+        curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the default above.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
@@ -607,13 +554,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
     """
     _check_runs(runs, 2)
     e, d = _check_claim(claimed_epsilon, delta)
-    s_d, s_p = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
-                            "audit (w/o replacement)", progress)
-    if curve is None:
-        curve = spent_tradeoff(build, seed)
-    b = heldout_lower_bound(s_d, s_p, d, confidence)
-    check = heldout_curve_check(s_d, s_p, curve, confidence)
-    details = {"threshold_direct": b["threshold"], "fpr_direct": b["fpr"], "fnr_direct": b["fnr"],
-               "statistic": "without-replacement mixture LLR (replace-one coupling), held-out thresholds"}
-    return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
+    scores = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
+                          "audit (w/o replacement)", progress)
+    return _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence,
+                           "without-replacement mixture LLR (replace-one coupling), held-out thresholds")

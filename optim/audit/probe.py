@@ -27,6 +27,12 @@ algorithm claims for it; a move above ``claim + slack`` is an excess, ``slack`` 
 rounding stated here: ``SLACK_ULPS * eps(dtype) * (||q_D|| + ||q_D'||)`` (relative to the queries'
 magnitude, never to the claim).  The noise stds of D and D' must be equal too (the scale may not
 depend on private data).  Algorithms that claim no sensitivity (AdaD2P) are refused.
+
+This comparison (:func:`measure`) is the one every record-level probe makes:
+:func:`record_probe` (real records, the reference optimizers), :func:`sensitivity_probe` (the same
+lockstep with gradient canaries in place of real records: the noise and the accounting, not the
+clipping) and :func:`~.steps.probe_step` (anyone's step, one release at a time: the engine's,
+Opacus's, a user's function).
 """
 
 from __future__ import annotations
@@ -38,11 +44,13 @@ import torch
 
 from ...accountant.validation import InputError
 from ...mechanisms import REGISTRY
+from .lockstep import alternating, constant, run_pair, zero
 from .replay import ReplaySource
 from ..algorithms.d2p import NoGuarantee
 from ..data.sampling import ForcedRecord
 
-__all__ = ["Pair", "pairs", "record_probe", "RecordProbeReport", "SLACK_ULPS", "PROBE_DEFAULTS", "probe_harness"]
+__all__ = ["Pair", "pairs", "record_probe", "sensitivity_probe", "RecordProbeReport", "ProbeReport", "Move", "measure",
+           "SLACK_ULPS", "PROBE_DEFAULTS", "probe_harness"]
 
 #: the float slack of a move, in units of eps(dtype) * (||q_D|| + ||q_D'||)
 SLACK_ULPS = 64
@@ -104,20 +112,79 @@ def pairs(x, y, held_out, relation: str) -> tuple:
 
 
 @dataclass(frozen=True)
+class Move:
+    """One comparison of the record-level probe: how far a release moved when one record changed,
+    against the sensitivity claimed for it, with the float rounding the move may carry.
+
+    Attributes:
+        move: ``||q_D - q_D'||``, the move of the noiseless release.
+        claim: the claimed sensitivity, >= 0.
+        slack: ``SLACK_ULPS * eps(dtype) * (||q_D|| + ||q_D'||)``, the rounding allowed.
+    """
+
+    move: float
+    claim: float
+    slack: float
+
+    @property
+    def exceeded(self) -> bool:
+        """Does the move exceed ``claim + slack``?"""
+        return self.move > self.claim + self.slack
+
+    @property
+    def ratio(self) -> float:
+        """``move / claim`` (a claim of 0: 0 within the slack, else inf)."""
+        if self.claim > 0:
+            return self.move / self.claim
+        return 0.0 if self.move <= self.slack else math.inf
+
+    @property
+    def net_ratio(self) -> float:
+        """``max(0, move - slack) / claim``: the move net of its rounding (a claim of 0: 0 or inf)."""
+        if self.claim > 0:
+            return max(0.0, self.move - self.slack) / self.claim
+        return 0.0 if self.move <= self.slack else math.inf
+
+    @property
+    def tol(self) -> float:
+        """``slack / claim`` (0 for a claim of 0)."""
+        return self.slack / self.claim if self.claim > 0 else 0.0
+
+
+def measure(q_d, q_dprime, claim: float, eps: float) -> Move:
+    """The one comparison every record-level probe makes: the move of two neighbouring noiseless
+    releases against ``claim``, up to :data:`SLACK_ULPS` ulps of their norms.
+
+    Args:
+        q_d: the noiseless release on D (a tensor).
+        q_dprime: the noiseless release on D' (a tensor of the same shape).
+        claim: the claimed sensitivity, >= 0.
+        eps: the machine epsilon of the dtype the releases were computed in.
+
+    Returns:
+        A :class:`Move`.
+    """
+    move = float(torch.linalg.vector_norm(q_d - q_dprime))
+    slack = SLACK_ULPS * eps * float(torch.linalg.vector_norm(q_d) + torch.linalg.vector_norm(q_dprime))
+    return Move(move, float(claim), slack)
+
+
+@dataclass(frozen=True)
 class RecordProbeReport:
-    """``rows``: one dict per (release kind, pair): ``release``, ``pair``, ``relation``,
-    ``worst_ratio`` (move / claim), ``releases``.  ``tol``: the largest slack / claim over all
-    releases (every release satisfies ``move <= claim (1 + tol)`` when ``exceeded == 0``).
+    """The result of a lockstep probe (:func:`record_probe`, :func:`sensitivity_probe`).
 
     Attributes:
         algorithm: the probed algorithm's name.
-        rows: the dicts described above.
+        rows: one dict per (release kind, pair): ``release``, ``pair``, ``relation``,
+            ``worst_ratio`` (move / claim), ``releases``.
         worst_ratio: the largest move / claim over every release and pair.
-        tol: the largest slack / claim over every release.
+        tol: the largest slack / claim over every release (every release satisfies
+            ``move <= claim (1 + tol)`` when ``exceeded == 0``).
         exceeded: the number of releases whose move exceeds ``claim + slack``.
         std_mismatches: the number of releases whose noise std differs between D and D'.
         releases: the number of releases compared.
         slot: ``(holder, index)`` of the probed record.
+        unclaimed: the number of releases without a claimed sensitivity (AdaD2P).
     """
 
     algorithm: str
@@ -128,19 +195,25 @@ class RecordProbeReport:
     std_mismatches: int
     releases: int
     slot: tuple
+    unclaimed: int = 0
 
     @property
     def passed(self) -> bool:
-        """No release exceeded its claim or changed its std."""
-        return self.exceeded == 0 and self.std_mismatches == 0
+        """No release exceeded its claim, changed its std, or went without a claim."""
+        return self.exceeded == 0 and self.std_mismatches == 0 and self.unclaimed == 0
 
-    def worst(self) -> dict:
+    @property
+    def max_ratio(self) -> float:
+        """``worst_ratio`` (the name :func:`sensitivity_probe`'s report had)."""
+        return self.worst_ratio
+
+    def worst(self) -> dict | None:
         """The row with the largest ``worst_ratio``.
 
         Returns:
-            That row's dict.
+            That row's dict, or None when no release was compared (no rows).
         """
-        return max(self.rows, key=lambda r: r["worst_ratio"])
+        return max(self.rows, key=lambda r: r["worst_ratio"]) if self.rows else None
 
     def as_dict(self) -> dict:
         """The report as plain data.
@@ -148,9 +221,52 @@ class RecordProbeReport:
         Returns:
             A dict of the fields, ``slot`` as ``{"holder", "index"}`` and ``rows`` as a list of dicts.
         """
-        return {"algorithm": self.algorithm, "worst_ratio": self.worst_ratio, "tol": self.tol,
-                "exceeded": self.exceeded, "std_mismatches": self.std_mismatches, "releases": self.releases,
-                "slot": {"holder": self.slot[0], "index": self.slot[1]}, "rows": [dict(r) for r in self.rows]}
+        out = {"algorithm": self.algorithm, "worst_ratio": self.worst_ratio, "tol": self.tol,
+               "exceeded": self.exceeded, "std_mismatches": self.std_mismatches, "releases": self.releases,
+               "slot": {"holder": self.slot[0], "index": self.slot[1]}, "rows": [dict(r) for r in self.rows]}
+        if self.unclaimed:
+            out["unclaimed"] = self.unclaimed
+        return out
+
+
+#: :func:`sensitivity_probe`'s report: the same as :func:`record_probe`'s
+ProbeReport = RecordProbeReport
+
+
+class _Tally:
+    """The lockstep probes' running totals: per (release kind, pair) the worst ratio and the count."""
+
+    def __init__(self, eps: float):
+        self.eps, self.stats = eps, {}
+        self.worst, self.tol, self.exceeded, self.mismatches, self.unclaimed, self.count = 0.0, 0.0, 0, 0, 0, 0
+
+    def compare(self, label: str, leader_releases, twin_releases, relation: str | None = None) -> None:
+        for a, b in zip(leader_releases, twin_releases):
+            self.count += 1
+            self.mismatches += a.std != b.std
+            if a.sensitivity is None:
+                self.unclaimed += 1
+                continue
+            m = measure(*((a.value, b.value) if a.fresh is None else (a.fresh, b.fresh)), a.sensitivity, self.eps)
+            self.exceeded += m.exceeded
+            self.tol, self.worst = max(self.tol, m.tol), max(self.worst, m.ratio)
+            key = (_release_kind(a.name), label, relation or a.relation)
+            r0, c0 = self.stats.get(key, (0.0, 0))
+            self.stats[key] = (max(r0, m.ratio), c0 + 1)
+
+    def report(self, name: str, slot: tuple) -> RecordProbeReport:
+        rows = tuple({"release": k, "pair": p, "relation": rel, "worst_ratio": r, "releases": c}
+                     for (k, p, rel), (r, c) in self.stats.items())
+        return RecordProbeReport(name, rows, self.worst, self.tol, self.exceeded, self.mismatches, self.count,
+                                 slot, self.unclaimed)
+
+
+def _lockstep(leader, twin, rounds: int, bar=None) -> None:
+    for _ in range(rounds):
+        leader.step()
+        twin.step()
+        if bar is not None:
+            bar.update(1)
 
 
 def _with_record(data: list, holder: int, index: int, record) -> list:
@@ -224,7 +340,8 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         A :class:`RecordProbeReport`.
 
     Raises:
-        InputError: if ``data`` is empty, ``holder``, ``index`` or ``rounds`` is out of range, the
+        InputError: if ``data`` is empty, ``pair_list`` is empty or holds something else than
+            :class:`Pair`, ``holder``, ``index`` or ``rounds`` is out of range, the
             algorithm claims no sensitivity (AdaD2P) or mixes neighbouring relations, or an
             add/remove pair is asked of releases that draw no sample.
     """
@@ -245,12 +362,14 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
     if pair_list is None:
         x, y = data[holder]
         pair_list = pairs(x[index], y[index], held_out, relation)
+    pair_list = tuple(pair_list)
+    if not pair_list or not all(isinstance(pr, Pair) for pr in pair_list):
+        raise InputError(f"pair_list={pair_list!r} is not allowed: expected a non-empty list of Pair, or None for "
+                         "the standard pairs.")
     n = first.total_rounds if rounds is None else int(rounds)
     if not 1 <= n <= first.total_rounds:
         raise InputError(f"rounds={rounds!r} is not allowed: expected an integer in [1, {first.total_rounds}].")
-    eps = torch.finfo(first.dtype).eps
-    stats: dict = {}
-    worst, tol, exceeded, mismatches, count = 0.0, 0.0, 0, 0, 0
+    tally = _Tally(torch.finfo(first.dtype).eps)
     bar = tqdm(total=len(pair_list) * n, desc=f"probe {name}", disable=(None if progress is None else not progress),
                leave=False)
     try:
@@ -261,35 +380,59 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
             twin_s = _Counting(holder, index, pr.record_dprime is not None)
             twin = build(_with_record(data, holder, index, pr.record_dprime or pr.record_d), seed, twin_s)
             twin.privatizer = ReplaySource(leader.privatizer, twin.device, twin.dtype)
-            for _ in range(n):
-                leader.step()
-                twin.step()
-                bar.update(1)
+            _lockstep(leader, twin, n, bar)
             if pr.record_dprime is None and twin_s.draws == 0:
                 raise InputError(f"algorithm={name!r} is not allowed for an add/remove probe: its releases draw no "
                                  "sample, so the record cannot be taken out (its claim is under replace-one).")
-            for a, b in zip(leader.privatizer.releases, twin.privatizer.releases):
-                count += 1
-                if a.std != b.std:
-                    mismatches += 1
-                qa, qb = (a.value, b.value) if a.fresh is None else (a.fresh, b.fresh)
-                move = float(torch.linalg.vector_norm(qa - qb))
-                slack = SLACK_ULPS * eps * float(torch.linalg.vector_norm(qa) + torch.linalg.vector_norm(qb))
-                claim = a.sensitivity
-                if claim > 0:
-                    ratio, t = move / claim, slack / claim
-                else:
-                    ratio, t = (0.0 if move <= slack else math.inf), 0.0
-                exceeded += move > claim + slack
-                tol, worst = max(tol, t), max(worst, ratio)
-                key = (_release_kind(a.name), pr.label)
-                r0, c0 = stats.get(key, (0.0, 0))
-                stats[key] = (max(r0, ratio), c0 + 1)
+            tally.compare(pr.label, leader.privatizer.releases, twin.privatizer.releases, relation)
     finally:
         bar.close()
-    rows = tuple({"release": k, "pair": p, "relation": relation, "worst_ratio": r, "releases": c}
-                 for (k, p), (r, c) in stats.items())
-    return RecordProbeReport(name, rows, worst, tol, exceeded, mismatches, count, (int(holder), int(index)))
+    return tally.report(name, (int(holder), int(index)))
+
+
+def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
+                      seed: int = 0) -> RecordProbeReport:
+    """The record probe with **gradient canaries** instead of real records: the ``holder``'s record 0
+    is each candidate canary in turn (the leader's A, the twin's B, :func:`~.lockstep.run_pair`), and
+    every release of the visited trajectory is compared with its claim as in :func:`record_probe`.
+
+    The canary bypasses the forward and backward (it is the record's per-example gradient), so this
+    probe checks the noise and the accounting, not the clipping code.  Under add/remove only pairs
+    with the candidate named ``"zero"`` (= the record removed) are compared.  Releases without a
+    claim (AdaD2P) are counted in ``unclaimed`` and fail the probe.
+
+    Args:
+        build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
+        candidates: name -> canary (``canary(j)`` callable or flat tensor); None for the defaults:
+            zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
+        holder: the canaries' holder.
+        rounds: the number of rounds; None for the run's ``total_rounds``.
+        seed: the seed of every run.
+
+    Returns:
+        A :class:`RecordProbeReport` (``pair`` rows named ``"A -> B"``, slot ``(holder, 0)``).
+
+    Raises:
+        InputError: if ``candidates`` holds fewer than two canaries.
+    """
+    first = build(seed)
+    d = sum(q.numel() for q in first.model.parameters())
+    if candidates is None:
+        candidates = {"zero": zero(d), "huge": constant(d, 1e6), "opposite": constant(d, -1e6),
+                      "alternating": alternating(d, 1e6)}
+    if len(candidates) < 2:
+        raise InputError(f"candidates={candidates!r} is not allowed: expected at least two canaries by name.")
+    tally = _Tally(torch.finfo(first.dtype).eps)
+    for a in candidates:
+        for b in candidates:
+            if a == b:
+                continue
+            leader, twin = run_pair(build, seed, candidates[a], candidates[b], holder=holder, rounds=rounds)
+            rl, rt = leader.privatizer.releases, twin.privatizer.releases
+            if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
+                continue
+            tally.compare(f"{a} -> {b}", rl, rt)
+    return tally.report(first.name, (int(holder), 0))
 
 
 def _relation(opt) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ...accountant import gdp_mu
 from ...accountant.validation import InputError
-from .bounds import audit_power, epsilon_lower_bounds, heldout_lower_bound, one_run_epsilon
+from .bounds import CONFIDENCE, audit_power, epsilon_lower_bounds, heldout_lower_bound, one_run_epsilon
 
 __all__ = ["ScoresAudit", "epsilon_from_scores", "epsilon_from_guesses", "STATISTICS"]
 
@@ -105,7 +105,7 @@ def _floats(values, name: str) -> list:
     return out
 
 
-def epsilon_from_scores(in_scores, out_scores, *, delta: float, confidence: float = 0.95,
+def epsilon_from_scores(in_scores, out_scores, *, delta: float, confidence: float = CONFIDENCE,
                         claimed_epsilon: float | None = None, statistic: str = "any") -> ScoresAudit:
     """Lower bounds on eps at ``delta`` from the scores of runs on the dataset with the canary
     (``in_scores``: a larger score says "in") and without it (``out_scores``); see the module text.
@@ -158,7 +158,7 @@ def epsilon_from_scores(in_scores, out_scores, *, delta: float, confidence: floa
                        b["fpr"], b["fnr"], b["threshold"], claim, top)
 
 
-def epsilon_from_guesses(canaries: int, guesses: int, correct: int, *, delta: float, confidence: float = 0.95) -> float:
+def epsilon_from_guesses(canaries: int, guesses: int, correct: int, *, delta: float, confidence: float = CONFIDENCE) -> float:
     """The one-run bound (Steinke, Nasr & Jagielski 2023, Thm 3): ``canaries`` canaries each in or
     out with probability 1/2, ``guesses`` of them guessed, ``correct`` right -> eps >= this with
     probability >= ``confidence``.

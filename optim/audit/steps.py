@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ...accountant import gdp_epsilon
-from ...accountant.validation import InputError
+from ...accountant.validation import InputError, integer
 from ..algorithms.core import Release
+from .bounds import CONFIDENCE
 from .noise_tests import noise_ks_test, noise_std_test
+from .probe import measure
 from .scores import epsilon_from_scores
 
 __all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep", "probe_step", "noise_test_step",
@@ -42,8 +44,6 @@ __all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep
 
 RELATIONS = ("add/remove", "replace-one")
 SAMPLINGS = ("poisson", "wor", "shuffle", "balls-in-bins", "full batch")
-#: float slack of the probe, in units of the working dtype's eps times the releases' norms
-SLACK_ULPS = 64
 #: the probe's added canaries: a record's features times these (their gradients' norms sweep
 #: orders of magnitude, so that some lands near any clip norm and some far above it)
 CANARY_SCALES = (1e3, -1e3, 1e2, -1e2, 10.0, -10.0, 3.0, -3.0, 0.3, -0.3, 0.1, -0.1, 0.03, 0.01)
@@ -332,7 +332,8 @@ class ProbeResult:
 def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-5) -> ProbeResult:
     """One record removed or replaced moves the noiseless release by at most the claimed
     sensitivity (x2 for a replacement under add/remove), up to ``tolerance`` relative plus the
-    release's float rounding (:data:`SLACK_ULPS` ulps of the two releases' norms).
+    release's float rounding: the record probe's one comparison (:func:`~.probe.measure`, its
+    :data:`~.probe.SLACK_ULPS` ulps of the two releases' norms), the ratio taken net of that rounding.
 
     Args:
         step: the step under test (a :class:`PrivateStep`).
@@ -353,13 +354,9 @@ def probe_step(step: PrivateStep, batch, *, records=(0,), tolerance: float = 1e-
     rows, worst = [], 0.0
     for i in records:
         for name, (nb, mult) in _neighbours(batch, int(i), c.relation).items():
-            other = step.release(nb, noise=False, generator=_gen(0))
-            move = float((base - other).norm())
-            claim = mult * c.sensitivity
-            slack = SLACK_ULPS * eps * float(base.norm() + other.norm())
-            ratio = math.inf if claim == 0 and move > slack else (0.0 if claim == 0 else max(0.0, move - slack) / claim)
-            rows.append({"record": int(i), "neighbour": name, "move": move, "claim": claim, "ratio": ratio})
-            worst = max(worst, ratio)
+            m = measure(base, step.release(nb, noise=False, generator=_gen(0)), mult * c.sensitivity, eps)
+            rows.append({"record": int(i), "neighbour": name, "move": m.move, "claim": m.claim, "ratio": m.net_ratio})
+            worst = max(worst, m.net_ratio)
     return ProbeResult(worst, rows, float(tolerance))
 
 
@@ -400,14 +397,15 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
         ``(NoiseStdTest, NoiseKSTest, IndependenceTest)``.
 
     Raises:
-        InputError: if ``step`` is not a PrivateStep.
+        InputError: if ``step`` is not a PrivateStep or ``draws`` is not an integer >= 1.
     """
     from scipy import stats
 
     _check_step(step)
+    draws = integer(draws, "draws", 1)
     base = step.release(batch, noise=False, generator=_gen(0))
     std = step.claim.noise_std
-    noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(int(draws))]
+    noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(draws)]
     rel = [Release(k, "step", std, step.claim.sensitivity, step.claim.relation, v) for k, v in enumerate(noise)]
     k, dim = len(noise), noise[0].numel()
     if std > 0 and k > 1:
@@ -424,7 +422,7 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
 
 
 def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, record: int = 0, seed: int = 2,
-               confidence: float = 0.95):
+               confidence: float = CONFIDENCE):
     """Many independent releases on the batch without record ``record`` (add/remove; replace-one: the
     record replaced by an all-zero one) and with it; score: the released value's projection on the
     direction between the two noiseless releases, as the log-likelihood ratio of the claimed
@@ -515,13 +513,19 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
         A :class:`SamplerReport`.
 
     Raises:
-        InputError: if the loader produces no batch, or the claim lacks the ``sample_rate`` or
-            ``batch_size`` its sampling needs.
+        InputError: if the loader produces no batch, ``n`` is not an integer >= 1 (or None for a loader
+            without a sized ``dataset``), or the claim lacks the ``sample_rate`` or ``batch_size`` its
+            sampling needs.
     """
     from scipy import stats
 
-    ds = getattr(data_loader, "dataset", None)
-    n = int(n if n is not None else len(ds))
+    if n is None:
+        ds = getattr(data_loader, "dataset", None)
+        if ds is None or not hasattr(ds, "__len__"):
+            raise InputError("n=None is not allowed: expected the number of records, an integer >= 1 (the loader has "
+                             "no dataset whose length would give it).")
+        n = len(ds)
+    n = integer(n, "n", 1)
     sizes = []
     while len(sizes) < batches:
         before = len(sizes)
