@@ -148,7 +148,8 @@ def test_optimal_order_near_a_previous_optimum_and_far_from_it():
 
 def test_clear_cache_forgets_every_remembered_answer():
     from dpcalib.accountant import accountant as acc_mod
-    from dpcalib.accountant import clear_cache, pld, pld_grid, subsampling
+    from dpcalib.accountant import clear_cache, subsampling
+    from dpcalib.accountant.pld import grid as pld_grid, refine as pld
 
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
     first = acc.epsilon_bracket(1e-5)

@@ -541,7 +541,7 @@ def test_a_report_grid_that_flips_near_the_root_ends_on_a_feasible_point(monkeyp
     from dpcalib.accountant import PoissonSampledGaussianEvent
     from dpcalib.accountant.pld import pld_epsilon_at
 
-    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as P
 
     q, k, target, delta = 0.1, 100_000, 2.0, 1e-8
     solved = []                          # the grids of the search's fine evaluations, in order
@@ -574,7 +574,7 @@ def test_the_rough_root_runs_where_the_first_grid_cannot_give_the_coarse_bracket
     0.13 of the target), so a rough root on it comes first -- the next evaluation is an upper
     end elsewhere.  q = 0.01, 100 steps: its bracket is already within 1 % ([1.342, 1.353]), so
     the coarse search starts there.  Either way that bracket at the same point comes next."""
-    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as P
 
     calls = []
     at = P.pld_epsilon_at

@@ -172,7 +172,8 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
     # the atom dropped), and the plain rule is now taken where it closes twice as high -- and so
     # does the aligned grid's, the fallback.  Oracle: the closed-form profile (mpmath):
     # delta(lower) >= delta >= delta(upper), both directions.
-    from dpcalib.accountant import pld, pld_discretise, pld_grid
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.pld import discretise as pld_discretise, grid as pld_grid
 
     q, z, delta = 0.00137, 0.182, 8.8e-6
 
@@ -193,7 +194,7 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
 def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
     # a concave kink of a whole unit at the bottom with only 1e-9 above (the mid-bin atom): the
     # block would have to span the whole step; it gives up at that kink's vertex
-    from dpcalib.accountant.pld_discretise import _MAX_BLOCK, _convexify
+    from dpcalib.accountant.pld.discretise import _MAX_BLOCK, _convexify
 
     m = np.concatenate(([0.0, 2.0, -1.0], np.full(4 * _MAX_BLOCK, 1e-9)))
     assert _convexify(m.copy(), 1e-4) == 2
@@ -216,7 +217,7 @@ def test_refinement_stops_where_a_floor_shows(monkeypatch):
     # and the FFT's round-off against it; the anchored lower steps and the split composition
     # remove it -- the same configuration now converges on a 1.6e-3 grid, last assertion -- so
     # the stop rule is exercised here with both switched off.)
-    from dpcalib.accountant import pld, pld_bracket, pld_discretise
+    from dpcalib.accountant.pld import bracket as pld_bracket, discretise as pld_discretise, refine as pld
 
     monkeypatch.setattr(pld_discretise, "ANCHORED", False)
     monkeypatch.setattr(pld_bracket, "SPLIT", False)

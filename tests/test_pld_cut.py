@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from dpcalib.accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent, clear_cache
-from dpcalib.accountant import pld_discretise as PS
-from dpcalib.accountant import pld_pairs as PP
-from dpcalib.accountant import pld as P
-from dpcalib.accountant import pld_grid as G
+from dpcalib.accountant.pld import discretise as PS
+from dpcalib.accountant.pld import pairs as PP
+from dpcalib.accountant.pld import refine as P
+from dpcalib.accountant.pld import grid as G
 from dpcalib.accountant.pld import pld_epsilon_at
 from tests import oracles
 

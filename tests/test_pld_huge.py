@@ -13,7 +13,7 @@ import math
 import mpmath
 import pytest
 
-import dpcalib.accountant.pld as P
+import dpcalib.accountant.pld.refine as P
 from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent
 
 

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import math
 
-from .validation import InputError
-from . import validation
-from .caches import Memo, cached
-from .progress import tell
-from .pld_compose import loss_window
-from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
-from .pld_pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
+from ..validation import InputError
+from .. import validation
+from ..caches import Memo, cached
+from ..progress import tell
+from .compose import loss_window
+from .bracket import lower_one, lower_usable, upper_info, upper_one
+from .pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
                         dominating_pairs, grid_step, on_ladder)
-from . import pld_pairs
+from . import pairs
 from .allocation import discretised_steps
-from .pld_blocks import bracket_steps as _steps
+from .blocks import bracket_steps as _steps
 
 
 __all__ = ["pld_epsilon_at", "checked_delta", "cut_level", "first_grid", "window_points", "window_points_of",
@@ -57,7 +57,7 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     Args:
         events: an iterable of events or ``(event, count)`` pairs.
         delta: the target delta, in [``MIN_DELTA``, 1).
-        discretization: the grid step, put on the ladder of grids (:func:`~.pld_pairs.grid_step`).
+        discretization: the grid step, put on the ladder of grids (:func:`~.pairs.grid_step`).
         memory_cap: bytes one composition may use.
         side: ``"both"``, ``"upper"`` or ``"lower"``.
 
@@ -99,7 +99,7 @@ CUT_PROBE_GRID = 0.05
 
 @cached(maxsize=256)
 def cut_level(ev, d: float, cap: int) -> float | None:
-    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pld_pairs._cut`):
+    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pairs._cut`):
     ``min(LOSS_CUT, eps_up + CUT_MARGIN)`` with ``eps_up`` the certified upper end of the bracket on
     the grid CUT_PROBE_GRID (cut at LOSS_CUT), where some pair's losses reach past ADAPT_FROM with P-mass
     beyond ADAPT_FROM at most ``d / k`` (else None: LOSS_CUT, and nothing is composed here).
@@ -128,7 +128,7 @@ def cut_level(ev, d: float, cap: int) -> float | None:
         return None
     up = max(u for _, u in ups)
     level = up + CUT_MARGIN
-    return level if math.isfinite(level) and level < pld_pairs.LOSS_CUT else None
+    return level if math.isfinite(level) and level < pairs.LOSS_CUT else None
 
 
 def _step_tail(ev, d: float) -> float:
@@ -147,7 +147,7 @@ HINT_POINTS = 1 << 14
 
 
 def _coarse_upper(ev, h, tau, direction, cap, d, level, floor):
-    """:func:`~.pld_bracket.upper_info` of one direction on the grid 8x coarser than ``h`` (its upper
+    """:func:`~.bracket.upper_info` of one direction on the grid 8x coarser than ``h`` (its upper
     end as certified as any grid's, at ~1/8 of the cost), with ``floor`` as there; None over the cap."""
     try:
         return upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
@@ -168,7 +168,7 @@ def _upper_ends(key):
     tell(f"upper end on grid {h:.3g}")
     tau = _step_tail(ev, d)
     out = []
-    # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
+    # blocks (:mod:`.blocks`) give no Hoeffding end -- no earlier direction's lower end to
     # skip a later one by -- and small windows: no coarser composition first
     blocks = False
     for direction in directions(ev):
@@ -248,7 +248,7 @@ def _lower_ends(key, ups):
         if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
             # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
-            # a grid point they usually exist (:func:`~.pld_pairs.aligned_grid`) -- else Hoeffding's end
+            # a grid point they usually exist (:func:`~.pairs.aligned_grid`) -- else Hoeffding's end
             ha = aligned_grid(ev, h)
             if ha is not None:
                 try:
@@ -289,7 +289,7 @@ def first_grid(events, delta: float) -> float:
 def window_points(events, delta: float, discretization: float) -> int:
     """Grid points of the first direction's untilted composition window at grid
     ``discretization`` (the size of the FFT one bracket at that grid costs; tilted re-compositions
-    are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
+    are no larger).  The window is the Chernoff window of :func:`~.compose.loss_window`, so
     its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
     ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose.
 

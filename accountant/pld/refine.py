@@ -55,20 +55,20 @@ Discretisation (grid ``h``; losses at ``i*h``):
 
 The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
 the best certified answer is returned with a note): this module; the bracket on one grid is
-:mod:`.pld_grid`'s.  ``delta(eps)`` -- the profile the same
-compositions give -- is read in :mod:`.pld_profile`.
+:mod:`.grid`'s.  ``delta(eps)`` -- the profile the same
+compositions give -- is read in :mod:`.profile`.
 """
 
 from __future__ import annotations
 
 import math
 
-from .validation import InputError
-from . import validation
-from .caches import cached, clear_cache
-from .pld_pairs import (EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL, checked_events,
+from ..validation import InputError
+from .. import validation
+from ..caches import cached, clear_cache
+from .pairs import (EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL, checked_events,
                         grid_step, on_ladder)
-from .pld_grid import checked_delta, first_grid, pld_epsilon_at, window_points, window_points_of
+from .grid import checked_delta, first_grid, pld_epsilon_at, window_points, window_points_of
 
 
 __all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "report_grid", "clear_cache",
@@ -288,7 +288,7 @@ HUGE_RTOL = 1e-3
 #: window of about PROBE_POINTS has shown that eps is not beyond HUGE_EPS
 BIG_WINDOW = 1 << 22
 PROBE_POINTS = 1 << 18
-#: bytes per window point of a composition (pld_compose.compose_steps refuses beyond cap / this)
+#: bytes per window point of a composition (compose.compose_steps refuses beyond cap / this)
 _BYTES_PER_POINT = 48
 
 
@@ -322,9 +322,9 @@ def _start(ev, d, h, cap) -> float:
 def _fits(ev, d, h_known, h, cap) -> bool:
     """Whether the first direction's window at grid ``h`` is predicted to fit the cap, from its window
     at ``h_known`` (composed before: its steps are cached) scaled by ``h_known / h`` -- the window
-    in loss units barely moves between fine grids (a blocked composition, :mod:`.pld_blocks`, ends on
+    in loss units barely moves between fine grids (a blocked composition, :mod:`.blocks`, ends on
     the same distribution and window).  Over 1.1 times the cap the composition's own check
-    (:func:`~.pld_compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
+    (:func:`~.compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
     below, that check decides.  Stopping early costs only a wider bracket, with the cap's note."""
     return _BYTES_PER_POINT * window_points_of(ev, d, h_known) * h_known / h <= 1.1 * cap
 

@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 
-from . import validation
-from .pld_bracket import lower_usable, rounding_gap, sum_error
-from .pld_compose import compose_steps
+from .. import validation
+from .bracket import lower_usable, rounding_gap, sum_error
+from .compose import compose_steps
 from .allocation import discretised_steps
-from .pld_pairs import MEMORY_CAP, OverCap, checked_events, directions, grid_step
-from .validation import InputError
+from .pairs import MEMORY_CAP, OverCap, checked_events, directions, grid_step
+from ..validation import InputError
 
 __all__ = ["pld_delta", "pld_profile", "pld_upper_profiles"]
 
@@ -166,7 +166,7 @@ def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = M
         InputError: if an argument is out of range, an event is unsupported, or a composition
             needs more than ``memory_cap`` bytes.
     """
-    from .pld_bracket import suffix_rounding, suffix_sums
+    from .bracket import suffix_rounding, suffix_sums
 
     h = grid_step(discretization)
     ev = checked_events(events)
