@@ -154,11 +154,11 @@ def test_clear_cache_forgets_every_remembered_answer():
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
     first = acc.epsilon_bracket(1e-5)
     PrivacyAccountant().compose(WORSampledGaussianEvent.from_sizes(10, 1000, 1.0), 10).get_epsilon(1e-5)
-    assert acc_mod._RDP_REPORTS and pld._pld_epsilon_cached.cache_info().currsize
+    assert acc_mod._RDP_REPORTS and pld.refined.cache_info().currsize
     assert subsampling._log_forward_diffs.cache_info().currsize
     clear_cache()
     assert not acc_mod._RDP_REPORTS and not pld_grid._SIDES
-    assert pld._pld_epsilon_cached.cache_info().currsize == 0
+    assert pld.refined.cache_info().currsize == 0
     assert subsampling._log_forward_diffs.cache_info().currsize == 0
     # a cold answer is the same answer
     assert acc.epsilon_bracket(1e-5) == first

@@ -1,4 +1,4 @@
-"""Balls-in-bins accounting (accountant/allocation*.py): the bracket against a Monte Carlo oracle written
+"""Balls-in-bins accounting (accountant/pld/allocation*.py): the bracket against a Monte Carlo oracle written
 from the dominating pair alone (benchmarks/mc_allocation.py), exact GDP at one step an epoch, the
 one-step laws' convex-order bounds against closed forms, and the event's input checks."""
 

@@ -28,7 +28,7 @@ from dpcalib.accountant.pld import compose as PC
 from dpcalib.accountant.pld import discretise as PS
 from dpcalib.accountant.pld import pairs as PP
 from dpcalib.accountant.pld import pld_epsilon
-from dpcalib.accountant.pld.profile import pld_delta
+from dpcalib.accountant.pld import pld_delta
 
 from tests import oracles
 
@@ -112,7 +112,7 @@ def test_every_accountant_of_one_step_is_at_least_the_closed_form_epsilon(kind, 
 
 def test_wor_symmetrised_step_keeps_mass_and_dominates_both_directions():
     """The envelope step: total mass 1 on every grid, and its profile is max of the two."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     for h in (1e-2, 1e-4, 1e-6):
         pair = [PS._rounded_step(PP.pair(d, 0.9, 0.02), h, 1e-18, 1, P.MEMORY_CAP)
@@ -149,7 +149,7 @@ def test_poisson_upper_is_never_above_the_rdp_epsilon(q, z, k, delta):
 
 def test_poisson_bracket_is_the_worse_direction():
     """add/remove: the composition of each direction, then the larger eps (not one direction only)."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.2, 0.7), 3)]
     h = 1e-4
@@ -255,7 +255,7 @@ def test_a_grid_step_out_of_range_is_refused_by_every_entry(h):
     # above 64 (MAX_DISCRETIZATION) a grid used to raise OverflowError (an 8x coarser hint grid
     # past ~88 overflowed e^h); now every entry that takes a grid names the option and the range
     from dpcalib.accountant.pld import pld_epsilon_at, window_points
-    from dpcalib.accountant.pld.profile import pld_delta
+    from dpcalib.accountant.pld import pld_delta
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 10)]
     for call in (lambda: pld_epsilon(ev, 1e-5, discretization=h), lambda: pld_epsilon_at(ev, 1e-5, h),
@@ -299,7 +299,7 @@ def test_poisson_bracket_overlaps_prv_accountants_bracket(q, z, k):
        h=log_uniform(1e-4, 0.05))
 def test_lower_step_profile_is_below_the_true_profile(kind, q, z, h):
     """Checked at 40 points, on and off the grid, against the closed form in mpmath."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     if kind == "both":      # the replace-one envelope of sampling without replacement
         bins = PS._symmetrised_bins(*(PS.bins_of(PP.pair(d, z, q), h, 1e-14, P.MEMORY_CAP)
@@ -326,7 +326,7 @@ def test_lower_step_is_the_true_line_below_the_losss_hard_edge(q, z):
     atom a measure's profile is the line mass - t Q; the lower step must not tilt it (a deficit
     there shifts a whole composition: the old rule lowered it by ~6e-6 at (1e-3, 0.641), which
     put the lower end of 1000 steps 6e-3 below the truth on a 1e-4 grid)."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     h = 1e-4
     low = PS.lower_step(PS.bins_of(PP.pair("remove", z, q), h, 1e-14, P.MEMORY_CAP), h, 1)
@@ -394,7 +394,7 @@ def test_decayed_suffix_is_the_recursion_in_extended_precision(n, h):
 
 @pytest.mark.parametrize("q, z, h", [(1e-3, 0.64, 2e-5), (0.5, 0.3, 1e-3), (0.01, 5.0, 1e-4)])
 def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     step = PS.discretised_steps([(PoissonSampledGaussianEvent(q, z), 10)], h, 1e-20, "remove", P.MEMORY_CAP)[0]
     keep = step.mass > 0
@@ -415,7 +415,7 @@ def test_log_mgf_by_squaring_bounds_the_direct_sum_from_above(q, z, h):
 def test_one_sided_evaluations_bracket_the_exact_gdp_epsilon(z, k, delta):
     """side="upper" is the full upper end; side="lower" a valid lower end (not above the full one);
     both around the exact GDP eps."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(GaussianEvent(z), k)]
     h = 1e-3
@@ -432,7 +432,7 @@ def test_one_sided_evaluations_bracket_the_exact_gdp_epsilon(z, k, delta):
 @pytest.mark.parametrize("q, z, k", [(0.01, 1.56, 10_000), (1e-3, 0.64, 1000), (0.01, 0.74, 100),
                                      (0.08192, 15.3, 2500)])
 def test_report_grid_predicts_the_grid_the_refinement_ends_on(q, z, k):
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(q, z), k)]
     assert P.report_grid(ev, 1e-5) == P.pld_epsilon(ev, 1e-5).discretization
@@ -442,7 +442,7 @@ def test_report_grid_predicts_the_grid_the_refinement_ends_on(q, z, k):
                                 [(WORSampledGaussianEvent.from_sizes(10, 1000, noise_multiplier=1.0), 300)]])
 def test_brackets_do_not_depend_on_what_was_computed_before(ev):
     """The two ends are remembered separately; the answers must be the same whatever was asked first."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     h, d = 2e-4, 1e-5
     P.clear_cache()
@@ -459,7 +459,7 @@ def test_brackets_do_not_depend_on_what_was_computed_before(ev):
 def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
     """The prediction's coarse grids are coarser than the one it predicts, and their upper ends are
     the ones pld_epsilon_at composes there (a calibration extrapolates them)."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
     P.clear_cache()
@@ -475,7 +475,7 @@ def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch)
     window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
     from dpcalib.accountant.pld import bracket as B
     from dpcalib.accountant.pld import compose as C
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
     h, d = 1e-4, 1e-5
@@ -552,6 +552,7 @@ def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unch
 def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(monkeypatch):
     from dpcalib.accountant import clear_cache
     from dpcalib.accountant.pld import grid as pld
+    from dpcalib.accountant.pld import pld_epsilon_at
 
     for q, z, k, h in [(0.01, 0.7364, 100, 4.6e-4), (256 / 60000, 0.9684, 14062, 2.3e-4)]:
         ev = [(PoissonSampledGaussianEvent(q, z), k)]
@@ -563,7 +564,7 @@ def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(
         real = pld.lower_one
         monkeypatch.setattr(pld, "lower_one", lambda *a: calls.append(1) or real(*a))
         clear_cache()
-        lo, up = pld.pld_epsilon_at(ev, 1e-5, h, side="lower")
+        lo, up = pld_epsilon_at(ev, 1e-5, h, side="lower")
         assert lo == max(each) and up == math.inf
         assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed
         monkeypatch.setattr(pld, "lower_one", real)
@@ -574,23 +575,24 @@ def test_a_refinement_follows_the_order_the_width_narrowed_at(monkeypatch):
     in h (the lower end's error dominates), not 2: the next grid is picked by that order and the
     bracket converges on it -- 2.05e-5 -- where the square-root rule took 3.45e-5 (too wide) and
     then 1.73e-5.  The bracket there holds the target's width and is the intersection of valid ones."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(1e-4, 0.6431224), 10_000)]
     grids = []
-    at = P.pld_epsilon_at
+    at = R.epsilon_at
 
     def spy(events, delta, h, *a, **k):
         grids.append(h)
         return at(events, delta, h, *a, **k)
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    monkeypatch.setattr(R, "epsilon_at", spy)
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-8)
     assert [round(g, 8) for g in grids] == [round(0.05 * 2.0 ** (-k / 4.0), 8) for k in (24, 35, 45)]
     assert b.converged and b.upper - b.lower <= 3e-5 * b.upper
     assert b.lower <= 0.86 <= b.upper + 1e-4
     # (the square-root rule's own prediction from the same two grids would have been 3.45e-5)
-    assert P.on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
+    assert R.on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
 
 
 def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_two(monkeypatch):
@@ -598,7 +600,8 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     little (here 1.2x, both ends O(h^2)), the step is 2^(1/2) -- two rungs of the ladder, still
     converging -- not the factor 2 it was clamped to (a million steps at q = 1e-4: 3 s a bracket
     on the halved grid beside ~1.3 s).  Synthetic brackets: only the grid choice is under test."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -608,7 +611,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - c * h * h, 1.0 + c * h * h
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
+    monkeypatch.setattr(R, "epsilon_at", fake)
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
     P.clear_cache()
@@ -616,7 +619,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     assert grids[1] == pytest.approx(h0 * 2.0 ** -0.5, rel=1e-12)
     assert b.converged and b.discretization == grids[1]
     # (the factor-2 clamp would have taken h0 / 2, twice the grid points of the answer's grid)
-    assert P.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
+    assert R.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("window,wide,aim", [(1 << 20, 12.0, 0.4), (1 << 20, 3.0, 0.7), (1000, 12.0, 0.7)])
@@ -626,7 +629,8 @@ def test_a_long_step_to_a_large_window_aims_lower(monkeypatch, window, wide, aim
     grids' order (a million steps at q = 1e-4, eps 5.6: 1.45e-5 was too coarse, then 1.03e-5 -- two
     compositions of seconds).  A shorter step, or a small window, keeps 0.7.  Synthetic brackets and
     windows: only the grid choice is under test."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -636,15 +640,15 @@ def test_a_long_step_to_a_large_window_aims_lower(monkeypatch, window, wide, aim
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - c * h * h, 1.0 + c * h * h
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
-    monkeypatch.setattr(P, "window_points_of", lambda ev, d, h: int(window * h0 / h))   # ~1/h, as a window
+    monkeypatch.setattr(R, "epsilon_at", fake)
+    monkeypatch.setattr(R, "window_points_of", lambda ev, d, h: int(window * h0 / h))   # ~1/h, as a window
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
     P.clear_cache()
     assert grids[0] == h0 and b.converged
-    assert grids[1] == pytest.approx(P.on_ladder(h0 * min(P.LAST_STEP, max(1.0 / 6, (aim / wide) ** 0.5))), rel=1e-12)
+    assert grids[1] == pytest.approx(R.on_ladder(h0 * min(R.LAST_STEP, max(1.0 / 6, (aim / wide) ** 0.5))), rel=1e-12)
     if aim == 0.4:                                  # (a rung finer than the usual aim's)
-        assert grids[1] < P.on_ladder(h0 * (0.7 / wide) ** 0.5)
+        assert grids[1] < R.on_ladder(h0 * (0.7 / wide) ** 0.5)
 
 
 @pytest.mark.parametrize("points", [1 << 28, 1 << 16])
@@ -653,7 +657,8 @@ def test_a_first_grid_predicted_over_the_cap_is_not_composed(monkeypatch, points
     the refinement starts on the finest ladder grid predicted to fit instead of composing the first
     grid's steps to find out (seconds each at 10^9 steps: ClipD2P's report rows lost 12 of 46 s on two
     such grids).  A window that fits starts on the first grid.  Synthetic windows and brackets."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -662,12 +667,13 @@ def test_a_first_grid_predicted_over_the_cap_is_not_composed(monkeypatch, points
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - 1e-6, 1.0 + 1e-6               # converged on any grid
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
-    monkeypatch.setattr(P, "window_points_of", lambda ev, d, h: int(points * h0 / h))
+    monkeypatch.setattr(R, "epsilon_at", fake)
+    monkeypatch.setattr(R, "window_points_of", lambda ev, d, h: int(points * h0 / h))
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
-    ev_key = tuple(P.checked_events(ev))
-    fit = P._finest_fitting(ev_key, 1e-6, 0.05, P.MEMORY_CAP)
+    from dpcalib.accountant.pld.queries import checked_events
+    ev_key = tuple(checked_events(ev))
+    fit = R._finest_fitting(ev_key, 1e-6, 0.05, P.MEMORY_CAP)
     P.clear_cache()
     if points * 48 > 1.1 * P.MEMORY_CAP:
         assert h0 not in grids and b.discretization == fit == grids[-1] and h0 < fit
@@ -683,7 +689,7 @@ def test_the_lower_end_is_re_tilted_where_its_round_off_decides_the_bracket():
     the lower composition is re-tilted and the bracket closes there (it went on to a 2.4x finer
     grid); alone (``side="lower"``, no upper end to judge by) it is not.  Both lower ends are
     certified: the re-tilted one is the larger, and below the upper end."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(2.8e-4, 0.4687348), 100_000)]
     h = 0.05 * 2.0 ** (-10.0)                    # 4.88e-5, on the ladder
@@ -706,7 +712,7 @@ def test_the_predicted_report_grid_at_small_q_is_the_reports(z, steps, delta):
     report refined on to 2.8e-4 or 2.0e-4, and a calibration solved on both).  The prediction
     now measures the order on the first grid against the grid 2x coarser and, below 1.5, goes on:
     it returns the grid the report ends on, and the report is unchanged (certified, converged)."""
-    from dpcalib.accountant.pld import refine as P
+    from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(1e-4, z), steps)]
     P.clear_cache()

@@ -1,4 +1,4 @@
-"""Many steps composed in blocks (accountant/pld_blocks.py): each piece keeps the profile on its
+"""Many steps composed in blocks (accountant/pld/blocks.py): each piece keeps the profile on its
 side (connect-the-dots split up, pooled lower step down), and the bracket of a blocked composition
 intersects the plain composition's tight bracket and prv_accountant's -- on settings small enough
 to refine the plain one (blocks forced from a few hundred steps) and at a million steps."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from dpcalib.accountant.pld import refine as P
+from dpcalib.accountant import pld as P
 from dpcalib.accountant.pld import blocks as PB
 from dpcalib.accountant.pld import binomial as PB_
 from dpcalib.accountant.pld import compose as PC

@@ -1,5 +1,5 @@
 """Small sampling rates: the lower steps anchored at the edge atom, the split composition, and the
-lower steps' mass (accountant/pld_discretise.py, accountant/pld_compose.py, accountant/pld_bracket.py).
+lower steps' mass (accountant/pld/discretise.py, accountant/pld/compose.py, accountant/pld/bracket.py).
 
 Oracles: the closed-form profile of one Poisson step (mpmath, tests/oracles.py), dp-accounting's
 pessimistic PLD (an upper bound on delta(eps): a true lower end eps_lo has delta(eps_lo) >= delta,

@@ -1,8 +1,9 @@
-"""Privacy-loss distributions, part 1: each event's dominating pair (its privacy-loss function and
-masses, exactly), the discretised step the other parts exchange, and the constants of the method.
-Part 2 discretises the pairs on a grid (:mod:`.discretise`), part 3 composes the steps
-(:mod:`.compose`), part 4 reads a bracket from it (:mod:`.bracket`), and :mod:`.pld` searches the grid and answers queries (the public API, with
-the method and its references).  The chain runs one way: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
+"""Privacy-loss distributions, the first link of the chain (:mod:`.pld`): each event's dominating pair
+(its privacy-loss function and masses, exactly), the discretised step the other modules exchange, and
+the constants of the method.  Later links discretise the pairs on a grid (:mod:`.discretise`), compose
+the steps (:mod:`.compose`), read a bracket from a composition (:mod:`.bracket`), refine the grid
+(:mod:`.refine`) and answer the queries (:mod:`.queries`, where the inputs are checked: nothing here
+checks an argument but :func:`dominating_pairs`, which refuses an event kind it does not know).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from .. import validation
-from ..events import (BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent,
-                     full_batch_form)
+from ..events import BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from ..validation import InputError
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
+           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "directions"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -651,21 +650,6 @@ def aligned_grid(events, h: float) -> float | None:
 MAX_DISCRETIZATION = 64.0
 
 
-def grid_step(discretization) -> float:
-    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range.
-
-    Args:
-        discretization: the requested grid step.
-
-    Returns:
-        The step as a float.
-
-    Raises:
-        InputError: if ``discretization`` is not in ``(0, MAX_DISCRETIZATION]``.
-    """
-    return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
-
-
 def directions(events):
     """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step or a
     balls-in-bins epoch is among them (each composed on its own, the worse reported), else remove.
@@ -679,40 +663,3 @@ def directions(events):
     if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) for e, _ in events):
         return ("remove", "add")
     return ("remove",)
-
-
-def checked_events(events):
-    """``events`` (events or ``(event, count)`` pairs) as validated ``(event, count)`` pairs of one
-    neighbouring relation, zero counts dropped, full-batch forms exact -- or the typed input error.
-
-    Args:
-        events: an iterable of events or ``(event, count)`` pairs (counts: integers >= 0).
-
-    Returns:
-        A list of ``(event, count)`` pairs.
-
-    Raises:
-        InputError: if an item is neither an event nor a pair, an event is of an unsupported type,
-            a count is not an integer >= 0, or the events mix neighbouring relations.
-    """
-    out = []
-    for item in events:
-        if isinstance(item, EVENTS):
-            ev, k = item, 1
-        else:
-            try:
-                ev, k = item
-            except (TypeError, ValueError):
-                raise InputError(f"events: {item!r} is not allowed: expected an event or an "
-                                 f"(event, count) pair.") from None
-        if not isinstance(ev, EVENTS):
-            raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in EVENTS)}.")
-        k = validation.integer(k, "count", low=0)
-        if k:
-            out.append((ev, k))
-    rels = {e.neighboring_relation for e, _ in out} - {None}
-    if len(rels) > 1:
-        raise InputError("events mix neighbouring relations (add/remove and replace-one); "
-                         "guarantees under different relations do not compose.")
-    return [(full_batch_form(e), k) for e, k in out]     # q = 1, b = n: the Gaussian PLD, exactly

@@ -1,11 +1,12 @@
 """The privacy profile ``delta(eps)`` of a composition from its privacy-loss distributions: a
-two-sided bracket at one ``eps`` (:func:`pld_delta`), certified upper bounds at many ``eps`` from one
-composition a direction (:func:`pld_profile`), and each direction's whole certified upper profile on
-``eps >= 0`` (:func:`pld_upper_profiles`, what the attack risk of :mod:`.tradeoff` reads).
+two-sided bracket at one ``eps`` (:func:`delta_bracket`), certified upper bounds at many ``eps`` from one
+composition a direction (:func:`upper_bounds`), and each direction's whole certified upper profile on
+``eps >= 0`` (:func:`upper_profiles`, what the attack risk of :mod:`~dpcalib.accountant.tradeoff` reads).
 
-The constructions are :mod:`.pld`'s (the module text there: connect-the-dots upper steps,
+The constructions are :mod:`.pld`'s (the package text there: connect-the-dots upper steps,
 Hoeffding's lower end, the FFT composition with its charged masses); this module reads ``delta``
-off the composed masses instead of solving for ``eps``.
+off the composed masses instead of solving for ``eps``.  Every function here trusts its arguments:
+the queries of :mod:`.queries` (``pld_delta``, ``pld_profile``, ``pld_upper_profiles``) check them once.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import math
 
 import numpy as np
 
-from .. import validation
-from .bracket import lower_usable, rounding_gap, sum_error
+from .pairs import OverCap, directions
 from .compose import compose_steps
 from .allocation import discretised_steps
-from .pairs import MEMORY_CAP, OverCap, checked_events, directions, grid_step
-from ..validation import InputError
+from .bracket import lower_usable, rounding_gap, suffix_rounding, suffix_sums, sum_error
 
-__all__ = ["pld_delta", "pld_profile", "pld_upper_profiles"]
+__all__ = ["delta_bracket", "upper_bounds", "upper_profiles"]
 
 
 def _delta_fin(mass: np.ndarray, lo: int, h: float, eps: float) -> float:
@@ -42,39 +41,33 @@ def _delta_upper(comp, h: float, eps: float) -> float:
     return min(1.0, _delta_fin(m, comp.lo, h, eps) + comp.inf + comp.alias + sum_error(m))
 
 
-def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP):
-    """``(lower, upper)`` bracket of ``delta(epsilon)`` of a composition at grid ``discretization``.
+def delta_bracket(ev, e: float, h: float, cap: int):
+    """``(lower, upper)`` bracket of ``delta(e)`` of a composition at grid ``h``.  The arguments are
+    trusted (:func:`~.queries.pld_delta` checks them).
 
     Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        epsilon: the epsilon at which delta is bracketed (a real number).
-        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
-        memory_cap: bytes one composition may use.
+        ev: checked ``(event, count)`` pairs, not empty.
+        e: the epsilon (checked: finite, >= 0).
+        h: the grid step (checked).
+        cap: bytes one composition may use (checked).
 
     Returns:
-        A tuple ``(lower, upper)`` of floats in [0, 1]; ``(0.0, 0.0)`` for no events.
+        A tuple ``(lower, upper)`` of floats in [0, 1].
 
     Raises:
-        InputError: if an argument is out of range, an event is unsupported, or a composition
-            needs more than ``memory_cap`` bytes.
+        OverCap: if a composition needs more than ``cap`` bytes.
     """
-    e = validation.real(epsilon, "epsilon")
-    h = grid_step(discretization)
-    ev = checked_events(events)
-    if not ev:
-        return 0.0, 0.0
     K = sum(k for _, k in ev)
     tau = 1e-15 / K
     lows, ups = [], []
     for direction in directions(ev):
         try:
-            steps, lsteps = discretised_steps(ev, h, tau, direction, memory_cap, lower=True)
+            steps, lsteps = discretised_steps(ev, h, tau, direction, cap, lower=True)
         except OverCap:
             steps, lsteps = None, None
-        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
+        comp = compose_steps(steps, h, 1e-16, cap)[0] if steps else None
         if comp is None:
-            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
-                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
+            raise OverCap()
         up = _delta_upper(comp, h, e)
         p = max(1e-4 * up, 1e-300)
         t = h * math.sqrt(K * math.log(1.0 / p) / 2.0)
@@ -85,7 +78,7 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
         lo = (_delta_fin(low, comp.lo, h, e + shift) - comp.alias - comp.bad - p
               - sum_error(low))
         if lower_usable(lsteps):
-            lcomp = compose_steps(lsteps, h, 1e-16, memory_cap)[0]
+            lcomp = compose_steps(lsteps, h, 1e-16, cap)[0]
             if lcomp is not None:
                 low = lcomp.lower_mass
                 e_rel = e - lcomp.shift + lcomp.shift_error     # the grid's anchor (a larger eps: less delta)
@@ -95,85 +88,69 @@ def pld_delta(events, epsilon: float, discretization: float = 1e-4, memory_cap: 
     return max(lows), max(ups)
 
 
-def pld_profile(events, epsilons, discretization: float = 1e-3, memory_cap: int = MEMORY_CAP) -> np.ndarray:
-    """Certified upper bounds on ``delta(eps)`` at every ``eps`` in ``epsilons`` from ONE composition
-    per direction (the worse direction at each eps): the privacy profile the trade-off curve of
-    :mod:`.tradeoff` is built from.  Same pessimistic construction as :func:`pld_delta`'s upper end.
+def upper_bounds(ev, eps: np.ndarray, h: float, cap: int) -> np.ndarray:
+    """Certified upper bounds on ``delta(eps)`` at every ``eps`` from ONE composition per direction
+    (the worse direction at each eps).  The arguments are trusted (:func:`~.queries.pld_profile`
+    checks them).
 
     Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        epsilons: finite epsilons (a number or a 1-d array-like).
-        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
-        memory_cap: bytes one composition may use.
+        ev: checked ``(event, count)`` pairs, not empty.
+        eps: a 1-d float array of epsilons (checked: finite, >= 0).
+        h: the grid step (checked).
+        cap: bytes one composition may use (checked).
 
     Returns:
-        A float array of upper bounds on delta, one per epsilon (zeros for no events).
+        A float array of upper bounds on delta, one per epsilon.
 
     Raises:
-        InputError: if ``epsilons`` is not a 1-d array of finite numbers, an argument is out of
-            range, an event is unsupported, or a composition needs more than ``memory_cap`` bytes.
+        OverCap: if a composition needs more than ``cap`` bytes.
     """
-    eps = np.atleast_1d(np.asarray(epsilons, dtype=float))
-    if eps.ndim != 1 or not np.all(np.isfinite(eps)):
-        raise InputError(f"epsilons={epsilons!r} is not allowed: expected finite numbers.")
-    h = grid_step(discretization)
-    ev = checked_events(events)
-    if not ev:
-        return np.zeros(eps.shape)
     out = np.zeros(eps.shape)
-    for comp in _upper_compositions(ev, h, memory_cap):
+    for comp in _upper_compositions(ev, h, cap):
         out = np.maximum(out, [_delta_upper(comp, h, float(e)) for e in eps])
     return out
 
 
-def _upper_compositions(ev, h: float, memory_cap: int):
+def _upper_compositions(ev, h: float, cap: int):
     """The connect-the-dots composition of each direction (remove, then add) at grid ``h``: what the
-    profiles read their certified upper bounds from."""
+    profiles read their certified upper bounds from (OverCap over the cap)."""
     tau = 1e-15 / sum(k for _, k in ev)
     for direction in directions(ev):
         try:
-            steps = discretised_steps(ev, h, tau, direction, memory_cap)
+            steps = discretised_steps(ev, h, tau, direction, cap)
         except OverCap:
             steps = None
-        comp = compose_steps(steps, h, 1e-16, memory_cap)[0] if steps else None
+        comp = compose_steps(steps, h, 1e-16, cap)[0] if steps else None
         if comp is None:
-            raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
-                             f"memory_cap={memory_cap} bytes; choose a coarser grid.")
+            raise OverCap()
         yield comp
 
 
-def pld_upper_profiles(events, discretization: float = 1e-4, memory_cap: int = MEMORY_CAP) -> list:
+def upper_profiles(ev, h: float, cap: int) -> list:
     """The certified upper profile of each direction at every ``eps >= 0`` the composition can
     tell apart: ``[(eps, delta_upper), ...]`` (one pair of arrays per direction, in the order
     remove, add), ``eps`` = 0 and every grid point of the composed loss above 0.
 
     ``delta`` of a discrete loss is linear in ``e^eps`` between its atoms, so these points carry
-    the whole profile on ``eps >= 0``: what the attack-risk terms of :mod:`.tradeoff` need
-    (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`pld_profile`:
+    the whole profile on ``eps >= 0``: what the attack-risk terms of the trade-off curves need
+    (``inf_eps e^eps a + delta(eps)``).  Same pessimistic construction as :func:`upper_bounds`:
     the finite atoms of the connect-the-dots composition with their round-off added, the
     infinite-loss, wrapped-around and summation-error masses, and the suffix sums' rounding.
+    The arguments are trusted (:func:`~.queries.pld_upper_profiles` checks them).
 
     Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        discretization: the grid step, in (0, ``MAX_DISCRETIZATION``].
-        memory_cap: bytes one composition may use.
+        ev: checked ``(event, count)`` pairs, not empty.
+        h: the grid step (checked).
+        cap: bytes one composition may use (checked).
 
     Returns:
-        A list of ``(eps, delta_upper)`` pairs of float arrays, one per direction
-        (``[(zeros(1), zeros(1))]`` for no events).
+        A list of ``(eps, delta_upper)`` pairs of float arrays, one per direction.
 
     Raises:
-        InputError: if an argument is out of range, an event is unsupported, or a composition
-            needs more than ``memory_cap`` bytes.
+        OverCap: if a composition needs more than ``cap`` bytes.
     """
-    from .bracket import suffix_rounding, suffix_sums
-
-    h = grid_step(discretization)
-    ev = checked_events(events)
-    if not ev:
-        return [(np.zeros(1), np.zeros(1))]
     out = []
-    for comp in _upper_compositions(ev, h, memory_cap):
+    for comp in _upper_compositions(ev, h, cap):
         m = comp.upper_mass
         c = comp.inf + comp.alias + sum_error(m)
         A, B = suffix_sums(m, comp.lo, h)
