@@ -24,7 +24,7 @@ from .interop import from_dp_event
 from .caches import clear_cache
 from .progress import watching
 from .pld import EpsilonBracket, pld_epsilon
-from .pld_profile import pld_delta, pld_profile
+from .pld import pld_delta, pld_profile
 from .poisson import poisson_gaussian_rdp
 from .tradeoff import (TradeOffCurve, attack_risk, certified_advantage, certified_tpr, claimed_tradeoff,
                        gdp_tradeoff, profile_tradeoff)

@@ -319,7 +319,7 @@ class PrivacyAccountant:
             methods: a non-empty subset of ``("gdp", "pld", "rdp")``.
 
         Returns:
-            The :class:`~.pld_pairs.EpsilonBracket`.
+            The :class:`~.pld.pairs.EpsilonBracket`.
 
         Raises:
             InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an

@@ -299,7 +299,7 @@ class BallsInBinsGaussianEvent:
 
     Its dominating pair is ``(1/t) sum_i N(e_i, z^2 I_t)`` against ``N(0, z^2 I_t)`` (Chua, Ghazi,
     Harrison, Leeman, Kamath, Kumar, Manurangsi, Sinha & Zhang, "Balls-and-Bins Sampling for DP-SGD",
-    AISTATS 2025, Sec. 3); the PLD accountant brackets it (:mod:`.allocation`).  RDP and the total
+    AISTATS 2025, Sec. 3); the PLD accountant brackets it (:mod:`.pld.allocation`).  RDP and the total
     variation bound are the Gaussian release's (the record is in one release an epoch: sound, no
     amplification).  ``steps = 1`` is the full-batch Gaussian (:func:`full_batch_form`).  Random
     allocation of ``k > 1`` of the steps is not this event (see docs/accounting.md).

@@ -8,7 +8,7 @@ entirely below ``f`` refutes the claim.
 * Full-batch Gaussian compositions are exactly ``mu``-GDP:
   ``f(alpha) = Phi(Phi^{-1}(1 - alpha) - mu)`` (Dong, Roth & Su 2022, Def. 2.7 and Cor. 3.3).
 * Any other claim: the accountant's certified privacy profile ``delta(eps)`` (PLD upper bounds,
-  :func:`.pld_profile.pld_profile`) on a grid of eps.  A mechanism that is ``(eps, delta(eps))``-DP for every
+  :func:`.pld.queries.pld_profile`) on a grid of eps.  A mechanism that is ``(eps, delta(eps))``-DP for every
   eps of the grid is f-DP for the upper envelope
   ``f(alpha) = max_eps max{0, 1 - delta(eps) - e^eps alpha, e^-eps (1 - delta(eps) - alpha)}``
   (Dong, Roth & Su 2022, Prop. 2.12 and 2.4 -- each (eps, delta)-DP guarantee is f_{eps,delta}-DP,
@@ -183,7 +183,7 @@ def claimed_tradeoff(accountant, discretization: float = 1e-3, points: int = 256
         return TradeOffCurve.gdp(0.0)
     if accountant.is_full_batch_gaussian:
         return TradeOffCurve.gdp(accountant.gdp_mu())
-    from .pld_profile import pld_profile
+    from .pld import pld_profile
 
     n = validation.integer(points, "points", low=2)
     top = float(accountant.get_epsilon(1e-12, accountant="auto"))
@@ -287,7 +287,7 @@ RISK_DISCRETIZATION = 5e-5
 def _tradeoff_source(accountant, discretization):
     if accountant.is_full_batch_gaussian:
         return ("gdp", accountant.gdp_mu()) if accountant.events else ("gdp", 0.0)
-    from .pld_profile import pld_upper_profiles
+    from .pld import pld_upper_profiles
 
     h = validation.positive(discretization, "discretization")
     while True:

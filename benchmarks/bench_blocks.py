@@ -5,7 +5,7 @@
 
 Each setting of :func:`benchmarks.bench_calibration_space.grid` with at least ``--min-steps`` steps
 is calibrated cold (``DPSGD(q, T).calibrate(eps, delta)``) in a fresh single-threaded process with
-blocks on (``dpcalib.accountant.pld_blocks.BLOCKS``, the default) and then with them off, back to
+blocks on (``dpcalib.accountant.pld.blocks.BLOCKS``, the default) and then with them off, back to
 back; printed: each noise multiplier, time and the certified bracket of the answer, and the time
 ratio plain / blocks (> 1: blocks faster).  Ratios, not times: the machine is shared and noisy.
 """
@@ -23,7 +23,7 @@ from benchmarks.bench_calibration_space import grid
 
 _CHILD = r"""
 import json, sys, time
-from dpcalib.accountant import pld_blocks
+from dpcalib.accountant.pld import blocks as pld_blocks
 pld_blocks.BLOCKS = sys.argv[5] == "1"
 from dpcalib.mechanisms import DPSGD
 q, T, eps, d = float(sys.argv[1]), int(float(sys.argv[2])), float(sys.argv[3]), float(sys.argv[4])

@@ -138,12 +138,16 @@ def _count_work() -> list:
         return g
     for name in ("rfft", "irfft", "fft", "ifft"):
         setattr(sfft, name, counted(getattr(sfft, name)))
-    at = pld.pld_epsilon_at
+    from dpcalib.accountant.pld import refine
 
-    def evaluation(*args, **kw):
-        acc[1] += 1
-        return at(*args, **kw)
-    pld.pld_epsilon_at = evaluation
+    def counting(at):
+        def evaluation(*args, **kw):
+            acc[1] += 1
+            return at(*args, **kw)
+        return evaluation
+    # the search's one-grid queries and the refinement's own evaluations
+    pld.pld_epsilon_at = counting(pld.pld_epsilon_at)
+    refine.epsilon_at = counting(refine.epsilon_at)
     return acc
 
 

@@ -435,7 +435,7 @@ def _takes_accountant(mech) -> bool:
 def fuzz(configs: int, seed: int = 0, workers: int = 1, progress: bool = False,
          noise_scale: float = 1.0, accountant: str = "rdp", block_min: int | None = None) -> list[dict]:
     """``block_min``: compose every ``block_min`` or more steps of one Poisson pair in blocks
-    (``dpcalib.accountant.pld_blocks.BLOCK_MIN``, 16 384 by default; the configurations here have
+    (``dpcalib.accountant.pld.blocks.BLOCK_MIN``, 16 384 by default; the configurations here have
     at most 10 000 steps, so a smaller value is what puts the block composition under the oracles)."""
     idx = range(configs)
     if workers > 1:
@@ -453,7 +453,7 @@ _BLOCKED = [0]          # block compositions built in this process (the calibrat
 
 
 def _set_block_min(block_min):
-    from dpcalib.accountant import pld_blocks
+    from dpcalib.accountant.pld import blocks as pld_blocks
 
     pld_blocks.BLOCK_MIN = pld_blocks.DEFAULT_BLOCK_MIN if block_min is None else int(block_min)
     if not getattr(pld_blocks.blocked_steps, "counted", False):

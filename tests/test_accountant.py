@@ -148,16 +148,17 @@ def test_optimal_order_near_a_previous_optimum_and_far_from_it():
 
 def test_clear_cache_forgets_every_remembered_answer():
     from dpcalib.accountant import accountant as acc_mod
-    from dpcalib.accountant import clear_cache, pld, pld_grid, subsampling
+    from dpcalib.accountant import clear_cache, subsampling
+    from dpcalib.accountant.pld import grid as pld_grid, refine as pld
 
     acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.01, 1.0), 100)
     first = acc.epsilon_bracket(1e-5)
     PrivacyAccountant().compose(WORSampledGaussianEvent.from_sizes(10, 1000, 1.0), 10).get_epsilon(1e-5)
-    assert acc_mod._RDP_REPORTS and pld._pld_epsilon_cached.cache_info().currsize
+    assert acc_mod._RDP_REPORTS and pld.refined.cache_info().currsize
     assert subsampling._log_forward_diffs.cache_info().currsize
     clear_cache()
     assert not acc_mod._RDP_REPORTS and not pld_grid._SIDES
-    assert pld._pld_epsilon_cached.cache_info().currsize == 0
+    assert pld.refined.cache_info().currsize == 0
     assert subsampling._log_forward_diffs.cache_info().currsize == 0
     # a cold answer is the same answer
     assert acc.epsilon_bracket(1e-5) == first

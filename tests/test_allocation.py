@@ -1,4 +1,4 @@
-"""Balls-in-bins accounting (accountant/allocation*.py): the bracket against a Monte Carlo oracle written
+"""Balls-in-bins accounting (accountant/pld/allocation*.py): the bracket against a Monte Carlo oracle written
 from the dominating pair alone (benchmarks/mc_allocation.py), exact GDP at one step an epoch, the
 one-step laws' convex-order bounds against closed forms, and the event's input checks."""
 
@@ -14,9 +14,9 @@ from hypothesis import given, settings, strategies as st
 from benchmarks.mc_allocation import epsilon_limits, losses
 from dpcalib.accountant import (BallsInBinsGaussianEvent, GaussianEvent, PrivacyAccountant, clear_cache, full_batch_form,
                                 gdp_epsilon, pld_epsilon)
-from dpcalib.accountant.allocation import epoch_step
-from dpcalib.accountant.allocation_terms import bulk_law, tail_laws
-from dpcalib.accountant.pld_bracket import lower_one, upper_one
+from dpcalib.accountant.pld.allocation import epoch_step
+from dpcalib.accountant.pld.allocation_terms import bulk_law, tail_laws
+from dpcalib.accountant.pld.bracket import lower_one, upper_one
 from dpcalib.accountant.validation import InputError
 
 from . import oracles

@@ -551,7 +551,7 @@ def test_a_report_grid_that_flips_near_the_root_ends_on_a_feasible_point(monkeyp
         if side == "upper" and h < 2e-4 and (not solved or solved[-1] != h):
             solved.append(h)
         return at(events, d, h, *a, side=side, **kw)
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    monkeypatch.setattr(P, "pld_epsilon_at", spy)       # the search's one-end evaluations
     P.clear_cache()
     mech = DPSGD(q, k)
     z = mech.calibrate(target, delta)["noise_multiplier"]
@@ -575,19 +575,23 @@ def test_the_rough_root_runs_where_the_first_grid_cannot_give_the_coarse_bracket
     end elsewhere.  q = 0.01, 100 steps: its bracket is already within 1 % ([1.342, 1.353]), so
     the coarse search starts there.  Either way that bracket at the same point comes next."""
     from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     calls = []
-    at = P.pld_epsilon_at
 
-    def spy(events, d, h, *a, side="both", **kw):
-        r = at(events, d, h, *a, side=side, **kw)
-        calls.append((events[0][0].noise_multiplier, h, side, r))
-        return r
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    def spying(at):
+        def spy(events, d, h, *a, side="both", **kw):
+            r = at(events, d, h, *a, side=side, **kw)
+            calls.append((events[0][0].noise_multiplier, h, side, r))
+            return r
+        return spy
+    # every one-grid bracket: the search's (the query) and the refinement's (its inner evaluation)
+    monkeypatch.setattr(P, "pld_epsilon_at", spying(P.pld_epsilon_at))
+    monkeypatch.setattr(R, "epsilon_at", spying(R.epsilon_at))
     P.clear_cache()
     mech = DPSGD(q, k)
     z = mech.calibrate(target, delta)["noise_multiplier"]
-    monkeypatch.setattr(P, "pld_epsilon_at", at)
+    monkeypatch.undo()
     (z0, h0, s0, (_, up0)), (z1, h1, s1, (lo1, up1)), (z2, h2, s2, _) = calls[:3]
     assert s0 == "upper" and up0 < 0.7 * target
     assert (z1, h1, s1) == (z0, h0, "both") and (up1 - lo1 > 0.01 * up1) == rough

@@ -10,7 +10,7 @@ import pytest
 
 from dpcalib.accountant import (ADD_REMOVE, BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent,
                                 PrivacyAccountant, WORSampledGaussianEvent, pld_delta, pld_epsilon, pld_profile)
-from dpcalib.accountant.pld_pairs import dominating_pairs
+from dpcalib.accountant.pld.pairs import dominating_pairs
 from dpcalib.accountant.validation import InputError
 
 

@@ -35,7 +35,7 @@ def test_balls_in_bins_lower_bound_at_one_step_is_near_the_exact_gdp_delta(z, ep
 @pytest.mark.parametrize("t,z,epochs,eps", [(10, 1.0, 1, 1.0), (100, 1.0, 1, 0.6), (30, 0.8, 5, 3.0)])
 def test_balls_in_bins_lower_bound_is_below_the_pld_bracket_and_near_it(t, z, epochs, eps):
     from dpcalib.accountant import BallsInBinsGaussianEvent
-    from dpcalib.accountant.pld_profile import pld_delta
+    from dpcalib.accountant.pld import pld_delta
 
     lower = F.allocation_delta_lower(t, z, epochs, eps, 1e-5)
     lo, up = pld_delta([(BallsInBinsGaussianEvent(t, z), epochs)], eps, 1e-3)

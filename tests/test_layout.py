@@ -172,7 +172,7 @@ def test_no_paper_file_imports_a_sibling_paper_file():
 
 
 #: the only plain ValueErrors the library raises: failed computations (bugs), never a bad input
-INTERNAL_VALUE_ERRORS = {"dpcalib.accountant.roots", "dpcalib.accountant.pld_compose", "dpcalib.mechanisms.search"}
+INTERNAL_VALUE_ERRORS = {"dpcalib.accountant.roots", "dpcalib.accountant.pld.compose", "dpcalib.mechanisms.search"}
 
 
 def test_bad_input_is_an_input_error_everywhere():

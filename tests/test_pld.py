@@ -23,12 +23,12 @@ from dpcalib.accountant import (
     PrivacyAccountant,
     WORSampledGaussianEvent,
 )
-from dpcalib.accountant import pld_bracket as PB
-from dpcalib.accountant import pld_compose as PC
-from dpcalib.accountant import pld_discretise as PS
-from dpcalib.accountant import pld_pairs as PP
+from dpcalib.accountant.pld import bracket as PB
+from dpcalib.accountant.pld import compose as PC
+from dpcalib.accountant.pld import discretise as PS
+from dpcalib.accountant.pld import pairs as PP
 from dpcalib.accountant.pld import pld_epsilon
-from dpcalib.accountant.pld_profile import pld_delta
+from dpcalib.accountant.pld import pld_delta
 
 from tests import oracles
 
@@ -255,7 +255,7 @@ def test_a_grid_step_out_of_range_is_refused_by_every_entry(h):
     # above 64 (MAX_DISCRETIZATION) a grid used to raise OverflowError (an 8x coarser hint grid
     # past ~88 overflowed e^h); now every entry that takes a grid names the option and the range
     from dpcalib.accountant.pld import pld_epsilon_at, window_points
-    from dpcalib.accountant.pld_profile import pld_delta
+    from dpcalib.accountant.pld import pld_delta
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 10)]
     for call in (lambda: pld_epsilon(ev, 1e-5, discretization=h), lambda: pld_epsilon_at(ev, 1e-5, h),
@@ -473,8 +473,8 @@ def test_report_grid_with_uppers_lists_the_coarse_grids_upper_ends():
 def test_tilted_window_starting_higher_changes_nothing_but_its_size(monkeypatch):
     """The tilted window starts where the wrapped-in mass is damped below alpha; composing on the
     window that starts at the untilted Chernoff end instead gives the same upper end (1e-9)."""
-    from dpcalib.accountant import pld_bracket as B
-    from dpcalib.accountant import pld_compose as C
+    from dpcalib.accountant.pld import bracket as B
+    from dpcalib.accountant.pld import compose as C
     from dpcalib.accountant import pld as P
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.56), 10_000)]
@@ -550,7 +550,9 @@ def test_the_skip_applies_where_pld_is_far_below_rdp_and_leaves_the_bracket_unch
 
 
 def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(monkeypatch):
-    from dpcalib.accountant import clear_cache, pld_grid as pld
+    from dpcalib.accountant import clear_cache
+    from dpcalib.accountant.pld import grid as pld
+    from dpcalib.accountant.pld import pld_epsilon_at
 
     for q, z, k, h in [(0.01, 0.7364, 100, 4.6e-4), (256 / 60000, 0.9684, 14062, 2.3e-4)]:
         ev = [(PoissonSampledGaussianEvent(q, z), k)]
@@ -562,7 +564,7 @@ def test_a_lower_end_alone_skips_a_direction_whose_coarse_upper_end_is_below_it(
         real = pld.lower_one
         monkeypatch.setattr(pld, "lower_one", lambda *a: calls.append(1) or real(*a))
         clear_cache()
-        lo, up = pld.pld_epsilon_at(ev, 1e-5, h, side="lower")
+        lo, up = pld_epsilon_at(ev, 1e-5, h, side="lower")
         assert lo == max(each) and up == math.inf
         assert each[1] < each[0] and len(calls) == 1      # the add direction was not composed
         monkeypatch.setattr(pld, "lower_one", real)
@@ -574,22 +576,23 @@ def test_a_refinement_follows_the_order_the_width_narrowed_at(monkeypatch):
     bracket converges on it -- 2.05e-5 -- where the square-root rule took 3.45e-5 (too wide) and
     then 1.73e-5.  The bracket there holds the target's width and is the intersection of valid ones."""
     from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(1e-4, 0.6431224), 10_000)]
     grids = []
-    at = P.pld_epsilon_at
+    at = R.epsilon_at
 
     def spy(events, delta, h, *a, **k):
         grids.append(h)
         return at(events, delta, h, *a, **k)
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    monkeypatch.setattr(R, "epsilon_at", spy)
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-8)
     assert [round(g, 8) for g in grids] == [round(0.05 * 2.0 ** (-k / 4.0), 8) for k in (24, 35, 45)]
     assert b.converged and b.upper - b.lower <= 3e-5 * b.upper
     assert b.lower <= 0.86 <= b.upper + 1e-4
     # (the square-root rule's own prediction from the same two grids would have been 3.45e-5)
-    assert P.on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
+    assert R.on_ladder(grids[1] * math.sqrt(0.7 * 3e-5 * 0.86 / 1.97e-4)) > 3e-5
 
 
 def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_two(monkeypatch):
@@ -598,6 +601,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     converging -- not the factor 2 it was clamped to (a million steps at q = 1e-4: 3 s a bracket
     on the halved grid beside ~1.3 s).  Synthetic brackets: only the grid choice is under test."""
     from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -607,7 +611,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - c * h * h, 1.0 + c * h * h
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
+    monkeypatch.setattr(R, "epsilon_at", fake)
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
     P.clear_cache()
@@ -615,7 +619,7 @@ def test_a_bracket_just_short_of_the_tolerance_is_refined_by_a_square_root_of_tw
     assert grids[1] == pytest.approx(h0 * 2.0 ** -0.5, rel=1e-12)
     assert b.converged and b.discretization == grids[1]
     # (the factor-2 clamp would have taken h0 / 2, twice the grid points of the answer's grid)
-    assert P.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
+    assert R.on_ladder(h0 * min(0.5, (0.7 / 1.2) ** 0.5)) == pytest.approx(h0 / 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("window,wide,aim", [(1 << 20, 12.0, 0.4), (1 << 20, 3.0, 0.7), (1000, 12.0, 0.7)])
@@ -626,6 +630,7 @@ def test_a_long_step_to_a_large_window_aims_lower(monkeypatch, window, wide, aim
     compositions of seconds).  A shorter step, or a small window, keeps 0.7.  Synthetic brackets and
     windows: only the grid choice is under test."""
     from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -635,15 +640,15 @@ def test_a_long_step_to_a_large_window_aims_lower(monkeypatch, window, wide, aim
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - c * h * h, 1.0 + c * h * h
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
-    monkeypatch.setattr(P, "window_points_of", lambda ev, d, h: int(window * h0 / h))   # ~1/h, as a window
+    monkeypatch.setattr(R, "epsilon_at", fake)
+    monkeypatch.setattr(R, "window_points_of", lambda ev, d, h: int(window * h0 / h))   # ~1/h, as a window
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
     P.clear_cache()
     assert grids[0] == h0 and b.converged
-    assert grids[1] == pytest.approx(P.on_ladder(h0 * min(P.LAST_STEP, max(1.0 / 6, (aim / wide) ** 0.5))), rel=1e-12)
+    assert grids[1] == pytest.approx(R.on_ladder(h0 * min(R.LAST_STEP, max(1.0 / 6, (aim / wide) ** 0.5))), rel=1e-12)
     if aim == 0.4:                                  # (a rung finer than the usual aim's)
-        assert grids[1] < P.on_ladder(h0 * (0.7 / wide) ** 0.5)
+        assert grids[1] < R.on_ladder(h0 * (0.7 / wide) ** 0.5)
 
 
 @pytest.mark.parametrize("points", [1 << 28, 1 << 16])
@@ -653,6 +658,7 @@ def test_a_first_grid_predicted_over_the_cap_is_not_composed(monkeypatch, points
     grid's steps to find out (seconds each at 10^9 steps: ClipD2P's report rows lost 12 of 46 s on two
     such grids).  A window that fits starts on the first grid.  Synthetic windows and brackets."""
     from dpcalib.accountant import pld as P
+    from dpcalib.accountant.pld import refine as R
 
     ev = [(PoissonSampledGaussianEvent(0.01, 1.0), 1000)]
     h0 = P.first_grid(ev, 1e-6)
@@ -661,12 +667,13 @@ def test_a_first_grid_predicted_over_the_cap_is_not_composed(monkeypatch, points
     def fake(events, delta, h, *a, **k):
         grids.append(h)
         return 1.0 - 1e-6, 1.0 + 1e-6               # converged on any grid
-    monkeypatch.setattr(P, "pld_epsilon_at", fake)
-    monkeypatch.setattr(P, "window_points_of", lambda ev, d, h: int(points * h0 / h))
+    monkeypatch.setattr(R, "epsilon_at", fake)
+    monkeypatch.setattr(R, "window_points_of", lambda ev, d, h: int(points * h0 / h))
     P.clear_cache()
     b = P.pld_epsilon(ev, 1e-6)
-    ev_key = tuple(P.checked_events(ev))
-    fit = P._finest_fitting(ev_key, 1e-6, 0.05, P.MEMORY_CAP)
+    from dpcalib.accountant.pld.queries import checked_events
+    ev_key = tuple(checked_events(ev))
+    fit = R._finest_fitting(ev_key, 1e-6, 0.05, P.MEMORY_CAP)
     P.clear_cache()
     if points * 48 > 1.1 * P.MEMORY_CAP:
         assert h0 not in grids and b.discretization == fit == grids[-1] and h0 < fit

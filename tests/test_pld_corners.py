@@ -83,6 +83,35 @@ def test_bad_arguments_name_the_argument(kwargs, name):
         pld_epsilon(**args)
 
 
+_EV = [(PoissonSampledGaussianEvent(0.01, 1.0), 10)]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda P: P.pld_delta(_EV, -0.5), "epsilon=-0.5 is not allowed: expected a number in [0, inf)."),
+    (lambda P: P.pld_delta(_EV, math.inf), "epsilon=inf is not allowed: expected a number in [0, inf)."),
+    (lambda P: P.pld_delta(_EV, 1.0, memory_cap=-1), "memory_cap=-1 is not allowed: expected an integer in [1048576, inf]."),
+    (lambda P: P.pld_profile(_EV, [-1.0, 0.5]), "epsilons=[-1.0, 0.5] is not allowed: expected finite numbers >= 0."),
+    (lambda P: P.pld_profile(_EV, [0.5], memory_cap=2.5), "memory_cap=2.5 is not allowed"),
+    (lambda P: P.pld_upper_profiles(_EV, memory_cap=10), "memory_cap=10 is not allowed"),
+    (lambda P: P.report_grid(_EV, 1e-5, rtol=0.0), "rtol=0.0 is not allowed: expected a number in (0, 1]."),
+    (lambda P: P.report_grid(_EV, 1e-5, atol=-1.0), "atol=-1.0 is not allowed: expected a number in [0, inf)."),
+    (lambda P: P.report_grid(_EV, 1e-5, memory_cap=10), "memory_cap=10 is not allowed"),
+    (lambda P: P.pld_epsilon_at(_EV, 1e-5, 1e-3, memory_cap=math.inf), "memory_cap=inf is not allowed"),
+    (lambda P: P.pld_epsilon(_EV, 1e-5, discretization=-1.0), "discretization=-1.0 is not allowed"),
+    (lambda P: P.pld_epsilon([], 1e-5, discretization=100.0), "discretization=100.0 is not allowed"),
+], ids=["delta-neg-eps", "delta-inf-eps", "delta-cap", "profile-neg-eps", "profile-cap", "upper-profiles-cap",
+        "grid-rtol", "grid-atol", "grid-cap", "at-cap", "epsilon-grid", "epsilon-grid-no-events"])
+def test_every_pld_query_checks_its_inputs_in_one_line(call, message):
+    """The entrance (accountant/pld/queries.py) checks every input before anything is composed:
+    epsilon, the tolerances, the grid and the memory cap of every query, in the one-line InputError."""
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.validation import InputError
+
+    with pytest.raises(InputError) as exc:
+        call(pld)
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value), str(exc.value)
+
+
 def test_a_loss_too_wide_for_any_grid_says_why_and_what_to_do():
     # noise 1e-9: the privacy loss spans ~1e17; no grid fits the default cap.  The error names
     # the cap (its value) and the way out, also for a user who never passed memory_cap
@@ -172,7 +201,8 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
     # the atom dropped), and the plain rule is now taken where it closes twice as high -- and so
     # does the aligned grid's, the fallback.  Oracle: the closed-form profile (mpmath):
     # delta(lower) >= delta >= delta(upper), both directions.
-    from dpcalib.accountant import pld, pld_discretise, pld_grid
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.pld import discretise as pld_discretise, grid as pld_grid
 
     q, z, delta = 0.00137, 0.182, 8.8e-6
 
@@ -193,7 +223,7 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
 def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
     # a concave kink of a whole unit at the bottom with only 1e-9 above (the mid-bin atom): the
     # block would have to span the whole step; it gives up at that kink's vertex
-    from dpcalib.accountant.pld_discretise import _MAX_BLOCK, _convexify
+    from dpcalib.accountant.pld.discretise import _MAX_BLOCK, _convexify
 
     m = np.concatenate(([0.0, 2.0, -1.0], np.full(4 * _MAX_BLOCK, 1e-9)))
     assert _convexify(m.copy(), 1e-4) == 2
@@ -216,14 +246,15 @@ def test_refinement_stops_where_a_floor_shows(monkeypatch):
     # and the FFT's round-off against it; the anchored lower steps and the split composition
     # remove it -- the same configuration now converges on a 1.6e-3 grid, last assertion -- so
     # the stop rule is exercised here with both switched off.)
-    from dpcalib.accountant import pld, pld_bracket, pld_discretise
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.pld import bracket as pld_bracket, discretise as pld_discretise, refine
 
     monkeypatch.setattr(pld_discretise, "ANCHORED", False)
     monkeypatch.setattr(pld_bracket, "SPLIT", False)
     pld.clear_cache()
     grids = []
-    real = pld.pld_epsilon_at
-    monkeypatch.setattr(pld, "pld_epsilon_at", lambda *a, **k: grids.append(a[2]) or real(*a, **k))
+    real = refine.epsilon_at
+    monkeypatch.setattr(refine, "epsilon_at", lambda *a, **k: grids.append(a[2]) or real(*a, **k))
     ev = PoissonSampledGaussianEvent(1.0505419129998906e-4, 0.5989082694417645)
     b = pld_epsilon([(ev, 37)], 1.1545065346121449e-10)
     assert len(grids) == 4 and min(grids) > 4e-5 and not b.converged

@@ -1,4 +1,4 @@
-"""The loss cut (accountant/pld_pairs.py ``LOSS_CUT``).
+"""The loss cut (accountant/pld/pairs.py ``LOSS_CUT``).
 
 A subsampled step with a tiny noise multiplier puts the sampled record's mass at losses near
 ``1/(2 z^2)`` (5e5 at z = 1e-3).  Where that mass is small against delta, the grid ends at the cut:
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from dpcalib.accountant import PoissonSampledGaussianEvent, WORSampledGaussianEvent, clear_cache
-from dpcalib.accountant import pld_discretise as PS
-from dpcalib.accountant import pld_pairs as PP
+from dpcalib.accountant.pld import discretise as PS
+from dpcalib.accountant.pld import pairs as PP
 from dpcalib.accountant import pld as P
-from dpcalib.accountant import pld_grid as G
+from dpcalib.accountant.pld import grid as G
 from dpcalib.accountant.pld import pld_epsilon_at
 from tests import oracles
 

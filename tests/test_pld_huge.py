@@ -1,4 +1,4 @@
-"""Brackets where eps is huge or the memory cap binds (accountant/pld.py: HUGE_EPS, the probe grid, the
+"""Brackets where eps is huge or the memory cap binds (accountant/pld/refine.py: HUGE_EPS, the probe grid, the
 window prediction).
 
 Beyond eps = HUGE_EPS (1000) a bracket is refined to HUGE_RTOL (1e-3) relative, with a note: the report
@@ -14,6 +14,7 @@ import mpmath
 import pytest
 
 import dpcalib.accountant.pld as P
+import dpcalib.accountant.pld.refine as R
 from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent
 
 
@@ -36,9 +37,9 @@ def test_a_huge_eps_is_bracketed_to_1e3_relative_and_contains_the_closed_form():
     P.clear_cache()
     b = P.pld_epsilon([(GaussianEvent(0.02), 1)], 1e-5)
     exact = _gaussian_eps(50.0, 1e-5)
-    assert exact > P.HUGE_EPS
+    assert exact > R.HUGE_EPS
     assert b.converged and b.lower <= exact <= b.upper
-    assert b.upper - b.lower <= P.HUGE_RTOL * b.upper
+    assert b.upper - b.lower <= R.HUGE_RTOL * b.upper
     if b.upper - b.lower > P.RTOL * b.upper:
         assert any("beyond 1000" in n for n in b.notes)
 
@@ -50,15 +51,15 @@ def test_a_tiny_noise_run_probes_a_coarse_grid_first_and_answers_in_one_composit
     P.clear_cache()
     ev = [(PoissonSampledGaussianEvent(0.02, 0.01), 150)]
     grids = []
-    orig = P.pld_epsilon_at
+    orig = R.epsilon_at
 
     def spy(e, d, h, cap):
         grids.append(h)
         return orig(e, d, h, cap)
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    monkeypatch.setattr(R, "epsilon_at", spy)
     b = P.pld_epsilon(ev, 1e-5)
     assert P.first_grid(ev, 1e-5) < 0.01 and min(grids) > 0.1
-    assert b.converged and b.upper - b.lower <= P.HUGE_RTOL * b.upper
+    assert b.converged and b.upper - b.lower <= R.HUGE_RTOL * b.upper
     assert any("beyond 1000" in n for n in b.notes)
     assert b.lower <= 64618.630 and b.upper >= 64617.316
     fixed = P.pld_epsilon(ev, 1e-5, discretization=0.476)
@@ -68,7 +69,7 @@ def test_a_tiny_noise_run_probes_a_coarse_grid_first_and_answers_in_one_composit
 def test_eps_below_the_huge_scale_keeps_rtol():
     P.clear_cache()
     b = P.pld_epsilon([(PoissonSampledGaussianEvent(0.5, 0.3), 20)], 1e-6)
-    assert b.upper < P.HUGE_EPS and b.converged
+    assert b.upper < R.HUGE_EPS and b.converged
     assert b.upper - b.lower <= max(P.RTOL * b.upper, 1e-5)
     assert not any("beyond" in n for n in b.notes)
 
@@ -82,17 +83,17 @@ def test_a_grid_predicted_over_the_cap_is_not_composed(monkeypatch, q, z, k, cap
     P.clear_cache()
     ev = [(PoissonSampledGaussianEvent(q, z), k)]
     calls = []
-    orig = P.pld_epsilon_at
+    orig = R.epsilon_at
 
     def spy(e, d, h, c):
         r = orig(e, d, h, c)
         calls.append((h, r[0] is None))
         return r
-    monkeypatch.setattr(P, "pld_epsilon_at", spy)
+    monkeypatch.setattr(R, "epsilon_at", spy)
     b = P.pld_epsilon(ev, 1e-6, memory_cap=cap)
     assert sum(f for _, f in calls) <= failed_at_most
     assert not b.converged and any("memory cap" in n for n in b.notes)
-    monkeypatch.setattr(P, "pld_epsilon_at", orig)
+    monkeypatch.setattr(R, "epsilon_at", orig)
     full = P.pld_epsilon(ev, 1e-6)
     assert b.lower <= full.upper and full.lower <= b.upper
     assert b.lower <= full.lower * (1 + 1e-9) and b.upper >= full.upper * (1 - 1e-9)

@@ -1,5 +1,5 @@
 """Small sampling rates: the lower steps anchored at the edge atom, the split composition, and the
-lower steps' mass (accountant/pld_discretise.py, accountant/pld_compose.py, accountant/pld_bracket.py).
+lower steps' mass (accountant/pld/discretise.py, accountant/pld/compose.py, accountant/pld/bracket.py).
 
 Oracles: the closed-form profile of one Poisson step (mpmath, tests/oracles.py), dp-accounting's
 pessimistic PLD (an upper bound on delta(eps): a true lower end eps_lo has delta(eps_lo) >= delta,
@@ -16,8 +16,9 @@ import pytest
 from benchmarks import fuzz_soundness as F
 from dpcalib.accountant import PoissonSampledGaussianEvent, pld_epsilon
 from dpcalib.accountant.pld import pld_epsilon_at
-from dpcalib.accountant import pld, pld_bracket, pld_discretise as D
-from dpcalib.accountant.pld_pairs import AddPair, MEMORY_CAP, RemovePair
+from dpcalib.accountant import pld
+from dpcalib.accountant.pld import bracket as pld_bracket, discretise as D
+from dpcalib.accountant.pld.pairs import AddPair, MEMORY_CAP, RemovePair
 from tests import oracles
 
 
@@ -127,8 +128,8 @@ def test_lower_ends_are_lower_bounds_at_small_sampling_rates(q, z, k, delta):
 
 def _split_point_reference(step, h, log_alpha, r_min):
     """The split point by the running log-sum over every (pooled) atom: the definition, no chunks."""
-    from dpcalib.accountant import pld_binomial as PB
-    from dpcalib.accountant.pld_compose import LAMBDAS
+    from dpcalib.accountant.pld import binomial as PB
+    from dpcalib.accountant.pld.compose import LAMBDAS
 
     n = step.mass.size
     lm, xb, B = PB._pooled(step, h)
@@ -145,8 +146,8 @@ def test_the_split_point_is_the_first_prefix_whose_bound_fails(seed):
     # the chunked scan (one exp per atom, the running log-sum inside one chunk) against the
     # running log-sum over every atom: the same split on steps with gaps of no mass, pooled atoms
     # (more than 65 536), every chunk boundary and no failing prefix at all
-    from dpcalib.accountant import pld_binomial as PB
-    from dpcalib.accountant.pld_pairs import Step
+    from dpcalib.accountant.pld import binomial as PB
+    from dpcalib.accountant.pld.pairs import Step
 
     rng = np.random.default_rng(seed)
     n = int(rng.choice([1, 255, 256, 257, 3000, 70_001]))

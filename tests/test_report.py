@@ -236,7 +236,7 @@ def test_the_attack_risk_reads_only_the_eps_that_can_decide_it_and_equals_the_mi
     """tpr_from_profiles stops at eps = -log(FPR) (direct term) and PROFILE_EPS_MAX (reverse term); on
     profiles from eps ~ 1e-3 to ~6e4 it equals the minimum over every eps of both profiles."""
     from dpcalib.accountant import tradeoff
-    from dpcalib.accountant.pld_profile import pld_upper_profiles
+    from dpcalib.accountant.pld import pld_upper_profiles
 
     profiles = pld_upper_profiles([(PoissonSampledGaussianEvent(q, z), k)], h)
     fprs = [0.0, 1e-300, 1e-12, 1e-3, 0.01, 0.1, 0.5, 0.999, 1.0]

@@ -1,8 +1,8 @@
 """Privacy-loss distributions, part 3: composition of the discretised steps by one FFT on a
 Chernoff window (tilted toward small delta, with its round-off bounded), and one step's several
 powers from one transform.  Compositions summed term by term (a step split into two parts):
-:mod:`.pld_binomial`.  Reading
-``eps(delta)`` from a composition and the bracket of one grid: :mod:`.pld_bracket`; the method:
+:mod:`.binomial`.  Reading
+``eps(delta)`` from a composition and the bracket of one grid: :mod:`.bracket`; the method:
 :mod:`accountant.pld`.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import fft as sfft
 
-from .pld_pairs import Step
+from .pairs import Step
 
 __all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "log_mgfs",
            "loss_window", "power", "read_window", "tilted", "untilt"]
@@ -98,7 +98,7 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     to the top and damped there by un-tilting, stays at most ``alpha`` (never above ``r_min``).
 
     Args:
-        steps: the discretised steps (:class:`~.pld_pairs.Step`) to compose.
+        steps: the discretised steps (:class:`~.pairs.Step`) to compose.
         h: the grid step, > 0.
         log_alpha: ``log alpha``, the log of the mass allowed below and (wrapped) above the window.
         lam: the tilt, >= 0.
@@ -233,7 +233,7 @@ def charges(steps) -> float:
     steps' masses, at least 1 each).
 
     Args:
-        steps: the discretised steps (:class:`~.pld_pairs.Step`).
+        steps: the discretised steps (:class:`~.pairs.Step`).
 
     Returns:
         The offset (a float, >= 0).
@@ -427,7 +427,7 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     read, and the window is sized so that this is at most ``alpha`` (:func:`loss_window`).
 
     Args:
-        steps: the discretised steps (:class:`~.pld_pairs.Step`) to compose.
+        steps: the discretised steps (:class:`~.pairs.Step`) to compose.
         h: the grid step, > 0.
         alpha: the mass allowed to wrap around on each side, in (0, 1).
         cap_bytes: the memory the transforms may use, in bytes.

@@ -1,52 +1,30 @@
-"""The certified bracket of ``eps(delta)`` on one grid: :func:`pld_epsilon_at` (the compositions of
+"""The certified bracket of ``eps(delta)`` on one grid: :func:`epsilon_at` (the compositions of
 each direction's upper and lower steps, remembered for the last few keys), the loss cut that follows
 eps (:func:`cut_level`), the refinement's first grid and the size of a grid's composition window.
-The math is :mod:`.pld`'s; the refinement that chooses the grids is there too."""
+The math is :mod:`.pld`'s; the refinement that chooses the grids is :mod:`.refine`'s.  Every function
+here trusts its arguments: the queries of :mod:`.queries` check them once."""
 
 from __future__ import annotations
 
 import math
 
-from .validation import InputError
-from . import validation
-from .caches import Memo, cached
-from .progress import tell
-from .pld_compose import loss_window
-from .pld_bracket import lower_one, lower_usable, upper_info, upper_one
-from .pld_pairs import (ALIAS, MEMORY_CAP, MIN_DELTA, OverCap, TAIL, aligned_grid, beyond, checked_events, directions,
-                        dominating_pairs, grid_step, on_ladder)
-from . import pld_pairs
+from ..caches import Memo, cached
+from ..progress import tell
+from .compose import loss_window
+from .bracket import lower_one, lower_usable, upper_info, upper_one
+from .pairs import (ALIAS, MEMORY_CAP, OverCap, TAIL, aligned_grid, beyond, directions, dominating_pairs,
+                    on_ladder)
+from . import pairs
 from .allocation import discretised_steps
-from .pld_blocks import bracket_steps as _steps
+from .blocks import bracket_steps as _steps
 
 
-__all__ = ["pld_epsilon_at", "checked_delta", "cut_level", "first_grid", "window_points", "window_points_of",
+__all__ = ["epsilon_at", "cut_level", "first_grid_of", "window_points_of",
            "CUT_MARGIN", "ADAPT_FROM", "CUT_PROBE_GRID", "HINT_POINTS"]
 
 
-def checked_delta(delta) -> float:
-    """``delta`` checked for the PLD accountant: in [MIN_DELTA, 1).
-
-    Args:
-        delta: the target delta.
-
-    Returns:
-        ``delta`` as a float.
-
-    Raises:
-        InputError: if ``delta`` is not in [``MIN_DELTA``, 1).
-    """
-    d = validation.delta(delta)
-    if d < MIN_DELTA:
-        raise InputError(f"delta={delta!r} is not allowed: expected a number in [{MIN_DELTA:g}, 1) for the "
-                         f"privacy-loss-distribution accountant (below, its FFT round-off is not small "
-                         f"against delta); use the RDP or GDP accountant.")
-    return d
-
-
-def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int = MEMORY_CAP,
-                   side: str = "both"):
-    """``(lower, upper)`` bracket of ``eps(delta)`` at one grid size (None, None over the cap).
+def epsilon_at(ev, d: float, h: float, cap: int = MEMORY_CAP, side: str = "both"):
+    """``(lower, upper)`` bracket of ``eps(d)`` at one grid (None, None over the cap).
 
     ``side="upper"`` skips the lower-step compositions (the lower end is then only Hoeffding's,
     from the upper composition); ``side="lower"`` skips the upper compositions where the lower
@@ -54,27 +32,21 @@ def pld_epsilon_at(events, delta: float, discretization: float, memory_cap: int 
     The two ends are computed separately and remembered for the last few compositions, so a
     report at a point the search evaluated composes only its lower end.
 
+    The arguments are trusted: :func:`~.queries.pld_epsilon_at` checks them (and the refinement of
+    :mod:`.refine` passes on what :func:`~.queries.pld_epsilon` checked).
+
     Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        delta: the target delta, in [``MIN_DELTA``, 1).
-        discretization: the grid step, put on the ladder of grids (:func:`~.pld_pairs.grid_step`).
-        memory_cap: bytes one composition may use.
-        side: ``"both"``, ``"upper"`` or ``"lower"``.
+        ev: a tuple of checked ``(event, count)`` pairs.
+        d: the target delta (checked).
+        h: the grid step (checked, in ``(0, MAX_DISCRETIZATION]``).
+        cap: bytes one composition may use (checked).
+        side: ``"both"``, ``"upper"`` or ``"lower"`` (checked).
 
     Returns:
         A tuple ``(lower, upper)`` of floats (``upper = inf`` for ``side="lower"``), or
-        ``(None, None)`` where a composition would exceed ``memory_cap``.
-
-    Raises:
-        InputError: if ``side`` is unknown, ``delta`` or ``discretization`` is out of range, or an
-            event is unsupported.
+        ``(None, None)`` where a composition would exceed ``cap``.
     """
-    if side not in ("both", "upper", "lower"):
-        raise InputError(f"side={side!r} is not allowed: expected 'both', 'upper' or 'lower'.")
-    d = checked_delta(delta)
-    h = grid_step(discretization)
-    ev = tuple(checked_events(events))
-    key = (ev, d, h, memory_cap, cut_level(ev, d, memory_cap))
+    key = (ev, d, h, cap, cut_level(ev, d, cap))
     if side == "lower":         # every value below is a function of the key alone (no cache state)
         lows = _lower_ends(key, None)
         return (None, None) if lows is _OVER else (max(lows), math.inf)
@@ -99,7 +71,7 @@ CUT_PROBE_GRID = 0.05
 
 @cached(maxsize=256)
 def cut_level(ev, d: float, cap: int) -> float | None:
-    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pld_pairs._cut`):
+    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pairs._cut`):
     ``min(LOSS_CUT, eps_up + CUT_MARGIN)`` with ``eps_up`` the certified upper end of the bracket on
     the grid CUT_PROBE_GRID (cut at LOSS_CUT), where some pair's losses reach past ADAPT_FROM with P-mass
     beyond ADAPT_FROM at most ``d / k`` (else None: LOSS_CUT, and nothing is composed here).
@@ -123,12 +95,12 @@ def cut_level(ev, d: float, cap: int) -> float | None:
     if not any(pair.q < 1.0 and pair.loss_range(tau)[1] > ADAPT_FROM and beyond(pair, ADAPT_FROM)[1] <= d / k
                for e, k in ev for direction in directions(ev) for pair in dominating_pairs(e, direction)):
         return None
-    ups = _upper_ends((ev, d, max(first_grid(ev, d), CUT_PROBE_GRID), cap, None))
+    ups = _upper_ends((ev, d, max(first_grid_of(ev, d), CUT_PROBE_GRID), cap, None))
     if ups is _OVER:
         return None
     up = max(u for _, u in ups)
     level = up + CUT_MARGIN
-    return level if math.isfinite(level) and level < pld_pairs.LOSS_CUT else None
+    return level if math.isfinite(level) and level < pairs.LOSS_CUT else None
 
 
 def _step_tail(ev, d: float) -> float:
@@ -147,7 +119,7 @@ HINT_POINTS = 1 << 14
 
 
 def _coarse_upper(ev, h, tau, direction, cap, d, level, floor):
-    """:func:`~.pld_bracket.upper_info` of one direction on the grid 8x coarser than ``h`` (its upper
+    """:func:`~.bracket.upper_info` of one direction on the grid 8x coarser than ``h`` (its upper
     end as certified as any grid's, at ~1/8 of the cost), with ``floor`` as there; None over the cap."""
     try:
         return upper_info(_steps(ev, 8.0 * h, tau, direction, cap, d, level=level), 8.0 * h, d, cap, floor)
@@ -168,7 +140,7 @@ def _upper_ends(key):
     tell(f"upper end on grid {h:.3g}")
     tau = _step_tail(ev, d)
     out = []
-    # blocks (:mod:`.pld_blocks`) give no Hoeffding end -- no earlier direction's lower end to
+    # blocks (:mod:`.blocks`) give no Hoeffding end -- no earlier direction's lower end to
     # skip a later one by -- and small windows: no coarser composition first
     blocks = False
     for direction in directions(ev):
@@ -248,7 +220,7 @@ def _lower_ends(key, ups):
         if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
             # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
-            # a grid point they usually exist (:func:`~.pld_pairs.aligned_grid`) -- else Hoeffding's end
+            # a grid point they usually exist (:func:`~.pairs.aligned_grid`) -- else Hoeffding's end
             ha = aligned_grid(ev, h)
             if ha is not None:
                 try:
@@ -270,43 +242,27 @@ def _lower_ends(key, ups):
     return _SIDES.remember(ck, out or [0.0])
 
 
-def first_grid(events, delta: float) -> float:
-    """The grid the automatic refinement of :func:`pld_epsilon` starts on: ``0.5 / sqrt(K log(1e6 /
-    delta))`` (K steps; the bracket's width is ~``K h^2``), taken on the ladder, at most 0.05.
+def first_grid_of(ev, d: float) -> float:
+    """The grid the automatic refinement starts on: ``0.5 / sqrt(K log(1e6 / d))`` (K steps; the
+    bracket's width is ~``K h^2``), taken on the ladder, at most 0.05.  The arguments are trusted
+    (:func:`~.queries.first_grid` checks them).
 
     Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        delta: the target delta, in [``MIN_DELTA``, 1).
+        ev: checked ``(event, count)`` pairs.
+        d: the target delta (checked).
 
     Returns:
         The first grid step (a float on the ladder, <= 0.05).
     """
-    d = checked_delta(delta)
-    K = sum(k for _, k in checked_events(events))
+    K = sum(k for _, k in ev)
     return on_ladder(min(0.05, 0.5 / math.sqrt(max(K, 1) * math.log(1e6 / d))))
-
-
-def window_points(events, delta: float, discretization: float) -> int:
-    """Grid points of the first direction's untilted composition window at grid
-    ``discretization`` (the size of the FFT one bracket at that grid costs; tilted re-compositions
-    are no larger).  The window is the Chernoff window of :func:`~.pld_compose.loss_window`, so
-    its span in loss units barely depends on the grid: a caller may evaluate it on a coarse grid
-    ``h_c`` (cheap) and scale by ``h_c / h`` for a fine one.  0 where there is nothing to compose.
-
-    Args:
-        events: an iterable of events or ``(event, count)`` pairs.
-        delta: the target delta, in [``MIN_DELTA``, 1).
-        discretization: the grid step.
-
-    Returns:
-        The number of grid points (an int, >= 0).
-    """
-    return window_points_of(tuple(checked_events(events)), checked_delta(delta), grid_step(discretization))
 
 
 @cached(maxsize=256)
 def window_points_of(ev, d, h) -> int:
-    """:func:`window_points` on validated arguments (a refinement asks it of every grid it composed).
+    """Grid points of the first direction's untilted composition window at grid ``h``
+    (:func:`~.queries.window_points`, which checks the arguments; here they are trusted -- a
+    refinement asks it of every grid it composed).
 
     Args:
         ev: a tuple of checked ``(event, count)`` pairs.

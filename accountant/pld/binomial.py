@@ -1,7 +1,7 @@
 """Privacy-loss distributions, part 3b: compositions of a step split into two parts, summed term by
 term in the Fourier domain -- the split composition of one step kind whose edge atom would drown
 its tail in round-off, and the binomial composition of a step's bulk and tail that the blocks of
-:mod:`.pld_blocks` use.  Both follow :func:`~.pld_compose.compose_steps`'s round-off model term
+:mod:`.blocks` use.  Both follow :func:`~.compose.compose_steps`'s round-off model term
 by term.  The chain: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
 
@@ -13,8 +13,8 @@ import math
 import numpy as np
 from scipy import fft as sfft
 
-from .pld_compose import LAMBDAS, Composed, charges, cyclic, log_mgfs, loss_window, power, read_window, tilted
-from .pld_pairs import Step
+from .compose import LAMBDAS, Composed, charges, cyclic, log_mgfs, loss_window, power, read_window, tilted
+from .pairs import Step
 
 __all__ = ["binomial_composition", "split_composition"]
 
@@ -23,7 +23,7 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     """``sum_(j=0..J) C(K, j) a^(n-j) b^j`` (``a``, ``b`` sub-probability measures on the grid, ``J <=
     n``): the steps outside ``K - n`` of ``K`` whose ``n`` others are composed elsewhere, each step
     split into parts ``a + b`` -- all ``j`` of the ``K`` steps that fall into ``b`` counted here
-    (:mod:`.pld_blocks`).  One transform of each part, the terms summed in the Fourier domain;
+    (:mod:`.blocks`).  One transform of each part, the terms summed in the Fourier domain;
     None over the memory cap.
 
     Tilted by ``e^(lam L)`` and normalised as one step (``a + b`` sums to 1 tilted), so every
@@ -33,8 +33,8 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``.
 
     Args:
-        a: the first part of the step (a :class:`~.pld_pairs.Step`, sub-probability).
-        b: the second part of the step (a :class:`~.pld_pairs.Step`, sub-probability).
+        a: the first part of the step (a :class:`~.pairs.Step`, sub-probability).
+        b: the second part of the step (a :class:`~.pairs.Step`, sub-probability).
         n: the number of steps composed here, >= 1.
         K: the total number of steps (the binomial coefficients are ``C(K, j)``), >= ``n``.
         J: the largest number of ``b`` factors kept, in ``[0, n]``.
@@ -44,7 +44,7 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
         lam: the tilt, >= 0.
 
     Returns:
-        The :class:`~.pld_compose.Composed` of the ``n`` steps (count ``n``, no mass at infinity),
+        The :class:`~.compose.Composed` of the ``n`` steps (count ``n``, no mass at infinity),
         or None where ``J`` or ``n`` is out of range, ``a`` is empty, or over the memory cap.
     """
     from scipy import special
@@ -217,7 +217,7 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     most ``alpha``) are charged too.
 
     Args:
-        step: the step kind (a :class:`~.pld_pairs.Step` with its ``count`` ``K``).
+        step: the step kind (a :class:`~.pairs.Step` with its ``count`` ``K``).
         h: the grid step, > 0.
         alpha: the mass allowed to wrap around on each side, in (0, 1).
         cap_bytes: the memory the transforms may use, in bytes.
@@ -225,7 +225,7 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
         r_min: the lowest bin the caller reads.
 
     Returns:
-        The :class:`~.pld_compose.Composed` of the ``K`` steps, or None where the split does not
+        The :class:`~.compose.Composed` of the ``K`` steps, or None where the split does not
         apply (or over the memory cap).
     """
     from scipy import special

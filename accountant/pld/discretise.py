@@ -1,7 +1,7 @@
 """Privacy-loss distributions, part 2: each event's dominating pair discretised on a grid of width h
 -- the upper (connect-the-dots) rounding and the lower rounding with its convex pooling, the
-symmetrised add/remove step (the decayed suffix sums they read: :mod:`.pld_decay`).  Pairs: :mod:`.pld_pairs`;
-composition: :mod:`.pld_compose`; brackets: :mod:`.pld_bracket`; the method and its references: :mod:`.pld`.
+symmetrised add/remove step (the decayed suffix sums they read: :mod:`.decay`).  Pairs: :mod:`.pairs`;
+composition: :mod:`.compose`; brackets: :mod:`.bracket`; the method and its references: :mod:`.pld`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .caches import register
-from .pld_decay import decay_block, decayed_rounding, decayed_suffix
-from .pld_pairs import OverCap, Pair, Step, dominating_pairs
+from ..caches import register
+from .decay import decay_block, decayed_rounding, decayed_suffix
+from .pairs import OverCap, Pair, Step, dominating_pairs
 
 __all__ = ["Bins", "bins_of", "convexify", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor",
            "lower_step", "upper_step"]
@@ -49,7 +49,7 @@ def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, lev
     ``+-level`` where the mass beyond is at most ``cut_mass``), remembered.
 
     Args:
-        pair: the dominating pair (:class:`~.pld_pairs.Pair`).
+        pair: the dominating pair (:class:`~.pairs.Pair`).
         h: the grid step, > 0.
         tau: the largest P-mass of each tail beyond the loss range, > 0.
         cap_bytes: the memory the step may use, in bytes.
@@ -96,7 +96,7 @@ def upper_step(b: Bins, h: float, count: int) -> Step:
         count: how many times the step is composed, >= 1.
 
     Returns:
-        The upper :class:`~.pld_pairs.Step` (``n + 1`` atoms from ``b.i0``).
+        The upper :class:`~.pairs.Step` (``n + 1`` atoms from ``b.i0``).
     """
     i0, P, Q = b.i0, b.P, b.Q
     # r = (P - e^(jh) Q) / (1 - e^-h), in log space (e^(jh) overflows for large losses); a bin
@@ -150,7 +150,7 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
         count: how many times the step is composed, >= 1.
 
     Returns:
-        The lower :class:`~.pld_pairs.Step`, or None (no bins, or the repair cannot be paid for).
+        The lower :class:`~.pairs.Step`, or None (no bins, or the repair cannot be paid for).
     """
     P = b.P
     Q = b.Q
@@ -182,7 +182,7 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
     plain = np.maximum(gp[:-1], gp[1:])           # d_i = max(gap_(i-1), gap_i), i = 0..n
     # the bottom rule first; where its polyline cannot be made a measure, the plain rule.  (A
     # bin holding nearly all the mass at its lower end -- an atom on a grid point, see
-    # :func:`~.pld_pairs.aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
+    # :func:`~.pairs.aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
     # vertex in place, must then lower the upper one by ~h times that mass, a concave kink the
     # thin tail above cannot repay; the plain rule lowers both by the gap, ~0.)
     best = None
@@ -223,7 +223,7 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
         return None
     m = best[1]
     if b.p_above > 0.0:
-        # the P-mass above the grid (a cut tail: :data:`~.pld_pairs.LOSS_CUT`) as an atom at the grid's
+        # the P-mass above the grid (a cut tail: :data:`~.pairs.LOSS_CUT`) as an atom at the grid's
         # top: losses moved down, so its profile is below the tail's -- the sum stays below f
         m = np.concatenate((m, np.zeros(max(0, n + 1 - m.size))))
         m[n] += b.p_above
@@ -513,7 +513,7 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     step, ``K`` times over (the lower end of a ``q = 2.8e-4``, 181-step bracket stayed ~1e-3
     below the upper one down to ``h = 1.6e-4``).  Here the *edge cell* -- the losses from the
     edge to within ``h`` of it -- is merged into one atom at its ``Q/P``-mean point ``g``
-    (:meth:`~.pld_pairs.RemovePair.cell_point`; Jensen: ``(1 - t e^-L)_+`` is convex in ``e^-L``,
+    (:meth:`~.pairs.RemovePair.cell_point`; Jensen: ``(1 - t e^-L)_+`` is convex in ``e^-L``,
     so the merged profile is lower), and the grid is anchored there: atoms at ``g + j h``.  The
     cell's far end is ``g + h`` (add: ``g - h``), ``g`` just below the fixed point of that relation, so
     the bin next to the edge holds that atom at its grid end and nothing else (its profile has no
@@ -558,9 +558,9 @@ ANCHORED = True
 def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, level=None):
     """The discretised steps: upper (connect-the-dots) and, with ``lower``, lower steps (None
     in the list where the lower construction failed).  Each event's dominating pairs come from
-    :func:`~.pld_pairs.dominating_pairs`; two pairs (sampling without replacement) are
+    :func:`~.pairs.dominating_pairs`; two pairs (sampling without replacement) are
     symmetrised.  With ``delta`` (a bracket of eps(delta)) an event of ``k`` steps has its losses cut at
-    ``+-level`` (default LOSS_CUT; :func:`~.pld_grid.cut_level`) where the mass beyond is at most ``delta / k``.
+    ``+-level`` (default LOSS_CUT; :func:`~.grid.cut_level`) where the mass beyond is at most ``delta / k``.
 
     Args:
         events: checked ``(event, count)`` pairs.

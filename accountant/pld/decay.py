@@ -1,6 +1,6 @@
 """Privacy-loss distributions: the decayed suffix sums ``B_j = sum_{s >= j} m_s e^((j - s) h)`` that the
 profiles of discretised steps and compositions read (``delta(e_j) = A_{j+1} - e^-h B_{j+1}``), with
-their rounding bound.  Used by :mod:`.pld_discretise` (steps) and :mod:`.pld_bracket` (compositions).
+their rounding bound.  Used by :mod:`.discretise` (steps) and :mod:`.bracket` (compositions).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .caches import cached
+from ..caches import cached
 
 __all__ = ["decayed_rounding", "decay_block", "decayed_suffix"]
 

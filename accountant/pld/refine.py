@@ -1,154 +1,50 @@
-"""Privacy-loss distributions (PLD) with a certified two-sided bracket on ``eps(delta)``.
-
-Every event the papers use is a Gaussian release, possibly on a subsample.  In units of its
-noise multiplier ``z`` (noise std / L2 sensitivity) each step has a *dominating pair* ``(P, Q)``
-of one-dimensional Gaussian mixtures (all with std ``z``); its privacy loss ``L = log(dP/dQ)``
-under ``P`` and the hockey-stick profile ``delta(eps) = E_P[(1 - e^(eps - L))_+]`` describe the
-step completely (Dong, Roth & Su 2019; Zhu, Dong & Wang 2022).  Composition adds independent
-losses (the profile of a composition is ``E[delta_A(eps - L_B)]``, monotone in each factor).
-
-Dominating pairs (``N(m) = N(m, z^2)``):
-
-* ``GaussianEvent`` (full batch): ``(N(1), N(0))`` -- Balle & Wang 2018.  Symmetric.
-* ``PoissonSampledGaussianEvent`` (add/remove, probability ``q``): the *remove* pair
-  ``((1-q) N(0) + q N(1), N(0))`` and the *add* pair ``(N(0), (1-q) N(0) + q N(1))``
-  (Zhu, Dong & Wang 2022, Sec. 5, Poisson subsampling).  A neighbouring pair of datasets fixes
-  the direction for the whole run, so each direction is composed on its own and the worse one
-  is reported -- composing only one direction under-reports (Lebeda, Regehr, Kamath & Steinke
-  2024, Sec. 4).
-* ``WORSampledGaussianEvent`` (fixed size ``b`` of ``n`` without replacement, replace-one,
-  ``gamma = b/n``): ``(gamma P + (1-gamma) Q, Q)`` with ``(P, Q) = (N(1), N(0))`` dominates the
-  subsampled Gaussian under substitution (Zhu, Dong & Wang 2022, Sec. 5, sampling without
-  replacement; the (eps, delta) form is Balle, Barthe & Gaboardi 2018, Thm 10).  The
-  convention: dpcalib's noise multiplier of this event is noise std / *replace-one* sensitivity
-  (``2C`` for a sum of clipped terms), which is the shift ``1`` of the pair.  The pair is
-  attained: with every other record's contribution at ``-C`` and the replaced one going from
-  ``+C`` to ``-C`` the release is exactly ``((1-gamma) N(-bC) + gamma N(-bC + 2C), N(-bC))``
-  (tests/test_pld.py integrates that mechanism batch by batch).  Under replace-one the
-  *direction* can change from step to step (it depends on the other records' clipped values,
-  which the model chooses adaptively), so each step is charged ``max`` of the two directions'
-  profiles -- a convex profile, hence a valid one -- before composing.
-
-Discretisation (grid ``h``; losses at ``i*h``):
-
-* **upper** -- each step's loss is rounded to the two neighbouring grid points at random with
-  the probability that keeps ``E_P[e^-L]`` (the ``Q``-mass): this is exactly connect-the-dots
-  (Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022); its profile is the chord of the true
-  convex profile between grid points, hence pointwise larger: a dominating pair.  Mass above
-  the grid is charged as infinite loss, mass below is rounded up to the lowest grid point.
-* **lower** -- the rounding error ``e = L' - L`` of a step has, given ``L``, range exactly
-  ``h`` and mean in ``[0, g(h)]`` with ``g(h) = h/(1-e^-h) - 1 - log(h/(1-e^-h)) ~ h^2/8``.
-  Hoeffding's inequality over the ``K`` steps: ``sum e <= t + K g(h)`` except with probability
-  ``p = exp(-2 t^2 / (K h^2))``, so ``delta(eps) >= delta'(eps + t + K g) - p - (tail mass)``
-  (the argument of the PRV accountant, Gopi, Lee & Wutschitz 2021, Thm 5.1, with one-sided
-  rounding errors).  Both bounds use the same discrete distribution, so the bracket's width is
-  about ``2 t``, i.e. ``O(h sqrt(K))``, not ``O(h K)``.
-* **composition** -- one FFT: each step's pmf is folded onto a cyclic grid of ``N`` points,
-  the transforms are raised to the counts and multiplied.  ``N`` covers a window
-  ``[w_lo, w_hi]`` outside which the composed (discrete) loss has mass at most ``alpha`` on
-  each side by a Chernoff bound computed from the discrete steps' moment generating
-  functions; the wrapped-around mass (at most ``2 alpha``) is charged to the upper bound and
-  subtracted from the lower one.  When delta is small the composition is repeated with the
-  pmfs tilted by ``e^(lam L)`` toward the delta-quantile, so that the FFT's round-off stays
-  relative to delta (down to delta = 1e-300); the round-off is bounded per bin by a
-  floating-point error model (see :func:`compose_steps`) and added to / taken from the masses.
-
-The grid is refined until ``upper - lower <= max(rtol * upper, atol)`` or the memory cap is reached (then
-the best certified answer is returned with a note): this module; the bracket on one grid is
-:mod:`.pld_grid`'s.  ``delta(eps)`` -- the profile the same
-compositions give -- is read in :mod:`.pld_profile`.
+"""The refinement of the PLD bracket of ``eps(delta)``: the grid is refined until ``upper - lower <=
+max(rtol * upper, atol)`` or the memory cap is reached (then the best certified answer is returned with a
+note), each grid's bracket from :mod:`.grid`; and the prediction of the grid a refinement ends on (what
+a calibration solves on).  The method is :mod:`.pld`'s.  The arguments are trusted: the queries of
+:mod:`.queries` check them once.
 """
 
 from __future__ import annotations
 
 import math
 
-from .validation import InputError
-from . import validation
-from .caches import cached, clear_cache
-from .pld_pairs import (EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL, checked_events,
-                        grid_step, on_ladder)
-from .pld_grid import checked_delta, first_grid, pld_epsilon_at, window_points, window_points_of
+from ..validation import InputError
+from ..caches import cached
+from .pairs import EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, on_ladder
+from .grid import epsilon_at, first_grid_of, window_points_of
 
 
-__all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "report_grid", "clear_cache",
-           "MAX_DISCRETIZATION", "MEMORY_CAP", "MIN_DELTA", "RTOL"]
-
-
-def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
-                discretization: float | None = None, atol: float = 1e-5) -> EpsilonBracket:
-    """Certified bracket ``[lower, upper]`` of ``eps(delta)`` for a composition.
-
-    Args:
-        events: an iterable of events or ``(event, count)`` pairs (Gaussian, Poisson-sampled
-            Gaussian, without-replacement-sampled Gaussian; one neighbouring relation).
-        delta: the target delta, in [``MIN_DELTA``, 1).
-        rtol: the relative tolerance, in (0, 1]: the grid is refined until
-            ``upper - lower <= max(rtol * upper, atol)``.
-        memory_cap: bytes one composition may use, >= 2^20; when the next refinement would
-            exceed it the best bracket so far is returned with ``converged=False`` and a note.
-        discretization: a fixed grid step in (0, 64] (``MAX_DISCRETIZATION``) instead of the
-            automatic choice (None).
-        atol: the absolute tolerance on the width, in [0, inf).
-
-    Returns:
-        The :class:`EpsilonBracket` (``lower``, ``upper``, ``delta``, the final grid,
-        ``converged`` and notes).
-
-    Raises:
-        InputError: if an argument is out of range, an event is unsupported, or a fixed
-            ``discretization`` needs more than ``memory_cap`` bytes.
-    """
-    d = checked_delta(delta)
-    r = validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True)
-    a_tol = validation.in_range(atol, "atol", 0.0, math.inf, high_open=True)
-    cap = validation.integer(memory_cap, "memory_cap", low=1 << 20)
-    ev = checked_events(events)
-    if not ev:
-        return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
-    return _pld_epsilon_cached(tuple(ev), d, r, cap, discretization, a_tol)
-
-
-def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
-                atol: float = 1e-5, with_uppers: bool = False):
-    """The grid :func:`pld_epsilon` is expected to end on, without evaluating that grid.
-
-    The automatic refinement picks each next grid by a square-root rule aimed at 0.7 of the
-    tolerance; when the rule is not clamped, the next grid is expected to be the last.  This
-    runs the refinement up to there (the coarse, cheap grids) and returns that grid -- a
-    prediction (a calibration solves on it and checks the report afterwards), not a bracket.
-    With ``with_uppers``: ``(grid, ((h, upper), ...))``, the upper ends of the grids the
-    prediction composed (coarse to fine; a calibration extrapolates them to the predicted grid).
-
-    Args:
-        events: an iterable of events or ``(event, count)`` pairs, as for :func:`pld_epsilon`.
-        delta: the target delta, in [``MIN_DELTA``, 1).
-        rtol: the relative tolerance of the refinement (as for :func:`pld_epsilon`; not checked).
-        memory_cap: bytes one composition may use (not checked).
-        atol: the absolute tolerance on the width (not checked).
-        with_uppers: also return the ``(grid, upper)`` pairs composed on the way.
-
-    Returns:
-        The predicted grid step (a float; 0.0 for no events), or ``(grid, ((h, upper), ...))``
-        with ``with_uppers``.
-
-    Raises:
-        InputError: if ``delta`` is out of range or an event is unsupported.
-    """
-    d = checked_delta(delta)
-    ev = checked_events(events)
-    if not ev:
-        return (0.0, ()) if with_uppers else 0.0
-    out = _pld_epsilon_cached(tuple(ev), d, rtol, memory_cap, None, atol, True)
-    return out if with_uppers else out[0]
+__all__ = ["refined", "HUGE_EPS", "HUGE_RTOL", "BIG_WINDOW", "PROBE_POINTS", "BIG_REFINE", "BIG_AIM", "BIG_JUMP"]
 
 
 @cached(maxsize=256)
-def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
-    """:func:`pld_epsilon` on validated arguments; events are frozen, so answers are cached (a
-    calibration asks for the same bracket when it re-checks, reports and certifies).  With
+def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
+    """The bracket of :func:`~.queries.pld_epsilon`: the grid refined until the width is within
+    ``max(r * upper, a_tol)`` (or on the one grid ``h_fixed``); events are frozen, so answers are
+    cached (a calibration asks for the same bracket when it re-checks, reports and certifies).  With
     ``predict``: the grid the refinement is expected to end on and the ``(grid, upper)`` pairs
-    composed on the way (:func:`report_grid`)."""
+    composed on the way (:func:`~.queries.report_grid`).
+
+    The arguments are trusted: :func:`~.queries.pld_epsilon` and :func:`~.queries.report_grid`
+    check them once, and nothing here checks them again.
+
+    Args:
+        ev: a tuple of checked ``(event, count)`` pairs, not empty.
+        d: the target delta (checked).
+        r: the relative tolerance (checked).
+        cap: bytes one composition may use (checked).
+        h_fixed: a fixed grid step (checked), or None for the automatic refinement.
+        a_tol: the absolute tolerance on the width (checked).
+        predict: return the predicted last grid and the ``(grid, upper)`` pairs instead.
+
+    Returns:
+        An :class:`~.pairs.EpsilonBracket`, or with ``predict`` a tuple ``(grid, ((h, upper), ...))``.
+
+    Raises:
+        InputError: if the fixed grid ``h_fixed`` or (automatic) even the coarsest grid needs more
+            than ``cap`` bytes: the inputs ask for what the memory cap cannot hold.
+    """
     def tol(lo, up):
         t = max(r * up, a_tol)
         return max(t, HUGE_RTOL * up) if lo > HUGE_EPS else t
@@ -157,14 +53,14 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
         # (an infinite upper end is never within a tolerance: inf - lo <= r * inf would say it is)
         return math.isfinite(up) and up - lo <= tol(lo, up)
 
-    if discretization is not None:
-        h = grid_step(discretization)
-        lo, up = pld_epsilon_at(ev, d, h, cap)
+    if h_fixed is not None:
+        h = h_fixed
+        lo, up = epsilon_at(ev, d, h, cap)
         if lo is None:
             raise InputError(f"discretization={h!r} is not allowed: the composition needs more than "
                              f"memory_cap={cap} bytes; choose a coarser grid.")
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
-    h = first_grid(ev, d)
+    h = first_grid_of(ev, d)
     h = _start(ev, d, h, cap)
     best = None
     notes = []
@@ -187,7 +83,7 @@ def _pld_epsilon_cached(ev, d, r, cap, discretization, a_tol, predict=False):
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")
             break
-        lo, up = pld_epsilon_at(ev, d, h, cap)
+        lo, up = epsilon_at(ev, d, h, cap)
         if lo is None:
             h_fail = max(h_fail, h)
         if lo is None and best is None and h < 16.0:  # the first grid does not fit: coarser
@@ -288,12 +184,12 @@ HUGE_RTOL = 1e-3
 #: window of about PROBE_POINTS has shown that eps is not beyond HUGE_EPS
 BIG_WINDOW = 1 << 22
 PROBE_POINTS = 1 << 18
-#: bytes per window point of a composition (pld_compose.compose_steps refuses beyond cap / this)
+#: bytes per window point of a composition (compose.compose_steps refuses beyond cap / this)
 _BYTES_PER_POINT = 48
 
 
 def _start(ev, d, h, cap) -> float:
-    """The refinement's first grid: ``h`` (:func:`first_grid`) unless its window is predicted above
+    """The refinement's first grid: ``h`` (:func:`~.grid.first_grid_of`) unless its window is predicted above
     BIG_WINDOW points.  Then a probe grid with a window of ~PROBE_POINTS is composed (its bracket is
     cached), and the first grid is the probe grid where its lower end is beyond HUGE_EPS; else, where
     ``h``'s window is predicted over the cap from the probe's (:func:`_fits`), the finest ladder grid
@@ -307,7 +203,7 @@ def _start(ev, d, h, cap) -> float:
     hp = min(MAX_DISCRETIZATION, hc * wc / PROBE_POINTS)
     if hp <= h:
         return h
-    lo, _ = pld_epsilon_at(ev, d, hp, cap)
+    lo, _ = epsilon_at(ev, d, hp, cap)
     if lo is None:
         return h
     if lo > HUGE_EPS:
@@ -322,9 +218,9 @@ def _start(ev, d, h, cap) -> float:
 def _fits(ev, d, h_known, h, cap) -> bool:
     """Whether the first direction's window at grid ``h`` is predicted to fit the cap, from its window
     at ``h_known`` (composed before: its steps are cached) scaled by ``h_known / h`` -- the window
-    in loss units barely moves between fine grids (a blocked composition, :mod:`.pld_blocks`, ends on
+    in loss units barely moves between fine grids (a blocked composition, :mod:`.blocks`, ends on
     the same distribution and window).  Over 1.1 times the cap the composition's own check
-    (:func:`~.pld_compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
+    (:func:`~.compose.compose_steps`) would refuse it, after the seconds its steps cost; at or
     below, that check decides.  Stopping early costs only a wider bracket, with the cap's note."""
     return _BYTES_PER_POINT * window_points_of(ev, d, h_known) * h_known / h <= 1.1 * cap
 
@@ -342,7 +238,7 @@ def _finest_fitting(ev, d, h_known, cap) -> float | None:
 def _first_order(ev, d, h, cap, own) -> float:
     """The order at which the width ``own`` on grid ``h`` narrowed from the grid 2x coarser's (one
     coarse composition; 2 where it cannot tell): a prediction's guess."""
-    lo, up = pld_epsilon_at(ev, d, 2.0 * h, cap) if 2.0 * h <= MAX_DISCRETIZATION else (None, None)
+    lo, up = epsilon_at(ev, d, 2.0 * h, cap) if 2.0 * h <= MAX_DISCRETIZATION else (None, None)
     if lo is None or not 0.0 < own < up - lo < math.inf:
         return 2.0
     return math.log((up - lo) / own) / math.log(2.0)

@@ -1,8 +1,9 @@
-"""Privacy-loss distributions, part 1: each event's dominating pair (its privacy-loss function and
-masses, exactly), the discretised step the other parts exchange, and the constants of the method.
-Part 2 discretises the pairs on a grid (:mod:`.pld_discretise`), part 3 composes the steps
-(:mod:`.pld_compose`), part 4 reads a bracket from it (:mod:`.pld_bracket`), and :mod:`.pld` searches the grid and answers queries (the public API, with
-the method and its references).  The chain runs one way: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
+"""Privacy-loss distributions, the first link of the chain (:mod:`.pld`): each event's dominating pair
+(its privacy-loss function and masses, exactly), the discretised step the other modules exchange, and
+the constants of the method.  Later links discretise the pairs on a grid (:mod:`.discretise`), compose
+the steps (:mod:`.compose`), read a bracket from a composition (:mod:`.bracket`), refine the grid
+(:mod:`.refine`) and answer the queries (:mod:`.queries`, where the inputs are checked: nothing here
+checks an argument but :func:`dominating_pairs`, which refuses an event kind it does not know).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from . import validation
-from .events import (BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent,
-                     full_batch_form)
-from .validation import InputError
+from ..events import BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from ..validation import InputError
 
 __all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "grid_step", "directions", "checked_events"]
+           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "directions"]
 
 EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent)
 #: default memory cap of one composition (bytes)
@@ -126,7 +125,7 @@ def _edge_masses(t):
 #: a subsampled pair's grid ends at losses of +-LOSS_CUT (where the mass beyond is small against
 #: delta, :func:`_cut`): the P-mass beyond goes to +infinity in the
 #: upper steps (or up to the lowest grid point below) and to an atom at the cut in the lower steps
-#: (:mod:`.pld_discretise`).  Both stay bounds at any cut (moving a loss up only raises the
+#: (:mod:`.discretise`).  Both stay bounds at any cut (moving a loss up only raises the
 #: profile of every composition, moving it down only lowers it: delta(eps) = E_P[(1 - e^(eps -
 #: sum L))_+] is monotone in each step's loss); the cut costs the upper end at most ``sum_i p_i
 #: e^(eps - LOSS_CUT)`` in delta (p_i: the mass cut from step i; the other steps' Q-mass is at
@@ -140,7 +139,7 @@ class Pair:
     """A dominating pair ``(P, Q)`` of one-dimensional Gaussian mixtures ``sum w N(m, z^2)`` whose
     privacy loss ``L = log P/Q`` is monotone in x: :class:`GaussianPair`, :class:`RemovePair`,
     :class:`AddPair`.  :func:`dominating_pairs` chooses an event's; the discretiser
-    (:mod:`.pld_discretise`) reads every pair through :meth:`bins` and :meth:`loss_range` alone."""
+    (:mod:`.discretise`) reads every pair through :meth:`bins` and :meth:`loss_range` alone."""
 
     z: float
     q: float
@@ -594,14 +593,14 @@ class Step:
     # for every composition and re-composition of the step)
     lmgf: tuple | None = field(default=None, repr=False, compare=False)
     #: the grid's anchor: the atoms sit at ``shift + (i0 + j) * h`` (0 but for the anchored lower
-    #: steps of :mod:`.pld_discretise`); a composition adds ``count * shift``
+    #: steps of :mod:`.discretise`); a composition adds ``count * shift``
     shift: float = 0.0
     #: a bound on how far the step's measure may lie from a valid one, in profile: its profile
     #: (lower steps: the true one) may exceed the other by at most this constant -- a block's
-    #: wrapped-around and round-off remainders (:mod:`.pld_blocks`); a composition adds
+    #: wrapped-around and round-off remainders (:mod:`.blocks`); a composition adds
     #: ``count * charge`` (times the other steps' largest total mass) to what it charges
     charge: float = 0.0
-    #: the number of the pair's steps this step stands for (a block of :mod:`.pld_blocks`: its
+    #: the number of the pair's steps this step stands for (a block of :mod:`.blocks`: its
     #: atoms are not each within one grid step of the true loss, so no Hoeffding end is read)
     block: int = 1
 
@@ -619,7 +618,7 @@ def aligned_grid(events, h: float) -> float | None:
     With small noise almost all of a Poisson step's mass sits just above ``log(1 - q)`` (remove
     direction; just below ``-log(1 - q)`` for add, and both for sampling without replacement):
     an atom.  Mid-way between two grid points its chord gap is ``~h/4`` of the whole mass, more
-    than the thin tail above can repay, and :func:`~.pld_discretise.lower_step` fails.  With ``h' = |log(1 - q)|
+    than the thin tail above can repay, and :func:`~.discretise.lower_step` fails.  With ``h' = |log(1 - q)|
     / ceil(|log(1 - q)| / h)`` the atom sits at a grid point (the grid is symmetric about 0, so
     for both signs), its gap is ~0, and the lower step exists.  Any grid's lower end is valid;
     this one is used only where the grid ``h``'s lower steps fail.  The atom of the subsampled
@@ -651,21 +650,6 @@ def aligned_grid(events, h: float) -> float | None:
 MAX_DISCRETIZATION = 64.0
 
 
-def grid_step(discretization) -> float:
-    """A grid step in ``(0, MAX_DISCRETIZATION]``, or the typed input error naming the range.
-
-    Args:
-        discretization: the requested grid step.
-
-    Returns:
-        The step as a float.
-
-    Raises:
-        InputError: if ``discretization`` is not in ``(0, MAX_DISCRETIZATION]``.
-    """
-    return validation.in_range(discretization, "discretization", 0.0, MAX_DISCRETIZATION, low_open=True)
-
-
 def directions(events):
     """The directions a composition of ``events`` is bracketed in: remove and add where a Poisson step or a
     balls-in-bins epoch is among them (each composed on its own, the worse reported), else remove.
@@ -679,40 +663,3 @@ def directions(events):
     if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) for e, _ in events):
         return ("remove", "add")
     return ("remove",)
-
-
-def checked_events(events):
-    """``events`` (events or ``(event, count)`` pairs) as validated ``(event, count)`` pairs of one
-    neighbouring relation, zero counts dropped, full-batch forms exact -- or the typed input error.
-
-    Args:
-        events: an iterable of events or ``(event, count)`` pairs (counts: integers >= 0).
-
-    Returns:
-        A list of ``(event, count)`` pairs.
-
-    Raises:
-        InputError: if an item is neither an event nor a pair, an event is of an unsupported type,
-            a count is not an integer >= 0, or the events mix neighbouring relations.
-    """
-    out = []
-    for item in events:
-        if isinstance(item, EVENTS):
-            ev, k = item, 1
-        else:
-            try:
-                ev, k = item
-            except (TypeError, ValueError):
-                raise InputError(f"events: {item!r} is not allowed: expected an event or an "
-                                 f"(event, count) pair.") from None
-        if not isinstance(ev, EVENTS):
-            raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in EVENTS)}.")
-        k = validation.integer(k, "count", low=0)
-        if k:
-            out.append((ev, k))
-    rels = {e.neighboring_relation for e, _ in out} - {None}
-    if len(rels) > 1:
-        raise InputError("events mix neighbouring relations (add/remove and replace-one); "
-                         "guarantees under different relations do not compose.")
-    return [(full_batch_form(e), k) for e, k in out]     # q = 1, b = n: the Gaussian PLD, exactly

@@ -15,7 +15,7 @@ convex order (the upper: a spread, every convex expectation larger; the lowers: 
 lower, for the two directions).  Split at ``c1`` into a bulk ``b`` (linear grid ``step``) and a tail
 ``tau`` (a geometric grid, relative width ``ratio``), the law of ``S`` is ``sum_j C(t, j) b^(*(t-j)) *
 tau^(*j)`` (``j`` of the ``t`` terms in the tail).  ``b^(*m)`` is one FFT composition
-(:func:`~.pld_compose.compose_powers`, its round-off bounded per bin and its wrapped mass by
+(:func:`~.compose.compose_powers`, its round-off bounded per bin and its wrapped mass by
 Chernoff), untilted and -- for the part the eps of many epochs reads, large ``S`` (remove) or small
 ``S`` (add, on the reflected law ``c1 - Y``) -- tilted; ``tau^(*j)`` is a set of atoms (outer sums,
 re-gridded geometrically: spread up, merged down); the terms with ``j > J`` go to infinity (upper) or
@@ -24,8 +24,8 @@ infinity.
 
 **The step.**  The atoms of ``S`` are binned on the loss grid ``h`` (remove ``log(S / t)``, add its
 negative), each bin's ``P``- and ``Q``-mass exact for the discrete law, and put on the grid by
-connect-the-dots (:func:`~.pld_discretise.upper_step`, a spread again) or its lowering
-(:func:`~.pld_discretise.lower_step`).  The steps are not within one grid step of the true loss, so they
+connect-the-dots (:func:`~.discretise.upper_step`, a spread again) or its lowering
+(:func:`~.discretise.lower_step`).  The steps are not within one grid step of the true loss, so they
 are blocks (no Hoeffding end).  Every truncation is charged within ``tau``, the step tail the bracket
 allows.  At ``t = 1`` the event is the full-batch Gaussian (exact GDP) and never comes here.
 """
@@ -39,12 +39,12 @@ import numpy as np
 from scipy import special
 
 from .allocation_terms import above, bulk_law, convolved, pooled, tail_laws
-from .caches import Memo
-from .gdp import gdp_epsilon
-from .pld_compose import compose_powers, log_mgfs
-from .pld_discretise import Bins, lower_step, upper_step
-from .pld_discretise import discretised_steps as plain_steps
-from .pld_pairs import OverCap, Step
+from ..caches import Memo
+from ..gdp import gdp_epsilon
+from .compose import compose_powers, log_mgfs
+from .discretise import Bins, lower_step, upper_step
+from .discretise import discretised_steps as plain_steps
+from .pairs import OverCap, Step
 
 __all__ = ["KAPPA", "discretised_steps", "epoch_step", "plan"]
 
@@ -65,7 +65,7 @@ C1_OVER_T = 1.0
 #: terms with more tail terms than this go to infinity (upper) / are dropped (lower)
 J_MAX = 16
 #: the rest beyond ``J`` tail terms (charged in full) at most this many times the step's tail budget ``tau``
-#: (``1e-7 delta`` for all epochs together, as the blocks' binomial rest of :mod:`.pld_blocks`)
+#: (``1e-7 delta`` for all epochs together, as the blocks' binomial rest of :mod:`.blocks`)
 REST = 10.0
 #: at most this many tail atoms, and pooled blocks of the bulk's law beside one octave of them
 TAIL_MAX = 4000
@@ -242,7 +242,7 @@ def _tail_sums(tail, c1: float, r2: float, upper: bool, J: int, t: int) -> list:
 def _composed(bulk: np.ndarray, counts, step: float, alpha: float, cap: int, lam: float, reflect: bool):
     """``[(lo, upper, lower, alias)]`` per count ``c``: the ``c``-fold composition of the bulk on the grid
     ``s * step`` (``s = lo ..``), its round-off added (``upper``) and taken off (``lower``, clipped at 0),
-    and the bound ``alias`` on its wrapped-around mass (:func:`~.pld_compose.compose_powers`).  With
+    and the bound ``alias`` on its wrapped-around mass (:func:`~.compose.compose_powers`).  With
     ``reflect`` the law of ``c1 - Y`` is composed (tilted toward small ``S``) and read back."""
     n = bulk.size - 1
     mass = bulk[::-1].copy() if reflect else bulk
@@ -480,7 +480,7 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
 
     Args: ``z`` noise multiplier, ``t`` steps an epoch, ``K`` epochs composed, ``h`` loss grid, ``tau``
     truncation budget, ``direction`` "remove"/"add", ``lower``, ``cap`` memory cap (bytes), ``delta``.
-    Returns: the :class:`~.pld_pairs.Step` (a block: no Hoeffding end), or None (a lower step that failed).
+    Returns: the :class:`~.pairs.Step` (a block: no Hoeffding end), or None (a lower step that failed).
     Raises: OverCap over the memory cap or where no grid holds the loss."""
     # (a budget below 1e-280 -- delta near 1e-300 -- is taken as 1e-280: every truncation is charged in full,
     # so a larger budget only loosens the bound; below it the windows' Chernoff masses underflow)
@@ -574,14 +574,14 @@ def _trimmed(b: Bins):
 
 
 def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, level=None):
-    """:func:`~.pld_discretise.discretised_steps` with every balls-in-bins event's step from
+    """:func:`~.discretise.discretised_steps` with every balls-in-bins event's step from
     :func:`epoch_step` (its lower step None where the construction fails) -- the steps every bracket,
     profile and window of the PLD accountant composes.
 
-    Args: as :func:`~.pld_discretise.discretised_steps` (``events``: ``(event, count)`` pairs).
+    Args: as :func:`~.discretise.discretised_steps` (``events``: ``(event, count)`` pairs).
     Returns: the upper steps, or ``(upper, lower)`` with ``lower``.
     Raises: OverCap over the memory cap."""
-    from .events import BallsInBinsGaussianEvent
+    from ..events import BallsInBinsGaussianEvent
 
     mine = [(e, k) for e, k in events if isinstance(e, BallsInBinsGaussianEvent)]
     rest = tuple((e, k) for e, k in events if not isinstance(e, BallsInBinsGaussianEvent))

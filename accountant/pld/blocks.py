@@ -16,20 +16,20 @@ a cut ``c``: ``b`` the losses up to ``c`` (the bulk), ``t`` the rest (the tail).
 ``(b^m)^n * X``, ``X = sum_(j<=J) C(K, j) b^(r-j) t^j``: the block ``b^m`` (one tilted FFT on the fine
 grid, put on the grid ``h``) composed ``n`` times, beside one measure ``X`` on the grid ``h`` (the
 other ``r`` steps and every term in which ``j`` of all ``K`` steps fall into the tail;
-:func:`~.pld_binomial.binomial_composition`).  ``J`` is the fewest terms whose binomial rest is at most
+:func:`~.binomial.binomial_composition`).  ``J`` is the fewest terms whose binomial rest is at most
 ``1e-7 delta``; the rest goes to infinity (upper) or is dropped (lower).
 
 Soundness rests on the profile ``f(eps) = int (1 - e^(eps - l))_+ dmu(l)`` of each measure:
 composition is monotone in each factor's profile (``f_(A*B)(eps) = int f_A(eps - l) dmu_B(l)``),
 and profiles add over a sum of measures.  The upper steps are built from measures whose profiles
-are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.pld_discretise.upper_step`),
+are at or above the true ones -- connect-the-dots on the fine grid (:func:`~.discretise.upper_step`),
 each fine atom split again between its two neighbours on the grid ``h`` keeping its ``P``- and
 ``Q``-mass (a split only raises the profile), the FFT's round-off bound added bin by bin -- and
 the lower steps from measures whose profiles are at or below them: the anchored lower step on
-the fine grid (:func:`~.pld_discretise._anchored_lower_step`'s construction), round-off taken
-off, then :func:`~.pld_discretise.lower_step` on the grid ``h`` applied to the block's own bins.
+the fine grid (:func:`~.discretise._anchored_lower_step`'s construction), round-off taken
+off, then :func:`~.discretise.lower_step` on the grid ``h`` applied to the block's own bins.
 What a window wraps around (at most its Chernoff ``alpha``) is a constant in profile: it rides
-along as the step's :attr:`~.pld_pairs.Step.charge`, which every composition charges.  A block's
+along as the step's :attr:`~.pairs.Step.charge`, which every composition charges.  A block's
 atoms are not within ``h`` of the true loss, so no Hoeffding end is read from an upper block.
 The chain: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
@@ -40,12 +40,12 @@ import math
 
 import numpy as np
 
-from .caches import Memo
-from .pld_binomial import binomial_composition
-from .pld_compose import compose_powers, delta_tilt, log_mgfs
+from ..caches import Memo
+from .binomial import binomial_composition
+from .compose import compose_powers, delta_tilt, log_mgfs
 from .allocation import discretised_steps
-from .pld_discretise import Bins, bins_of, edge_anchor, lower_step, upper_step
-from .pld_pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
+from .discretise import Bins, bins_of, edge_anchor, lower_step, upper_step
+from .pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
 
 __all__ = ["BLOCKS", "BLOCK_MIN", "DEFAULT_BLOCK_MIN", "block_plan", "blocked_steps", "bracket_steps"]
 
@@ -68,7 +68,7 @@ BLOCKS = True
 
 
 def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
-    """The discretised steps of a bracket: :func:`~.pld_discretise.discretised_steps`, but the
+    """The discretised steps of a bracket: :func:`~.discretise.discretised_steps`, but the
     events with :data:`BLOCK_MIN` or more steps of one Poisson pair composed in blocks
     (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only.
 
@@ -83,7 +83,7 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
         level: the cut level of the plain steps (None: ``LOSS_CUT``).
 
     Returns:
-        A list of :class:`~.pld_pairs.Step` (lower steps may be None where their construction failed).
+        A list of :class:`~.pairs.Step` (lower steps may be None where their construction failed).
 
     Raises:
         OverCap: if a plain step's bins would exceed ``cap``.
@@ -141,7 +141,7 @@ def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: i
         lower: build lower steps instead of upper ones.
 
     Returns:
-        A list of :class:`~.pld_pairs.Step` (the block and ``X``), or None (remembered).
+        A list of :class:`~.pairs.Step` (the block and ``X``), or None (remembered).
     """
     plan = block_plan(K)
     if plan is None or not isinstance(pair, (RemovePair, AddPair)) or not 0.0 < pair.q < 1.0:
@@ -357,7 +357,7 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
     at ``g``, the same part ``b_h`` and the tail ``t`` (or None) on the grid ``h`` anchored at
     ``g_h`` (losses relative to the anchor, ``Q`` scaled by ``e^anchor``).
 
-    With an edge anchor (:func:`~.pld_discretise.edge_anchor`; small noise, the mass piled up at
+    With an edge anchor (:func:`~.discretise.edge_anchor`; small noise, the mass piled up at
     the loss's hard edge): ``b`` the losses from the edge to the cut, the edge cell one atom at
     ``g`` as in the anchored lower step, ``t`` the rest; the cut is the first point of the grid
     ``g + J h`` at or beyond the upper block's ``c = jc h`` (so ``t`` holds no more mass than the
@@ -450,7 +450,7 @@ def _lower_parts(pair, h, hf, M, jc, tau, cap):
 
 def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     """The lower steps: the block (the fine anchored lower step composed ``m`` times, its own bins
-    put through :func:`~.pld_discretise.lower_step` on the grid ``h``; ``count = nb``) and ``X``
+    put through :func:`~.discretise.lower_step` on the grid ``h``; ``count = nb``) and ``X``
     as in :func:`_upper_steps` from lower steps of the parts on the grid ``h`` (the terms beyond
     ``J`` dropped); both anchored at ``g``."""
     parts = _lower_parts(pair, h, hf, M, jc, tau, cap)

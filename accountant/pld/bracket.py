@@ -1,7 +1,7 @@
 """Privacy-loss distributions, part 4: the bracket of one grid -- reading ``eps(delta)`` from a
 composition (suffix sums with their rounding charged), the re-composition tilted toward the
 delta-quantile (split where one step kind's edge atom carries the mass), and each direction's
-upper and lower ends.  Composition: :mod:`.pld_compose`; the method: :mod:`accountant.pld`.
+upper and lower ends.  Composition: :mod:`.compose`; the method: :mod:`accountant.pld`.
 The chain runs one way: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
 
@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from .pld_binomial import split_composition
-from .pld_compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
-from .pld_decay import decay_block, decayed_suffix
-from .pld_pairs import ALIAS, LOWER_RETILT, RETILT, RTOL
+from .binomial import split_composition
+from .compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
+from .decay import decay_block, decayed_suffix
+from .pairs import ALIAS, LOWER_RETILT, RETILT, RTOL
 
 __all__ = ["lower_one", "lower_usable", "rounding_gap", "sum_error", "upper_info", "upper_one",
            "suffix_rounding", "suffix_sums", "SPLIT"]
@@ -174,7 +174,7 @@ def _tilted(steps, h, delta, alpha, cap_bytes, r_min, n0):
     return compose_steps(steps, h, alpha, cap_bytes, lam, r_min)[0]
 
 
-#: compose one step kind's tilted re-composition split (:func:`~.pld_binomial.split_composition`)
+#: compose one step kind's tilted re-composition split (:func:`~.binomial.split_composition`)
 SPLIT = True
 
 
@@ -249,7 +249,7 @@ def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
 
 def lower_one(lower_steps, h, delta, cap_bytes, upper=None):
     """The lower end of one direction from the composition of its lower steps
-    (:func:`~.pld_discretise.lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
+    (:func:`~.discretise.lower_step`; usable ones), re-composed tilted when the round-off charge exceeds
     ``LOWER_RETILT * delta`` -- or, with the bracket's ``upper`` end known, where the charge
     decides the bracket's width (:func:`_round_off_decides`: then above ``RETILT * delta``, as
     the upper end's); None over the memory cap.
@@ -294,7 +294,7 @@ def lower_usable(lower_steps) -> bool:
     """Lower steps exist for every event and none is empty (an empty one bounds nothing).
 
     Args:
-        lower_steps: a sequence of lower steps (:class:`~.pld_pairs.Step` or None).
+        lower_steps: a sequence of lower steps (:class:`~.pairs.Step` or None).
 
     Returns:
         True when the sequence is non-empty and every step has positive finite mass.

@@ -21,7 +21,7 @@ spread -- and is dominated by it when ``lambda' <=_cx lambda`` (a contraction): 
   upper law spreads each cell onto its ends, the last cell ``(c_max, inf)`` onto ``c_max`` and an atom
   of ``P``-mass alone at infinity; the lower law merges each cell into its mean.
 
-The masses are closed forms of the Gaussian pair (:class:`~.pld_pairs.GaussianPair`): ``Q(cell)`` and
+The masses are closed forms of the Gaussian pair (:class:`~.pairs.GaussianPair`): ``Q(cell)`` and
 ``E_Q[Y; cell] = P(cell)``.
 """
 
@@ -31,8 +31,8 @@ import math
 import numpy as np
 from scipy import special
 
-from .pld_discretise import convexify
-from .pld_pairs import GaussianPair
+from .discretise import convexify
+from .pairs import GaussianPair
 
 __all__ = ["cells", "above", "bulk_law", "tail_laws", "pooled", "convolved"]
 
