@@ -61,7 +61,7 @@ def test_wor_audits_at_the_tight_calibration_are_consistent(setup):
 
 def test_dpsrm_whose_claim_has_half_the_sampling_rate_is_caught():
     # (a sweep, benchmarks/audit_wor.py's setups: consistent at 300 runs, caught at 500 and 700)
-    r = audit(_dpsrm(claim_n=8), 700)
+    r = audit(_dpsrm(claim_n=8), 500)
     assert r.verdict == "violation" and r.curve.violation
     assert r.epsilon_lo_direct <= EPS             # the eps bound at 1e-5 alone does not see it
 

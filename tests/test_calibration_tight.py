@@ -20,7 +20,7 @@ from tests import oracles
 from dpcalib.mechanisms import DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, ClipD2P, DiceSGD
 
 # derandomize: CI runs exactly the examples that were checked; set TIGHT_EXAMPLES to explore more
-TIGHT = settings(max_examples=int(__import__("os").environ.get("TIGHT_EXAMPLES", 50)), deadline=None,
+TIGHT = settings(max_examples=int(__import__("os").environ.get("TIGHT_EXAMPLES", 30)), deadline=None,
                  derandomize=True)
 targets = st.floats(0.3, 8.0)
 deltas = st.sampled_from([1e-5, 1e-6, 1e-8, 1e-3])

@@ -87,11 +87,11 @@ def _invocation(rng):
 
 
 @pytest.mark.slow
-def test_a_thousand_bad_invocations_exit_0_or_2_with_one_line(capsys):
+def test_six_hundred_bad_invocations_exit_0_or_2_with_one_line(capsys):
     rng = random.Random(0)
     codes = {}
     with alarms():
-        for i in range(1000):
+        for i in range(600):
             argv = _invocation(rng)
             try:
                 rc = call(argv, 120)   # generous: a hang, not a slow machine
@@ -103,5 +103,5 @@ def test_a_thousand_bad_invocations_exit_0_or_2_with_one_line(capsys):
             if rc == 2:
                 assert err.count("\n") == 1 and err.startswith("dpcalib: error: "), (i, argv, err)
             codes[rc] = codes.get(rc, 0) + 1
-    assert sum(codes.values()) == 1000
-    assert codes.get(2, 0) > 500 and codes.get(0, 0) > 160     # refused ones and real calibrations both
+    assert sum(codes.values()) == 600
+    assert codes.get(2, 0) > 400 and codes.get(0, 0) > 100     # refused ones and real calibrations both

@@ -12,7 +12,7 @@ from benchmarks import fuzz_cli as F
 
 from .cli_runner import Hang, alarms, call
 
-CASES = F.cases(320, seed=41, cheap=True)
+CASES = F.cases(220, seed=41, cheap=True)
 CHUNKS = 8
 
 

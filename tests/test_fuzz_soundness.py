@@ -1,5 +1,5 @@
 """The soundness fuzz (benchmarks/fuzz_soundness.py): its independent oracles agree with other
-independent references, it catches a planted bug, and a 120-configuration slice of it finds no
+independent references, it catches a planted bug, and an 80-configuration slice of it finds no
 under-report."""
 
 import pytest
@@ -60,8 +60,8 @@ def test_a_planted_bug_is_caught():
 
 
 def test_a_slice_of_random_configurations_never_under_reports():
-    res = F.fuzz(120, seed=0, workers=2)          # the two cores of a CI machine (the long runs: docs/testing.md)
+    res = F.fuzz(80, seed=0, workers=2)           # the two cores of a CI machine (the long runs: docs/testing.md)
     counts = {k: sum(r["outcome"] == k for r in res) for k in ("ok", "under-report", "error", "oracle-failed")}
     bad = [r for r in res if r["outcome"] in ("under-report", "error", "oracle-failed")]
     assert counts["under-report"] == 0 and counts["error"] == 0 and counts["oracle-failed"] == 0, bad
-    assert counts["ok"] >= 114           # a slice that really calibrates (few refused or invalid)
+    assert counts["ok"] >= 76            # a slice that really calibrates (few refused or invalid)

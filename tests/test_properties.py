@@ -22,7 +22,7 @@ from dpcalib.accountant import (
 )
 from tests import oracles
 
-SETTINGS = settings(max_examples=120, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=80, deadline=None, derandomize=True)
 
 alphas = st.integers(min_value=2, max_value=300)
 gammas = st.floats(min_value=1e-6, max_value=0.99)

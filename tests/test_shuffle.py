@@ -84,7 +84,7 @@ def test_lower_never_exceeds_upper(n, b, E, z, relation, drop_last):
     assert br.upper == pytest.approx(shuffle_upper_epsilon(z, E, 1e-5, relation), rel=1e-12)
 
 
-def _grid_settings(count=400, seed=41):
+def _grid_settings(count=250, seed=41):
     """A fixed grid of shuffled-batch settings: n not divisible by b in at least half of them, E in
     1..10, z in 0.3..5 (log-uniform), both relations, drop_last both ways."""
     import random
@@ -105,14 +105,14 @@ GRID = _grid_settings()
 
 
 def test_grid_covers_what_it_claims():
-    assert len(GRID) >= 400
+    assert len(GRID) >= 250
     assert sum(n % b != 0 for n, b, *_ in GRID) >= len(GRID) / 2
     assert {E for _, _, E, *_ in GRID} == set(range(1, 11))
     assert min(z for *_, z, _, _ in GRID) < 0.35 and max(z for *_, z, _, _ in GRID) > 4.5
     assert {(rel, dl) for *_, rel, dl in GRID} == {(r, d) for r in ("zero-out", "replace-one") for d in (True, False)}
 
 
-def test_bracket_over_a_grid_of_400_settings():
+def test_bracket_over_a_grid_of_250_settings():
     """No exception anywhere (156 of these settings ended in 'math domain error' before the tail of
     the max statistic was computed part by part), lower <= upper, upper = the exact GDP of E
     releases (mpmath)."""
