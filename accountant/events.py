@@ -39,8 +39,69 @@ REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add/remove"
 
 
+class _GaussianRelease:
+    """What every event kind shares: its RDP as a float array, its words in the privacy report and
+    its dp-accounting event.  A kind states its own RDP bound (``_rdp``: the un-amplified Gaussian
+    one here), its sentence (``WORDS``, formatted with ``count`` and the event ``e``) and its
+    dp-accounting event (``_dp_event``)."""
+
+    #: the report's sentence for ``count`` releases of the event ``e`` (``str.format`` fields)
+    WORDS = ""
+    #: the relation the event is analysed under (None: a full-batch Gaussian composes under either)
+    neighboring_relation = None
+    #: whether the RDP bound holds at integer orders only (the Gaussian's is linear in alpha)
+    integer_orders_only = False
+    #: the chance that the differing record takes part in the release (:func:`never_used_probability`)
+    use_probability = 1.0
+
+    #: ``(field, check)`` in the order they are checked at construction (each field becomes its checked value)
+    CHECKED = (("noise_multiplier", validation.positive),)
+
+    def __post_init__(self):
+        for name, check in self.CHECKED:
+            object.__setattr__(self, name, check(getattr(self, name), name))
+
+    def _rdp(self, orders):
+        return gaussian_rdp(orders, self.noise_multiplier)
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        """The release's RDP at ``orders`` (the kind's bound: see the class).
+
+        Args:
+            orders: the Rényi order(s), each in (1, inf).
+
+        Returns:
+            The RDP value(s) as a float array, shaped like ``orders``.
+        """
+        return np.asarray(self._rdp(orders), dtype=float)
+
+    def describe(self, count: int) -> str:
+        """``count`` of these releases (steps, epochs) in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of releases, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
+        return self.WORDS.format(count=count, e=self)
+
+    def to_dp_event(self):
+        """The dp-accounting event of this release (imports dp_accounting; the kind's own, see the class).
+
+        Returns:
+            A ``dp_accounting`` event (a ``GaussianDpEvent``, alone or inside the kind's sampling event).
+
+        Raises:
+            ImportError: if dp-accounting is not installed.
+        """
+        import dp_accounting
+
+        return self._dp_event(dp_accounting)
+
+
 @dataclass(frozen=True)
-class GaussianEvent:
+class GaussianEvent(_GaussianRelease):
     """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6).
 
     Attributes:
@@ -52,56 +113,15 @@ class GaussianEvent:
 
     noise_multiplier: float
 
-    #: a full-batch Gaussian composes under either relation
-    neighboring_relation = None
-    #: RDP is linear in alpha and real orders are allowed
-    integer_orders_only = False
+    # either relation, real orders, always used, RDP alpha / (2 z^2) (DIFF2 Lemma B.6): the base class's
+    WORDS = "{count} full-batch Gaussian release(s), noise multiplier {e.noise_multiplier:g}"
 
-    def __post_init__(self):
-        object.__setattr__(self, "noise_multiplier",
-                           validation.positive(self.noise_multiplier, "noise_multiplier"))
-
-    #: the chance that the differing record takes part in the release (:func:`never_used_probability`)
-    use_probability = 1.0
-
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """The release's RDP, ``alpha / (2 z^2)`` (DIFF2 Lemma B.6).
-
-        Args:
-            orders: the Rényi order(s), each in (1, inf).
-
-        Returns:
-            The RDP value(s) as a float array, shaped like ``orders``.
-        """
-        return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
-
-    def describe(self, count: int) -> str:
-        """``count`` of these releases in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of releases, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return f"{count} full-batch Gaussian release(s), noise multiplier {self.noise_multiplier:g}"
-
-    def to_dp_event(self):
-        """The dp-accounting event of this release (imports dp_accounting).
-
-        Returns:
-            A ``dp_accounting.GaussianDpEvent``.
-
-        Raises:
-            ImportError: if dp-accounting is not installed.
-        """
-        import dp_accounting
-
+    def _dp_event(self, dp_accounting):
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
 
 @dataclass(frozen=True)
-class WORSampledGaussianEvent:
+class WORSampledGaussianEvent(_GaussianRelease):
     """Gaussian release on a subsample of fixed size drawn WITHOUT replacement (replace-one).
 
     ``sampling_ratio = b / n``.  ``bound`` selects WBK19 Thm 27 (default, Gaussian-specific) or
@@ -176,43 +196,17 @@ class WORSampledGaussianEvent:
         (:func:`never_used_probability`)."""
         return self.sampling_ratio
 
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """The step's RDP (:func:`~.subsampling.subsampled_gaussian_rdp_wor`, WBK19 Thm 27 or Thm 9).
+    def _rdp(self, orders):
+        """WBK19 Thm 27 or Thm 9 (:func:`~.subsampling.subsampled_gaussian_rdp_wor`; real orders are
+        interpolated, WBK19 Cor. 10)."""
+        return subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier, self.bound)
 
-        Args:
-            orders: the Rényi order(s), each in (1, inf) (real orders are interpolated, WBK19 Cor. 10).
+    WORDS = ("{count} Gaussian step(s) on a fixed-size sample drawn without replacement "
+             "(fraction {e.sampling_ratio:g}), noise multiplier {e.noise_multiplier:g}")
 
-        Returns:
-            The RDP value(s) as a float array, shaped like ``orders``.
-        """
-        return np.asarray(subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier,
-                                                      self.bound), dtype=float)
-
-    def describe(self, count: int) -> str:
-        """``count`` of these steps in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of steps, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return (f"{count} Gaussian step(s) on a fixed-size sample drawn without replacement "
-                f"(fraction {self.sampling_ratio:g}), noise multiplier {self.noise_multiplier:g}")
-
-    def to_dp_event(self):
-        """The dp-accounting event of this step (imports dp_accounting).
-
-        Returns:
-            A ``dp_accounting.SampledWithoutReplacementDpEvent`` around a ``GaussianDpEvent`` (sizes
-            from ``sample_size`` / ``dataset_size``, else the ratio as a fraction with denominator
-            at most 1e9).
-
-        Raises:
-            ImportError: if dp-accounting is not installed.
-        """
-        import dp_accounting
-
+    def _dp_event(self, dp_accounting):
+        """A ``SampledWithoutReplacementDpEvent`` around a ``GaussianDpEvent`` (sizes from
+        ``sample_size`` / ``dataset_size``, else the ratio as a fraction with denominator at most 1e9)."""
         if self.sample_size is not None:
             b, n = self.sample_size, self.dataset_size
         else:
@@ -223,7 +217,7 @@ class WORSampledGaussianEvent:
 
 
 @dataclass(frozen=True)
-class PoissonSampledGaussianEvent:
+class PoissonSampledGaussianEvent(_GaussianRelease):
     """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove).
 
     Attributes:
@@ -231,67 +225,35 @@ class PoissonSampledGaussianEvent:
         noise_multiplier: ``z``, noise std / L2 sensitivity (add/remove), in (0, inf).
 
     Raises:
-        InputError: if an argument is out of range.
+        InputError: if ``sampling_probability`` or ``noise_multiplier`` is out of range.
     """
 
     sampling_probability: float
     noise_multiplier: float
 
     neighboring_relation = ADD_REMOVE
-    integer_orders_only = False
-
-    def __post_init__(self):
-        object.__setattr__(self, "sampling_probability",
-                           validation.probability(self.sampling_probability, "sampling_probability"))
-        object.__setattr__(self, "noise_multiplier",
-                           validation.positive(self.noise_multiplier, "noise_multiplier"))
+    CHECKED = (("sampling_probability", validation.probability), ("noise_multiplier", validation.positive))
 
     @property
     def use_probability(self) -> float:
         """The chance that the differing record is sampled (:func:`never_used_probability`)."""
         return self.sampling_probability
 
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """The step's RDP (:func:`~.poisson.poisson_gaussian_rdp`, Mironov, Talwar & Zhang 2019).
+    def _rdp(self, orders):
+        """Mironov, Talwar & Zhang 2019 (:func:`~.poisson.poisson_gaussian_rdp`)."""
+        return poisson_gaussian_rdp(orders, self.sampling_probability, self.noise_multiplier)
 
-        Args:
-            orders: the Rényi order(s), each in (1, inf).
+    WORDS = ("{count} Poisson-subsampled Gaussian step(s) (each record in with probability "
+             "{e.sampling_probability:g}, independently), noise multiplier {e.noise_multiplier:g}")
 
-        Returns:
-            The RDP value(s) as a float array, shaped like ``orders``.
-        """
-        return np.asarray(poisson_gaussian_rdp(orders, self.sampling_probability,
-                                               self.noise_multiplier), dtype=float)
-
-    def describe(self, count: int) -> str:
-        """``count`` of these steps in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of steps, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return (f"{count} Poisson-subsampled Gaussian step(s) (each record in with probability "
-                f"{self.sampling_probability:g}, independently), noise multiplier {self.noise_multiplier:g}")
-
-    def to_dp_event(self):
-        """The dp-accounting event of this step (imports dp_accounting).
-
-        Returns:
-            A ``dp_accounting.PoissonSampledDpEvent`` around a ``GaussianDpEvent``.
-
-        Raises:
-            ImportError: if dp-accounting is not installed.
-        """
-        import dp_accounting
-
+    def _dp_event(self, dp_accounting):
+        """A ``PoissonSampledDpEvent`` around a ``GaussianDpEvent``."""
         return dp_accounting.PoissonSampledDpEvent(
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
 
 @dataclass(frozen=True)
-class BallsInBinsGaussianEvent:
+class BallsInBinsGaussianEvent(_GaussianRelease):
     """One epoch of balls-in-bins batches (add/remove): each record is put in one of ``steps`` steps,
     chosen uniformly and independently of every other record and of the data, and each step releases its
     batch's sum with Gaussian noise of multiplier ``noise_multiplier`` (noise std / the sum's
@@ -309,46 +271,21 @@ class BallsInBinsGaussianEvent:
         noise_multiplier: ``z``, noise std / the sum's sensitivity, in (0, inf).
 
     Raises:
-        InputError: if an argument is out of range.
+        InputError: if ``steps`` or ``noise_multiplier`` is out of range.
     """
 
     steps: int
     noise_multiplier: float
 
     neighboring_relation = ADD_REMOVE
-    integer_orders_only = False
-    #: the record is in one step of every epoch (:func:`never_used_probability`)
-    use_probability = 1.0
+    # use_probability 1: the record is in one step of every epoch (the base class's)
+    CHECKED = (("steps", validation.run_length), ("noise_multiplier", validation.positive))
 
-    def __post_init__(self):
-        object.__setattr__(self, "steps", validation.run_length(self.steps, "steps"))
-        object.__setattr__(self, "noise_multiplier",
-                           validation.positive(self.noise_multiplier, "noise_multiplier"))
-
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """The Gaussian release's RDP, ``alpha / (2 z^2)``: the epoch's pair is a post-processing of
-        ``(N(1, z^2), N(0, z^2))`` (the step and the other coordinates are drawn independently of the
-        record), so this bounds it -- with no amplification.
-
-        Args:
-            orders: the Rényi order(s), each in (1, inf).
-
-        Returns:
-            The RDP value(s) as a float array, shaped like ``orders``.
-        """
-        return np.asarray(gaussian_rdp(orders, self.noise_multiplier), dtype=float)
-
-    def describe(self, count: int) -> str:
-        """``count`` epochs in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of epochs, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return (f"{count} epoch(s) of balls-in-bins batches (each record in one of {self.steps} steps, "
-                f"chosen uniformly at random and independently), noise multiplier {self.noise_multiplier:g}")
+    # RDP: the Gaussian release's, alpha / (2 z^2) (the base class's): the epoch's pair is a
+    # post-processing of (N(1, z^2), N(0, z^2)) (the step and the other coordinates are drawn
+    # independently of the record), so this bounds it -- with no amplification
+    WORDS = ("{count} epoch(s) of balls-in-bins batches (each record in one of {e.steps} steps, "
+             "chosen uniformly at random and independently), noise multiplier {e.noise_multiplier:g}")
 
     def to_dp_event(self):
         """Refused: dp-accounting has no balls-in-bins accountant.
