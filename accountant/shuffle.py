@@ -291,12 +291,7 @@ def shuffle_epsilon_bracket(noise_multiplier, n, batch_size, epochs, delta, rela
     """``EpsilonBracket`` of shuffled batches: the lower bound above and the certified GDP upper end.
 
     Args:
-        noise_multiplier: ``z``, noise std / clip norm, in (0, inf).
-        n: the number of records, an integer >= 1.
-        batch_size: the batch size, an integer in [1, n].
-        epochs: the number of epochs, an integer >= 1.
-        delta: the target delta, in (0, 1).
-        relation: ``"zero-out"`` or ``"replace-one"``.
+        noise_multiplier, n, batch_size, epochs, delta, relation: as :func:`shuffle_lower_epsilon`.
         drop_last: drop the last, partial batch of each epoch (only the notes' step count changes).
 
     Returns:

@@ -27,6 +27,7 @@ __all__ = [
     "writable_file",
     "run_length",
     "records",
+    "CountCheck",
     "MAX_RUN_LENGTH",
     "MAX_RECORDS",
 ]
@@ -179,48 +180,44 @@ def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
     return k
 
 
-def _capped(value, name: str, low: int, cap: int, why: str) -> int:
-    k = integer(value, name, low=low)
-    if k > cap:
-        raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {cap:.0e}] ({why}).")
-    return k
-
-
-def run_length(value, name: str, low: int = 1) -> int:
-    """A run length (steps, rounds, iterations, epochs) in ``[low, MAX_RUN_LENGTH]``; the refusal
-    says why there is a ceiling.
+class CountCheck:
+    """The check of a count with a ceiling (:data:`run_length`, :data:`records`): an integer in
+    ``[low, cap]``, whose refusal says why there is a ceiling.
 
     Args:
-        value: the run length to check.
-        name: the argument's name, quoted in the error message.
-        low: the shortest run allowed.
-
-    Returns:
-        ``value`` as a Python int.
-
-    Raises:
-        InputError: if ``value`` is not an integer in the range.
+        cap: the largest count allowed.
+        why: why there is a ceiling, quoted in the error message.
     """
-    return _capped(value, name, low, MAX_RUN_LENGTH, "no training run is longer, and accounting for 1e9 steps "
-                                                     "already takes 10-40 s and about 2 GB")
+
+    def __init__(self, cap: int, why: str):
+        self.cap, self.why = cap, why
+
+    def __call__(self, value, name: str, low: int = 1) -> int:
+        """``value`` checked: an integer in ``[low, cap]``.
+
+        Args:
+            value: the count to check.
+            name: the argument's name, quoted in the error message.
+            low: the smallest count allowed.
+
+        Returns:
+            ``value`` as a Python int.
+
+        Raises:
+            InputError: if ``value`` is not an integer in the range.
+        """
+        k = integer(value, name, low=low)
+        if k > self.cap:
+            raise InputError(f"{name}={value!r} is not allowed: expected an integer in [{low}, {self.cap:.0e}] "
+                             f"({self.why}).")
+        return k
 
 
-def records(value, name: str, low: int = 1) -> int:
-    """A number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``.
-
-    Args:
-        value: the number of records to check.
-        name: the argument's name, quoted in the error message.
-        low: the smallest number allowed.
-
-    Returns:
-        ``value`` as a Python int.
-
-    Raises:
-        InputError: if ``value`` is not an integer in the range.
-    """
-    return _capped(value, name, low, MAX_RECORDS, "sampling rates below 1e-9 are beyond what the accountants "
-                                                  "are tested at")
+#: a run length (steps, rounds, iterations, epochs) in ``[low, MAX_RUN_LENGTH]``
+run_length = CountCheck(MAX_RUN_LENGTH, "no training run is longer, and accounting for 1e9 steps already takes "
+                                        "10-40 s and about 2 GB")
+#: a number of records (dataset size, batch, samples per node, clients) in ``[low, MAX_RECORDS]``
+records = CountCheck(MAX_RECORDS, "sampling rates below 1e-9 are beyond what the accountants are tested at")
 
 
 def orders_array(alpha, name: str = "alpha", *, integer_only: bool = False,

@@ -179,8 +179,21 @@ SPLIT = True
 
 
 def upper_one(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
-    """``(lower, upper)`` of one direction at grid h from its connect-the-dots steps; ``(None,
-    None)`` over the memory cap.  The lower end is Hoeffding's, read from the same composition.
+    """``(lower, upper)`` of one direction at grid h: :func:`upper_info` without ``retilted``.
+
+    Args:
+        steps, h, delta, cap_bytes, floor, hint: as :func:`upper_info`.
+
+    Returns:
+        A tuple ``(lower, upper)`` of floats, or ``(None, None)`` over the memory cap.
+    """
+    return upper_info(steps, h, delta, cap_bytes, floor, hint)[:2]
+
+
+def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
+    """``(lower, upper, retilted)`` of one direction at grid h from its connect-the-dots steps, and
+    whether a tilted composition was needed; ``(None, None, False)`` over the memory cap.  The lower
+    end is Hoeffding's, read from the same composition.
 
     A first composition without tilt gives a bracket; if its round-off charge above the lower
     end exceeds ``RETILT * delta`` (small delta, many steps), a composition tilted toward the
@@ -193,23 +206,6 @@ def upper_one(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
     valid for this one too).  When that composition had to be re-tilted, the untilted one is
     skipped here: the tilted composition reads the bins above the coarse lower end, and the
     result is intersected with the coarse bracket.
-
-    Args:
-        steps: the upper (connect-the-dots) steps of one direction.
-        h: the grid step, > 0.
-        delta: the target delta, in (0, 1).
-        cap_bytes: the memory a composition may use, in bytes.
-        floor: a lower bound on the answer from another direction (``-inf``: none).
-        hint: ``(lower, upper, retilted)`` on a coarser grid, or None.
-
-    Returns:
-        A tuple ``(lower, upper)`` of floats, or ``(None, None)`` over the memory cap.
-    """
-    return upper_info(steps, h, delta, cap_bytes, floor, hint)[:2]
-
-
-def upper_info(steps, h, delta, cap_bytes, floor=-math.inf, hint=None):
-    """:func:`upper_one` and whether a tilted composition was needed (``retilted``).
 
     Args:
         steps: the upper (connect-the-dots) steps of one direction.
