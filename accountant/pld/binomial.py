@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import fft as sfft
 
-from .compose import LAMBDAS, Composed, charges, cyclic, log_mgfs, loss_window, power, read_window, tilted
+from .compose import LAMBDAS, Composed, charges, cyclic, fft_length, log_mgfs, loss_window, power, read_window, tilted
 from .pairs import Step
 
 __all__ = ["binomial_composition", "split_composition"]
@@ -70,10 +70,8 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     bound = Step(lo_all, np.zeros(hi_all - lo_all + 1), 0.0, 0.0, 1)
     lo, hi = loss_window([bound], h, math.log(alpha), lam, (up, dn))
     nw = hi - lo + 1
-    if 6 * 8 * nw > cap_bytes:
-        return None
-    N = sfft.next_fast_len(max(nw, 2), real=True)
-    if 8 * 8 * N > cap_bytes:
+    N = fft_length(nw, cap_bytes, arrays=8)
+    if N is None:
         return None
     # tilt both parts by one normaliser (the step a + b)
     parts = []
@@ -263,10 +261,8 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     logm = log_mgfs([step], h)
     lo, hi = loss_window([step], h, log_alpha, lam, logm, r_min)
     nw = hi - lo + 1
-    if 6 * 8 * nw > cap_bytes:
-        return None
-    N = sfft.next_fast_len(max(nw, 2), real=True)
-    if 8 * 8 * N > cap_bytes:
+    N = fft_length(nw, cap_bytes, arrays=8)
+    if N is None:
         return None
     w, log_norm = tilted(mass, step.i0, h, lam)
     big = K * log_norm

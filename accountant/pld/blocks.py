@@ -73,11 +73,8 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
     (:func:`blocked_steps`) where those apply.  With ``lower``: the lower steps only.
 
     Args:
-        ev: checked ``(event, count)`` pairs.
-        h: the grid step, > 0.
-        tau: the largest P-mass of each step's tails beyond its grid, > 0.
-        direction: ``"remove"`` or ``"add"``.
-        cap: the memory one step may use, in bytes.
+        ev: checked ``(event, count)`` pairs (``events`` there).
+        h, tau, direction, cap: as :func:`~.discretise.discretised_steps`.
         delta: the target delta of the bracket.
         lower: build the lower steps instead of the upper ones.
         level: the cut level of the plain steps (None: ``LOSS_CUT``).
@@ -281,6 +278,15 @@ def _resolved(comp, total: float, upper: bool):
     return up
 
 
+def _block(b: Step, m: int, hf: float, alpha: float, cap: int, lam: float):
+    """One block: the fine step ``b`` composed ``m`` times on its grid ``hf`` (wrapped-around mass
+    ``alpha`` on each side), the :class:`~.compose.Composed`; :class:`~.pairs.OverCap` over the cap."""
+    comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, alpha, cap, lam)
+    if comp is None:
+        raise OverCap
+    return comp[0]
+
+
 def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     """The upper steps: the block ``b^m`` (``count = nb``) and ``X = sum_(j<=J) C(K, j) b^(rest-j)
     t^j`` (the rest of the steps, and every term in which ``j`` of all ``K`` steps fall into the
@@ -321,11 +327,7 @@ def _upper_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
     if t_mass <= 0.0:
         J, t = 0, Step(0, np.zeros(1), 0.0, 0.0, 1)
     # the block, on the fine grid, put on the grid h
-    a_f = budget / (4.0 * nb)
-    comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, a_f, cap, lam)
-    if comp is None:
-        raise OverCap
-    comp = comp[0]
+    comp = _block(b, m, hf, budget / (4.0 * nb), cap, lam)
     up = _resolved(comp, b_mass ** m, True)
     if up is None:
         return None
@@ -472,11 +474,7 @@ def _lower_steps(pair, h, hf, M, jc, J, nb, m, rest, K, tau, lam, budget, cap):
             return None
     if t is None or not float(np.sum(t.mass)) > 0.0:
         J, t = 0, Step(0, np.zeros(1), 0.0, 0.0, 1)
-    a_f = budget / (4.0 * nb)
-    comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, a_f, cap, lam)
-    if comp is None:
-        raise OverCap
-    comp = comp[0]
+    comp = _block(b, m, hf, budget / (4.0 * nb), cap, lam)
     low = _resolved(comp, 0.0, False)
     if low is None:
         return None

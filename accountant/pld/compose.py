@@ -17,7 +17,8 @@ from scipy import fft as sfft
 
 from .pairs import Step
 
-__all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "log_mgfs",
+__all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "fft_length",
+           "log_mgfs",
            "loss_window", "power", "read_window", "tilted", "untilt"]
 
 
@@ -406,6 +407,25 @@ def read_window(F, G, g_factor, N, lo, n, big, lam, h, r_min=None, extra=0.0):
     return untilt(vals, big, lam, h, lo, level, r_min)
 
 
+def fft_length(n: int, cap_bytes: int, arrays: int = 6):
+    """The cyclic grid of a composition whose window has ``n`` points: the fast transform length
+    ``N >= max(n, 2)``, or None where the window's 6 float arrays of ``n`` or the transforms'
+    ``arrays`` float arrays of ``N`` exceed ``cap_bytes``.
+
+    Args:
+        n: the window's number of points.
+        cap_bytes: the memory the transforms may use, in bytes.
+        arrays: how many float arrays of ``N`` points the composition holds at once.
+
+    Returns:
+        ``N`` (an int), or None over the memory cap.
+    """
+    if 6 * 8 * n > cap_bytes:        # (before next_fast_len, which overflows past 2^63 points)
+        return None
+    N = sfft.next_fast_len(max(n, 2), real=True)
+    return None if arrays * 8 * N > cap_bytes else N
+
+
 def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     """Compose the steps with one FFT of the pmfs tilted by ``e^(lam L)``.
 
@@ -451,11 +471,9 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     logm = log_mgfs(steps, h)
     lo, hi = loss_window(steps, h, math.log(alpha), lam, logm, r_min)
     n = hi - lo + 1
-    if 6 * 8 * n > cap_bytes:        # (before next_fast_len, which overflows past 2^63 points)
+    N = fft_length(n, cap_bytes)
+    if N is None:
         return None, n
-    N = sfft.next_fast_len(max(n, 2), real=True)
-    if 6 * 8 * N > cap_bytes:
-        return None, N
     F = None
     logG = None                            # sum (count - 1) log|t|: bounds the powers' derivative
     big = 0.0                              # log of the un-tilting constant, sum of count * log MGF
@@ -514,11 +532,8 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     logm = log_mgfs([one], h)
     wins = [loss_window([dataclasses.replace(one, count=c)], h, math.log(alpha), lam, (c * logm[0], c * logm[1]))
             for c in counts]
-    n_max = max(hi - lo + 1 for lo, hi in wins)
-    if 6 * 8 * n_max > cap_bytes:
-        return None
-    N = sfft.next_fast_len(max(n_max, 2), real=True)
-    if 6 * 8 * N > cap_bytes:
+    N = fft_length(max(hi - lo + 1 for lo, hi in wins), cap_bytes)
+    if N is None:
         return None
     w, big1 = tilted(step.mass, step.i0, h, lam)
     t = sfft.rfft(cyclic(w, step.i0, N))

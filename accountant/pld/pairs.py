@@ -271,20 +271,26 @@ class Pair:
         return self.loss(min(m - d for m, d in r)), self.loss(max(m + d for m, d in r))
 
     def loss_range(self, tau, cut_mass=None, level=None):
-        """Losses beyond which each tail of P has mass at most tau (a subsampled pair's: cut at
-        ``+-level`` where the mass beyond is at most ``cut_mass``, :func:`_cut`).
+        """Losses beyond which each tail of P has mass at most tau, within the loss's hard edge
+        (a subsampled pair's ``log(1 - q)``: the remove pair's minimum, ``-log(1 - q)`` the add
+        pair's maximum) and cut as :func:`_cut` allows (a subsampled pair's: at ``+-level`` where
+        the mass beyond is at most ``cut_mass``; a full-batch pair is never cut).
 
         Args:
             tau: the largest P-mass of each tail beyond the range, > 0.
-            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut; ignored by
-                this base method).
-            level: the cut level (None: ``LOSS_CUT``; ignored by this base method).
+            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
+            level: the cut level (None: ``LOSS_CUT``).
 
         Returns:
             A tuple ``(lo, hi)`` of floats.
         """
         lo, hi = self._tails(tau)
-        return float(lo), float(hi)
+        if self.decreasing:
+            lo, hi = hi, lo                                                 # the loss decreases in x
+            hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)    # the loss is <= -log(1 - q)
+        else:
+            lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)    # the loss is >= log(1 - q)
+        return _cut(self, cut_mass, float(lo), float(hi), level)
 
 
 @dataclass(frozen=True)
@@ -354,21 +360,6 @@ class RemovePair(Pair):
     def _x_edges(self, e):
         return self._x_of_mix(e)
 
-    def loss_range(self, tau, cut_mass=None, level=None):
-        """Losses beyond which each tail of P has mass at most tau, cut as :func:`_cut` allows.
-
-        Args:
-            tau: the largest P-mass of each tail beyond the range, > 0.
-            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
-            level: the cut level (None: ``LOSS_CUT``).
-
-        Returns:
-            A tuple ``(lo, hi)`` of floats, ``lo >= log(1 - q)``.
-        """
-        lo, hi = self._tails(tau)
-        lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)       # the loss is >= log(1 - q)
-        return _cut(self, cut_mass, float(lo), float(hi), level)
-
     @property
     def edge(self):
         """The hard edge of the loss, ``log(1 - q)`` (its minimum), or None (``q = 1``)."""
@@ -423,22 +414,6 @@ class AddPair(Pair):
 
     def _x_edges(self, e):
         return self._x_of_mix(-e)[::-1]
-
-    def loss_range(self, tau, cut_mass=None, level=None):
-        """Losses beyond which each tail of P has mass at most tau, cut as :func:`_cut` allows.
-
-        Args:
-            tau: the largest P-mass of each tail beyond the range, > 0.
-            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
-            level: the cut level (None: ``LOSS_CUT``).
-
-        Returns:
-            A tuple ``(lo, hi)`` of floats, ``hi <= -log(1 - q)``.
-        """
-        a, b = self._tails(tau)
-        lo, hi = b, a                                                       # the loss decreases in x
-        hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)        # the loss is <= -log(1 - q)
-        return _cut(self, cut_mass, float(lo), float(hi), level)
 
     @property
     def edge(self):
