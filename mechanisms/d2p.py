@@ -19,8 +19,8 @@ from ..accountant import validation as v
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
-from .shared import check_target as _check_target
+from .tighten import certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .shared import check_calibration
 from .tighten import calibrate_poisson
 
 __all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
@@ -115,16 +115,13 @@ class ClipD2P(Mechanism):
         ``accountant="best"`` (the default) the smallest sigma whose certified PLD upper bound meets the target.
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
 
         Returns:
             A :class:`CalibrationReport` with ``sigma``.
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         J, K = self.samples_per_node, self.iterations
         warns = []
         conv = "mironov" if method == "paper" else "improved"
@@ -177,10 +174,8 @@ class ConstD2P(ClipD2P):
         """ClipD2P's calibration with C = G, and the AdaD2P-E2 warning (emitted and in the report).
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
 
         Returns:
             A :class:`CalibrationReport` with ``sigma``.
@@ -227,8 +222,10 @@ class AdaD2P:
         """
         return ClipD2P(self.samples_per_node, self.iterations, "replace-one")
 
-    def accountant(self, *args, **kwargs):
-        """Refused: AdaD2P has no privacy accountant (AdaD2P-E1).
+    def _refused(self, *args, **kwargs):
+        """Refused, as every query of AdaD2P (``accountant``, ``epsilon``, ``epsilon_bracket``,
+        ``calibrate``, ``report``): it has no privacy accountant, no finite eps, and no noise gives
+        it a guarantee (AdaD2P-E1).
 
         Args:
             *args: ignored.
@@ -239,50 +236,4 @@ class AdaD2P:
         """
         raise NoPrivacyGuaranteeError(ADAD2P_REASON)
 
-    def epsilon(self, *args, **kwargs):
-        """Refused: AdaD2P has no finite eps (AdaD2P-E1).
-
-        Args:
-            *args: ignored.
-            **kwargs: ignored.
-
-        Raises:
-            NoPrivacyGuaranteeError: always.
-        """
-        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
-
-    def calibrate(self, *args, **kwargs):
-        """Refused: no noise gives AdaD2P a guarantee (AdaD2P-E1).
-
-        Args:
-            *args: ignored.
-            **kwargs: ignored.
-
-        Raises:
-            NoPrivacyGuaranteeError: always.
-        """
-        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
-
-    def epsilon_bracket(self, *args, **kwargs):
-        """Refused: AdaD2P has no finite eps (AdaD2P-E1).
-
-        Args:
-            *args: ignored.
-            **kwargs: ignored.
-
-        Raises:
-            NoPrivacyGuaranteeError: always.
-        """
-        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
-
-    def report(self, *args, **kwargs):
-        """Refused: AdaD2P has no privacy report (AdaD2P-E1).
-
-        Args:
-            *args: ignored.
-            **kwargs: ignored.
-
-        Raises:
-            NoPrivacyGuaranteeError: always.
-        """
-        raise NoPrivacyGuaranteeError(ADAD2P_REASON)
+    accountant = epsilon = calibrate = epsilon_bracket = report = _refused

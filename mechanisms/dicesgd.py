@@ -24,9 +24,9 @@ from ..accountant import validation as v
 
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
-from .shared import abadi_multiplier, check_target as _check_target
+from .shared import abadi_multiplier, check_calibration
 from .search import smallest_scale
-from .tighten import calibrate_poisson, check_accountant, meets_accountant
+from .tighten import calibrate_poisson, meets_accountant
 
 __all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
 
@@ -178,11 +178,6 @@ class DiceSGD(Mechanism):
     def _event(self, release: str, z: float):
         return GaussianEvent(z)
 
-    @property
-    def sensitivities(self):
-        """``(Delta_0, Delta)``: the sensitivities of the first and of the later releases."""
-        return self.sensitivity("first"), self.sensitivity("later")
-
     def release_counts(self) -> dict:
         """Releases of a whole run: one first, ``T - 1`` later.
 
@@ -247,10 +242,8 @@ class DiceSGD(Mechanism):
         (more noise; for comparison); the default solves on the best certified eps (exact GDP).
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
 
         Returns:
             A :class:`CalibrationReport` with ``sigma1``.
@@ -259,8 +252,7 @@ class DiceSGD(Mechanism):
             InputError: if Thm 3.7's noise is not finite at this eps (eps too small), or the target
                 is not allowed.
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         L = math.log(1.0 / d)
         c1, c2, c = self.clips
         B, N, T = self.batch_size, self.N, self.steps

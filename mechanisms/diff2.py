@@ -21,9 +21,9 @@ from ..accountant import gdp_mu, subsampled_rdp_wor
 
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
-from .shared import check_target as _check_target, paper_order
+from .shared import check_calibration, check_target as _check_target, paper_order
 from .search import smallest_scale, start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 
 __all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
 
@@ -42,7 +42,27 @@ _DIFFERENCE = ReleaseSpec("difference", "sigma2", "replace-one", "full batch", "
 
 
 @dataclass(frozen=True)
-class DIFF2GD(Mechanism):
+class _Diff2Run(Mechanism):
+    """The run DIFF2-GD and DIFF2-BVR share: ``R`` rounds, restart every ``T``, ``P`` clients, smallest
+    local dataset ``n_min`` (the fields and their checks)."""
+
+    rounds: int
+    restart_interval: int
+    clients: int
+    n_min: int
+
+    def __post_init__(self):
+        r = v.run_length(self.rounds, "rounds")
+        v.run_length(self.restart_interval, "restart_interval")
+        if self.restart_interval > r:
+            raise InputError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
+                             f"in [1, rounds={r}] (T > R leaves no restart after the first round).")
+        v.records(self.clients, "clients")
+        v.records(self.n_min, "n_min")
+
+
+@dataclass(frozen=True)
+class DIFF2GD(_Diff2Run):
     """DIFF2-GD (Algorithms 1-3): ``R`` rounds, restart every ``T``, ``P`` clients, smallest local
     dataset ``n_min``.  Releases ``v~_r, x_r`` every round (central DP, replace-one, full batch).
 
@@ -56,26 +76,12 @@ class DIFF2GD(Mechanism):
         InputError: if a field is out of its range (checked on construction).
     """
 
-    rounds: int
-    restart_interval: int
-    clients: int
-    n_min: int
-
     name = "diff2-gd"
     releases = (_RESTART, _DIFFERENCE)
     #: one line per field and per calibrate() option (the CLI's --help is built from these)
     field_help = {"rounds": "rounds R", "restart_interval": "restart interval T", "clients": "clients P",
                   "n_min": "smallest local dataset n_min"}
     calibrate_options = {"u": "budget split u > 1 (Prop. 4.1)"}
-
-    def __post_init__(self):
-        r = v.run_length(self.rounds, "rounds")
-        v.run_length(self.restart_interval, "restart_interval")
-        if self.restart_interval > r:
-            raise InputError(f"restart_interval={self.restart_interval!r} is not allowed: expected an integer "
-                             f"in [1, rounds={r}] (T > R leaves no restart after the first round).")
-        v.records(self.clients, "clients")
-        v.records(self.n_min, "n_min")
 
     # -- shape --------------------------------------------------------------------------------
     @property
@@ -181,10 +187,8 @@ class DIFF2GD(Mechanism):
         ``accountant="rdp"`` solves on RDP alone (more noise; for comparison).
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
             u: budget split u > 1 (Prop. 4.1).
             shares: None, or ``(s1, s2)``, two positive numbers summing to 1 (replaces ``u``).
 
@@ -192,8 +196,7 @@ class DIFF2GD(Mechanism):
             A :class:`CalibrationReport` with ``sigma1``, ``sigma2`` (``sigma3`` and ``sigma4``
             None).
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         if shares is not None:
             u = self._u_from_shares(shares)
         a, p1, p2 = self.paper_sigmas(e, d, u)
@@ -310,10 +313,8 @@ class DPGD(Mechanism):
         ``"tight"``: exact GDP (``accountant="rdp"``: RDP alone, for comparison).
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
 
         Returns:
             A :class:`CalibrationReport` with ``sigma1``.
@@ -326,7 +327,7 @@ class DPGD(Mechanism):
 
 
 @dataclass(frozen=True)
-class DIFF2BVR(Mechanism):
+class DIFF2BVR(_Diff2Run):
     """DIFF2-BVR-L-SGD (Algorithm 4): DIFF2-GD plus, each round, ``K`` local steps on ONE client
     (round robin, ``p_r = 1 + r % P``) with minibatches of ``b`` records drawn without replacement.
 
@@ -336,10 +337,7 @@ class DIFF2BVR(Mechanism):
     (DIFF2-E9): paper mode uses ``K``, tight mode ``K - 1``.
 
     Attributes:
-        rounds: rounds R, an integer in [1, 1e9].
-        restart_interval: restart interval T, an integer in [1, R].
-        clients: clients P, an integer in [1, 1e9].
-        n_min: smallest local dataset n_min, an integer in [1, 1e9].
+        rounds, restart_interval, clients, n_min: as :class:`DIFF2GD`.
         local_steps: local steps K per round, an integer in [1, 1e9].
         batch_size: local minibatch b, an integer in [1, n_min].
 
@@ -347,10 +345,6 @@ class DIFF2BVR(Mechanism):
         InputError: if a field is out of its range (checked on construction).
     """
 
-    rounds: int
-    restart_interval: int
-    clients: int
-    n_min: int
     local_steps: int
     batch_size: int
 
@@ -363,7 +357,7 @@ class DIFF2BVR(Mechanism):
     calibrate_options = {"u1": "budget split u1 (Prop. E.2)", "u2": "budget split u2 (Prop. E.2)"}
 
     def __post_init__(self):
-        DIFF2GD(self.rounds, self.restart_interval, self.clients, self.n_min)
+        super().__post_init__()
         v.run_length(self.local_steps, "local_steps")
         v.records(self.batch_size, "batch_size")
         if self.batch_size > self.n_min:
@@ -512,10 +506,8 @@ class DIFF2BVR(Mechanism):
         (PLD upper bound of the replace-one WOR pairs, or RDP if smaller) does.
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
             u1: budget split u1 > 1 (Prop. E.2).
             u2: budget split u2 > 1, with 1/u1 + 1/u2 < 1.
 
@@ -525,8 +517,7 @@ class DIFF2BVR(Mechanism):
         Raises:
             InputError: if 1/u1 + 1/u2 >= 1 (DIFF2-E6), or a target or split is not allowed.
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         uu1 = v.in_range(u1, "u1", 1.0, math.inf, low_open=True, high_open=True)
         uu2 = v.in_range(u2, "u2", 1.0, math.inf, low_open=True, high_open=True)
         slack = 1.0 - 1.0 / uu1 - 1.0 / uu2

@@ -29,8 +29,8 @@ from ..accountant.shuffle import check_relation
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import smallest_scale, start_rtol
-from .tighten import calibrate_poisson, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
-from .shared import ABADI_ORDERS, abadi_multiplier, check_target as _check_target
+from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .shared import ABADI_ORDERS, abadi_multiplier, check_calibration
 
 __all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
 
@@ -438,8 +438,7 @@ class DPSGD(Mechanism):
             InputError: if ``method="paper"`` with shuffled or balls-in-bins batches, or the target is
                 not allowed.
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         if self.shuffled:
             return self._calibrate_shuffle(e, d, method, accountant, rtol)
         if self.balls_in_bins:

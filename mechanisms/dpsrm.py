@@ -18,8 +18,8 @@ from ..accountant import validation as v
 from .releases import Mechanism, ReleaseSpec
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, check_accountant, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
-from .shared import check_target as _check_target, paper_order
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .shared import check_calibration, check_target as _check_target, paper_order
 
 __all__ = ["DPSRM"]
 
@@ -94,11 +94,6 @@ class DPSRM(Mechanism):
     def _event(self, release: str, z: float):
         b = self.b0 if release == "v^0" else self.b
         return WORSampledGaussianEvent.from_sizes(b, self.n, z)
-
-    @property
-    def sensitivities(self):
-        """``(Delta_0, Delta_t)``: the sensitivities of ``v^0`` and of ``v^t``."""
-        return self.sensitivity("v^0"), self.sensitivity("v^t")
 
     def release_counts(self) -> dict:
         """Releases of a whole run: one ``v^0``, ``T - 1`` ``v^t``.
@@ -207,17 +202,14 @@ class DPSRM(Mechanism):
         (``accountant="best"``, the default).  ``certified_epsilon`` is the best certified eps of the answer.
 
         Args:
-            epsilon: target eps, in (0, 1e4].
-            delta: target delta, in (0, 1).
-            method: ``"paper"`` or ``"tight"``.
-            accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+            epsilon, delta, method, accountant: the target and the route, as
+                :func:`~.shared.check_calibration` takes them.
             beta: budget split, in (0, 1).
 
         Returns:
             A :class:`CalibrationReport` with ``sigma0``, ``sigma``.
         """
-        accountant = check_accountant(accountant)
-        e, d = _check_target(epsilon, delta, method)
+        accountant, e, d = check_calibration(epsilon, delta, method, accountant)
         a, p0, pt = self.paper_sigmas(e, d, beta)
         d0, dt = self.sensitivities
         warns = []

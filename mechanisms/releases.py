@@ -171,6 +171,12 @@ class Mechanism:
         params = inspect.signature(self.accountant).parameters
         return tuple(n for n in self.noise_names() if n in params and params[n].default is inspect.Parameter.empty)
 
+    @property
+    def sensitivities(self) -> tuple:
+        """The L2 sensitivities of the releases, in :attr:`releases` order (``(Delta_0, Delta)`` for
+        a first release and the later ones: DiceSGD, DP-SRM)."""
+        return tuple(self.sensitivity(s.name) for s in self.releases)
+
     def participations(self, release: str, count: int) -> int:
         """How many of ``count`` releases one record can take part in (all of them, unless the
         sampling bounds it: shuffled batches put a record in one batch per epoch).

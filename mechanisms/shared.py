@@ -10,9 +10,9 @@ from ..accountant.validation import InputError
 from ..accountant import validation as v
 
 from .report import METHODS
-from .tighten import calibrate_poisson
+from .tighten import calibrate_poisson, check_accountant
 
-__all__ = ["check_target", "paper_order", "ABADI_ORDERS", "abadi_multiplier"]
+__all__ = ["check_target", "check_calibration", "paper_order", "ABADI_ORDERS", "abadi_multiplier"]
 
 #: integer orders of DPSGD-E2 (the numerical stand-in for Abadi's unspecified constants)
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)
@@ -47,6 +47,26 @@ def check_target(epsilon, delta, method):
     if method not in METHODS:
         raise InputError(f"method={method!r} is not allowed: expected one of {METHODS}.")
     return e, d
+
+
+def check_calibration(epsilon, delta, method, accountant):
+    """Check the arguments every mechanism's ``calibrate`` takes; return the route and the target.
+
+    Args:
+        epsilon: target eps, in (0, 1e4].
+        delta: target delta, in (0, 1).
+        method: ``"paper"`` or ``"tight"``.
+        accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
+
+    Returns:
+        ``(route, epsilon, delta)``: the route the calibration takes (:func:`~.tighten.check_accountant`)
+        and the target as floats (:func:`check_target`).
+
+    Raises:
+        InputError: as :func:`~.tighten.check_accountant` and :func:`check_target`.
+    """
+    route = check_accountant(accountant)
+    return (route, *check_target(epsilon, delta, method))
 
 
 def paper_order(x: float, epsilon: float) -> int:
