@@ -133,14 +133,10 @@ class DPSGD(Mechanism):
             v.in_range(self.sampling_rate, "sampling_rate", 1.0 / v.MAX_RECORDS, 1.0)
             v.run_length(self.steps, "steps")
             return
-        for name in ("sampling_rate", "steps"):
-            if getattr(self, name) is not None:
-                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with sampling={self.sampling!r}: "
-                                   "the batches follow from n, batch_size and epochs (q = b/n and E * ceil(n/b) "
-                                   "steps); give those instead.")
-        for name in ("n", "batch_size", "epochs"):
-            if getattr(self, name) is None:
-                raise v.InputError(f"{name} is required with sampling={self.sampling!r} (n, batch_size and epochs).")
+        self._refuse_given(("sampling_rate", "steps"), f"sampling={self.sampling!r}",
+                           "the batches follow from n, batch_size and epochs (q = b/n and E * ceil(n/b) steps); "
+                           "give those instead.")
+        self._require(("n", "batch_size", "epochs"), f"sampling={self.sampling!r}", "n, batch_size and epochs")
         v.run_length(self.epochs, "epochs")
         v.records(self.n, "n")
         if self.sampling == "balls-in-bins":
@@ -156,19 +152,28 @@ class DPSGD(Mechanism):
         steps_per_epoch(self.n, self.batch_size, self.drop_last)
         object.__setattr__(self, "relation", check_relation(self.relation or ZERO_OUT))
 
+    def _refuse_given(self, names, context: str, why: str):
+        """Refuse the first of ``names`` that is given: ``name=value is not allowed with {context}: {why}``."""
+        for name in names:
+            if getattr(self, name) is not None:
+                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with {context}: {why}")
+
+    def _require(self, names, context: str, why: str):
+        """Refuse the first of ``names`` that is not given: ``name is required with {context} ({why}).``"""
+        for name in names:
+            if getattr(self, name) is None:
+                raise v.InputError(f"{name} is required with {context} ({why}).")
+
     def _poisson_from_shape(self, given):
         """Poisson sampling described by the run's shape: ``q = b/n`` (the expected batch is ``b``) and
         ``T = E * ceil(n/b)`` steps (an epoch is ``ceil(n/b)`` batches, the last one counted whole: the
         rounding never undercounts the steps)."""
-        for name in ("sampling_rate", "steps"):
-            if getattr(self, name) is not None:
-                raise v.InputError(f"{name}={getattr(self, name)!r} is not allowed with n, batch_size and epochs: "
-                                   "give either sampling_rate and steps, or n, batch_size and epochs (then "
-                                   "q = b/n and T = E * ceil(n/b)).")
-        for name in ("n", "batch_size", "epochs"):
-            if name not in given:
-                raise v.InputError(f"{name} is required with {', '.join(given)} (sampling='poisson' from the run's "
-                                   "shape takes n, batch_size and epochs: q = b/n, T = E * ceil(n/b)).")
+        self._refuse_given(("sampling_rate", "steps"), "n, batch_size and epochs",
+                           "give either sampling_rate and steps, or n, batch_size and epochs (then q = b/n and "
+                           "T = E * ceil(n/b)).")
+        self._require(("n", "batch_size", "epochs"), ", ".join(given),
+                      "sampling='poisson' from the run's shape takes n, batch_size and epochs: q = b/n, "
+                      "T = E * ceil(n/b)")
         n = v.records(self.n, "n")
         epochs = v.run_length(self.epochs, "epochs")
         t = steps_per_epoch(n, self.batch_size)
