@@ -338,13 +338,7 @@ def never_used_probability(events) -> float:
     Returns:
         The probability (a float in [0, 1]).
     """
-    log_never = 0.0
-    for ev, k in events:
-        p = float(ev.use_probability)
-        if p >= 1.0:
-            return 0.0
-        log_never += k * math.log1p(-p)
-    return math.exp(log_never)
+    return math.exp(_log_none(events, lambda ev: float(ev.use_probability)))
 
 
 def total_variation_bound(events) -> float:
@@ -369,11 +363,20 @@ def total_variation_bound(events) -> float:
     """
     from scipy import special
 
-    log_same = 0.0
+    def tv(ev):
+        return min(1.0, float(ev.use_probability)
+                   * float(special.erf(1.0 / (2.0 * math.sqrt(2.0) * float(ev.noise_multiplier)))))
+
+    return -math.expm1(_log_none(events, tv))
+
+
+def _log_none(events, chance) -> float:
+    """``log prod (1 - chance(ev))^k`` over ``(event, count)`` pairs: the log-chance that none of
+    the releases does what ``chance`` gives the chance of (``-inf`` as soon as one chance is 1)."""
+    log_none = 0.0
     for ev, k in events:
-        p = float(ev.use_probability)
-        tv = min(1.0, p * float(special.erf(1.0 / (2.0 * math.sqrt(2.0) * float(ev.noise_multiplier)))))
-        if tv >= 1.0:
-            return 1.0
-        log_same += k * math.log1p(-tv)
-    return -math.expm1(log_same)
+        c = chance(ev)
+        if c >= 1.0:
+            return -math.inf
+        log_none += k * math.log1p(-c)
+    return log_none
