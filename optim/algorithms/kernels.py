@@ -301,7 +301,7 @@ class DPSGDKernel(Kernel):
     def std(self, kind):
         """The std ``z C`` of a step's release (0 without noise).
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -312,10 +312,7 @@ class DPSGDKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release the clipped gradient sum plus N(0, (z C)^2 I).
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: the noisy sum and ``"step"``.
@@ -383,7 +380,7 @@ class DiceSGDKernel(Kernel):
     def std(self, kind):
         """The mechanism's std of release ``kind`` at ``sigma1``.
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -397,10 +394,7 @@ class DiceSGDKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release ``v + w`` and update the error feedback ``e``.
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: ``v + w`` and ``"first"`` / ``"later"``.
@@ -465,7 +459,7 @@ class DPSRMKernel(Kernel):
     def std(self, kind):
         """The mechanism's std of release ``kind`` at ``sigma0`` (``"v^0"``) or ``sigma``.
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -486,10 +480,7 @@ class DPSRMKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release ``v^t`` (the momentum term ``(1 - gamma) v^{t-1}`` as its public part) and keep it.
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: ``v^t`` and ``"v^0"`` / ``"v^t"``.
