@@ -97,9 +97,7 @@ class Sampler:
         """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch).
 
         Args:
-            n: number of records, >= 1.
-            generator: the run's data generator.
-            holder: whose records are drawn.
+            n, generator, holder: as :meth:`one`.
 
         Returns:
             A permutation of ``0..n-1`` (a long tensor).
@@ -160,13 +158,20 @@ class ForcedRecord(Sampler):
         holder: the client or node whose record is forced (0 for one dataset).
         index: the record's index in the holder's data.
         present: True: the record is in every sample; False: in none.
+
+    Attributes:
+        draws: the samples drawn so far for ``holder`` (the probe: an add/remove claim needs at least one).
     """
 
     def __init__(self, holder: int, index: int, present: bool):
         self.holder, self.index, self.present = int(holder), int(index), bool(present)
+        self.draws = 0
 
-    def _mine(self, holder: int) -> bool:
-        return int(holder) == self.holder
+    def _forced_holder(self, holder: int) -> bool:
+        """Is this a sample of the forced holder's?  Each draw asks once: it is counted in ``draws``."""
+        mine = int(holder) == self.holder
+        self.draws += mine
+        return mine
 
     def _without(self, idx: torch.Tensor) -> torch.Tensor:
         return idx[idx != self.index]
@@ -174,7 +179,7 @@ class ForcedRecord(Sampler):
     def _forced(self, idx: torch.Tensor, holder: int, ascending: bool = True) -> torch.Tensor:
         """``idx`` (the forced holder's) with the record taken out, then -- ``present`` -- joined: in ascending order,
         or (``ascending=False``) at the end."""
-        if not self._mine(holder):
+        if not self._forced_holder(holder):
             return idx
         idx = self._without(idx)
         if not self.present:
@@ -232,7 +237,7 @@ class ForcedRecord(Sampler):
         return self._forced(super().binned(batches, j, holder=holder), holder)
 
     def _fixed_size(self, idx, holder):
-        if not self._mine(holder):
+        if not self._forced_holder(holder):
             return idx
         if not self.present:
             return self._without(idx)
@@ -256,7 +261,7 @@ class ForcedRecord(Sampler):
                 lose its only record).
         """
         idx = super().one(n, generator, holder=holder)
-        if not self._mine(holder):
+        if not self._forced_holder(holder):
             return idx
         if not self.present:
             raise InputError("present=False is not allowed for a one-record sample: removing the only record of a "
