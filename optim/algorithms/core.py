@@ -145,6 +145,13 @@ def split_public(value, public):
     return (None, value) if public is None else (value, value + public)
 
 
+def _checked(value, std, public):
+    """:func:`split_public` of a release whose ``std`` is refused unless a number >= 0."""
+    if std < 0 or math.isnan(std):
+        raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
+    return split_public(value, public)
+
+
 class NoiseSource:
     """Adds Gaussian noise to the algorithm's queries from a dedicated generator, and optionally
     records every release (see :class:`Release`).
@@ -229,9 +236,7 @@ class NoiseSource:
         Raises:
             InputError: if ``std`` is negative or NaN.
         """
-        if std < 0 or math.isnan(std):
-            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
-        fresh, value = split_public(value, public)
+        fresh, value = _checked(value, std, public)
         if std == 0:
             out, noise = value + torch.zeros_like(value), torch.zeros_like(value)
         else:
@@ -246,13 +251,7 @@ class NoiseSource:
 
         Args:
             i: the row (node / client) whose generator draws the noise; :meth:`use_rows` must have been called.
-            value: the noiseless query.
-            std: per-coordinate noise std, >= 0.
-            round: the round of the release (for the record).
-            name: the release's name (for the record).
-            sensitivity: the claimed L2 sensitivity, or None (for the record).
-            relation: the neighbouring relation of the claim (for the record).
-            public: a data-independent term added to ``value`` before the noise, or None.
+            value, std, round, name, sensitivity, relation, public: as :meth:`privatize`.
 
         Returns:
             The released tensor ``value (+ public) + noise``.
@@ -260,9 +259,7 @@ class NoiseSource:
         Raises:
             InputError: if ``std`` is negative or NaN.
         """
-        if std < 0 or math.isnan(std):
-            raise InputError(f"std={std!r} is not allowed: expected a number >= 0.")
-        fresh, value = split_public(value, public)
+        fresh, value = _checked(value, std, public)
         g = self.row_generators[i]
         if std == 0:
             noise = torch.zeros_like(value)

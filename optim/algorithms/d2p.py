@@ -206,24 +206,14 @@ class ConstD2P(ClipD2P):
     norm is <= G (AdaD2P-E2); the run counts the violations in ``bound_violations``.
 
     Args:
-        model: the model (its parameters are every node's starting point).
-        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
-        node_data: one ``(x, y)`` pair per node this process runs, every node with the same number
-            J of records, J >= the calibration's ``samples_per_node``.
         mechanism: a :class:`dpcalib.mechanisms.ConstD2P`.
         noise: its calibration (a CalibrationReport) or a dict of noise levels
             (``sigma``: noise multiplier, std / G, >= 0).
         G: the assumed bound on per-example gradient norms, in [0, inf]; inf only with ``sigma = 0``.
-        lr: the step size, finite and > 0.
-        graph: the mixing graph's variant, ``"paper"`` or ``"sgp"``.
-        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
-            ``record``, ``transport``, ...).
+        model, loss_fn, node_data, lr, graph, **kwargs: as :class:`ClipD2P`.
 
     Raises:
-        InputError: if the mechanism is of another kind, ``graph`` is unknown, ``node_data`` is not
-            a non-empty list of ``(x, y)`` pairs, one per node this process runs, with the same J >=
-            ``samples_per_node`` everywhere, ``lr`` is not a finite number > 0, or the noise has no ``sigma``,
-            or G is negative, NaN, or inf with ``sigma > 0``.
+        InputError: as :class:`ClipD2P`'s, with G in place of C.
     """
 
     name = "constd2p"
@@ -298,22 +288,13 @@ class AdaD2P(NoGuarantee, _Decentralized):
     raises :class:`mechanisms.NoPrivacyGuaranteeError`.  ``noise``: ``{"sigma": s}``.
 
     Args:
-        model: the model (its parameters are every node's starting point).
-        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
-        node_data: one ``(x, y)`` pair per node this process runs, every node with the same number
-            J of records, J >= the calibration's ``samples_per_node``.
         mechanism: a :class:`dpcalib.mechanisms.AdaD2P`.
         noise: its calibration (a CalibrationReport) or a dict of noise levels
             (``sigma``: std / ||g_i||, >= 0).
-        lr: the step size, finite and > 0.
-        graph: the mixing graph's variant, ``"paper"`` or ``"sgp"``.
-        **kwargs: passed on to :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` (``seed``,
-            ``record``, ``transport``, ...).
+        model, loss_fn, node_data, lr, graph, **kwargs: as :class:`ClipD2P`.
 
     Raises:
-        InputError: if the mechanism is of another kind, ``graph`` is unknown, ``node_data`` is not
-            a non-empty list of ``(x, y)`` pairs, one per node this process runs, with the same J >=
-            ``samples_per_node`` everywhere, ``lr`` is not a finite number > 0, or the noise has no ``sigma``.
+        InputError: as :class:`ClipD2P`'s, but for the clip (AdaD2P has none).
     """
 
     name = "adad2p"

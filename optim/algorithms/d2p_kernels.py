@@ -69,23 +69,13 @@ class D2PKernel(Kernel):
     """
 
     name = "d2p"
+    kinds = ("iteration", "iteration")          # every iteration makes an "iteration" release
 
     def __init__(self, mechanism, levels, *, rule: str, C: float | None = None):
         super().__init__(mechanism, levels)
         self.rule, self.C = rule, None if C is None else float(C)
         self.clip = self.C
         self.relation = getattr(mechanism, "relation", "replace-one")
-
-    def kind(self, first):
-        """Every iteration makes an ``"iteration"`` release.
-
-        Args:
-            first: ignored.
-
-        Returns:
-            ``"iteration"``.
-        """
-        return "iteration"
 
     def asks(self, first):
         """The clipped sum at C (ClipD2P) or the plain sum.

@@ -152,6 +152,8 @@ class DIFF2Kernel(Kernel):
     """
 
     name = "diff2-gd"
+    kinds = ("restart", "difference")           # a round that starts a restart period, the others
+    state_names = ("v",)                        # the running estimator v~ (None before the first round)
 
     def __init__(self, mechanism, levels, *, C1: float, C2: float, T: int):
         super().__init__(mechanism, levels)
@@ -188,17 +190,6 @@ class DIFF2Kernel(Kernel):
             True for a restart round.
         """
         return (round - 1) % self.T == 0
-
-    def kind(self, first):
-        """A round that starts a restart period is ``"restart"``, the others ``"difference"``.
-
-        Args:
-            first: is the round the first of its restart period (a restart round)?
-
-        Returns:
-            ``"restart"`` or ``"difference"``.
-        """
-        return "restart" if first else "difference"
 
     def asks(self, first):
         """A restart round: the clipped sum at C1; a difference round: the step length, then the
@@ -263,22 +254,6 @@ class DIFF2Kernel(Kernel):
                          relation=m.release(kind).relation, public=public)
         return self.v, kind
 
-    def state_dict(self):
-        """The running estimator.
-
-        Returns:
-            ``{"v": v~}`` (None before the first round).
-        """
-        return {"v": self.v}
-
-    def load_state_dict(self, state):
-        """Restore the running estimator.
-
-        Args:
-            state: a dict with ``"v"``, as :meth:`state_dict` returns it.
-        """
-        self.v = state["v"]
-
 
 class LocalStepKernel(Kernel):
     """One DIFF2-BVR local step (Algorithm 4 lines 6-8) on one client's minibatch of ``b`` records:
@@ -293,22 +268,12 @@ class LocalStepKernel(Kernel):
     """
 
     name = "diff2-bvr-local"
+    kinds = ("local", "local")                  # every local step makes a "local" release
 
     def __init__(self, mechanism, levels, *, C3: float):
         super().__init__(mechanism, levels)
         self.C3, self.b = float(C3), mechanism.batch_size
         self.v = None
-
-    def kind(self, first):
-        """Every local step makes a ``"local"`` release.
-
-        Args:
-            first: ignored.
-
-        Returns:
-            ``"local"``.
-        """
-        return "local"
 
     def asks(self, first):
         """The step length, then the clipped difference sum at ``C3`` times it (the clip is given as None).

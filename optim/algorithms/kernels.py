@@ -148,19 +148,24 @@ class Kernel:
     clip_schedulable = False
     #: may the clip be a vector of per-layer bounds (``clipping="per_layer"``), the sensitivity their norm?
     per_layer = False
+    #: the kinds of release (the keys of the mechanism's events): the first step's, then every later one's
+    kinds: tuple = ()
+    #: the attributes that are the kernel's state across steps (plain tensors, or None before the first step)
+    state_names: tuple = ()
 
     def __init__(self, mechanism, levels: dict):
         self.mechanism, self.levels = mechanism, dict(levels)
 
-    def kind(self, first: bool) -> str:                                  # pragma: no cover - abstract
-        """The kind of release a step makes (the key of the mechanism's events).
+    def kind(self, first: bool) -> str:
+        """The kind of release a step makes (the key of the mechanism's events), from :attr:`kinds`.
+
         Args:
-            first: is this the run's first step?
+            first: is this the run's first step (DIFF2: the first of its restart period)?
 
         Returns:
-            The kind's name.
+            The kind's name: ``kinds[0]`` for a first step, else ``kinds[1]``.
         """
-        raise NotImplementedError
+        return self.kinds[0] if first else self.kinds[1]
 
     def asks(self, first: bool) -> tuple:
         """``((query, args), ...)``: the queries :meth:`step` asks, in its order (a driver that sums
@@ -229,12 +234,12 @@ class Kernel:
         raise NotImplementedError                                       # pragma: no cover - abstract
 
     def state_dict(self) -> dict:
-        """The kernel's state as plain tensors.
+        """The kernel's state as plain tensors: its :attr:`state_names` attributes.
 
         Returns:
-            A dict (empty for a stateless kernel).
+            A dict by attribute name (empty for a stateless kernel).
         """
-        return {}
+        return {k: getattr(self, k) for k in self.state_names}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output.
@@ -242,7 +247,8 @@ class Kernel:
         Args:
             state: a dict as returned by :meth:`state_dict`.
         """
-        pass
+        for k in self.state_names:
+            setattr(self, k, state[k])
 
 
 class DPSGDKernel(Kernel):
@@ -258,6 +264,7 @@ class DPSGDKernel(Kernel):
     """
 
     name = "dp-sgd"
+    kinds = ("step", "step")                    # every step makes a "step" release
     clip_schedulable = True
     per_layer = True
 
@@ -272,28 +279,14 @@ class DPSGDKernel(Kernel):
 
         Args:
             mechanism: the run's mechanism (a DP-SGD mechanism).
-            levels: the noise levels, a dict as a calibration's ``noise``.
-            n: the number of records of the run, >= 1.
-            clip: the per-record clip norm the user asked for, >= 0.
-            dim: the number of parameter coordinates.
-            device: the device of the kernel's state.
-            dtype: the dtype of the kernel's state.
+            clip: the per-record clip norm the user asked for, >= 0 (the kernel's C).
+            levels, n, dim, device, dtype: as :meth:`Kernel.for_run`.
 
         Returns:
             The kernel.
         """
         B = mechanism.expected_batch_size if mechanism.epoch_wise else mechanism.sampling_rate * n
         return cls(mechanism, levels, C=clip, B=B)
-
-    def kind(self, first):
-        """Every DP-SGD step makes a ``"step"`` release.
-        Args:
-            first: is this the run's first step?
-
-        Returns:
-            ``"step"``.
-        """
-        return "step"
 
     def asks(self, first):
         """One clipped sum at C.
@@ -308,7 +301,7 @@ class DPSGDKernel(Kernel):
     def std(self, kind):
         """The std ``z C`` of a step's release (0 without noise).
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -319,10 +312,7 @@ class DPSGDKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release the clipped gradient sum plus N(0, (z C)^2 I).
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: the noisy sum and ``"step"``.
@@ -351,6 +341,8 @@ class DiceSGDKernel(Kernel):
     """
 
     name = "dicesgd"
+    kinds = ("first", "later")                  # their sensitivities differ
+    state_names = ("e",)                        # the error feedback
 
     def __init__(self, mechanism, levels, *, C1: float, C2: float, stabilizer: float | None, dim: int, device, dtype):
         super().__init__(mechanism, levels)
@@ -365,12 +357,7 @@ class DiceSGDKernel(Kernel):
 
         Args:
             mechanism: the run's mechanism (a DiceSGD mechanism).
-            levels: the noise levels, a dict as a calibration's ``noise``.
-            n: the number of records of the run, >= 1.
-            clip: the per-record clip norm the user asked for (ignored).
-            dim: the number of parameter coordinates.
-            device: the device of the kernel's state.
-            dtype: the dtype of the kernel's state.
+            levels, n, clip, dim, device, dtype: as :meth:`Kernel.for_run` (``clip`` ignored).
             stabilizer: the automatic clip's stabilizer, > 0 (used only when ``mechanism.automatic``).
 
         Returns:
@@ -379,16 +366,6 @@ class DiceSGDKernel(Kernel):
         c1, c2, _ = mechanism.clips
         return cls(mechanism, levels, C1=c1, C2=c2, stabilizer=stabilizer if mechanism.automatic else None, dim=dim,
                    device=device, dtype=dtype)
-
-    def kind(self, first):
-        """The first step's release is ``"first"``, the others ``"later"`` (their sensitivities differ).
-        Args:
-            first: is this the run's first step?
-
-        Returns:
-            ``"first"`` or ``"later"``.
-        """
-        return "first" if first else "later"
 
     def asks(self, first):
         """The clipped sum at C1 and the plain gradient sum.
@@ -403,7 +380,7 @@ class DiceSGDKernel(Kernel):
     def std(self, kind):
         """The mechanism's std of release ``kind`` at ``sigma1``.
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -417,10 +394,7 @@ class DiceSGDKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release ``v + w`` and update the error feedback ``e``.
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: ``v + w`` and ``"first"`` / ``"later"``.
@@ -433,22 +407,6 @@ class DiceSGDKernel(Kernel):
                      sensitivity=m.sensitivity(kind, (self.C1, self.C2)), relation=m.release(kind).relation)
         self.e = self.e + plain / self.B - v
         return vw, kind
-
-    def state_dict(self):
-        """The error feedback.
-
-        Returns:
-            ``{"e": e}``.
-        """
-        return {"e": self.e}
-
-    def load_state_dict(self, state):
-        """Restore the error feedback.
-
-        Args:
-            state: a dict with ``"e"``, as :meth:`state_dict` returns it.
-        """
-        self.e = state["e"]
 
 
 class DPSRMKernel(Kernel):
@@ -464,6 +422,8 @@ class DPSRMKernel(Kernel):
     """
 
     name = "dp-srm"
+    kinds = ("v^0", "v^t")
+    state_names = ("v",)                        # the last release (None before the first step)
 
     def __init__(self, mechanism, levels, *, C1: float, C2: float):
         super().__init__(mechanism, levels)
@@ -478,27 +438,12 @@ class DPSRMKernel(Kernel):
 
         Args:
             mechanism: the run's mechanism (a DP-SRM mechanism).
-            levels: the noise levels, a dict as a calibration's ``noise``.
-            n: the number of records of the run, >= 1.
-            clip: the per-record clip norm the user asked for (ignored).
-            dim: the number of parameter coordinates.
-            device: the device of the kernel's state.
-            dtype: the dtype of the kernel's state.
+            levels, n, clip, dim, device, dtype: as :meth:`Kernel.for_run` (``clip`` ignored).
 
         Returns:
             The kernel, with no ``v`` yet.
         """
         return cls(mechanism, levels, C1=mechanism.lipschitz, C2=mechanism.step_bound)
-
-    def kind(self, first):
-        """The first release is ``"v^0"``, the others ``"v^t"``.
-        Args:
-            first: is this the run's first step?
-
-        Returns:
-            ``"v^0"`` or ``"v^t"``.
-        """
-        return "v^0" if first else "v^t"
 
     def asks(self, first):
         """The first step: the clipped sum at C1; later: the clipped difference sum at C2, then the clipped sum at C1.
@@ -514,7 +459,7 @@ class DPSRMKernel(Kernel):
     def std(self, kind):
         """The mechanism's std of release ``kind`` at ``sigma0`` (``"v^0"``) or ``sigma``.
         Args:
-            kind: the release kind (as :meth:`kind` returns it).
+            kind: as :meth:`Kernel.std`.
 
         Returns:
             The std, >= 0.
@@ -535,10 +480,7 @@ class DPSRMKernel(Kernel):
     def step(self, queries, release, round, first=False):
         """Release ``v^t`` (the momentum term ``(1 - gamma) v^{t-1}`` as its public part) and keep it.
         Args:
-            queries: the batch's :class:`Queries`.
-            release: ``release(value, std, **record)`` -> the released tensor (the run's noise source and transport).
-            round: the round of the release (1-based), for the record.
-            first: is this the run's first step?
+            queries, release, round, first: as :meth:`Kernel.step`.
 
         Returns:
             ``(released, kind)``: ``v^t`` and ``"v^0"`` / ``"v^t"``.
@@ -554,20 +496,4 @@ class DPSRMKernel(Kernel):
         self.v = release(v, self.std(kind), round=round, name=kind, sensitivity=m.sensitivity(kind),
                          relation=m.release(kind).relation, public=public)
         return self.v, kind
-
-    def state_dict(self):
-        """The last release.
-
-        Returns:
-            ``{"v": v}`` (None before the first step).
-        """
-        return {"v": self.v}
-
-    def load_state_dict(self, state):
-        """Restore the last release.
-
-        Args:
-            state: a dict with ``"v"``, as :meth:`state_dict` returns it.
-        """
-        self.v = state["v"]
 

@@ -203,10 +203,7 @@ class DPSRM(_OneDataset):
     ``sigma0``, ``sigma`` are ABSOLUTE stds.
 
     Args:
-        model: the model (its parameters are the starting point).
-        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
-        data: a pair ``(x, y)`` of tensors with the same number (>= 1) of rows, or a non-empty
-            map-style dataset whose items are ``(x_i, y_i)``.
+        model, loss_fn, data: as :class:`DPSGD`.
         mechanism: a :class:`dpcalib.mechanisms.DPSRM` whose ``n`` is the number of records.
         noise: its calibration, or a dict with ``sigma0`` and ``sigma``: absolute stds, >= 0.
         lr: the step size, finite and > 0.
@@ -296,10 +293,7 @@ class DiceSGD(_OneDataset):
     DiceSGD-E5 in docs/errata.md): ``C1/B`` at t = 0, ``2 C2 + C1/B`` afterwards (add/remove).
 
     Args:
-        model: the model (its parameters are the starting point).
-        loss_fn: ``loss_fn(output, target)`` -> per-example losses.
-        data: a pair ``(x, y)`` of tensors with the same number (>= 1) of rows, or a non-empty
-            map-style dataset whose items are ``(x_i, y_i)``.
+        model, loss_fn, data: as :class:`DPSGD`.
         mechanism: a :class:`dpcalib.mechanisms.DiceSGD` whose ``N`` is the number of records.
         noise: its calibration, or a dict with ``sigma1``: the absolute std of the noise on the average, >= 0.
         lr: the step size, finite and > 0.

@@ -109,15 +109,8 @@ class GradientCanary(PerExample):
         """The base's clipped sum, with the canary's row (if in the batch) replaced by its injected gradient, clipped.
 
         Args:
-            model: the run's model.
-            loss_fn: the run's per-example loss.
-            params: the parameters (dict name -> tensor).
-            x: the batch's inputs.
-            y: the batch's targets.
-            c: the clip norm, >= 0.
-            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
-            weights: per-row weights, or None (weight 1).
-            stabilizer: None for plain clipping, or the automatic clip's stabilizer (> 0).
+            model, loss_fn, params, x, y, c, ids, weights, stabilizer: as :meth:`PerExample.clipped_sum` (``ids``:
+                ``(holder, index)`` of each row, holder an int or a tensor of them).
 
         Returns:
             The flat clipped (weighted) sum.
@@ -136,15 +129,9 @@ class GradientCanary(PerExample):
         """The base's clipped difference sum, with the canary's difference ``gradient(j) - gradient(j')`` clipped.
 
         Args:
-            model: the run's model.
-            loss_fn: the run's per-example loss.
             cur: the current parameters (point j).
             prev: the previous parameters (point j').
-            x: the batch's inputs.
-            y: the batch's targets.
-            c: the clip norm, >= 0.
-            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
-            weights: per-row weights, or None (weight 1).
+            model, loss_fn, x, y, c, ids, weights: as :meth:`clipped_sum`.
 
         Returns:
             The flat clipped (weighted) difference sum.
@@ -164,12 +151,7 @@ class GradientCanary(PerExample):
         """The base's unclipped gradient sum, with the canary's row replaced by its injected gradient.
 
         Args:
-            model: the run's model.
-            loss_fn: the run's per-example loss.
-            params: the parameters (dict name -> tensor).
-            x: the batch's inputs.
-            y: the batch's targets.
-            ids: ``(holder, index)`` of each row (holder an int or a tensor of them).
+            model, loss_fn, params, x, y, ids: as :meth:`clipped_sum`.
 
         Returns:
             The flat gradient sum.
@@ -186,11 +168,7 @@ class GradientCanary(PerExample):
         """The base's per-example gradients (D2P), with the canary's rows replaced by its injected gradient.
 
         Args:
-            grad_fn: ``grad_fn(Z, x, y)`` -> ``[nodes, records, d]`` per-example gradients.
-            Z: the nodes' parameter points, ``[nodes, d]``.
-            x: the records' inputs, ``[nodes, records, ...]``.
-            y: the records' targets.
-            ids: ``(holder, index)`` tensors of each record.
+            grad_fn, Z, x, y, ids: as :meth:`PerExample.grads` (``ids``: the records' ``(holder, index)`` tensors).
 
         Returns:
             The per-example gradients, ``[nodes, records, d]``.
@@ -298,10 +276,7 @@ class ManyCanaries(Sampler):
         """The base's Poisson sample, then each canary's inclusion at the same rate (kept for the per-example terms).
 
         Args:
-            n: the number of records, >= 0.
-            q: the sampling rate, in [0, 1].
-            generator: the run's data generator.
-            holder: the holder whose records are sampled.
+            n, q, generator, holder: as :meth:`Sampler.poisson`.
 
         Returns:
             The indices (ascending) of the sampled records.
@@ -315,10 +290,7 @@ class ManyCanaries(Sampler):
         """The base's sample (the canaries take no part).
 
         Args:
-            n: the number of records.
-            size: the sample size, in [0, n].
-            generator: the run's data generator.
-            holder: the holder whose records are sampled.
+            n, size, generator, holder: as :meth:`Sampler.without_replacement`.
 
         Returns:
             ``size`` distinct indices.
@@ -329,9 +301,7 @@ class ManyCanaries(Sampler):
         """The base's draw (the canaries take no part).
 
         Args:
-            n: the number of records, >= 1.
-            generator: the run's data generator.
-            holder: the holder (D2P node) whose record is drawn.
+            n, generator, holder: as :meth:`Sampler.one`.
 
         Returns:
             One index, a tensor of shape [1].
@@ -379,10 +349,7 @@ class WORCoupling(Sampler):
         """The base's Poisson sample, unchanged.
 
         Args:
-            n: the number of records, >= 0.
-            q: the sampling rate, in [0, 1].
-            generator: the run's data generator.
-            holder: the holder whose records are sampled.
+            n, q, generator, holder: as :meth:`Sampler.poisson`.
 
         Returns:
             The indices (ascending) of the sampled records.
@@ -393,10 +360,7 @@ class WORCoupling(Sampler):
         """The base's sample, rewritten into the coupling's ``mode`` batch for ``holder``.
 
         Args:
-            n: the number of records.
-            size: the sample size, in [0, n].
-            generator: the run's data generator.
-            holder: the holder whose records are sampled.
+            n, size, generator, holder: as :meth:`Sampler.without_replacement`.
 
         Returns:
             ``size`` distinct indices (the holder's: the coupled batch).
@@ -411,9 +375,7 @@ class WORCoupling(Sampler):
         """The base's one-record draw, rewritten into the coupling's ``mode`` for ``holder``.
 
         Args:
-            n: the number of records, >= 1.
-            generator: the run's data generator.
-            holder: the holder (D2P node) whose record is drawn.
+            n, generator, holder: as :meth:`Sampler.one`.
 
         Returns:
             One index, a tensor of shape [1] (the holder's: the coupled draw).

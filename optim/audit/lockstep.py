@@ -98,12 +98,8 @@ def follow_run(build, seed, leader, canary, holder=0):
     """A run on another dataset that walks ``leader``'s public history (see :class:`~dpcalib.optim.audit.replay.ReplaySource`).
 
     Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
-        seed: the run's seed.
         leader: the leader optimizer whose releases are walked.
-        canary: a gradient canary (``gradient(j)`` callable or flat tensor, see
-            :func:`~dpcalib.optim.audit.canaries.plant`), or None.
-        holder: the canary's holder.
+        build, seed, canary, holder: as :func:`lead_run`.
 
     Returns:
         The follower optimizer (not yet stepped).
@@ -123,8 +119,7 @@ def run_pair(build, seed: int, canary_a, canary_b, *, holder: int = 0, rounds: i
     """Leader (canary A) and twin (canary B) stepped in lockstep; returns both optimizers.
 
     Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
-        seed: the run's seed.
+        build, seed: as :func:`lead_run`.
         canary_a: the leader's canary.
         canary_b: the twin's canary.
         holder: the canaries' holder.
@@ -217,8 +212,7 @@ def pair_llr(build, seed: int, canary_d, canary_dprime, truth_is_d: bool, holder
     D', and its twin on the other dataset.
 
     Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
-        seed: the run's seed.
+        build, seed: as :func:`lead_run`.
         canary_d: the canary of D.
         canary_dprime: the canary of D'.
         truth_is_d: does the leader release from D?
@@ -276,8 +270,7 @@ def wor_llr(build, seed: int, canary_a, canary_b, truth_is_a: bool, holder: int 
     client's local step -- has equal queries and contributes 0).
 
     Args:
-        build: ``build(seed)`` -> a fresh optimizer (the same run for every seed's leader and twins).
-        seed: the run's seed.
+        build, seed: as :func:`lead_run`.
         canary_a: the canary of D.
         canary_b: the canary of D'.
         truth_is_a: does the leader release from D?

@@ -280,34 +280,6 @@ def _with_record(data: list, holder: int, index: int, record) -> list:
     return out
 
 
-class _Counting(ForcedRecord):
-    """:class:`ForcedRecord` that counts the samples it drew for the probed holder."""
-
-    def __init__(self, holder, index, present):
-        super().__init__(holder, index, present)
-        self.draws = 0
-
-    def poisson(self, n, q, generator, *, holder=0):
-        self.draws += self._mine(holder)
-        return super().poisson(n, q, generator, holder=holder)
-
-    def without_replacement(self, n, size, generator, *, holder=0):
-        self.draws += self._mine(holder)
-        return super().without_replacement(n, size, generator, holder=holder)
-
-    def one(self, n, generator, *, holder=0):
-        self.draws += self._mine(holder)
-        return super().one(n, generator, holder=holder)
-
-    def shuffled(self, perm, j, size, *, holder=0):
-        self.draws += self._mine(holder)
-        return super().shuffled(perm, j, size, holder=holder)
-
-    def binned(self, batches, j, *, holder=0):
-        self.draws += self._mine(holder)
-        return super().binned(batches, j, holder=holder)
-
-
 def _release_kind(name: str) -> str:
     """A release's name without what varies between releases of one kind (the client, the node, k)."""
     if "local" in name:
@@ -374,10 +346,10 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
                leave=False)
     try:
         for pr in pair_list:
-            lead_s = _Counting(holder, index, True)
+            lead_s = ForcedRecord(holder, index, True)
             leader = build(_with_record(data, holder, index, pr.record_d), seed, lead_s)
             leader.privatizer.record = leader.privatizer.record_values = True
-            twin_s = _Counting(holder, index, pr.record_dprime is not None)
+            twin_s = ForcedRecord(holder, index, pr.record_dprime is not None)
             twin = build(_with_record(data, holder, index, pr.record_dprime or pr.record_d), seed, twin_s)
             twin.privatizer = ReplaySource(leader.privatizer, twin.device, twin.dtype)
             _lockstep(leader, twin, n, bar)

@@ -73,13 +73,7 @@ class ReplaySource(NoiseSource):
 
         Args:
             i: the row (ignored: the releases are replayed in order).
-            value: the twin's noiseless query.
-            std: the twin's noise std (recorded, not drawn).
-            round: the round of the release (for the record).
-            name: the release's name (for the record).
-            sensitivity: the claimed L2 sensitivity, or None (for the record).
-            relation: the neighbouring relation of the claim (for the record).
-            public: a data-independent term added to ``value``, or None.
+            value, std, round, name, sensitivity, relation, public: as :meth:`privatize`.
 
         Returns:
             The leader's released tensor.

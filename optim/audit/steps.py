@@ -150,9 +150,7 @@ class FunctionStep(PrivateStep):
         """``fn(batch, noise, generator)``, flat, in float64 on the CPU.
 
         Args:
-            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
-            noise: add the step's noise (False: the noiseless value).
-            generator: the generator the noise is drawn from.
+            batch, noise, generator: as :meth:`PrivateStep.release`.
 
         Returns:
             The released value, flat, float64 on the CPU.
@@ -199,9 +197,7 @@ class EngineStep(PrivateStep):
         """Forward and backward on ``batch``, then the optimizer's release of those terms (its state restored).
 
         Args:
-            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
-            noise: add the step's noise (False: the noiseless value).
-            generator: the generator the noise is drawn from.
+            batch, noise, generator: as :meth:`PrivateStep.release`.
 
         Returns:
             The released value, flat, float64 on the CPU.
@@ -240,9 +236,7 @@ class OpacusStep(PrivateStep):
         """Forward, backward and Opacus's ``pre_step`` on ``batch``; the noisy sum read back from ``.grad``.
 
         Args:
-            batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
-            noise: add the step's noise (False: the noiseless value).
-            generator: the generator the noise is drawn from.
+            batch, noise, generator: as :meth:`PrivateStep.release`.
 
         Returns:
             The released value, flat, float64 on the CPU (the gradients are zeroed).

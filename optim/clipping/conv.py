@@ -201,19 +201,8 @@ def conv_backward_grads(mod, a, g) -> torch.Tensor:
     return gw.view(B, *w.shape)
 
 
-def per_record(mod, a, g, want=ALL) -> dict:
-    """The records' gradients ``{"weight": [B, *weight.shape], "bias": [B, out]}`` of a convolution.
-
-    Args:
-        mod: the ``nn.ConvNd / nn.ConvTransposeNd`` module.
-        a: its input, records on dim 0.
-        g: the gradient of its output, records on dim 0.
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        A dict by parameter name of the records' gradients ``[B, *param.shape]`` (only the wanted
-        parameters the module has).
-    """
+def _per_record(mod, a, g, want=ALL) -> dict:
+    """:attr:`.rules.Rule.per_record` of a convolution: ``{"weight": [B, *weight.shape], "bias": [B, out]}``."""
     out = {}
     if wants(mod, "weight", want):
         out["weight"] = conv_backward_grads(mod, a, g)
@@ -224,25 +213,13 @@ def per_record(mod, a, g, want=ALL) -> dict:
 
 
 def _backward_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    """``(norm2, sums)`` from :func:`per_record` (the difference: of the two points' records' gradients)."""
-    return formed_terms(per_record, mod, a1, g1, a0, g0, want)
+    """``(norm2, sums)`` from :func:`_per_record` (the difference: of the two points' records' gradients)."""
+    return formed_terms(_per_record, mod, a1, g1, a0, g0, want)
 
 
-def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    """The layers path's ``terms`` hook for the convolutions: the records' squared gradient norms and weighted sum.
-
-    Args:
-        mod: the ``nn.ConvNd / nn.ConvTransposeNd`` module.
-        a1: its input at the current point, records on dim 0.
-        g1: the gradient of its output at the current point, records on dim 0.
-        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
-        g0: the gradient of its output at the other point (given with ``a0``).
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
-        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
-    """
+def _terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """:attr:`.rules.Rule.terms` of a convolution: a formed rule (:func:`_backward_terms`, :func:`conv_formed`) or
+    the Linear rule's blocks of unfolded patches (:func:`conv_blocks`), whichever the layer and its sizes allow."""
     if isinstance(mod, (nn.Conv3d, _TRANSPOSED)) or conv_padding(mod) is None:
         return _backward_terms(mod, a1, g1, a0, g0, want)
     a1, g1, a0, g0 = in_work(a1, g1, a0, g0)
@@ -261,4 +238,4 @@ def _record_dim(mod) -> int:
 
 
 RULE = register_rule(Rule((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
-                           nn.ConvTranspose3d), terms, per_record=per_record, record_dim=_record_dim))
+                           nn.ConvTranspose3d), _terms, per_record=_per_record, record_dim=_record_dim))

@@ -34,21 +34,8 @@ def _embedding_sum(mod, ids, G, f) -> torch.Tensor:
     return G.new_zeros(mod.num_embeddings, D).index_add_(0, ids.reshape(-1), (G * f.to(G.dtype)[:, None, None]).reshape(-1, D))
 
 
-def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    """The layers path's ``terms`` hook for ``nn.Embedding``: the records' squared gradient norms and weighted sum.
-
-    Args:
-        mod: the ``nn.Embedding`` module.
-        a1: its input at the current point, records on dim 0.
-        g1: the gradient of its output at the current point, records on dim 0.
-        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
-        g0: the gradient of its output at the other point (given with ``a0``).
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
-        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
-    """
+def _terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """:attr:`.rules.Rule.terms` of an embedding: the squared norms over the positions holding the same id."""
     ids, G = _embedding_parts(mod, a1, g1)
     if not wants(mod, "weight", want):
         return torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device), (lambda f: {})
@@ -57,19 +44,9 @@ def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
     return _embedding_sq(ids, G), (lambda f: {"weight": _embedding_sum(mod, ids, G, f)})
 
 
-def per_record(mod, a, g, want=ALL) -> dict:
-    """``{"weight": [B, num_embeddings, dim]}`` (formed: a weight shared with another call, e.g. tied).
-
-    Args:
-        mod: the ``nn.Embedding`` module.
-        a: its input ids, records on dim 0.
-        g: the gradient of its output ``[B, ..., dim]``.
-        want: the module's parameter names to include, or ``ALL``.
-
-    Returns:
-        ``{"weight": ...}`` the records' weight gradients (``padding_idx`` rows zero), or ``{}`` when the
-        weight is not wanted.
-    """
+def _per_record(mod, a, g, want=ALL) -> dict:
+    """:attr:`.rules.Rule.per_record` of an embedding: ``{"weight": [B, num_embeddings, dim]}`` (``padding_idx``
+    rows zero), or ``{}`` when the weight is not wanted."""
     if not wants(mod, "weight", want):
         return {}
     ids, G = _embedding_parts(mod, a, g)
@@ -92,4 +69,4 @@ def why_not(m) -> str | None:
         else None
 
 
-RULE = register_rule(Rule((nn.Embedding,), terms, why_not, per_record=per_record))
+RULE = register_rule(Rule((nn.Embedding,), _terms, why_not, per_record=_per_record))

@@ -55,7 +55,7 @@ from .precision import widened, widened_buffers
 from .rules import rule_for
 from .units import add_sums, signal_terms
 
-__all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped_sum", "layers_clipped_diff_sum", "SharedModule",
+__all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped", "SharedModule",
            "signal_terms", "add_sums", "count_uses", "key_map", "uses_of", "place_uses"]
 
 
@@ -289,7 +289,32 @@ def _signals_of(cache, model, params, loss_fn, x, y, s, e):
                          lambda: _signals(model, params, loss_fn, x[s:e], y[s:e]))
 
 
-def _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer, factors_of, cache=None):
+def layers_clipped(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer, factors_of, cache=None):
+    """``(sum_i w_i clip(v_i, C), norms)`` by the layers path (see the module text): ``v_i`` record i's gradient at
+    ``params``, or with ``prev`` its gradient difference ``grad_i(params) - grad_i(prev)``.
+
+    Args:
+        model: the model.
+        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
+        x: the inputs, records on dim 0.
+        y: the targets, records on dim 0.
+        c: the clip norm C >= 0.
+        params: ``{run's name: tensor}`` the (current) parameter point.
+        prev: the earlier point, the same names; or None (the gradients at ``params``).
+        chunk_size: records per chunk, > 0.
+        weights: the records' weights ``[B]``, or None (1).
+        stabilizer: automatic clipping's offset, or None.
+        factors_of: ``factors_of(norms, c, stabilizer)``, the clip factors (:func:`~.paths.clip_factors`).
+        cache: a :class:`~.signals.SignalCache`, or None.
+
+    Returns:
+        ``(sums, norms)``: the clipped sums (of the gradients or their differences) by run's name, and the
+        records' unclipped norms ``[B]`` (float64).
+
+    Raises:
+        SharedModule: if a parameter reaches the loss other than through its own modules' calls, or a
+            call's input has no dimension of the batch's records (the caller falls back to vmap).
+    """
     total = {k: torch.zeros_like(v) for k, v in params.items()}
     all_norms = []
     for s in range(0, x.shape[0], chunk_size):
@@ -304,54 +329,3 @@ def _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, stabilizer,
         add_sums(total, terms, f.to(next(iter(params.values())).dtype))
         all_norms.append(norms)
     return total, torch.cat(all_norms)
-
-
-def layers_clipped_sum(model, loss_fn, x, y, c, params, chunk_size, weights, stabilizer, factors_of, cache=None):
-    """``(sum_i w_i clip(grad_i, C), norms)`` by the layers path (see the module text).
-
-    Args:
-        model: the model.
-        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
-        x: the inputs, records on dim 0.
-        y: the targets, records on dim 0.
-        c: the clip norm C >= 0.
-        params: ``{run's name: tensor}`` the parameter point.
-        chunk_size: records per chunk, > 0.
-        weights: the records' weights ``[B]``, or None (1).
-        stabilizer: automatic clipping's offset, or None.
-        factors_of: ``factors_of(norms, c, stabilizer)``, the clip factors (:func:`~.paths.clip_factors`).
-        cache: a :class:`~.signals.SignalCache`, or None.
-
-    Returns:
-        ``(sums, norms)``: the clipped sums by run's name, and the records' unclipped norms ``[B]`` (float64).
-
-    Raises:
-        SharedModule: if a parameter reaches the loss other than through its own modules' calls, or a
-            call's input has no dimension of the batch's records (the caller falls back to vmap).
-    """
-    return _run(model, loss_fn, x, y, c, params, None, chunk_size, weights, stabilizer, factors_of, cache)
-
-
-def layers_clipped_diff_sum(model, loss_fn, x, y, c, params, prev, chunk_size, weights, factors_of, cache=None):
-    """The same for ``grad_i(params) - grad_i(prev)``.
-
-    Args:
-        model: the model.
-        loss_fn: ``loss_fn(output, target)`` returning one loss per example.
-        x: the inputs, records on dim 0.
-        y: the targets, records on dim 0.
-        c: the clip norm C >= 0.
-        params: ``{run's name: tensor}`` the current parameter point.
-        prev: the earlier point, the same names.
-        chunk_size: records per chunk, > 0.
-        weights: the records' weights ``[B]``, or None (1).
-        factors_of: ``factors_of(norms, c, stabilizer)``, the clip factors (:func:`~.paths.clip_factors`).
-        cache: a :class:`~.signals.SignalCache`, or None.
-
-    Returns:
-        ``(sums, norms)``: the clipped sums of the differences by run's name, and their norms ``[B]`` (float64).
-
-    Raises:
-        SharedModule: as :func:`layers_clipped_sum`.
-    """
-    return _run(model, loss_fn, x, y, c, params, prev, chunk_size, weights, None, factors_of, cache)

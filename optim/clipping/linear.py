@@ -94,39 +94,17 @@ def linear_blocks(mod, a, g):
     return [(a.reshape(B, -1, a.shape[-1]), g.reshape(B, -1, g.shape[-1]))]
 
 
-def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    """The layers path's ``terms`` hook for ``nn.Linear``: the records' squared gradient norms and weighted sum.
-
-    Args:
-        mod: the ``nn.Linear`` module.
-        a1: its input at the current point, records on dim 0.
-        g1: the gradient of its output at the current point, records on dim 0.
-        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
-        g0: the gradient of its output at the other point (given with ``a0``).
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
-        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
-    """
+def _terms(mod, a1, g1, a0=None, g0=None, want=ALL, transposed: bool = False):
+    """:attr:`.rules.Rule.terms` of a linear layer: its one block of signals, :func:`outer_terms`
+    (``transposed``: the weight is stored ``[in, out]``)."""
     b0 = linear_blocks(mod, a0, g0) if a0 is not None else None
-    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want)
+    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want,
+                       transposed=transposed)
 
 
-def per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
-    """The records' gradients ``{"weight": [B, out, in], "bias": [B, out]}`` (formed: a shared parameter).
-
-    Args:
-        mod: the linear layer.
-        a: its input ``[B, ..., in]``.
-        g: the gradient of its output ``[B, ..., out]``.
-        want: the module's parameter names to include, or ``ALL``.
-        transposed: the weight is stored ``[in, out]`` (the weight gradients are then ``[B, in, out]``).
-
-    Returns:
-        A dict by parameter name of per-record gradients, records on dim 0 (only the wanted parameters
-        the module has).
-    """
+def _per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
+    """:attr:`.rules.Rule.per_record` of a linear layer: ``{"weight": [B, out, in], "bias": [B, out]}``
+    (``transposed``: the weight is stored ``[in, out]``, its gradients ``[B, in, out]``)."""
     (A, G), = linear_blocks(mod, a, g)
     out = {}
     if wants(mod, "weight", want):
@@ -136,7 +114,7 @@ def per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
     return out
 
 
-RULE = register_rule(Rule((nn.Linear,), terms, per_record=per_record))
+RULE = register_rule(Rule((nn.Linear,), _terms, per_record=_per_record))
 
 
 def is_hf_conv1d(mod) -> bool:
@@ -154,13 +132,11 @@ def is_hf_conv1d(mod) -> bool:
 
 
 def _conv1d_terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    b0 = linear_blocks(mod, a0, g0) if a0 is not None else None
-    return outer_terms(mod, linear_blocks(mod, a1, g1), b0, a0 is not None and torch.equal(a1, a0), want,
-                       transposed=True)
+    return _terms(mod, a1, g1, a0, g0, want, transposed=True)
 
 
 def _conv1d_per_record(mod, a, g, want=ALL):
-    return per_record(mod, a, g, want, transposed=True)
+    return _per_record(mod, a, g, want, transposed=True)
 
 
 CONV1D_RULE = register_rule(Rule((), _conv1d_terms, per_record=_conv1d_per_record, match=is_hf_conv1d))

@@ -33,19 +33,8 @@ def _norm_stats(mod, a):
     return Fn.group_norm(a, mod.num_groups, eps=mod.eps)
 
 
-def per_record(mod, a, g, want=ALL) -> dict:
-    """Per-record gradients ``{"weight": [B, ...], "bias": [B, ...]}``.
-
-    Args:
-        mod: the ``nn.LayerNorm / nn.RMSNorm / nn.GroupNorm / nn.InstanceNormNd`` module.
-        a: its input, records on dim 0.
-        g: the gradient of its output, records on dim 0.
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        A dict by parameter name of the records' gradients ``[B, *param.shape]`` (only the wanted
-        parameters the module has).
-    """
+def _per_record(mod, a, g, want=ALL) -> dict:
+    """:attr:`.rules.Rule.per_record` of an affine normalisation: ``{"weight": [B, ...], "bias": [B, ...]}``."""
     a, g = in_work(a, g)
     B = a.shape[0]
     out = {}
@@ -66,27 +55,14 @@ def per_record(mod, a, g, want=ALL) -> dict:
     return out
 
 
-def terms(mod, a1, g1, a0=None, g0=None, want=ALL):
-    """The layers path's ``terms`` hook for the affine normalisations: the records' squared gradient norms and weighted sum.
-
-    Args:
-        mod: the ``nn.LayerNorm / nn.RMSNorm / nn.GroupNorm / nn.InstanceNormNd`` module.
-        a1: its input at the current point, records on dim 0.
-        g1: the gradient of its output at the current point, records on dim 0.
-        a0: its input at the other point (a gradient difference); None: the gradient at the current point.
-        g0: the gradient of its output at the other point (given with ``a0``).
-        want: the module's parameter names to include, or ``ALL`` (every one).
-
-    Returns:
-        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
-        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
-    """
-    return formed_terms(per_record, mod, a1, g1, a0, g0, want)
+def _terms(mod, a1, g1, a0=None, g0=None, want=ALL):
+    """:attr:`.rules.Rule.terms` of an affine normalisation: from the formed per-record gradients."""
+    return formed_terms(_per_record, mod, a1, g1, a0, g0, want)
 
 
 def _record_dim(mod):
     return 0 if isinstance(mod, _CHANNELS) else None
 
 
-RULE = register_rule(Rule((nn.LayerNorm, nn.GroupNorm, _INSTANCE) + _RMS, terms, per_record=per_record,
+RULE = register_rule(Rule((nn.LayerNorm, nn.GroupNorm, _INSTANCE) + _RMS, _terms, per_record=_per_record,
                           record_dim=_record_dim))

@@ -50,7 +50,7 @@ from torch import nn
 from torch.nn import functional as Fn
 from torch.func import functional_call, grad, vmap
 from ...accountant.validation import InputError
-from .layers import SharedModule, layers_clipped_diff_sum, layers_clipped_sum, supports_layers, unsupported_layers
+from .layers import SharedModule, layers_clipped, supports_layers, unsupported_layers
 from .numerics import rowdots64, rows_sq_upper
 from .precision import exact_float32, narrowed, widened, widened_buffers, widened_params
 
@@ -399,8 +399,8 @@ def clipped_grad_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor
     params = _params(model, params)
     if path == "layers":
         try:
-            return layers_clipped_sum(model, loss_fn, x, y, c, params, chunk_size, weights, stabilizer, clip_factors,
-                                      cache)
+            return layers_clipped(model, loss_fn, x, y, c, params, None, chunk_size, weights, stabilizer, clip_factors,
+                                  cache)
         except SharedModule:
             path = _shared_fallback(model, method)
     if path == "ghost":
@@ -421,31 +421,23 @@ def clipped_grad_diff_sum(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.T
     (:mod:`dpcalib.optim.clipping.precision`: why a difference needs it).
 
     Args:
-        model: the ``nn.Module``.
-        loss_fn: ``loss_fn(output, target)`` returning one loss per example (no reduction).
-        x: the inputs, records on dim 0.
-        y: the targets, records on dim 0.
-        max_norm: the clip norm C, in ``[0, inf]`` (``inf``: no clipping; 0: every summand 0).
         params: ``{name: tensor}`` the current parameter point.
         params_prev: the earlier point, the same names and shapes.
-        method: ``"auto"``, ``"ghost"``, ``"layers"`` or ``"vmap"`` (see :func:`clip_path`).
-        chunk_size: records per vmap chunk (bounds memory), > 0.
-        weights: the records' weights ``[B]`` (None: 1).
-        cache: a :class:`dpcalib.optim.clipping.signals.SignalCache`, or None.
+        model, loss_fn, x, y, max_norm, method, chunk_size, weights, cache: as :func:`clipped_grad_sum`.
 
     Returns:
         ``(sums, norms)``: a dict of clipped sums of the differences in the dtypes of ``params``, and the
         unclipped per-sample difference norms ``[B]``.
 
     Raises:
-        InputError: if ``max_norm`` is negative or NaN, ``method`` is unknown or cannot take the model.
+        InputError: as :func:`clipped_grad_sum`.
     """
     c, path = _check(max_norm, method, model)
     like, params, params_prev = params, widened_params(params), widened_params(params_prev)   # float64 (.precision)
     if path == "layers":
         try:
-            sums, norms = layers_clipped_diff_sum(model, loss_fn, x, y, c, params, params_prev, chunk_size, weights,
-                                                  clip_factors, cache)
+            sums, norms = layers_clipped(model, loss_fn, x, y, c, params, params_prev, chunk_size, weights, None,
+                                         clip_factors, cache)
             return narrowed(sums, like), norms
         except SharedModule:
             path = _shared_fallback(model, method)

@@ -102,15 +102,9 @@ class PerExample:
         """``sum_i w_i clip(grad l(cur; z_i) - grad l(prev; z_i), C)``, flat.
 
         Args:
-            model: the model.
-            loss_fn: ``loss_fn(output, target)``, one loss per example.
             cur: ``{name: tensor}`` the current parameter point (the flat vector follows its order).
             prev: the earlier point, the same names.
-            x: the records' inputs, records on dim 0 (may be empty).
-            y: the records' targets.
-            c: the clip norm C >= 0.
-            ids: ``(holder, index)`` naming the records (ignored here).
-            weights: the records' weights ``[B]`` (None: 1).
+            model, loss_fn, x, y, c, ids, weights: as :meth:`clipped_sum`.
 
         Returns:
             The clipped sum of the differences as one flat vector (zeros for an empty batch).
@@ -125,12 +119,7 @@ class PerExample:
         """``sum_i grad l(params; z_i)`` unclipped (DiceSGD's error feedback), flat.
 
         Args:
-            model: the model.
-            loss_fn: ``loss_fn(output, target)``, one loss per example.
-            params: ``{name: tensor}`` the parameter point (the flat vector follows its order).
-            x: the records' inputs, records on dim 0 (may be empty).
-            y: the records' targets.
-            ids: ``(holder, index)`` naming the records (ignored here).
+            model, loss_fn, params, x, y, ids: as :meth:`clipped_sum`.
 
         Returns:
             The summed gradient as one flat vector (zeros for an empty batch).

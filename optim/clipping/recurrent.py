@@ -199,24 +199,9 @@ def _check(call, out, T) -> None:
     _CHECKED.setdefault(call.module, set()).add(key)
 
 
-def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
-    """The layers path's ``terms`` hook for recurrent layers (``signals="call"``): squared norms and weighted sum.
-
-    Args:
-        mod: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module.
-        c1: the :class:`~.calls.Call` at the current point (its inputs and its outputs' gradients).
-        g1: unused (the call carries the gradients).
-        c0: the call at the other point (a gradient difference), or None.
-        g0: unused.
-        want: the module's parameter names to include, or ``ALL``.
-
-    Returns:
-        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64) and ``sums(f)``, the per-record
-        gradients weighted by ``f [B]`` and summed, a dict by parameter name.
-
-    Raises:
-        InputError: if an input is unbatched, or the unrolled replay does not give the layer's output.
-    """
+def _terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
+    """:attr:`.rules.Rule.terms` of a recurrent layer (``signals="call"``: ``c1`` / ``c0`` the calls, ``g1`` / ``g0``
+    unused); an :class:`InputError` for an unbatched input or a replay that misses the layer's output."""
     b1 = _blocks(c1, want)
     b0 = _blocks(c0, want) if c0 is not None else None
     B = next(iter(b1.values()))[0].shape[0] if b1 else c1.rows
@@ -237,21 +222,9 @@ def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
     return norm2, (lambda f: {k: fn(f) for k, fn in parts.items()})
 
 
-def per_record(mod, call, g=None, want=ALL) -> dict:
-    """The records' gradients of a recurrent layer, ``{name: [B, *param.shape]}``.
-
-    Args:
-        mod: the ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU`` module.
-        call: the :class:`~.calls.Call` (its inputs and its outputs' gradients).
-        g: unused (the call carries the gradients).
-        want: the module's parameter names to include, or ``ALL``.
-
-    Returns:
-        A dict by parameter name of the records' gradients (only the wanted parameters the module has).
-
-    Raises:
-        InputError: if an input is unbatched, or the unrolled replay does not give the layer's output.
-    """
+def _per_record(mod, call, g=None, want=ALL) -> dict:
+    """:attr:`.rules.Rule.per_record` of a recurrent layer (``call`` the :class:`~.calls.Call`, ``g`` unused); the
+    same errors as :func:`_terms`."""
     out = {}
     for name, v in _blocks(call, want).items():
         out[name] = torch.einsum("bto,bti->boi", *v) if isinstance(v, tuple) else v.sum(1)
@@ -322,5 +295,5 @@ def why_not(m) -> str | None:
     return None
 
 
-RULE = register_rule(Rule((nn.RNN, nn.LSTM, nn.GRU), terms, why_not, per_record=per_record, signals="call",
+RULE = register_rule(Rule((nn.RNN, nn.LSTM, nn.GRU), _terms, why_not, per_record=_per_record, signals="call",
                           records=records))

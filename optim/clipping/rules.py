@@ -5,9 +5,9 @@ input ``a`` and the back-propagated gradient ``g`` of its output, records on dim
 at two), every record's squared gradient norm in float64 and the weighted sum of the records' gradients; the
 path (:mod:`.layers`) adds the norms over the layers, computes the clip factors once and asks each rule for
 its sum.  Fixing a layer kind's rule is a change to its one module; adding a kind is a new module that calls
-:func:`register_rule`.  A module with parameters and no rule is taken by the per-module vmap rule of
-:mod:`.generic` where the caller allows it (the engine does; the reference optimizers' layers path sends the
-model to whole-model vmap instead)."""
+:func:`register_rule` (its hooks private to it: their one contract is :class:`Rule`'s).  A module with
+parameters and no rule is taken by the per-module vmap rule of :mod:`.generic` where the caller allows it
+(the engine does; the reference optimizers' layers path sends the model to whole-model vmap instead)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ class Rule:
         kinds: the module classes it takes (and their subclasses), a tuple of types.
         terms: ``terms(mod, a1, g1, a0=None, g0=None, want=ALL) -> (norm2, sums)``: ``norm2`` the records'
             squared norms ``[B]`` (float64) of the gradient at the point of ``(a1, g1)`` -- or, with
-            ``(a0, g0)``, of the gradient DIFFERENCE between the two points -- over the parameters named in
-            ``want`` (the module's own names; ALL: every one), and ``sums(f) -> {"weight": ..., "bias": ...}``
+            ``(a0, g0)``, of the gradient DIFFERENCE between the two points (``a`` the module's input and ``g``
+            the gradient of its output, records on dim 0) -- over the parameters named in ``want`` (the
+            module's own names; ALL: every one), and ``sums(f) -> {"weight": ..., "bias": ...}``
             the sum of the same per-record vectors weighted by ``f [B]``: the norm is always that of the
             vector summed.
         why_not: ``why_not(mod)``: why this instance cannot be taken (None: it can).

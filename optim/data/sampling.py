@@ -97,9 +97,7 @@ class Sampler:
         """An epoch's order of the ``n`` records, uniformly at random (drawn once per epoch).
 
         Args:
-            n: number of records, >= 1.
-            generator: the run's data generator.
-            holder: whose records are drawn.
+            n, generator, holder: as :meth:`one`.
 
         Returns:
             A permutation of ``0..n-1`` (a long tensor).
@@ -160,45 +158,51 @@ class ForcedRecord(Sampler):
         holder: the client or node whose record is forced (0 for one dataset).
         index: the record's index in the holder's data.
         present: True: the record is in every sample; False: in none.
+
+    Attributes:
+        draws: the samples drawn so far for ``holder`` (the probe: an add/remove claim needs at least one).
     """
 
     def __init__(self, holder: int, index: int, present: bool):
         self.holder, self.index, self.present = int(holder), int(index), bool(present)
+        self.draws = 0
 
-    def _mine(self, holder: int) -> bool:
-        return int(holder) == self.holder
+    def _forced_holder(self, holder: int) -> bool:
+        """Is this a sample of the forced holder's?  Each draw asks once: it is counted in ``draws``."""
+        mine = int(holder) == self.holder
+        self.draws += mine
+        return mine
 
     def _without(self, idx: torch.Tensor) -> torch.Tensor:
         return idx[idx != self.index]
+
+    def _forced(self, idx: torch.Tensor, holder: int, ascending: bool = True) -> torch.Tensor:
+        """``idx`` (the forced holder's) with the record taken out, then -- ``present`` -- joined: in ascending order,
+        or (``ascending=False``) at the end."""
+        if not self._forced_holder(holder):
+            return idx
+        idx = self._without(idx)
+        if not self.present:
+            return idx
+        idx = torch.cat([idx, idx.new_tensor([self.index])])
+        return torch.sort(idx).values if ascending else idx
 
     def poisson(self, n, q, generator, *, holder=0):
         """A Poisson sample with the record put in or taken out.
 
         Args:
-            n: number of records.
-            q: sampling rate, in [0, 1].
-            generator: the run's data generator.
-            holder: whose records are drawn.
+            n, q, generator, holder: as :meth:`Sampler.poisson`.
 
         Returns:
             The sampled indices, ascending.
         """
-        idx = super().poisson(n, q, generator, holder=holder)
-        if not self._mine(holder):
-            return idx
-        idx = self._without(idx)
-        if self.present:
-            idx = torch.sort(torch.cat([idx, idx.new_tensor([self.index])])).values
-        return idx
+        return self._forced(super().poisson(n, q, generator, holder=holder), holder)
 
     def without_replacement(self, n, size, generator, *, holder=0):
         """A fixed-size sample with the record in the last slot (unless already in), or taken out.
 
         Args:
-            n: number of records.
-            size: sample size, in [0, n].
-            generator: the run's data generator.
-            holder: whose records are drawn.
+            n, size, generator, holder: as :meth:`Sampler.without_replacement`.
 
         Returns:
             The sampled indices (one fewer where the record was drawn and is taken out).
@@ -212,19 +216,12 @@ class ForcedRecord(Sampler):
         """A shuffled batch with the record joined or taken out (zero-out: nobody displaced).
 
         Args:
-            perm: the epoch's permutation.
-            j: the batch's index in the epoch.
-            size: the batch size b.
-            holder: whose records are drawn.
+            perm, j, size, holder: as :meth:`Sampler.shuffled`.
 
         Returns:
             The batch's indices.
         """
-        idx = super().shuffled(perm, j, size, holder=holder)
-        if not self._mine(holder):
-            return idx
-        idx = self._without(idx)
-        return torch.cat([idx, idx.new_tensor([self.index])]) if self.present else idx
+        return self._forced(super().shuffled(perm, j, size, holder=holder), holder, ascending=False)
 
     def binned(self, batches, j, *, holder=0):
         # as a shuffled batch, the record joins or leaves the step's batch, the others stay; the batch's
@@ -232,21 +229,15 @@ class ForcedRecord(Sampler):
         """A balls-in-bins step with the record joined or taken out (the add/remove neighbour).
 
         Args:
-            batches: the epoch's batches, from :func:`bin_batches`.
-            j: the step's index in the epoch.
-            holder: whose records are drawn.
+            batches, j, holder: as :meth:`Sampler.binned`.
 
         Returns:
             The step's indices, ascending.
         """
-        idx = super().binned(batches, j, holder=holder)
-        if not self._mine(holder):
-            return idx
-        idx = self._without(idx)
-        return torch.sort(torch.cat([idx, idx.new_tensor([self.index])])).values if self.present else idx
+        return self._forced(super().binned(batches, j, holder=holder), holder)
 
     def _fixed_size(self, idx, holder):
-        if not self._mine(holder):
+        if not self._forced_holder(holder):
             return idx
         if not self.present:
             return self._without(idx)
@@ -260,9 +251,7 @@ class ForcedRecord(Sampler):
         """The forced record as the one-record sample (for the forced holder).
 
         Args:
-            n: number of records.
-            generator: the run's data generator.
-            holder: whose records are drawn.
+            n, generator, holder: as :meth:`Sampler.one`.
 
         Returns:
             A long tensor of shape [1].
@@ -272,7 +261,7 @@ class ForcedRecord(Sampler):
                 lose its only record).
         """
         idx = super().one(n, generator, holder=holder)
-        if not self._mine(holder):
+        if not self._forced_holder(holder):
             return idx
         if not self.present:
             raise InputError("present=False is not allowed for a one-record sample: removing the only record of a "

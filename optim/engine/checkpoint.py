@@ -42,17 +42,8 @@ def save(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_cli
 
     Args:
         engine: the :class:`~.engine.PrivacyEngine` whose ledger is saved.
-        path: a file name (written to ``path.tmp`` and renamed: a crash leaves the old checkpoint whole) or a
-            binary file object, as ``torch.save`` takes.
-        module: the module trained (a wrapper's inner module is saved, with the user's ``state_dict`` keys).
-        optimizer: the :class:`~.optimizer.DPOptimizer`, or None (not saved).
-        noise_scheduler: a scheduler with ``state_dict()``, or None.
-        grad_clip_scheduler: a scheduler with ``state_dict()``, or None.
-        checkpoint_dict: further entries saved beside the checkpoint's own, or None; its keys must not be
-            the checkpoint's.
-        module_state_dict_kwargs: keywords for the module's ``state_dict``, or None.
-        torch_save_kwargs: keywords for ``torch.save``, or None.
-        data_loader: the private loader (its position mid-pass is saved when it has ``state_dict``), or None.
+        path, module, optimizer, noise_scheduler, grad_clip_scheduler, checkpoint_dict, module_state_dict_kwargs,
+            torch_save_kwargs, data_loader: as :meth:`~.engine.PrivacyEngine.save_checkpoint`.
 
     Raises:
         InputError: if ``checkpoint_dict`` has a key of the checkpoint's own.
@@ -87,16 +78,8 @@ def load(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_cli
 
     Args:
         engine: the :class:`~.engine.PrivacyEngine` whose ledger is replaced by the saved one.
-        path: a file name or a binary file object, as ``torch.load`` takes.
-        module: the module to load the saved state into (a wrapper's inner module).
-        optimizer: the :class:`~.optimizer.DPOptimizer` to load into, or None.
-        noise_scheduler: a scheduler with ``load_state_dict``, or None.
-        grad_clip_scheduler: a scheduler with ``load_state_dict``, or None.
-        module_load_dict_kwargs: keywords for the module's ``load_state_dict``, or None.
-        torch_load_kwargs: keywords for ``torch.load``, or None (``weights_only`` may only be True).
-        data_loader: the private loader, to put back at its saved position, or None.
-        resume_noise: take back the noise levels and clip norm the optimizer had when saved (else keep
-            this optimizer's).
+        path, module, optimizer, noise_scheduler, grad_clip_scheduler, module_load_dict_kwargs, torch_load_kwargs,
+            data_loader, resume_noise: as :meth:`~.engine.PrivacyEngine.load_checkpoint`.
 
     Returns:
         The checkpoint's dict (``checkpoint_dict``'s entries among them).

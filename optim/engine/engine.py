@@ -412,9 +412,7 @@ class PrivacyEngine:
         """As :meth:`is_compatible`, raising the first refusal (:meth:`get_compatible_module`'s error).
 
         Args:
-            module: the model.
-            optimizer: unused (Opacus's signature).
-            data_loader: unused (Opacus's signature).
+            module, optimizer, data_loader: as :meth:`is_compatible`.
 
         Raises:
             UnsupportedModuleError: if the model has a layer private training refuses.

@@ -66,6 +66,13 @@ def _check_stds(kernel, levels: dict, dtype) -> None:
         kernel.levels = saved
 
 
+def _wrapped(name: str) -> property:
+    """A property that reads and writes the wrapped optimizer's attribute ``name``."""
+    return property(lambda self: getattr(self.original_optimizer, name),
+                    lambda self, value: setattr(self.original_optimizer, name, value),
+                    doc=f"The wrapped optimizer's ``{name}``.")
+
+
 class _Summed:
     """The kernel's queries answered from terms already summed over the logical batch, in the order
     the kernel declared them."""
@@ -146,35 +153,9 @@ class DPOptimizer(Optimizer):
             p.summed_grad = None
 
     # -- torch.optim.Optimizer: the wrapped optimizer's state -----------------------------------------
-    @property
-    def param_groups(self):
-        """The wrapped optimizer's ``param_groups``."""
-        return self.original_optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value):
-        """Set the wrapped optimizer's ``param_groups``."""
-        self.original_optimizer.param_groups = value
-
-    @property
-    def state(self):
-        """The wrapped optimizer's ``state``."""
-        return self.original_optimizer.state
-
-    @state.setter
-    def state(self, value):
-        """Set the wrapped optimizer's ``state``."""
-        self.original_optimizer.state = value
-
-    @property
-    def defaults(self):
-        """The wrapped optimizer's ``defaults``."""
-        return self.original_optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value):
-        """Set the wrapped optimizer's ``defaults``."""
-        self.original_optimizer.defaults = value
+    param_groups = _wrapped("param_groups")
+    state = _wrapped("state")
+    defaults = _wrapped("defaults")
 
     def __repr__(self):
         return f"DPOptimizer({self.kernel.name}, noise={self.noise}, {self.original_optimizer!r})"
