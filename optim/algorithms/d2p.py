@@ -210,7 +210,7 @@ class ConstD2P(ClipD2P):
         noise: its calibration (a CalibrationReport) or a dict of noise levels
             (``sigma``: noise multiplier, std / G, >= 0).
         G: the assumed bound on per-example gradient norms, in [0, inf]; inf only with ``sigma = 0``.
-        model, loss_fn, node_data, lr, graph, **kwargs: as :class:`ClipD2P`.
+        model, loss_fn, node_data, lr, graph, ``**kwargs``: as :class:`ClipD2P`.
 
     Raises:
         InputError: as :class:`ClipD2P`'s, with G in place of C.
@@ -291,7 +291,7 @@ class AdaD2P(NoGuarantee, _Decentralized):
         mechanism: a :class:`dpcalib.mechanisms.AdaD2P`.
         noise: its calibration (a CalibrationReport) or a dict of noise levels
             (``sigma``: std / ||g_i||, >= 0).
-        model, loss_fn, node_data, lr, graph, **kwargs: as :class:`ClipD2P`.
+        model, loss_fn, node_data, lr, graph, ``**kwargs``: as :class:`ClipD2P`.
 
     Raises:
         InputError: as :class:`ClipD2P`'s, but for the clip (AdaD2P has none).
