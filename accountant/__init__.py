@@ -41,16 +41,10 @@ from .subsampling import (
 )
 
 __all__ = [
-    "clear_cache",
-    "watching",
-    "gaussian_rdp",
-    "subsampled_rdp_wor",
-    "subsampled_rdp_wor_simple",
-    "lemma_b8_conditions",
-    "LemmaB8Conditions",
-    "SubsamplingConditionWarning",
-    "subsampled_gaussian_rdp_wor",
-    "poisson_gaussian_rdp",
+    "clear_cache", "watching",
+    "gaussian_rdp", "poisson_gaussian_rdp",
+    "subsampled_rdp_wor", "subsampled_rdp_wor_simple", "subsampled_gaussian_rdp_wor",
+    "lemma_b8_conditions", "LemmaB8Conditions", "SubsamplingConditionWarning",
     "rdp_to_dp",
     "best_epsilon",
     "best_epsilon_linear",

@@ -216,22 +216,26 @@ class WORSampledGaussianEvent(_GaussianRelease):
             n, b, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
 
+class _AddRemoveRelease(_GaussianRelease):
+    """A sampled release analysed under add/remove (the differing record is in the dataset or not).
+    Building one checks its fields (``CHECKED``): :class:`~.validation.InputError` names the first
+    one out of its range."""
+
+    neighboring_relation = ADD_REMOVE
+
+
 @dataclass(frozen=True)
-class PoissonSampledGaussianEvent(_GaussianRelease):
+class PoissonSampledGaussianEvent(_AddRemoveRelease):
     """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove).
 
     Attributes:
         sampling_probability: ``q``, in [0, 1].
         noise_multiplier: ``z``, noise std / L2 sensitivity (add/remove), in (0, inf).
-
-    Raises:
-        InputError: if ``sampling_probability`` or ``noise_multiplier`` is out of range.
     """
 
     sampling_probability: float
     noise_multiplier: float
 
-    neighboring_relation = ADD_REMOVE
     CHECKED = (("sampling_probability", validation.probability), ("noise_multiplier", validation.positive))
 
     @property
@@ -253,7 +257,7 @@ class PoissonSampledGaussianEvent(_GaussianRelease):
 
 
 @dataclass(frozen=True)
-class BallsInBinsGaussianEvent(_GaussianRelease):
+class BallsInBinsGaussianEvent(_AddRemoveRelease):
     """One epoch of balls-in-bins batches (add/remove): each record is put in one of ``steps`` steps,
     chosen uniformly and independently of every other record and of the data, and each step releases its
     batch's sum with Gaussian noise of multiplier ``noise_multiplier`` (noise std / the sum's
@@ -269,15 +273,11 @@ class BallsInBinsGaussianEvent(_GaussianRelease):
     Attributes:
         steps: the steps of an epoch, an integer in [1, ``MAX_RUN_LENGTH``].
         noise_multiplier: ``z``, noise std / the sum's sensitivity, in (0, inf).
-
-    Raises:
-        InputError: if ``steps`` or ``noise_multiplier`` is out of range.
     """
 
     steps: int
     noise_multiplier: float
 
-    neighboring_relation = ADD_REMOVE
     # use_probability 1: the record is in one step of every epoch (the base class's)
     CHECKED = (("steps", validation.run_length), ("noise_multiplier", validation.positive))
 

@@ -98,6 +98,22 @@ def _ex(**kw) -> dict:
     return kw
 
 
+def _d2p_examples(name: str) -> dict:
+    """The worked command lines of ClipD2P and ConstD2P: the paper's shape, a one-node audit, a probe."""
+    return _ex(calibrate=f"dpcalib calibrate {name} --epsilon 1 --delta 1e-5 --samples-per-node 2500 --iterations 3500",
+               audit=f"dpcalib audit {name} --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
+                     "--relation replace-one --runs 300",
+               probe=f"dpcalib probe {name} --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20")
+
+
+def _diff2_facts() -> dict:
+    """What DIFF2-GD and DIFF2-BVR-L-SGD share: P clients' shards of at least n_min records, the two
+    clip norms C1 (restart rounds) and C2 (difference rounds), every sigma named, the probe's
+    defaults (the paper's lr and clips)."""
+    return dict(data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"}, noise_notes=True,
+                probe={"lr": 0.125, "c1": 1.0, "c2": 10.0})
+
+
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dp-gd", DPGD, "DIFF2 (Murata & Suzuki, ICML 2023), DP-GD baseline: Prop. 4.1 with T = 1, u -> 1",
               ("llr",), batched=True, train="clients", data="clients", records="n_min",
@@ -109,8 +125,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   probe="dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250"),
               probe={"lr": 0.125, "c1": 1.0}),
     Algorithm("diff2-gd", DIFF2GD, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithms 1-3, Prop. 4.1",
-              ("llr",), batched=True, train="clients", data="clients", records="n_min",
-              clips={"c1": "C1", "c2": "C2"}, noise_notes=True,
+              ("llr",), batched=True, train="clients", **_diff2_facts(),
               train_shape={"rounds": "rounds", "restart_interval": "restart_interval", "clients": "world",
                            "n_min": "n_min"},
               train_clips={"C1": "c1", "C2": "c2"}, train_defaults={"c2": 10.0}, examples=_ex(
@@ -119,18 +134,15 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   audit="dpcalib audit diff2-gd --epsilon 2 --delta 1e-5 --rounds 4 --restart-interval 2 --clients 2 "
                         "--n-min 5 --runs 2000",
                   probe="dpcalib probe diff2-gd --epsilon 3 --delta 1e-5 --rounds 40 --restart-interval 20 --clients 4 "
-                        "--n-min 250 --c2 0.01"),
-              probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
+                        "--n-min 250 --c2 0.01")),
     Algorithm("diff2-bvr", DIFF2BVR, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithm 4, Prop. E.2",
-              ("wor",), data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"},
-              noise_notes=True, examples=_ex(
+              ("wor",), **_diff2_facts(), examples=_ex(
                   calibrate="dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
                             "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
                   audit="dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
                         "--n-min 4 --local-steps 3 --batch-size 2 --runs 1000",
                   probe="dpcalib probe diff2-bvr --epsilon 3 --delta 1e-5 --rounds 8 --restart-interval 4 --clients 2 "
-                        "--n-min 500 --local-steps 3 --batch-size 50"),
-              probe={"lr": 0.125, "c1": 1.0, "c2": 10.0}),
+                        "--n-min 500 --local-steps 3 --batch-size 50")),
     Algorithm("dp-sgd", DPSGD, "Abadi et al. 2016; DPSGD-GC of DiceSGD (Zhang et al.) Algorithm 1, Thm 2.3",
               ("one-run",), train="data-parallel", clips={"clip": "C"},
               train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
@@ -164,23 +176,13 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               probe={"lr": 0.1}),
     Algorithm("clipd2p", ClipD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 3, Prop. 2",
               ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"},
-              examples=_ex(
-                  calibrate="dpcalib calibrate clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 "
-                            "--iterations 3500",
-                  audit="dpcalib audit clipd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
-                        "--relation replace-one --runs 300",
-                  probe="dpcalib probe clipd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
+              examples=_d2p_examples("clipd2p"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("constd2p", ConstD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 2, Prop. 2",
               ("llr",), data="nodes", records="samples_per_node", clips={"clip": "G"},
               clip_enforced=False,
               warnings=(("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every gradient norm <= G"),),
-              examples=_ex(
-                  calibrate="dpcalib calibrate constd2p --epsilon 1 --delta 1e-5 --samples-per-node 2500 "
-                            "--iterations 3500",
-                  audit="dpcalib audit constd2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
-                        "--relation replace-one --runs 300",
-                  probe="dpcalib probe constd2p --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20"),
+              examples=_d2p_examples("constd2p"),
               probe={"lr": 0.1, "clip": 1.0}),
     Algorithm("adad2p", AdaD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 1 -- no valid guarantee",
               ("llr",), data="nodes", records="samples_per_node", claimed_by="clipd2p",
