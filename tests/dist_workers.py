@@ -79,11 +79,55 @@ class _Watched:
             yield xb, yb
 
 
+def engine_ckpt(rank, outdir, opts):
+    """The engine on ranks with a zero-gradient loss (the direction is the noise / B): ``steps`` steps, a
+    checkpoint per rank, ``more`` steps; or, with ``resume_from=r``, every rank loads rank r's checkpoint into a
+    fresh engine and runs ``more`` steps.  Saves each step's direction (``out{rank}.pt``)."""
+    from tests import engine_setup as S
+
+    x, y = S.data()
+    net = S.model()
+    g = None if opts.get("loader_seed") is None else torch.Generator().manual_seed(opts["loader_seed"])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y[:, None]), batch_size=S.B, generator=g)
+    engine = O.PrivacyEngine(secure_mode=opts.get("secure_mode", False))
+    m, opt, loader = engine.make_private(module=net, optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
+                                         data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0, epochs=2,
+                                         distributed=True, seed=opts.get("seed"))
+    directions = []
+    opt.attach_step_hook(lambda o: directions.append(torch.cat([p.grad.reshape(-1).clone() for p in net.parameters()])))
+    ck = os.path.join(outdir, "ck{}.pt")
+    if opts.get("resume_from") is not None:
+        engine.load_checkpoint(path=ck.format(opts["resume_from"]), module=m, optimizer=opt)
+        todo = [opts["more"]]
+    else:
+        todo = [opts["steps"], opts["more"]]
+    done = 0
+    for i, count in enumerate(todo):
+        k = 0
+        while k < count:
+            for xb, yb in loader:
+                opt.zero_grad()
+                (0.0 * nn.functional.mse_loss(m(xb), yb)).backward()
+                opt.step()
+                k += 1
+                if k == count:
+                    break
+        done += k
+        if i == 0 and len(todo) == 2:
+            engine.save_checkpoint(path=ck.format(rank), module=m, optimizer=opt)
+    torch.save({"directions": torch.stack(directions), "eps": engine.get_epsilon(1e-5),
+                "noise_state": opt.privatizer.generator.get_state()}, os.path.join(outdir, f"out{rank}.pt"))
+
+
 def run(kind, rank, world, port, outdir, opts):
     """kind: 'diff2' | 'd2p'.  opts: rounds (how many to run now), resume, checkpoint, die_at, graph, relation."""
     try:
         D.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                              timeout_s=opts.get("timeout", 20))
+        if kind == "engine-ckpt":
+            engine_ckpt(rank, outdir, opts)
+            D.shutdown()
+            return
         if kind.startswith("engine-"):
             from tests import engine_setup as S
 

@@ -37,7 +37,8 @@ from ..clipping.per_example import PerExample
 from ..run.runner import Runner
 from ..tensors import flat
 from ..data.sampling import Sampler
-from ..randomness import RunStreams, gaussian_release, is_secure, node_seeds, standard_normal, stream_seeds, uniform
+from ..randomness import (RunStreams, gaussian_release, is_secure, node_seeds, note_restored, standard_normal,
+                          stream_seeds, uniform)
 from ..run.transport import ONE_PROCESS
 
 __all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_entropy_loss", "accuracy", "split_public", "stream_seeds", "node_seeds",
@@ -179,6 +180,9 @@ class NoiseSource:
         self.record_values = bool(record_values)
         self.releases: list[Release] = []
         self.row_generators: list | None = None
+        #: a checkpoint keeps the generators' states (True: a seeded run or the user's generator; the run sets
+        #: False for fresh entropy, which a resume never replays)
+        self.replayable = True
 
     def use_rows(self, sources) -> None:
         """One generator per row of :meth:`privatize_rows` (per D2P node), so that node i's noise is
@@ -320,25 +324,54 @@ class NoiseSource:
     def state_dict(self) -> dict:
         """Plain tensors, numbers, strings, lists and dicts only (``torch.load(weights_only=True)``).
 
+        The generators' states are kept only when :attr:`replayable` (a seeded run, or the user's own
+        generator): a run of fresh entropy resumes with fresh entropy, so that no continuation of a
+        checkpoint -- a resume, or two forks of one file -- repeats a noise draw of another.
+
         Returns:
-            A dict with the generator state, the recorded releases and the row generators' states (or None).
+            A dict with the generator state (None when not replayable), whether it is a secure generator,
+            the recorded releases and the row generators' states (or None).
         """
-        rows = None if self.row_generators is None else [g.get_state() for g in self.row_generators]
-        return {"generator": self.generator.get_state(),
+        keep = self.replayable
+        rows = None if self.row_generators is None or not keep else [g.get_state() for g in self.row_generators]
+        return {"generator": self.generator.get_state() if keep else None, "secure": is_secure(self.generator),
                 "releases": [{f.name: getattr(r, f.name) for f in fields(Release)} for r in self.releases],
                 "rows": rows}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the generators and recorded releases from :meth:`state_dict`'s output.
+        """Restore the recorded releases from :meth:`state_dict`'s output, and the generators' states when
+        the saved run kept them (a replayable run; a second load of one state warns: the two continuations
+        share their noise, :func:`~dpcalib.optim.randomness.note_restored`).
 
         Args:
             state: a dict as returned by :meth:`state_dict`.
+
+        Raises:
+            InputError: if the state was saved in the other mode (secure / plain), or by a replayable run into
+                one of fresh entropy or the reverse.
         """
-        self.generator.set_state(state["generator"])
+        secure = bool(state.get("secure", False))
+        if state.get("generator") is not None and "secure" not in state:
+            secure = state["generator"].numel() < 200          # written before the mode was saved: by its size
+        if secure != is_secure(self.generator):
+            raise InputError(f"checkpoint is not allowed: its noise was drawn with secure_mode={secure} and this run "
+                             f"has secure_mode={not secure}; resume with the mode the run was saved with.")
+        saved = state.get("generator")
+        if (saved is not None) != self.replayable:
+            raise InputError("checkpoint is not allowed: it was saved by a run " + (
+                "with a seed (or its own noise generator) and this run has none" if saved is not None else
+                "without a seed, whose noise stream is never restored, and this run has one") +
+                "; resume with the same seed= (or none) as the saved run.")
         self.releases = [Release(**r) for r in state["releases"]]
+        if saved is None:
+            return
+        self.generator.set_state(saved)
+        restored = [saved]
         if state.get("rows") is not None:
             for g, st in zip(self.row_generators, state["rows"]):
                 g.set_state(st)
+                restored.append(st)
+        note_restored(restored)
 
 
 def _generator(source, device):
@@ -484,9 +517,11 @@ class PrivateOptimizer:
             raise InputError(f"noise is not allowed: a calibration of {noise.algorithm!r} cannot drive "
                              f"{getattr(mechanism, 'name', mechanism)!r}.")
         #: the run's secret streams (RunStreams): fresh entropy without a seed, shared inside a process group
-        self.streams = RunStreams(seed, secure_mode=secure_mode, agree=self.transport.agree)
+        self.streams = RunStreams(seed, secure_mode=secure_mode, agree=self.transport.agree,
+                                  gather=getattr(self.transport, "gather", None))
         self.data_generator, noise_generator, self.output_generator = self.streams.run(self.device)
         self.privatizer = NoiseSource(noise_generator, self.device, self.dtype, record, record_noise, record_values)
+        self.privatizer.replayable = self.streams.seeded     # fresh entropy is never restored from a checkpoint
         self.clip_method, self.chunk_size = clip_method, int(chunk_size)
         # what the records of a batch contribute (dpcalib.optim.clipping.per_example); a check may put another object here
         self.per_example = PerExample(clip_method, chunk_size)

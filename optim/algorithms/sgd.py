@@ -160,11 +160,25 @@ class DPSGD(_OneDataset):
         return self.sampler.shuffled(self.perm, j, m.batch_size)
 
     def _state(self) -> dict:
-        return {"perm": self.perm, "bins": self.bins}
+        return {"perm": self.perm, "bins": self.bins, "round": self.round}
 
     def _load_state(self, state: dict) -> None:
         self.perm = state.get("perm")
         self.bins, self._binned = state.get("bins"), None
+        m = self.mechanism
+        done = int(state.get("round", 0)) % m.steps_per_epoch if m.epoch_wise else 0
+        if done and not self.streams.seeded:
+            # fresh entropy: the epoch goes on with the records it has not used, drawn afresh (a uniform order of
+            # the rest; each unused record's step uniform on the rest), never in the saved run's order
+            if self.perm is not None:
+                rest = self.perm[done * m.batch_size:]
+                self.perm = torch.cat([self.perm[:done * m.batch_size],
+                                       rest[self.sampler.permutation(rest.numel(), self.data_generator)]])
+            if self.bins is not None:
+                late = (self.bins >= done).nonzero().flatten()
+                self.bins = self.bins.clone()
+                self.bins[late] = done + self.sampler.bins(late.numel(), m.steps_per_epoch - done,
+                                                           self.data_generator)
 
     def _step(self, r: int) -> None:
         cur = self.params()

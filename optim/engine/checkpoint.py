@@ -9,6 +9,20 @@ function (Opacus's ``LambdaNoise``) is refused at load in one line.  ``path``: a
 (written to ``path.tmp`` and renamed: a crash leaves the old checkpoint whole) or a binary file
 object (``io.BytesIO``), as ``torch.save`` takes.
 
+**What a checkpoint holds, and what a resume or a fork gives.**  The module, the optimizer (the
+wrapped one, the kernel's state, the round, the noise levels and clip), the schedulers, the ledger,
+the epoch charged so far and the private loader's position (taken from the optimizer's loader, so
+Opacus's call without ``data_loader=`` keeps it too).  A run of fresh entropy (no ``seed``, the
+default) keeps **no generator state**: its resume goes on from the saved position with the new
+engine's fresh noise and batches -- statistically, not bitwise, the same run: Poisson batches are
+drawn afresh, a shuffled or balls-in-bins epoch goes on with the records it has not used (so each
+record is still in one batch an epoch, and the epoch is not charged twice).  Two forks of one file
+then never share a noise draw; each fork's eps is its own lineage's, and releasing both spends both.
+A seeded run (or one with the user's own ``noise_generator`` or loader generator) keeps its
+generators' states and resumes bit for bit; loading one such checkpoint a second time in a process
+warns that the continuations share their noise.  A checkpoint of the other mode (secure / plain,
+seeded / unseeded) is refused in one line.
+
 The optimizer's state carries the noise levels and the clip norm the run was at.  By default they
 are not taken back (Opacus's behaviour: they are the optimizer's configuration, which a scheduler
 sets); ``resume_noise=True`` takes them back, so that a run resumed mid-schedule makes the same
@@ -62,7 +76,7 @@ def save(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_cli
     if grad_clip_scheduler is not None:
         state["grad_clip_scheduler_state_dict"] = grad_clip_scheduler.state_dict()
     if data_loader is not None and hasattr(data_loader, "state_dict"):
-        state["data_loader_state_dict"] = data_loader.state_dict()
+        state["data_loader_state_dict"] = data_loader.state_dict()   # the optimizer's state has its loader's too
     kwargs = torch_save_kwargs or {}
     if isinstance(path, (str, os.PathLike)):
         tmp = f"{os.fspath(path)}.tmp"
@@ -116,6 +130,7 @@ def load(engine, *, path, module, optimizer=None, noise_scheduler=None, grad_cli
         noise_scheduler.load_state_dict(state["noise_scheduler_state_dict"])
     if grad_clip_scheduler is not None and "grad_clip_scheduler_state_dict" in state:
         grad_clip_scheduler.load_state_dict(state["grad_clip_scheduler_state_dict"])
-    if data_loader is not None and state.get("data_loader_state_dict") is not None:
+    own = getattr(optimizer, "loader", None) if optimizer is not None and opt_state else None
+    if data_loader is not None and data_loader is not own and state.get("data_loader_state_dict") is not None:
         data_loader.load_state_dict(state["data_loader_state_dict"])
     return state

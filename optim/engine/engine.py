@@ -27,6 +27,7 @@ ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.a
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -39,7 +40,7 @@ from ...mechanisms.registry import lookup
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
 from ..clipping.validator import ModuleValidator
-from ..randomness import RunStreams, check_seed
+from ..randomness import RunStreams, check_seed, same_on_ranks
 from ..run.transport import ONE_PROCESS
 from . import checkpoint
 from .errors import opacus_flavoured
@@ -501,26 +502,38 @@ class PrivacyEngine:
         if noise_generator is not None and noise_generator.device != first.device:
             raise InputError(f"noise_generator is not allowed: it is on {noise_generator.device}, the module on "
                              f"{first.device}.")
-        streams = RunStreams(seed, secure_mode=self.secure_mode, agree=transport.agree)
+        streams = RunStreams(seed, secure_mode=self.secure_mode, agree=transport.agree,
+                             gather=transport.gather if distributed else None)
         gen, noise_gen, _ = streams.run(first.device, data_device="cpu")
         if seed is None and not self.secure_mode:
             gen = loader_generator(data_loader, gen)
+        if distributed:                     # one logical batch and one noise stream for the whole group
+            for name, g in (("data_loader.generator", gen if gen is getattr(data_loader, "generator", None) else None),
+                            ("noise_generator", noise_generator)):
+                if g is not None:
+                    same_on_ranks(name, "state " + hashlib.sha256(g.get_state().numpy().tobytes()).hexdigest()[:16],
+                                  transport.gather)
+        # what a checkpoint may restore: a seeded stream, or the user's own generator (the user owns that secret);
+        # a stream of fresh entropy is never restored, so no resume or fork replays it
+        data_replayable = seed is not None or gen is getattr(data_loader, "generator", None)
         if sampling == "loader":
             if distributed:
                 raise InputError("poisson_sampling=False is not allowed with distributed=True: the loader's own "
                                  "batches are not shared out between the processes; give sampling='shuffle'.")
             sampler = data_loader.batch_sampler
         elif sampling == "poisson":
-            sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share)
+            sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share, replayable=data_replayable)
         elif sampling == "wor":
-            sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None))
+            sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None),
+                                            replayable=data_replayable)
         elif sampling == "balls-in-bins":
-            sampler = BallsInBinsBatchSampler(n, mech.steps_per_epoch, gen, share)
+            sampler = BallsInBinsBatchSampler(n, mech.steps_per_epoch, gen, share, replayable=data_replayable)
         else:
             sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=getattr(data_loader.batch_sampler, "drop_last",
-                                                                              False))
+                                                                              False), replayable=data_replayable)
         loader = private_loader(data_loader, sampler)
         privatizer = NoiseSource(noise_gen if noise_generator is None else noise_generator, first.device, first.dtype)
+        privatizer.replayable = seed is not None or noise_generator is not None
         wrapped = DPLoss(criterion, private) if criterion is not None else None
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,

@@ -38,7 +38,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from ...accountant.validation import InputError
 from ..data.sampling import bin_batches
-from ..randomness import bins, permutation, poisson_mask
+from ..randomness import bins, note_restored, permutation, poisson_mask
 
 __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
            "private_loader", "check_loader", "DPDataLoader", "loader_generator"]
@@ -47,32 +47,136 @@ __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler"
 class _Batches(TorchSampler):
     """A batch sampler over ``n`` records from ``generator``; ``share``: this process's part.
 
-    Position: each pass over the loader starts from the generator's state at its start; a
-    checkpoint keeps that state, the batches drawn before the pass and how many of the pass the
-    loop consumed (:class:`DPDataLoader` counts them: workers draw ahead), so a resumed pass draws
-    the same batches and skips the consumed ones."""
+    Position (a checkpoint's; :class:`DPDataLoader` counts the batches the loop consumed, since workers
+    draw ahead):
 
-    def __init__(self, n: int, generator: torch.Generator, share=(0, 1)):
+    * ``replayable`` (a seeded run, or the user's own generator): the generator's state at the pass's
+      start, the batches drawn before it and how many of the pass were consumed -- a resumed pass draws
+      the same batches and skips the consumed ones, bit for bit;
+    * otherwise (fresh entropy, the default) no generator state is kept -- a resumed run draws with its
+      own fresh generator, never the saved run's stream.  The pass goes on from where it was, with the
+      law it would have had: Poisson and fixed-size batches are independent draws, so the pass's remaining
+      batches are drawn fresh; a shuffled epoch keeps the records it has not yet used, in a fresh random
+      order (a uniform permutation given its first batches is a uniform order of the rest); a balls-in-bins
+      epoch throws its unused records into its remaining steps afresh (each record's bin given that it is
+      not among the first ``k`` is uniform on the others).  Each record is still used at most once an epoch.
+
+    On several processes each batch's digest (counts and sums of the logical batch's record indices and of
+    this rank's share) is kept for the optimizer's check that the ranks' shares are disjoint and cover it."""
+
+    #: does the pass hold one fixed set of records (each once)?  The resumed pass keeps the unused ones.
+    epoch_wise = False
+
+    def __init__(self, n: int, generator: torch.Generator, share=(0, 1), replayable: bool = True):
         self.n, self.generator = int(n), generator
         self.rank, self.world = (int(share[0]), int(share[1]))
+        self.replayable = bool(replayable)
         self.drawn = 0                  # batches drawn so far
-        self.pass_state, self.pass_drawn = generator.get_state(), 0
+        self.pass_state = generator.get_state() if self.replayable else None
+        self.pass_drawn, self.offset = 0, 0
         self.skip = 0
+        self.resume = None              # an unseeded pass to go on with: (consumed, unused records or None)
+        self.current = None             # the pass's draw, for the unused records (epoch-wise samplers)
+        self.digests: list = []
 
     def __iter__(self):
-        self.pass_state, self.pass_drawn = self.generator.get_state(), self.drawn
+        self.pass_state = self.generator.get_state() if self.replayable else None
+        self.pass_drawn = self.drawn
         skip, self.skip = self.skip, 0
-        for j, idx in enumerate(self._draws(self.drawn)):
+        resume, self.resume = self.resume, None
+        self.digests, self.current = [], None
+        self.offset = skip if resume is None else resume[0]
+        draws = self._draws() if resume is None else self._rest(*resume)
+        for j, idx in enumerate(draws, 0 if resume is None else resume[0]):
             self.drawn += 1
             if j >= skip:
-                yield idx[self.rank::self.world].tolist()
+                mine = idx[self.rank::self.world]
+                if self.world > 1:
+                    self.digests.append(_digest(idx) + _digest(mine))
+                yield mine.tolist()
+
+    def __len__(self):
+        return self.steps
+
+    def _draws(self):
+        """The pass's batches (independent draws: ``len(self)`` of :meth:`_batch`)."""
+        for _ in range(len(self)):
+            yield self._batch()
+
+    def _rest(self, consumed: int, unused):
+        """The pass's batches from ``consumed`` on, drawn afresh (independent batches: the default)."""
+        for _ in range(len(self) - consumed):
+            yield self._batch()
+
+    def unused(self, done: int):
+        """The records the pass has not used after ``done`` batches (None: its batches are independent).
+
+        Args:
+            done: the batches of the pass consumed.
+
+        Returns:
+            None here (an epoch-wise sampler returns a long tensor of record indices).
+        """
+        return None
 
     def position(self, consumed: int) -> dict:
-        return {"generator": self.pass_state, "drawn": self.pass_drawn, "skip": int(consumed)}
+        """Where the loop is: the state a checkpoint keeps (see the class text).
+
+        Args:
+            consumed: the batches of the current pass the loop consumed since this iteration began.
+
+        Returns:
+            A dict of plain data and tensors: ``generator`` (a replayable run's; else None), ``drawn``, ``skip``
+            (the batches of the pass done), ``unused`` and ``mid_pass``.
+        """
+        if self.resume is not None:                       # loaded, not yet iterated
+            return {"generator": None, "drawn": self.drawn, "skip": self.resume[0], "unused": self.resume[1],
+                    "mid_pass": True}
+        if self.skip:
+            return {"generator": self.generator.get_state(), "drawn": self.drawn, "skip": self.skip, "unused": None,
+                    "mid_pass": True}
+        done = self.offset + int(consumed)
+        if done == 0 or done >= len(self):                # between passes: the next one starts afresh
+            return {"generator": self.generator.get_state() if self.replayable else None, "drawn": self.drawn,
+                    "skip": 0, "unused": None, "mid_pass": False}
+        if self.replayable:
+            return {"generator": self.pass_state, "drawn": self.pass_drawn, "skip": done, "unused": None,
+                    "mid_pass": True}
+        return {"generator": None, "drawn": self.pass_drawn + done - self.offset, "skip": done,
+                "unused": self.unused(done), "mid_pass": True}
 
     def load_position(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-        self.drawn, self.skip = int(state["drawn"]), int(state["skip"])
+        """Go back to a :meth:`position`: a replayable sampler takes the saved generator state (its own
+        stream, bit for bit); any other keeps its fresh generator and goes on with the pass's remaining
+        batches (see the class text).
+
+        Args:
+            state: what :meth:`position` returned.
+
+        Raises:
+            InputError: if the position was saved by a replayable run and this one is not, or the reverse.
+        """
+        saved = state.get("generator")
+        if (saved is not None) != self.replayable:
+            raise InputError("data_loader is not allowed: its position was saved by a run " + (
+                "with a seed (or its own generator) and this run has none" if saved is not None else
+                "without a seed and this run has one") + "; resume with the same seed= (or none) as the saved run.")
+        self.drawn, self.resume, self.skip = int(state["drawn"]), None, 0
+        if self.replayable:
+            self.generator.set_state(saved)
+            note_restored([saved])
+            self.skip = int(state["skip"])
+        elif state.get("mid_pass", False):
+            self.resume = (int(state["skip"]), state.get("unused"))
+
+
+def _digest(idx: torch.Tensor) -> list:
+    """Count, sum and sum of squares (mod a prime) of record indices: equal for equal sets."""
+    i = idx.to(torch.int64)
+    return [int(i.numel()), int(i.sum()), int(((i * i) % _PRIME).sum() % _PRIME)]
+
+
+_PRIME = 2147483647
 
 
 class PoissonBatchSampler(_Batches):
@@ -84,20 +188,17 @@ class PoissonBatchSampler(_Batches):
         steps: batches per pass.
         generator: the ``torch.Generator`` the batches are drawn from.
         share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+        replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
     sampling = "poisson"
 
-    def __init__(self, n, q: float, steps: int, generator, share=(0, 1)):
-        super().__init__(n, generator, share)
+    def __init__(self, n, q: float, steps: int, generator, share=(0, 1), replayable: bool = True):
+        super().__init__(n, generator, share, replayable)
         self.q, self.steps = float(q), int(steps)
 
-    def __len__(self):
-        return self.steps
-
-    def _draws(self, start):
-        for _ in range(self.steps):
-            yield poisson_mask(self.generator, self.n, self.q).nonzero().flatten()
+    def _batch(self):
+        return poisson_mask(self.generator, self.n, self.q).nonzero().flatten()
 
 
 class FixedSizeBatchSampler(_Batches):
@@ -110,21 +211,19 @@ class FixedSizeBatchSampler(_Batches):
         generator: the ``torch.Generator`` the batches are drawn from.
         share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
         b0: the size of the run's very first batch (None: ``b``).
+        replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
     sampling = "wor"
 
-    def __init__(self, n, b: int, steps: int, generator, share=(0, 1), b0: int | None = None):
-        super().__init__(n, generator, share)
+    def __init__(self, n, b: int, steps: int, generator, share=(0, 1), b0: int | None = None,
+                 replayable: bool = True):
+        super().__init__(n, generator, share, replayable)
         self.b, self.steps, self.b0 = int(b), int(steps), int(b if b0 is None else b0)
 
-    def __len__(self):
-        return self.steps
-
-    def _draws(self, start):
-        for _ in range(self.steps):
-            size = self.b0 if self.drawn == 0 else self.b
-            yield permutation(self.generator, self.n)[:size]
+    def _batch(self):
+        size = self.b0 if self.drawn == 0 else self.b
+        return permutation(self.generator, self.n)[:size]
 
 
 class ShuffleBatchSampler(_Batches):
@@ -136,21 +235,41 @@ class ShuffleBatchSampler(_Batches):
         generator: the ``torch.Generator`` the batches are drawn from.
         share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
         drop_last: drop the epoch's last, short batch.
+        replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
     sampling = "shuffle"
+    epoch_wise = True
 
-    def __init__(self, n, b: int, generator, share=(0, 1), drop_last: bool = False):
-        super().__init__(n, generator, share)
+    def __init__(self, n, b: int, generator, share=(0, 1), drop_last: bool = False, replayable: bool = True):
+        super().__init__(n, generator, share, replayable)
         self.b, self.drop_last = int(b), bool(drop_last)
 
     def __len__(self):
         return self.n // self.b if self.drop_last else -(-self.n // self.b)
 
-    def _draws(self, start):
-        perm = permutation(self.generator, self.n)
-        for j in range(len(self)):
-            yield perm[j * self.b:(j + 1) * self.b]
+    def _cut(self, first: int, order: torch.Tensor):
+        self.current = (first, order)
+        for j in range(first, len(self)):
+            yield order[(j - first) * self.b:(j - first + 1) * self.b]
+
+    def _draws(self):
+        return self._cut(0, permutation(self.generator, self.n))
+
+    def _rest(self, consumed: int, unused):
+        return self._cut(consumed, unused[permutation(self.generator, unused.numel())])
+
+    def unused(self, done: int):
+        """The records of the epoch not in its first ``done`` batches (in the pass's order).
+
+        Args:
+            done: the batches of the epoch consumed.
+
+        Returns:
+            A long tensor of record indices.
+        """
+        first, order = self.current
+        return order[(done - first) * self.b:].clone()
 
 
 class BallsInBinsBatchSampler(_Batches):
@@ -167,15 +286,17 @@ class BallsInBinsBatchSampler(_Batches):
         t: the steps of an epoch, an integer in ``[1, n]``.
         generator: the ``torch.Generator`` the batches are drawn from.
         share: ``(rank, world)``: this process loads records ``rank, rank + world, ...`` of each batch.
+        replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
 
     Raises:
         InputError: if ``t`` is not in ``[1, n]``.
     """
 
     sampling = "balls-in-bins"
+    epoch_wise = True
 
-    def __init__(self, n, t: int, generator, share=(0, 1)):
-        super().__init__(n, generator, share)
+    def __init__(self, n, t: int, generator, share=(0, 1), replayable: bool = True):
+        super().__init__(n, generator, share, replayable)
         self.t = int(t)
         if not 1 <= self.t <= self.n:
             raise InputError(f"t={t!r} is not allowed: expected an integer in [1, n={self.n}] (the steps of an epoch).")
@@ -188,8 +309,29 @@ class BallsInBinsBatchSampler(_Batches):
     def __len__(self):
         return self.t
 
-    def _draws(self, start):
-        yield from bin_batches(bins(self.generator, self.n, self.t), self.t)
+    def _throw(self, first: int, records: torch.Tensor):
+        where = first + bins(self.generator, records.numel(), self.t - first)
+        self.current = (records, where)
+        for k, part in enumerate(bin_batches(where - first, self.t - first)):
+            yield records[part]
+
+    def _draws(self):
+        return self._throw(0, torch.arange(self.n))
+
+    def _rest(self, consumed: int, unused):
+        return self._throw(consumed, unused)
+
+    def unused(self, done: int):
+        """The records of the epoch whose step is ``done`` or later.
+
+        Args:
+            done: the steps of the epoch consumed.
+
+        Returns:
+            A long tensor of record indices.
+        """
+        records, where = self.current
+        return records[where >= done].clone()
 
 
 class DPDataLoader(DataLoader):
@@ -219,6 +361,7 @@ class DPDataLoader(DataLoader):
 
     consumed = 0
     passes = 0
+    digest = None
 
     def __init__(self, dataset, *, sample_rate: float | None = None, collate_fn=None, drop_last: bool = False,
                  generator=None, distributed: bool = False, batch_sampler=None, **kwargs):
@@ -276,20 +419,28 @@ class DPDataLoader(DataLoader):
             if j < skip:
                 continue
             self.consumed = j + 1
+            # the logical batch's digest and this rank's share's (several processes: the optimizer's check)
+            digests = getattr(self.batch_sampler, "digests", None)
+            self.digest = digests[j] if digests is not None and j < len(digests) else None
             yield batch
 
     def state_dict(self) -> dict:
         """The loader's position in the current pass, for a checkpoint.
 
         Returns:
-            The batch sampler's ``position(consumed)`` where it has one, else ``{"skip": batches consumed}``.
+            The batch sampler's ``position(consumed)`` where it has one, else ``{"skip": batches consumed}``,
+            with ``passes``: the passes begun.
         """
         if hasattr(self.batch_sampler, "position"):
-            return self.batch_sampler.position(self.consumed)
-        return {"skip": int(self.consumed)}
+            out = dict(self.batch_sampler.position(self.consumed))
+        else:
+            out = {"skip": int(self.consumed), "mid_pass": self.consumed > 0}
+        out["passes"] = int(self.passes)
+        return out
 
     def load_state_dict(self, state: dict) -> None:
-        """Go back to a position of :meth:`state_dict` (the next pass resumes there).
+        """Go back to a position of :meth:`state_dict`: the next pass over the loader is the saved pass's
+        rest when it was saved mid-pass (so its charge is not made twice), else a new pass.
 
         Args:
             state: what :meth:`state_dict` returned.
@@ -298,6 +449,9 @@ class DPDataLoader(DataLoader):
             self.batch_sampler.load_position(state)
         else:
             self._skip = int(state["skip"])
+        mid = bool(state.get("mid_pass", int(state.get("skip", 0)) > 0))
+        passes = int(state.get("passes", 0))
+        self.passes = passes - 1 if mid and passes > 0 else passes
 
 
 def _fresh_generator() -> torch.Generator:

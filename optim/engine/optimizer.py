@@ -416,6 +416,8 @@ class DPOptimizer(Optimizer):
             self._skip = False
             return
         self._refuse_foreign_grads()
+        if getattr(self.transport, "world", 1) > 1:
+            self._check_shares()
         first = self._first()
         kind = self.kernel.kind(first)
         saved = self._pass
@@ -445,6 +447,31 @@ class DPOptimizer(Optimizer):
         for hook in self._step_hooks:
             hook(self)
         self.original_optimizer.step()
+
+    def _check_shares(self) -> None:
+        """On several processes: every rank drew the same logical batch, and the ranks' shares are disjoint
+        and cover it (an all-gathered digest of the record indices: counts, sums and sums of squares), so that
+        each record enters the release at most once whatever seeds or loaders the ranks were given."""
+        digest = getattr(self.loader, "digest", None)
+        if digest is None:
+            raise InputError("optimizer.step() is not allowed here on several processes: the batch did not come from "
+                             "the data loader make_private returned (its records' shares between the ranks cannot be "
+                             "checked); loop over that loader.")
+        self.loader.digest = None
+        every = self.transport.gather(torch.tensor(digest, dtype=torch.int64))
+        logical, shares = every[:, :3], every[:, 3:]
+        for r in range(1, every.shape[0]):
+            if not torch.equal(logical[r], logical[0]):
+                raise InputError(f"optimizer.step() is not allowed here: at step {self.round + 1} rank {r} drew a "
+                                 f"logical batch of {int(logical[r, 0])} records and rank 0 one of "
+                                 f"{int(logical[0, 0])} (other records): the ranks' batches do not come from one root "
+                                 "(a seed or loader generator per rank?); give every rank the same seed, or none.")
+        total = shares.sum(0)
+        total[2] = total[2] % 2147483647
+        if not torch.equal(total, logical[0]):
+            raise InputError(f"optimizer.step() is not allowed here: at step {self.round + 1} the ranks' shares hold "
+                             f"{int(total[0])} records for a logical batch of {int(logical[0, 0])}: they overlap or miss "
+                             "records, and a record would count twice or not as accounted.")
 
     def _regularizer_grad(self) -> torch.Tensor:
         """grad r at the current parameters, flat in the module's order."""
@@ -503,24 +530,35 @@ class DPOptimizer(Optimizer):
     def state_dict(self):
         """The optimizer's state for a checkpoint.
 
-        The wrapped optimizer's state, the round, the previous point, the kernel's state, the noise levels
-        and the noise stream.
+        The wrapped optimizer's state, the round, the previous point, the kernel's state, the noise levels,
+        the noise source's state (its generator's only for a seeded run or the user's own generator:
+        :meth:`~dpcalib.optim.algorithms.core.NoiseSource.state_dict`), the epoch charged so far and the
+        private loader's position.
 
         Returns:
             A dict of plain data and tensors.
         """
+        loader = self.loader.state_dict() if hasattr(self.loader, "state_dict") else None
         return {"optimizer": self.original_optimizer.state_dict(), "round": self.round, "prev": self.prev,
                 "kernel": self.kernel.state_dict(), "levels": dict(self.kernel.levels),
-                "noise": self.privatizer.state_dict()}
+                "noise": self.privatizer.state_dict(), "pass": self._pass, "loader": loader}
 
     def load_state_dict(self, state):
-        """Take back a :meth:`state_dict` (the noise levels included).
+        """Take back a :meth:`state_dict` (the noise levels included).  A run of fresh entropy keeps its own
+        fresh noise stream and goes on with the saved loader position (see :mod:`.checkpoint`).
 
         Args:
             state: what :meth:`state_dict` returned.
+
+        Raises:
+            InputError: if the state was saved in the other mode (secure / plain, seeded / unseeded).
         """
+        self.privatizer.load_state_dict(state["noise"])      # refuses a mode mismatch before anything changes
         self.original_optimizer.load_state_dict(state["optimizer"])
         self.round, self.prev = int(state["round"]), state["prev"]
         self.kernel.load_state_dict(state["kernel"])
         self.kernel.levels = dict(state["levels"])
-        self.privatizer.load_state_dict(state["noise"])
+        saved = state.get("pass")
+        self._pass = None if saved is None else (saved[0], int(saved[1]), tuple(tuple(tuple(p) for p in lv) for lv in saved[2]))
+        if state.get("loader") is not None and hasattr(self.loader, "load_state_dict"):
+            self.loader.load_state_dict(state["loader"])

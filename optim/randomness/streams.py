@@ -22,8 +22,10 @@ run draws exactly as it always has) or a :class:`~.secure.SecureGenerator`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import secrets
+import warnings
 
 import numpy as np
 import torch
@@ -32,7 +34,7 @@ from ...accountant.validation import InputError
 from . import secure
 from .secure import SecureGenerator
 
-__all__ = ["RunStreams", "fresh_root", "check_seed", "stream_seeds", "node_seeds", "poisson_mask", "permutation",
+__all__ = ["RunStreams", "fresh_root", "check_seed", "same_on_ranks", "note_restored", "stream_seeds", "node_seeds", "poisson_mask", "permutation",
            "randint", "bins", "uniform", "standard_normal", "is_secure", "ROOT_BYTES"]
 
 #: a run's root: 128 bits of entropy (a SeedSequence's) or a 256-bit secure key
@@ -99,23 +101,85 @@ def node_seeds(seed: int, nodes: int) -> tuple[list[int], list[int]]:
     return [_seed_of(s) for s in data.spawn(nodes)], [_seed_of(s) for s in noise.spawn(nodes)]
 
 
+#: how many bytes of a value's text :func:`same_on_ranks` compares and names
+_NAMED = 48
+
+
+def same_on_ranks(name: str, text: str, gather) -> None:
+    """Refuse, on every process, a setting that differs between the processes of one run: a seed per
+    rank draws another logical batch and other noise on each, so one record is counted on several.
+
+    Args:
+        name: the setting's name, for the message (``"seed"``).
+        text: this process's value as text (its first 48 bytes and a SHA-256 digest of the whole are compared).
+        gather: the transport's ``gather(tensor) -> [world, ...]`` (one process: nothing to compare).
+
+    Raises:
+        InputError: if two processes hold different values (every process raises, naming rank 0's value and
+            the first that differs).
+    """
+    raw = text.encode()
+    head = raw[:_NAMED].ljust(_NAMED, b"\0")
+    payload = torch.tensor(list(head + hashlib.sha256(raw).digest()), dtype=torch.uint8)
+    every = gather(payload)
+    if every.shape[0] < 2:
+        return
+    for r in range(1, every.shape[0]):
+        if not torch.equal(every[r], every[0]):
+            show = [bytes(every[k, :_NAMED].tolist()).rstrip(b"\0").decode(errors="replace") for k in (0, r)]
+            raise InputError(f"{name}={show[1]} on rank {r} is not allowed: rank 0 has {name}={show[0]}; every rank of "
+                             f"one run must give the same {name} (or none: the ranks then share one fresh root), or "
+                             "each rank would draw its own batch and its own noise and a record would count twice.")
+
+
+#: digests of the seeded stream states restored in this process (a second restore of one is a fork)
+_RESTORED: set = set()
+
+
+def note_restored(states) -> None:
+    """Warn when the same seeded stream states are restored a second time in this process: the two
+    continuations then make the same noise draws (and batches), so their releases taken together
+    give the clipped sums back -- the accounting covers one continuation, not both.
+
+    Args:
+        states: the restored generators' states (uint8 tensors); an empty list restores nothing.
+    """
+    if not states:
+        return
+    h = hashlib.sha256()
+    for st in states:
+        h.update(bytes(st.cpu().numpy().tobytes()))
+    key = h.digest()
+    if key in _RESTORED:
+        warnings.warn("this checkpoint of a seeded run was loaded before in this process: the two continuations "
+                      "share their noise draws and batches, so their releases together reveal the clipped sums "
+                      "(give each fork its own seed, or none).", UserWarning, stacklevel=3)
+    _RESTORED.add(key)
+
+
 class RunStreams:
     """The generators of one run, from its root.
+
+    On several processes (``agree`` and ``gather`` of a process group), an unseeded run's root is rank 0's,
+    shared inside the group, and a seeded run's seed must be the same on every rank (:func:`same_on_ranks`).
 
     Args:
         seed: None (fresh entropy: the default) or an integer >= 0 (reproducible; see the module text).
         secure_mode: draw from :class:`~.secure.SecureGenerator` (ChaCha20) instead of torch.Generator.
         agree: ``agree(root_bytes) -> root_bytes``, the transport's way to share one root inside a process
             group (identity on one process).
+        gather: the transport's ``gather(tensor)``, to check that every rank gave the same seed (None: not checked).
 
     Raises:
-        InputError: a seed that is not None or an integer >= 0.
+        InputError: a seed that is not None or an integer >= 0, or seeds that differ between the ranks.
     """
 
-    def __init__(self, seed=None, *, secure_mode: bool = False, agree=None):
+    def __init__(self, seed=None, *, secure_mode: bool = False, agree=None, gather=None):
         seed = check_seed(seed)
         self.secure = bool(secure_mode)
         self.seeded = seed is not None
+        if gather is not None:
+            same_on_ranks("seed", "None" if seed is None else str(seed), gather)
         root = fresh_root() if seed is None else None
         if root is not None and agree is not None:
             root = agree(root)

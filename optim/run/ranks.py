@@ -158,6 +158,21 @@ class _Ranks:
         _guard("broadcast of the run's random root", dist.broadcast, buf, src=0)
         return bytes(buf.cpu().tolist())
 
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``t``, stacked in rank order (an ``all_gather`` inside the process group).
+
+        Args:
+            t: a tensor of the same shape and dtype on every rank.
+
+        Returns:
+            A tensor ``[world, *t.shape]`` on ``t``'s device.
+        """
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        part = t.to(device).contiguous()
+        out = [torch.empty_like(part) for _ in range(self.world)]
+        _guard("all_gather of the ranks' check", dist.all_gather, out, part)
+        return torch.stack(out).to(t.device)
+
 
 class _ServerSums(_Ranks):
     """Ranks whose parts are summed (``all_reduce``) and whose release is noised once, by the server
@@ -177,7 +192,10 @@ class _ServerSums(_Ranks):
         return out
 
     def release(self, privatizer, value: torch.Tensor, std: float, **kw) -> torch.Tensor:
-        vt = privatizer.privatize(value, std, **kw) if self.rank == self.src else torch.empty_like(value)
+        # every rank draws the same noise from the stream it shares with the server (one root, one seed), so
+        # that every rank's noise stream -- and so every rank's checkpoint -- is where the server's is; the
+        # server's release is the one broadcast
+        vt = privatizer.privatize(value, std, **kw)
         _guard("broadcast of the release", dist.broadcast, vt, src=self.src)
         return vt
 

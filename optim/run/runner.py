@@ -5,10 +5,14 @@ An update (a :class:`~dpcalib.optim.algorithms.core.PrivateOptimizer` subclass) 
 ``step()``, the events of the releases it made, its state -- and nothing of the loop around it.
 :class:`Runner` drives it: rounds up to the calibrated total, metrics (``loss``, ``grad_norm``,
 ``epsilon`` spent) every ``log_every`` rounds, a tqdm bar, atomic checkpoints.  A checkpoint holds
-the model, the algorithm's state tensors, the three generator states, the round, the events
-composed so far, the metrics and the recorded releases, so a resumed run makes exactly the same
-draws as an uninterrupted one.  **A checkpoint is as secret as the data**: its generator states
-predict every later batch and noise draw of the run (and, for a secure run, hold the ChaCha20 keys).
+the model, the algorithm's state tensors, the round, the events composed so far, the metrics and the
+recorded releases, and -- for a seeded run only -- the three generator states, so that a seeded resume
+makes exactly the same draws as an uninterrupted run.  A run of fresh entropy (no seed, the default)
+keeps no generator state: its resume draws its noise, batches and output choice afresh (statistically,
+not bitwise, the same run), so no two continuations of one checkpoint ever share a noise draw.  **A
+checkpoint is as secret as the data**: it holds the model trained on it, the epoch's permutation of a
+shuffled run, and a seeded run's generator states (every later batch and noise draw; for a secure run,
+the ChaCha20 keys).
 It is plain data (tensors, numbers, strings, lists, dicts) and is
 read with ``torch.load(weights_only=True)``: loading never runs code.
 
@@ -158,7 +162,9 @@ class Runner:
             "algorithm": u.name, "round": u.round, "total_rounds": u.total_rounds,
             "model": {k: v.clone() for k, v in u.model.state_dict().items()},
             "state": u.algorithm_state(), "counts": dict(u.counts), "metrics": list(u.metrics),
-            "rng": {"data": u.data_generator.get_state(), "output": u.output_generator.get_state()},
+            # a run of fresh entropy keeps no generator state: its resume (or two forks of one file) draws afresh
+            "rng": ({"data": u.data_generator.get_state(), "output": u.output_generator.get_state()}
+                    if u.streams.seeded else None),
             "noise": u.privatizer.state_dict(), "out": u.output_state()[0], "n_candidates": u.output_state()[1],
             "levels": dict(u.levels), "format": CHECKPOINT_FORMAT,
             "mechanism": _shape(u.mechanism), "transport": u.transport.name, "secure_mode": _secure(u),
@@ -206,9 +212,10 @@ class Runner:
         u.round = int(state["round"])
         u.counts = Counter(state["counts"])
         u.metrics = list(state["metrics"])
-        u.data_generator.set_state(state["rng"]["data"])
-        u.output_generator.set_state(state["rng"]["output"])
-        u.privatizer.load_state_dict(state["noise"])
+        u.privatizer.load_state_dict(state["noise"])      # refuses a seeded / unseeded mismatch first
+        if state["rng"] is not None:
+            u.data_generator.set_state(state["rng"]["data"])
+            u.output_generator.set_state(state["rng"]["output"])
         u.load_output_state(_move(state["out"], u.device), state["n_candidates"])
 
     def save_checkpoint(self, path) -> None:

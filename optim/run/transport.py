@@ -18,6 +18,7 @@ operation                        :class:`OneProcess` (simulation)           torc
 ``view(X, w)``                   the network average                        this node's ``z = x / w``
 ``metrics(loss, grad)``          as they are                                ``all_reduce`` of both
 ``agree(root)``                  ``root``                                   rank 0's, ``broadcast``
+``gather(t)``                    ``t[None]``                                every rank's ``t``, ``all_gather``
 ===============================  =========================================  =================================
 
 :class:`OneProcess` lives here; the torch.distributed transports live in
@@ -183,6 +184,17 @@ class OneProcess:
             The run's common root (here ``root``).
         """
         return root
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every process's ``t``, stacked in rank order (the checks that the ranks agree use it).
+
+        Args:
+            t: a tensor of the same shape and dtype on every process.
+
+        Returns:
+            ``t[None]``: this one process's.
+        """
+        return t.unsqueeze(0)
 
 
 ONE_PROCESS = OneProcess()
