@@ -13,9 +13,10 @@ Randomness is split into three independent streams (:class:`dpcalib.optim.random
 All three are secrets.  With no ``seed`` (the default) they come from fresh operating-system
 entropy; ``seed=s`` makes them reproducible (and known to anyone who knows ``s``);
 ``secure_mode=True`` draws them from a ChaCha20 generator and the noise from a sampler that
-floating-point attacks cannot exploit (:mod:`dpcalib.optim.randomness.secure`).  A checkpoint
-(:mod:`dpcalib.optim.run.runner`) saves all three, so a resumed run makes exactly the same draws:
-it is as secret as the data.
+floating-point attacks cannot exploit (:mod:`dpcalib.optim.randomness.secure`).  A seeded run's
+checkpoint (:mod:`dpcalib.optim.run.runner`) saves all three, so its resume makes exactly the same
+draws; an unseeded run's saves none, so its resume (or two forks of one file) draws afresh and never
+replays a noise draw.  Either way a checkpoint is as secret as the data.
 """
 
 from __future__ import annotations
