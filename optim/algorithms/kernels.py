@@ -222,7 +222,8 @@ class Kernel:
         Args:
             mechanism: the run's mechanism (of this kernel's algorithm).
             levels: the noise levels, a dict as a calibration's ``noise``.
-            n: the number of records of the run, >= 1.
+            n: the run's public number of records N, >= 1 (the engine's ``dataset_size``): a normaliser is
+                read from it and the mechanism, never from the data.
             clip: the per-record clip norm the user asked for.
             dim: the number of parameter coordinates.
             device: the device of the kernel's state.
@@ -275,7 +276,9 @@ class DPSGDKernel(Kernel):
 
     @classmethod
     def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
-        """A DP-SGD kernel with ``C = clip`` and ``B`` the expected batch size (``q n`` when Poisson).
+        """A DP-SGD kernel with ``C = clip`` and ``B`` the expected batch size: ``q n`` when Poisson (``b`` at
+        ``q = b / n``), else the mechanism's ``expected_batch_size``; ``n`` is the public N, so that ``B``, the
+        divisor of the noisy sum, is the same on neighbouring datasets.
 
         Args:
             mechanism: the run's mechanism (a DP-SGD mechanism).

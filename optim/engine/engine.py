@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from ...accountant import steps_per_epoch
+from ...accountant import steps_per_epoch, validation
 from ...accountant.validation import InputError
 from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
@@ -47,7 +47,8 @@ from .errors import opacus_flavoured
 from .hooks import ModuleHooks
 from .ledger import Ledger
 from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
-                     check_loader, loader_generator, private_loader)
+                     batches_per_pass, check_loader, loader_generator, notice_replaced, private_loader,
+                     uncovered_sampler)
 from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
 from .perlayer import PerLayerModule
@@ -182,7 +183,7 @@ class PrivacyEngine:
         q = {"rounds": None if shuffle else T, "n": n, "batch_size": batch_size, "sampling": sampling,
              "epochs": E if shuffle else None, "c1": max_grad_norm, "c2": C2, "b0": batch_size if b0 is None else b0,
              "momentum": momentum,
-             "rate": None if shuffle else 1.0 / steps_per_pass, "shuffle_n": n if shuffle else None,
+             "rate": None if shuffle else min(1.0, batch_size / n), "shuffle_n": n if shuffle else None,
              "shuffle_batch": batch_size if shuffle else None}
         for name, value in entry.train_defaults.items():
             if q.get(name) is None:
@@ -193,7 +194,7 @@ class PrivacyEngine:
         return entry.mechanism(**fields)
 
     def _plan(self, module, data_loader, algorithm, sampling, poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
-              momentum, clipping):
+              momentum, clipping, dataset_size=None):
         entry = lookup(algorithm)
         if not entry.engine:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: the engine runs one-dataset algorithms "
@@ -228,16 +229,39 @@ class PrivacyEngine:
             c = float(max_grad_norm)
             if not (c > 0) or math.isinf(c):
                 raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0.")
+        # the run's shape from public numbers: the batch size asked for and the stated (or accepted) dataset
+        # size N -- never the sampler's length or, once N is stated, the private dataset's size
         n = len(data_loader.dataset)
+        N = n if dataset_size is None else validation.records(dataset_size, "dataset_size")
+        if N != n and sampling in ("shuffle", "wor"):
+            raise InputError(f"dataset_size={dataset_size!r} is not allowed with sampling={sampling!r} over {n} "
+                             "records: its neighbouring datasets have the same size (a record replaced, not "
+                             "removed), so the size is public; leave dataset_size unset.")
         bs = data_loader.batch_sampler
         batch_size = getattr(bs, "b", None) or data_loader.batch_size
-        steps_per_pass = len(bs)
         if batch_size is None:
             raise InputError("data_loader is not allowed: its batch size is not known.")
-        mech = self._mechanism(entry, n=n, batch_size=batch_size, steps_per_pass=steps_per_pass, sampling=sampling,
+        drop_last = getattr(bs, "drop_last", False)
+        steps_per_pass = batches_per_pass(N, batch_size, drop_last)
+        mech = self._mechanism(entry, n=N, batch_size=batch_size, steps_per_pass=steps_per_pass, sampling=sampling,
                                epochs=epochs, steps=steps, max_grad_norm=float(c), C2=C2, b0=b0, momentum=momentum,
-                               drop_last=getattr(bs, "drop_last", False))
-        return entry, mech, ("loader" if keep else sampling), n, batch_size, steps_per_pass, c
+                               drop_last=drop_last)
+        if sampling == "balls-in-bins":
+            steps_per_pass = mech.steps_per_epoch           # ceil(N / b) bins, whatever the loader would drop
+        if sampling == "balls-in-bins" and steps_per_pass > n:
+            raise InputError(f"dataset_size={dataset_size!r} is not allowed with sampling='balls-in-bins' over {n} "
+                             f"records: its {steps_per_pass} steps an epoch (ceil(N/b)) exceed the records; "
+                             "give a dataset size closer to the data's, or a larger batch_size.")
+        law = uncovered_sampler(data_loader)
+        if law is not None:         # replaced (with poisson_sampling=False too: its law is not a partition)
+            keep = False
+            q = f"{batch_size}/{N}" if batch_size < N else "1"
+            by = {"poisson": f"Poisson batches at q = {q}, {steps_per_pass} a pass",
+                  "wor": f"{steps_per_pass} batches of {batch_size} without replacement a pass",
+                  "shuffle": f"shuffled epochs of {steps_per_pass} batches of {batch_size}",
+                  "balls-in-bins": f"balls-in-bins epochs of {steps_per_pass} steps"}[sampling]
+            notice_replaced(law, by, stacklevel=5)
+        return entry, mech, ("loader" if keep else sampling), n, N, batch_size, steps_per_pass, c
 
     # -- Opacus's entry points --------------------------------------------------------------------------
     def make_private(self, *, module, optimizer, data_loader, noise_multiplier=None, max_grad_norm, criterion=None,
@@ -247,7 +271,7 @@ class PrivacyEngine:
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
                      grad_sample_mode: str = "hooks", noise_generator=None, regularizer=None, wrap_model: bool = True,
-                     **kwargs):
+                     dataset_size: int | None = None, **kwargs):
         """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
 
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
@@ -261,7 +285,9 @@ class PrivacyEngine:
         batches, in its own order (sequential, or shuffled by its sampler), accounted as a fixed
         partition -- each record in one batch per pass, so ``E`` passes are ``E`` Gaussian releases
         of sensitivity ``C``, exact GDP ``mu = sqrt(E) / z`` (zero-out relation), no amplification
-        (the shuffle mechanism's certified upper end; docs/optimizers.md).  ``sampling="balls-in-bins"``
+        (the shuffle mechanism's certified upper end; docs/optimizers.md); a sampler whose law is not "each
+        record once a pass" (a ``RandomSampler`` with replacement or ``num_samples``) is replaced by shuffled
+        epochs, with a one-line notice, as it is by the batches of any other ``sampling``.  ``sampling="balls-in-bins"``
         (DP-SGD): each pass is an epoch of ``t = ceil(n / batch_size)`` steps, every record in one of them
         chosen uniformly from the secret data stream (:class:`~.loader.BallsInBinsBatchSampler`: batches of
         ``Binomial(n, 1/t)`` records, empty ones included), the noisy sum divided by the expected batch
@@ -289,7 +315,8 @@ class PrivacyEngine:
             module: the ``torch.nn.Module`` to train.
             optimizer: the ``torch.optim.Optimizer`` of the module's parameters (not one ``make_private``
                 returned).
-            data_loader: the user's ``DataLoader``: its dataset's size and its batch size give the run's shape.
+            data_loader: the user's ``DataLoader``: its batch size and the dataset size (``dataset_size``) give
+                the run's shape, never its sampler's length.
             noise_multiplier: noise std / L2 sensitivity, a finite number >= 0, for an algorithm whose one
                 noise level it is; None: give ``noise``.
             max_grad_norm: the clip norm C, a finite number > 0; with ``clipping="per_layer"`` a list of
@@ -321,6 +348,12 @@ class PrivacyEngine:
             noise_generator: a ``torch.Generator`` on the module's device to draw the noise from, or None.
             regularizer: ``r(params) -> scalar`` (see above), or None.
             wrap_model: False: return the module passed in, its ``forward`` hooked.
+            dataset_size: the public dataset size N, an integer >= 1, or None: ``len(data_loader.dataset)``,
+                which is then taken as public (docs/threat-model.md).  The Poisson rate ``q = min(1, b / N)``,
+                the ``ceil(N / b)`` batches a pass (``floor`` with ``drop_last``) and the noisy sum's divisor
+                (``q N``; balls-in-bins: ``N / t``) come from N and the batch size ``b``, never from the data;
+                the batches are still drawn from the records there are.  With ``"shuffle"``, ``"wor"`` or
+                ``poisson_sampling=False`` it must be the data's size (their neighbours have the same size).
             **kwargs: Opacus's ``batch_first`` (True: records on dimension 0 of the module's input; False:
                 on dimension 1) and ``total_steps`` (accepted, unused); any other is refused.
 
@@ -341,7 +374,7 @@ class PrivacyEngine:
                           poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
                           distributed=distributed, clipping=clipping, noise_generator=noise_generator,
                           regularizer=regularizer, grad_sample_mode=grad_sample_mode, wrap_model=wrap_model,
-                          kwargs=kwargs, target=None)
+                          dataset_size=dataset_size, kwargs=kwargs, target=None)
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
@@ -360,7 +393,8 @@ class PrivacyEngine:
             epochs: the run's passes over the loader (or give ``steps``).
             steps: the run's steps (or give ``epochs``).
             max_grad_norm: as for :meth:`make_private`.
-            **kwargs: :meth:`make_private`'s other keywords (not ``noise_multiplier`` or ``noise``).
+            **kwargs: :meth:`make_private`'s other keywords (``dataset_size`` among them; not ``noise_multiplier``
+                or ``noise``).
 
         Returns:
             As :meth:`make_private`.
@@ -423,7 +457,7 @@ class PrivacyEngine:
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
               noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
               distributed, clipping, noise_generator, regularizer, kwargs, target, grad_sample_mode="hooks",
-              wrap_model=True):
+              wrap_model=True, dataset_size=None):
         unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
@@ -464,9 +498,9 @@ class PrivacyEngine:
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
                              "the module's parameters (not one make_private returned).")
-        entry, mech, sampling, n, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
-                                                              poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
-                                                              momentum, clipping)
+        entry, mech, sampling, n, N, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
+                                                                 poisson_sampling, epochs, steps, max_grad_norm, C2,
+                                                                 b0, momentum, clipping, dataset_size)
         budget = None
         if target is not None:
             eps, delta = target
@@ -487,7 +521,7 @@ class PrivacyEngine:
             private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())
         dim = sum(p.numel() for _, p in private.named)
-        kernel = kernel_class.for_run(mech, levels, n=n, clip=float(c), dim=dim, device=first.device,
+        kernel = kernel_class.for_run(mech, levels, n=N, clip=float(c), dim=dim, device=first.device,
                                       dtype=first.dtype)
         needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
         if needs_prev and criterion is None:
@@ -696,7 +730,8 @@ def _defaults(kwargs: dict) -> dict:
     """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
     out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
-               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True)
+               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True,
+               dataset_size=None)
     rest = {}
     for k, v in kwargs.items():
         (out if k in out else rest).__setitem__(k, v)

@@ -20,8 +20,13 @@ generator (:mod:`dpcalib.optim.randomness`), so a loop over this loader sees the
 reference optimizer with the same seed; without a seed the generator's root is fresh entropy, and
 in ``secure_mode`` the generator is ChaCha20.  A sampler the accounting cannot follow
 (a weighted, subset or distributed sampler, a custom ``batch_sampler``, an ``IterableDataset``)
-is refused with the reason; the user's sequential or random sampler is replaced.  An empty Poisson
-batch is collated as tensors with zero rows (the shape of one record).
+is refused with the reason; the user's sequential or random sampler is replaced -- with a one-line
+notice where its law was not "every record once a pass" (:func:`uncovered_sampler`: drawn with
+replacement, ``num_samples``, another source), for the batches it would have drawn are not those
+the run draws and charges.  The batches of a pass follow from public numbers
+(:func:`batches_per_pass`: the batch size and the dataset size the run states), never from the
+user's sampler's length.  An empty Poisson batch is collated as tensors with zero rows (the shape
+of one record).
 
 With ``share=(rank, world)`` (data-parallel) every process draws the same logical batch and loads
 its records ``rank, rank + world, ...`` (:class:`dpcalib.optim.run.ranks.BatchOnRanks`' share).
@@ -36,12 +41,14 @@ from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomS
 from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data._utils.collate import default_collate
 
+from ...accountant import steps_per_epoch
 from ...accountant.validation import InputError
 from ..data.sampling import bin_batches
 from ..randomness import bins, note_restored, permutation, poisson_mask
 
 __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
-           "private_loader", "check_loader", "DPDataLoader", "loader_generator"]
+           "private_loader", "check_loader", "DPDataLoader", "loader_generator", "uncovered_sampler",
+           "batches_per_pass", "notice_replaced"]
 
 
 class _Batches(TorchSampler):
@@ -392,7 +399,10 @@ class DPDataLoader(DataLoader):
     @classmethod
     def from_data_loader(cls, data_loader, *, generator=None, distributed: bool = False) -> "DPDataLoader":
         """Opacus's: Poisson batches at ``q = 1 / len(data_loader)`` over its dataset, with its
-        settings; ``generator`` default: the loader's own, else fresh entropy.
+        settings; ``generator`` default: the loader's own, else fresh entropy.  ``len(data_loader)`` is
+        that of the plain loader, ``ceil(n / batch_size)`` (``floor`` with ``drop_last``), whatever its
+        sampler draws: a ``RandomSampler`` with ``num_samples`` or replacement is replaced with a notice
+        (:func:`uncovered_sampler`), never trusted for the rate.
 
         Args:
             data_loader: the user's ``DataLoader`` (checked as by :func:`check_loader`).
@@ -403,12 +413,20 @@ class DPDataLoader(DataLoader):
             The new :class:`DPDataLoader`.
 
         Raises:
-            InputError: if the loader is refused by :func:`check_loader`, or as for the constructor.
+            InputError: if the loader is refused by :func:`check_loader`, has ``drop_last`` and a batch
+                larger than its dataset, or as for the constructor.
         """
         check_loader(data_loader)
+        b, passes = data_loader.batch_size, len(data_loader)
+        if b is not None:
+            # a pass of the plain loader over the dataset: its sampler's length (num_samples) sets nothing
+            passes = batches_per_pass(len(data_loader.dataset), b, bool(data_loader.drop_last))
+            law = uncovered_sampler(data_loader)
+            if law is not None:
+                notice_replaced(law, f"Poisson batches at q = 1/{passes}, {passes} per pass", stacklevel=3)
         if generator is None:
             generator = data_loader.generator
-        return cls(data_loader.dataset, sample_rate=1 / len(data_loader), collate_fn=data_loader.collate_fn,
+        return cls(data_loader.dataset, sample_rate=1 / passes, collate_fn=data_loader.collate_fn,
                    generator=generator, distributed=distributed, **_settings(data_loader))
 
     def __iter__(self):
@@ -555,6 +573,67 @@ def check_loader(data_loader) -> None:
     if data_loader.batch_size is None and not isinstance(bs, _Batches):
         raise InputError("data_loader is not allowed: it has batch_size=None (records one at a time); give a "
                          "batch_size.")
+
+
+def uncovered_sampler(data_loader) -> str | None:
+    """What the loader's sampler is, where its law is not "every record of the dataset once a pass"
+    (the law of a plain ``DataLoader``, shuffled or not): None for a ``SequentialSampler`` or a
+    ``RandomSampler`` without replacement over all the records, or a :class:`ShuffleBatchSampler`.
+
+    Args:
+        data_loader: a loader :func:`check_loader` accepts.
+
+    Returns:
+        None, or the sampler named with what makes its law another one (``"RandomSampler(replacement=True)"``,
+        ``"RandomSampler(num_samples=64)"``, ``"SequentialSampler over 10 of the 800 records"``,
+        ``"FixedSizeBatchSampler"``).
+    """
+    bs = data_loader.batch_sampler
+    if isinstance(bs, _Batches):
+        return None if isinstance(bs, ShuffleBatchSampler) else type(bs).__name__
+    inner, n = bs.sampler, len(data_loader.dataset)
+    name = type(inner).__name__
+    if getattr(inner, "replacement", False):
+        return f"{name}(replacement=True)"
+    if isinstance(inner, RandomSampler) and inner.num_samples != n:
+        return f"{name}(num_samples={inner.num_samples})"
+    if len(inner) != n:
+        return f"{name} over {len(inner)} of the {n} records"
+    return None
+
+
+def batches_per_pass(n: int, batch_size: int, drop_last: bool = False) -> int:
+    """The batches of one pass from public numbers: ``ceil(n / batch_size)`` (1 for a batch larger than
+    the dataset), ``floor(n / batch_size)`` with ``drop_last``
+    (:func:`dpcalib.accountant.steps_per_epoch`).
+
+    Args:
+        n: the dataset size the run states (public), an integer >= 1.
+        batch_size: the loader's batch size, an integer >= 1.
+        drop_last: drop each pass's last, short batch.
+
+    Returns:
+        The number of batches, >= 1.
+
+    Raises:
+        InputError: if ``drop_last`` and ``batch_size > n`` (no whole batch), or a number is not an integer >= 1.
+    """
+    if drop_last and batch_size > n:
+        raise InputError(f"batch_size={batch_size!r} is not allowed with drop_last=True over {n} records: no whole "
+                         "batch in a pass; give a smaller batch_size or drop_last=False.")
+    return steps_per_epoch(n, min(batch_size, n), drop_last)
+
+
+def notice_replaced(sampler: str, by: str, stacklevel: int = 4) -> None:
+    """Say in one line (a ``UserWarning``) that the user's ``sampler`` is replaced ``by`` the run's batches.
+
+    Args:
+        sampler: the user's sampler, as :func:`uncovered_sampler` names it.
+        by: what replaces it (the batches the accountant charges).
+        stacklevel: as ``warnings.warn``'s (the user's call).
+    """
+    warnings.warn(f"data_loader's {sampler} is replaced by {by}, the sampling the accountant charges (that "
+                  "sampler's law is not one it covers).", UserWarning, stacklevel=stacklevel)
 
 
 def private_loader(data_loader, batch_sampler) -> DataLoader:
