@@ -44,7 +44,7 @@ from ..run.transport import ONE_PROCESS
 from . import checkpoint
 from .errors import opacus_flavoured
 from .hooks import ModuleHooks
-from .ledger import Ledger
+from .ledger import Ledger, calibrate
 from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
                      check_loader, loader_generator, private_loader)
 from .module import REDUCTIONS, PrivateModule
@@ -469,10 +469,10 @@ class PrivacyEngine:
         budget = None
         if target is not None:
             eps, delta = target
-            rep = mech.calibrate(eps, delta)
+            rep = calibrate(mech, eps, delta, self.accountant_kind)     # get_epsilon's accountant meets the target
             levels = _levels(mech, None, rep.noise)
             budget = {"mechanism": mech, "levels": levels, "epsilon": float(eps), "delta": float(delta),
-                      "calibration": rep}
+                      "calibration": rep, "accountant": self.accountant_kind}
             self.budget = budget
         else:
             levels = _levels(mech, noise_multiplier, noise)

@@ -351,7 +351,7 @@ class DPOptimizer(Optimizer):
                 and after.groups[0][1] == {k: float(v) for k, v in plan["levels"].items()})
         if same and all(c <= planned.get(k, 0) for k, c in after.groups[0][2].items()):
             return                              # within the calibrated run
-        eps = after.epsilon(plan["delta"])
+        eps = after.epsilon(plan["delta"], plan.get("accountant", "best"))     # the engine's get_epsilon
         if eps <= plan["epsilon"]:
             return
         msg = (f"step {self.round + 1} would spend eps = {eps:.6g} at delta = {plan['delta']:g}, past the budget "

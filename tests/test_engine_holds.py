@@ -1,0 +1,105 @@
+"""The engine holds what it wraps (issue 72, item 6): a step trains the parameters the private forward
+ran with or is refused before anything is charged; the un-noised ``p.summed_grad`` does not outlive
+its release; a step without ``zero_grad`` always gets the zero_grad message; make_private's numeric
+options are numbers; and ``get_epsilon`` under the engine's accountant never exceeds the target
+``make_private_with_epsilon`` calibrated."""
+
+import pickle
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import dpcalib.optim as O
+from dpcalib.accountant.validation import InputError
+from dpcalib.optim import BatchMemoryManager
+
+N, B, DELTA = 64, 16, 1e-5
+
+
+def _data(dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(N, 4, generator=g).to(dtype), torch.randn(N, 1, generator=g).to(dtype)
+
+
+def _net(dtype=torch.float32):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)).to(dtype)
+
+
+def _make(net=None, engine=None, dtype=torch.float32, optimizer=None, method="make_private", **kw):
+    net = net if net is not None else _net(dtype)
+    x, y = _data(dtype)
+    opt = optimizer(net.parameters()) if optimizer else torch.optim.SGD(net.parameters(), lr=0.1)
+    engine = engine or O.PrivacyEngine()
+    base = {"max_grad_norm": 1.0, "seed": 1}
+    if method == "make_private":
+        base["noise_multiplier"] = 1.0
+    m, opt, dl = getattr(engine, method)(module=net, optimizer=opt, data_loader=DataLoader(TensorDataset(x, y),
+                                                                                             batch_size=B),
+                                         **{**base, **kw})
+    return engine, net, m, opt, dl
+
+
+def _batch(m, xb, yb, extra=None):
+    loss = nn.functional.mse_loss(m(xb), yb)
+    if extra is not None:
+        loss = loss + extra()
+    loss.backward()
+
+
+def _one_line(err):
+    assert "\n" not in str(err.value), str(err.value)
+
+
+# -- e. get_epsilon under the engine's accountant never exceeds the calibrated target ------------------------
+def _run(engine, m, opt, dl, epochs):
+    after = []
+    for _ in range(epochs):
+        for xb, yb in dl:
+            opt.zero_grad()
+            _batch(m, xb, yb)
+            opt.step()
+        after.append(engine.get_epsilon(DELTA))
+    return after
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle", "balls-in-bins"])
+@pytest.mark.parametrize("kind", ["best", "auto", "gdp", "rdp", "pld"])
+def test_get_epsilon_under_each_accountant_meets_the_calibrated_target(kind, sampling):
+    target = 2.0
+    engine = O.PrivacyEngine(accountant=kind)
+    kw = dict(method="make_private_with_epsilon", target_epsilon=target, target_delta=DELTA, epochs=2,
+              sampling=sampling, engine=engine, dtype=torch.float64)
+    if kind == "gdp" and sampling != "shuffle":       # exact GDP accounts full-batch Gaussians only: refused up front
+        with pytest.raises(InputError, match="accountant='gdp' is not allowed") as err:
+            _make(**kw)
+        _one_line(err)
+        assert engine.ledger.steps == 0
+        return
+    engine, net, m, opt, dl = _make(**kw)
+    eps = _run(engine, m, opt, dl, 2)
+    assert engine.ledger.steps == 2 * (N // B)
+    assert eps[0] < eps[1] <= target                  # the whole run, and its first half
+    assert eps[1] > 0.999 * target                    # the accountant's own calibration: no noise to spare
+
+
+@pytest.mark.parametrize("kind", ["rdp", "auto"])
+def test_a_calibration_by_steps_and_of_dicesgd_meet_the_engines_accountant(kind):
+    engine, net, m, opt, dl = _make(method="make_private_with_epsilon", engine=O.PrivacyEngine(accountant=kind),
+                                    target_epsilon=4.0, target_delta=DELTA, epochs=None, steps=6,
+                                    dtype=torch.float64)
+    while engine.ledger.steps < 6:                   # 6 steps: a pass of 4 and half of the next
+        for xb, yb in dl:
+            if engine.ledger.steps == 6:
+                break
+            opt.zero_grad()
+            _batch(m, xb, yb)
+            opt.step()
+    assert 0.999 * 4.0 < engine.get_epsilon(DELTA) <= 4.0
+    engine, net, m, opt, dl = _make(method="make_private_with_epsilon", engine=O.PrivacyEngine(accountant=kind),
+                                    algorithm="dicesgd", C2=0.1, target_epsilon=4.0, target_delta=DELTA, epochs=1,
+                                    dtype=torch.float64)
+    _run(engine, m, opt, dl, 1)
+    assert engine.get_epsilon(DELTA) <= 4.0
