@@ -53,6 +53,109 @@ def _one_line(err):
     assert "\n" not in str(err.value), str(err.value)
 
 
+# -- a. parameters replaced after make_private --------------------------------------------------------
+def test_a_parameter_replaced_by_assignment_is_refused_before_anything_is_charged():
+    engine, net, m, opt, dl = _make()
+    net[0].weight = nn.Parameter(net[0].weight.detach().clone())
+    xb, yb = next(iter(dl))
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    with pytest.raises(InputError, match=r"parameter '0\.weight' is not the one make_private wrapped.*before "
+                                         r"make_private") as err:
+        opt.step()
+    _one_line(err)
+    assert engine.get_epsilon(DELTA) == 0.0 and engine.ledger.steps == 0 and opt.round == 0
+
+
+def test_model_to_making_new_parameters_is_refused_not_trained_in_a_stale_copy():
+    engine, net, m, opt, dl = _make()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        net.to(torch.float32)                      # new Parameter objects, as a device move can make
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    before = [p.detach().clone() for p in net.parameters()]
+    xb, yb = next(iter(dl))
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    with pytest.raises(InputError, match="not the one make_private wrapped"):
+        opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(net.parameters(), before))
+    assert engine.get_epsilon(DELTA) == 0.0
+
+
+def test_a_trained_parameter_added_to_the_optimizer_after_make_private_is_refused():
+    engine, net, m, opt, dl = _make()
+    opt.add_param_group({"params": [nn.Parameter(torch.zeros(3))]})
+    xb, yb = next(iter(dl))
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    with pytest.raises(InputError, match="1 of the optimizer's trained parameters are not the module's") as err:
+        opt.step()
+    _one_line(err)
+    assert engine.ledger.steps == 0
+
+
+def test_a_moved_in_place_module_and_frozen_parameters_in_the_optimizer_still_train():
+    """``model.to(...)`` that keeps the Parameter objects (torch's default), and an optimizer built from
+    every parameter, frozen ones included (Opacus's tests do both): the run trains as before."""
+    net = _net()
+    net[0].bias.requires_grad_(False)
+    engine, net, m, opt, dl = _make(net=net)
+    net.to("cpu")
+    before = net[2].weight.detach().clone()
+    for xb, yb in dl:
+        opt.zero_grad()
+        _batch(m, xb, yb)
+        opt.step()
+    assert not torch.equal(net[2].weight, before) and engine.ledger.steps == N // B
+
+
+# -- c. a step without zero_grad gets the zero_grad message -------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("optimizer", [None, lambda p: torch.optim.Adam(p, lr=0.01)])
+def test_a_step_without_zero_grad_always_gets_the_zero_grad_message(dtype, optimizer):
+    engine, net, m, opt, dl = _make(dtype=dtype, optimizer=optimizer)
+    x, y = _data(dtype)
+    for t in range(8):
+        xb, yb = x[2 * t * 4:(2 * t + 1) * 4], y[2 * t * 4:(2 * t + 1) * 4]
+        opt.zero_grad()
+        _batch(m, xb, yb)
+        opt.step()
+        _batch(m, x[(2 * t + 1) * 4:(2 * t + 2) * 4], y[(2 * t + 1) * 4:(2 * t + 2) * 4])
+        steps = engine.ledger.steps
+        with pytest.raises(InputError, match=r"zero_grad\(\) was not called since the last step") as err:
+            opt.step()
+        _one_line(err)
+        assert engine.ledger.steps == steps                  # refused before it was charged
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_real_foreign_gradient_still_gets_its_own_message(set_to_none):
+    engine, net, m, opt, dl = _make()
+    it = iter(dl)
+    xb, yb = next(it)
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    opt.step()
+    xb, yb = next(it)
+    opt.zero_grad(set_to_none=set_to_none)
+    _batch(m, xb, yb, extra=lambda: 0.1 * sum(p.square().sum() for p in net.parameters()))
+    with pytest.raises(InputError, match="a gradient reached the parameters outside the private forward") as err:
+        opt.step()
+    _one_line(err)
+
+
+def test_zero_grad_in_place_then_a_step_is_not_refused():
+    engine, net, m, opt, dl = _make()
+    for xb, yb in dl:
+        opt.zero_grad(set_to_none=False)
+        _batch(m, xb, yb)
+        opt.step()
+    assert engine.ledger.steps == N // B
+
+
 # -- e. get_epsilon under the engine's accountant never exceeds the calibrated target ------------------------
 def _run(engine, m, opt, dl, epochs):
     after = []
