@@ -111,6 +111,60 @@ def test_a_moved_in_place_module_and_frozen_parameters_in_the_optimizer_still_tr
     assert not torch.equal(net[2].weight, before) and engine.ledger.steps == N // B
 
 
+# -- b. p.summed_grad does not outlive its release --------------------------------------------------------
+def _summed(net):
+    return [getattr(p, "summed_grad", None) for p in net.parameters()]
+
+
+def test_summed_grad_is_cleared_by_a_release_with_noise_and_pickled_parameters_carry_none():
+    engine, net, m, opt, dl = _make()
+    for xb, yb in dl:
+        opt.zero_grad()
+        _batch(m, xb, yb)
+        opt.step()
+        assert all(s is None for s in _summed(net))
+    back = pickle.loads(pickle.dumps(list(net.parameters())))     # a Parameter pickles its attributes
+    assert all(getattr(p, "summed_grad", None) is None for p in back)
+
+
+def test_summed_grad_grows_over_the_physical_batches_and_is_cleared_when_the_logical_batch_is_released():
+    engine, net, m, opt, dl = _make(poisson_sampling=False)
+    seen = []
+    with BatchMemoryManager(data_loader=dl, max_physical_batch_size=6, optimizer=opt) as chunks:
+        for xb, yb in chunks:
+            opt.zero_grad()
+            _batch(m, xb, yb)
+            opt.step()
+            seen.append(all(s is not None for s in _summed(net)))
+            if opt.round == 1:
+                break
+    assert seen == [True, True, False]          # 16 records in chunks of 6: two kept sums, then the release
+
+
+def test_keep_summed_grad_keeps_it_after_the_release_until_zero_grad():
+    engine, net, m, opt, dl = _make(keep_summed_grad=True)
+    xb, yb = next(iter(dl))
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    opt.step()
+    assert all(s is not None and s.shape == p.shape for s, p in zip(_summed(net), net.parameters()))
+    opt.zero_grad()
+    assert all(s is None for s in _summed(net))
+
+
+def test_a_release_without_noise_keeps_summed_grad_which_it_released_exactly():
+    """Noise 0 (Opacus's clipping checks): eps is infinite and the release is the sum itself, so nothing is
+    kept that the release did not publish."""
+    engine, net, m, opt, dl = _make(noise_multiplier=0.0, dtype=torch.float64)
+    xb, yb = next(iter(dl))
+    opt.zero_grad()
+    _batch(m, xb, yb)
+    opt.step()
+    for p in net.parameters():
+        assert torch.allclose(p.summed_grad, p.grad * opt.kernel.normaliser, rtol=1e-12, atol=1e-15)
+    assert engine.get_epsilon(DELTA) == float("inf")
+
+
 # -- c. a step without zero_grad gets the zero_grad message -------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("optimizer", [None, lambda p: torch.optim.Adam(p, lr=0.01)])

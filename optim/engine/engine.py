@@ -246,7 +246,7 @@ class PrivacyEngine:
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
                      grad_sample_mode: str = "hooks", noise_generator=None, regularizer=None, wrap_model: bool = True,
-                     **kwargs):
+                     keep_summed_grad: bool = False, **kwargs):
         """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
 
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
@@ -320,6 +320,9 @@ class PrivacyEngine:
             noise_generator: a ``torch.Generator`` on the module's device to draw the noise from, or None.
             regularizer: ``r(params) -> scalar`` (see above), or None.
             wrap_model: False: return the module passed in, its ``forward`` hooked.
+            keep_summed_grad: keep ``p.summed_grad`` (the un-noised clipped sum) after a release with noise,
+                until the next ``zero_grad()``, as Opacus does; by default the release clears it
+                (:mod:`.optimizer`, docs/threat-model.md).
             **kwargs: Opacus's ``batch_first`` (True: records on dimension 0 of the module's input; False:
                 on dimension 1) and ``total_steps`` (accepted, unused); any other is refused.
 
@@ -340,7 +343,7 @@ class PrivacyEngine:
                           poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
                           distributed=distributed, clipping=clipping, noise_generator=noise_generator,
                           regularizer=regularizer, grad_sample_mode=grad_sample_mode, wrap_model=wrap_model,
-                          kwargs=kwargs, target=None)
+                          keep_summed_grad=keep_summed_grad, kwargs=kwargs, target=None)
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
@@ -422,7 +425,7 @@ class PrivacyEngine:
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
               noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
               distributed, clipping, noise_generator, regularizer, kwargs, target, grad_sample_mode="hooks",
-              wrap_model=True):
+              wrap_model=True, keep_summed_grad=False):
         unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
@@ -525,7 +528,7 @@ class PrivacyEngine:
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
                           criterion=wrapped, regularizer=regularizer, loader=loader,
-                          per_layer=c if clipping == "per_layer" else None)
+                          per_layer=c if clipping == "per_layer" else None, keep_summed_grad=keep_summed_grad)
         opt.expected_batch_size = kernel.normaliser if kernel.normaliser != 1.0 else b
         returned = private
         if not wrap_model:
@@ -683,7 +686,8 @@ def _defaults(kwargs: dict) -> dict:
     """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
     out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
-               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True)
+               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True,
+               keep_summed_grad=False)
     rest = {}
     for k, v in kwargs.items():
         (out if k in out else rest).__setitem__(k, v)

@@ -17,13 +17,24 @@
 A physical batch that is not the last of its logical batch (:class:`.memory.BatchMemoryManager`
 signals it) only adds its terms.
 
-``p.summed_grad`` (Opacus's attribute, read by its users' scripts): after each :meth:`step` -- a
-physical batch's included -- every trained parameter holds its part of the sum of the records' clipped
-gradients of the logical batch so far, on this process, before any noise (the kernel's clipped sum:
-DP-SGD's at its clip, per-layer bounds included; DiceSGD's and DP-SRM's at ``C1``), unscaled, in the
-parameter's dtype and shape.  A copy: the release never writes into it.  :meth:`zero_grad` sets it to
-``None`` except between the physical batches of one logical batch, where the sum goes on, as Opacus's
-``DPOptimizer`` does.  It is the un-noised sum -- as sensitive as the data (docs/threat-model.md).
+Before anything is charged, a step checks that it holds what it wraps: every trained parameter is still
+the module's own (one replaced after ``make_private`` -- ``module.weight = nn.Parameter(...)``, or
+``model.to(...)`` making new ``Parameter`` objects -- would be updated in its stale copy while the model
+stood still), the optimizer steps those parameters only, ``zero_grad`` ran since the last step (the
+``.grad`` tensors the last step wrote, by identity and version counter, untouched since) and no gradient
+reached the parameters outside the private forward.
+
+``p.summed_grad`` (Opacus's attribute, read by its users' scripts): after each :meth:`step` of a physical
+batch that is not the last of its logical batch, every trained parameter holds its part of the sum of the
+records' clipped gradients of the logical batch so far, on this process, before any noise (the kernel's
+clipped sum: DP-SGD's at its clip, per-layer bounds included; DiceSGD's and DP-SRM's at ``C1``), unscaled,
+in the parameter's dtype and shape.  A copy: the release never writes into it.  It is the un-noised sum
+-- as sensitive as the data (docs/threat-model.md) -- so the step that releases it with noise sets it to
+``None``: nothing un-noised stays on the parameters after the release, nor in a model pickled then.  A release
+without noise (every level 0, eps infinite: the release is that sum) keeps it, and so does
+``make_private(..., keep_summed_grad=True)`` after every release, until :meth:`zero_grad` (Opacus's
+behaviour).  :meth:`zero_grad` sets it to ``None`` except between the physical batches of one logical
+batch, where the sum goes on, as Opacus's ``DPOptimizer`` does.
 """
 
 from __future__ import annotations
@@ -113,6 +124,7 @@ class DPOptimizer(Optimizer):
         regularizer: ``r(params) -> scalar tensor``, a public term of the objective, or None.
         loader: the private loader (its passes, for the shuffled runs' charges), or None.
         per_layer: the ``PerLayerClip`` of ``clipping="per_layer"``, or None.
+        keep_summed_grad: keep ``p.summed_grad`` after a release with noise, until the next ``zero_grad``.
 
     Raises:
         InputError: if ``optimizer`` is not a ``torch.optim.Optimizer``, is already a ``DPOptimizer``, holds
@@ -120,7 +132,8 @@ class DPOptimizer(Optimizer):
     """
 
     def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
-                 allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None):
+                 allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None,
+                 keep_summed_grad: bool = False):
         if not isinstance(optimizer, Optimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
         if isinstance(optimizer, DPOptimizer):
@@ -149,6 +162,7 @@ class DPOptimizer(Optimizer):
         self.loader = loader                # the private loader: its passes, for the shuffled runs' charges
         self.per_layer = per_layer          # PerLayerClip of clipping="per_layer" (the kernel's C is its norm)
         self._pass = None                   # (pass, levels) whose one release per record is charged already
+        self.keep_summed_grad = bool(keep_summed_grad)
         for _, p in module.named:            # Opacus's attribute, None until the first step (see the module text)
             p.summed_grad = None
 
@@ -433,6 +447,8 @@ class DPOptimizer(Optimizer):
         released, kind = self.kernel.step(_Summed(sums), self._release, self.round, first)
         if charge:
             self.ledger.charge(self.mechanism, self.kernel.levels, kind, count=charge)
+        if not self.keep_summed_grad and any(self.kernel.levels.values()):
+            self._clear_summed()            # released with noise: the un-noised sum does not outlive the release
         direction = self.kernel.direction(released)
         if self.regularizer is not None:
             direction = direction + self._regularizer_grad().to(direction.dtype)
