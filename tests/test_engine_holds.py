@@ -210,6 +210,45 @@ def test_zero_grad_in_place_then_a_step_is_not_refused():
     assert engine.ledger.steps == N // B
 
 
+# -- d. numeric options are numbers -----------------------------------------------------------------------
+_SRM = dict(algorithm="dp-srm", noise={"sigma0": 0.1, "sigma": 0.1}, criterion=nn.MSELoss(), noise_multiplier=None)
+_DICE = dict(algorithm="dicesgd", noise={"sigma1": 0.1}, noise_multiplier=None)
+_EPS = dict(method="make_private_with_epsilon", target_epsilon=2.0, target_delta=DELTA, epochs=1)
+
+
+@pytest.mark.parametrize("name, value, kw, allowed", [
+    ("noise_multiplier", "1.0", {}, ">= 0"),
+    ("noise_multiplier", True, {}, ">= 0"),
+    ("noise['noise_multiplier']", "1.0", {"noise": {"noise_multiplier": "1.0"}, "noise_multiplier": None}, ">= 0"),
+    ("max_grad_norm", "1.0", {}, "> 0"),
+    ("max_grad_norm", True, {}, "> 0"),
+    ("max_grad_norm", None, {}, "> 0"),
+    ("max_grad_norm", ["1.0", 1.0, 1.0, 1.0], {"clipping": "per_layer"}, "> 0"),
+    ("max_grad_norm", [True, 1.0, 1.0, 1.0], {"clipping": "per_layer"}, "> 0"),
+    ("C2", "0.1", _DICE, "> 0"),
+    ("b0", "20", _SRM, ">= 1"),
+    ("momentum", "0.2", _SRM, "(0, 1]"),
+    ("keep_summed_grad", "yes", {}, "True or False"),
+    ("target_epsilon", "2.0", _EPS, "> 0"),
+    ("target_epsilon", True, _EPS, "> 0"),
+    ("target_epsilon", None, _EPS, "> 0"),
+    ("target_epsilon", -1.0, _EPS, "(0, inf)"),
+    ("target_delta", 1.0, _EPS, "(0, 1)"),
+    ("target_delta", "1e-5", _EPS, "(0, 1)"),
+    ("epochs", "1", _EPS, ">= 1"),
+    ("max_grad_norm", "1.0", _EPS, "> 0"),
+])
+def test_a_numeric_option_that_is_not_a_number_is_refused_in_one_line(name, value, kw, allowed):
+    kw = dict(kw)
+    if not name.startswith("noise["):
+        kw[name] = value
+    with pytest.raises(InputError) as err:
+        _make(**kw)
+    msg = str(err.value)
+    _one_line(err)
+    assert msg.startswith(f"{name}={value!r} is not allowed: expected") and allowed in msg, msg
+
+
 # -- e. get_epsilon under the engine's accountant never exceeds the calibrated target ------------------------
 def _run(engine, m, opt, dl, epochs):
     after = []

@@ -28,11 +28,12 @@ ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.a
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from ...accountant import steps_per_epoch
-from ...accountant.validation import InputError
+from ...accountant.validation import InputError, in_range
 from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
 
@@ -90,6 +91,18 @@ class DPLoss:
         return self.criterion(output, target, *args, **kwargs)
 
 
+def _is_number(value) -> bool:
+    """A real number (Python's or numpy's), not a bool, a string or None."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_number(name: str, value, allowed: str, *, optional: bool = True) -> None:
+    """Refuse a non-number ``value`` of the numeric option ``name`` (None: allowed when ``optional``) in one
+    line naming the option, the value and ``allowed``; its range is checked where it is used."""
+    if not (_is_number(value) or (optional and value is None)):
+        raise InputError(f"{name}={value!r} is not allowed: expected {allowed}.")
+
+
 def _levels(mechanism, noise_multiplier, noise) -> dict:
     names = mechanism.noise_names()
     if noise is not None and noise_multiplier is not None:
@@ -110,10 +123,7 @@ def _levels(mechanism, noise_multiplier, noise) -> dict:
     out = {}
     for k in names:
         v = noise.get(k)
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.") from None
+        f = float(v) if _is_number(v) else math.nan          # a str, bool or None is no level ('1.0' included)
         if not (f >= 0) or math.isinf(f):
             raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
         out[k] = f
@@ -370,6 +380,10 @@ class PrivacyEngine:
         Raises:
             InputError: if neither ``epochs`` nor ``steps`` is given, the noise is given, or as :meth:`make_private`.
         """
+        _check_number("target_epsilon", target_epsilon, "a number > 0", optional=False)
+        _check_number("target_delta", target_delta, "a number in (0, 1)", optional=False)
+        in_range(target_epsilon, "target_epsilon", 0.0, math.inf, low_open=True, high_open=True)  # its cap: calibrate
+        in_range(target_delta, "target_delta", 0.0, 1.0, low_open=True, high_open=True)
         if epochs is None and steps is None:
             raise InputError("epochs or steps is required: the calibration is for a run of a known length.")
         if "noise_multiplier" in kwargs or "noise" in kwargs:
@@ -429,6 +443,17 @@ class PrivacyEngine:
         unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
+        for name, value, allowed in (("noise_multiplier", noise_multiplier, "a finite number >= 0, or None (give noise=)"),
+                                     ("C2", C2, "a number > 0, or None (the algorithm's default)"),
+                                     ("b0", b0, "an integer >= 1, or None (the batch size)"),
+                                     ("momentum", momentum, "a number in (0, 1], or None (the algorithm's default)")):
+            _check_number(name, value, allowed)
+        bounds = max_grad_norm if isinstance(max_grad_norm, (list, tuple)) else [max_grad_norm]
+        if not all(_is_number(c) for c in bounds):
+            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0 (clipping="
+                             "'per_layer': a list of them, one per trained parameter).")
+        if not isinstance(keep_summed_grad, bool):
+            raise InputError(f"keep_summed_grad={keep_summed_grad!r} is not allowed: expected True or False.")
         if clipping == "adaptive":
             raise InputError("clipping='adaptive' is not allowed: adaptive clipping (Andrew et al. 2021) releases a "
                              "noisy quantile every step that dpcalib does not account; use 'flat' or 'per_layer'.")
