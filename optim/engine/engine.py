@@ -360,8 +360,9 @@ class PrivacyEngine:
         """As :meth:`make_private`, with the noise calibrated to spend at most ``target_epsilon`` at ``target_delta``.
 
         The whole run (``epochs`` passes over the loader, or ``steps`` steps) is calibrated by the tight
-        certified calibration of the algorithm's mechanism, checked against its certified upper bound.  A step
-        past that run raises (unless ``allow_overspend``).
+        certified calibration of the algorithm's mechanism for the engine's accountant (:meth:`get_epsilon`'s:
+        the best certified eps by default; :func:`.ledger.calibrate`), so that :meth:`get_epsilon` of the run
+        never exceeds ``target_epsilon``.  A step past that run raises (unless ``allow_overspend``).
 
         Args:
             module: as for :meth:`make_private`.
@@ -378,7 +379,9 @@ class PrivacyEngine:
             As :meth:`make_private`.
 
         Raises:
-            InputError: if neither ``epochs`` nor ``steps`` is given, the noise is given, or as :meth:`make_private`.
+            InputError: if ``target_epsilon`` / ``target_delta`` is not a number in range, neither ``epochs`` nor
+                ``steps`` is given, the noise is given, the engine's accountant cannot account the run
+                (``"gdp"`` of subsampled batches), or as :meth:`make_private`.
         """
         _check_number("target_epsilon", target_epsilon, "a number > 0", optional=False)
         _check_number("target_delta", target_delta, "a number in (0, 1)", optional=False)
