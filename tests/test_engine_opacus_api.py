@@ -2,7 +2,8 @@
 batches (poisson_sampling=False) and their accounting, DPDataLoader's constructors, BatchMemoryManager's
 length, schedulers, checkpoints, noise_generator, ghost mode's criterion, the errors Opacus users catch,
 per-layer clipping (its sensitivity, leave-one-out on real records, against a naive loop),
-and p.summed_grad (the un-noised clipped sum, across physical batches, cleared by zero_grad)."""
+and p.summed_grad (the un-noised clipped sum, across physical batches; with keep_summed_grad=True kept after
+the release until zero_grad, else cleared by a release with noise: tests/test_engine_holds.py)."""
 
 import io
 import math
@@ -513,7 +514,8 @@ def _summed(m):
 @pytest.mark.parametrize("clipping", ["flat", "per_layer"])
 def test_summed_grad_is_the_clipped_sum_before_the_noise_which_is_added_on_top(clipping):
     bound = 0.2 if clipping == "flat" else BOUNDS
-    _, _, m, opt, dl = _make(clipping=clipping, max_grad_norm=bound, noise_multiplier=1.0, seed=3)
+    _, _, m, opt, dl = _make(clipping=clipping, max_grad_norm=bound, noise_multiplier=1.0, seed=3,
+                             keep_summed_grad=True)             # Opacus's: kept after the release until zero_grad
     opt.privatizer.record = opt.privatizer.record_noise = True      # keep the noise drawn, to compare with
     assert all(p.summed_grad is None for p in m.parameters())       # Opacus's None before the first step
     x, y = _data()
@@ -536,7 +538,7 @@ def test_summed_grad_is_the_clipped_sum_before_the_noise_which_is_added_on_top(c
 
 
 def test_summed_grad_accumulates_over_the_physical_batches_until_zero_grad_after_the_step():
-    _, _, m, opt, dl = _make(poisson_sampling=False, max_grad_norm=0.2)
+    _, _, m, opt, dl = _make(poisson_sampling=False, max_grad_norm=0.2, keep_summed_grad=True)
     seen_x, seen_y = [], []
     with BatchMemoryManager(data_loader=dl, max_physical_batch_size=3, optimizer=opt) as chunks:
         for xb, yb in chunks:

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 
 import torch
 
 from ...accountant import steps_per_epoch, validation
-from ...accountant.validation import InputError
+from ...accountant.validation import InputError, in_range
 from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
 
@@ -45,7 +46,7 @@ from ..run.transport import ONE_PROCESS
 from . import checkpoint
 from .errors import opacus_flavoured
 from .hooks import ModuleHooks
-from .ledger import Ledger
+from .ledger import Ledger, calibrate
 from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
                      batches_per_pass, check_loader, loader_generator, notice_replaced, private_loader,
                      uncovered_sampler)
@@ -92,6 +93,18 @@ class DPLoss:
         return self.criterion(output, target, *args, **kwargs)
 
 
+def _is_number(value) -> bool:
+    """A real number (Python's or numpy's), not a bool, a string or None."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_number(name: str, value, allowed: str, *, optional: bool = True) -> None:
+    """Refuse a non-number ``value`` of the numeric option ``name`` (None: allowed when ``optional``) in one
+    line naming the option, the value and ``allowed``; its range is checked where it is used."""
+    if not (_is_number(value) or (optional and value is None)):
+        raise InputError(f"{name}={value!r} is not allowed: expected {allowed}.")
+
+
 def _levels(mechanism, noise_multiplier, noise) -> dict:
     names = mechanism.noise_names()
     if noise is not None and noise_multiplier is not None:
@@ -112,10 +125,7 @@ def _levels(mechanism, noise_multiplier, noise) -> dict:
     out = {}
     for k in names:
         v = noise.get(k)
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.") from None
+        f = float(v) if _is_number(v) else math.nan          # a str, bool or None is no level ('1.0' included)
         if not (f >= 0) or math.isinf(f):
             raise InputError(f"noise[{k!r}]={v!r} is not allowed: expected a finite number >= 0.")
         out[k] = f
@@ -271,7 +281,7 @@ class PrivacyEngine:
                      b0: int | None = None, momentum: float | None = None, poisson_sampling: bool = True,
                      allow_overspend: bool = False, distributed: bool = False, clipping: str = "flat",
                      grad_sample_mode: str = "hooks", noise_generator=None, regularizer=None, wrap_model: bool = True,
-                     dataset_size: int | None = None, **kwargs):
+                     dataset_size: int | None = None, keep_summed_grad: bool = False, **kwargs):
         """Wrap ``module``, ``optimizer`` and ``data_loader`` for private training at the given noise.
 
         Returns ``(module, optimizer, data_loader)``, or ``(module, optimizer, criterion,
@@ -354,6 +364,9 @@ class PrivacyEngine:
                 (``q N``; balls-in-bins: ``N / t``) come from N and the batch size ``b``, never from the data;
                 the batches are still drawn from the records there are.  With ``"shuffle"``, ``"wor"`` or
                 ``poisson_sampling=False`` it must be the data's size (their neighbours have the same size).
+            keep_summed_grad: keep ``p.summed_grad`` (the un-noised clipped sum) after a release with noise,
+                until the next ``zero_grad()``, as Opacus does; by default the release clears it
+                (:mod:`.optimizer`, docs/threat-model.md).
             **kwargs: Opacus's ``batch_first`` (True: records on dimension 0 of the module's input; False:
                 on dimension 1) and ``total_steps`` (accepted, unused); any other is refused.
 
@@ -374,15 +387,16 @@ class PrivacyEngine:
                           poisson_sampling=poisson_sampling, allow_overspend=allow_overspend,
                           distributed=distributed, clipping=clipping, noise_generator=noise_generator,
                           regularizer=regularizer, grad_sample_mode=grad_sample_mode, wrap_model=wrap_model,
-                          dataset_size=dataset_size, kwargs=kwargs, target=None)
+                          dataset_size=dataset_size, keep_summed_grad=keep_summed_grad, kwargs=kwargs, target=None)
 
     def make_private_with_epsilon(self, *, module, optimizer, data_loader, target_epsilon, target_delta, epochs=None,
                                   steps=None, max_grad_norm, **kwargs):
         """As :meth:`make_private`, with the noise calibrated to spend at most ``target_epsilon`` at ``target_delta``.
 
         The whole run (``epochs`` passes over the loader, or ``steps`` steps) is calibrated by the tight
-        certified calibration of the algorithm's mechanism, checked against its certified upper bound.  A step
-        past that run raises (unless ``allow_overspend``).
+        certified calibration of the algorithm's mechanism for the engine's accountant (:meth:`get_epsilon`'s:
+        the best certified eps by default; :func:`.ledger.calibrate`), so that :meth:`get_epsilon` of the run
+        never exceeds ``target_epsilon``.  A step past that run raises (unless ``allow_overspend``).
 
         Args:
             module: as for :meth:`make_private`.
@@ -400,8 +414,14 @@ class PrivacyEngine:
             As :meth:`make_private`.
 
         Raises:
-            InputError: if neither ``epochs`` nor ``steps`` is given, the noise is given, or as :meth:`make_private`.
+            InputError: if ``target_epsilon`` / ``target_delta`` is not a number in range, neither ``epochs`` nor
+                ``steps`` is given, the noise is given, the engine's accountant cannot account the run
+                (``"gdp"`` of subsampled batches), or as :meth:`make_private`.
         """
+        _check_number("target_epsilon", target_epsilon, "a number > 0", optional=False)
+        _check_number("target_delta", target_delta, "a number in (0, 1)", optional=False)
+        in_range(target_epsilon, "target_epsilon", 0.0, math.inf, low_open=True, high_open=True)  # its cap: calibrate
+        in_range(target_delta, "target_delta", 0.0, 1.0, low_open=True, high_open=True)
         if epochs is None and steps is None:
             raise InputError("epochs or steps is required: the calibration is for a run of a known length.")
         if "noise_multiplier" in kwargs or "noise" in kwargs:
@@ -457,10 +477,21 @@ class PrivacyEngine:
     def _make(self, *, module, optimizer, data_loader, noise_multiplier, max_grad_norm, criterion, algorithm, sampling,
               noise, loss_reduction, seed, epochs, steps, C2, b0, momentum, poisson_sampling, allow_overspend,
               distributed, clipping, noise_generator, regularizer, kwargs, target, grad_sample_mode="hooks",
-              wrap_model=True, dataset_size=None):
+              wrap_model=True, dataset_size=None, keep_summed_grad=False):
         unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
+        for name, value, allowed in (("noise_multiplier", noise_multiplier, "a finite number >= 0, or None (give noise=)"),
+                                     ("C2", C2, "a number > 0, or None (the algorithm's default)"),
+                                     ("b0", b0, "an integer >= 1, or None (the batch size)"),
+                                     ("momentum", momentum, "a number in (0, 1], or None (the algorithm's default)")):
+            _check_number(name, value, allowed)
+        bounds = max_grad_norm if isinstance(max_grad_norm, (list, tuple)) else [max_grad_norm]
+        if not all(_is_number(c) for c in bounds):
+            raise InputError(f"max_grad_norm={max_grad_norm!r} is not allowed: expected a finite number > 0 (clipping="
+                             "'per_layer': a list of them, one per trained parameter).")
+        if not isinstance(keep_summed_grad, bool):
+            raise InputError(f"keep_summed_grad={keep_summed_grad!r} is not allowed: expected True or False.")
         if clipping == "adaptive":
             raise InputError("clipping='adaptive' is not allowed: adaptive clipping (Andrew et al. 2021) releases a "
                              "noisy quantile every step that dpcalib does not account; use 'flat' or 'per_layer'.")
@@ -504,10 +535,10 @@ class PrivacyEngine:
         budget = None
         if target is not None:
             eps, delta = target
-            rep = mech.calibrate(eps, delta)
+            rep = calibrate(mech, eps, delta, self.accountant_kind)     # get_epsilon's accountant meets the target
             levels = _levels(mech, None, rep.noise)
             budget = {"mechanism": mech, "levels": levels, "epsilon": float(eps), "delta": float(delta),
-                      "calibration": rep}
+                      "calibration": rep, "accountant": self.accountant_kind}
             self.budget = budget
         else:
             levels = _levels(mech, noise_multiplier, noise)
@@ -572,7 +603,7 @@ class PrivacyEngine:
         opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
                           criterion=wrapped, regularizer=regularizer, loader=loader,
-                          per_layer=c if clipping == "per_layer" else None)
+                          per_layer=c if clipping == "per_layer" else None, keep_summed_grad=keep_summed_grad)
         opt.expected_batch_size = kernel.normaliser if kernel.normaliser != 1.0 else b
         returned = private
         if not wrap_model:
@@ -731,7 +762,7 @@ def _defaults(kwargs: dict) -> dict:
     out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
                b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
                clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True,
-               dataset_size=None)
+               dataset_size=None, keep_summed_grad=False)
     rest = {}
     for k, v in kwargs.items():
         (out if k in out else rest).__setitem__(k, v)

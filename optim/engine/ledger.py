@@ -11,6 +11,9 @@ the mechanism's own eps -- the number ``dpcalib epsilon`` prints for that run.
 
 A ledger is plain data (``state_dict``: algorithm names, shapes, levels, counts), so a checkpoint
 reads it back with ``torch.load(weights_only=True)``.
+
+:func:`calibrate` is the noise of a whole run calibrated for one accountant, as :meth:`Ledger.epsilon`
+asks it: the eps the engine reports for that run under that accountant is at most the target.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ...accountant import PrivacyAccountant
 from ...accountant.validation import InputError
 from ...mechanisms.registry import lookup
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "calibrate"]
 
 
 class Ledger:
@@ -176,3 +179,33 @@ class Ledger:
             m = lookup(g["algorithm"]).mechanism(**g["shape"])
             groups.append((m, {k: float(v) for k, v in g["levels"].items()}, Counter(g["counts"])))
         self.groups = groups
+
+
+def calibrate(mechanism, epsilon, delta, accountant: str = "best"):
+    """The noise of ``mechanism``'s whole run whose eps at ``delta`` under ``accountant`` -- the number
+    :meth:`Ledger.epsilon` reports for that run -- is at most ``epsilon``.
+
+    ``"best"``, ``"pld"``, ``"rdp"`` and ``"gdp"`` are the mechanism's own calibrations for that accountant
+    (its smallest noise that accountant certifies).  ``"auto"`` (exact GDP where the run is full-batch
+    Gaussians, else RDP) is calibrated as ``"gdp"`` where the run is full-batch Gaussians and as ``"rdp"``
+    elsewhere (never below the auto bound: exact GDP is the true eps, and RDP is what ``"auto"`` reports
+    otherwise, or 0 when the outputs are within total variation ``delta``).
+
+    Args:
+        mechanism: the run's mechanism (a registered algorithm's, with ``calibrate``).
+        epsilon: the target eps (as the mechanism's ``calibrate`` takes it).
+        delta: the target delta, in (0, 1).
+        accountant: ``"best"``, ``"auto"``, ``"gdp"``, ``"rdp"`` or ``"pld"``.
+
+    Returns:
+        The mechanism's :class:`~dpcalib.mechanisms.CalibrationReport`.
+
+    Raises:
+        InputError: if the target is not allowed, or the accountant cannot account the run (``"gdp"``
+            of a run that is not full-batch Gaussians).
+    """
+    route = accountant
+    if accountant == "auto":
+        ones = mechanism.accountant(*[1.0] * len(mechanism.noise_names()))
+        route = "gdp" if ones.is_full_batch_gaussian else "rdp"
+    return mechanism.calibrate(epsilon, delta, accountant=route)

@@ -17,13 +17,24 @@
 A physical batch that is not the last of its logical batch (:class:`.memory.BatchMemoryManager`
 signals it) only adds its terms.
 
-``p.summed_grad`` (Opacus's attribute, read by its users' scripts): after each :meth:`step` -- a
-physical batch's included -- every trained parameter holds its part of the sum of the records' clipped
-gradients of the logical batch so far, on this process, before any noise (the kernel's clipped sum:
-DP-SGD's at its clip, per-layer bounds included; DiceSGD's and DP-SRM's at ``C1``), unscaled, in the
-parameter's dtype and shape.  A copy: the release never writes into it.  :meth:`zero_grad` sets it to
-``None`` except between the physical batches of one logical batch, where the sum goes on, as Opacus's
-``DPOptimizer`` does.  It is the un-noised sum -- as sensitive as the data (docs/threat-model.md).
+Before anything is charged, a step checks that it holds what it wraps: every trained parameter is still
+the module's own (one replaced after ``make_private`` -- ``module.weight = nn.Parameter(...)``, or
+``model.to(...)`` making new ``Parameter`` objects -- would be updated in its stale copy while the model
+stood still), the optimizer steps those parameters only, ``zero_grad`` ran since the last step (the
+``.grad`` tensors the last step wrote, by identity and version counter, untouched since) and no gradient
+reached the parameters outside the private forward.
+
+``p.summed_grad`` (Opacus's attribute, read by its users' scripts): after each :meth:`step` of a physical
+batch that is not the last of its logical batch, every trained parameter holds its part of the sum of the
+records' clipped gradients of the logical batch so far, on this process, before any noise (the kernel's
+clipped sum: DP-SGD's at its clip, per-layer bounds included; DiceSGD's and DP-SRM's at ``C1``), unscaled,
+in the parameter's dtype and shape.  A copy: the release never writes into it.  It is the un-noised sum
+-- as sensitive as the data (docs/threat-model.md) -- so the step that releases it with noise sets it to
+``None``: nothing un-noised stays on the parameters after the release, nor in a model pickled then.  A release
+without noise (every level 0, eps infinite: the release is that sum) keeps it, and so does
+``make_private(..., keep_summed_grad=True)`` after every release, until :meth:`zero_grad` (Opacus's
+behaviour).  :meth:`zero_grad` sets it to ``None`` except between the physical batches of one logical
+batch, where the sum goes on, as Opacus's ``DPOptimizer`` does.
 """
 
 from __future__ import annotations
@@ -113,6 +124,7 @@ class DPOptimizer(Optimizer):
         regularizer: ``r(params) -> scalar tensor``, a public term of the objective, or None.
         loader: the private loader (its passes, for the shuffled runs' charges), or None.
         per_layer: the ``PerLayerClip`` of ``clipping="per_layer"``, or None.
+        keep_summed_grad: keep ``p.summed_grad`` after a release with noise, until the next ``zero_grad``.
 
     Raises:
         InputError: if ``optimizer`` is not a ``torch.optim.Optimizer``, is already a ``DPOptimizer``, holds
@@ -120,7 +132,8 @@ class DPOptimizer(Optimizer):
     """
 
     def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
-                 allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None):
+                 allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None,
+                 keep_summed_grad: bool = False):
         if not isinstance(optimizer, Optimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected a torch.optim.Optimizer.")
         if isinstance(optimizer, DPOptimizer):
@@ -145,10 +158,11 @@ class DPOptimizer(Optimizer):
         self._after_skip = False            # the last step was a physical batch that was not the last of its batch
         self._step_hooks: list = []
         self.regularizer = regularizer      # r(params): its gradient is added to the direction (public)
-        self._given = None                  # the .grad views the last step wrote, and their sum of squares
+        self._given = None                  # the .grad views the last step wrote, and their version counters
         self.loader = loader                # the private loader: its passes, for the shuffled runs' charges
         self.per_layer = per_layer          # PerLayerClip of clipping="per_layer" (the kernel's C is its norm)
         self._pass = None                   # (pass, levels) whose one release per record is charged already
+        self.keep_summed_grad = bool(keep_summed_grad)
         for _, p in module.named:            # Opacus's attribute, None until the first step (see the module text)
             p.summed_grad = None
 
@@ -351,7 +365,7 @@ class DPOptimizer(Optimizer):
                 and after.groups[0][1] == {k: float(v) for k, v in plan["levels"].items()})
         if same and all(c <= planned.get(k, 0) for k, c in after.groups[0][2].items()):
             return                              # within the calibrated run
-        eps = after.epsilon(plan["delta"])
+        eps = after.epsilon(plan["delta"], plan.get("accountant", "best"))     # the engine's get_epsilon
         if eps <= plan["epsilon"]:
             return
         msg = (f"step {self.round + 1} would spend eps = {eps:.6g} at delta = {plan['delta']:g}, past the budget "
@@ -372,9 +386,10 @@ class DPOptimizer(Optimizer):
             The closure's loss, or None.
 
         Raises:
-            InputError: if ``zero_grad()`` was not called since the last step, the module did not record exactly
-                one back-propagated batch, a gradient reached the parameters outside the private step, or the
-                regularizer returned no scalar tensor.
+            InputError: if a trained parameter is not the one ``make_private`` wrapped (replaced since) or the
+                optimizer holds trained parameters that are not the module's, ``zero_grad()`` was not called since
+                the last step, the module did not record exactly one back-propagated batch, a gradient reached the
+                parameters outside the private step, or the regularizer returned no scalar tensor.
             BudgetExceeded: if the step would spend past the calibrated budget (``allow_overspend=False``).
         """
         loss = None
@@ -405,6 +420,7 @@ class DPOptimizer(Optimizer):
         return count
 
     def _step(self) -> None:
+        self._refuse_replaced()
         if not getattr(self.module, "zeroed", True) and (self._after_skip or self._stale()):
             raise InputError("optimizer.step() is not allowed here: optimizer.zero_grad() was not called since the "
                              "last step (Opacus requires it on each step, the physical batches of BatchMemoryManager "
@@ -433,6 +449,8 @@ class DPOptimizer(Optimizer):
         released, kind = self.kernel.step(_Summed(sums), self._release, self.round, first)
         if charge:
             self.ledger.charge(self.mechanism, self.kernel.levels, kind, count=charge)
+        if not self.keep_summed_grad and any(self.kernel.levels.values()):
+            self._clear_summed()            # released with noise: the un-noised sum does not outlive the release
         direction = self.kernel.direction(released)
         if self.regularizer is not None:
             direction = direction + self._regularizer_grad().to(direction.dtype)
@@ -443,10 +461,11 @@ class DPOptimizer(Optimizer):
             n = p.numel()
             p.grad = direction[i:i + n].view_as(p)
             i += n
-        self._given = ([p.grad for _, p in self.module.named], float(direction.square().sum()))
         for hook in self._step_hooks:
             hook(self)
         self.original_optimizer.step()
+        views = [p.grad for _, p in self.module.named]
+        self._given = (views, [v._version for v in views])      # as the step left them (its optimizer's own writes)
 
     def _check_shares(self) -> None:
         """On several processes: every rank drew the same logical batch, and the ranks' shares are disjoint
@@ -487,15 +506,15 @@ class DPOptimizer(Optimizer):
         loss, a term computed from the parameters outside the module) would be overwritten by the private
         direction -- silently dropped -- or, if it were kept, could carry data that was never clipped or
         noised.  Refused in one line."""
-        views, sq = self._given if self._given is not None else (None, None)
+        views = self._given[0] if self._given is not None else None
         mine = views is not None and all(p.grad is v for (_, p), v in zip(self.module.named, views))
         if mine:
             if self._stale():
                 raise InputError("optimizer.step() is not allowed here: optimizer.zero_grad() was not called since "
                                  "the last step (Opacus requires it on each step too; the gradients would otherwise "
                                  "be the last step's).")
-            now = sum(float(v.square().sum()) for v in views)
-            foreign = now != 0.0 and now != sq       # zeroed in place (zero_grad(set_to_none=False)) is fine
+            # written since the step (their version moved): zeroed in place (zero_grad(set_to_none=False)) is fine
+            foreign = any(bool(v.any()) for v in views)
         else:
             foreign = any(p.grad is not None and (views is None or p.grad is not views[i]) and bool(p.grad.any())
                           for i, (_, p) in enumerate(self.module.named))
@@ -506,14 +525,31 @@ class DPOptimizer(Optimizer):
                              "after the release), and call optimizer.zero_grad() before each batch.")
 
     def _stale(self) -> bool:
-        """The parameters' ``.grad`` are still the views the last private step wrote, unchanged (no
-        ``zero_grad`` of any kind since)."""
+        """The parameters' ``.grad`` are still the tensors the last private step left, unwritten since (the
+        same objects, their version counters unmoved: no ``zero_grad`` of any kind, no accumulation)."""
         if self._given is None:
             return False
-        views, sq = self._given
-        if not all(p.grad is v for (_, p), v in zip(self.module.named, views)):
-            return False
-        return sq != 0.0 and sum(float(v.square().sum()) for v in views) == sq
+        views, versions = self._given
+        return all(p.grad is v and v._version == n for (_, p), v, n in zip(self.module.named, views, versions))
+
+    def _refuse_replaced(self) -> None:
+        """Every trained parameter must still be the module's own under its name, and the optimizer must step
+        those only: a parameter replaced after ``make_private`` (``module.weight = nn.Parameter(...)``, or
+        ``model.to(...)`` making new ``Parameter`` objects) would take the private step in its stale copy while
+        the model's own never moved -- a run that trains nothing and is charged.  Refused in one line, before
+        anything is charged."""
+        now = dict(self.module.inner.named_parameters())
+        gone = next((k for k, p in self.module.named if now.get(k) is not p), None)
+        mine = {id(p) for p in now.values()}
+        foreign = sum(id(p) not in mine and p.requires_grad for g in self.original_optimizer.param_groups
+                      for p in g["params"])
+        if gone is not None or foreign:
+            what = (f"the module's parameter {gone!r} is not the one make_private wrapped" if gone is not None else
+                    f"{foreign} of the optimizer's trained parameters are not the module's")
+            raise InputError(f"optimizer.step() is not allowed here: {what} (a parameter replaced or added after "
+                             "make_private, e.g. by module.weight = nn.Parameter(...) or model.to(...) making new "
+                             "Parameters), so the step would train a stale copy while the model stays as it is; move "
+                             "or replace the parameters before make_private and build the optimizer from them.")
 
     def _release(self, value, std, **kw):
         return self.transport.release(self.privatizer, value, std, **kw)
