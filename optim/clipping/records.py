@@ -32,13 +32,13 @@ from ...accountant.validation import InputError
 from .rules import rule_for
 
 __all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at",
-           "advice", "mixed_output", "FORWARD_ULPS"]
+           "advice", "mixed_output", "ProbeSchedule", "FORWARD_ULPS"]
 
 #: a forward value moves when it changes by more than this many ulps of its dtype times the tensor's largest
 #: magnitude.  Both forwards of a probe run the same kernels on the same shapes, so on the CPU every record but
 #: the changed one comes out bit for bit the same (every model of tests/test_models_matrix.py: 0 ulps); the
 #: margin is for kernels whose order of accumulation may vary between calls (atomics on a GPU).  In float64 it
-#: is 3.6e-15 of the values: a mean over the batch weighted 1e-6 moves the others by ~10^8 times more
+#: is 3.6e-15 of the values: a mean over the batch weighted 1e-6 moves the others by ~10^7 times more
 FORWARD_ULPS = 16
 
 
@@ -180,6 +180,44 @@ def last_record_loss(out, dim: int, rows: int):
             v = (r * w).sum()
             total = v if total is None else total + v
     return total
+
+
+class ProbeSchedule:
+    """The batches of two records or more the record probe runs on: the first; every one larger than all those
+    probed so far in some dimension (more records, longer sequences; or of another rank); and the 2^j-th
+    (1, 2, 4, 8, ...) -- about ``2 log2(steps)`` in a run.  A batch between two probed ones is not probed.
+    """
+
+    def __init__(self):
+        self.largest = None               # each dimension's largest over the batches probed
+        self.seen = 0                     # batches of two records or more counted
+
+    def due(self, shape: tuple, first: bool = False):
+        """Count a batch and say whether it is probed.
+
+        Args:
+            shape: the batch's shape (any fixed order of its dimensions, the same at every batch).
+            first: no batch has been probed to the end yet (probe it whatever it is).
+
+        Returns:
+            The largest shape probed once this batch is (to hand :meth:`done` when its probe passed), or None
+            when it is not probed.
+        """
+        self.seen += 1
+        seen = self.largest
+        if seen is None or len(shape) != len(seen):
+            return tuple(shape)
+        if any(a > b for a, b in zip(shape, seen)):
+            return tuple(max(a, b) for a, b in zip(shape, seen))
+        return seen if first or self.seen & (self.seen - 1) == 0 else None
+
+    def done(self, largest: tuple) -> None:
+        """The probe of a batch :meth:`due` chose passed.
+
+        Args:
+            largest: what :meth:`due` returned for it.
+        """
+        self.largest = tuple(largest)
 
 
 def _name(call) -> str:

@@ -51,7 +51,8 @@ from ..clipping.layers import key_map, place_uses
 from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
-from ..clipping.records import FORWARD_ULPS, check_rows, last_record_loss, mixed_output, perturbed, records_of, resolve
+from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, mixed_output, perturbed,
+                                records_of, resolve)
 from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
@@ -281,8 +282,7 @@ class PrivateModule(nn.Module):
         self._root_keys: dict = {}        # parameters only the whole model's vmap can serve (decided at the first batch)
         self._layout = None               # (call signatures, record dims) found at the first batch of 2 or more
         self._surveyed = False
-        self._probed = None               # the largest batch shape probed so far (each dimension's largest)
-        self._count = 0                   # training batches of two records or more so far
+        self._schedule = ProbeSchedule()  # which batches the record probe runs on
         #: the batches the record probe has run on so far (the module text says which)
         self.probes = 0
         self._warned_probe = False
@@ -374,7 +374,7 @@ class PrivateModule(nn.Module):
         if due is not None or (rows == 1 and not self._surveyed):
             self._checked(args, kwargs, x, rows, params)
             if due is not None:
-                self._probed = due
+                self._schedule.done(due)
         cap = Capture(self, x.detach() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, args, kwargs,
                       params, rows)
         self.captures.append(cap)
@@ -482,20 +482,13 @@ class PrivateModule(nn.Module):
 
     # -- the first batch: which parameters the rules serve; every probed batch: where every layer's records are --
     def _due(self, x, rows: int):
-        """Whether this training batch is probed (the module text): the first of two records or more, one larger
-        than every batch probed so far in some dimension (or of another rank), and the 2^j-th of two or more.
-        Returns the largest shape probed once this batch is (each dimension's largest), or None."""
+        """The :class:`~dpcalib.optim.clipping.records.ProbeSchedule`'s word on this training batch (None: not
+        probed; else what to record once its probe passed)."""
         if rows < 2:
             return None
-        self._count += 1
         shape = (rows, len(x.batch_sizes), *x.data.shape[1:]) if isinstance(x, nn.utils.rnn.PackedSequence) \
             else tuple(x.shape)
-        seen = self._probed
-        if seen is None or len(shape) != len(seen):
-            return shape
-        if any(a > b for a, b in zip(shape, seen)):
-            return tuple(max(a, b) for a, b in zip(shape, seen))
-        return seen if self._layout is None or self._count & (self._count - 1) == 0 else None
+        return self._schedule.due(shape, self._layout is None)
 
     def _survey(self, args, kwargs, x, rows, params) -> None:
         """Run without autocast: where the records are and which calls use a parameter do not depend on the
