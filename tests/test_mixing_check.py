@@ -105,9 +105,10 @@ def _one_line(e, *names):
 
 @pytest.mark.parametrize("where", ["before the first layer", "inside a trained layer", "after the last layer"])
 def test_a_weak_mean_over_the_batch_is_refused_before_its_first_release(where):
-    """``x + 1e-6 * x.mean(0)``: a record 3e6 away from the others moves each of them by ~0.5, and the release by
-    more than C when it is left out (1.38 C before the check was exact); the float64 probe sees the mix on the first,
-    ordinary batch (~1e-7 of the values, 10^8 times its tolerance) and refuses the run there."""
+    """``x + 1e-6 * x.mean(0)``: a record 3e7 away from the others moves each of them by ~5, and the release by
+    more than C when it is left out (3.12 C before the first layer, 2.94 C inside one, when the probe's tolerance
+    was 1e-4 of the values); the float64 probe sees the mix on the first, ordinary batch (~1e-7 of the values,
+    10^7 times its tolerance) and refuses the run there, before any release."""
     model = {"before the first layer": _mlp(Mix()),
              "after the last layer": _mlp(back=(Mix(detach=True),))}.get(where)
     if model is None:
@@ -116,7 +117,7 @@ def test_a_weak_mean_over_the_batch_is_refused_before_its_first_release(where):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # Scaled: the per-module vmap rule's ClippingFallbackWarning
         pm = PrivateModule(model)
-        worst, refused, done = _run(pm, [_batch(6, 1), _batch(6, 2, big=3e6)])
+        worst, refused, done = _run(pm, [_batch(6, 1), _batch(6, 2, big=3e7)])
     assert done == 0 and worst <= 1 + 1e-5, (where, done, worst)
     _one_line(refused, "1 (Linear)", "1 (Scaled)", "its output")
     assert "mixes the records" in str(refused)
@@ -127,7 +128,7 @@ def test_a_weak_mean_over_the_batch_is_refused_before_its_first_release(where):
 def test_a_mean_over_batches_of_more_than_8_is_refused_at_the_first_such_batch():
     """Batches of 6 are not mixed, batches of 10 are: each batch larger than every batch probed so far is probed
     again, before its forward returns -- the batches of 6 are released (and move by at most C), the batch of 10
-    never (1.09 C when it was: the check ran on the first batch only)."""
+    never (it moved by 2.68 C when it was: the check ran on the first batch only)."""
     pm = PrivateModule(_mlp(Mix(1.0, above=8)))
     worst, refused, done = _run(pm, [_batch(6, 1), _batch(6, 2), _batch(10, 3, big=30.0)])
     assert done == 2 and worst <= 1 + 1e-5, (done, worst)
@@ -231,3 +232,27 @@ def test_a_model_that_cannot_run_in_float64_is_probed_in_its_own_dtype_and_told(
     pm = PrivateModule(nn.Sequential(Mix(1e-3), Cast(), nn.Tanh(), nn.Linear(16, 3)))
     with pytest.warns(UserWarning, match="record probe"), pytest.raises(InputError, match="mixes the records"):
         _released(pm, *_batch(6, 1))
+
+
+def test_per_layer_clipping_refuses_a_weak_mixer_and_one_that_mixes_only_larger_batches():
+    """clipping='per_layer' compares each record's slice of the batch's output with its own output, in float64 to
+    1e-10 of the values (it was 1e-4, on the first batch only): the 1e-6 mean is refused at the first batch, the
+    mean over batches of more than 8 at the first batch of 10, and then at every batch."""
+    from dpcalib.optim.engine.perlayer import PerLayerModule
+
+    def forward(pm, n, seed):
+        x, y = _batch(n, seed)
+        Fn.cross_entropy(pm(x), y).backward()
+        pm.clear()
+
+    pm = PerLayerModule(_mlp(Mix()), [1.0] * 4)
+    with pytest.raises(InputError, match="mixed") as e:
+        forward(pm, 6, 1)
+    assert "\n" not in str(e.value)
+    pm = PerLayerModule(_mlp(Mix(1.0, above=8)), [1.0] * 4)
+    forward(pm, 6, 1)
+    forward(pm, 6, 2)
+    with pytest.raises(InputError, match="on a batch of 10 .* mixed"):
+        forward(pm, 10, 3)
+    with pytest.raises(InputError, match="mixed"):
+        forward(pm, 6, 4)
