@@ -211,6 +211,17 @@ def test_real_layers_are_not_refused_by_the_exact_probe_at_growing_batches():
     assert pm.probes == 2
 
 
+def test_a_packed_sequence_output_is_not_read_as_records():
+    """The model's outputs are held to the probe's rule, but a ``PackedSequence``'s rows are time steps of sorted
+    sequences: with a hidden size equal to the batch's 6 sequences its data must not pass for records."""
+    torch.manual_seed(0)
+    pm = PrivateModule(nn.LSTM(4, 6))
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randn(n, 4, generator=g) for n in (5, 3, 4, 2, 5, 1)]
+    out, (h, _) = pm(nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False))
+    assert pm.probes == 1 and out.data.shape == (20, 6) and h.shape == (1, 6, 6)
+
+
 class Cast(nn.Module):
     """A layer that computes in float32 whatever its input: the float64 probe cannot run it."""
 

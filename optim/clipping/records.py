@@ -341,17 +341,29 @@ def mixed_output(out, moved, rows: int, dim: int):
         dim: the model's record dimension.
 
     Returns:
-        ``(index among the output's tensors, shape)`` of the first such output, or None.
+        ``(index among the output's tensors, shape)`` of the first such output, or None.  A ``PackedSequence``
+        is not read (its rows are time steps of sorted sequences, not records).
     """
-    from .calls import leaves
-
-    for j, (t0, t1) in enumerate(zip(leaves(out), leaves(moved))):
+    for j, (t0, t1) in enumerate(zip(_unpacked(out), _unpacked(moved))):
         cands = candidates(t0, rows, dim) if t0.is_floating_point() and t0.shape == t1.shape else []
         if cands:
             m = moves(t0, t1)
             if not any(only_at(m, d, 0) for d in cands):
                 return j, tuple(t0.shape)
     return None
+
+
+def _unpacked(obj) -> list:
+    """The tensors of ``obj`` as :func:`~.calls.leaves` lists them, a ``PackedSequence``'s aside."""
+    from .calls import leaves
+
+    if isinstance(obj, nn.utils.rnn.PackedSequence):
+        return []
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _unpacked(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _unpacked(o)]
+    return leaves(obj)
 
 
 def check_rows(calls: list, dims: list, rows: int, option: str) -> None:

@@ -20,8 +20,8 @@ batch.  The probe runs again, before the forward returns, on every batch larger 
 some dimension (more records, longer sequences) and on the 2^j-th batch of two records or more (1, 2, 4, 8, ...):
 about ``2 log2(steps)`` probes in a run, each ~3 forwards and a backward (benchmarks/results/mixing_check.md);
 :meth:`PrivateModule.check_records` probes any batch on demand.  Where the records cannot be told apart, or
-a probe sees them mixed, the run is refused in one line naming the layer -- at that batch and every later one.  The model's outputs -- tensors, tuples,
-dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
+a probe sees them mixed, the run is refused in one line naming the layer -- at that batch and every later one.
+The model's outputs -- tensors, tuples, dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
 LoRA).  A ``torch.compile``'d module is trained through its original module (the hooks need eager calls) and
 evaluated compiled.  Under ``torch.autocast`` or with bfloat16 / float16 parameters the per-record gradients are formed
 in float32 or better, their norms in float64, and the sums cast to the parameters' dtype once.
@@ -521,10 +521,10 @@ class PrivateModule(nn.Module):
             self._layout = (sigs, dims)
             return
         for c, d, d0 in zip(calls, dims, self._layout[1]):
-            if d != d0:
+            if d[0] != d0[0]:                # the input's (the extra outputs keep the first batch's)
                 raise InputError(f"{c.name or '<model>'} ({type(c.module).__name__}) is not allowed: on a batch of "
-                                 f"{rows} records the probe found its records in dimensions {d}, on the first batch "
-                                 f"in {d0}; the records' layers cannot be matched.")
+                                 f"{rows} records the probe found its records in dimension {d[0]} of its input, on "
+                                 f"the first batch in {d0[0]}; the records' layers cannot be matched.")
 
     def _place(self, args, kwargs, rows, params) -> None:
         """Which calls serve each trained parameter, from one forward in the model's dtype."""
