@@ -3,12 +3,16 @@
 The per-layer rules need, for every call of a module that owns parameters, the dimension along which its input
 ``a`` and its output gradient ``g`` index the records of the batch.  The model says where the batch's records
 are in its own input (``batch_first``, Opacus's meaning: ``[B, ...]`` when True, ``[T, B, ...]`` when False; a
-``PackedSequence`` says it itself); every layer's dimension is then DETERMINED on the first batch with at least
-two records by two probes (:func:`resolve`), once:
+``PackedSequence`` says it itself); every layer's dimension is then DETERMINED by two probes (:func:`resolve`)
+on the first batch with at least two records, and checked again by the same probes on later batches
+(:mod:`dpcalib.optim.engine.module` says which):
 
-* **forward**: the batch with record 0 changed (:func:`perturbed`) is run again; along a layer's record
-  dimension its input and output may change at index 0 only -- a layer that sees time steps as records (a
-  sequence-first transformer fed as batch-first) sees one time step move every position after attention;
+* **forward**: the batch with record 0 changed (:func:`perturbed`) is run again, on the same path (in float64
+  where the model runs in it); along a layer's record dimension its input and output may change at index 0
+  only (:func:`moves`: by more than a few float ulps) -- a layer that sees time steps as records (a
+  sequence-first transformer fed as batch-first) sees one time step move every position after attention, and
+  a layer after a weak mean over the batch (``x + 1e-6 * x.mean(0)``) sees every record move by ~1e-7;
+  the model's own outputs are held to the same rule (:func:`mixed_output`);
 * **backward**: a loss on the last record's outputs alone is back-propagated; along a layer's record dimension
   its output gradient must be exactly zero at every other index -- a layer whose output is shared by every
   record (a table looked up with no record dimension) gets gradient from all of them.
@@ -16,7 +20,7 @@ two records by two probes (:func:`resolve`), once:
 A layer's candidates are the dimensions of its input of the batch's size -- a convolution's and a group or
 instance norm's is 0, a recurrent layer's follows its own ``batch_first`` -- preferring the model's.  Exactly the
 candidates both probes accept remain; where none remains, or several remain and the model's is not among them,
-the run is refused in one line naming the layer and the option (``batch_first``).
+the run is refused in one line naming the layer, what moved and the option (``batch_first``).
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ from torch import nn
 from ...accountant.validation import InputError
 from .rules import rule_for
 
-__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at", "advice"]
+__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at",
+           "advice", "mixed_output", "ProbeSchedule", "FORWARD_ULPS"]
 
-#: a forward value moves when it changes by more than this, relative to the tensor's largest magnitude (the
-#: rounding of a recomputation is ~1e-7 relative; a record's influence is of the order of the values)
-FORWARD_RTOL = 1e-4
+#: a forward value moves when it changes by more than this many ulps of its dtype times the tensor's largest
+#: magnitude.  Both forwards of a probe run the same kernels on the same shapes, so on the CPU every record but
+#: the changed one comes out bit for bit the same (every model of tests/test_models_matrix.py: 0 ulps); the
+#: margin is for kernels whose order of accumulation may vary between calls (atomics on a GPU).  In float64 it
+#: is 3.6e-15 of the values: a mean over the batch weighted 1e-6 moves the others by ~10^7 times more
+FORWARD_ULPS = 16
 
 
 def records_of(x, dim: int) -> int:
@@ -102,12 +110,15 @@ def moves(t0, t1):
         t1: the same value in the forward of the changed batch.
 
     Returns:
-        A boolean tensor: for a floating tensor, moved by more than ``FORWARD_RTOL`` times ``t0``'s
-        largest magnitude; otherwise any difference.
+        A boolean tensor: for a floating tensor, moved by more than ``FORWARD_ULPS`` ulps of its dtype times
+        ``t0``'s largest magnitude (a NaN where the other is not: moved; NaN in both, or the same infinity: not);
+        otherwise any difference.
     """
-    if t0.is_floating_point():
-        scale = float(t0.detach().abs().max()) if t0.numel() else 0.0
-        return (t1.detach() - t0.detach()).abs() > FORWARD_RTOL * scale + 1e-30
+    if t0.is_floating_point() and t0.numel():
+        a, b = t0.detach(), t1.detach()
+        scale = torch.nan_to_num(a.abs(), nan=0.0, posinf=0.0).amax()      # a tensor: no host sync
+        tol = scale * (FORWARD_ULPS * torch.finfo(a.dtype).eps)
+        return ~((b - a).abs() <= tol) & (a != b) & ~(a.isnan() & b.isnan())
     return t0 != t1
 
 
@@ -169,6 +180,44 @@ def last_record_loss(out, dim: int, rows: int):
             v = (r * w).sum()
             total = v if total is None else total + v
     return total
+
+
+class ProbeSchedule:
+    """The batches of two records or more the record probe runs on: the first; every one larger than all those
+    probed so far in some dimension (more records, longer sequences; or of another rank); and the 2^j-th
+    (1, 2, 4, 8, ...) -- about ``2 log2(steps)`` in a run.  A batch between two probed ones is not probed.
+    """
+
+    def __init__(self):
+        self.largest = None               # each dimension's largest over the batches probed
+        self.seen = 0                     # batches of two records or more counted
+
+    def due(self, shape: tuple, first: bool = False):
+        """Count a batch and say whether it is probed.
+
+        Args:
+            shape: the batch's shape (any fixed order of its dimensions, the same at every batch).
+            first: no batch has been probed to the end yet (probe it whatever it is).
+
+        Returns:
+            The largest shape probed once this batch is (to hand :meth:`done` when its probe passed), or None
+            when it is not probed.
+        """
+        self.seen += 1
+        seen = self.largest
+        if seen is None or len(shape) != len(seen):
+            return tuple(shape)
+        if any(a > b for a, b in zip(shape, seen)):
+            return tuple(max(a, b) for a, b in zip(shape, seen))
+        return seen if first or self.seen & (self.seen - 1) == 0 else None
+
+    def done(self, largest: tuple) -> None:
+        """The probe of a batch :meth:`due` chose passed.
+
+        Args:
+            largest: what :meth:`due` returned for it.
+        """
+        self.largest = tuple(largest)
 
 
 def _name(call) -> str:
@@ -233,19 +282,17 @@ def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, optio
             d = c[0] if c else None
             dims.append((d, [d if d is None or (z.dim() > d and z.shape[d] == 1) else None for z in call.outs]))
             continue
-        ok = []
+        ok, spread = [], None
         for d in candidates(x, rows, prefer, fixed):
             z0 = call.outs[0] if call.outs else None
             if z0 is None or not (z0.dim() > d and z0.shape[d] == rows):
                 continue
-            outs = [(0, z0)]
             if moved is not None:
                 m = moved[k]
                 if call.broadcast and bool(moves(x, m.input()).any()):
                     continue
-                if not only_at(moves(x, m.input()), d, 0):
-                    continue
-                if not all(only_at(moves(z, m.outs[j]), d, 0) for j, z in outs if j < len(m.outs)):
+                if not (only_at(moves(x, m.input()), d, 0) and (not m.outs or only_at(moves(z0, m.outs[0]), d, 0))):
+                    spread = d if spread is None else spread
                     continue
             g0 = probe.get((k, 0)) if probe is not None else None
             if g0 is not None and not only_at(g0 != 0, d, rows - 1):
@@ -262,9 +309,13 @@ def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, optio
             where = f"dimension {fixed} (the layer's)" if fixed is not None else "no dimension"
             raise InputError(f"{_name(call)} is not allowed with {option}: its input of shape {shape} has {where} of "
                              f"the batch's {rows} records; {advice(option)}.")
+        if spread is not None:
+            raise InputError(f"{_name(call)} is not allowed with {option}: changing record 0 of a batch of {rows} moved "
+                             f"other records of its input of shape {shape} or of its output along dimension {spread}, "
+                             "so something before or in this layer mixes the records of a batch (a mean, norm or "
+                             f"attention across them, however weak); replace it, or {advice(option)}.")
         raise InputError(f"{_name(call)} is not allowed with {option}: no dimension of its input of shape {shape} holds "
-                         f"the batch's {rows} records alone (changing one record moves several, or one record's loss "
-                         f"reaches several); {advice(option)}.")
+                         f"the batch's {rows} records alone (one record's loss reaches several); {advice(option)}.")
     return dims
 
 
@@ -276,6 +327,43 @@ def _out_dim(z, rows: int, d: int, g):
         if g is None or only_at(g != 0, c, rows - 1):
             return c
     return None
+
+
+def mixed_output(out, moved, rows: int, dim: int):
+    """The model's first output that the changed record moves at another record, or None: a floating output with
+    a dimension of the batch's size must keep the change at index 0 along one of them (the model's ``dim``
+    first) -- a mean over the batch after the last trained layer, which no layer's probe sees, moves every one.
+
+    Args:
+        out: the forward's output on the batch (any structure of tensors).
+        moved: the output of the same forward with record 0 changed.
+        rows: the batch's records.
+        dim: the model's record dimension.
+
+    Returns:
+        ``(index among the output's tensors, shape)`` of the first such output, or None.  A ``PackedSequence``
+        is not read (its rows are time steps of sorted sequences, not records).
+    """
+    for j, (t0, t1) in enumerate(zip(_unpacked(out), _unpacked(moved))):
+        cands = candidates(t0, rows, dim) if t0.is_floating_point() and t0.shape == t1.shape else []
+        if cands:
+            m = moves(t0, t1)
+            if not any(only_at(m, d, 0) for d in cands):
+                return j, tuple(t0.shape)
+    return None
+
+
+def _unpacked(obj) -> list:
+    """The tensors of ``obj`` as :func:`~.calls.leaves` lists them, a ``PackedSequence``'s aside."""
+    from .calls import leaves
+
+    if isinstance(obj, nn.utils.rnn.PackedSequence):
+        return []
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _unpacked(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _unpacked(o)]
+    return leaves(obj)
 
 
 def check_rows(calls: list, dims: list, rows: int, option: str) -> None:

@@ -14,9 +14,14 @@ The batch is the first tensor (or ``PackedSequence``) among the positional input
 inputs (``model(input_ids=..., attention_mask=..., labels=...)``); ``batch_first`` says, with Opacus's
 meaning, whether its records are on dimension 0 (``[B, ...]``) or 1 (``[T, B, ...]``).  Every layer's record
 dimension is determined on the first batch of two records or more (:mod:`dpcalib.optim.clipping.records`:
-a probe changes one record and back-propagates one record's loss) and checked at every batch; where it
-cannot be told the run is refused in one line naming the layer.  The model's outputs -- tensors, tuples,
-dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
+a probe changes one record and back-propagates one record's loss, in float64 where the model runs in it, and
+any other record that moves by more than a few ulps is mixing, however weak) and its size checked at every
+batch.  The probe runs again, before the forward returns, on every batch larger than all those probed so far in
+some dimension (more records, longer sequences) and on the 2^j-th batch of two records or more (1, 2, 4, 8, ...):
+about ``2 log2(steps)`` probes in a run, each ~3 forwards and a backward (benchmarks/results/mixing_check.md);
+:meth:`PrivateModule.check_records` probes any batch on demand.  Where the records cannot be told apart, or
+a probe sees them mixed, the run is refused in one line naming the layer -- at that batch and every later one.
+The model's outputs -- tensors, tuples, dicts, ``ModelOutput`` -- reach the user's loss unchanged.  Frozen parameters are constants (fine-tuning,
 LoRA).  A ``torch.compile``'d module is trained through its original module (the hooks need eager calls) and
 evaluated compiled.  Under ``torch.autocast`` or with bfloat16 / float16 parameters the per-record gradients are formed
 in float32 or better, their norms in float64, and the sums cast to the parameters' dtype once.
@@ -46,7 +51,8 @@ from ..clipping.layers import key_map, place_uses
 from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
-from ..clipping.records import check_rows, last_record_loss, perturbed, records_of, resolve
+from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, mixed_output, perturbed,
+                                records_of, resolve)
 from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
@@ -276,6 +282,11 @@ class PrivateModule(nn.Module):
         self._root_keys: dict = {}        # parameters only the whole model's vmap can serve (decided at the first batch)
         self._layout = None               # (call signatures, record dims) found at the first batch of 2 or more
         self._surveyed = False
+        self._schedule = ProbeSchedule()  # which batches the record probe runs on
+        #: the batches the record probe has run on so far (the module text says which)
+        self.probes = 0
+        self._warned_probe = False
+        self._refused = None              # the probe's refusal, repeated at every later training forward
         self._warned_precision = False
         self.captures: list[Capture] = []
         self.zeroed = True                # zero_grad since the last optimizer step (what the next step checks)
@@ -354,11 +365,16 @@ class PrivateModule(nn.Module):
         if not (self.training and torch.is_grad_enabled()):
             return self._plain(*args, **kwargs)
         refuse_accumulation(self.captures)
+        if self._refused is not None:
+            raise InputError(self._refused)
         x = self._batch(args, kwargs)
         rows = records_of(x, self._dim)
         params = self.params()
-        if rows >= 2 and self._layout is None or (rows == 1 and not self._surveyed):
-            self._survey(args, kwargs, x, rows, params)
+        due = self._due(x, rows)
+        if due is not None or (rows == 1 and not self._surveyed):
+            self._checked(args, kwargs, x, rows, params)
+            if due is not None:
+                self._schedule.done(due)
         cap = Capture(self, x.detach() if isinstance(x, torch.Tensor) and x.is_floating_point() else x, args, kwargs,
                       params, rows)
         self.captures.append(cap)
@@ -438,7 +454,42 @@ class PrivateModule(nn.Module):
         calls.append(call)
         return new
 
-    # -- the first batch: which parameters the rules serve, and where every layer's records are ----------------
+    def check_records(self, *args, **kwargs) -> None:
+        """Run the record probe on this batch now, as the forward does on the batches it probes (the module text):
+        e.g. on a batch of a size or kind the run has not probed, or on every batch of a run that must check all.
+
+        Args:
+            *args: the module's positional inputs (the batch among them, two records or more to probe).
+            **kwargs: its keyword inputs.
+
+        Raises:
+            InputError: (one line, naming the layer) if the probe finds the records of the batch mixed or cannot
+                tell where they are; every later training forward then raises it again.
+        """
+        if self._refused is not None:
+            raise InputError(self._refused)
+        x = self._batch(args, kwargs)
+        self._checked(args, kwargs, x, records_of(x, self._dim), self.params())
+
+    def _checked(self, args, kwargs, x, rows, params) -> None:
+        """:meth:`_survey`, its refusal kept: a model the probe saw mixing stays refused, whatever the next batch."""
+        try:
+            self._survey(args, kwargs, x, rows, params)
+        except InputError as e:
+            if rows >= 2:
+                self._refused = str(e)
+            raise
+
+    # -- the first batch: which parameters the rules serve; every probed batch: where every layer's records are --
+    def _due(self, x, rows: int):
+        """The :class:`~dpcalib.optim.clipping.records.ProbeSchedule`'s word on this training batch (None: not
+        probed; else what to record once its probe passed)."""
+        if rows < 2:
+            return None
+        shape = (rows, len(x.batch_sizes), *x.data.shape[1:]) if isinstance(x, nn.utils.rnn.PackedSequence) \
+            else tuple(x.shape)
+        return self._schedule.due(shape, self._layout is None)
+
     def _survey(self, args, kwargs, x, rows, params) -> None:
         """Run without autocast: where the records are and which calls use a parameter do not depend on the
         precision, and autocast's cache of cast weights would merge two uses of one weight into one."""
@@ -446,12 +497,44 @@ class PrivateModule(nn.Module):
             self._survey_plain(args, kwargs, x, rows, params)
 
     def _survey_plain(self, args, kwargs, x, rows, params) -> None:
+        if self._layout is None:
+            self._place(args, kwargs, rows, params)
+        if rows < 2:
+            return
+        self.probes += 1
+        saved = _rng_state()
+        try:
+            try:
+                calls, dims = self._probe(args, kwargs, x, rows, params, torch.float64)
+            except RuntimeError as e:        # a cast inside the forward, no float64 kernel, memory: its own dtype
+                _set_rng_state(saved)
+                if not self._warned_probe:
+                    self._warned_probe = True
+                    warnings.warn(f"the record probe of {type(self._module).__name__} runs in the model's dtype, not "
+                                  f"float64 ({str(e).splitlines()[0][:120]}): it sees records mixed by more than "
+                                  f"{FORWARD_ULPS} ulps of that dtype only", UserWarning, stacklevel=4)
+                calls, dims = self._probe(args, kwargs, x, rows, params, None)
+        finally:
+            _set_rng_state(saved)
+        sigs = [c.signature() for c in calls]
+        if self._layout is None:
+            self._layout = (sigs, dims)
+            return
+        for c, d, d0 in zip(calls, dims, self._layout[1]):
+            if d[0] != d0[0]:                # the input's (the extra outputs keep the first batch's)
+                raise InputError(f"{c.name or '<model>'} ({type(c.module).__name__}) is not allowed: on a batch of "
+                                 f"{rows} records the probe found its records in dimension {d[0]} of its input, on "
+                                 f"the first batch in {d0[0]}; the records' layers cannot be matched.")
+
+    def _place(self, args, kwargs, rows, params) -> None:
+        """Which calls serve each trained parameter, from one forward in the model's dtype."""
         self._surveyed = True
         saved = _rng_state()
         p = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         calls = []
         with torch.enable_grad():
             out = self._recorded(p, args, kwargs, calls, rows)
+        _set_rng_state(saved)
         for c in calls:
             c.keys = dict(self._keys.get(id(c.module), {}))
         extra = self._placed(calls, out, p)
@@ -459,28 +542,42 @@ class PrivateModule(nn.Module):
             self._root_keys = {k: k for k in extra}
             warnings.warn(f"per-sample clipping of {type(self._module).__name__} takes vmap over the whole model for "
                           f"{', '.join(extra)}: used other than inside the calls of the modules that own them (a weight "
-                          "used functionally by another module)", ClippingFallbackWarning, stacklevel=3)
-        if rows < 2:
-            _set_rng_state(saved)
-            return
+                          "used functionally by another module)", ClippingFallbackWarning, stacklevel=5)
+
+    def _probe(self, args, kwargs, x, rows, params, dtype):
+        """The probes of :func:`~dpcalib.optim.clipping.records.resolve` on this batch: one forward and the
+        last record's loss back-propagated, and the forward again with record 0 changed, both on the same path
+        (gradients on, parameters as leaves) in ``dtype`` (None: the model's own); returns the calls and dims."""
+        def wide(obj):
+            return obj if dtype is None else rebuild(obj, lambda t: widened(t, dtype))
+        p = {k: v.requires_grad_(True) for k, v in (widened_params(params, dtype) if dtype is not None else
+                                                    {k: v.detach() for k, v in params.items()}).items()}
+        saved = _rng_state()
+        calls = []
+        with torch.enable_grad():
+            out = self._recorded(p, wide(tuple(args)), wide(dict(kwargs)), calls, rows)
         probe = None
         loss = last_record_loss(out, self._dim, rows)
         outs = [(k, j, z) for k, c in enumerate(calls) for j, z in enumerate(c.outs) if z.requires_grad]
         if loss is not None and outs:
             gs = torch.autograd.grad(loss, [z for *_, z in outs], allow_unused=True)
             probe = {(k, j): g for (k, j, _), g in zip(outs, gs) if g is not None}
-        moved = None
+        moved = out_m = None
         xm = perturbed(x, self._dim)
         if xm is not None:
-            a2 = tuple(xm if a is x else a for a in args)
-            k2 = {k: (xm if v is x else v) for k, v in kwargs.items()}
+            a2 = wide(tuple(xm if a is x else a for a in args))
+            k2 = wide({k: (xm if v is x else v) for k, v in kwargs.items()})
             moved = []
             _set_rng_state(saved)
-            with torch.no_grad():
-                self._recorded(None, a2, k2, moved, rows)
-        _set_rng_state(saved)
+            with torch.enable_grad():
+                out_m = self._recorded(p, a2, k2, moved, rows)
         dims = resolve(calls, moved, probe, rows, self._dim, self._option())
-        self._layout = ([c.signature() for c in calls], dims)
+        hit = mixed_output(out, out_m, rows, self._dim) if out_m is not None else None
+        if hit is not None:
+            raise InputError(f"the module is not allowed: changing record 0 of a batch of {rows} moved other records "
+                             f"of its output {hit[0]} of shape {hit[1]}, so something after its last trained layer "
+                             "mixes the records of a batch (a mean or norm across them, however weak).")
+        return calls, dims
 
     def _placed(self, calls, out, p) -> list:
         """Place every trained parameter (:func:`~dpcalib.optim.clipping.layers.place_uses`): one a parent's call

@@ -19,11 +19,14 @@ one positional input, the batch on dimension 0 (``batch_first=False``: on dimens
 Where the records are in the output is found, not assumed: on the first batch of two records or more,
 each record is also run alone (``vmap``), and the output's record dimension is the one dimension ``d``
 where the batch's output has ``B`` rows, each record's own output one, and every other size agrees; each
-record's slice of the batch's output along ``d`` must then equal its own output (up to float rounding).
-So a model that mixes records (attention across the declared record dimension, a mean over the batch)
-or whose output has no such single dimension is refused in one line: a record's gradient of the
+record's slice of the batch's output along ``d`` must then equal its own output -- both computed in float64
+where the model runs in it, to ``ALONE_RTOL`` of the values (else in its own dtype, with a warning, to 1e-4).
+So a model that mixes records (attention across the declared record dimension, a mean over the batch, however
+weak) or whose output has no such single dimension is refused in one line: a record's gradient of the
 batch's loss would then carry other records' data, and one record could move every clipped term.  Every
-later batch is checked to have ``B`` rows on ``d``.
+later batch is checked to have ``B`` rows on ``d``, and the comparison runs again on the batches the
+:class:`~dpcalib.optim.clipping.records.ProbeSchedule` names (larger than every batch compared so far, the
+2^j-th); a refusal stands for the rest of the run.
 """
 
 from __future__ import annotations
@@ -32,12 +35,21 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+import warnings
+
 from ...accountant.validation import InputError
 from ...mechanisms import PerLayerClip
 from ..clipping.paths import clip_factors
+from ..clipping.precision import widened, widened_buffers
+from ..clipping.records import ProbeSchedule
 from .module import refuse_accumulation
 
-__all__ = ["PerLayerModule"]
+__all__ = ["PerLayerModule", "ALONE_RTOL"]
+
+#: a record's slice of the batch's output (float64) may differ from its own output by this, relative to the
+#: output's largest magnitude: the batched and the one-record kernels round differently (~1e-16), a mean over
+#: the batch weighted 1e-6 moves it by ~1e-7
+ALONE_RTOL = 1e-10
 
 
 def _where(m) -> str:
@@ -134,6 +146,9 @@ class PerLayerModule(nn.Module):
         self._module, self.loss_reduction = module, loss_reduction
         self.batch_first, self.dim = bool(batch_first), 0 if batch_first else 1
         self._out = None                    # (output's record dimension, its number of dimensions), once found
+        self._schedule = ProbeSchedule()    # the batches whose records are compared with their own outputs
+        self._refused = None                # the comparison's refusal, repeated at every later training forward
+        self._warned = False
         self.captures: list = []
         self.zeroed = True
 
@@ -175,6 +190,8 @@ class PerLayerModule(nn.Module):
         if not (self.training and torch.is_grad_enabled()):
             return self._module(*args, **kwargs)
         refuse_accumulation(self.captures)
+        if self._refused is not None:
+            raise InputError(self._refused)
         if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor) or args[0].dim() <= self.dim:
             raise InputError("the module's input is not allowed with clipping='per_layer': expected one positional "
                              f"tensor, the batch on {_where(self)}.")
@@ -201,34 +218,68 @@ class PerLayerModule(nn.Module):
                 raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer':"
                                  f" the first batch had its records on dimension {d} of {nd}, this one does not have "
                                  f"its {rows} records there.")
-            return d
-        if rows == 1:                       # one record: any dimension of size 1 holds it (all give its gradient)
+        elif rows == 1:                     # one record: any dimension of size 1 holds it (all give its gradient)
             ones = [d for d, n in enumerate(shape) if n == 1]
             if not ones:
                 raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer':"
                                  " no dimension holds the batch's one record.")
             return ones[0]
-        d_in = self.dim
-        with torch.no_grad():
-            alone = vmap(lambda xi: functional_call(self._module, cap.params, (xi.unsqueeze(d_in),)),
-                         in_dims=d_in)(cap.x)
-        one = tuple(alone.shape[1:])
+        due = self._schedule.due(tuple(cap.x.shape), self._out is None) if rows >= 2 else None
+        if due is None:
+            return self._out[0]
+        try:
+            d = self._compared(cap, shape)
+        except InputError as e:
+            self._refused = str(e)
+            raise
+        self._out = (d, len(shape))
+        self._schedule.done(due)
+        return d
+
+    def _compared(self, cap: _Capture, shape: tuple) -> int:
+        """Each record's slice of the batch's output against its own output (float64 where the model runs in it)."""
+        try:
+            mine, alone = self._alone(cap, torch.float64)
+            tol = ALONE_RTOL
+        except RuntimeError as e:           # a cast inside the forward, memory: in the model's own dtype
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"the per-record comparison of clipping='per_layer' runs in the model's dtype, not "
+                              f"float64 ({str(e).splitlines()[0][:120]}): it sees records mixed by more than 1e-4 of "
+                              "the values only", UserWarning, stacklevel=4)
+            mine, alone = self._alone(cap, None)
+            tol = 1e-4 if mine.dtype.itemsize >= 8 else 1e-3
+        rows, one = cap.rows, tuple(alone.shape[1:])
         dims = [d for d in range(len(shape)) if len(one) == len(shape) and one[d] == 1 and shape[d] == rows
                 and all(one[k] == shape[k] for k in range(len(shape)) if k != d)]
+        if self._out is not None and self._out[0] in dims:
+            dims = [self._out[0]]
         if len(dims) != 1:
             raise InputError(f"the module's output of shape {list(shape)} is not allowed with clipping='per_layer': "
                              f"one record alone gives {list(one)}, so {'several dimensions' if dims else 'no dimension'}"
                              f" could hold the batch's {rows} records (input records on {_where(self)}).")
         d = dims[0]
-        mine, theirs = out.detach().movedim(d, 0), alone.squeeze(d + 1)
+        mine, theirs = mine.movedim(d, 0), alone.squeeze(d + 1)
         scale = float(theirs.abs().max()) if theirs.numel() else 0.0
-        tol = 1e-4 if out.dtype.itemsize >= 8 else 1e-3
         if not torch.allclose(mine, theirs, rtol=tol, atol=tol * max(scale, 1e-30)):
-            raise InputError(f"the module is not allowed with clipping='per_layer': its output's record dimension "
-                             f"{d} does not hold each record's own output (records on {_where(self)} are mixed, e.g. "
-                             "attention or a mean across them), so one record could move every record's gradient.")
-        self._out = (d, len(shape))
+            raise InputError(f"the module is not allowed with clipping='per_layer': on a batch of {rows} its output's "
+                             f"record dimension {d} does not hold each record's own output (records on {_where(self)} "
+                             "are mixed, e.g. attention or a mean across them, however weak), so one record could "
+                             "move every record's gradient.")
         return d
+
+    def _alone(self, cap: _Capture, dtype):
+        """The batch's output and every record's own output (``vmap``), without gradients, in ``dtype`` (None: the
+        model's own parameters and input)."""
+        d_in, x, p = self.dim, cap.x, dict(cap.params)
+        if dtype is not None:
+            x = widened(x, dtype)
+            p = {**{k: widened(v.detach(), dtype) for k, v in self._module.named_parameters()},
+                 **widened_buffers(self._module, dtype)}
+        with torch.no_grad():
+            mine = functional_call(self._module, p, (x,))
+            alone = vmap(lambda xi: functional_call(self._module, p, (xi.unsqueeze(d_in),)), in_dims=d_in)(x)
+        return mine, alone
 
     def __getattr__(self, name):
         try:
