@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dpcalib.accountant.validation import InputError
 from dpcalib.optim import BatchMemoryManager, ClippingFallbackWarning, DPDataLoader, ModuleValidator, PrivacyEngine
+from dpcalib.optim.clipping import UnsupportedModuleError
 from dpcalib.optim.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 from dpcalib.optim.functorch import make_functional
 from dpcalib.optim.layers import DPGRU, DPLSTM, DPRNN, DPMultiheadAttention, SequenceBias
@@ -278,6 +279,8 @@ def test_module_validator_fix_replaces_what_private_training_refuses_and_the_cop
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv1d(4, 8, 3), nn.BatchNorm1d(8), nn.Flatten(), nn.Linear(24, 2))
     assert not ModuleValidator.is_valid(model)
+    (err,) = ModuleValidator.validate(model)             # opacus.validators.errors' name, dpcalib's error
+    assert isinstance(err, UnsupportedModuleError) and isinstance(err, InputError) and "BatchNorm" in str(err)
     fixed = ModuleValidator.fix(model)
     assert isinstance(fixed[1], nn.GroupNorm) and ModuleValidator.is_valid(fixed)
     attn = nn.MultiheadAttention(4, 2, add_bias_kv=True, add_zero_attn=True).eval()
