@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as Fn
 
 from benchmarks import user_models as U
+from dpcalib.optim.clipping import SequenceBias
 from dpcalib.optim.engine import PrivateModule
 from tests.test_clipping_layers import _replacements
 
@@ -88,6 +89,8 @@ KINDS = {
     "custom elementwise (per-module vmap)": (lambda: _tree(nn.Linear(6, 8), U.Scale(8), nn.Tanh(), width=8,
                                                            pool=(1,)), (5, 6), False),
     "half frozen": (_frozen, (6,), False),
+    "sequence bias (add_bias_kv's position)": (lambda: _tree(nn.Linear(6, 8), SequenceBias(8, batch_first=True), nn.Tanh(),
+                                                             width=8, pool=(1,)), (5, 6), False),
     "positions broadcast": (Positions, "ids", False),
 }
 MODES = ("float32", "float64", "bf16 autocast")

@@ -5,9 +5,11 @@ uses ``out_proj``'s weight functionally, so no per-layer rule sees them (the lay
 :mod:`optim.clipping` sends such a model to vmap).  :func:`linear_attention` replaces every one in
 a module tree, in place, by :class:`LinearMultiheadAttention`: the same function (the same weights,
 split into ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj``; masks, ``batch_first``, dropout,
-``need_weights``), whose four Linear layers the per-layer rules clip.  It also works inside
-``nn.TransformerEncoderLayer`` / ``DecoderLayer`` (training mode: their fused fast path is an
-inference-only path).  Not supported (refused): ``add_bias_kv``, ``add_zero_attn``.
+``need_weights``), whose four Linear layers the per-layer rules clip.  ``add_bias_kv`` appends one
+learned key and value position (:class:`SequenceBias`, Opacus's module: its one parameter is served by the
+per-module vmap rule) and ``add_zero_attn`` one zero position, as ``nn.MultiheadAttention`` does.  It also
+works inside ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` (in evaluation mode too: ``in_proj_bias`` is
+None, so torch's fused inference path is not taken).
 """
 
 from __future__ import annotations
@@ -20,7 +22,36 @@ from torch.nn import functional as Fn
 
 from ...accountant.validation import InputError
 
-__all__ = ["LinearMultiheadAttention", "linear_attention"]
+__all__ = ["LinearMultiheadAttention", "SequenceBias", "linear_attention"]
+
+
+class SequenceBias(nn.Module):
+    """One learned position appended to a sequence: ``[L, B, E] -> [L + 1, B, E]`` (``[B, L, E] -> [B, L + 1, E]``
+    when ``batch_first``) -- Opacus's ``SequenceBias``, ``nn.MultiheadAttention``'s ``bias_k`` / ``bias_v``.
+
+    Args:
+        embed_dim: the dimension E of the positions.
+        batch_first: inputs are ``[B, L, E]`` (else ``[L, B, E]``).
+    """
+
+    def __init__(self, embed_dim: int, batch_first: bool = False):
+        super().__init__()
+        self.batch_first = batch_first
+        self.bias = nn.Parameter(torch.empty(embed_dim))
+        nn.init.normal_(self.bias)
+
+    def forward(self, x):
+        """Append the learned position to every sequence of ``x``.
+
+        Args:
+            x: ``[L, B, E]`` (``[B, L, E]`` when ``batch_first``).
+
+        Returns:
+            ``x`` with one more position, the bias, at the end of each sequence.
+        """
+        if self.batch_first:
+            return torch.cat([x, self.bias.to(x.dtype).expand(x.shape[0], 1, -1)], 1)
+        return torch.cat([x, self.bias.to(x.dtype).expand(1, x.shape[1], -1)], 0)
 
 
 class LinearMultiheadAttention(nn.Module):
@@ -34,22 +65,34 @@ class LinearMultiheadAttention(nn.Module):
         kdim: the keys' dimension (None: ``embed_dim``).
         vdim: the values' dimension (None: ``embed_dim``).
         batch_first: inputs and outputs are ``[B, L, E]`` (else ``[L, B, E]``).
+        add_bias_kv: append a learned position to the projected keys and values (:class:`SequenceBias`
+            ``seq_bias_k`` / ``seq_bias_v``).
+        add_zero_attn: append a zero position to the projected keys and values (after the bias).
 
     Raises:
         InputError: if ``embed_dim`` is not a multiple of ``num_heads``.
     """
 
+    # torch's Transformer layers read these to choose their fused inference path: None / False refuse it
+    in_proj_weight = None
+    in_proj_bias = None
+    _qkv_same_embed_dim = False
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, kdim=None,
-                 vdim=None, batch_first: bool = False):
+                 vdim=None, batch_first: bool = False, add_bias_kv: bool = False, add_zero_attn: bool = False):
         super().__init__()
         if embed_dim % num_heads:
             raise InputError(f"num_heads={num_heads!r} is not allowed: expected a divisor of embed_dim={embed_dim}.")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, float(dropout), batch_first
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.head_dim = embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(kdim or embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(vdim or embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.add_bias_kv, self.add_zero_attn = bool(add_bias_kv), bool(add_zero_attn)
+        self.seq_bias_k = SequenceBias(embed_dim, batch_first=True) if add_bias_kv else None
+        self.seq_bias_v = SequenceBias(embed_dim, batch_first=True) if add_bias_kv else None
 
     @classmethod
     def from_module(cls, m: nn.MultiheadAttention) -> "LinearMultiheadAttention":
@@ -60,16 +103,11 @@ class LinearMultiheadAttention(nn.Module):
 
         Returns:
             A new :class:`LinearMultiheadAttention` on ``m``'s device and dtype, in ``m``'s training mode.
-
-        Raises:
-            InputError: if ``m`` has ``add_bias_kv`` or ``add_zero_attn``.
         """
-        if m.bias_k is not None or m.add_zero_attn:
-            raise InputError("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not allowed: "
-                             "LinearMultiheadAttention has no rule for them.")
         E = m.embed_dim
         w0 = m.out_proj.weight
-        new = cls(E, m.num_heads, m.dropout, m.in_proj_bias is not None, m.kdim, m.vdim, m.batch_first)
+        new = cls(E, m.num_heads, dropout=m.dropout, bias=m.in_proj_bias is not None, kdim=m.kdim, vdim=m.vdim,
+                  batch_first=m.batch_first, add_bias_kv=m.bias_k is not None, add_zero_attn=m.add_zero_attn)
         new = new.to(device=w0.device, dtype=w0.dtype)
         with torch.no_grad():
             if m._qkv_same_embed_dim:
@@ -83,6 +121,9 @@ class LinearMultiheadAttention(nn.Module):
             new.out_proj.weight.copy_(m.out_proj.weight)
             if m.out_proj.bias is not None:
                 new.out_proj.bias.copy_(m.out_proj.bias)
+            if m.bias_k is not None:
+                new.seq_bias_k.bias.copy_(m.bias_k.reshape(-1))
+                new.seq_bias_v.bias.copy_(m.bias_v.reshape(-1))
         new.train(m.training)
         return new
 
@@ -109,12 +150,21 @@ class LinearMultiheadAttention(nn.Module):
         B, L, E = query.shape
         S = key.shape[1]
         h, d = self.num_heads, self.head_dim
+        k, v = self.k_proj(key), self.v_proj(value)
+        if self.seq_bias_k is not None:
+            k, v = self.seq_bias_k(k), self.seq_bias_v(v)
+        if self.add_zero_attn:
+            k, v = Fn.pad(k, (0, 0, 0, 1)), Fn.pad(v, (0, 0, 0, 1))
+        extra, S = k.shape[1] - S, k.shape[1]      # the positions appended: never masked
         q = self.q_proj(query).reshape(B, L, h, d).transpose(1, 2)
-        k = self.k_proj(key).reshape(B, S, h, d).transpose(1, 2)
-        v = self.v_proj(value).reshape(B, S, h, d).transpose(1, 2)
+        k = k.reshape(B, S, h, d).transpose(1, 2)
+        v = v.reshape(B, S, h, d).transpose(1, 2)
         scores = q @ k.transpose(-1, -2) / math.sqrt(d)
         if attn_mask is None and is_causal:
-            attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
+            attn_mask = torch.ones(L, S - extra, dtype=torch.bool, device=query.device).triu(1)
+        if extra:
+            attn_mask = None if attn_mask is None else Fn.pad(attn_mask, (0, extra))
+            key_padding_mask = None if key_padding_mask is None else Fn.pad(key_padding_mask, (0, extra))
         if attn_mask is not None:
             am = attn_mask.reshape(B, h, L, S) if attn_mask.dim() == 3 else attn_mask
             scores = scores.masked_fill(am, float("-inf")) if am.dtype == torch.bool else scores + am
@@ -140,9 +190,6 @@ def linear_attention(model: nn.Module) -> nn.Module:
 
     Returns:
         ``model`` itself, converted.
-
-    Raises:
-        InputError: if one of its attentions has ``add_bias_kv`` or ``add_zero_attn``.
     """
     for name, child in list(model.named_children()):
         if isinstance(child, nn.MultiheadAttention):

@@ -15,7 +15,8 @@ Each layer kind then knows its per-sample gradient from ``(a, g)`` without a per
 * ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU``: the call replayed unrolled, each weight's gradient a sum of
   outer products over time (:mod:`.recurrent`);
 * attention built from these (query/key/value/output ``nn.Linear`` layers, softmax in between:
-  the softmax has no parameters and needs nothing).
+  the softmax has no parameters and needs nothing), and the learned key / value position of
+  ``add_bias_kv`` (:class:`~.attention.SequenceBias`: the output gradient at that position, :mod:`.sequence`).
 
 Norms never need the per-sample gradients where the layer allows it (ghost norms, Goodfellow
 2015; Li, Tramer, Liang & Hashimoto 2022; Bu et al. 2023, "mixed" ghost): for a Linear layer with
@@ -49,7 +50,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from . import conv, embedding, linear, normalization, recurrent  # noqa: F401  (each registers its layer kind's rule)
+from . import conv, embedding, linear, normalization, recurrent, sequence  # noqa: F401  (each registers its layer kind's rule)
 from .calls import Recorder, leaves, owners
 from .precision import widened, widened_buffers
 from .rules import rule_for

@@ -1,5 +1,5 @@
 """The layers path's rule for ``nn.RNN`` (tanh, relu), ``nn.LSTM`` and ``nn.GRU``: any number of layers, one or
-two directions, ``batch_first`` either way, a ``PackedSequence`` or a padded batch, ``hx`` given or not.
+two directions, ``batch_first`` either way, a ``PackedSequence`` or a padded batch, ``hx`` (``state_init``) given or not.
 
 The user's forward runs the fused kernel.  At the step the rule replays the call unrolled -- each layer's input
 projection ``gi = x W_ih^T + b_ih`` for every time step at once, then step by step ``gh_t = h_{t-1} W_hh^T + b_hh``
@@ -41,7 +41,8 @@ def _inputs(call):
     mod = call.module
     args = list(call.args) + [None] * 2
     x = args[0]
-    hx = call.kwargs.get("hx", args[1])
+    # the initial state: torch's hx, or Opacus's DP layers' state_init (dpcalib.optim.layers), by keyword or second
+    hx = next((h for h in (call.kwargs.get("hx"), call.kwargs.get("state_init"), args[1]) if h is not None), None)
     if isinstance(x, PackedSequence):
         X, lengths = pad_packed_sequence(x, batch_first=True)
         lengths = lengths.to(X.device)

@@ -83,7 +83,7 @@ def _replacement(m):
         new.track_running_stats = False
         new.running_mean = new.running_var = new.num_batches_tracked = None
         return new
-    if isinstance(m, nn.MultiheadAttention) and m.bias_k is None and not m.add_zero_attn:
+    if isinstance(m, nn.MultiheadAttention):
         return LinearMultiheadAttention.from_module(m)
     return None
 
