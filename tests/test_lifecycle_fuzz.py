@@ -1,0 +1,149 @@
+"""The lifecycle fuzz (benchmarks/lifecycle_fuzz.py, issue 72): its programs are derandomised and cover
+the lifecycle, its checks catch planted faults, and a 200-program slice -- engine and every
+reference-optimizer family, secure on and off, seeded and unseeded, 10 programs on two gloo ranks --
+finds nothing (the long runs: benchmarks/results/lifecycle_fuzz.md)."""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from benchmarks import lifecycle_fuzz as F
+
+#: the CI slice's fuzz seed (program i is make_program(i, FUZZ_SEED, "both"))
+FUZZ_SEED = 0
+SLICE = 200
+
+
+def _lineages_fit(p):
+    """Every lineage of the program stays within its planned rounds, and every load names a saved file."""
+    at, files = 0, {}
+    for op in p["ops"]:
+        if op[0] == "step":
+            at += op[1]
+            if at > p["rounds"]:
+                return False
+        elif op[0] == "save":
+            files[op[1]] = at
+        elif op[1] not in files:
+            return False
+        else:
+            at = files[op[1]]
+    return True
+
+
+def test_programs_are_derandomised_and_well_formed():
+    a = [F.make_program(i, FUZZ_SEED) for i in range(SLICE)]
+    b = [F.make_program(i, FUZZ_SEED) for i in range(SLICE)]
+    assert a == b
+    assert a != [F.make_program(i, FUZZ_SEED + 1) for i in range(SLICE)]
+    assert all(_lineages_fit(p) for p in a)
+    assert all(any(o[0] == "save" for o in p["ops"]) and any(o[0] == "load" for o in p["ops"]) for p in a)
+
+
+def test_the_slice_covers_the_lifecycle():
+    progs = [F.make_program(i, FUZZ_SEED) for i in range(SLICE)]
+    engine = [p for p in progs if p["driver"] == "engine"]
+    ref = [p for p in progs if p["driver"] == "reference"]
+    two = [p for p in progs if p["world"] == 2]
+    assert len(two) == SLICE // 20 and sum(p["rank_seeds"] for p in two) == 3
+    assert {(p["algorithm"], p["sampling"]) for p in engine} == {(a, s) for a, ss in F.ENGINE_SAMPLINGS.items()
+                                                                for s in ss}
+    assert {p["family"] for p in ref} == set(F.REFERENCE)
+    assert Counter(p["secure"] for p in progs)[True] >= 40 and Counter(p["seed"] is None for p in progs)[True] >= 80
+    forks = [p for p in progs if max(Counter(o[1] for o in p["ops"] if o[0] == "load").values()) > 1]
+    assert len(forks) >= 100
+    loads = Counter(o[2] for p in engine for o in p["ops"] if o[0] == "load")
+    assert loads[True] >= 50 and loads[False] >= 30
+    assert any(p["loader_generator"] is not None for p in engine)
+    assert {p["shared_file"] for p in two} == {True, False}
+
+
+def test_shared_draws_are_found_and_seeded_repeats_exempt():
+    g = torch.Generator().manual_seed(0)
+    v = [torch.randn(10, generator=g) for _ in range(4)]
+    vecs = [("a", 1, v[0]), ("b", 2, v[1]), ("c", 3, -0.5 * v[0] + 1e-4 * v[2]), ("d", 1, v[0].clone())]
+    pairs = {(x, y) for x, y, _ in F.shared_draws(vecs)}
+    assert pairs == {("a", "c"), ("a", "d"), ("c", "d")}
+    pairs = {(x, y) for x, y, _ in F.shared_draws(vecs, lambda p, q: p == q)}      # same round: exempt
+    assert pairs == {("a", "c"), ("c", "d")}
+    assert F.shared_draws([(str(i), i, torch.randn(8, generator=g)) for i in range(60)]) == []
+
+
+def _engine_program(**kw):
+    p = {"i": -1, "fuzz_seed": -1, "world": 1, "secure": False, "seed": None, "data_seed": 5, "accountant": "rdp",
+         "rounds": 8, "driver": "engine", "algorithm": "dp-sgd", "sampling": "shuffle", "n": 20, "batch": 4,
+         "b0": 4, "d_in": 5, "optimizer": "sgd", "level": 1.0, "momentum": 0.2, "loader_shuffle": True,
+         "loader_generator": None, "ops": [("step", 3), ("save", "c0", True), ("step", 2)]}
+    p.update(kw)
+    return p
+
+
+def test_the_engine_checks_catch_planted_faults(tmp_path):
+    """A program without a load (nothing to get wrong yet) passes; its trace, doctored, fails each check."""
+    p = _engine_program()
+    trace = F.run_engine_program(p, str(tmp_path))
+    assert F.check_engine(p, [trace]) == []
+    s = trace["sessions"][0]
+    e = s["entries"]
+
+    def fails(mutate):
+        t = {"sessions": [dict(s, entries=[dict(x) for x in e])], "refused": None}
+        mutate(t["sessions"][0])
+        return {c for c, _ in F.check_engine(p, [t])}
+
+    def twice_in_step(x):
+        x["entries"][1]["records"] = x["entries"][1]["records"] + x["entries"][1]["records"][:1]
+
+    def twice_in_pass(x):
+        x["entries"][1]["records"] = x["entries"][1]["records"] + x["entries"][0]["records"][:1]
+
+    def replayed(x):
+        x["entries"][4]["direction"] = -2.0 * x["entries"][1]["direction"]
+
+    def epsilon(x):
+        x["epsilon"] = x["epsilon"] * (1 + 1e-6)
+
+    assert fails(twice_in_step) >= {"record-twice-step"}
+    assert fails(twice_in_pass) == {"record-twice-epoch"}
+    assert fails(replayed) == {"shared-noise"}
+    assert fails(epsilon) == {"epsilon-resume"}
+    seeded = _engine_program(seed=4)
+    (tmp_path / "s").mkdir()
+    trace = F.run_engine_program(seeded, str(tmp_path / "s"))
+    assert F.check_engine(seeded, [trace]) == []
+    trace["sessions"][0]["entries"][2]["params"] = trace["sessions"][0]["entries"][2]["params"] + 1e-7
+    assert {c for c, _ in F.check_engine(seeded, [trace])} == {"seeded-bit-exact"}
+
+
+def test_the_reference_checks_catch_planted_faults(tmp_path):
+    p = {"i": -1, "fuzz_seed": -1, "world": 1, "secure": False, "seed": 3, "data_seed": 7, "accountant": "rdp",
+         "rounds": 6, "driver": "reference", "family": "dp-sgd-shuffle",
+         "ops": [("step", 4), ("save", "c0", False), ("step", 1)]}
+    trace = F.run_reference_program(p, str(tmp_path))
+    assert F.check_reference(p, trace) == []
+    e = trace["sessions"][0]["entries"]
+    e[3]["noise"] = [e[0]["noise"][0].clone()]                   # round 4 replays round 1's draw
+    assert {c for c, _ in F.check_reference(p, trace)} == {"shared-noise", "seeded-bit-exact"}
+
+
+def test_a_repeating_entropy_source_is_caught(monkeypatch):
+    """An unseeded run whose 'fresh' entropy repeats (a constant root): its forks share their noise."""
+    from dpcalib.optim import randomness as R
+
+    monkeypatch.setattr(R.streams.secrets, "token_bytes", lambda n: bytes(range(n)))
+    p = _engine_program(sampling="poisson", ops=[("step", 2), ("save", "c0", True), ("step", 2),
+                                                 ("load", "c0", True), ("step", 2), ("load", "c0", False),
+                                                 ("step", 2)])
+    out = F.check_one(p)
+    assert "shared-noise" in {c for c, _ in out["failures"]}, out
+
+
+def test_a_slice_of_random_programs_finds_nothing():
+    """200 programs (10 on two gloo ranks), derandomised by FUZZ_SEED; the failures are reported with
+    their op lists, the first three shrunk to a minimal op list."""
+    res = F.fuzz(SLICE, seed=FUZZ_SEED, ranks="both")
+    assert [r["program"]["i"] for r in res] == list(range(SLICE))
+    assert sum(r["program"]["world"] == 2 for r in res) == SLICE // 20
+    bad = [r for r in res if r["failures"]]
+    assert not bad, F.report(res, first=10, minimal=3)
