@@ -23,7 +23,8 @@ Every program is checked (the *checks*, each counted by name):
 ``shared-noise``
     No two releases of all the sessions of a program -- one lineage, its resumes, the forks of one
     file, the original continuation after a save -- share a noise draw: equal, or ``|cos| > 0.99``
-    (dimension >= 8: independent Gaussians essentially never come so close).  A seeded program's
+    (every release has 19 to 32 coordinates; two independent Gaussians in 16 or more dimensions come
+    so close with probability below 1e-13).  A seeded program's
     releases of the same round in two sessions are exempt (they are meant to be equal).  The engine's
     noise is recovered exactly: the model's loss is ``0 * output.sum()``, so every clipped sum is 0 and
     the step hook's direction is noise / normaliser (DP-SRM: minus the public momentum
@@ -77,7 +78,8 @@ import torch
 from torch import nn
 
 DELTA = 1e-5
-COS = 0.99                      # |cos| above this: one noise draw shared
+COS = 0.99                      # |cos| above this: one noise draw shared ...
+COS_DIM = 16                    # ... in this many dimensions or more (a false alarm: < 1e-13 a pair)
 MAX_ROUNDS = 8
 CHECKS = ("shared-noise", "record-twice-step", "record-twice-epoch", "batch-size", "epsilon-resume",
           "seeded-bit-exact", "fork-warning", "ranks-disagree", "seed-refusal", "error")
@@ -233,7 +235,7 @@ def _engine_session(p, rank=0, world=1, seed="program"):
 
     x, idx = _engine_data(p)
     torch.manual_seed(p["data_seed"] % 1000)
-    net = nn.Linear(p["d_in"], 2)
+    net = nn.Linear(p["d_in"], 4)           # 20 to 32 parameters: independent draws never align
     gen = None if p["loader_generator"] is None else torch.Generator().manual_seed(p["loader_generator"])
     dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, idx), batch_size=p["batch"],
                                      shuffle=p["loader_shuffle"], generator=gen)
@@ -617,7 +619,7 @@ def reference_reference(p: dict, rounds: int, ends=()) -> list:
 
 
 def shared_draws(vectors: list, exempt=None) -> list:
-    """Pairs of noise vectors that share a draw: bitwise equal, or ``|cos| > COS`` (dimension >= 8).
+    """Pairs of noise vectors that share a draw: bitwise equal, or ``|cos| > COS`` (dimension >= ``COS_DIM``).
 
     Args:
         vectors: ``[(label, key, tensor)]``; ``key`` groups the vectors a seeded program may repeat.
@@ -639,7 +641,7 @@ def shared_draws(vectors: list, exempt=None) -> list:
         unit = m / m.norm(dim=1, keepdim=True).clamp_min(1e-300)
         cos = unit @ unit.T
         equal = (m[:, None, :] == m[None, :, :]).all(dim=2) & (m.abs().sum(1) > 0)[:, None]
-        hit = equal | ((cos.abs() > COS) if dim >= 8 else torch.zeros_like(equal))
+        hit = equal | ((cos.abs() > COS) if dim >= COS_DIM else torch.zeros_like(equal))
         for a, b in torch.triu(hit, diagonal=1).nonzero().tolist():
             va, vb = vectors[idx[a]], vectors[idx[b]]
             if not (exempt is not None and exempt(va[1], vb[1])):
