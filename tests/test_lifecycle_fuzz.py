@@ -130,10 +130,15 @@ def test_the_reference_checks_catch_planted_faults(tmp_path):
 
 
 def test_a_repeating_entropy_source_is_caught(monkeypatch):
-    """An unseeded run whose 'fresh' entropy repeats (a constant root): its forks share their noise."""
-    from dpcalib.optim import randomness as R
+    """An unseeded run whose 'fresh' entropy repeats -- the operating system's bytes as Python reads them
+    (``os.urandom``, under ``secrets`` and ``SystemRandom``) made constant -- draws the same streams at
+    every make_private and every load: its forks and resumes share their noise, and the fuzz says so."""
+    import os
+    import secrets
 
-    monkeypatch.setattr(R.streams.secrets, "token_bytes", lambda n: bytes(range(n)))
+    constant = lambda n=32: bytes(i % 256 for i in range(n))          # noqa: E731
+    monkeypatch.setattr(os, "urandom", constant)
+    monkeypatch.setattr(secrets, "token_bytes", constant)
     p = _engine_program(sampling="poisson", ops=[("step", 2), ("save", "c0", True), ("step", 2),
                                                  ("load", "c0", True), ("step", 2), ("load", "c0", False),
                                                  ("step", 2)])
