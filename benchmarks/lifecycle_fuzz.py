@@ -16,7 +16,8 @@ DiceSGD, DP-SRM) on 1 rank or 2 (gloo, ``distributed=True``; rank 0 writing one 
 own), and every reference-optimizer family (DP-SGD Poisson / shuffled / balls-in-bins, DP-GD,
 DIFF2-GD, DIFF2-BVR, DP-SRM, DiceSGD SGD / Adam / automatic, ClipD2P replace-one / add-remove,
 ConstD2P, AdaD2P) driven by :class:`dpcalib.optim.run.runner.Runner`, each with a recording user
-:class:`~dpcalib.optim.data.sampling.Sampler`; ``secure_mode`` on and off; seeded and unseeded.
+:class:`~dpcalib.optim.data.sampling.Sampler` (the one-dataset families also data-parallel on 2 ranks,
+``Distributed*``, each rank its own checkpoint); ``secure_mode`` on and off; seeded and unseeded.
 
 Every program is checked (the *checks*, each counted by name):
 
@@ -43,12 +44,17 @@ Every program is checked (the *checks*, each counted by name):
     A seeded session's releases (directions) and parameters equal the uninterrupted seeded run's, bit
     for bit; its batches too where every load of its lineage continued the loader's pass (a loader
     restarted without ``data_loader=`` starts from the seed's first pass: not the uninterrupted one).
+    The uninterrupted run is one process: a 2-rank run's noise must be its noise (a secure release to
+    rounding: its recorded noise is the release minus a sum added in another order), its batches its
+    batches; a data-parallel reference optimizer's parameters are not compared (rounding).
 ``fork-warning``
     Loading one seeded checkpoint a second time in a process warns (a ``UserWarning``: the
     continuations share their noise).
 ``ranks-disagree`` / ``seed-refusal``
     On 2 ranks both hold the same releases and epsilon, and their shares form one logical batch
-    (sizes differ by at most one); per-rank different seeds are refused (``InputError``) on every rank.
+    (disjoint, sizes differing by at most one; Poisson and balls-in-bins shares interleave in ascending
+    order); a data-parallel reference optimizer's ranks draw the same batches and hold the same
+    parameters.  Per-rank different seeds are refused (``InputError``) on every rank.
 ``error``
     Any other exception.
 
@@ -88,6 +94,8 @@ ENGINE_SAMPLINGS = {"dp-sgd": ("poisson", "shuffle", "balls-in-bins", "loader"),
 EPOCH_WISE = ("shuffle", "balls-in-bins", "loader")
 REFERENCE = ("dp-sgd", "dp-sgd-shuffle", "dp-sgd-bins", "dp-gd", "diff2-gd", "diff2-bvr", "dp-srm", "dicesgd",
              "dicesgd-adam", "dicesgd-auto", "clipd2p", "clipd2p-poisson", "constd2p", "adad2p")
+#: the reference families run data-parallel on two ranks (``Distributed*``: one dataset, the batch shared out)
+DATA_PARALLEL = ("dp-sgd", "dp-sgd-shuffle", "dp-sgd-bins", "dp-srm", "dicesgd", "dicesgd-adam", "dicesgd-auto")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,19 +109,25 @@ def make_program(i: int, seed: int, ranks: str = "both") -> dict:
     Args:
         i: the program's index, >= 0.
         seed: the fuzz seed.
-        ranks: ``"1"`` (one process), ``"2"`` (two gloo ranks, the engine) or ``"both"`` (programs 10, 30,
-            50, ... on two ranks: one in 20).
+        ranks: ``"1"`` (one process), ``"2"`` (two gloo ranks) or ``"both"`` (programs 10, 25, 40, ... on two
+            ranks: one in 15; of those, every third -- 40, 85, ... -- a reference optimizer, and 10, 70, 190,
+            ... (every fourth of the others) gives each rank its own seed).
 
     Returns:
         The program: a dict of its configuration and its ``ops``.
     """
     rng = random.Random(f"lifecycle:{seed}:{i}")
-    world = 2 if ranks == "2" else 1 if ranks == "1" else (2 if i % 20 == 10 else 1)
+    world = 2 if ranks == "2" else 1 if ranks == "1" else (2 if i % 15 == 10 else 1)
+    j = i // 15
     p = {"i": i, "fuzz_seed": seed, "world": world, "secure": rng.random() < 0.3,
          "seed": None if rng.random() < 0.5 else rng.randrange(2 ** 31), "data_seed": rng.randrange(2 ** 31)}
     p["accountant"] = rng.choice(("rdp",) * 7 + ("best",))
     p["rounds"] = rng.randint(4, MAX_ROUNDS)
-    if world == 2 or rng.random() < 0.6:
+    if world == 2:
+        engine = j % 3 != 2 if ranks == "both" else rng.random() < 0.7
+    else:
+        engine = rng.random() < 0.6
+    if engine:
         p["driver"] = "engine"
         p["algorithm"] = rng.choice(("dp-sgd", "dp-sgd", "dicesgd", "dp-srm"))
         samplings = ENGINE_SAMPLINGS[p["algorithm"]]
@@ -131,13 +145,13 @@ def make_program(i: int, seed: int, ranks: str = "both") -> dict:
         p["loader_generator"] = rng.randrange(2 ** 31) if rng.random() < 0.25 else None
         if world == 2:
             p["shared_file"] = rng.random() < 0.5
-            # another seed on each rank: refused (with "both": one 2-rank program in four)
-            p["rank_seeds"] = i % 80 == 10 if ranks == "both" else rng.random() < 0.1
+            # another seed on each rank: refused
+            p["rank_seeds"] = j % 4 == 0 if ranks == "both" else rng.random() < 0.1
             if p["rank_seeds"] and p["seed"] is None:
                 p["seed"] = rng.randrange(2 ** 31)
     else:
         p["driver"] = "reference"
-        p["family"] = rng.choice(REFERENCE)
+        p["family"] = rng.choice(REFERENCE if world == 1 else DATA_PARALLEL)
     p["ops"] = _ops(rng, p["rounds"], engine=p["driver"] == "engine")
     return p
 
@@ -463,10 +477,16 @@ def _recording_sampler():
     return Recording()
 
 
-def _reference_optimizer(p, seed="program"):
-    """A fresh reference optimizer of the program's family: ``(optimizer, its recording sampler)``."""
+def _reference_optimizer(p, seed="program", world=1):
+    """A fresh reference optimizer of the program's family: ``(optimizer, its recording sampler)``; on
+    ``world`` > 1 ranks its data-parallel ``Distributed*`` class (torch.distributed is initialised)."""
     import dpcalib.mechanisms as M
     import dpcalib.optim as O
+
+    if world > 1:
+        from dpcalib.optim.algorithms import distributed as D
+
+        O = _Namespace(O, DPSGD=D.DistributedDPSGD, DPSRM=D.DistributedDPSRM, DiceSGD=D.DistributedDiceSGD)
 
     fam, R = p["family"], p["rounds"]
     rng = random.Random(p["data_seed"])
@@ -521,6 +541,16 @@ def _reference_optimizer(p, seed="program"):
     return opt, sampler
 
 
+class _Namespace:
+    """``module`` with some of its names replaced."""
+
+    def __init__(self, module, **names):
+        self.module, self.names = module, names
+
+    def __getattr__(self, name):
+        return self.names[name] if name in self.names else getattr(self.module, name)
+
+
 def _ref_epsilon(opt, accountant):
     try:
         return opt.epsilon_spent(DELTA, accountant)
@@ -540,12 +570,15 @@ def _ref_entries(opt, sampler, start_round, n_log):
     return by_round, recs
 
 
-def run_reference_program(p: dict, workdir: str) -> dict:
-    """Run a reference-optimizer program: the trace of every session (as :func:`run_engine_program`).
+def run_reference_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> dict:
+    """Run a reference-optimizer program on this rank: the trace of every session (as
+    :func:`run_engine_program`; on 2 ranks each rank writes and reads its own checkpoint, ``PATH.rank<r>``).
 
     Args:
         p: a reference program of :func:`make_program`.
         workdir: an empty folder for its checkpoints.
+        rank: this process's rank.
+        world: the number of ranks (2: torch.distributed is initialised).
 
     Returns:
         ``{"sessions": [...], "refused": None}``.
@@ -553,7 +586,7 @@ def run_reference_program(p: dict, workdir: str) -> dict:
     from dpcalib.optim.run.runner import Runner
 
     sessions, meta = [], {}
-    opt, sampler = _reference_optimizer(p)
+    opt, sampler = _reference_optimizer(p, world=world)
     cur = {"parent": None, "start": 0, "history": [], "entries": [], "structure": [[False, 0]], "warned": None,
            "fork": False}
     sessions.append(cur)
@@ -578,7 +611,7 @@ def run_reference_program(p: dict, workdir: str) -> dict:
         else:
             close()
             m = meta[op[1]]
-            opt, sampler = _reference_optimizer(p)
+            opt, sampler = _reference_optimizer(p, world=world)
             opt.load_checkpoint(os.path.join(workdir, op[1]))
             m["loaded"] += 1
             cur = {"parent": op[1], "start": m["round"], "history": m["history"], "entries": [],
@@ -807,18 +840,29 @@ def _reference_for(p, structure, refs):
     return run
 
 
-def check_reference(p: dict, trace: dict) -> list:
-    """The checks of a reference-optimizer program.
+def check_reference(p: dict, traces: list) -> list:
+    """The checks of a reference-optimizer program (one trace per rank: on 2 ranks the server rank 0 draws
+    and records the noise, and every rank draws the whole logical batch).
 
     Args:
         p: the program.
-        trace: :func:`run_reference_program`'s result.
+        traces: :func:`run_reference_program`'s result on each rank.
 
     Returns:
         ``[(check, detail)]``: the failures.
     """
     fails = []
-    sessions = trace["sessions"]
+    sessions = traces[0]["sessions"]
+    for r in range(1, len(traces)):
+        for k, (a, b) in enumerate(zip(sessions, traces[r]["sessions"])):
+            if a["epsilon"] != b["epsilon"]:
+                _fail(fails, "ranks-disagree", f"session {k}: epsilon {a['epsilon']} on rank 0, {b['epsilon']} "
+                      f"on rank {r}")
+            for ea, eb in zip(a["entries"], b["entries"]):
+                if ea["draws"] != eb["draws"] or not _same(ea["params"], eb["params"]):
+                    _fail(fails, "ranks-disagree", f"session {k} round {ea['round']}: the ranks drew other batches "
+                          "or hold other parameters")
+                    break
     vecs = []
     for k, s in enumerate(sessions):
         for e in s["entries"]:
@@ -856,9 +900,11 @@ def check_reference(p: dict, trace: dict) -> list:
         for e in s["entries"]:
             r = ref[e["round"] - 1]
             what = []
-            if len(e["noise"]) != len(r["noise"]) or not all(torch.equal(a, b) for a, b in zip(e["noise"], r["noise"])):
+            if len(e["noise"]) != len(r["noise"]) or not all(_same_noise(a, b, len(traces))
+                                                             for a, b in zip(e["noise"], r["noise"])):
                 what.append("noise")
-            if e["params"] is not None and not torch.equal(e["params"], r["params"]):
+            # on 2 ranks the sums are added in another order: the parameters agree to rounding only
+            if e["params"] is not None and len(traces) == 1 and not torch.equal(e["params"], r["params"]):
                 what.append("parameters")
             if [d[2] for d in e["draws"]] != [d[2] for d in r["draws"]]:
                 what.append("batch")
@@ -878,6 +924,14 @@ def _one_batch(p, r0, r1) -> bool:
         return True
     merged = [x for pair in zip(r0, r1) for x in pair] + r0[len(r1):]
     return all(a < b for a, b in zip(merged, merged[1:]))
+
+
+def _same_noise(a, b, world) -> bool:
+    """The same draw: bit for bit on one process; on 2 ranks the noise a secure release records is the
+    released value minus the sum, which another order of summation moves by rounding."""
+    if world == 1:
+        return torch.equal(a, b)
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-6, atol=1e-6 * float(b.abs().max())))
 
 
 def _same(a, b) -> bool:
@@ -917,7 +971,7 @@ def check_one(p: dict, workdir: str | None = None) -> dict:
             if p["driver"] == "engine":
                 fails = check_engine(p, [run_engine_program(p, workdir)])
             else:
-                fails = check_reference(p, run_reference_program(p, workdir))
+                fails = check_reference(p, [run_reference_program(p, workdir)])
     except Exception as exc:  # noqa: BLE001 - every exception is a failure to report
         fails = [("error", _short(exc))]
     finally:
@@ -934,8 +988,7 @@ def _short(exc) -> str:
 
 def _rank_worker(programs, rank, world, port, outdir):
     """One rank of the 2-rank programs (module level: 'spawn' imports it); its traces go to
-    ``outdir/trace<rank>.pt``, then the process leaves at once (``os._exit``: a torch interpreter's
-    teardown is slow and the group is closed already)."""
+    ``outdir/trace<rank>.pt`` (a rank that cannot go on leaves with ``abandon``)."""
     import torch.distributed as dist
 
     from dpcalib.optim.algorithms import distributed as D
@@ -953,7 +1006,8 @@ def _rank_worker(programs, rank, world, port, outdir):
                     os.makedirs(work, exist_ok=True)
                 dist.barrier()
                 try:
-                    traces[p["i"]] = run_engine_program(p, work, rank, world)
+                    run = run_engine_program if p["driver"] == "engine" else run_reference_program
+                    traces[p["i"]] = run(p, work, rank, world)
                 except Exception as exc:  # noqa: BLE001
                     traces[p["i"]] = {"error": _short(exc)}
                     break                      # the group may be out of step: leave the rest unrun
@@ -962,7 +1016,8 @@ def _rank_worker(programs, rank, world, port, outdir):
     except Exception as exc:  # noqa: BLE001
         traces["fatal"] = _short(exc)
     torch.save(traces, os.path.join(outdir, f"trace{rank}.pt"))
-    D.abandon(0 if "fatal" not in traces else 1)
+    if "fatal" in traces:
+        D.abandon(1)
 
 
 class TwoRanks:
@@ -1037,7 +1092,8 @@ class TwoRanks:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return {"program": p, "failures": check_engine(p, per)}
+                check = check_engine if p["driver"] == "engine" else check_reference
+                return {"program": p, "failures": check(p, per)}
         except Exception as exc:  # noqa: BLE001
             return {"program": p, "failures": [("error", _short(exc))]}
 
