@@ -348,7 +348,7 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
     def new_session(parent=None, start=0, history=(), structure=((False, 0),), warned=None, s=None):
         sess = {"parent": parent, "start": start, "history": list(history), "entries": [], "structure":
                 [list(x) for x in structure], "warned": warned, "epsilon": None, "live": s, "sid": len(sessions),
-                "inherit": None, "fork": False}
+                "pass": None, "fork": False}
         sessions.append(sess)
         return sess
 
@@ -361,8 +361,8 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
                 pid, recs = _engine_step(s)
                 direction = s["directions"][-1] if len(s["directions"]) > n_dir else None
                 rnd = cur["start"] + len(cur["entries"]) + 1
-                key = cur["inherit"] if pid == 1 and cur["inherit"] is not None else (cur["sid"], pid)
-                cur["entries"].append({"round": rnd, "pass": key, "records": recs, "direction": direction,
+                cur["pass"] = _pass_of(cur, pid, len(s["loader"]))
+                cur["entries"].append({"round": rnd, "pass": cur["pass"][0], "records": recs, "direction": direction,
                                        "params": _flat(s["net"])})
                 cur["structure"][-1][1] += 1
         elif op[0] == "save":
@@ -373,10 +373,9 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
                                             data_loader=s["loader"] if with_loader else None)
             if world > 1:
                 dist.barrier()
-            last_pass = cur["entries"][-1]["pass"] if cur["entries"] else cur["inherit"]
             meta[name] = {"round": cur["start"] + len(cur["entries"]), "with_loader": with_loader,
                           "history": cur["history"] + cur["entries"], "structure": copy.deepcopy(cur["structure"]),
-                          "pass": last_pass, "loaded": 0}
+                          "pass": cur["pass"], "loaded": 0}
         else:
             name, with_loader = op[1], op[2]
             m = meta[name]
@@ -395,8 +394,8 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
                               warned=[f"{w.category.__name__}: {w.message}" for w in caught
                                       if issubclass(w.category, UserWarning)], s=fresh)
             cur["fork"] = m["loaded"] > 1
-            # the saved pass goes on: the fresh loader's first (resumed) iteration is the saved pass
-            cur["inherit"] = m["pass"] if cont else None
+            # the saved pass goes on (its key, and the batches it has had), else a new pass begins
+            cur["pass"] = (m["pass"][0], m["pass"][1], None) if cont and m["pass"] is not None else None
     cur["epsilon"] = cur["live"]["engine"].get_epsilon(DELTA)
     cur["live"] = None
     out = []
@@ -404,6 +403,18 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
         out.append({k: sess.get(k) for k in ("parent", "start", "history", "entries", "structure", "warned",
                                              "epsilon", "fork")})
     return {"sessions": out, "refused": None}
+
+
+def _pass_of(sess, pid, length):
+    """``(key, batches so far, the loop's iteration)`` of the pass a step belongs to: a new pass where the
+    loop began a new iteration of the loader (a resumed session's first iteration continues a saved pass)
+    or the pass already had its ``length`` batches (a loader that goes on into the next pass within one
+    iteration)."""
+    cur = sess["pass"]
+    if cur is None or (cur[2] is not None and pid != cur[2]) or cur[1] >= length:
+        sess["passes"] = sess.get("passes", 0) + 1
+        return ((sess["sid"], sess["passes"]), 1, pid)
+    return (cur[0], cur[1] + 1, pid)
 
 
 def engine_reference(p: dict, structure) -> list:
