@@ -33,9 +33,10 @@ Every program is checked (the *checks*, each counted by name):
 ``record-twice-step`` / ``record-twice-epoch`` / ``batch-size``
     The dataset carries each record's index: a record enters a step's release at most once, summed
     over the ranks; with an epoch-wise sampler (shuffled, balls-in-bins, the loader's own) at most once
-    per pass along the lineage (a pass continues through a load only when both the save and the load
-    passed ``data_loader=``); a fixed-size sample (DP-SRM) holds ``b0`` records at round 1 and ``b``
-    after, resumed or not.
+    per pass along the lineage (a pass is the loader's length in batches, or ends earlier where the loop
+    begins a new iteration of the loader; it continues through a load only when both the save and the
+    load passed ``data_loader=``); a fixed-size sample (DP-SRM) holds ``b0`` records at round 1 and
+    ``b`` after, resumed or not.
 ``epsilon-resume``
     ``get_epsilon`` at the end of each session equals that of an UNINTERRUPTED run of the same
     configuration and the same steps (one engine, no checkpoint; its loader restarted where a load
