@@ -389,7 +389,7 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
                 fresh["engine"].load_checkpoint(path=path, module=fresh["module"], optimizer=fresh["opt"],
                                                 data_loader=fresh["loader"] if with_loader else None)
             m["loaded"] += 1
-            cont = with_loader and m["with_loader"]
+            cont = True         # the optimizer's state carries its loader's position, with or without data_loader=
             structure = copy.deepcopy(m["structure"]) + [[not cont, 0]]
             cur = new_session(parent=name, start=m["round"], history=m["history"], structure=structure,
                               warned=[f"{w.category.__name__}: {w.message}" for w in caught

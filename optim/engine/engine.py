@@ -32,6 +32,7 @@ import math
 import numbers
 
 import torch
+from torch.utils.data import RandomSampler
 
 from ...accountant import steps_per_epoch, validation
 from ...accountant.validation import InputError, in_range
@@ -586,6 +587,12 @@ class PrivacyEngine:
                 raise InputError("poisson_sampling=False is not allowed with distributed=True: the loader's own "
                                  "batches are not shared out between the processes; give sampling='shuffle'.")
             sampler = data_loader.batch_sampler
+            if isinstance(getattr(sampler, "sampler", None), RandomSampler):
+                # the same law (a uniform order of every record, cut into batches of b), drawn by the run's own
+                # sampler: a resume mid-epoch then goes on with the records the epoch has not used, where the
+                # user's RandomSampler would draw a new order and skip a count of batches (a record twice an epoch)
+                sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=sampler.drop_last,
+                                              replayable=data_replayable)
         elif sampling == "poisson":
             sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share, replayable=data_replayable)
         elif sampling == "wor":
