@@ -7,8 +7,8 @@ across the processes.  dpcalib's engine does that summing itself with ``make_pri
 (the clipped per-record terms are all-reduced, rank 0 draws the noise once and broadcasts the release,
 docs/how-to/distributed.md), so the wrapper here does the one thing left: rank 0's parameters and buffers
 on every process before the first step, which ``distributed=True`` takes as given -- every rank applies the
-same release to its own copy, and copies that start apart stay apart.  Pass ``distributed=True`` to
-``make_private`` with it (Opacus infers it from the wrapper).  ``nn.parallel.DistributedDataParallel`` is not
+same release to its own copy, and copies that start apart stay apart.  ``make_private`` given the wrapper
+runs with ``distributed=True``, as Opacus infers it from the wrapper.  ``nn.parallel.DistributedDataParallel`` is not
 needed and not wanted: its gradient all-reduce would average what the engine already sums.
 """
 

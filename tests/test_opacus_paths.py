@@ -362,7 +362,8 @@ def ddp_worker(rank, world, port, outdir):
         torch.manual_seed(100 + rank)                     # each rank starts elsewhere ...
         model = nn.Linear(3, 1).double()
         start = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
-        final = _ddp_run(model, distributed=True)         # ... DPDDP broadcasts rank 0's, then three steps
+        # ... DPDDP broadcasts rank 0's, then three steps; distributed=True is inferred from the wrapper, as Opacus does
+        final = _ddp_run(model, distributed=False)
         torch.save({"start": start, "final": final}, os.path.join(outdir, f"out{rank}.pt"))
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -387,3 +388,17 @@ def test_the_distributed_wrapper_starts_two_processes_equal_and_they_stay_equal(
     torch.manual_seed(100)
     torch.testing.assert_close(out[0]["final"], _ddp_run(nn.Linear(3, 1).double(), distributed=False, wrap=False),
                                rtol=1e-12, atol=1e-14)
+
+
+def test_make_private_given_the_distributed_wrapper_runs_on_the_ranks():
+    """Opacus infers the data-parallel run from the wrapper; so does dpcalib (before: one private run per rank)."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_port()}", rank=0, world_size=1)
+    try:
+        net = DPDDP(nn.Linear(3, 1))
+        data = TensorDataset(torch.randn(8, 3), torch.randn(8, 1))
+        _, opt, _ = PrivacyEngine().make_private(module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                                                 data_loader=DataLoader(data, batch_size=4), noise_multiplier=1.0,
+                                                 max_grad_norm=1.0)
+        assert opt.transport.name == "torch.distributed" and opt.transport.world == 1
+    finally:
+        torch.distributed.destroy_process_group()
