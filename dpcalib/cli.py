@@ -78,8 +78,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         p.add_argument("--canaries", type=int, default=None,
                        help=f"canaries of the one-run audit, an integer in [2, {MAX_CANARIES:.0e}] (default 1000; "
                             "--one-run only)")
-        p.add_argument("--seed", type=int, default=None, help=seed_help("audit", "the first run's data sampling, "
-                                                                                  "noise and canaries"))
+        p.add_argument("--seed", type=int, default=None, help=seed_help("audit", "the runs' sampling, noise and "
+                                                                                  "canaries (run i: seed + i)"))
         p.add_argument("--batch", type=int, default=None, metavar="RUNS",
                        help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; an "
                             "integer >= 1, default 4096; not with --sequential)")

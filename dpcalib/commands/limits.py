@@ -138,8 +138,8 @@ def seed_help(command: str, what: str) -> str:
     """
     return (f"seed of {what}, an integer in [0, {MAX_SEED}].  Default: a fresh seed from the operating system's "
             f"entropy, printed on the 'seed' line, so that every {command} differs and any one can be repeated.  Give "
-            f"a seed to repeat a {command} exactly (a bug report, a recorded result); it is no secret: the {command} "
-            "plays the adversary, who knows it")
+            f"the printed seed to repeat that {command} exactly (a bug report, a recorded result); it is no secret: "
+            f"the {command} plays the adversary, who knows it")
 
 
 def choose_seed(args) -> int:
