@@ -36,6 +36,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,6 +50,8 @@ CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 #: what the copy leaves out: git, build output, virtual environments (as .gitignore)
 IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".venv*", ".pytest_cache", ".hypothesis",
                                  "build", "dist", "_build")
+#: (seconds, line) of each line run, printed at the end of the run (pytest -s)
+TIMES: list = []
 
 
 # ---- the docs' lines ---------------------------------------------------------------------------
@@ -145,7 +148,9 @@ class Shell:
     def __call__(self, line: str, cwd: pathlib.Path | None = None, timeout: int = 900) -> str:
         where = shlex.quote(str(cwd or self.clone))
         script = f"set -e\ncd {shlex.quote(str(self.clone))}\n{self.activate}\ncd {where}\n{line}\n"
+        t0 = time.monotonic()
         proc = subprocess.run(["bash", "-c", script], env=self.env, capture_output=True, text=True, timeout=timeout)
+        TIMES.append((time.monotonic() - t0, line))        # shown with -s: where the minutes go (never asserted)
         if proc.returncode != 0 and line.startswith("pip ") and not index_reachable(self):
             pytest.skip(f"the package index cannot be reached from here, so `{line}` cannot run: {proc.stderr[-300:]}")
         assert proc.returncode == 0, f"`{line}` failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -190,10 +195,12 @@ def test_readme_and_the_tutorial_work_as_written_in_a_fresh_environment(tmp_path
     sh = Shell(clone, activate)
     # the CPU wheel, as .ci/run installs it (the docs' line fetches it from download.pytorch.org)
     pin = ci_torch_pin()
+    t0 = time.monotonic()
     proc = subprocess.run(["bash", "-c", f"cd {shlex.quote(str(clone))}\n{activate}\npip install -q --no-compile {pin}"],
                           env=sh.env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.skip(f"{pin} (the CPU wheel .ci/run installs) cannot be installed here: {proc.stderr[-300:]}")
+    TIMES.append((time.monotonic() - t0, f"pip install --no-compile {pin}"))
 
     # README: install and run, its output block; the torch extra; its commands; its Python block
     out = sh(readme_run_line())
@@ -220,3 +227,5 @@ def test_readme_and_the_tutorial_work_as_written_in_a_fresh_environment(tmp_path
     body = python_block(TUTORIAL)
     (work / "tutorial.py").write_text(body)
     printed_as_commented(body, sh("python tutorial.py", cwd=work), "the tutorial's Python block")
+    for seconds, line in TIMES:
+        print(f"first hour: {seconds:6.1f} s  {line[:100]}")
