@@ -22,14 +22,11 @@ import sys
 import warnings
 
 from .commands.algorithms import SPECS, build, dumps as _json, fmt
-from .commands.common import (CONVERSION_REFUSAL, accountant_argument, conversion_argument,
+from .commands.common import (CONVERSION_REFUSAL, accountant_argument, conversion_argument, install_hint,
                       epsilon_of, finite_epsilon, need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
-from .commands.limits import MAX_CANARIES, MAX_RUNS, MAX_SEED, check_int as _check_int
+from .commands.limits import MAX_CANARIES, MAX_RUNS, check_int as _check_int, choose_seed, seed_help
 
 __all__ = ["main"]
-
-SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
-
 
 # ---- helpers ---------------------------------------------------------------------------------
 _fmt = fmt
@@ -81,8 +78,8 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         p.add_argument("--canaries", type=int, default=None,
                        help=f"canaries of the one-run audit, an integer in [2, {MAX_CANARIES:.0e}] (default 1000; "
                             "--one-run only)")
-        p.add_argument("--seed", type=int, default=0, help=f"seed of the first run, an integer in [0, {MAX_SEED}] "
-                                                           "(default 0)")
+        p.add_argument("--seed", type=int, default=None, help=seed_help("audit", "the runs' sampling, noise and "
+                                                                                  "canaries (run i: seed + i)"))
         p.add_argument("--batch", type=int, default=None, metavar="RUNS",
                        help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; an "
                             "integer >= 1, default 4096; not with --sequential)")
@@ -142,7 +139,7 @@ def _check_applicable(command: str, args) -> None:
             raise UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
                               "dimension, --sequential runs them one after another")
         args.batch = 4096 if args.batch is None else args.batch
-        _check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
+        choose_seed(args)
 
 
 def _example(command: str, algorithm: str) -> str:
@@ -170,55 +167,6 @@ def _example(command: str, algorithm: str) -> str:
 
 
 _build = build
-
-
-def _report_dict(rep) -> dict:
-    notes = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in rep.notes.items()}
-    out = {"algorithm": rep.algorithm, "method": rep.method, "epsilon": rep.epsilon, "delta": rep.delta}
-    for s in SIGMAS:
-        out[s] = rep.noise.get(s)
-        if out[s] is None and s not in notes:
-            notes[s] = (f"not a noise level of {rep.algorithm} (its noise: {', '.join(rep.noise)})"
-                        if s not in rep.noise else "not needed")
-    out.update({"noise": dict(rep.noise), "achieved_epsilon": rep.achieved_epsilon,
-                "certified_epsilon": rep.certified_epsilon, "epsilon_lower": rep.epsilon_lower,
-                "epsilon_upper": rep.epsilon_upper, "lower_bound_noise": rep.lower_bound_noise,
-                "order": rep.order, "conversion": rep.conversion,
-                "accounting": rep.accounting, "warnings": list(rep.warnings), "notes": notes})
-    return out
-
-
-def _print_report(d: dict) -> None:
-    from .mechanisms import REGISTRY
-
-    print(f"algorithm   {d['algorithm']}")
-    print(f"method      {d['method']}")
-    print(f"target      epsilon={_fmt(d['epsilon'])} delta={_fmt(d['delta'])}")
-    if d["notes"].get("run_shape"):
-        print(f"run         {d['notes']['run_shape']}")
-    for name, val in d["noise"].items():
-        note = "" if val is not None else f"   ({d['notes'].get(name, '')})"
-        print(f"{name:11s} {_fmt(val)}{note}")
-    for s in SIGMAS:
-        if s not in d["noise"] and REGISTRY[d["algorithm"]].noise_notes:
-            print(f"{s:11s} -   ({d['notes'].get(s, '')})")
-    how = f"order {_fmt(d['order'])}, conversion {d['conversion']}; " if d["order"] is not None else ""
-    print(f"achieved    epsilon={_fmt(d['achieved_epsilon'])} ({how}{d['accounting']})")
-    print(f"certified   epsilon={_fmt(d['certified_epsilon'])} (best sound accountant for this noise)")
-    shuffled = "shuffle_mu" in d["notes"]
-    if d.get("epsilon_lower") is not None:
-        kind = ("Chua et al.'s shuffle lower bound, certified upper" if shuffled else
-                "exact Gaussian DP at both ends" if d["accounting"].startswith("gdp") else
-                "PLD lower bound, certified upper")
-        print(f"bracket     [{_fmt(d['epsilon_lower'])}, {_fmt(d['epsilon_upper'])}] ({kind})")
-    if d["notes"].get("poisson_epsilon_same_noise") is not None:
-        print(f"poisson     {_fmt(d['notes']['poisson_epsilon_same_noise'])} (Poisson sampling at q = b/n for the same "
-              "steps and noise: NOT valid for shuffled batches)")
-    if d.get("lower_bound_noise"):
-        room = ", ".join(f"{k}={_fmt(v)}" for k, v in d["lower_bound_noise"].items() if v is not None)
-        print(f"floor       {room} (below this noise the lower bound already exceeds the target)")
-    if d["notes"].get("versus_dp_sgd"):
-        print(f"note        {d['notes']['versus_dp_sgd']}")
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -264,6 +212,7 @@ def _cmd_list(args) -> int:
 
 def _cmd_calibrate(algorithm: str, args) -> int:
     from .accountant import watching
+    from .commands.calibrate import print_report, report_dict
     from .commands.common import ProgressBar
 
     mech, split = _build(algorithm, args)
@@ -271,7 +220,7 @@ def _cmd_calibrate(algorithm: str, args) -> int:
     extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
     # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
     with ProgressBar(f"calibrate {algorithm}") as bar, watching(bar.note):
-        reports = [_report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra))
+        reports = [report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra), mech)
                    for m in methods]
     if args.json:
         print(_json(reports if len(reports) > 1 else reports[0]))
@@ -279,7 +228,7 @@ def _cmd_calibrate(algorithm: str, args) -> int:
         for i, d in enumerate(reports):
             if i:
                 print()
-            _print_report(d)
+            print_report(d, args.printed_warnings)
     return 0
 
 
@@ -293,6 +242,7 @@ def _noise_flags(algorithm: str, args) -> list:
 
 def _cmd_epsilon(algorithm: str, args) -> int:
     from .accountant import watching
+    from .commands.calibrate import run_shape
     from .commands.common import ProgressBar
 
     mech, _ = _build(algorithm, args)
@@ -303,8 +253,8 @@ def _cmd_epsilon(algorithm: str, args) -> int:
     # grid composed on the way shown (10^8 steps: tens of seconds a bracket, minutes a curve)
     with ProgressBar(f"epsilon {algorithm}", total=parts) as bar, watching(bar.note):
         out, (rep, lower, own) = _epsilon_numbers(algorithm, args, mech, noise)
-        if getattr(mech, "shape_note", None):
-            out["run_shape"] = mech.shape_note
+        if run_shape(mech):
+            out["run_shape"] = run_shape(mech)
         if points:
             field, counts = points
 
@@ -398,7 +348,7 @@ def _plot(curve, path, algorithm, delta) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+        raise UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([p["rounds"] for p in curve], [p["epsilon"] for p in curve], marker="o")
     ax.set_xlabel("rounds")
@@ -428,16 +378,17 @@ def _cmd_report(algorithm: str, args) -> int:
         return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args, progress=bar)
 
 
-def _show_warnings(caught) -> None:
+def _show_warnings(caught, printed=()) -> None:
     """The paper conditions that failed (PaperConditionWarning, SubsamplingConditionWarning), one
-    line each on stderr, each message once.  Only after the command succeeded, so that an error
+    line each on stderr, each message once, unless the command's table already showed it beside
+    the number it explains (``printed``).  Only after the command succeeded, so that an error
     stays one line.  Warnings of the dependencies (numpy's floating-point notices, dp-accounting's
     or Opacus's own advice) are not dpcalib's and are not relabelled as such: they are dropped."""
     from .accountant import SubsamplingConditionWarning
     from .mechanisms import PaperConditionWarning
 
     ours = [w for w in caught if issubclass(w.category, (PaperConditionWarning, SubsamplingConditionWarning))]
-    msgs = list(dict.fromkeys(" ".join(str(w.message).split()) for w in ours))
+    msgs = [m for m in dict.fromkeys(" ".join(str(w.message).split()) for w in ours) if m not in set(printed)]
     for msg in msgs[:20]:
         print(f"dpcalib: warning: {msg}", file=sys.stderr)
     if len(msgs) > 20:
@@ -479,8 +430,9 @@ def _require_torch(command: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError as exc:
-        raise UsageError(f"{command} needs PyTorch, which is not installed ({exc}): "
-                          "pip install 'dpcalib[torch]'") from None
+        raise UsageError(f"{command} needs PyTorch, which is not installed ({exc}): {install_hint('torch')} "
+                         "(PyTorch's CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu "
+                         "first)") from None
 
 
 def main(argv=None) -> int:
@@ -498,8 +450,9 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            rc = _main(argv)
-        _show_warnings(caught)
+            printed: list = []
+            rc = _main(argv, printed)
+        _show_warnings(caught, printed)
         sys.stdout.flush()          # inside the try: a reader that went away is seen here, not at exit
         return rc
     except BrokenPipeError:
@@ -545,7 +498,7 @@ def _option_names(msg: str, argv: list) -> str:
     return msg
 
 
-def _main(argv: list) -> int:
+def _main(argv: list, printed: list) -> int:
     top = _top_parser()
     if not argv or argv[0] in ("-h", "--help"):
         top.print_help()
@@ -578,6 +531,7 @@ def _main(argv: list) -> int:
         raise UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
     args = _algo_parser(command, algorithm).parse_args(rest[1:])
     args.command_name = command
+    args.printed_warnings = printed         # the warnings a table shows in place, not repeated on stderr
     _check_applicable(command, args)
     if command in ("audit", "probe"):
         _require_torch(command)

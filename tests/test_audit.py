@@ -192,7 +192,7 @@ def test_cli_audit_of_adad2p_reports_a_violation(capsys):
     from dpcalib.cli import main
 
     rc = main(["audit", "adad2p", "--epsilon", "2", "--delta", "1e-5", "--samples-per-node", "1", "--iterations",
-               "1", "--runs", "300", "--no-progress", "--json"])
+               "1", "--runs", "300", "--seed", "0", "--no-progress", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["verdict"] == "violation" and out["epsilon_lo_direct"] > 2.0
     assert out["runs_per_dataset"] == 300
@@ -202,7 +202,7 @@ def test_cli_audit_of_clipd2p_is_consistent(capsys):
     from dpcalib.cli import main
 
     rc = main(["audit", "clipd2p", "--epsilon", "2", "--delta", "1e-5", "--samples-per-node", "1", "--iterations",
-               "1", "--relation", "replace-one", "--runs", "200", "--no-progress"])
+               "1", "--relation", "replace-one", "--runs", "200", "--seed", "0", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "verdict     consistent" in out
 

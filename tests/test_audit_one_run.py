@@ -88,7 +88,7 @@ def test_cli_one_run_audit(capsys):
     from dpcalib.cli import main
 
     rc = main(["audit", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", "0.05", "--steps", "50",
-               "--one-run", "--canaries", "200", "--no-progress"])
+               "--one-run", "--canaries", "200", "--seed", "0", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "one-run audit" in out and "verdict     consistent" in out
     assert main(["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2",

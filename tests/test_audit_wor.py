@@ -84,7 +84,7 @@ def test_wor_audits_catch_half_the_noise(setup, runs, monkeypatch):
 def test_cli_without_replacement_audit(argv, capsys, tmp_path):
     from dpcalib.cli import main
 
-    rc = main(["audit", *argv, "--epsilon", "8", "--delta", "1e-5", "--runs", "60", "--no-progress", "--json"])
+    rc = main(["audit", *argv, "--epsilon", "8", "--delta", "1e-5", "--runs", "60", "--seed", "0", "--no-progress", "--json"])
     import json
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["verdict"] == "consistent" and out["runs_per_dataset"] == 60

@@ -169,24 +169,34 @@ def test_help_and_calibrate_do_not_import_torch():
     assert "example:" in r.stdout and "--restart-interval" in r.stdout
 
 
-def test_failed_paper_conditions_are_warned_on_stderr_and_in_python(capsys):
+def test_failed_paper_conditions_are_shown_beside_the_number_and_warned_in_python(capsys):
+    """The table shows each failed paper condition in the block of the calibration it explains (the
+    paper's achieved eps marked above the target), not again on stderr; --json keeps them in its
+    ``warnings`` key and one line each on stderr, so that stdout stays JSON."""
+    import json
     import warnings as W
 
     from dpcalib.mechanisms import DiceSGD, PaperConditionWarning
 
-    argv = ["calibrate", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "50000", "--batch-size", "1000",
-            "--steps", "150", "--c1", "1", "--c2", "1", "--c", "1", "--method", "paper"]
-    assert main(argv) == 0
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert any(line.startswith("dpcalib: warning: [DiceSGD-E3]") for line in lines)
-    assert all(line.startswith("dpcalib: warning: [") for line in lines)
     with W.catch_warnings(record=True) as caught:
         W.simplefilter("always")
         rep = DiceSGD(50000, 1000, 150, C1=1.0, C2=1.0, C=1.0).calibrate(2.0, 1e-5, method="paper")
     py = [str(w.message) for w in caught if issubclass(w.category, PaperConditionWarning)]
     assert py and py == list(rep.warnings)
-    assert {f"dpcalib: warning: {m}" for m in py} == set(lines)
+    argv = ["calibrate", "dicesgd", "--epsilon", "2", "--delta", "1e-5", "--n", "50000", "--batch-size", "1000",
+            "--steps", "150", "--c1", "1", "--c2", "1", "--c", "1", "--method", "both"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    paper, tight = out.split("\n\n")
+    achieved = next(line for line in paper.splitlines() if line.startswith("achieved"))
+    assert achieved.startswith("achieved    epsilon=3.00214 (") and "ABOVE the target 2" in achieved, achieved
+    assert [line[12:] for line in paper.splitlines() if line.startswith("warning     ")] == py
+    assert "warning" not in tight and "ABOVE" not in tight
+    assert err == "", err
+    assert main(argv[:-2] + ["--method", "paper", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["warnings"] == py
+    assert {f"dpcalib: warning: {m}" for m in py} == set(err.splitlines())
 
 
 def test_a_failed_computation_is_an_internal_error_not_a_usage_error(monkeypatch, capsys):

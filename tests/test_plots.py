@@ -78,7 +78,7 @@ def test_the_audit_plot_has_no_overlapping_text(tmp_path, monkeypatch, capsys):
     make = drivers.audit_figure
     monkeypatch.setattr(drivers, "audit_figure", lambda rep: figs.append(make(rep)) or figs[-1])
     rc = main(["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2",
-               "--n-min", "3", "--runs", "200", "--no-progress", "--plot", str(tmp_path / "a.png")])
+               "--n-min", "3", "--runs", "200", "--seed", "0", "--no-progress", "--plot", str(tmp_path / "a.png")])
     capsys.readouterr()
     assert rc == 0 and len(figs) == 1
     try:

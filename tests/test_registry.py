@@ -198,10 +198,10 @@ def test_a_toy_algorithm_registered_alone_gets_every_command(toy, capsys):
     rep = _run(["report", "toy-gd", "--delta", "1e-5", *shape, "--sigma1", repr(sigma1)], capsys)
     assert "TPR" in rep or "advantage" in rep
     probe = json.loads(_run(["probe", "toy-gd", "--epsilon", "2", "--delta", "1e-5", *shape, "--hidden", "8",
-                             "--no-progress", "--json"], capsys))
+                             "--seed", "0", "--no-progress", "--json"], capsys))
     assert 0.5 < probe["worst_ratio"] <= 1.0 + 1e-6
     audit = json.loads(_run(["audit", "toy-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients",
-                             "2", "--n-min", "5", "--runs", "200", "--no-progress", "--json"], capsys))
+                             "2", "--n-min", "5", "--runs", "200", "--seed", "0", "--no-progress", "--json"], capsys))
     assert audit["claimed_epsilon"] == 2 and audit["epsilon_lo_gdp"] <= 2
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from .algorithms import build as _build, dumps as _json, fmt as _fmt
 from .common import need_matplotlib, UsageError
-from .limits import MAX_CANARIES, MAX_RUNS, check_int as _check_int, training_limits as _training_limits
+from .limits import MAX_CANARIES, MAX_RUNS, check_int as _check_int, seed_line, training_limits as _training_limits
 
 __all__ = ["run"]
 
 
 def run(algorithm: str, args) -> int:
     """``dpcalib audit ALGORITHM ...``: calibrate, run the reference optimizer on neighbouring
-    datasets (many runs, or ``--one-run`` with canaries) and print the lower bound on eps.
+    datasets (many runs, or ``--one-run`` with canaries) and print the lower bound on eps, with the
+    seed of the runs (``--seed``, or one drawn fresh: :func:`~dpcalib.commands.limits.choose_seed`).
 
     Args:
         algorithm: the registered algorithm name.
@@ -73,6 +74,7 @@ def run(algorithm: str, args) -> int:
         f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)} (GDP mu {_fmt(r.mu_claimed)})",
         "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
         f"runs        {r.runs} per neighbouring dataset",
+        seed_line(args, "audit"),
         f"eps_lo      direct {_fmt(r.epsilon_lo_direct)}   GDP {_fmt(r.epsilon_lo_gdp)} (mu_lo {_fmt(r.mu_lo)}) "
         "-- 95% confidence lower bounds"])
 
@@ -82,8 +84,7 @@ def _finish_audit(r, rep, args, head: list) -> int:
     (or the report as JSON); draws the plot when ``--plot`` was given."""
     from ..optim import audit as A
 
-    d = r.as_dict()
-    d["noise"] = dict(rep.noise)
+    d = {**r.as_dict(), "noise": dict(rep.noise), "seed": args.seed, "seed_drawn": args.seed_drawn}
     if args.plot:
         A.plot_audit(r, args.plot)
         d["plot"] = args.plot
@@ -132,6 +133,7 @@ def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
         f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}",
         "noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None),
         f"runs        {r.runs} per neighbouring dataset (half pick the thresholds, half measure)",
+        seed_line(args, "audit"),
         f"eps_lo      direct {_fmt(r.epsilon_lo_direct)} -- 95% confidence lower bound"])
 
 
@@ -158,8 +160,7 @@ def _cmd_one_run(algorithm: str, args) -> int:
     build = A.one_run_harness(algorithm, mech, rep, args.canaries)
     r = A.one_run_audit(build, canaries=args.canaries, claimed_epsilon=args.epsilon, delta=args.delta,
                         seed=args.seed, progress=None if args.progress else False, name=algorithm)
-    d = r.as_dict()
-    d["noise"] = dict(rep.noise)
+    d = {**r.as_dict(), "noise": dict(rep.noise), "seed": args.seed, "seed_drawn": args.seed_drawn}
     if args.json:
         print(_json(d))
         return 0
@@ -167,6 +168,7 @@ def _cmd_one_run(algorithm: str, args) -> int:
     print(f"claimed     epsilon={_fmt(r.claimed_epsilon)} delta={_fmt(r.delta)}")
     print("noise       " + ", ".join(f"{k}={_fmt(v)}" for k, v in rep.noise.items() if v is not None))
     print(f"canaries    {r.canaries} ({r.included} included, each with probability 1/2), one training run")
+    print(seed_line(args, "audit"))
     for k, rr, correct, eps in r.guesses:
         print(f"guesses     k={k} in + {k} out: {correct} of {rr} correct -> eps_lo {_fmt(eps)}")
     print(f"eps_lo      {_fmt(r.epsilon_lo)} -- 95% confidence lower bound (Bonferroni over the guess counts)")

@@ -14,8 +14,22 @@ CONVERSION_REFUSAL = ("--conversion={} is not allowed without --accountant rdp: 
                       "to (eps, delta); the default (best) certifies with exact GDP, the PLD or RDP at the improved "
                       "conversion")
 
-__all__ = ["CONVERSION_REFUSAL", "UsageError", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
+__all__ = ["install_hint", "CONVERSION_REFUSAL", "UsageError", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
            "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon", "ProgressBar"]
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of dpcalib's extras, as the refusals that need it say it: dpcalib is
+    installed from a clone of its repository (it is not on a package index).
+
+    Args:
+        extra: the extra's name (``torch``, ``plot``).
+
+    Returns:
+        The instruction, e.g. ``install the dpcalib[plot] extra: pip install '.[plot]' from the
+        repository's root``.
+    """
+    return f"install the dpcalib[{extra}] extra: pip install '.[{extra}]' from the repository's root"
 
 
 class UsageError(Exception):
@@ -162,7 +176,7 @@ def need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+        raise UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
 
 
 #: --accountant: one meaning in every command (calibrate solves on it; epsilon, account, compare and

@@ -37,7 +37,9 @@ def run(algorithm: str, args) -> int:
         rows = _compare_rows(algorithm, mech, args, paper, tight, bar)
     finally:
         bar.close()
-    return _print_compare(algorithm, args, paper, rows)
+    from .calibrate import run_shape
+
+    return _print_compare(algorithm, args, paper, rows, run_shape(mech))
 
 
 def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:
@@ -71,12 +73,15 @@ def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:
     return rows
 
 
-def _print_compare(algorithm, args, paper, rows) -> int:
+def _print_compare(algorithm, args, paper, rows, shape=None) -> int:
     if args.json:
-        print(dumps({"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
-                          "warnings": list(paper.warnings) if paper is not None else []}))
+        out = {"algorithm": algorithm, "epsilon": args.epsilon, "delta": args.delta, "rows": rows,
+               "warnings": list(paper.warnings) if paper is not None else []}
+        print(dumps({**out, "run_shape": shape} if shape else out))
         return 0
     print(f"algorithm {algorithm}, target epsilon={_fmt(args.epsilon)} delta={_fmt(args.delta)}")
+    if shape:
+        print(f"run         {shape}")
     cols = ["paper_closed_form_epsilon", "best_epsilon", "pld_epsilon_lower", "pld_epsilon_upper",
             "rdp_improved_epsilon", "rdp_mironov_epsilon", "dp_accounting_rdp_epsilon", "dp_accounting_pld_epsilon",
             "opacus_prv_epsilon"]

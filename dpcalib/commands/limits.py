@@ -123,3 +123,56 @@ def check_real(value: float, flag: str, low: float = 0.0, high: float = float("i
     if not (math.isfinite(value) and low < value <= high):
         raise InputError(f"{flag}={value!r} is not allowed: expected a finite number in ({low:g}, {high:g}]")
     return value
+
+
+def seed_help(command: str, what: str) -> str:
+    """The help of ``--seed`` for ``audit`` and ``probe``: what it seeds, its range, and why one
+    would give it.
+
+    Args:
+        command: ``"audit"`` or ``"probe"``.
+        what: what the seed draws, in words.
+
+    Returns:
+        The help text.
+    """
+    return (f"seed of {what}, an integer in [0, {MAX_SEED}].  Default: a fresh seed from the operating system's "
+            f"entropy, printed on the 'seed' line, so that every {command} differs and any one can be repeated.  Give "
+            f"the printed seed to repeat that {command} exactly (a bug report, a recorded result); it is no secret: "
+            f"the {command} plays the adversary, who knows it")
+
+
+def choose_seed(args) -> int:
+    """``--seed`` checked, or (not given) a fresh one drawn from the operating system's entropy;
+    ``args.seed_drawn`` says which.  32 bits: any seed drawn is one ``--seed`` takes back.
+
+    Args:
+        args: the parsed command line (``seed``: an integer or None).
+
+    Returns:
+        The seed, also set as ``args.seed``.
+
+    Raises:
+        InputError: if the given seed is outside ``[0, MAX_SEED]``.
+    """
+    import secrets
+
+    args.seed_drawn = args.seed is None
+    if args.seed_drawn:
+        args.seed = secrets.randbits(32)
+    return check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
+
+
+def seed_line(args, command: str) -> str:
+    """The ``seed`` line of an audit's or a probe's output: the seed, how it was chosen, and how to
+    repeat the run.
+
+    Args:
+        args: the parsed command line, after :func:`choose_seed`.
+        command: ``"audit"`` or ``"probe"``.
+
+    Returns:
+        The line.
+    """
+    how = "drawn from the operating system's entropy; " if getattr(args, "seed_drawn", False) else ""
+    return f"seed        {args.seed} ({how}--seed {args.seed} repeats this {command})"

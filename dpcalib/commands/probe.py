@@ -12,7 +12,7 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 from __future__ import annotations
 
 from .algorithms import dumps
-from .limits import MAX_SEED, MAX_TRAINING_RECORDS, check_int, check_real, training_limits
+from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, seed_help, seed_line, training_limits
 
 from ..accountant.validation import InputError
 
@@ -51,8 +51,7 @@ def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     p.add_argument("--data", default="california",
                    help="a synthetic shape (california, gas_turbine, blogfeedback, covtype, ijcnn1) or the path of a "
                         "numeric CSV whose last column is the target (default california)")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"seed of the data, the model and the run, an integer in [0, {MAX_SEED}] (default 0)")
+    p.add_argument("--seed", type=int, default=None, help=seed_help("probe", "the data, the model and the runs"))
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -90,7 +89,7 @@ def run(algorithm: str, args, build_mechanism) -> int:
         if getattr(args, "sampling", None) == "poisson":
             args.n = None
     mech, split = build_mechanism(algorithm, args)
-    check_int(args.seed, "--seed", 0, MAX_SEED, "a seed of numpy's and torch's generators")
+    choose_seed(args)
     check_int(args.hidden, "--hidden", 1, MAX_HIDDEN, "the MLP has two hidden layers: hidden^2 weights")
     for flag in ("lr", "c1", "c2", "clip"):
         if getattr(args, flag, None) is not None:
@@ -106,7 +105,7 @@ def run(algorithm: str, args, build_mechanism) -> int:
     noise = {k: v for k, v in rep.noise.items() if v is not None}
     if args.json:
         print(dumps({**r.as_dict(), "epsilon": args.epsilon, "delta": args.delta, "method": args.method,
-                          "noise": noise}))
+                     "noise": noise, "seed": args.seed, "seed_drawn": args.seed_drawn}))
         return 0
     w = r.worst()
     records = sum(x.shape[0] for x, _ in data)
@@ -117,6 +116,7 @@ def run(algorithm: str, args, build_mechanism) -> int:
           f"{len({row['pair'] for row in r.rows})} pairs; {records} records in {len(data)} "
           f"dataset{'s' if len(data) > 1 else ''} + 1 held out; the differing record: holder {r.slot[0]}, "
           f"record {r.slot[1]} ({w['relation']})")
+    print(seed_line(args, "probe"))
     print(f"{'release':18s} {'neighbouring pair':42s} {'worst move/claim':>16s} {'releases':>8s}")
     for row in sorted(r.rows, key=lambda x: (x["release"], -x["worst_ratio"])):
         print(f"{row['release']:18s} {row['pair']:42s} {row['worst_ratio']:16.8f} {row['releases']:8d}")

@@ -64,7 +64,9 @@ def _emit(rep, args, title: str, extra: dict | None = None, plot_title: str = ""
         except ImportError:
             from ..accountant.validation import InputError
 
-            raise InputError("--plot needs matplotlib: pip install 'dpcalib[plot]'") from None
+            from .common import install_hint
+
+            raise InputError(f"--plot needs matplotlib: {install_hint('plot')}") from None
         rep.plot(args.plot, plot_title)
     if args.json:
         out = rep.to_dict()
@@ -75,7 +77,7 @@ def _emit(rep, args, title: str, extra: dict | None = None, plot_title: str = ""
             print(title)
         print(rep.text())
         for k, v in (extra or {}).items():
-            if v is not None and k not in ("algorithm", "noise"):
+            if v is not None and k not in ("algorithm", "noise", "run_shape"):
                 print(f"{k.replace('_', ' ')}: {fmt(v)}")
     return 0
 
@@ -134,6 +136,11 @@ def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None)
     pe = getattr(mech, "poisson_epsilon", None)
     if pe is not None:
         extra["poisson_epsilon"] = pe(args.delta, *noise)
+    from .calibrate import run_shape
+
+    if run_shape(mech):
+        extra["run_shape"] = run_shape(mech)
     levels = ", ".join(f"{k}={v:g}" for k, v in extra["noise"].items())
-    return _emit(rep, args, f"algorithm   {algorithm} ({levels})", extra,
+    title = f"algorithm   {algorithm} ({levels})" + (f"\nrun         {extra['run_shape']}" if run_shape(mech) else "")
+    return _emit(rep, args, title, extra,
                  plot_title=f"{algorithm} ({levels}): epsilon {rep.epsilon_upper:.4g} at delta {rep.delta:g}")

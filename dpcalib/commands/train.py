@@ -341,7 +341,7 @@ def run(argv, error_cls) -> int:
     if a.json:
         print(dumps(res))
         return 0
-    print(f"algorithm   {res['algorithm']} on {a.world_size} processes ({a.backend})")
+    print(f"algorithm   {res['algorithm']} on {a.world_size} process{'es' if a.world_size != 1 else ''} ({a.backend})")
     print("noise       " + ", ".join(f"{k}={v:.6g}" for k, v in res["noise"].items()))
     for m in res["metrics"]:
         print(f"round {m['round']:6d}  loss {m['loss']:.6g}  grad norm {m['grad_norm']:.6g}  eps {m['epsilon']:.6g}")

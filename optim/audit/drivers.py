@@ -23,6 +23,12 @@ both requested stds at the state actually visited.
   canaries (:func:`one_run_audit`, Steinke, Nasr & Jagielski 2023).
 * Batched runs of DP-GD / DIFF2-GD: :mod:`dpcalib.optim.audit.batched` (``audit(..., batch=...)``).
 
+**Seeds.** Every driver takes ``seed`` with the default 0: from Python an audit repeats itself
+unless given another seed, so that tests and recorded results repeat.  The runs simulate the
+adversary, who knows the seed, so it is no secret.  ``dpcalib audit`` without ``--seed`` draws a
+fresh seed from the operating system's entropy and prints it, so that a second audit is a new
+experiment and any one can be repeated.
+
 This module holds the drivers and the reports; the lockstep runs and likelihood ratios are
 :mod:`dpcalib.optim.audit.lockstep`, the statistics :mod:`dpcalib.optim.audit.bounds`, the
 standard harnesses :mod:`dpcalib.optim.audit.harnesses` (all re-exported by
@@ -181,7 +187,7 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
         canary_d: the canary of D (``canary(j)`` callable or flat tensor).
         canary_dprime: the canary of D'.
         runs: runs per dataset, an integer >= 1.
-        seed: the first run's seed.
+        seed: the first run's seed. Default 0 (the same runs every call: see **Seeds** above).
         holder: the canaries' holder.
         batch: None, an integer >= 1, or ``"auto"`` (see above).
         progress: show a progress bar (None: tqdm's default).
@@ -243,6 +249,7 @@ def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: fl
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+            Default 0 (the same runs every call: see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
         batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`); not used with ``rate``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`, or None for the default above.
@@ -288,7 +295,7 @@ def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        seed: the run's seed.
+        seed: the run's seed (default 0).
 
     Returns:
         The :class:`~dpcalib.accountant.TradeOffCurve` of the complete run.
@@ -377,6 +384,7 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+            Default 0 (the same runs every call: see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the curve the
             optimizer's own accountant certifies (:func:`spent_tradeoff`).
@@ -459,6 +467,7 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
         ks: the guess counts, each in [1, m // 2]; None for the defaults.
         confidence: the confidence of the reported bound, in (0, 1).
         seed: the run's seed (it also draws the canaries' coordinates and inclusions).
+            Default 0 (the same runs every call: see **Seeds** above).
         progress: show a progress bar (None: tqdm's default).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
 
@@ -543,6 +552,7 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
         seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
+            Default 0 (the same runs every call: see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
 
     Returns:

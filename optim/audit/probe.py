@@ -28,6 +28,10 @@ rounding stated here: ``SLACK_ULPS * eps(dtype) * (||q_D|| + ||q_D'||)`` (relati
 magnitude, never to the claim).  The noise stds of D and D' must be equal too (the scale may not
 depend on private data).  Algorithms that claim no sensitivity (AdaD2P) are refused.
 
+Every probe here takes ``seed`` with the default 0, so that a probe from Python repeats itself
+(the probe plays the adversary, who knows the seed: it is no secret); ``dpcalib probe`` without
+``--seed`` draws a fresh one from the operating system's entropy and prints it.
+
 This comparison (:func:`measure`) is the one every record-level probe makes:
 :func:`record_probe` (real records, the reference optimizers), :func:`sensitivity_probe` (the same
 lockstep with gradient canaries in place of real records: the noise and the accounting, not the
@@ -304,7 +308,7 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         holder: the probed slot's holder, in [0, len(data)).
         index: the probed slot's index in the holder's data.
         rounds: the number of rounds, in [1, total rounds]; None for the whole run.
-        seed: the seed of every run.
+        seed: the seed of every run (default 0: the same probe every call).
         pair_list: the :class:`Pair` list to run, or None for :func:`pairs`.
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
 
@@ -379,7 +383,7 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
             zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
         holder: the canaries' holder.
         rounds: the number of rounds; None for the run's ``total_rounds``.
-        seed: the seed of every run.
+        seed: the seed of every run (default 0: the same probe every call).
 
     Returns:
         A :class:`RecordProbeReport` (``pair`` rows named ``"A -> B"``, slot ``(holder, 0)``).
@@ -482,7 +486,7 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
         data: a synthetic shape's name or the path of a numeric CSV (last column: the target).
         lr: the learning rate, or None for the entry's.
         clips: clip norms by option name (None values ignored), or None for the entry's.
-        seed: the seed of the data, the model's initialisation and the probe's runs.
+        seed: the seed of the data, the model's initialisation and the probe's runs (default 0).
         dtype: the dtype of the data and the model.
         secure_mode: run the optimizers in secure mode.
 
