@@ -15,7 +15,8 @@ try:
     import torch  # noqa: F401
 except ImportError as _exc:       # accounting, calibration and the CLI do not need it; this layer does
     raise ImportError("dpcalib.optim (the reference optimizers, audits and distributed runs) needs PyTorch, "
-                      f"which is not installed ({_exc}): pip install 'dpcalib[torch]'") from None
+                      f"which is not installed ({_exc}): install the dpcalib[torch] extra: "
+                      "pip install '.[torch]' from the repository's root") from None
 
 from . import algorithms, audit, clipping, data, engine, randomness, run, tensors  # noqa: E402
 from .algorithms import (AdaD2P, ClipD2P, ConstD2P, DIFF2BVR, DIFF2GD, DPGD, DPSGD, DPSRM, OPTIMIZERS, register_optimizer,  # noqa: E402

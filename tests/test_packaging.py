@@ -91,7 +91,7 @@ def test_optim_without_torch_names_the_extra(tmp_path):
     out = _run(NO_TORCH + "import dpcalib.accountant, dpcalib.mechanisms\nimport dpcalib.optim\n", tmp_path)
     assert out.returncode == 1
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: dpcalib.optim") and "pip install 'dpcalib[torch]'" in last, out.stderr
+    assert last.startswith("ImportError: dpcalib.optim") and "pip install '.[torch]'" in last, out.stderr
 
 
 def test_the_wheel_holds_one_top_level_package_and_torch_is_an_extra(tmp_path):

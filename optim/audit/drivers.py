@@ -59,7 +59,7 @@ __all__ = ["llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit
 
 def plot_audit(report: AuditReport, path) -> None:
     """Draw the claimed trade-off curve, the measured (FPR, FNR) points and their simultaneous
-    confidence regions to ``path`` (needs matplotlib: ``pip install 'dpcalib[plot]'``).
+    confidence regions to ``path`` (needs matplotlib: ``pip install '.[plot]'`` from the repository's root).
 
     Args:
         report: an :class:`~dpcalib.optim.audit.bounds.AuditReport` with a curve check.
@@ -98,7 +98,7 @@ def audit_figure(report: AuditReport):
         from matplotlib.patches import Rectangle
     except ImportError as exc:
         raise InputError(f"plot is not available: matplotlib is not installed ({exc}); "
-                         "pip install 'dpcalib[plot]'") from None
+                         "pip install '.[plot]' from the repository's root") from None
     c = report.curve
     alpha = np.linspace(0.0, 1.0, 401)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 4.6))
