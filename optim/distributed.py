@@ -38,6 +38,9 @@ class DifferentiallyPrivateDistributedDataParallel(nn.Module):
         InputError: if no ``torch.distributed`` process group is initialised.
     """
 
+    #: ``make_private`` given this wrapper runs with ``distributed=True`` (Opacus infers it from the wrapper)
+    shares_batches_across_ranks = True
+
     def __init__(self, model: nn.Module):
         super().__init__()
         _group_or_refuse("DifferentiallyPrivateDistributedDataParallel")

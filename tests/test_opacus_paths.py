@@ -137,7 +137,7 @@ def _one_step(model, x, y, loss, c=0.05, **kw):
     dl = DataLoader(TensorDataset(x, y), batch_size=len(x) // 2)
     m, opt, _ = PrivacyEngine().make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                                              data_loader=dl, noise_multiplier=1.0, max_grad_norm=c, seed=1,
-                                             loss_reduction="sum", **kw)
+                                             loss_reduction="sum", keep_summed_grad=True, **kw)
     opt.zero_grad()
     loss(m(x), y).backward()
     opt.step()

@@ -42,7 +42,6 @@ from ...mechanisms.registry import lookup
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
 from ..clipping.validator import ModuleValidator
-from ..distributed import DifferentiallyPrivateDistributedDataParallel
 from ..randomness import RunStreams, check_seed, same_on_ranks
 from ..run.transport import ONE_PROCESS
 from . import checkpoint
@@ -483,8 +482,8 @@ class PrivacyEngine:
         unknown = sorted(set(kwargs) - {"batch_first", "total_steps"})
         if unknown:
             raise InputError(f"{unknown[0]}= is not allowed: make_private takes no such option.")
-        if isinstance(module, DifferentiallyPrivateDistributedDataParallel):
-            distributed = True           # as Opacus infers it from the wrapper: the ranks share each batch
+        if getattr(module, "shares_batches_across_ranks", False) is True:
+            distributed = True           # Opacus's DPDDP wrapper: Opacus infers the data-parallel run from it
         for name, value, allowed in (("noise_multiplier", noise_multiplier, "a finite number >= 0, or None (give noise=)"),
                                      ("C2", C2, "a number > 0, or None (the algorithm's default)"),
                                      ("b0", b0, "an integer >= 1, or None (the batch size)"),
