@@ -14,6 +14,7 @@ from torch import nn
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
 from dpcalib.accountant.validation import InputError
+from dpcalib.optim.engine.module import one_batch
 from dpcalib.optim.engine import (BudgetExceeded, FixedSizeBatchSampler, OverspendWarning, PoissonBatchSampler,
                                   ShuffleBatchSampler)
 from tests import engine_setup as S
@@ -502,7 +503,13 @@ def test_frozen_layers_are_constants_and_a_second_forward_is_refused():
         m3(xb)
     opt3.step()                                                # the first batch's step
     opt3.zero_grad()
-    m3(xb)                                                     # a forward without backward, then a batch
+    m3(xb)                                                     # a forward without backward adds nothing
     nn.MSELoss()(m3(xb), yb).backward()
-    with pytest.raises(InputError, match="2 training forwards"):
+    assert len(m3.captures) == 2 and one_batch(m3.captures) is m3.captures[1]
+    opt3.step()
+    opt3.zero_grad()
+    it = iter(loader3)
+    b1, b2 = next(it), next(it)                                # two batches of the loader in one step: refused
+    (nn.MSELoss()(m3(b1[0]), b1[1]) + nn.MSELoss()(m3(b2[0]), b2[1])).backward()
+    with pytest.raises(InputError, match="2 back-propagated training forwards"):   # sizes or batches differ
         opt3.step()

@@ -68,7 +68,9 @@ _ELEMENTWISE = (nn.ReLU, nn.Softplus, nn.Tanh, nn.Sigmoid, nn.Identity, nn.Leaky
 
 
 def supports_ghost(model: nn.Module) -> bool:
-    """True for ``nn.Sequential`` models made of ``nn.Linear`` (at least one) and elementwise activations only.
+    """True for ``nn.Sequential`` models made of ``nn.Linear`` (at least one) and elementwise activations only,
+    each layer at one place (a Linear the Sequential holds twice is called twice: a record's gradient of it is the
+    sum of both calls', whose norm the per-layer ghost norms would not bound).
 
     Args:
         model: the model.
@@ -77,7 +79,8 @@ def supports_ghost(model: nn.Module) -> bool:
         Whether the ghost path can take ``model``.
     """
     return isinstance(model, nn.Sequential) and any(isinstance(m, nn.Linear) for m in model) and \
-        all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model)
+        all(isinstance(m, (nn.Linear,) + _ELEMENTWISE) for m in model) and \
+        len({id(m) for m in model if isinstance(m, nn.Linear)}) == sum(isinstance(m, nn.Linear) for m in model)
 
 
 def clip_factors(norms: torch.Tensor, max_norm: float, stabilizer: float | None = None) -> torch.Tensor:

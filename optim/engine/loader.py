@@ -35,6 +35,7 @@ its records ``rank, rank + world, ...`` (:class:`dpcalib.optim.run.ranks.BatchOn
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler)
@@ -49,6 +50,9 @@ from ..randomness import bins, note_restored, permutation, poisson_mask
 __all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
            "private_loader", "check_loader", "DPDataLoader", "loader_generator", "uncovered_sampler",
            "batches_per_pass", "notice_replaced"]
+
+#: the batches handed out whose tensors :meth:`DPDataLoader.origin_of` looks among
+_RECENT = 8
 
 
 class _Batches(TorchSampler):
@@ -369,6 +373,10 @@ class DPDataLoader(DataLoader):
     consumed = 0
     passes = 0
     digest = None
+    #: batches yielded over the loader's life (BatchMemoryManager counts each chunk): forwards made while
+    #: the same count stood are positions of the same records (:func:`~.module.one_batch`)
+    yielded = 0
+    _recent = ()
 
     def __init__(self, dataset, *, sample_rate: float | None = None, collate_fn=None, drop_last: bool = False,
                  generator=None, distributed: bool = False, batch_sampler=None, **kwargs):
@@ -440,7 +448,54 @@ class DPDataLoader(DataLoader):
             # the logical batch's digest and this rank's share's (several processes: the optimizer's check)
             digests = getattr(self.batch_sampler, "digests", None)
             self.digest = digests[j] if digests is not None and j < len(digests) else None
+            self.note_batch(batch)
             yield batch
+
+    def note_batch(self, batch) -> None:
+        """Count a batch handed to the loop and remember its tensors (weakly, the last few batches), so that
+        :meth:`origin_of` can tell which batch a forward's input came from.
+
+        Args:
+            batch: the batch (tensors in tuples, lists or dicts).
+        """
+        self.yielded += 1
+        tensors = []
+
+        def walk(b):
+            if isinstance(b, torch.Tensor):
+                tensors.append(weakref.ref(b))
+            elif isinstance(b, (tuple, list)):
+                for v in b:
+                    walk(v)
+            elif isinstance(b, dict):
+                for v in b.values():
+                    walk(v)
+        walk(batch)
+        self._recent = ((self.yielded, tensors),) + tuple(self._recent)[:_RECENT - 1]
+
+    def origin_of(self, x):
+        """Which of the last batches handed out holds ``x``'s memory (``x`` one of its tensors or a view).
+
+        A tensor held alive keeps its memory, so a match with a live one is that batch; a copy (``x.to(device)``)
+        matches none.
+
+        Args:
+            x: a forward's batch tensor.
+
+        Returns:
+            The batch's count (:attr:`yielded` when it was handed out), or None.
+        """
+        if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
+            return None
+        ptr = x.untyped_storage().data_ptr()
+        if not ptr:
+            return None
+        for serial, refs in self._recent:
+            for r in refs:
+                t = r()
+                if t is not None and t.layout == torch.strided and t.untyped_storage().data_ptr() == ptr:
+                    return serial
+        return None
 
     def state_dict(self) -> dict:
         """The loader's position in the current pass, for a checkpoint.

@@ -93,4 +93,7 @@ class BatchMemoryManager:
             starts = list(range(0, n, self.size)) or [0]
             for j, s in enumerate(starts):
                 self.optimizer.signal_skip_step(j < len(starts) - 1)
-                yield _cut(batch, s, min(s + self.size, n))
+                chunk = _cut(batch, s, min(s + self.size, n))
+                if hasattr(self.data_loader, "note_batch"):
+                    self.data_loader.note_batch(chunk)      # each chunk is a batch of its own records
+                yield chunk

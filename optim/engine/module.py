@@ -57,7 +57,7 @@ from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
 
-__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning", "refuse_accumulation"]
+__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning", "refuse_accumulation", "one_batch"]
 
 REDUCTIONS = ("mean", "sum")
 
@@ -90,6 +90,11 @@ class Capture:
         self.calls: list = []
         self.target = None
         self._terms = None
+        #: the private loader's batch count when the forward ran, and the batch ``x`` came from (None: unknown)
+        self.serial = getattr(owner.clock, "yielded", None)
+        self.origin = owner.clock.origin_of(x) if hasattr(owner.clock, "origin_of") else None
+        #: the forwards this capture ties by position (:func:`one_batch`); itself alone by default
+        self.parts = [self]
 
     def scale(self) -> float:
         """The factor that turns the signals a reduced loss left into the records' own gradients.
@@ -110,7 +115,8 @@ class Capture:
     def _ghost(self, calls):
         """The signals as the ghost numerics of an MLP take them (``nn.Sequential`` of Linear layers and
         elementwise activations on rows of one dtype: the reference optimizers' path for it), or None."""
-        if not self.owner.ghost or not calls or any("weight" not in c.keys for c in calls):
+        if not self.owner.ghost or not calls or any("weight" not in c.keys for c in calls) or \
+                len({id(c.module) for c in calls}) < len(calls):        # a layer called twice: its calls' sum
             return None
         sig = [(c.name, c.module, c.a(), c.g()) for c in calls]
         dts = {t.dtype for _, _, a, g in sig for t in (a, g)}
@@ -188,19 +194,21 @@ class Capture:
         """
         if self.rows == 0:
             return self._zeros()
-        if self.target is None:
+        if any(part.target is None for part in self.parts):
             raise InputError("criterion is required: the gradient at the previous point needs the batch's loss "
                              "target; call the criterion that make_private returned (not the original one).")
         o = self.owner
         # both points' signals in float64 (dpcalib.optim.clipping.precision: the batch's own pass,
-        # in the model's dtype, is used only where that is float64 already)
+        # in the model's dtype, is used only where that is float64 already); a tied batch's forwards each
         p1, p0 = widened_params(self.params), widened_params(prev)
-        x, target = widened(self.x), widened(self.target)
-        args = tuple(widened(a) for a in self.args)
-        kwargs = {k: widened(v) for k, v in self.kwargs.items()}
-        sig0 = o.signals_at(p0, x, target, criterion, args, kwargs, self.rows)
         own = all(v.dtype == p1[k].dtype for k, v in self.params.items())
-        sig1 = self.calls if own else o.signals_at(p1, x, target, criterion, args, kwargs, self.rows)
+        sig1, sig0 = [], []
+        for part in self.parts:
+            x, target = widened(part.x), widened(part.target)
+            args = tuple(widened(a) for a in part.args)
+            kwargs = {k: widened(v) for k, v in part.kwargs.items()}
+            sig0 += o.signals_at(p0, x, target, criterion, args, kwargs, self.rows)
+            sig1 += part.calls if own else o.signals_at(p1, x, target, criterion, args, kwargs, self.rows)
         g1, g0 = self._ghost(sig1), self._ghost(sig0)
         if g1 is not None and g0 is not None:
             sums, _ = ghost_clipped_diff_sum(g1, g0, c, None, self.scale())
@@ -289,6 +297,8 @@ class PrivateModule(nn.Module):
         self._refused = None              # the probe's refusal, repeated at every later training forward
         self._warned_precision = False
         self.captures: list[Capture] = []
+        #: the private loader whose batch count tells two loader batches apart (the optimizer sets it), or None
+        self.clock = None
         self.zeroed = True                # zero_grad since the last optimizer step (what the next step checks)
         dim = self._dim
         self._rec = Recorder(self._owners, broadcast_dim=lambda m: dim if isinstance(m, nn.Embedding) else None)
@@ -314,20 +324,25 @@ class PrivateModule(nn.Module):
         """
         return {k: p.detach() for k, p in self.named}
 
-    def clear(self) -> None:
-        """Forget the batches recorded since the last step."""
-        self.captures = []
+    def clear(self, pending: bool = False) -> None:
+        """Forget the batches recorded since the last step.
+
+        Args:
+            pending: keep those whose backward has not run yet (``zero_grad()`` between a forward and its
+                ``backward()``, legal in PyTorch: the backward that follows still reaches them).
+        """
+        self.captures = [c for c in self.captures if not c.complete()] if pending else []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The parameters' ``.grad`` and the batches recorded since the last step cleared (as Opacus's
-        ``GradSampleModule.zero_grad`` clears its per-sample gradients); counts as the ``zero_grad`` the
-        next step requires.
+        """The parameters' ``.grad`` and the back-propagated batches recorded since the last step cleared (as
+        Opacus's ``GradSampleModule.zero_grad`` clears its per-sample gradients; a forward whose backward has not
+        run is kept for it); counts as the ``zero_grad`` the next step requires.
 
         Args:
             set_to_none: set the gradients to None instead of zero.
         """
         super().zero_grad(set_to_none)
-        self.clear()
+        self.clear(pending=True)
         self.zeroed = True
 
     def _option(self) -> str:
@@ -364,6 +379,12 @@ class PrivateModule(nn.Module):
         """
         if not (self.training and torch.is_grad_enabled()):
             return self._plain(*args, **kwargs)
+        return self._training_forward(args, kwargs)
+
+    # torch.compile of the private module compiles evaluation; training's hooks and probes run eagerly
+    @torch.compiler.disable
+    def _training_forward(self, args, kwargs):
+        """:meth:`forward` in training: the batch recorded (see there)."""
         refuse_accumulation(self.captures)
         if self._refused is not None:
             raise InputError(self._refused)
@@ -666,6 +687,68 @@ def refuse_accumulation(captures) -> None:
                          "back-propagated and not yet stepped, and a record in both would count twice (Opacus: "
                          "Poisson sampling is not compatible with grad accumulation); call optimizer.step() after "
                          "every forward/backward pass, and cut a large batch into chunks with BatchMemoryManager.")
+
+
+def _records_apart(a, b) -> bool:
+    """Whether two forwards' batch tensors are views of one tensor at other records (``x[:16]`` and ``x[16:]``:
+    their starts differ by a record or more along the record dimension; ``x[:, 0]`` and ``x[:, 1]`` hold the
+    same records)."""
+    xa, xb = a.x, b.x
+    if not all(isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() > a.owner._dim for t in (xa, xb)):
+        return False
+    if xa.untyped_storage().data_ptr() != xb.untyped_storage().data_ptr():
+        return False
+    step = xa.stride(a.owner._dim)
+    return abs(xa.storage_offset() - xb.storage_offset()) >= max(step, 1)
+
+
+def one_batch(captures) -> Capture:
+    """The batch a step releases: the back-propagated forwards since the last step, tied by position.
+
+    One forward is its own batch.  Several (a GAN's discriminator on the real batch and on as many generated
+    records, a siamese pair's two views, a contrastive model's augmentations) are one batch whose record i is
+    position i of every forward: its gradients across them are summed, then clipped together
+    (:func:`~dpcalib.optim.clipping.units.signal_terms`), so removing the record moves the clipped sum by at
+    most C -- provided every forward's position i holds record i or data that is not private (docs/threat-model.md,
+    "Several forwards before one backward").  What the engine can tell is refused: forwards of different sizes,
+    inputs from two batches of the private loader (found by their memory: :meth:`~.loader.DPDataLoader.origin_of`)
+    or made while it handed out another (a copy to a device), two chunks of BatchMemoryManager, and two slices of
+    one batch tensor; forwards whose backward did not run add nothing and are dropped.
+
+    Args:
+        captures: the batches recorded since the last step.
+
+    Returns:
+        The :class:`Capture` to release (a tied one holds its forwards in ``parts``).
+
+    Raises:
+        InputError: if no forward was back-propagated, or the forwards cannot be tied by position.
+    """
+    caps = [c for c in captures if c.complete()]
+    if not caps:
+        raise InputError("optimizer.step() is not allowed here: no backward of the batch's loss since the last "
+                         "step (call loss.backward() on the output of the module make_private returned).")
+    if len(caps) == 1:
+        return caps[0]
+    why = None
+    if not all(isinstance(c, Capture) for c in caps):
+        why = "clipping='per_layer' takes one forward a step"
+    elif len({c.rows for c in caps}) > 1:
+        why = f"they hold {', '.join(str(c.rows) for c in caps)} records, so their positions cannot be the same records"
+    elif len({c.origin for c in caps} - {None}) > 1 or len({c.serial for c in caps}) > 1:
+        why = "they are two batches of the private loader (a record in both would count twice)"
+    else:
+        if any(_records_apart(a, b) for i, a in enumerate(caps) for b in caps[i + 1:]):
+            why = "they are two slices of one batch tensor (other records at the same positions)"
+    if why is not None:
+        raise InputError(f"optimizer.step() is not allowed here: the module ran {len(caps)} back-propagated training "
+                         f"forwards since the last step and {why}; forwards are tied position by position only when "
+                         "position i of each is record i or public data (a GAN's real and generated batch, a siamese "
+                         "pair); cut a batch into chunks with BatchMemoryManager, one step each.")
+    first = caps[0]
+    tied = Capture(first.owner, first.x, first.args, first.kwargs, first.params, first.rows)
+    tied.calls, tied.parts = [c for cap in caps for c in cap.calls], caps
+    return tied
 
 
 def _why(m) -> str | None:

@@ -48,6 +48,7 @@ from torch.optim import Optimizer
 from ...accountant.validation import InputError
 from ..randomness import SecureGenerator, is_secure
 from .hooks import engine_internal
+from .module import one_batch
 
 __all__ = ["DPOptimizer", "BudgetExceeded", "OverspendWarning"]
 
@@ -160,6 +161,8 @@ class DPOptimizer(Optimizer):
         self.regularizer = regularizer      # r(params): its gradient is added to the direction (public)
         self._given = None                  # the .grad views the last step wrote, and their version counters
         self.loader = loader                # the private loader: its passes, for the shuffled runs' charges
+        if loader is not None:
+            module.clock = loader           # its batch count tells two loader batches apart (module.one_batch)
         self.per_layer = per_layer          # PerLayerClip of clipping="per_layer" (the kernel's C is its norm)
         self._pass = None                   # (pass, levels) whose one release per record is charged already
         self.keep_summed_grad = bool(keep_summed_grad)
@@ -259,7 +262,7 @@ class DPOptimizer(Optimizer):
         self.original_optimizer.zero_grad(set_to_none)
         if not self._after_skip:             # between physical batches the logical batch's sum goes on
             self._clear_summed()
-        self.module.clear()
+        self.module.clear(pending=True)      # a forward awaiting its backward stays (zero_grad between them)
         self.module.zeroed = True
 
     def signal_skip_step(self, do_skip: bool = True) -> None:
@@ -275,15 +278,7 @@ class DPOptimizer(Optimizer):
 
     def _terms(self) -> dict:
         """The terms the kernel asks for, of the one batch the module recorded since the last step."""
-        caps = self.module.captures
-        if len(caps) > 1:
-            raise InputError(f"optimizer.step() is not allowed here: the module ran {len(caps)} training forwards since "
-                             "the last step, and a record in two of them would count twice; run evaluation under "
-                             "torch.no_grad() or model.eval(), and cut a batch into chunks with BatchMemoryManager.")
-        if not caps or not caps[0].complete():
-            raise InputError("optimizer.step() is not allowed here: no backward of the batch's loss since the last "
-                             "step (call loss.backward() on the output of the module make_private returned).")
-        cap, out = caps[0], {}
+        cap, out = one_batch(self.module.captures), {}
         for op, args in self.kernel.asks(self._first()):
             key = (op,) + tuple(float(a) if isinstance(a, (int, float)) and a is not None else a for a in args)
             if op == "clipped_sum":

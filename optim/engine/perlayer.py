@@ -157,9 +157,13 @@ class PerLayerModule(nn.Module):
         """The user's module."""
         return self._module
 
-    def clear(self) -> None:
-        """Forget the captured batches."""
-        self.captures = []
+    def clear(self, pending: bool = False) -> None:
+        """Forget the captured batches.
+
+        Args:
+            pending: keep those whose backward has not run yet (``zero_grad()`` between forward and backward).
+        """
+        self.captures = [c for c in self.captures if not c.complete()] if pending else []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The module's ``zero_grad``, and the captured batches forgotten.
@@ -168,7 +172,7 @@ class PerLayerModule(nn.Module):
             set_to_none: set the gradients to None instead of zero.
         """
         super().zero_grad(set_to_none)
-        self.clear()
+        self.clear(pending=True)
         self.zeroed = True
 
     def forward(self, *args, **kwargs):
