@@ -203,3 +203,24 @@ def test_torch_compile_gives_the_eager_clipped_sum(when):
     run.eval()
     with torch.no_grad():
         torch.testing.assert_close(run(x), net(x))
+
+
+def test_a_layer_held_twice_is_one_vector_per_record():
+    """``nn.Sequential(l, tanh, l)``: one Linear called twice; its calls' gradients are summed, then the record
+    is measured (the ghost path, which measures each layer apart, no longer takes it), in the engine and in the
+    reference optimizers' path."""
+    torch.manual_seed(6)
+    lin = nn.Linear(4, 4)
+    net = nn.Sequential(lin, nn.Tanh(), lin).double()
+    x, y = torch.randn(N, 4, dtype=torch.float64), torch.randn(N, 4, dtype=torch.float64)
+    assert not O.supports_ghost(net)
+    params = list(net.parameters())
+    naive = [_flat(torch.autograd.grad((net(x[i:i + 1]) - y[i:i + 1]).pow(2).sum(), params)) for i in range(N)]
+    want = _clip_sum(naive)
+    m, _, _ = _private(net, (x, y), loss_reduction="sum")
+    (m(x) - y).pow(2).sum().backward()
+    torch.testing.assert_close(one_batch(m.captures).clipped_sum(C), want, rtol=1e-12, atol=1e-15)
+    m.clear()
+    got, _ = O.clipped_grad_sum(net, lambda o, t: (o - t).pow(2).sum(1), x, y, C)
+    flat = got if isinstance(got, torch.Tensor) else torch.cat([got[k].reshape(-1) for k, _ in net.named_parameters()])
+    torch.testing.assert_close(flat, want, rtol=1e-12, atol=1e-15)
