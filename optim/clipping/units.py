@@ -7,7 +7,10 @@ embedding, ``lm_head.weight is wte.weight``).  The calls that share any paramete
 call asks its rule for ``(norm2, sums)`` (:class:`~.rules.Rule`); a larger unit adds its calls' per-record
 gradients (each rule's ``per_record``) parameter by parameter and measures and sums those -- the norm is the
 norm of the vector summed, cross terms included (adding the calls' norms instead could understate it by up to
-``sqrt(calls)``).  A call whose module has no rule, or one the rule does not take, or that covers parameters of
+``sqrt(calls)``).  A unit of calls of one module whose rule gives its signals as blocks over positions
+(:attr:`~.rules.Rule.blocks`: Linear, recurrent layers and cells) is one call with the calls' positions
+concatenated -- the same per-record sums, measured by Gram products without forming a matrix per call (Opacus's
+``RNNLinear`` at every time step, a cell in a loop).  A call whose module has no rule, or one the rule does not take, or that covers parameters of
 its children (a parent using a child's weight, the whole model), is served by the per-module vmap rule of
 :mod:`.generic`.  Sums come back under the run's parameter names (``call.keys``)."""
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .generic import call_per_record, generic_terms
-from .numerics import row_sq64
+from .numerics import block_terms, row_sq64
 from .rules import rule_for
 
 __all__ = ["signal_terms", "add_sums", "rule_of", "units"]
@@ -115,6 +118,21 @@ def _shared(cs1, cs0, reduction):
     return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in total.items()})
 
 
+def _stacked(cs1, cs0):
+    """``(norm2, sums)`` of calls of one module whose rule has ``blocks``: their positions concatenated, or None."""
+    rule = rule_of(cs1[0])
+    if rule is None or rule.blocks is None or any(c.module is not cs1[0].module for c in cs1):
+        return None
+    want = _want(cs1[0])
+
+    def joined(cs):
+        bs = [rule.blocks(c.module, c, want) for c in cs]
+        return {k: (tuple(torch.cat([b[k][i] for b in bs], 1) for i in (0, 1)) if isinstance(v, tuple)
+                    else torch.cat([b[k] for b in bs], 1)) for k, v in bs[0].items()}
+    b0 = None if cs0 is None else joined(cs0)
+    return block_terms(joined(cs1), b0, cs1[0].rows, next(cs1[0].module.parameters()).device)
+
+
 def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
     """``(norm2 [B] float64, [(names, sums)])`` of the calls ``sig1``, or of ``sig1`` against ``sig0``.
 
@@ -139,8 +157,9 @@ def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
             n2, sums = _one(cs1[0], None if cs0 is None else cs0[0], reduction)
             names = cs1[0].keys
         else:
-            n2, sums = _shared(cs1, cs0, reduction)
-            names = None
+            got = _stacked(cs1, cs0)
+            n2, sums = got if got is not None else _shared(cs1, cs0, reduction)
+            names = cs1[0].keys if got is not None else None
         norm2 = n2 if norm2 is None else norm2 + n2.to(norm2.device)
         terms.append((names, sums))
     if norm2 is None:

@@ -51,8 +51,8 @@ from ..clipping.layers import key_map, place_uses
 from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
-from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, mixed_output, perturbed,
-                                records_of, resolve)
+from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, layout_of, mixed_output,
+                                perturbed, records_of, resolve)
 from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
@@ -420,17 +420,22 @@ class PrivateModule(nn.Module):
             if c.point is None and rule_of(c) is None:     # a parent's call serving a child's parameter
                 c.point = dict(c.module.named_parameters())
         if self._layout is not None and rows >= 2:
-            sigs, dims = self._layout
-            if [c.signature() for c in calls] != sigs:
-                raise InputError("the module is not allowed: this batch ran other layers than the first batch did "
-                                 f"({len(calls)} calls against {len(sigs)}); the records' layers cannot be matched.")
-            check_rows(calls, dims, rows, self._option())
+            check_rows(calls, self._matched(calls), rows, self._option())
         elif rows >= 1:
             check_rows(calls, resolve(calls, None, None, rows, self._dim, self._option()), rows, self._option())
         calls[:] = [c for c in calls if c.keys]
         if self._root_keys and rows > 0:
             out = self._root_call(calls, out, args, kwargs, rows, point)
         return out
+
+    def _matched(self, calls) -> list:
+        """The record dims of the batch's calls by the first batch's layout (:func:`~dpcalib.optim.clipping.records.
+        layout_of`); an :class:`InputError` where the calls cannot be matched."""
+        dims = layout_of(self._layout, [c.signature() for c in calls])
+        if dims is None:
+            raise InputError("the module is not allowed: this batch ran other layers than the first batch did "
+                             f"({len(calls)} calls against {len(self._layout[0])}); the records' layers cannot be matched.")
+        return dims
 
     def _root_call(self, calls, out, args, kwargs, rows, point):
         """The whole model as one call (its output joined to the graph and hooked), for the parameters that
@@ -520,7 +525,7 @@ class PrivateModule(nn.Module):
         if self._layout is None:
             self._layout = (sigs, dims)
             return
-        for c, d, d0 in zip(calls, dims, self._layout[1]):
+        for c, d, d0 in zip(calls, dims, self._matched(calls)):
             if d[0] != d0[0]:                # the input's (the extra outputs keep the first batch's)
                 raise InputError(f"{c.name or '<model>'} ({type(c.module).__name__}) is not allowed: on a batch of "
                                  f"{rows} records the probe found its records in dimension {d[0]} of its input, on "
