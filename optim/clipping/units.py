@@ -16,6 +16,8 @@ its children (a parent using a child's weight, the whole model), is served by th
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .generic import call_per_record, generic_terms
@@ -133,7 +135,17 @@ def _stacked(cs1, cs0):
     return block_terms(joined(cs1), b0, cs1[0].rows, next(cs1[0].module.parameters()).device)
 
 
-def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
+def _only(calls, name):
+    """The calls restricted to the one parameter ``name`` (run's name): shallow copies, the others' keys dropped."""
+    out = []
+    for c in calls:
+        d = copy.copy(c)
+        d.keys = {k: v for k, v in c.keys.items() if v == name}
+        out.append(d)
+    return out
+
+
+def signal_terms(sig1, sig0=None, reduction=None, only=None) -> tuple:
     """``(norm2 [B] float64, [(names, sums)])`` of the calls ``sig1``, or of ``sig1`` against ``sig0``.
 
     At one point: the gradient; against ``sig0`` (the same calls at another point): the difference.  The
@@ -145,10 +157,16 @@ def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
         sig0: the same calls at the other point, or None.
         reduction: how a root call's output without the record dimension was reduced
             (:func:`~.generic.call_per_record`), or None.
+        only: one parameter's run name: the norms and sums of that parameter's part alone (per-layer
+            clipping); None: every parameter.
 
     Returns:
         ``(norm2, terms)``: the records' squared norms ``[B]`` (float64) and one ``(names, sums)`` per unit.
     """
+    if only is not None:
+        keep = [i for i, c in enumerate(sig1) if only in c.keys.values()]
+        sig1 = _only([sig1[i] for i in keep], only)
+        sig0 = None if sig0 is None else _only([sig0[i] for i in keep], only)
     terms, norm2 = [], None
     for unit in units(sig1):
         cs1 = [sig1[i] for i in unit]
