@@ -24,7 +24,7 @@ from torch import nn
 
 from .rules import rule_for
 
-__all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "first_tensor"]
+__all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "delegated", "first_tensor"]
 
 
 def leaves(obj) -> list:
@@ -177,8 +177,24 @@ class Call:
         return self.name, type(self.module).__name__
 
 
+def delegated(m: nn.Module) -> bool:
+    """Every parameter ``m`` owns is also a parameter of one of its children, whose calls serve it (Opacus's
+    ``DPLSTM`` / ``DPGRU`` / ``DPRNN`` register their cells' ``RNNLinear`` weights again under torch's names).
+
+    Args:
+        m: a module.
+
+    Returns:
+        True when ``m`` owns parameters and each of them is found among its children's.
+    """
+    own = [p for _, p in m.named_parameters(recurse=False)]
+    below = {id(p) for c in m.children() for p in c.parameters()}
+    return bool(own) and all(id(p) in below for p in own)
+
+
 def owners(model: nn.Module, trained) -> list:
-    """``[(name, module)]`` of the modules that own a parameter in ``trained`` (ids), in ``named_modules`` order.
+    """``[(name, module)]`` of the modules that own a parameter in ``trained`` (ids), in ``named_modules`` order;
+    a module whose parameters its children own too (:func:`delegated`) is left to them.
 
     Args:
         model: the model.
@@ -189,7 +205,7 @@ def owners(model: nn.Module, trained) -> list:
     """
     out = []
     for name, m in model.named_modules(remove_duplicate=False):
-        if any(id(p) in trained for _, p in m.named_parameters(recurse=False)):
+        if not delegated(m) and any(id(p) in trained for _, p in m.named_parameters(recurse=False)):
             if all(m is not o for _, o in out):
                 out.append((name, m))
     return out
@@ -267,13 +283,17 @@ class Recorder:
             broadcast = True
         outs, memo = [], {}
         ac = _autocast_state()
+        # with several outputs each is handed on as a node of its own, so that its hook sees only the gradient of
+        # its uses after the call: an output computed from another inside the module (an LSTM cell's h' = o tanh(c')
+        # on the CPU) would otherwise receive that inner path too, and the rule's replay would count it twice
+        several = len({id(t) for t in leaves(out) if _floating(t)}) > 1
 
         def join(t):
             if not _floating(t):
                 return t
             if id(t) in memo:
                 return memo[id(t)]
-            z = t if t.requires_grad else t + t.new_zeros((), requires_grad=True)
+            z = t if t.requires_grad and not several else t + t.new_zeros((), requires_grad=True)
             outs.append(z)
             memo[id(t)] = z
             return z

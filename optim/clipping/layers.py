@@ -13,7 +13,9 @@ Each layer kind then knows its per-sample gradient from ``(a, g)`` without a per
 * ``nn.LayerNorm`` / ``nn.RMSNorm`` / ``nn.GroupNorm`` / ``nn.InstanceNorm*`` (affine): ``sum_t g_it *
   xhat_it`` and ``sum_t g_it`` with ``xhat`` the normalised input, recomputed from ``a``;
 * ``nn.RNN`` / ``nn.LSTM`` / ``nn.GRU``: the call replayed unrolled, each weight's gradient a sum of
-  outer products over time (:mod:`.recurrent`);
+  outer products over time (:mod:`.recurrent`); ``nn.RNNCell`` / ``nn.LSTMCell`` / ``nn.GRUCell`` in a loop
+  the same per step (:mod:`.cells`), and Opacus's ``DPLSTM`` / ``DPGRU`` / ``DPRNN`` by their ``RNNLinear`` cells
+  (Linear layers called once per step: :mod:`.units` measures a module's calls as one);
 * attention built from these (query/key/value/output ``nn.Linear`` layers, softmax in between:
   the softmax has no parameters and needs nothing), and the learned key / value position of
   ``add_bias_kv`` (:class:`~.attention.SequenceBias`: the output gradient at that position, :mod:`.sequence`).
@@ -50,8 +52,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from . import conv, embedding, linear, normalization, recurrent, sequence  # noqa: F401  (each registers its layer kind's rule)
-from .calls import Recorder, leaves, owners
+from . import cells, conv, embedding, linear, normalization, recurrent, sequence  # noqa: F401  (each registers its layer kind's rule)
+from .calls import Recorder, delegated, leaves, owners
 from .precision import widened, widened_buffers
 from .rules import rule_for
 from .units import add_sums, signal_terms
@@ -71,7 +73,7 @@ def why_not(m: nn.Module) -> str | None:
         ``why_not``), or None.
     """
     own = {k for k, _ in m.named_parameters(recurse=False)}
-    if not own:
+    if not own or delegated(m):
         return None
     if isinstance(m, nn.MultiheadAttention):
         return "fused projections: convert it with dpcalib.optim.linear_attention(model)"

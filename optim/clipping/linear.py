@@ -114,7 +114,13 @@ def _per_record(mod, a, g, want=ALL, transposed: bool = False) -> dict:
     return out
 
 
-RULE = register_rule(Rule((nn.Linear,), _terms, per_record=_per_record))
+def _blocks(mod, call, want=ALL) -> dict:
+    """:attr:`.rules.Rule.blocks` of a linear layer: ``{"weight": (G, A), "bias": G}`` of its one block."""
+    (A, G), = linear_blocks(mod, call.a(), call.g())
+    return {k: v for k, v in (("weight", (G, A)), ("bias", G)) if wants(mod, k, want)}
+
+
+RULE = register_rule(Rule((nn.Linear,), _terms, per_record=_per_record, blocks=_blocks))
 
 
 def is_hf_conv1d(mod) -> bool:

@@ -12,7 +12,7 @@ import math
 import torch
 
 __all__ = ["ROW_BLOCK", "rowdots64", "UPPER_MAX_COLS", "row_sq_upper", "rows_sq_upper", "gram_cheaper", "gram_block",
-           "gram_norm_cheaper", "FORMED_ELEMS",
+           "gram_norm_cheaper", "FORMED_ELEMS", "block_terms",
            "CAST_ELEMS", "row_sq64", "record_sq64", "work_dtype", "in_work"]
 
 
@@ -268,6 +268,36 @@ FORMED_ELEMS = 1 << 18
 
 #: elements per float64 block of :func:`row_sq64` and of the Gram products (the copies stay in cache)
 CAST_ELEMS = 1 << 18
+
+
+def block_terms(b1: dict, b0: dict | None, rows: int, device) -> tuple:
+    """``(norm2, sums)`` of parameters whose per-record gradients are sums over positions (:attr:`.rules.Rule.blocks`).
+
+    A weight's block ``(G [B, T, out], A [B, T, in])`` is record i's ``G_i^T A_i`` (:func:`gram_block`), a bias's
+    ``G [B, T, out]`` its ``sum_t G_it``; with ``b0`` (the same blocks at the other point) the difference
+    ``dG^T A1 + G0^T (A1 - A0)``.
+
+    Args:
+        b1: ``{name: (G, A) or G}`` at the current point.
+        b0: the same names at the other point, or None (the gradient).
+        rows: the batch's records (the norms' length when ``b1`` is empty).
+        device: the norms' device.
+
+    Returns:
+        ``(norm2, sums)``: the records' squared norms ``[B]`` (float64), and ``sums(f) -> {name: tensor}``
+        the per-record gradients weighted by ``f [B]`` and summed (a weight ``[out, in]``, a bias ``[out]``).
+    """
+    norm2 = torch.zeros(rows, dtype=torch.float64, device=device)
+    parts = {}
+    for name, v in b1.items():
+        if isinstance(v, tuple):
+            G, A = v
+            n2, parts[name] = gram_block([(G, A)] if b0 is None else [(G - b0[name][0], A), (b0[name][0], A - b0[name][1])])
+        else:
+            s = (v if b0 is None else v - b0[name]).sum(1)
+            n2, parts[name] = row_sq64(s), (lambda f, s=s: (s * f.to(s.dtype)[:, None]).sum(0))
+        norm2 = norm2 + n2
+    return norm2, (lambda f: {k: fn(f) for k, fn in parts.items()})
 
 
 def row_sq64(W: torch.Tensor) -> torch.Tensor:

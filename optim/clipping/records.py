@@ -31,7 +31,7 @@ from torch import nn
 from ...accountant.validation import InputError
 from .rules import rule_for
 
-__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "last_record_loss", "moves", "only_at",
+__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "layout_of", "last_record_loss", "moves", "only_at",
            "advice", "mixed_output", "ProbeSchedule", "FORWARD_ULPS"]
 
 #: a forward value moves when it changes by more than this many ulps of its dtype times the tensor's largest
@@ -364,6 +364,33 @@ def _unpacked(obj) -> list:
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in _unpacked(o)]
     return leaves(obj)
+
+
+def layout_of(layout: tuple, sigs: list):
+    """The record dimensions of a batch's calls ``sigs`` from the layout found on an earlier batch, or None.
+
+    The same calls in the same order take the layout's dims one by one.  Other calls of the same modules --
+    a module called once per time step over sequences of another length (Opacus's ``RNNLinear``, a cell in a
+    loop) -- take their module's dims, where every call of that module had the same ones and the batch runs
+    exactly the layout's modules.
+
+    Args:
+        layout: ``(signatures, dims)`` of the calls of the earlier batch (:func:`resolve`'s dims).
+        sigs: the signatures of this batch's calls (:meth:`~.calls.Call.signature`).
+
+    Returns:
+        One ``(input dim, [output dims])`` per call of ``sigs``, or None where the calls cannot be matched.
+    """
+    sigs0, dims0 = layout
+    if list(sigs) == list(sigs0):
+        return dims0
+    by: dict = {}
+    for s, d in zip(sigs0, dims0):
+        if by.setdefault(s, d) != d:
+            return None
+    if set(sigs) != set(by):
+        return None
+    return [by[s] for s in sigs]
 
 
 def check_rows(calls: list, dims: list, rows: int, option: str) -> None:

@@ -23,10 +23,10 @@ from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from ...accountant.validation import InputError
 from .generic import autocast_of, tolerance
-from .numerics import gram_block, in_work, row_sq64
-from .rules import ALL, Rule, register_rule
+from .numerics import in_work
+from .rules import ALL, Rule, block_rule, register_rule
 
-__all__ = ["RULE", "replay"]
+__all__ = ["RULE", "replay", "step"]
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 _CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its replay was checked at
@@ -73,7 +73,19 @@ def _padded_grad(call, j, like_T):
     return g
 
 
-def _cell(mode, gi, gh, c):
+def step(mode: str, gi, gh, h, c):
+    """One time step of a recurrent cell from its two projections.
+
+    Args:
+        mode: ``"LSTM"``, ``"GRU"``, ``"RNN_TANH"`` or ``"RNN_RELU"`` (torch's ``mode`` of the layer).
+        gi: the input's projection ``x W_ih^T + b_ih`` ``[B, gates H]``.
+        gh: the state's projection ``h W_hh^T + b_hh`` ``[B, gates H]``.
+        h: the previous hidden state ``[B, H]`` (read by the GRU only).
+        c: the previous cell state ``[B, H]`` (LSTM), else None.
+
+    Returns:
+        ``(h', c')``: the next hidden state and, for the LSTM, the next cell state (else None).
+    """
     if mode == "LSTM":
         i, f, gg, o = (gi + gh).chunk(4, 1)
         c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
@@ -83,7 +95,7 @@ def _cell(mode, gi, gh, c):
         hr, hz, hn = gh.chunk(3, 1)
         r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
         n = torch.tanh(inn + r * hn)
-        return n, z                                   # h' = (1 - z) n + z h: finished by the caller
+        return (1 - z) * n + z * h, None
     s = gi + gh
     return (torch.tanh(s) if mode == "RNN_TANH" else torch.relu(s)), None
 
@@ -126,9 +138,7 @@ def replay(mod, p: dict, X, lengths, h0, c0):
             for t in (range(T) if s == 0 else range(T - 1, -1, -1)):
                 gh = Fn.linear(h, w_hh, b_hh)
                 hprev[t], ghs[t] = h, gh
-                h2, c2 = _cell(mode, gi[:, t], gh, c)
-                if mode == "GRU":
-                    h2, c2 = (1 - c2) * h2 + c2 * h, None
+                h2, c2 = step(mode, gi[:, t], gh, h, c)
                 if mask is not None:
                     m = mask[:, t]
                     out[t] = m * h2
@@ -144,9 +154,9 @@ def replay(mod, p: dict, X, lengths, h0, c0):
     return layer_in, torch.stack(hn), (torch.stack(cn) if mode == "LSTM" else None), pieces
 
 
-def _blocks(call, want):
-    """Per parameter (own name): ``[(G [B, T, out], A [B, T, in])]`` for a weight, ``G`` for a bias (summed over time)."""
-    mod = call.module
+def _blocks(mod, call, want=ALL) -> dict:
+    """:attr:`.rules.Rule.blocks` of a recurrent layer: per parameter (own name) ``(G [B, T, out], A [B, T, in])``
+    for a weight, ``G`` for a bias (summed over time)."""
     point = call.point if call.point is not None else dict(mod.named_parameters())
     X, lengths, h0, c0 = _inputs(call)
     with torch.enable_grad(), autocast_of(call.autocast):
@@ -200,36 +210,7 @@ def _check(call, out, T) -> None:
     _CHECKED.setdefault(call.module, set()).add(key)
 
 
-def _terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
-    """:attr:`.rules.Rule.terms` of a recurrent layer (``signals="call"``: ``c1`` / ``c0`` the calls, ``g1`` / ``g0``
-    unused); an :class:`InputError` for an unbatched input or a replay that misses the layer's output."""
-    b1 = _blocks(c1, want)
-    b0 = _blocks(c0, want) if c0 is not None else None
-    B = next(iter(b1.values()))[0].shape[0] if b1 else c1.rows
-    norm2 = torch.zeros(B, dtype=torch.float64, device=next(mod.parameters()).device)
-    parts = {}
-    for name, v in b1.items():
-        if isinstance(v, tuple):
-            G, A = v
-            blocks = [(G, A)] if b0 is None else [(G - b0[name][0], A), (b0[name][0], A - b0[name][1])]
-            n2, fn = gram_block(blocks)
-            parts[name] = fn
-        else:
-            sig = v if b0 is None else v - b0[name]
-            s = sig.sum(1)
-            n2 = row_sq64(s)
-            parts[name] = (lambda f, s=s: (s * f.to(s.dtype)[:, None]).sum(0))
-        norm2 = norm2 + n2
-    return norm2, (lambda f: {k: fn(f) for k, fn in parts.items()})
-
-
-def _per_record(mod, call, g=None, want=ALL) -> dict:
-    """:attr:`.rules.Rule.per_record` of a recurrent layer (``call`` the :class:`~.calls.Call`, ``g`` unused); the
-    same errors as :func:`_terms`."""
-    out = {}
-    for name, v in _blocks(call, want).items():
-        out[name] = torch.einsum("bto,bti->boi", *v) if isinstance(v, tuple) else v.sum(1)
-    return out
+_terms, _per_record = block_rule(_blocks)
 
 
 def records(call, moved, probe, rows: int, option: str):
@@ -297,4 +278,4 @@ def why_not(m) -> str | None:
 
 
 RULE = register_rule(Rule((nn.RNN, nn.LSTM, nn.GRU), _terms, why_not, per_record=_per_record, signals="call",
-                          records=records))
+                          records=records, blocks=_blocks))

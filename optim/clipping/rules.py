@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Rule", "RULES", "register_rule", "rule_for", "ALL"]
+import torch
+
+from .numerics import block_terms
+
+__all__ = ["Rule", "RULES", "register_rule", "rule_for", "ALL", "block_rule"]
 
 #: ``want`` meaning every parameter the module owns
 ALL = None
@@ -50,6 +54,10 @@ class Rule:
         records: ``records(call, moved, probe, rows, option) -> (input dim, output dims)``: a layer that knows
             its own record layout (recurrent: ``batch_first``, packed) checks it against the probes of
             :mod:`.records` itself; or None.
+        blocks: ``blocks(mod, call, want) -> {name: (G [B, T, out], A [B, T, in]) or G [B, T, out]}``: a layer
+            whose per-record gradients are sums over positions (a weight ``sum_t G_t^T A_t``, a bias ``sum_t G_t``)
+            gives its signals so, or None; the calls of one module (an ``RNNLinear`` at every time step, a cell
+            in a loop) are then measured as one call, their positions concatenated (:mod:`.units`).
     """
 
     kinds: tuple
@@ -60,6 +68,27 @@ class Rule:
     record_dim: Callable = _always
     match: Callable | None = None
     records: Callable | None = None
+    blocks: Callable | None = None
+
+
+def block_rule(blocks) -> tuple:
+    """``(terms, per_record)`` of a ``signals="call"`` rule from its :attr:`Rule.blocks` alone.
+
+    Args:
+        blocks: ``blocks(mod, call, want) -> {name: (G [B, T, out], A [B, T, in]) or G [B, T, out]}``.
+
+    Returns:
+        ``(terms, per_record)`` as :class:`Rule` takes them: the norms and sums by
+        :func:`~.numerics.block_terms`, the records' gradients ``sum_t G_t^T A_t`` and ``sum_t G_t`` formed.
+    """
+    def terms(mod, c1, g1=None, c0=None, g0=None, want=ALL):
+        b0 = blocks(mod, c0, want) if c0 is not None else None
+        return block_terms(blocks(mod, c1, want), b0, c1.rows, next(mod.parameters()).device)
+
+    def per_record(mod, call, g=None, want=ALL) -> dict:
+        return {k: torch.einsum("bto,bti->boi", *v) if isinstance(v, tuple) else v.sum(1)
+                for k, v in blocks(mod, call, want).items()}
+    return terms, per_record
 
 
 #: the registered rules, in registration order (the first whose kinds match a module takes it)

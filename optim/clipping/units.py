@@ -7,16 +7,21 @@ embedding, ``lm_head.weight is wte.weight``).  The calls that share any paramete
 call asks its rule for ``(norm2, sums)`` (:class:`~.rules.Rule`); a larger unit adds its calls' per-record
 gradients (each rule's ``per_record``) parameter by parameter and measures and sums those -- the norm is the
 norm of the vector summed, cross terms included (adding the calls' norms instead could understate it by up to
-``sqrt(calls)``).  A call whose module has no rule, or one the rule does not take, or that covers parameters of
+``sqrt(calls)``).  A unit of calls of one module whose rule gives its signals as blocks over positions
+(:attr:`~.rules.Rule.blocks`: Linear, recurrent layers and cells) is one call with the calls' positions
+concatenated -- the same per-record sums, measured by Gram products without forming a matrix per call (Opacus's
+``RNNLinear`` at every time step, a cell in a loop).  A call whose module has no rule, or one the rule does not take, or that covers parameters of
 its children (a parent using a child's weight, the whole model), is served by the per-module vmap rule of
 :mod:`.generic`.  Sums come back under the run's parameter names (``call.keys``)."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .generic import call_per_record, generic_terms
-from .numerics import row_sq64
+from .numerics import block_terms, row_sq64
 from .rules import rule_for
 
 __all__ = ["signal_terms", "add_sums", "rule_of", "units"]
@@ -115,7 +120,32 @@ def _shared(cs1, cs0, reduction):
     return norm2, (lambda f: {k: torch.einsum("b,b...->...", f.to(v.dtype), v) for k, v in total.items()})
 
 
-def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
+def _stacked(cs1, cs0):
+    """``(norm2, sums)`` of calls of one module whose rule has ``blocks``: their positions concatenated, or None."""
+    rule = rule_of(cs1[0])
+    if rule is None or rule.blocks is None or any(c.module is not cs1[0].module for c in cs1):
+        return None
+    want = _want(cs1[0])
+
+    def joined(cs):
+        bs = [rule.blocks(c.module, c, want) for c in cs]
+        return {k: (tuple(torch.cat([b[k][i] for b in bs], 1) for i in (0, 1)) if isinstance(v, tuple)
+                    else torch.cat([b[k] for b in bs], 1)) for k, v in bs[0].items()}
+    b0 = None if cs0 is None else joined(cs0)
+    return block_terms(joined(cs1), b0, cs1[0].rows, next(cs1[0].module.parameters()).device)
+
+
+def _only(calls, name):
+    """The calls restricted to the one parameter ``name`` (run's name): shallow copies, the others' keys dropped."""
+    out = []
+    for c in calls:
+        d = copy.copy(c)
+        d.keys = {k: v for k, v in c.keys.items() if v == name}
+        out.append(d)
+    return out
+
+
+def signal_terms(sig1, sig0=None, reduction=None, only=None) -> tuple:
     """``(norm2 [B] float64, [(names, sums)])`` of the calls ``sig1``, or of ``sig1`` against ``sig0``.
 
     At one point: the gradient; against ``sig0`` (the same calls at another point): the difference.  The
@@ -127,10 +157,16 @@ def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
         sig0: the same calls at the other point, or None.
         reduction: how a root call's output without the record dimension was reduced
             (:func:`~.generic.call_per_record`), or None.
+        only: one parameter's run name: the norms and sums of that parameter's part alone (per-layer
+            clipping); None: every parameter.
 
     Returns:
         ``(norm2, terms)``: the records' squared norms ``[B]`` (float64) and one ``(names, sums)`` per unit.
     """
+    if only is not None:
+        keep = [i for i, c in enumerate(sig1) if only in c.keys.values()]
+        sig1 = _only([sig1[i] for i in keep], only)
+        sig0 = None if sig0 is None else _only([sig0[i] for i in keep], only)
     terms, norm2 = [], None
     for unit in units(sig1):
         cs1 = [sig1[i] for i in unit]
@@ -139,8 +175,9 @@ def signal_terms(sig1, sig0=None, reduction=None) -> tuple:
             n2, sums = _one(cs1[0], None if cs0 is None else cs0[0], reduction)
             names = cs1[0].keys
         else:
-            n2, sums = _shared(cs1, cs0, reduction)
-            names = None
+            got = _stacked(cs1, cs0)
+            n2, sums = got if got is not None else _shared(cs1, cs0, reduction)
+            names = cs1[0].keys if got is not None else None
         norm2 = n2 if norm2 is None else norm2 + n2.to(norm2.device)
         terms.append((names, sums))
     if norm2 is None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import warnings
 
 import torch
 from torch.utils.data import RandomSampler
@@ -41,6 +42,7 @@ from ...mechanisms.registry import lookup
 
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
+from ..clipping.paths import ClippingFallbackWarning
 from ..clipping.validator import ModuleValidator
 from ..randomness import RunStreams, check_seed, same_on_ranks
 from ..run.transport import ONE_PROCESS
@@ -550,7 +552,7 @@ class PrivacyEngine:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
                              "batch.")
         if clipping == "per_layer":
-            private = PerLayerModule(module, c, loss_reduction=loss_reduction, batch_first=batch_first)
+            private = _per_layer_module(module, c, loss_reduction, batch_first)
         else:
             private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())
@@ -756,6 +758,19 @@ class _Accountant:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.engine.load_state_dict(state_dict)
+
+
+def _per_layer_module(module, bounds, loss_reduction, batch_first):
+    """Per-layer clipping's module: the per-layer rules' :class:`PrivateModule` where they serve every trained
+    parameter (each parameter's part measured by its layer's rule, as the flat path does), else the whole-model
+    vmap of :class:`PerLayerModule`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClippingFallbackWarning)      # the rules do not serve it: not taken
+        private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first, bounds=bounds)
+    if not private.unsupported:
+        return private
+    private._rec.remove()
+    return PerLayerModule(module, bounds, loss_reduction=loss_reduction, batch_first=batch_first)
 
 
 def _check_module(module) -> None:

@@ -46,18 +46,20 @@ from torch import nn
 from torch.func import functional_call
 
 from ...accountant.validation import InputError
+from ...mechanisms import PerLayerClip
 from ..clipping.calls import Call, Recorder, first_tensor, leaves, owners, rebuild
 from ..clipping.layers import key_map, place_uses
 from ..clipping.paths import ClippingFallbackWarning, clip_factors, ghost_clipped_diff_sum, ghost_clipped_sum, supports_ghost
 from ..clipping.per_example import flat_of
 from ..clipping.precision import exact_float32, narrowed, widened, widened_buffers, widened_params
-from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, mixed_output, perturbed,
-                                records_of, resolve)
+from ..clipping.records import (FORWARD_ULPS, ProbeSchedule, check_rows, last_record_loss, layout_of, mixed_output,
+                                perturbed, records_of, resolve)
 from ..clipping.rules import rule_for
 from ..clipping.units import add_sums, rule_of, signal_terms
 from ..clipping.validator import ModuleValidator
 
-__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning", "refuse_accumulation", "one_batch"]
+__all__ = ["PrivateModule", "Capture", "REDUCTIONS", "MixedPrecisionWarning", "refuse_accumulation", "one_batch",
+           "per_layer_bounds"]
 
 REDUCTIONS = ("mean", "sum")
 
@@ -134,12 +136,26 @@ class Capture:
         """``sum_i f_i v_i`` with ``v_i = scale * u_i`` the record's vector (``u_i`` from the signals as
         left), ``f_i`` its clip factor from ``||v_i|| = scale ||u_i||`` (float64); summed in the dtypes
         of ``like`` (default: the parameters; float32 for narrower ones), returned in the parameters'."""
+        return self._sums([(norm2, terms, c)], stabilizer, like)
+
+    def _sums(self, parts, stabilizer=None, like=None) -> torch.Tensor:
+        """:meth:`_sum` of several ``(norm2, terms, c)``, each clipped at its own ``c`` (per-layer clipping), added."""
         like = self._like(like)
         s = self.scale()
-        f = clip_factors(torch.sqrt(torch.clamp(norm2, min=0.0)) * s, c, stabilizer) * s
         total = {k: torch.zeros_like(v) for k, v in like.items()}
-        add_sums(total, terms, f.to(next(iter(like.values())).dtype))
+        for norm2, terms, c in parts:
+            f = clip_factors(torch.sqrt(torch.clamp(norm2, min=0.0)) * s, c, stabilizer) * s
+            add_sums(total, terms, f.to(next(iter(like.values())).dtype))
         return flat_of(narrowed(total, self.params), self.params)
+
+    @exact_float32()
+    def _per_layer_sum(self, c: float, stabilizer=None) -> torch.Tensor:
+        """Per-layer clipping (``owner.bounds``): each trained parameter's part clipped to its bound ``C_k c / ||C||``."""
+        if stabilizer is not None:
+            raise InputError("clipping='per_layer' is not allowed with automatic clipping (a stabilizer).")
+        bounds = self.owner.bounds
+        s = float(c) / float(bounds)
+        return self._sums([(*self.owner.terms(self.calls, only=k), b * s) for (k, _), b in zip(self.owner.named, bounds)])
 
     def _zeros(self) -> torch.Tensor:
         p = self.params
@@ -159,6 +175,8 @@ class Capture:
         """
         if self.rows == 0:
             return self._zeros()
+        if self.owner.bounds is not None:
+            return self._per_layer_sum(c, stabilizer)
         ghost = self._ghost(self.calls)
         if ghost is not None:
             sums, _ = ghost_clipped_sum(ghost, c, None, stabilizer, self.scale())
@@ -248,14 +266,16 @@ class PrivateModule(nn.Module):
         module: the user's ``torch.nn.Module`` (a compiled one trains its original module eagerly).
         loss_reduction: ``"mean"`` or ``"sum"``, the criterion's reduction.
         batch_first: records on dimension 0 of the module's input (else 1).
+        bounds: per-layer clipping's bounds, one per trained parameter (each parameter's part of a record's
+            gradient clipped to its own, by the same rules), or None (flat clipping).
 
     Raises:
         InputError: if ``module`` is not a module, already a ``PrivateModule``, has a layer private training
-            refuses, no parameters or none that requires grad; or ``loss_reduction`` / ``batch_first`` is
-            not allowed.
+            refuses, no parameters or none that requires grad; or ``loss_reduction`` / ``batch_first`` /
+            ``bounds`` is not allowed.
     """
 
-    def __init__(self, module: nn.Module, *, loss_reduction: str = "mean", batch_first: bool = True):
+    def __init__(self, module: nn.Module, *, loss_reduction: str = "mean", batch_first: bool = True, bounds=None):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise InputError(f"module={module!r} is not allowed: expected a torch.nn.Module.")
@@ -279,6 +299,8 @@ class PrivateModule(nn.Module):
         if not self.named:
             raise InputError("module is not allowed: none of its parameters requires grad (nothing to train).")
         self._module = module
+        #: per-layer clipping's bounds (a ``PerLayerClip``, one per trained parameter), or None (flat clipping)
+        self.bounds = None if bounds is None else per_layer_bounds(self.named, bounds)
         self.loss_reduction, self.batch_first = loss_reduction, batch_first
         self._dim = 0 if batch_first else 1
         self._keys = key_map(module, {k for k, _ in self.named})
@@ -402,6 +424,9 @@ class PrivateModule(nn.Module):
         calls = []
         out = self._recorded(None, args, kwargs, calls, rows)
         out = self._finish(calls, out, args, kwargs, rows, None)
+        if self.bounds is not None and rows >= 2 and not any(rows in t.shape for t in leaves(out)):
+            raise InputError(f"the module's output of shape {[tuple(t.shape) for t in leaves(out)]} is not allowed with "
+                             f"clipping='per_layer': no dimension could hold the batch's {rows} records.")
         cap.calls = calls
         if self.loss_reduction == "mean" and not self._warned_precision and any(
                 z.dtype in (torch.bfloat16, torch.float16) for c in calls for z in c.outs):
@@ -441,17 +466,22 @@ class PrivateModule(nn.Module):
             if c.point is None and rule_of(c) is None:     # a parent's call serving a child's parameter
                 c.point = dict(c.module.named_parameters())
         if self._layout is not None and rows >= 2:
-            sigs, dims = self._layout
-            if [c.signature() for c in calls] != sigs:
-                raise InputError("the module is not allowed: this batch ran other layers than the first batch did "
-                                 f"({len(calls)} calls against {len(sigs)}); the records' layers cannot be matched.")
-            check_rows(calls, dims, rows, self._option())
+            check_rows(calls, self._matched(calls), rows, self._option())
         elif rows >= 1:
             check_rows(calls, resolve(calls, None, None, rows, self._dim, self._option()), rows, self._option())
         calls[:] = [c for c in calls if c.keys]
         if self._root_keys and rows > 0:
             out = self._root_call(calls, out, args, kwargs, rows, point)
         return out
+
+    def _matched(self, calls) -> list:
+        """The record dims of the batch's calls by the first batch's layout (:func:`~dpcalib.optim.clipping.records.
+        layout_of`); an :class:`InputError` where the calls cannot be matched."""
+        dims = layout_of(self._layout, [c.signature() for c in calls])
+        if dims is None:
+            raise InputError("the module is not allowed: this batch ran other layers than the first batch did "
+                             f"({len(calls)} calls against {len(self._layout[0])}); the records' layers cannot be matched.")
+        return dims
 
     def _root_call(self, calls, out, args, kwargs, rows, point):
         """The whole model as one call (its output joined to the graph and hooked), for the parameters that
@@ -541,7 +571,7 @@ class PrivateModule(nn.Module):
         if self._layout is None:
             self._layout = (sigs, dims)
             return
-        for c, d, d0 in zip(calls, dims, self._layout[1]):
+        for c, d, d0 in zip(calls, dims, self._matched(calls)):
             if d[0] != d0[0]:                # the input's (the extra outputs keep the first batch's)
                 raise InputError(f"{c.name or '<model>'} ({type(c.module).__name__}) is not allowed: on a batch of "
                                  f"{rows} records the probe found its records in dimension {d[0]} of its input, on "
@@ -648,17 +678,18 @@ class PrivateModule(nn.Module):
                 c.grads[j] = g
         return calls
 
-    def terms(self, calls1, calls0=None):
+    def terms(self, calls1, calls0=None, only=None):
         """``(norm2, terms)`` of the calls (:func:`~dpcalib.optim.clipping.units.signal_terms`).
 
         Args:
             calls1: the calls at the current point.
             calls0: the same calls at the other point, or None (the gradient).
+            only: one trained parameter's run name (per-layer clipping), or None (every one).
 
         Returns:
             ``(norm2 [B] float64, [(names, sums)])``.
         """
-        return signal_terms(calls1, calls0, self.loss_reduction)
+        return signal_terms(calls1, calls0, self.loss_reduction, only)
 
     # the user's module's own names stay reachable (model.fc1, model.state_dict() keys of the wrapped module)
     def __getattr__(self, name):
@@ -666,6 +697,28 @@ class PrivateModule(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(super().__getattr__("_module"), name)
+
+
+def per_layer_bounds(named: list, bounds):
+    """Per-layer clipping's bounds checked against the trained parameters.
+
+    Args:
+        named: ``[(name, parameter)]`` the trained parameters.
+        bounds: one clip bound per trained parameter, in ``module.parameters()`` order.
+
+    Returns:
+        The bounds as a :class:`~dpcalib.mechanisms.PerLayerClip` (its norm the clipped sum's sensitivity).
+
+    Raises:
+        InputError: if ``bounds`` is not a list of one bound per trained parameter.
+    """
+    if isinstance(bounds, (int, float)) or not hasattr(bounds, "__len__"):
+        raise InputError(f"max_grad_norm={bounds!r} is not allowed with clipping='per_layer': expected a list of "
+                         f"{len(named)} bounds, one per trained parameter.")
+    if len(bounds) != len(named):
+        raise InputError(f"max_grad_norm is not allowed with clipping='per_layer': {len(bounds)} bounds for "
+                         f"{len(named)} trained parameters (one each, in module.parameters() order).")
+    return PerLayerClip(bounds)
 
 
 def refuse_accumulation(captures) -> None:

@@ -38,11 +38,10 @@ from torch.func import functional_call, grad, vmap
 import warnings
 
 from ...accountant.validation import InputError
-from ...mechanisms import PerLayerClip
 from ..clipping.paths import clip_factors
 from ..clipping.precision import widened, widened_buffers
 from ..clipping.records import ProbeSchedule
-from .module import refuse_accumulation
+from .module import per_layer_bounds, refuse_accumulation
 
 __all__ = ["PerLayerModule", "ALONE_RTOL"]
 
@@ -136,13 +135,7 @@ class PerLayerModule(nn.Module):
         self.named = [(k, p) for k, p in module.named_parameters() if p.requires_grad]
         if not self.named:
             raise InputError("module is not allowed: none of its parameters requires grad (nothing to train).")
-        if isinstance(bounds, (int, float)) or not hasattr(bounds, "__len__"):
-            raise InputError(f"max_grad_norm={bounds!r} is not allowed with clipping='per_layer': expected a list of "
-                             f"{len(self.named)} bounds, one per trained parameter.")
-        if len(bounds) != len(self.named):
-            raise InputError(f"max_grad_norm is not allowed with clipping='per_layer': {len(bounds)} bounds for "
-                             f"{len(self.named)} trained parameters (one each, in module.parameters() order).")
-        self.bounds = PerLayerClip(bounds)
+        self.bounds = per_layer_bounds(self.named, bounds)
         self._module, self.loss_reduction = module, loss_reduction
         self.batch_first, self.dim = bool(batch_first), 0 if batch_first else 1
         self._out = None                    # (output's record dimension, its number of dimensions), once found
