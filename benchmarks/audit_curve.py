@@ -30,7 +30,7 @@ class Shrunk(core.NoiseSource):
 
 
 def report(build, rep, runs, s=None):
-    s_d, s_p = s if s is not None else A.llr_samples(build, *CANARIES, runs=runs, progress=False)
+    s_d, s_p = s if s is not None else A.llr_samples(build, *CANARIES, runs=runs, progress=False, seed=0)
     mu = A.gdp_mu(rep.epsilon, DELTA)
     b = A.epsilon_lower_bounds(s_d[:runs], s_p[:runs], DELTA, mu)
     c = A.curve_check(s_d[:runs], s_p[:runs], A.TradeOffCurve.gdp(mu), A.gdp_thresholds(mu))
@@ -43,14 +43,14 @@ def main(argv=None):
     a = ap.parse_args(argv)
     build, rep = builder("dp-gd")
     t0 = time.perf_counter()
-    honest = A.audit(build, *CANARIES, runs=20_000, claimed_epsilon=rep.epsilon, delta=DELTA, progress=False)
+    honest = A.audit(build, *CANARIES, runs=20_000, claimed_epsilon=rep.epsilon, delta=DELTA, progress=False, seed=0)
     print(f"honest     20000 runs: eps_lo direct {honest.epsilon_lo_direct:.3f}, GDP {honest.epsilon_lo_gdp:.3f}; "
           f"curve regions below: {sum(honest.curve.below)}/5; verdict {honest.verdict} "
           f"({time.perf_counter() - t0:.1f} s)")
     if a.plots:
         A.plot_audit(honest, os.path.join(a.plots, "audit_dpgd_honest.png"))
     core.NoiseSource = Shrunk                      # every run built from here on adds 0.8 x the noise
-    s = A.llr_samples(build, *CANARIES, runs=256_000, progress=False)
+    s = A.llr_samples(build, *CANARIES, runs=256_000, progress=False, seed=0)
     first_curve = first_gdp = None
     n = 500
     while n <= 256_000:
@@ -65,7 +65,8 @@ def main(argv=None):
     print(f"first caught: curve at {first_curve} runs/dataset; GDP eps bound at {first_gdp}; direct eps bound "
           f"(delta = 1e-5): not within 256000")
     if a.plots:
-        bad = A.audit(build, *CANARIES, runs=first_curve, claimed_epsilon=rep.epsilon, delta=DELTA, progress=False)
+        bad = A.audit(build, *CANARIES, runs=first_curve, claimed_epsilon=rep.epsilon, delta=DELTA, progress=False,
+                      seed=0)
         A.plot_audit(bad, os.path.join(a.plots, "audit_dpgd_noise08.png"))
 
 

@@ -46,13 +46,13 @@ def builder(name: str):
 def compare(runs, batch):
     """Sequential vs batched on the same seeds: wall-clock seconds and the largest difference."""
     canaries = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
-    A.llr_samples(builder("dp-gd")[0], *canaries, runs=2, batch=2, progress=False)      # warm-up (imports)
+    A.llr_samples(builder("dp-gd")[0], *canaries, runs=2, batch=2, progress=False, seed=0)      # warm-up (imports)
     for name in ("dp-gd", "diff2-gd"):
         build, _ = builder(name)
         t0 = time.perf_counter()
-        seq = A.llr_samples(build, *canaries, runs=runs, batch=None, progress=False)
+        seq = A.llr_samples(build, *canaries, runs=runs, batch=None, progress=False, seed=0)
         t1 = time.perf_counter()
-        bat = A.llr_samples(build, *canaries, runs=runs, batch=batch, progress=False)
+        bat = A.llr_samples(build, *canaries, runs=runs, batch=batch, progress=False, seed=0)
         t2 = time.perf_counter()
         diff = max(abs(x - y) for s, b in zip(seq, bat) for x, y in zip(s, b))
         print(f"{name:9s} {runs} runs/dataset: sequential {t1 - t0:.1f} s, batched {t2 - t1:.2f} s "
@@ -75,7 +75,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         r = A.audit(build, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), runs=a.runs,
                     claimed_epsilon=rep.epsilon, delta=DELTA, progress=False,
-                    batch=None if a.sequential else a.batch)
+                    batch=None if a.sequential else a.batch, seed=0)
         dt = time.perf_counter() - t0
         print(f"{name:9s} claimed eps {r.claimed_epsilon:g} (mu {r.mu_claimed:.4f}) | runs/dataset {r.runs} | "
               f"eps_lo direct {r.epsilon_lo_direct:.4f} | eps_lo GDP {r.epsilon_lo_gdp:.4f} (mu_lo {r.mu_lo:.4f}, "

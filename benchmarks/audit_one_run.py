@@ -42,7 +42,7 @@ def many_runs(eps, runs):
         torch.manual_seed(0)
         return O.DPSGD(nn.Sequential(nn.Linear(2, 1)), O.squared_loss, data, mech, rep, C=1.0, lr=0.1, seed=s)
     return A.audit_poisson(build, A.constant(3, 1e6), rate=0.5, runs=runs, claimed_epsilon=eps, delta=DELTA,
-                           progress=False)
+                           progress=False, seed=0)
 
 
 def main(argv=None):

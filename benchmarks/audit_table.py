@@ -46,7 +46,7 @@ def rows(runs):
     rep = mech.calibrate(EPS, DELTA)
     b = lambda s: O.DPSGD(model(), O.squared_loss, data, mech, rep, C=1.0, lr=0.1, seed=s)  # noqa: E731
     yield "dp-sgd", "tight", lambda: A.audit_poisson(b, A.constant(3, 1e6), rate=0.5, runs=runs,
-                                                      claimed_epsilon=EPS, delta=DELTA, progress=False)
+                                                      claimed_epsilon=EPS, delta=DELTA, progress=False, seed=0)
     small = table(10, 1)
     mech = M.DPSRM(10, 4, 10, 10, 1.0, 0.5, 0.3)
     for method in ("paper", "tight"):
@@ -54,17 +54,18 @@ def rows(runs):
         b = (lambda rep: lambda s: O.DPSRM(model(), O.squared_loss, small, mech, rep, lr=0.1, seed=s))(rep)
         yield "dp-srm", method, (lambda b: lambda: A.audit(
             b, A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0), runs=runs, claimed_epsilon=EPS,
-            delta=DELTA, gdp_exact=True, progress=False))(b)
+            delta=DELTA, gdp_exact=True, progress=False, seed=0))(b)
     mech = M.DiceSGD(20, 10, 4, C1=1.0, C2=0.1)
     rep = mech.calibrate(EPS, DELTA, method="tight")
     b = lambda s: O.DiceSGD(model(), O.squared_loss, data, mech, rep, lr=0.1, seed=s)  # noqa: E731
     yield "dicesgd", "tight (assumption-free)", lambda: A.audit(
         b, A.constant(3, 1e6), A.zero(3), runs=runs, claimed_epsilon=EPS, delta=DELTA, gdp_exact=False,
-        progress=False)
+        progress=False, seed=0)
     rep_p = mech.calibrate(EPS, DELTA, method="paper")
     bp = lambda s: O.DiceSGD(model(), O.squared_loss, data, mech, rep_p, lr=0.1, seed=s)  # noqa: E731
     yield "dicesgd", "paper (Thm 3.7)", lambda: A.audit_poisson(bp, A.constant(3, 1e6), rate=0.5, runs=runs,
-                                                                  claimed_epsilon=EPS, delta=DELTA, progress=False)
+                                                                  claimed_epsilon=EPS, delta=DELTA, progress=False,
+                                                                  seed=0)
 
 
 def main(argv=None):

@@ -49,16 +49,16 @@ def test_batched_and_sequential_statistics_are_the_same_per_run(name):
 @pytest.mark.parametrize("name", B.BATCHABLE)
 def test_batched_statistics_in_float32_follow_the_float32_optimizer(name):
     build, _ = _builder(name, dtype=torch.float32)
-    seq = A.llr_samples(build, *CANARIES, runs=12, batch=None, progress=False)
-    bat = A.llr_samples(build, *CANARIES, runs=12, batch=32, progress=False)
+    seq = A.llr_samples(build, *CANARIES, runs=12, batch=None, progress=False, seed=0)
+    bat = A.llr_samples(build, *CANARIES, runs=12, batch=32, progress=False, seed=0)
     for a, b in zip(seq, bat):
         assert np.max(np.abs(np.array(a) - np.array(b))) <= 1e-4
 
 
 def test_zero_noise_point_masses_are_the_same_in_both_paths():
     build, _ = _builder("diff2-gd", noise={"sigma1": 0.0, "sigma2": 0.0})
-    seq = A.llr_samples(build, *CANARIES, runs=3, batch=None, progress=False)
-    bat = A.llr_samples(build, *CANARIES, runs=3, batch=4, progress=False)
+    seq = A.llr_samples(build, *CANARIES, runs=3, batch=None, progress=False, seed=0)
+    bat = A.llr_samples(build, *CANARIES, runs=3, batch=4, progress=False, seed=0)
     assert seq == bat
     assert seq[0] == [math.inf] * 3 and seq[1] == [-math.inf] * 3
 
@@ -69,23 +69,23 @@ def test_a_batched_audit_refuses_an_optimizer_it_does_not_model(monkeypatch):
     from dpcalib.optim.audit.canaries import GradientCanary
     monkeypatch.setattr(GradientCanary, "_clip", lambda self, g, c, stabilizer=None: g)
     with pytest.raises(RuntimeError, match="disagrees with the optimizer itself on seed 0"):
-        A.llr_samples(build, *CANARIES, runs=3, batch=8, progress=False)
+        A.llr_samples(build, *CANARIES, runs=3, batch=8, progress=False, seed=0)
 
 
 def test_batched_audit_input_errors():
     build, _ = _builder("dp-gd", init_from_seed=True)
     with pytest.raises(ValueError, match="initial parameters depend on the seed"):
-        A.llr_samples(build, *CANARIES, runs=3, batch=8, progress=False)
+        A.llr_samples(build, *CANARIES, runs=3, batch=8, progress=False, seed=0)
     build, _ = _builder("dp-gd")
     with pytest.raises(ValueError, match="batch=0"):
-        A.llr_samples(build, *CANARIES, runs=3, batch=0, progress=False)
+        A.llr_samples(build, *CANARIES, runs=3, batch=0, progress=False, seed=0)
     g = torch.Generator().manual_seed(0)
     data = (torch.randn(20, 2, generator=g), torch.randn(20, generator=g))
     mech = M.DPSGD(0.5, 3)
     sgd = lambda s: O.DPSGD(nn.Sequential(nn.Linear(2, 1)), O.squared_loss, data, mech,  # noqa: E731
                             mech.calibrate(2.0, 1e-5), C=1.0, lr=0.1, seed=s)
     with pytest.raises(ValueError, match=r"dp-sgd\) is not allowed in a batched audit"):
-        A.llr_samples(sgd, A.constant(3, 1.0), A.zero(3), runs=2, batch=4, progress=False)
+        A.llr_samples(sgd, A.constant(3, 1.0), A.zero(3), runs=2, batch=4, progress=False, seed=0)
     assert not B.supports_batching(sgd(0))
 
 
@@ -99,7 +99,7 @@ def test_reduced_large_audit_is_consistent_and_near_the_claim(name):
     from audit_full_batch import builder
 
     build, rep = builder(name)
-    r = A.audit(build, *CANARIES, runs=20_000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
+    r = A.audit(build, *CANARIES, runs=20_000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False, seed=0)
     assert r.verdict == "consistent"
     assert r.epsilon_lo_gdp <= 2.0 and r.epsilon_lo_direct <= 2.0
     assert r.epsilon_lo_gdp >= 0.88 * 2.0

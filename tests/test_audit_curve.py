@@ -113,14 +113,14 @@ def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bo
     build, rep = builder("dp-gd")
     assert isinstance(build(0).privatizer, Shrunk)
     canaries = (A.alternating(3, 1e6), A.alternating(3, 1e6, sign=-1.0))
-    s_d, s_p = A.llr_samples(build, *canaries, runs=64_000, progress=False)
+    s_d, s_p = A.llr_samples(build, *canaries, runs=64_000, progress=False, seed=0)
     mu = gdp_mu(2.0, 1e-5)
     curve = A.curve_check(s_d[:8000], s_p[:8000], TradeOffCurve.gdp(mu), A.gdp_thresholds(mu))
     assert curve.violation
     direct = A.epsilon_lower_bounds(s_d, s_p, 1e-5, mu)["direct"]
     assert direct < 2.0
     # the audit report combines both: violation at 8 000 runs
-    r = A.audit(build, *canaries, runs=8000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
+    r = A.audit(build, *canaries, runs=8000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False, seed=0)
     assert r.verdict == "violation" and r.curve.violation and r.epsilon_lo_direct < 2.0
 
 

@@ -46,7 +46,7 @@ def _dpsgd(eps):
 
 @pytest.mark.parametrize("eps", [2.0, 8.0])
 def test_one_run_audit_of_dp_sgd_is_consistent(eps):
-    r = A.one_run_audit(_dpsgd(eps), canaries=1000, claimed_epsilon=eps, delta=1e-5, progress=False)
+    r = A.one_run_audit(_dpsgd(eps), canaries=1000, claimed_epsilon=eps, delta=1e-5, progress=False, seed=0)
     assert r.canaries == 1000 and 400 < r.included < 600
     assert r.verdict == "consistent" and 0.0 <= r.epsilon_lo <= eps
     assert len(r.guesses) == 3 and all(0 <= g[2] <= g[1] for g in r.guesses)
@@ -60,27 +60,27 @@ def test_one_run_audit_catches_0_3_x_the_noise(monkeypatch):
     monkeypatch.setattr(core, "NoiseSource", Scaled)
     build = _dpsgd(2.0)
     assert isinstance(build(0).privatizer, Scaled)
-    r = A.one_run_audit(build, canaries=1000, claimed_epsilon=2.0, delta=1e-5, progress=False)
+    r = A.one_run_audit(build, canaries=1000, claimed_epsilon=2.0, delta=1e-5, progress=False, seed=0)
     assert r.verdict == "violation" and r.epsilon_lo > 2.0
 
 
 def test_one_run_audit_input_errors():
     build = _dpsgd(2.0)
     with pytest.raises(ValueError, match="canaries=5000"):
-        A.one_run_audit(build, canaries=5000, claimed_epsilon=2.0, delta=1e-5)
+        A.one_run_audit(build, canaries=5000, claimed_epsilon=2.0, delta=1e-5, seed=0)
     for bad in (2.7, 100.0, True):         # 2.7 was once truncated to 2 without a word
         with pytest.raises(ValueError,
                            match=rf"canaries={bad!r} is not allowed: expected an integer") as e:
-            A.one_run_audit(build, canaries=bad, claimed_epsilon=2.0, delta=1e-5)
+            A.one_run_audit(build, canaries=bad, claimed_epsilon=2.0, delta=1e-5, seed=0)
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="ks="):
-        A.one_run_audit(build, canaries=100, claimed_epsilon=2.0, delta=1e-5, ks=[80])
+        A.one_run_audit(build, canaries=100, claimed_epsilon=2.0, delta=1e-5, ks=[80], seed=0)
     g = torch.Generator().manual_seed(0)
     shards = [(torch.randn(5, 2, generator=g), torch.randn(5, generator=g))]
     gd = lambda s: O.DPGD(nn.Sequential(nn.Linear(2, 1)), O.squared_loss, shards, M.DPGD(2, 1, 5),  # noqa: E731
                           {"sigma1": 1.0}, C1=1.0, lr=0.1, seed=s)
     with pytest.raises(ValueError, match=r"dp-gd\) is not allowed for a one-run audit"):
-        A.one_run_audit(gd, canaries=2, claimed_epsilon=2.0, delta=1e-5)
+        A.one_run_audit(gd, canaries=2, claimed_epsilon=2.0, delta=1e-5, seed=0)
     assert A.one_run_p_value(10, 4, 2, 0.5, 0.0) == pytest.approx(_naive_p_value(10, 4, 2, 0.5, 0.0), rel=1e-12)
 
 

@@ -103,6 +103,6 @@ def test_every_audit_falls_back_on_the_stated_claim_where_the_optimizer_has_no_a
         raise NoPrivacyGuaranteeError("no accountant")
     monkeypatch.setattr(drivers, "spent_tradeoff", none)
     build, _, a, b, holder = _clipd2p()
-    r = A.audit_wor(build, a, b, runs=4, claimed_epsilon=EPS, delta=1e-5, holder=holder, progress=False)
+    r = A.audit_wor(build, a, b, runs=4, claimed_epsilon=EPS, delta=1e-5, holder=holder, progress=False, seed=0)
     stated = A.TradeOffCurve.epsilon_delta(EPS, 1e-5)
     assert [r.curve.curve(x) for x in (1e-4, 0.1, 0.5)] == [stated(x) for x in (1e-4, 0.1, 0.5)]

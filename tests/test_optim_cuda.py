@@ -65,11 +65,11 @@ def test_batched_audit_runs_on_cuda_and_matches_the_sequential_cuda_runs():
     assert build(0).privatizer.generator.device.type == "cuda"
     d = sum(p.numel() for p in mlp().parameters())
     canaries = (A.alternating(d, 1e6), A.alternating(d, 1e6, sign=-1.0))
-    seq = A.llr_samples(build, *canaries, runs=6, batch=None, progress=False)
-    bat = A.llr_samples(build, *canaries, runs=6, batch=5, progress=False)
+    seq = A.llr_samples(build, *canaries, runs=6, batch=None, progress=False, seed=0)
+    bat = A.llr_samples(build, *canaries, runs=6, batch=5, progress=False, seed=0)
     for a, b in zip(seq, bat):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-9, atol=1e-9)
-    r = A.audit(build, *canaries, runs=20_000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False)
+    r = A.audit(build, *canaries, runs=20_000, claimed_epsilon=rep.epsilon, delta=1e-5, progress=False, seed=0)
     assert r.verdict == "consistent" and r.epsilon_lo_gdp > 0.8 * 2.0
 
 

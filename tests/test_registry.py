@@ -113,7 +113,7 @@ def test_an_unknown_name_raises_in_the_registry_harness_probe_and_train():
                  lambda: A.harness(UNKNOWN, mech, {"sigma1": 1.0}),
                  lambda: A.one_run_harness(UNKNOWN, mech, {"sigma1": 1.0}, 10),
                  lambda: A.wor_harness(UNKNOWN, mech, {"sigma1": 1.0}), lambda: A.wor_claim(UNKNOWN, mech),
-                 lambda: P.probe_harness(UNKNOWN, mech, {"sigma1": 1.0}),
+                 lambda: P.probe_harness(UNKNOWN, mech, {"sigma1": 1.0}, seed=0),
                  lambda: train.train_mechanism({"algorithm": UNKNOWN, "batch_size": 4, "sampling": "poisson",
                                                 "rounds": 2, "restart_interval": 1, "epochs": None, "c1": 1.0,
                                                 "c2": None, "b0": None}, n=100)):

@@ -19,7 +19,7 @@ def test_the_many_run_audit_is_given_back_by_its_own_scores():
     rep = mech.calibrate(2.0, 1e-5)
     build, canary_d, canary_p, holder, exact = O.audit.harness("dp-gd", mech, rep)
     report = O.audit.audit(build, canary_d, canary_p, runs=60, claimed_epsilon=2.0, delta=1e-5, holder=holder,
-                           gdp_exact=exact, progress=False)
+                           gdp_exact=exact, progress=False, seed=0)
     again = epsilon_from_scores(*report.scores, delta=1e-5, claimed_epsilon=2.0, statistic="llr")
     assert again.epsilon_lo_direct == report.epsilon_lo_direct
     assert again.epsilon_lo_gdp == report.epsilon_lo_gdp and again.mu_lo == report.mu_lo
@@ -41,7 +41,7 @@ def test_the_held_out_audits_are_given_back_by_their_own_scores():
         return O.DPSGD(nn.Sequential(nn.Linear(2, 1)), O.squared_loss, data, mech, rep, C=1.0, lr=0.1, seed=seed)
 
     report = O.audit.audit_poisson(build, O.audit.constant(3, 1e6), rate=0.5, runs=40, claimed_epsilon=4.0,
-                                   delta=1e-5, progress=False)
+                                   delta=1e-5, progress=False, seed=0)
     again = epsilon_from_scores(*report.scores, delta=1e-5, claimed_epsilon=4.0, statistic="any")
     assert again.epsilon_lo_direct == report.epsilon_lo_direct
     assert again.max_epsilon_lo == report.max_epsilon_lo

@@ -146,6 +146,8 @@ class AuditReport:
         measured_runs: runs per dataset the eps bounds were measured on (a half for the held-out
             audits), or None for ``runs``.
         scores: ``(scores under D, scores under D')`` the bounds came from, or None.
+        seed: the seed of the audit's first run (passed back as ``seed=``, it repeats the audit), or
+            None for a report built from someone's scores.
     """
     algorithm: str
     claimed_epsilon: float
@@ -164,6 +166,8 @@ class AuditReport:
     #: ``(scores under D, scores under D')`` the bounds were computed from (not in :meth:`as_dict`):
     #: :func:`dpcalib.optim.audit.scores.epsilon_from_scores` gives the same bounds back from them
     scores: tuple | None = field(default=None, repr=False, compare=False)
+    #: the seed of the first run: ``seed=report.seed`` repeats the audit (None: not a seeded audit's report)
+    seed: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -207,8 +211,8 @@ class AuditReport:
         """The report as plain data (the scores left out).
 
         Returns:
-            A dict of the claim, the bounds, ``verdict``, ``max_epsilon_lo``, the ``details`` and, with a
-            curve check, ``curve``.
+            A dict of the claim, the bounds, ``verdict``, ``max_epsilon_lo``, the ``details``, with a
+            curve check ``curve``, and with a seed ``seed``.
         """
         out = {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                "runs_per_dataset": self.runs, "epsilon_lo_direct": self.epsilon_lo_direct,
@@ -216,6 +220,8 @@ class AuditReport:
                "verdict": self.verdict, "max_epsilon_lo": self.max_epsilon_lo, **self.details}
         if self.curve is not None:
             out["curve"] = self.curve.as_dict()
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
 

@@ -23,11 +23,12 @@ both requested stds at the state actually visited.
   canaries (:func:`one_run_audit`, Steinke, Nasr & Jagielski 2023).
 * Batched runs of DP-GD / DIFF2-GD: :mod:`dpcalib.optim.audit.batched` (``audit(..., batch=...)``).
 
-**Seeds.** Every driver takes ``seed`` with the default 0: from Python an audit repeats itself
-unless given another seed, so that tests and recorded results repeat.  The runs simulate the
-adversary, who knows the seed, so it is no secret.  ``dpcalib audit`` without ``--seed`` draws a
-fresh seed from the operating system's entropy and prints it, so that a second audit is a new
-experiment and any one can be repeated.
+**Seeds.** Every driver takes ``seed``, default None: a fresh seed drawn from the operating
+system's entropy (:func:`~dpcalib.optim.audit.lockstep.choose_seed`), so that a second audit is a
+new experiment, as ``dpcalib audit`` without ``--seed``.  The seed used is recorded on the result
+(``report.seed``, ``as_dict()["seed"]``): passed back as ``seed=``, it repeats the audit number for
+number.  The runs simulate the adversary, who knows the seed, so it is no secret; tests and
+recorded results give it.
 
 This module holds the drivers and the reports; the lockstep runs and likelihood ratios are
 :mod:`dpcalib.optim.audit.lockstep`, the statistics :mod:`dpcalib.optim.audit.bounds`, the
@@ -50,10 +51,10 @@ from .bounds import (CONFIDENCE, AuditReport, curve_check, epsilon_lower_bounds,
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
 from .harnesses import ONE_RUN
-from .lockstep import follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
+from .lockstep import choose_seed, follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
 
-__all__ = ["llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
+__all__ = ["LLRSamples", "llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
            "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
 
 
@@ -173,8 +174,25 @@ def _paired_runs(one, runs: int, seed: int, desc: str, progress) -> tuple[list, 
     return s_d, s_p
 
 
-def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, holder: int = 0,
-                batch: int | str | None = "auto", progress: bool | None = None) -> tuple[list, list]:
+class LLRSamples(tuple):
+    """``(S under D, S under D')`` of :func:`llr_samples`: a tuple of the two lists, which also
+    records the ``seed`` of its first run (``llr_samples(..., seed=samples.seed)`` draws them again).
+
+    Attributes:
+        seed: the first run's seed.
+    """
+
+    def __new__(cls, s_d, s_p, seed: int):
+        out = super().__new__(cls, (s_d, s_p))
+        out.seed = int(seed)
+        return out
+
+    def __getnewargs__(self):
+        return self[0], self[1], self.seed
+
+
+def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int | None = None, holder: int = 0,
+                batch: int | str | None = "auto", progress: bool | None = None) -> LLRSamples:
     """``(S under D, S under D')``: the transcript log-likelihood ratio ``log p_D - log p_D'`` of
     ``runs`` runs with D the truth (seeds ``seed + 2 i``) and ``runs`` with D' (``seed + 2 i + 1``).
 
@@ -187,32 +205,37 @@ def llr_samples(build, canary_d, canary_dprime, *, runs: int, seed: int = 0, hol
         canary_d: the canary of D (``canary(j)`` callable or flat tensor).
         canary_dprime: the canary of D'.
         runs: runs per dataset, an integer >= 1.
-        seed: the first run's seed. Default 0 (the same runs every call: see **Seeds** above).
+        seed: the first run's seed, an integer >= 0; None (the default): a fresh seed from the
+            operating system's entropy, recorded as the result's ``seed`` (see **Seeds** above).
         holder: the canaries' holder.
         batch: None, an integer >= 1, or ``"auto"`` (see above).
         progress: show a progress bar (None: tqdm's default).
 
     Returns:
-        ``(list of S under D, list of S under D')``, ``runs`` floats each (possibly +-inf).
+        An :class:`LLRSamples`: ``(list of S under D, list of S under D')``, ``runs`` floats each
+        (possibly +-inf), with the seed used as its ``seed``.
 
     Raises:
-        InputError: if ``runs`` is not an integer >= 1.
+        InputError: if ``runs`` is not an integer >= 1 or ``seed`` is neither None nor an integer >= 0.
     """
     _check_runs(runs, 1)
+    seed = choose_seed(seed)
     if batch == "auto":
         batch = DEFAULT_BATCH if supports_batching(build(seed)) else None
     if batch is not None:
         seeds = [seed + i for i in range(2 * runs)]
         s = batched_llr(build, canary_d, canary_dprime, seeds, [i % 2 == 0 for i in range(2 * runs)],
                         holder=holder, batch=batch, progress=progress)
-        return s[0::2], s[1::2]
-    return _paired_runs(lambda sd, truth: pair_llr(build, sd, canary_d, canary_dprime, truth, holder), runs, seed,
-                        "audit", progress)
+        return LLRSamples(s[0::2], s[1::2], seed)
+    s_d, s_p = _paired_runs(lambda sd, truth: pair_llr(build, sd, canary_d, canary_dprime, truth, holder), runs,
+                            seed, "audit", progress)
+    return LLRSamples(s_d, s_p, seed)
 
 
 def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: float, delta: float,
           rate: float | None = None, holder: int = 0, gdp_exact: bool | None = None, confidence: float = CONFIDENCE,
-          progress: bool | None = None, seed: int = 0, name: str | None = None, batch: int | str | None = "auto",
+          progress: bool | None = None, seed: int | None = None, name: str | None = None,
+          batch: int | str | None = "auto",
           curve: TradeOffCurve | None = None) -> AuditReport:
     """The many-run likelihood-ratio audit: ``runs`` runs with D the truth and ``runs`` with D';
     returns the eps lower bounds, the measured trade-off against the claimed curve, and the verdict
@@ -248,20 +271,24 @@ def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: fl
             counts only then.  None: True without ``rate``, False with it.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
-        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
-            Default 0 (the same runs every call: see **Seeds** above).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D'),
+            an integer >= 0; None (the default): a fresh seed from the operating system's entropy,
+            recorded in the report (``seed``; see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
         batch: None, an integer >= 1, or ``"auto"`` (see :func:`llr_samples`); not used with ``rate``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`, or None for the default above.
 
     Returns:
-        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (with ``rate``: the direct bound only).
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (with ``rate``: the direct bound only),
+        its ``seed`` the seed used.
 
     Raises:
         InputError: if ``runs`` is not an integer >= 1 (>= 2 with ``rate``), ``rate`` is outside
             (0, 1], ``canary_dprime`` is missing without ``rate`` or given with it, ``gdp_exact`` is
-            True with ``rate``, ``claimed_epsilon`` is not finite and > 0, or ``delta`` is outside (0, 1).
+            True with ``rate``, ``claimed_epsilon`` is not finite and > 0, ``delta`` is outside (0, 1),
+            or ``seed`` is neither None nor an integer >= 0.
     """
+    seed = choose_seed(seed)
     if rate is not None:
         return _audit_poisson(build, canary_d, canary_dprime, rate=rate, runs=runs, claimed_epsilon=claimed_epsilon,
                               delta=delta, holder=holder, gdp_exact=gdp_exact, confidence=confidence,
@@ -285,26 +312,34 @@ def audit(build, canary_d, canary_dprime=None, *, runs: int, claimed_epsilon: fl
         curve = TradeOffCurve.gdp(mu) if gdp_exact else _default_curve(build, seed, e, d)
     check = curve_check(s_d, s_p, curve, gdp_thresholds(mu), confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], b["gdp"], mu, b["mu_lo"], gdp_exact,
-                       details, check, scores=(s_d, s_p))
+                       details, check, scores=(s_d, s_p), seed=seed)
 
 
-def spent_tradeoff(build, seed: int = 0) -> TradeOffCurve:
+def spent_tradeoff(build, seed: int | None = None) -> TradeOffCurve:
     """The trade-off curve the optimizer's own accountant certifies for one complete run (exact GDP
     for full-batch Gaussian compositions, else the PLD profile's envelope): the claim a curve check
     tests when the caller gives none.
 
     Args:
         build: ``build(seed)`` -> a fresh optimizer (the same configuration every call).
-        seed: the run's seed (default 0).
+        seed: the run's seed, an integer >= 0; None (the default): a fresh seed from the operating
+            system's entropy, recorded on the curve (see **Seeds** above).
 
     Returns:
-        The :class:`~dpcalib.accountant.TradeOffCurve` of the complete run.
+        The :class:`~dpcalib.accountant.TradeOffCurve` of the complete run, the run's seed as its
+        ``seed`` attribute.
+
+    Raises:
+        InputError: if ``seed`` is neither None nor an integer >= 0.
     """
     from ...accountant import claimed_tradeoff
 
+    seed = choose_seed(seed)
     spent = build(seed)
     spent.run(progress=False, log_every=spent.total_rounds)
-    return claimed_tradeoff(spent.accountant())
+    curve = claimed_tradeoff(spent.accountant())
+    object.__setattr__(curve, "seed", seed)       # a frozen dataclass: the seed rides along, outside its fields
+    return curve
 
 
 def _default_curve(build, seed, e, d) -> TradeOffCurve:
@@ -328,7 +363,7 @@ def _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence, st
         curve = _default_curve(build, seed, e, d)
     check = heldout_curve_check(s_d, s_p, curve, confidence)
     return AuditReport(name or build(seed).name, e, d, runs, b["direct"], 0.0, gdp_mu(e, d), 0.0, False, details,
-                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p))
+                       check, measured_runs=runs - runs // 2, scores=(s_d, s_p), seed=seed)
 
 
 def _audit_poisson(build, canary, canary_dprime, *, rate, runs, claimed_epsilon, delta, holder, gdp_exact,
@@ -369,7 +404,7 @@ def _audit_poisson(build, canary, canary_dprime, *, rate, runs, claimed_epsilon,
 
 
 def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: float, delta: float,
-                  confidence: float = CONFIDENCE, progress: bool | None = None, seed: int = 0,
+                  confidence: float = CONFIDENCE, progress: bool | None = None, seed: int | None = None,
                   name: str | None = None, curve: TradeOffCurve | None = None) -> AuditReport:
     """:func:`audit` of a Poisson-sampled optimizer under add/remove (D: with the canary record, D':
     without): ``audit(build, canary, None, rate=rate, ...)``, kept for its name.
@@ -383,14 +418,15 @@ def audit_poisson(build, canary, *, rate: float, runs: int, claimed_epsilon: flo
         delta: the delta of the claim, in (0, 1).
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
-        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
-            Default 0 (the same runs every call: see **Seeds** above).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D'),
+            an integer >= 0; None (the default): a fresh seed from the operating system's entropy,
+            recorded in the report (``seed``; see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the curve the
             optimizer's own accountant certifies (:func:`spent_tradeoff`).
 
     Returns:
-        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only), its ``seed`` the seed used.
 
     Raises:
         InputError: as :func:`audit` with ``rate``.
@@ -416,7 +452,7 @@ class OneRunReport:
         included: how many canaries were records of the dataset.
         epsilon_lo: the eps lower bound: the largest over the guess counts tried (Bonferroni-corrected).
         guesses: one ``(k, r, correct, eps_lo at the corrected level)`` per guess count k.
-        seed: the run's seed.
+        seed: the run's seed (passed back as ``seed=``, it repeats the audit).
     """
     algorithm: str
     claimed_epsilon: float
@@ -436,16 +472,16 @@ class OneRunReport:
         """The report as plain data.
 
         Returns:
-            A dict of the fields, ``verdict``, and ``guesses`` as a list of dicts.
+            A dict of the fields (``seed`` included), ``verdict``, and ``guesses`` as a list of dicts.
         """
         return {"algorithm": self.algorithm, "claimed_epsilon": self.claimed_epsilon, "delta": self.delta,
                 "canaries": self.canaries, "included": self.included, "epsilon_lo": self.epsilon_lo,
                 "verdict": self.verdict, "guesses": [dict(zip(("k", "r", "correct", "epsilon_lo"), g))
-                                                     for g in self.guesses]}
+                                                     for g in self.guesses], "seed": self.seed}
 
 
 def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float, ks=None,
-                  confidence: float = CONFIDENCE, seed: int = 0, progress: bool | None = None,
+                  confidence: float = CONFIDENCE, seed: int | None = None, progress: bool | None = None,
                   name: str | None = None) -> OneRunReport:
     """One-run audit (Steinke, Nasr & Jagielski, NeurIPS 2023) of a Poisson-sampled optimizer
     (DP-SGD, DiceSGD): ONE training run with ``canaries`` = m gradient canaries, each a record of
@@ -466,22 +502,24 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
         delta: the delta of the claim, in (0, 1).
         ks: the guess counts, each in [1, m // 2]; None for the defaults.
         confidence: the confidence of the reported bound, in (0, 1).
-        seed: the run's seed (it also draws the canaries' coordinates and inclusions).
-            Default 0 (the same runs every call: see **Seeds** above).
+        seed: the run's seed (it also draws the canaries' coordinates and inclusions), an integer
+            >= 0; None (the default): a fresh seed from the operating system's entropy, recorded in
+            the report (``seed``; see **Seeds** above).
         progress: show a progress bar (None: tqdm's default).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
 
     Returns:
-        A :class:`OneRunReport`.
+        A :class:`OneRunReport`, its ``seed`` the seed used.
 
     Raises:
         InputError: if the optimizer is not a Poisson-sampled one-dataset optimizer (DP-SGD,
             DiceSGD), ``canaries`` is not an integer, is out of range, or its gradients would need more than 1 GiB,
-            ``ks`` is empty or out of range, ``claimed_epsilon`` is not finite and > 0, or
-            ``delta`` is outside (0, 1).
+            ``ks`` is empty or out of range, ``claimed_epsilon`` is not finite and > 0, ``delta`` is
+            outside (0, 1), or ``seed`` is neither None nor an integer >= 0.
     """
     import numpy as np
 
+    seed = choose_seed(seed)
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
     if opt.name not in ONE_RUN:
@@ -531,7 +569,7 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
 
 def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, delta: float, holder: int = 0,
               curve: TradeOffCurve | None = None, confidence: float = CONFIDENCE, progress: bool | None = None,
-              seed: int = 0, name: str | None = None) -> AuditReport:
+              seed: int | None = None, name: str | None = None) -> AuditReport:
     """Audit of a claim that relies on fixed-size sampling without replacement under replace-one
     (DP-SRM with b < n, DIFF2-BVR-L-SGD's local steps, ClipD2P with J > 1): D holds canary A as
     record 0 of the ``holder``, D' canary B.  Statistic: :func:`wor_llr`; direct eps bound and
@@ -551,19 +589,21 @@ def audit_wor(build, canary_a, canary_b, *, runs: int, claimed_epsilon: float, d
         curve: the claimed :class:`~dpcalib.accountant.TradeOffCurve`; None for the default above.
         confidence: the confidence of the bounds, in (0, 1).
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
-        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D').
-            Default 0 (the same runs every call: see **Seeds** above).
+        seed: the first run's seed (run i: ``seed + 2 i`` with D the truth, ``seed + 2 i + 1`` with D'),
+            an integer >= 0; None (the default): a fresh seed from the operating system's entropy,
+            recorded in the report (``seed``; see **Seeds** above).
         name: the algorithm's name in the report; None for the optimizer's ``name``.
 
     Returns:
-        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only).
+        An :class:`~dpcalib.optim.audit.bounds.AuditReport` (direct bound only), its ``seed`` the seed used.
 
     Raises:
         InputError: if ``runs`` is not an integer >= 2, ``claimed_epsilon`` is not finite and > 0,
-            or ``delta`` is outside (0, 1).
+            ``delta`` is outside (0, 1), or ``seed`` is neither None nor an integer >= 0.
     """
     _check_runs(runs, 2)
     e, d = _check_claim(claimed_epsilon, delta)
+    seed = choose_seed(seed)
     scores = _paired_runs(lambda sd, truth: wor_llr(build, sd, canary_a, canary_b, truth, holder), runs, seed,
                           "audit (w/o replacement)", progress)
     return _heldout_report(build, seed, name, e, d, runs, scores, curve, confidence,

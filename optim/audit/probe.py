@@ -28,9 +28,11 @@ rounding stated here: ``SLACK_ULPS * eps(dtype) * (||q_D|| + ||q_D'||)`` (relati
 magnitude, never to the claim).  The noise stds of D and D' must be equal too (the scale may not
 depend on private data).  Algorithms that claim no sensitivity (AdaD2P) are refused.
 
-Every probe here takes ``seed`` with the default 0, so that a probe from Python repeats itself
-(the probe plays the adversary, who knows the seed: it is no secret); ``dpcalib probe`` without
-``--seed`` draws a fresh one from the operating system's entropy and prints it.
+Every probe here takes ``seed``, default None: a fresh seed drawn from the operating system's
+entropy (:func:`~dpcalib.optim.audit.lockstep.choose_seed`), as ``dpcalib probe`` without ``--seed``
+draws one.  The seed used is recorded (the report's ``seed``, ``as_dict()["seed"]``; the standard
+harness's ``build.seed``): passed back as ``seed=``, it repeats the probe.  The probe plays the
+adversary, who knows the seed: it is no secret; tests and recorded results give it.
 
 This comparison (:func:`measure`) is the one every record-level probe makes:
 :func:`record_probe` (real records, the reference optimizers), :func:`sensitivity_probe` (the same
@@ -48,7 +50,7 @@ import torch
 
 from ...accountant.validation import InputError
 from ...mechanisms import REGISTRY
-from .lockstep import alternating, constant, run_pair, zero
+from .lockstep import alternating, choose_seed, constant, run_pair, zero
 from .replay import ReplaySource
 from ..algorithms.d2p import NoGuarantee
 from ..data.sampling import ForcedRecord
@@ -189,6 +191,7 @@ class RecordProbeReport:
         releases: the number of releases compared.
         slot: ``(holder, index)`` of the probed record.
         unclaimed: the number of releases without a claimed sensitivity (AdaD2P).
+        seed: the seed of the probe's runs (passed back as ``seed=``, it repeats the probe), or None.
     """
 
     algorithm: str
@@ -200,6 +203,7 @@ class RecordProbeReport:
     releases: int
     slot: tuple
     unclaimed: int = 0
+    seed: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -223,13 +227,16 @@ class RecordProbeReport:
         """The report as plain data.
 
         Returns:
-            A dict of the fields, ``slot`` as ``{"holder", "index"}`` and ``rows`` as a list of dicts.
+            A dict of the fields, ``slot`` as ``{"holder", "index"}`` and ``rows`` as a list of dicts
+            (``unclaimed`` and ``seed`` only when set).
         """
         out = {"algorithm": self.algorithm, "worst_ratio": self.worst_ratio, "tol": self.tol,
                "exceeded": self.exceeded, "std_mismatches": self.std_mismatches, "releases": self.releases,
                "slot": {"holder": self.slot[0], "index": self.slot[1]}, "rows": [dict(r) for r in self.rows]}
         if self.unclaimed:
             out["unclaimed"] = self.unclaimed
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
 
@@ -258,11 +265,11 @@ class _Tally:
             r0, c0 = self.stats.get(key, (0.0, 0))
             self.stats[key] = (max(r0, m.ratio), c0 + 1)
 
-    def report(self, name: str, slot: tuple) -> RecordProbeReport:
+    def report(self, name: str, slot: tuple, seed: int | None = None) -> RecordProbeReport:
         rows = tuple({"release": k, "pair": p, "relation": rel, "worst_ratio": r, "releases": c}
                      for (k, p, rel), (r, c) in self.stats.items())
         return RecordProbeReport(name, rows, self.worst, self.tol, self.exceeded, self.mismatches, self.count,
-                                 slot, self.unclaimed)
+                                 slot, self.unclaimed, seed)
 
 
 def _lockstep(leader, twin, rounds: int, bar=None) -> None:
@@ -292,7 +299,7 @@ def _release_kind(name: str) -> str:
 
 
 def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: int = 0, rounds: int | None = None,
-                 seed: int = 0, pair_list=None, progress: bool | None = None) -> RecordProbeReport:
+                 seed: int | None = None, pair_list=None, progress: bool | None = None) -> RecordProbeReport:
     """Probe every release of a run against its claimed sensitivity on real neighbouring records.
 
     ``build(data, seed, sampler)`` returns a fresh optimizer on ``data`` (a list of (x, y), one per
@@ -308,21 +315,24 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
         holder: the probed slot's holder, in [0, len(data)).
         index: the probed slot's index in the holder's data.
         rounds: the number of rounds, in [1, total rounds]; None for the whole run.
-        seed: the seed of every run (default 0: the same probe every call).
+        seed: the seed of every run, an integer >= 0; None (the default): a fresh seed from the
+            operating system's entropy, recorded in the report (``seed``).
         pair_list: the :class:`Pair` list to run, or None for :func:`pairs`.
         progress: show a progress bar (None: tqdm's default, shown on a terminal).
 
     Returns:
-        A :class:`RecordProbeReport`.
+        A :class:`RecordProbeReport`, its ``seed`` the seed used.
 
     Raises:
         InputError: if ``data`` is empty, ``pair_list`` is empty or holds something else than
             :class:`Pair`, ``holder``, ``index`` or ``rounds`` is out of range, the
-            algorithm claims no sensitivity (AdaD2P) or mixes neighbouring relations, or an
-            add/remove pair is asked of releases that draw no sample.
+            algorithm claims no sensitivity (AdaD2P) or mixes neighbouring relations, an
+            add/remove pair is asked of releases that draw no sample, or ``seed`` is neither None
+            nor an integer >= 0.
     """
     from tqdm.auto import tqdm
 
+    seed = choose_seed(seed)
     if not isinstance(data, (list, tuple)) or not data:
         raise InputError("data is not allowed: expected a non-empty list of (x, y) pairs, one per holder.")
     if not 0 <= int(holder) < len(data):
@@ -363,11 +373,11 @@ def record_probe(build, data: list, held_out: tuple, *, holder: int = 0, index: 
             tally.compare(pr.label, leader.privatizer.releases, twin.privatizer.releases, relation)
     finally:
         bar.close()
-    return tally.report(name, (int(holder), int(index)))
+    return tally.report(name, (int(holder), int(index)), seed)
 
 
 def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0, rounds: int | None = None,
-                      seed: int = 0) -> RecordProbeReport:
+                      seed: int | None = None) -> RecordProbeReport:
     """The record probe with **gradient canaries** instead of real records: the ``holder``'s record 0
     is each candidate canary in turn (the leader's A, the twin's B, :func:`~.lockstep.run_pair`), and
     every release of the visited trajectory is compared with its claim as in :func:`record_probe`.
@@ -383,14 +393,18 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
             zero gradient, a huge constant gradient (1e6) and its opposite, a huge alternating gradient.
         holder: the canaries' holder.
         rounds: the number of rounds; None for the run's ``total_rounds``.
-        seed: the seed of every run (default 0: the same probe every call).
+        seed: the seed of every run, an integer >= 0; None (the default): a fresh seed from the
+            operating system's entropy, recorded in the report (``seed``).
 
     Returns:
-        A :class:`RecordProbeReport` (``pair`` rows named ``"A -> B"``, slot ``(holder, 0)``).
+        A :class:`RecordProbeReport` (``pair`` rows named ``"A -> B"``, slot ``(holder, 0)``), its
+        ``seed`` the seed used.
 
     Raises:
-        InputError: if ``candidates`` holds fewer than two canaries.
+        InputError: if ``candidates`` holds fewer than two canaries, or ``seed`` is neither None nor
+            an integer >= 0.
     """
+    seed = choose_seed(seed)
     first = build(seed)
     d = sum(q.numel() for q in first.model.parameters())
     if candidates is None:
@@ -408,7 +422,7 @@ def sensitivity_probe(build, candidates: dict | None = None, *, holder: int = 0,
             if rl and rl[0].relation == "add/remove" and "zero" not in (a, b):
                 continue
             tally.compare(f"{a} -> {b}", rl, rt)
-    return tally.report(first.name, (int(holder), 0))
+    return tally.report(first.name, (int(holder), 0), seed)
 
 
 def _relation(opt) -> str:
@@ -466,7 +480,7 @@ def _table(name: str, rows: int, seed: int):
 
 
 def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: int = 64, data: str = "california",
-                  lr: float | None = None, clips: dict | None = None, seed: int = 0, dtype=torch.float32,
+                  lr: float | None = None, clips: dict | None = None, seed: int | None = None, dtype=torch.float32,
                   secure_mode: bool = False):
     """``(build, data, held_out)`` of the standard record probe of ``algorithm`` at the run shape
     ``mechanism`` and noise ``noise``: an MLP d -> hidden -> hidden -> 1 (softplus; the papers'
@@ -486,16 +500,19 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
         data: a synthetic shape's name or the path of a numeric CSV (last column: the target).
         lr: the learning rate, or None for the entry's.
         clips: clip norms by option name (None values ignored), or None for the entry's.
-        seed: the seed of the data, the model's initialisation and the probe's runs (default 0).
+        seed: the seed of the data and the model's initialisation, an integer >= 0; None (the
+            default): a fresh seed from the operating system's entropy, recorded as ``build.seed``.
         dtype: the dtype of the data and the model.
         secure_mode: run the optimizers in secure mode.
 
     Returns:
-        ``(build, data, held_out)`` for :func:`record_probe`.
+        ``(build, data, held_out)`` for :func:`record_probe`; ``build.seed`` is the seed used
+        (``seed=build.seed`` gives the same data and model again).
 
     Raises:
         InputError: if ``algorithm`` has no standard probe, ``hidden`` or the records per dataset
-            are out of range, or ``data`` is unknown or too small.
+            are out of range, ``data`` is unknown or too small, or ``seed`` is neither None nor an
+            integer >= 0.
     """
     from torch import nn
 
@@ -518,6 +535,7 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
         holders, per = 1, (fixed if entry.records else n)
     if isinstance(per, bool) or not isinstance(per, int) or per < 2:
         raise InputError(f"n={per!r} is not allowed: expected an integer >= 2 (records per dataset).")
+    seed = choose_seed(seed)
     x, y = _table(data, holders * per + 1, seed)
     x, y = x.to(dtype), y.to(dtype)
     held_out = (x[-1], y[-1])
@@ -537,4 +555,5 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
         return cls(model(), squared_loss, payload, mechanism, noise, seed=s, sampler=sampler, secure_mode=secure_mode,
                    **kw)
 
+    build.seed = seed
     return build, tables, held_out
