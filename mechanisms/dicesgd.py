@@ -140,6 +140,24 @@ class DiceSGD(Mechanism):
             v.positive(self.C, "C")
         v.in_range(self.G_prime, "G_prime", 0.0, math.inf)
 
+    @classmethod
+    def from_run(cls, run) -> "DiceSGD":
+        """The mechanism of ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its records, batch and steps,
+        ``C1 = run.clip``, ``C2 = run.clip2`` (None: 1).
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        s = run.sampling
+        return cls(s.n, s.batch_size, run.steps, C1=run.clip,
+                   **({} if run.clip2 is None else {"C2": run.clip2}))
+
     @property
     def sampling_rate(self) -> float:
         """The Poisson rate ``B/N`` of the batches (the proof's sampling; the assumption-free

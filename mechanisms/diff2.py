@@ -84,6 +84,22 @@ class DIFF2GD(_Diff2Run):
     calibrate_options = {"u": "budget split u > 1 (Prop. 4.1)"}
 
     # -- shape --------------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, run) -> "DIFF2GD":
+        """The mechanism of a full-batch ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its rounds,
+        restart interval, clients and their smallest dataset.
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        return cls(run.steps, run.restart_interval, run.clients, run.n_min)
+
     @property
     def restarts(self) -> int:
         """Restart rounds r = 1, T+1, 2T+1, ...: ceil(R/T)."""
@@ -267,6 +283,22 @@ class DPGD(Mechanism):
         v.run_length(self.rounds, "rounds")
         v.records(self.clients, "clients")
         v.records(self.n_min, "n_min")
+
+    @classmethod
+    def from_run(cls, run) -> "DPGD":
+        """The mechanism of a full-batch ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its rounds,
+        clients and their smallest dataset.
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        return cls(run.steps, run.clients, run.n_min)
 
     @property
     def _as_diff2(self) -> DIFF2GD:

@@ -27,6 +27,7 @@ from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
 from .releases import Mechanism, ReleaseSpec
+from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, Run
 from .report import CalibrationReport, paper_warning
 from .search import smallest_scale, start_rtol
 from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
@@ -55,9 +56,10 @@ def classical_gaussian_multiplier(epsilon, delta) -> float:
     return math.sqrt(2.0 * math.log(1.25 / d)) / e
 
 
-SAMPLINGS = ("poisson", "shuffle", "balls-in-bins")
+#: the samplings DP-SGD's accountant covers
+SAMPLINGS = (POISSON, SHUFFLE, BALLS_IN_BINS)
 #: the samplings whose batches follow from n, batch_size and epochs (every record once an epoch)
-EPOCH_SAMPLINGS = ("shuffle", "balls-in-bins")
+EPOCH_SAMPLINGS = (SHUFFLE, BALLS_IN_BINS)
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,26 @@ class DPSGD(Mechanism):
         object.__setattr__(self, "steps", steps)
 
     # -- the run's shape ------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, run: Run) -> "DPSGD":
+        """The mechanism of ``run``: Poisson (and fixed-size) batches at ``q = min(1, b / N)`` for ``run.steps``
+        steps, or ``run.epochs`` epoch-wise epochs of ``run.sampling``.
+
+        Args:
+            run: the run's :class:`~dpcalib.mechanisms.shape.Run`.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        s = run.sampling
+        if not s.epoch_wise:
+            return cls(sampling_rate=s.rate, steps=run.steps)
+        return cls(sampling=s.kind, n=s.n, batch_size=s.batch_size, epochs=run.epochs,
+                   drop_last=s.drop_last and s.kind == SHUFFLE)
+
     @property
     def shape_note(self) -> str | None:
         """How Poisson sampling was read from ``n``, ``batch_size`` and ``epochs`` (None otherwise): the

@@ -484,6 +484,9 @@ class PrivateOptimizer:
 
     #: does the update add a regulariser's gradient to its direction (see ``regularizer``)?
     supports_regularizer = False
+    #: the paper's learning rate and clip norms (by clip option: ``c1``, ``c2``, ``clip``) where they are not
+    #: 0.1 and 1
+    paper_values: dict = {}
 
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int | None = None,
                  secure_mode: bool = False, record: bool = False, record_noise: bool = True,

@@ -100,6 +100,7 @@ class DIFF2GD(PrivateOptimizer):
     name = "diff2-gd"
     _mechanism_types = (M.DIFF2GD,)
     supports_regularizer = True
+    paper_values = {"lr": 0.125, "c2": 10.0}
     #: T = 1 makes every round a restart round: the run would silently be DP-GD
     refuses_dp_gd = True
 
@@ -235,6 +236,7 @@ class DPGD(DIFF2GD):
 
     refuses_dp_gd = False
     name = "dp-gd"
+    paper_values = {"lr": 0.125}
     _mechanism_types = (M.DPGD, M.DIFF2GD)
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, lr: float, **kwargs):

@@ -23,7 +23,7 @@ from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, audit, audit_poi
 from .harnesses import AUDITABLE, ONE_RUN, harness, one_run_harness, wor_claim, wor_harness
 from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wor_llr, zero
 from .noise_tests import NoiseKSTest, NoisePooledTest, NoiseStdTest, noise_ks_test, noise_pooled_test, noise_std_test
-from .probe import (PROBE_DEFAULTS, SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, measure, pairs, probe_harness,
+from .probe import (SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, measure, pairs, probe_harness,
                     record_probe, sensitivity_probe)
 from .replay import ReplaySource
 from .scores import ScoresAudit, epsilon_from_guesses, epsilon_from_scores
@@ -39,7 +39,7 @@ __all__ = [
     "harness", "one_run_harness", "wor_claim", "wor_harness", "alternating", "constant", "pair_llr", "release_llr",
     "run_pair", "wor_llr", "zero", "NoiseKSTest", "NoiseStdTest", "noise_ks_test", "noise_std_test",
     "NoisePooledTest", "noise_pooled_test",
-    "PROBE_DEFAULTS", "SLACK_ULPS", "Move", "measure", "Pair", "RecordProbeReport", "pairs", "probe_harness", "record_probe",
+    "SLACK_ULPS", "Move", "measure", "Pair", "RecordProbeReport", "pairs", "probe_harness", "record_probe",
     "ReplaySource", "TradeOffCurve", "ScoresAudit", "epsilon_from_scores", "epsilon_from_guesses", "PrivateStep",
     "StepClaim", "FunctionStep", "EngineStep", "OpacusStep", "StepReport", "check_step", "probe_step", "noise_test_step",
     "audit_step", "sampler_test",
