@@ -545,9 +545,9 @@ def _parse(command: str, rest: list, printed: list):
         return account_parser().parse_args(rest)
     if command == "train":
         _require_torch("train")
-        from .commands.train import _parser
+        from .commands.train import parser
 
-        return _parser(UsageError).parse_args(rest)
+        return parser(UsageError).parse_args(rest)
     if not rest or rest[0].startswith("-"):
         if any(a in ("-h", "--help") for a in rest):
             print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"

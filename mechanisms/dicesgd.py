@@ -28,7 +28,7 @@ from .shared import abadi_multiplier, check_calibration
 from .search import smallest_scale
 from .tighten import calibrate_poisson, meets_accountant
 
-__all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
+__all__ = []
 
 
 def dice_const_needed(epsilon, delta) -> float:

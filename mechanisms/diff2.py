@@ -25,7 +25,7 @@ from .shared import check_calibration, check_target as _check_target, paper_orde
 from .search import smallest_scale, start_rtol, tight_scale
 from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 
-__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+__all__ = []
 
 SIGMA4_NOTE = ("Algorithm 4 lists sigma4 but never adds noise with it: its outputs are "
                "post-processing of already-private releases (DIFF2-E4); no sigma4 is needed.")

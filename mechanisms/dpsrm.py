@@ -21,7 +21,7 @@ from .search import start_rtol, tight_scale
 from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import check_calibration, check_target as _check_target, paper_order
 
-__all__ = ["DPSRM"]
+__all__ = []
 
 
 @dataclass(frozen=True)

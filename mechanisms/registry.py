@@ -26,7 +26,7 @@ from .dpsgd import DPSGD
 from .dpsrm import DPSRM
 from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR
 
-__all__ = ["Algorithm", "REGISTRY", "names", "Names", "RegistryView", "ALGORITHMS", "lookup", "register"]
+__all__ = ["REGISTRY", "names", "Names", "RegistryView", "lookup"]
 
 
 @dataclass(frozen=True)

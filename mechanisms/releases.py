@@ -20,7 +20,7 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
-__all__ = ["ReleaseSpec", "Mechanism", "PerLayerClip"]
+__all__ = []
 
 
 

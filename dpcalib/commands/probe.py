@@ -11,7 +11,8 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 
 from __future__ import annotations
 
-from .algorithms import build, dumps
+from .algorithms import build as build_mechanism, dumps
+from ..mechanisms.shape import POISSON
 from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, seed_help, seed_line, training_limits
 
 from ..accountant.validation import InputError
@@ -85,9 +86,9 @@ def run(algorithm: str, args) -> int:
         # the shape does not fix the records: --n is their number -- the shape of shuffled batches, or
         # (Poisson sampling) only the dataset's size
         n = args.n if getattr(args, "n", None) is not None else 1000
-        if getattr(args, "sampling", None) == "poisson":
+        if getattr(args, "sampling", None) == POISSON:
             args.n = None
-    mech, split = build(algorithm, args)
+    mech, split = build_mechanism(algorithm, args)
     choose_seed(args)
     check_int(args.hidden, "--hidden", 1, MAX_HIDDEN, "the MLP has two hidden layers: hidden^2 weights")
     for flag in ("lr", "c1", "c2", "clip"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .algorithms import dumps
 from ..mechanisms.registry import lookup, names
+from ..mechanisms.shape import POISSON
 
 import argparse
 import json
@@ -33,13 +34,21 @@ def _data_parallel() -> tuple:
 
 def _samplings() -> tuple:
     """The batch samplings of the data-parallel algorithms' mechanisms (``field_choices``), Poisson first."""
-    out = {"poisson": None}
+    out = {POISSON: None}
     for name in _data_parallel():
         out.update(dict.fromkeys(getattr(lookup(name).mechanism, "field_choices", {}).get("sampling", ())))
     return tuple(out)
 
 
-def _parser(error_cls):
+def parser(error_cls):
+    """``dpcalib train``'s parser.
+
+    Args:
+        error_cls: the exception class a parse error raises (the CLI's ``UsageError``).
+
+    Returns:
+        The ``argparse`` parser.
+    """
     class P(argparse.ArgumentParser):
         def error(self, message):
             raise error_cls(message)
@@ -60,7 +69,7 @@ def _parser(error_cls):
                    help="dp-sgd: expected Poisson batch B (q = B/N), the shuffled batch b, or the balls-in-bins "
                         "batch b (ceil(N/b) steps an epoch, N/(steps) records on average); dicesgd: B; dp-srm: b")
     p.add_argument("--b0", type=int, default=None, help="dp-srm: the first batch b0 (default 4 b)")
-    p.add_argument("--sampling", choices=_samplings(), default="poisson",
+    p.add_argument("--sampling", choices=_samplings(), default=POISSON,
                    help="dp-sgd's batches: poisson (default), shuffle (each epoch a random permutation cut into "
                         "batches of --batch-size) or balls-in-bins (each epoch every record in one of ceil(N/b) steps, "
                         "chosen at random)")
@@ -190,7 +199,7 @@ def train_run(cfg, *, n=None, world=None, n_min=None):
     Raises:
         InputError: if the algorithm is unknown or the run's shape is out of range.
     """
-    from ..mechanisms.shape import POISSON, Run, Sampling
+    from ..mechanisms.shape import Run, Sampling
 
     entry = lookup(cfg["algorithm"])
     b = cfg["batch_size"]
@@ -238,7 +247,7 @@ def run(a, error_cls) -> int:
     processes, print (or ``--json``) the noise, metrics and eps spent.
 
     Args:
-        a: the parsed command line (:func:`_parser`'s).
+        a: the parsed command line (:func:`parser`'s).
         error_cls: the exception class a refusal raises (the CLI's ``UsageError``).
 
     Returns:
@@ -428,11 +437,11 @@ def _check_shape_options(a, error_cls) -> None:
         entry = lookup(a.algorithm)
         shuffles = _has(entry, "sampling")      # its mechanism accounts other samplings than Poisson
         accounted = getattr(entry.mechanism, "field_choices", {}).get("sampling", ())
-        if a.sampling != "poisson" and a.sampling not in accounted:
+        if a.sampling != POISSON and a.sampling not in accounted:
             raise error_cls(f"--sampling {a.sampling} is not allowed for {a.algorithm}: only "
                             f"{', '.join(n for n in names(train=True) if _has(lookup(n), 'sampling'))} "
                             f"has a {a.sampling} accountant")
-        if shuffles and a.sampling != "poisson":
+        if shuffles and a.sampling != POISSON:
             if a.epochs is None or a.rounds is not None:
                 raise error_cls(f"--sampling {a.sampling} takes --epochs E and not --rounds (the steps follow from N, "
                                 "b, E)")
@@ -447,7 +456,7 @@ def _check_shape_options(a, error_cls) -> None:
         if getattr(a, name) is not None:
             raise error_cls(f"--{name.replace('_', '-')} is not allowed for {a.algorithm}: one client per process, "
                             "full batch")
-    if a.sampling != "poisson":
+    if a.sampling != POISSON:
         raise error_cls(f"--sampling is not allowed for {a.algorithm}")
 
 

@@ -42,8 +42,7 @@ from ..randomness import (RunStreams, gaussian_release, is_secure, node_seeds, n
                           stream_seeds, uniform)
 from ..run.transport import ONE_PROCESS
 
-__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_entropy_loss", "accuracy", "split_public", "stream_seeds", "node_seeds",
-           "check_clip", "check_lr"]
+__all__ = ["Release", "NoiseSource", "split_public", "stream_seeds"]
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from ..randomness import uniform
 from .core import PrivateOptimizer, check_clip, check_lr
 from .diff2_kernels import DIFF2Kernel, LocalStepKernel, ShardQueries
 
-__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+__all__ = ["DIFF2GD", "DIFF2BVR"]
 
 
 def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:

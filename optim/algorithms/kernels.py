@@ -23,7 +23,7 @@ import torch
 
 from ..clipping.paths import clip_factors
 
-__all__ = ["Queries", "RecordQueries", "Kernel", "DPSGDKernel", "DiceSGDKernel", "DPSRMKernel"]
+__all__ = ["Queries"]
 
 
 class Queries:

@@ -57,7 +57,7 @@ from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
 from .perlayer import PerLayerModule
 
-__all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS"]
+__all__ = []
 
 #: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
 ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
