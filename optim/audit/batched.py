@@ -47,7 +47,7 @@ from ..clipping.paths import clip_factors
 from ..clipping.points import clipped_point_sums, point_grads
 from ..clipping.precision import DIFFERENCE_DTYPE, widened
 
-__all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
+__all__ = ["supports_batching"]
 
 #: optimizers whose audit runs can be batched (full-batch releases, no sampling)
 BATCHABLE = Names(batched=True)

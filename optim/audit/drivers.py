@@ -53,8 +53,7 @@ from .harnesses import ONE_RUN
 from .lockstep import follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
 
-__all__ = ["llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
-           "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
+__all__ = []
 
 
 def plot_audit(report: AuditReport, path) -> None:

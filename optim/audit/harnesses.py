@@ -18,7 +18,7 @@ from ...accountant.validation import InputError
 from ...mechanisms.registry import Names, lookup, names
 from .lockstep import alternating, constant, zero
 
-__all__ = ["AUDITABLE", "harness", "ONE_RUN", "one_run_harness", "wor_harness", "wor_claim"]
+__all__ = []
 
 
 # ---- standard harnesses (CLI and docs) ------------------------------------------------------------

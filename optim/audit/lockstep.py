@@ -18,8 +18,7 @@ import torch
 from .canaries import WORCoupling, plant
 from .replay import ReplaySource
 
-__all__ = ["gaussian_llr", "zero", "constant", "alternating", "lead_run", "follow_run", "run_pair", "release_llr", "pair_llr", "wor_llr",
-           "logaddexp"]
+__all__ = []
 
 
 # ---- canaries ----------------------------------------------------------------------------------

@@ -53,8 +53,7 @@ from .replay import ReplaySource
 from ..algorithms.d2p import NoGuarantee
 from ..data.sampling import ForcedRecord
 
-__all__ = ["Pair", "pairs", "record_probe", "sensitivity_probe", "RecordProbeReport", "ProbeReport", "Move", "measure",
-           "SLACK_ULPS", "probe_defaults", "probe_harness"]
+__all__ = ["record_probe", "SLACK_ULPS", "probe_defaults", "probe_harness"]
 
 #: the float slack of a move, in units of eps(dtype) * (||q_D|| + ||q_D'||)
 SLACK_ULPS = 64

@@ -39,8 +39,7 @@ from .noise_tests import noise_ks_test, noise_std_test
 from .probe import measure
 from .scores import epsilon_from_scores
 
-__all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep", "probe_step", "noise_test_step",
-           "audit_step", "sampler_test", "check_step", "StepReport", "SamplerReport", "RELATIONS", "SAMPLINGS"]
+__all__ = []
 
 RELATIONS = ("add/remove", "replace-one")
 SAMPLINGS = ("poisson", "wor", "shuffle", "balls-in-bins", "full batch")

@@ -46,9 +46,7 @@ from ...accountant.validation import InputError
 from ..data.sampling import bin_batches
 from ..randomness import bins, note_restored, permutation, poisson_mask
 
-__all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
-           "private_loader", "check_loader", "DPDataLoader", "loader_generator", "uncovered_sampler",
-           "batches_per_pass", "notice_replaced"]
+__all__ = []
 
 
 class _Batches(TorchSampler):

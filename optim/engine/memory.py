@@ -18,7 +18,7 @@ import torch
 
 from ...accountant.validation import InputError
 
-__all__ = ["BatchMemoryManager"]
+__all__ = []
 
 
 def _rows(batch) -> int:
