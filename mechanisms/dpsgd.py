@@ -88,7 +88,7 @@ class DPSGD(Mechanism):
 
     sampling_rate: float | None = None
     steps: int | None = None
-    sampling: str = "poisson"
+    sampling: str = POISSON
     n: int | None = None
     batch_size: int | None = None
     epochs: int | None = None
