@@ -10,7 +10,8 @@ Counting rules (written down so the before/after numbers are read the same way):
   docstring.
 * public names: the sum over the package's modules of ``len(__all__)`` -- a name counts once in every
   module that exports it, a package's re-export included (the surface a reader of each module's
-  ``__all__`` sees); the distinct names (the union) are printed beside it.
+  ``__all__`` sees); the distinct names (the union) and the packages' surface (the sum over the
+  packages' ``__init__.py`` alone) are printed beside it.
 * a trace: every Python call made while the command runs (``sys.settrace``) whose arguments carry the
   traced value -- an argument equal to it, or a container, dataclass or object holding it one level
   down.  The calls' files (package files only) in call order, a file repeated in a row kept once, give
@@ -64,7 +65,7 @@ def _code_lines(text: str) -> int:
 
 def size() -> dict:
     """Lines, code lines and public names of the package (the rules above)."""
-    lines = code = public = 0
+    lines = code = public = surface = 0
     union = set()
     for p in _files():
         text = p.read_text()
@@ -74,8 +75,10 @@ def size() -> dict:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
                 names = ast.literal_eval(node.value)
                 public += len(names)
+                surface += len(names) if p.name == "__init__.py" else 0
                 union.update(names)
-    return {"lines": lines, "code_lines": code, "public_names": public, "distinct_public_names": len(union)}
+    return {"lines": lines, "code_lines": code, "public_names": public, "distinct_public_names": len(union),
+            "package_surface": surface}
 
 
 def _holds(value, marks, depth=1) -> bool:
@@ -178,7 +181,8 @@ def main(argv=None) -> int:
         print(json.dumps(m, indent=1))
         return 0
     print(f"| lines | {m['lines']} |\n| code lines | {m['code_lines']} |\n| public names (sum of __all__) | "
-          f"{m['public_names']} |\n| distinct public names | {m['distinct_public_names']} |")
+          f"{m['public_names']} |\n| distinct public names | {m['distinct_public_names']} |\n"
+          f"| package surface (sum of the packages' __all__) | {m['package_surface']} |")
     for k in ("noise_multiplier_engine", "sampling_cli", "sampling_engine"):
         print(f"| {k}: files entered / files re-entered / returns | {m[k]['files']} / {m[k]['files_reentered']} / "
               f"{m[k]['returns']} |")
