@@ -1,11 +1,12 @@
 """The one registry of the algorithms: what the other layers need to know about an algorithm by name
 (its mechanism, the checks that apply, how its optimizer takes its records and clips).  Every list of
 algorithm names in the project is derived from :data:`REGISTRY` (``ALGORITHMS``, ``OPTIMIZERS``, the
-audits' ``AUDITABLE`` / ``ONE_RUN`` / ``BATCHABLE``, ``dpcalib train``'s choices); adding an algorithm
+audits' kinds (``names(audit=...)``), ``dpcalib train``'s choices); adding an algorithm
 is one entry here (tests/test_layout.py checks that no other list is written out).  The command
-line's facts (worked examples, the probe's defaults, help text) live with the command line
-(:mod:`dpcalib.commands.algorithms`); the run's shape is :mod:`.shape`, which each mechanism builds
-itself from (``from_run``).
+line's own facts (the worked examples) live with the command line
+(:mod:`dpcalib.commands.algorithms`), the papers' learning rates and clips with the optimizers
+(``paper_values``); the run's shape is :mod:`.shape`, which each mechanism builds itself from
+(``from_run``).
 
 The reference optimizer is not named here: the optim layer registers its class under the
 algorithm's name (:func:`dpcalib.optim.register_optimizer`), so that this layer and the command line
@@ -14,7 +15,7 @@ never import torch and nothing is imported by a string.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..accountant.validation import InputError
@@ -26,7 +27,7 @@ from .dpsgd import DPSGD
 from .dpsrm import DPSRM
 from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR
 
-__all__ = ["REGISTRY", "names", "Names", "RegistryView", "lookup"]
+__all__ = ["REGISTRY", "names", "RegistryView", "lookup"]
 
 
 @dataclass(frozen=True)
@@ -170,42 +171,6 @@ def names(*, audit: str | None = None, batched: bool | None = None, train: bool 
     return tuple(n for n, a in REGISTRY.items()
                  if (audit is None or audit in a.audit) and (batched is None or a.batched == batched)
                  and (train is None or (bool(a.train) == train if isinstance(train, bool) else a.train == train)))
-
-
-class Names(Sequence):
-    """:func:`names` as a live view: read from the registry at every use, so that an algorithm
-    registered after import is in it too (``AUDITABLE``, ``ONE_RUN``, ``BATCHABLE``, ...).
-
-    Args:
-        **which: the filters of :func:`names` (``audit``, ``batched``, ``train``).
-    """
-
-    def __init__(self, **which):
-        self._which = which
-
-    def _now(self) -> tuple:
-        return names(**self._which)
-
-    def __getitem__(self, i):
-        return self._now()[i]
-
-    def __len__(self):
-        return len(self._now())
-
-    def __contains__(self, name):
-        return name in self._now()
-
-    def __iter__(self):
-        return iter(self._now())
-
-    def __eq__(self, other):
-        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
-
-    def __hash__(self):
-        return hash(self._now())
-
-    def __repr__(self):
-        return repr(self._now())
 
 
 class RegistryView(Mapping):

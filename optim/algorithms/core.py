@@ -38,7 +38,7 @@ from ..clipping.per_example import PerExample
 from ..run.runner import Runner
 from ..tensors import flat
 from ..data.sampling import Sampler
-from ..randomness import (RunStreams, gaussian_release, is_secure, node_seeds, note_restored, standard_normal,
+from ..randomness import (RunStreams, gaussian_release, is_secure, note_restored, standard_normal,
                           stream_seeds, uniform)
 from ..run.transport import ONE_PROCESS
 

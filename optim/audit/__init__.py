@@ -20,7 +20,7 @@ from .bounds import (CONFIDENCE, AuditReport, CurveCheck, curve_check, epsilon_l
 from .canaries import GradientCanary, ManyCanaries, WORCoupling, plant
 from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, audit, audit_poisson, audit_wor, llr_samples,
                       one_run_audit, plot_audit, audit_figure, spent_tradeoff)
-from .harnesses import AUDITABLE, ONE_RUN, harness, one_run_harness, wor_claim, wor_harness
+from .harnesses import harness, one_run_harness, wor_claim, wor_harness
 from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wor_llr, zero
 from .noise_tests import NoiseKSTest, NoisePooledTest, NoiseStdTest, noise_ks_test, noise_pooled_test, noise_std_test
 from .probe import (SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, measure, pairs, probe_harness,
@@ -31,6 +31,6 @@ from .steps import (EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim
                     noise_test_step, probe_step, sampler_test)
 from ...accountant import TradeOffCurve
 
-__all__ = ["audit", "audit_wor", "one_run_audit", "plot_audit", "AUDITABLE", "ONE_RUN", "harness",
+__all__ = ["audit", "audit_wor", "one_run_audit", "plot_audit", "harness",
            "one_run_harness", "wor_claim", "wor_harness", "noise_ks_test", "noise_std_test", "noise_pooled_test",
            "PrivateStep", "StepClaim", "FunctionStep", "check_step", "probe_step", "audit_step", "sampler_test"]
