@@ -149,9 +149,9 @@ def _example(command: str, algorithm: str) -> str:
     if command == "compare":
         return ex.replace("calibrate", "compare").split(" --method")[0]
     if command in ("audit", "probe"):
-        from .mechanisms import REGISTRY
+        from .commands.algorithms import example
 
-        return REGISTRY[algorithm].examples.get(command, f"(no standard {command} for {algorithm})")
+        return example(algorithm, command)
     noise = " ".join(f"--{n.replace('_', '-')} 1.0" for n in SPECS[algorithm].noise)
     parts = ex.replace("calibrate", command).split(" --method")[0].split()
     out, skip = [], False
@@ -166,26 +166,39 @@ def _example(command: str, algorithm: str) -> str:
     return " ".join(out) + " " + noise
 
 
-_build = build
 
 
 # ---- commands --------------------------------------------------------------------------------
-def _cmd_audit(algorithm: str, args) -> int:
+def _cmd_audit(args) -> int:
+    algorithm = args.algorithm
     from .commands.audit import run
 
     return run(algorithm, args)
 
 
-def _cmd_probe(algorithm: str, args) -> int:
+def _cmd_probe(args) -> int:
+    algorithm = args.algorithm
     from .commands.probe import run
 
-    return run(algorithm, args, _build)
+    return run(algorithm, args)
 
 
 def _list_parser() -> argparse.ArgumentParser:
     p = Parser(prog="dpcalib list", description=COMMANDS["list"])
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
     return p
+
+
+def _cmd_account(args) -> int:
+    from .commands.account import run_account
+
+    return run_account(args)
+
+
+def _cmd_train(args) -> int:
+    from .commands.train import run
+
+    return run(args, UsageError)
 
 
 def _cmd_list(args) -> int:
@@ -210,12 +223,13 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _cmd_calibrate(algorithm: str, args) -> int:
+def _cmd_calibrate(args) -> int:
+    algorithm = args.algorithm
     from .accountant import watching
     from .commands.calibrate import print_report, report_dict
     from .commands.common import ProgressBar
 
-    mech, split = _build(algorithm, args)
+    mech, split = build(algorithm, args)
     methods = ["paper", "tight"] if args.method == "both" else [args.method]
     extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
     # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
@@ -240,12 +254,13 @@ def _noise_flags(algorithm: str, args) -> list:
     return [("--" + n.replace("_", "-"), v) for n, v in zip(SPECS[algorithm].noise, _noise_args(algorithm, args))]
 
 
-def _cmd_epsilon(algorithm: str, args) -> int:
+def _cmd_epsilon(args) -> int:
+    algorithm = args.algorithm
     from .accountant import watching
     from .commands.calibrate import run_shape
     from .commands.common import ProgressBar
 
-    mech, _ = _build(algorithm, args)
+    mech, _ = build(algorithm, args)
     noise = _noise_args(algorithm, args)
     points = _curve_points(algorithm, args) if args.curve or args.plot else None
     parts = 1 + len(points[1]) if points else 1
@@ -333,7 +348,7 @@ def _curve(algorithm: str, args, noise, points, done=lambda k: None) -> list:
         setattr(ns, field, r)
         if hasattr(ns, "restart_interval"):
             ns.restart_interval = min(ns.restart_interval, r)
-        mech, _ = _build(algorithm, ns)
+        mech, _ = build(algorithm, ns)
         # the same owner as the headline: the chosen accountant, so the last point is the headline eps
         out.append({"rounds": r, "epsilon": epsilon_of(mech.accountant(*noise), args)[0].epsilon,
                     "unit": field})
@@ -358,19 +373,21 @@ def _plot(curve, path, algorithm, delta) -> None:
     fig.savefig(path)
 
 
-def _cmd_compare(algorithm: str, args) -> int:
+def _cmd_compare(args) -> int:
+    algorithm = args.algorithm
     from .commands.compare import run
 
     return run(algorithm, args)
 
 
-def _cmd_report(algorithm: str, args) -> int:
+def _cmd_report(args) -> int:
+    algorithm = args.algorithm
     from .accountant import watching
     from .commands.report import ProgressBar, run_algorithm
 
     if args.plot:
         need_matplotlib()
-    mech, _ = _build(algorithm, args)
+    mech, _ = build(algorithm, args)
     noise = _noise_args(algorithm, args)
     # (the bar from the start: the check's bracket at --delta is the report's first long part)
     with ProgressBar(f"report {algorithm}") as bar, watching(bar.note):
@@ -504,40 +521,50 @@ def _main(argv: list, printed: list) -> int:
         top.print_help()
         return 0
     command, rest = top.parse_args(argv[:1]).command, argv[1:]
-    if command == "list":
-        return _cmd_list(_list_parser().parse_args(rest))
-    if command == "account":
-        from .commands.account import account_parser, run_account
-
-        return run_account(account_parser().parse_args(rest))
     if command == "report" and (not rest or rest[0].startswith("-")):
         from .commands.account import run_report
 
-        return run_report(rest)
+        return run_report(rest)             # a raw composition's report: its own line (dpcalib.commands.account)
+    args = _parse(command, rest, printed)
+    if args is None:
+        return 0                            # help printed
+    # every command through one signature: handler(parsed arguments) -> exit status
+    return {"list": _cmd_list, "account": _cmd_account, "train": _cmd_train, "calibrate": _cmd_calibrate,
+            "epsilon": _cmd_epsilon, "compare": _cmd_compare, "audit": _cmd_audit, "probe": _cmd_probe,
+            "report": _cmd_report}[command](args)
+
+
+def _parse(command: str, rest: list, printed: list):
+    """The parsed arguments of ``command``'s line (None: the help was printed); an algorithm's command
+    line is checked here, before any work (:func:`_check_applicable`)."""
+    if command == "list":
+        return _list_parser().parse_args(rest)
+    if command == "account":
+        from .commands.account import account_parser
+
+        return account_parser().parse_args(rest)
     if command == "train":
         _require_torch("train")
-        from .commands.train import run
+        from .commands.train import parser
 
-        return run(rest, UsageError)
+        return parser(UsageError).parse_args(rest)
     if not rest or rest[0].startswith("-"):
         if any(a in ("-h", "--help") for a in rest):
             print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"
                   f"example:\n  {_example(command, 'diff2-gd')}\n\n"
                   f"'dpcalib {command} ALGORITHM --help' lists the algorithm's options.")
-            return 0
+            return None
         raise UsageError(f"{command}: ALGORITHM is required: expected one of {', '.join(SPECS)}")
     algorithm = rest[0]
     if algorithm not in SPECS:
         raise UsageError(f"ALGORITHM={algorithm!r} is not allowed: expected one of {', '.join(SPECS)}")
     args = _algo_parser(command, algorithm).parse_args(rest[1:])
-    args.command_name = command
+    args.algorithm, args.command_name = algorithm, command
     args.printed_warnings = printed         # the warnings a table shows in place, not repeated on stderr
     _check_applicable(command, args)
     if command in ("audit", "probe"):
         _require_torch(command)
-    handler = {"calibrate": _cmd_calibrate, "epsilon": _cmd_epsilon, "compare": _cmd_compare,
-               "audit": _cmd_audit, "probe": _cmd_probe, "report": _cmd_report}[command]
-    return handler(algorithm, args)
+    return args
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ from .shared import ABADI_ORDERS
 from .dpsgd import DPSGD, classical_gaussian_multiplier
 from .dpsrm import DPSRM
 
-from .registry import ALGORITHMS, REGISTRY, Algorithm, Names, lookup, register
+from .registry import ALGORITHMS, REGISTRY, Algorithm, lookup, register
 
 
 __all__ = [
-    "ALGORITHMS", "REGISTRY", "Algorithm", "Names", "lookup", "register", "METHODS", "CalibrationReport",
+    "ALGORITHMS", "REGISTRY", "Algorithm", "lookup", "register", "METHODS", "CalibrationReport",
     "PaperConditionWarning", "NoPrivacyGuaranteeError",
     "paper_warning", "Mechanism", "PerLayerClip", "ReleaseSpec",
     "DPGD", "DIFF2GD", "DIFF2BVR", "DPSGD", "ABADI_ORDERS", "DPSRM", "DiceSGD", "dice_const_needed",

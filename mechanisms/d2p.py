@@ -23,7 +23,7 @@ from .tighten import certify, pld_tighten, rdp_start, rdp_tight_text, meets_acco
 from .shared import check_calibration
 from .tighten import calibrate_poisson
 
-__all__ = ["ClipD2P", "ConstD2P", "AdaD2P", "NoPrivacyGuaranteeError"]
+__all__ = []
 
 RELATIONS = ("add/remove", "replace-one")
 

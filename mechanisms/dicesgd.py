@@ -28,7 +28,7 @@ from .shared import abadi_multiplier, check_calibration
 from .search import smallest_scale
 from .tighten import calibrate_poisson, meets_accountant
 
-__all__ = ["DiceSGD", "dice_const_needed", "dice_safe_sigma1_rdp", "dice_code_multiplier"]
+__all__ = []
 
 
 def dice_const_needed(epsilon, delta) -> float:
@@ -139,6 +139,24 @@ class DiceSGD(Mechanism):
         if self.C is not None:
             v.positive(self.C, "C")
         v.in_range(self.G_prime, "G_prime", 0.0, math.inf)
+
+    @classmethod
+    def from_run(cls, run) -> "DiceSGD":
+        """The mechanism of ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its records, batch and steps,
+        ``C1 = run.clip``, ``C2 = run.clip2`` (None: 1).
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        s = run.sampling
+        return cls(s.n, s.batch_size, run.steps, C1=run.clip,
+                   **({} if run.clip2 is None else {"C2": run.clip2}))
 
     @property
     def sampling_rate(self) -> float:

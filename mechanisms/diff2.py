@@ -25,7 +25,7 @@ from .shared import check_calibration, check_target as _check_target, paper_orde
 from .search import smallest_scale, start_rtol, tight_scale
 from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 
-__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+__all__ = []
 
 SIGMA4_NOTE = ("Algorithm 4 lists sigma4 but never adds noise with it: its outputs are "
                "post-processing of already-private releases (DIFF2-E4); no sigma4 is needed.")
@@ -84,6 +84,22 @@ class DIFF2GD(_Diff2Run):
     calibrate_options = {"u": "budget split u > 1 (Prop. 4.1)"}
 
     # -- shape --------------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, run) -> "DIFF2GD":
+        """The mechanism of a full-batch ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its rounds,
+        restart interval, clients and their smallest dataset.
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        return cls(run.steps, run.restart_interval, run.clients, run.n_min)
+
     @property
     def restarts(self) -> int:
         """Restart rounds r = 1, T+1, 2T+1, ...: ceil(R/T)."""
@@ -267,6 +283,22 @@ class DPGD(Mechanism):
         v.run_length(self.rounds, "rounds")
         v.records(self.clients, "clients")
         v.records(self.n_min, "n_min")
+
+    @classmethod
+    def from_run(cls, run) -> "DPGD":
+        """The mechanism of a full-batch ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its rounds,
+        clients and their smallest dataset.
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        return cls(run.steps, run.clients, run.n_min)
 
     @property
     def _as_diff2(self) -> DIFF2GD:

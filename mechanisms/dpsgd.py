@@ -27,12 +27,13 @@ from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
 from .releases import Mechanism, ReleaseSpec
+from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, Run, Sampling
 from .report import CalibrationReport, paper_warning
 from .search import smallest_scale, start_rtol
 from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import ABADI_ORDERS, abadi_multiplier, check_calibration
 
-__all__ = ["DPSGD", "ABADI_ORDERS", "classical_gaussian_multiplier"]
+__all__ = []
 
 def classical_gaussian_multiplier(epsilon, delta) -> float:
     """Classical Gaussian mechanism (Dwork & Roth Thm A.1; AdaD2P Prop. 1; DiceSGD Def. 2.2; GAUSS-E1):
@@ -55,9 +56,10 @@ def classical_gaussian_multiplier(epsilon, delta) -> float:
     return math.sqrt(2.0 * math.log(1.25 / d)) / e
 
 
-SAMPLINGS = ("poisson", "shuffle", "balls-in-bins")
+#: the samplings DP-SGD's accountant covers
+SAMPLINGS = (POISSON, SHUFFLE, BALLS_IN_BINS)
 #: the samplings whose batches follow from n, batch_size and epochs (every record once an epoch)
-EPOCH_SAMPLINGS = ("shuffle", "balls-in-bins")
+EPOCH_SAMPLINGS = (SHUFFLE, BALLS_IN_BINS)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class DPSGD(Mechanism):
 
     sampling_rate: float | None = None
     steps: int | None = None
-    sampling: str = "poisson"
+    sampling: str = POISSON
     n: int | None = None
     batch_size: int | None = None
     epochs: int | None = None
@@ -117,7 +119,7 @@ class DPSGD(Mechanism):
                                "sampling='balls-in-bins' is its k = 1 case.")
         if self.sampling not in SAMPLINGS:
             raise v.InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
-        if self.sampling == "poisson":
+        if self.sampling == POISSON:
             if self.relation is not None:
                 raise v.InputError(f"relation={self.relation!r} is not allowed with sampling='poisson': Poisson "
                                    "sampling is analysed under add/remove (relation is --sampling shuffle's option).")
@@ -139,7 +141,7 @@ class DPSGD(Mechanism):
         self._require(("n", "batch_size", "epochs"), f"sampling={self.sampling!r}", "n, batch_size and epochs")
         v.run_length(self.epochs, "epochs")
         v.records(self.n, "n")
-        if self.sampling == "balls-in-bins":
+        if self.sampling == BALLS_IN_BINS:
             if self.drop_last:
                 raise v.InputError("drop_last=True is not allowed with sampling='balls-in-bins': every step of an "
                                    "epoch is taken (its batch may be empty); there is no last batch to drop.")
@@ -176,20 +178,40 @@ class DPSGD(Mechanism):
                       "T = E * ceil(n/b)")
         n = v.records(self.n, "n")
         epochs = v.run_length(self.epochs, "epochs")
-        t = steps_per_epoch(n, self.batch_size)
-        steps = epochs * t
-        if steps > v.MAX_RUN_LENGTH:
+        steps_per_epoch(n, self.batch_size)                 # b in [1, n]
+        run = Run.of(Sampling(POISSON, n, int(self.batch_size)), epochs=epochs)   # the one owner of q and T
+        if run.steps > v.MAX_RUN_LENGTH:
             raise v.InputError(f"epochs={epochs!r} is not allowed with n={n}, batch_size={self.batch_size}: "
-                               f"E * ceil(n/b) = {steps} steps exceeds the largest run ({v.MAX_RUN_LENGTH:g} steps).")
-        object.__setattr__(self, "sampling_rate", int(self.batch_size) / n)
-        object.__setattr__(self, "steps", steps)
+                               f"E * ceil(n/b) = {run.steps} steps exceeds the largest run ({v.MAX_RUN_LENGTH:g} steps).")
+        object.__setattr__(self, "sampling_rate", run.sampling.rate)
+        object.__setattr__(self, "steps", run.steps)
 
     # -- the run's shape ------------------------------------------------------------------------
+    @classmethod
+    def from_run(cls, run: Run) -> "DPSGD":
+        """The mechanism of ``run``: Poisson (and fixed-size) batches at ``q = min(1, b / N)`` for ``run.steps``
+        steps, or ``run.epochs`` epoch-wise epochs of ``run.sampling``.
+
+        Args:
+            run: the run's :class:`~dpcalib.mechanisms.shape.Run`.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        s = run.sampling
+        if not s.epoch_wise:
+            return cls(sampling_rate=s.rate, steps=run.steps)
+        return cls(sampling=s.kind, n=s.n, batch_size=s.batch_size, epochs=run.epochs,
+                   drop_last=s.drop_last and s.kind == SHUFFLE)
+
     @property
     def shape_note(self) -> str | None:
         """How Poisson sampling was read from ``n``, ``batch_size`` and ``epochs`` (None otherwise): the
         ``q`` and ``T`` the accounting uses and the rounding convention."""
-        if self.sampling != "poisson" or self.n is None:
+        if self.sampling != POISSON or self.n is None:
             return None
         t = steps_per_epoch(self.n, self.batch_size)
         return (f"Poisson sampling from the run's shape: q = b/N = {self.batch_size}/{self.n} = {self.sampling_rate:.6g}, "
@@ -199,12 +221,12 @@ class DPSGD(Mechanism):
     @property
     def shuffled(self) -> bool:
         """Whether the batches are shuffled (``sampling="shuffle"``)."""
-        return self.sampling == "shuffle"
+        return self.sampling == SHUFFLE
 
     @property
     def balls_in_bins(self) -> bool:
         """Whether each record goes to one random step an epoch (``sampling="balls-in-bins"``)."""
-        return self.sampling == "balls-in-bins"
+        return self.sampling == BALLS_IN_BINS
 
     @property
     def epoch_wise(self) -> bool:

@@ -21,7 +21,7 @@ from .search import start_rtol, tight_scale
 from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
 from .shared import check_calibration, check_target as _check_target, paper_order
 
-__all__ = ["DPSRM"]
+__all__ = []
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,26 @@ class DPSRM(Mechanism):
         v.positive(self.lipschitz, "lipschitz")
         v.positive(self.step_bound, "step_bound")
         v.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True)
+
+    @classmethod
+    def from_run(cls, run) -> "DPSRM":
+        """The mechanism of ``run`` (:class:`~dpcalib.mechanisms.shape.Run`): its records, steps and batches
+        (``b0 = run.b0``, else ``b``), ``lipschitz = run.clip``, ``step_bound = run.clip2`` (None: 1, a clip
+        norm's scale rather than the paper's zeta/n0) and ``run.momentum`` (None: the default).
+
+        Args:
+            run: the run's shape.
+
+        Returns:
+            The mechanism.
+
+        Raises:
+            InputError: if the run's shape is out of range.
+        """
+        s = run.sampling
+        return cls(s.n, run.steps, s.batch_size if run.b0 is None else run.b0, s.batch_size, lipschitz=run.clip,
+                   step_bound=1.0 if run.clip2 is None else run.clip2,
+                   **({} if run.momentum is None else {"momentum": run.momentum}))
 
     def sensitivity(self, release: str, clip=None) -> float:
         """Replace-one sensitivity of the released estimator; the clip norms are the mechanism's

@@ -9,7 +9,7 @@ import math
 
 from .search import loglog_root
 
-__all__ = ["SEARCH_CAP", "CAP_RTOL", "COARSE_RTOL", "COARSE_ATOL", "BIG_POINTS", "BIG_RTOL", "WIDE_RTOL", "pld_scale"]
+__all__ = []
 
 #: memory cap of one composition during the search for the noise: the accountant's own, so that
 #: the search can always run on the grid its report uses

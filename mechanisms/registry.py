@@ -1,8 +1,12 @@
-"""The one registry of the algorithms: everything the other layers and the command line need to
-know about an algorithm by name.  Every list of algorithm names in the project is derived from
-:data:`REGISTRY` (``ALGORITHMS``, ``OPTIMIZERS``, the audits' ``AUDITABLE`` / ``ONE_RUN`` /
-``BATCHABLE``, ``dpcalib train``'s choices, the command line's examples); adding an algorithm is
-one entry here (tests/test_layout.py checks that no other list is written out).
+"""The one registry of the algorithms: what the other layers need to know about an algorithm by name
+(its mechanism, the checks that apply, how its optimizer takes its records and clips).  Every list of
+algorithm names in the project is derived from :data:`REGISTRY` (``ALGORITHMS``, ``OPTIMIZERS``, the
+audits' kinds (``names(audit=...)``), ``dpcalib train``'s choices); adding an algorithm
+is one entry here (tests/test_layout.py checks that no other list is written out).  The command
+line's own facts (the worked examples) live with the command line
+(:mod:`dpcalib.commands.algorithms`), the papers' learning rates and clips with the optimizers
+(``paper_values``); the run's shape is :mod:`.shape`, which each mechanism builds itself from
+(``from_run``).
 
 The reference optimizer is not named here: the optim layer registers its class under the
 algorithm's name (:func:`dpcalib.optim.register_optimizer`), so that this layer and the command line
@@ -11,7 +15,7 @@ never import torch and nothing is imported by a string.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..accountant.validation import InputError
@@ -21,8 +25,9 @@ from .dicesgd import DiceSGD
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .dpsgd import DPSGD
 from .dpsrm import DPSRM
+from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR
 
-__all__ = ["Algorithm", "REGISTRY", "names", "Names", "RegistryView", "ALGORITHMS", "lookup", "register"]
+__all__ = ["REGISTRY", "names", "RegistryView", "lookup"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,6 @@ class Algorithm:
         audit: the audits that apply: ``"llr"``, ``"wor"``, ``"one-run"``.
         batched: whether many audit runs are stacked along a tensor dimension.
         train: how ``dpcalib train`` runs it: ``"clients"``, ``"data-parallel"``, or ``""`` (not).
-        examples: command -> a worked command line.
-        probe: the record probe's defaults (lr and clip options), or None (no probe).
         data: how the optimizer takes its records: ``"clients"``, ``"nodes"`` or ``"dataset"``.
         records: the mechanism field that fixes the records per shard / node / dataset, or None.
         clips: clip option (``c1``, ``c2``, ``clip``) -> the optimizer's keyword.
@@ -48,10 +51,8 @@ class Algorithm:
         warnings: ``(erratum id, text)`` pairs printed with every eps of this algorithm.
         noise_notes: print every noise level the paper names, with the reason where unused.
         no_guarantee: why the algorithm claims no sensitivity at all (empty if it does).
-        train_shape: ``dpcalib train``: mechanism field -> run quantity.
-        train_clips: ``dpcalib train``: optimizer keyword -> run quantity.
-        train_defaults: ``dpcalib train``: run quantity -> its value when not given.
-        engine: the batch samplings the engine's accountant covers, the first the default.
+        engine: the batch samplings the engine's accountant covers (:data:`.shape.SAMPLINGS`), the first
+            the default.
     """
 
     name: str
@@ -63,9 +64,6 @@ class Algorithm:
     batched: bool = False          # many audit runs stacked along a tensor dimension
     train: str = ""                # `dpcalib train`: "clients" (one client per process), "data-parallel"
                                    # (every process holds the data and computes its share of each batch)
-    examples: dict = field(default_factory=dict)   # command -> a worked command line
-    probe: dict | None = None      # the record probe's defaults: lr and the clip options that are not
-                                   # shape options (c1, c2, clip), the papers' values; None: no probe
     # ---- how the reference optimizer takes its records and clip norms (the checks, `train` and the
     # command line build every run from these; no module outside this file branches on a name)
     data: str = "dataset"          # "clients": a list of `clients` shards; "nodes": a list of node tables;
@@ -81,116 +79,41 @@ class Algorithm:
     warnings: tuple = ()           # (erratum id, text): printed with every eps of this algorithm
     noise_notes: bool = False      # print every noise level the paper names, "-" with the reason where unused
     no_guarantee: str = ""         # why the algorithm claims no sensitivity at all (no probe, no calibration)
-    # ---- `dpcalib train` (only where `train` is set): the run's quantities -- rounds, restart_interval,
-    # world (processes), n_min, n (records), batch_size, b0, sampling, rate (b / n, Poisson), shuffle_n and
-    # shuffle_batch (shuffled epochs), epochs, c1, c2 -- onto the mechanism's fields and the optimizer's
-    # keywords; train_defaults fill quantities the command line left out
-    train_shape: dict = field(default_factory=dict)      # mechanism field -> quantity
-    train_clips: dict = field(default_factory=dict)      # optimizer keyword -> quantity
-    train_defaults: dict = field(default_factory=dict)   # quantity -> its value when not given
-    # ---- the engine (dpcalib.optim.PrivacyEngine, a user's own loop): the batch samplings its accountant
-    # covers ("poisson", "wor": fixed size without replacement, "shuffle", "balls-in-bins"), the first the
-    # default; () : none
+    # ---- the engine (dpcalib.optim.PrivacyEngine, a user's own loop) and `dpcalib train`: the batch
+    # samplings its accountant covers (shape.SAMPLINGS), the first the default; () : none.  A trainable
+    # algorithm's mechanism builds itself from the run's shape: `from_run(run)`
     engine: tuple = ()
 
 
-def _ex(**kw) -> dict:
-    return kw
-
-
-def _d2p_examples(name: str) -> dict:
-    """The worked command lines of ClipD2P and ConstD2P: the paper's shape, a one-node audit, a probe."""
-    return _ex(calibrate=f"dpcalib calibrate {name} --epsilon 1 --delta 1e-5 --samples-per-node 2500 --iterations 3500",
-               audit=f"dpcalib audit {name} --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
-                     "--relation replace-one --runs 300",
-               probe=f"dpcalib probe {name} --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20")
-
-
 def _diff2_facts() -> dict:
-    """What DIFF2-GD and DIFF2-BVR-L-SGD share: P clients' shards of at least n_min records, the two
-    clip norms C1 (restart rounds) and C2 (difference rounds), every sigma named, the probe's
-    defaults (the paper's lr and clips)."""
-    return dict(data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"}, noise_notes=True,
-                probe={"lr": 0.125, "c1": 1.0, "c2": 10.0})
+    """What DIFF2-GD and DIFF2-BVR share: P clients' shards of at least n_min records, the two clip norms
+    C1 (restart rounds) and C2 (difference rounds), every sigma named."""
+    return dict(data="clients", records="n_min", clips={"c1": "C1", "c2": "C2"}, noise_notes=True)
 
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dp-gd", DPGD, "DIFF2 (Murata & Suzuki, ICML 2023), DP-GD baseline: Prop. 4.1 with T = 1, u -> 1",
               ("llr",), batched=True, train="clients", data="clients", records="n_min",
-              clips={"c1": "C1"}, noise_notes=True,
-              train_shape={"rounds": "rounds", "clients": "world", "n_min": "n_min"}, train_clips={"C1": "c1"},
-              examples=_ex(
-                  calibrate="dpcalib calibrate dp-gd --epsilon 3 --delta 1e-5 --rounds 2000 --clients 10 --n-min 1651",
-                  audit="dpcalib audit dp-gd --epsilon 2 --delta 1e-5 --rounds 4 --clients 2 --n-min 5 --runs 2000",
-                  probe="dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250"),
-              probe={"lr": 0.125, "c1": 1.0}),
+              clips={"c1": "C1"}, noise_notes=True),
     Algorithm("diff2-gd", DIFF2GD, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithms 1-3, Prop. 4.1",
-              ("llr",), batched=True, train="clients", **_diff2_facts(),
-              train_shape={"rounds": "rounds", "restart_interval": "restart_interval", "clients": "world",
-                           "n_min": "n_min"},
-              train_clips={"C1": "c1", "C2": "c2"}, train_defaults={"c2": 10.0}, examples=_ex(
-                  calibrate="dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
-                            "--clients 10 --n-min 1651 --u 1.25 --method paper",
-                  audit="dpcalib audit diff2-gd --epsilon 2 --delta 1e-5 --rounds 4 --restart-interval 2 --clients 2 "
-                        "--n-min 5 --runs 2000",
-                  probe="dpcalib probe diff2-gd --epsilon 3 --delta 1e-5 --rounds 40 --restart-interval 20 --clients 4 "
-                        "--n-min 250 --c2 0.01")),
+              ("llr",), batched=True, train="clients", **_diff2_facts()),
     Algorithm("diff2-bvr", DIFF2BVR, "DIFF2 (Murata & Suzuki, ICML 2023), Algorithm 4, Prop. E.2",
-              ("wor",), **_diff2_facts(), examples=_ex(
-                  calibrate="dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
-                            "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
-                  audit="dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
-                        "--n-min 4 --local-steps 3 --batch-size 2 --runs 1000",
-                  probe="dpcalib probe diff2-bvr --epsilon 3 --delta 1e-5 --rounds 8 --restart-interval 4 --clients 2 "
-                        "--n-min 500 --local-steps 3 --batch-size 50")),
+              ("wor",), **_diff2_facts()),
     Algorithm("dp-sgd", DPSGD, "Abadi et al. 2016; DPSGD-GC of DiceSGD (Zhang et al.) Algorithm 1, Thm 2.3",
-              ("one-run",), train="data-parallel", clips={"clip": "C"},
-              train_shape={"sampling": "sampling", "sampling_rate": "rate", "steps": "rounds", "n": "shuffle_n",
-                           "batch_size": "shuffle_batch", "epochs": "epochs"},
-              train_clips={"C": "c1"}, engine=("poisson", "shuffle", "balls-in-bins"), examples=_ex(
-                  calibrate="dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
-                  audit="dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
-                  probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),
-              probe={"lr": 0.1, "clip": 1.0}),
+              ("one-run",), train="data-parallel", clips={"clip": "C"}, engine=(POISSON, SHUFFLE, BALLS_IN_BINS)),
     Algorithm("dp-srm", DPSRM, "DP-SRM (Wang, Jayaraman, Evans & Gu), supplement eqs. 2.3, 2.5",
-              ("wor",), train="data-parallel", records="n",
-              train_shape={"n": "n", "steps": "rounds", "b0": "b0", "b": "batch_size", "lipschitz": "c1",
-                           "step_bound": "c2", "momentum": "momentum"},
-              train_defaults={"c2": 1.0}, engine=("wor",), examples=_ex(
-                  calibrate="dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
-                  audit="dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
-                        "--step-bound 1 --runs 200",
-                  probe="dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16"),
-              probe={"lr": 0.1}),
+              ("wor",), train="data-parallel", records="n", engine=(WOR,)),
     Algorithm("dicesgd", DiceSGD, "DiceSGD (Zhang, Bu, Wu & Hong, 2024), Algorithms 2-4, Thm 3.7",
-              ("llr", "one-run"), train="data-parallel", records="N",
-              train_shape={"N": "n", "batch_size": "batch_size", "steps": "rounds", "C1": "c1", "C2": "c2"},
-              train_defaults={"c2": 1.0}, engine=("poisson",),
-              paper_auditable=False, examples=_ex(
-                  calibrate="dpcalib calibrate dicesgd --epsilon 2 --delta 1e-5 --n 50000 --batch-size 1000 "
-                            "--steps 150 --c1 1 --c2 1 --c 1 --method both",
-                  audit="dpcalib audit dicesgd --epsilon 2 --delta 1e-5 --n 20 --batch-size 5 --steps 4 --c1 1 "
-                        "--c2 0.1 --runs 500",
-                  probe="dpcalib probe dicesgd --epsilon 2 --delta 1e-5 --n 1000 --batch-size 50 --steps 20 --c1 1 "
-                        "--c2 1 --c 1"),
-              probe={"lr": 0.1}),
+              ("llr", "one-run"), train="data-parallel", records="N", engine=(POISSON,), paper_auditable=False),
     Algorithm("clipd2p", ClipD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 3, Prop. 2",
-              ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"},
-              examples=_d2p_examples("clipd2p"),
-              probe={"lr": 0.1, "clip": 1.0}),
+              ("llr", "wor"), data="nodes", records="samples_per_node", clips={"clip": "C"}),
     Algorithm("constd2p", ConstD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 2, Prop. 2",
               ("llr",), data="nodes", records="samples_per_node", clips={"clip": "G"},
               clip_enforced=False,
-              warnings=(("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every gradient norm <= G"),),
-              examples=_d2p_examples("constd2p"),
-              probe={"lr": 0.1, "clip": 1.0}),
+              warnings=(("AdaD2P-E2", "G is estimated and not enforced; the eps holds only if every gradient norm <= G"),)),
     Algorithm("adad2p", AdaD2P, "AdaD2P paper (ICLR 2024 submission), Algorithm 1 -- no valid guarantee",
               ("llr",), data="nodes", records="samples_per_node", claimed_by="clipd2p",
-              no_guarantee="its noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1",
-              examples=_ex(
-                  calibrate="dpcalib calibrate adad2p --epsilon 1 --delta 1e-5   (refused: no guarantee)",
-                  audit="dpcalib audit adad2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 --runs 300",
-                  probe="dpcalib probe adad2p ...   (refused: AdaD2P claims no sensitivity)")),
+              no_guarantee="its noise scales with the private gradient itself: no finite guarantee, AdaD2P-E1"),
 )}
 
 
@@ -248,42 +171,6 @@ def names(*, audit: str | None = None, batched: bool | None = None, train: bool 
     return tuple(n for n, a in REGISTRY.items()
                  if (audit is None or audit in a.audit) and (batched is None or a.batched == batched)
                  and (train is None or (bool(a.train) == train if isinstance(train, bool) else a.train == train)))
-
-
-class Names(Sequence):
-    """:func:`names` as a live view: read from the registry at every use, so that an algorithm
-    registered after import is in it too (``AUDITABLE``, ``ONE_RUN``, ``BATCHABLE``, ...).
-
-    Args:
-        **which: the filters of :func:`names` (``audit``, ``batched``, ``train``).
-    """
-
-    def __init__(self, **which):
-        self._which = which
-
-    def _now(self) -> tuple:
-        return names(**self._which)
-
-    def __getitem__(self, i):
-        return self._now()[i]
-
-    def __len__(self):
-        return len(self._now())
-
-    def __contains__(self, name):
-        return name in self._now()
-
-    def __iter__(self):
-        return iter(self._now())
-
-    def __eq__(self, other):
-        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
-
-    def __hash__(self):
-        return hash(self._now())
-
-    def __repr__(self):
-        return repr(self._now())
 
 
 class RegistryView(Mapping):

@@ -20,7 +20,7 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
-__all__ = ["ReleaseSpec", "Mechanism", "PerLayerClip"]
+__all__ = []
 
 
 
@@ -105,7 +105,8 @@ class Mechanism:
       the default; ``"rdp"``: RDP alone); ``options`` the algorithm's own (a budget split).
 
     A subclass defines ``releases`` (a tuple of :class:`ReleaseSpec`), ``sensitivity(release,
-    clip=None)``, ``_event(release, z)``, ``accountant`` and ``calibrate``."""
+    clip=None)``, ``_event(release, z)``, ``accountant`` and ``calibrate``; one that ``dpcalib train``
+    or the engine builds from a run's shape also ``from_run(run)`` (:class:`~dpcalib.mechanisms.shape.Run`)."""
 
     releases: tuple = ()
     #: what one record is (the report's assumptions)

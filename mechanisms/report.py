@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
-__all__ = ["CalibrationReport", "PaperConditionWarning", "paper_warning", "METHODS"]
+__all__ = []
 
 METHODS = ("paper", "tight")
 

@@ -10,8 +10,7 @@ from typing import Callable
 from ..accountant.validation import InputError
 from ..accountant.roots import brentq
 
-__all__ = ["NO_FEASIBLE_NOISE", "PLD_START_RTOL", "start_rtol", "smallest_scale", "COARSE_ORDERS", "tight_scale",
-           "loglog_scale", "loglog_root"]
+__all__ = []
 
 #: tolerance of the RDP-tight noise a PLD calibration starts from: it is only a feasible start and
 #: a note (``rdp_tight_noise``), so its last digits are not worth the fixed-order iterations

@@ -12,7 +12,7 @@ from ..accountant import validation as v
 from .report import METHODS
 from .tighten import calibrate_poisson, check_accountant
 
-__all__ = ["check_target", "check_calibration", "paper_order", "ABADI_ORDERS", "abadi_multiplier"]
+__all__ = []
 
 #: integer orders of DPSGD-E2 (the numerical stand-in for Abadi's unspecified constants)
 ABADI_ORDERS = tuple(range(2, 257)) + (300, 400, 512, 768, 1024)

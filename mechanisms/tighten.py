@@ -15,9 +15,7 @@ from . import pld_search
 from .pld_search import pld_scale
 from .search import NO_FEASIBLE_NOISE, loglog_root, smallest_scale, tight_scale
 
-__all__ = ["calibrate_poisson", "lower_scale", "pld_tighten", "cap_note", "floor_note",
-           "rdp_start", "pld_start", "rdp_tight_text", "check_accountant", "certify", "ACCOUNTANTS", "WOR_START_LABEL",
-           "WOR_START_SUFFIX"]
+__all__ = []
 
 
 def lower_scale(build, target: float, delta: float, scale: float, h: float, lower: float | None,

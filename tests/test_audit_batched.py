@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import dpcalib.mechanisms as M
+from dpcalib.mechanisms.registry import names
 import dpcalib.optim as O
 from dpcalib.optim import audit as A
 from dpcalib.optim.audit import batched as B
@@ -32,7 +33,7 @@ def _builder(name, dtype=torch.float64, noise=None, init_from_seed=False, lr=0.1
     return build, rep
 
 
-@pytest.mark.parametrize("name", B.BATCHABLE)
+@pytest.mark.parametrize("name", names(batched=True))
 def test_batched_and_sequential_statistics_are_the_same_per_run(name):
     build, _ = _builder(name)
     seq = A.llr_samples(build, *CANARIES, runs=24, seed=7, batch=None, progress=False)
@@ -46,7 +47,7 @@ def test_batched_and_sequential_statistics_are_the_same_per_run(name):
         assert np.all(np.isfinite(a)) and 0.25 < np.std(a) < 1.0
 
 
-@pytest.mark.parametrize("name", B.BATCHABLE)
+@pytest.mark.parametrize("name", names(batched=True))
 def test_batched_statistics_in_float32_follow_the_float32_optimizer(name):
     build, _ = _builder(name, dtype=torch.float32)
     seq = A.llr_samples(build, *CANARIES, runs=12, batch=None, progress=False, seed=0)
@@ -89,7 +90,7 @@ def test_batched_audit_input_errors():
     assert not B.supports_batching(sgd(0))
 
 
-@pytest.mark.parametrize("name", B.BATCHABLE)
+@pytest.mark.parametrize("name", names(batched=True))
 def test_reduced_large_audit_is_consistent_and_near_the_claim(name):
     # benchmarks/audit_full_batch.py runs 10^5 runs per dataset (GDP bound >= 0.95 x claimed, benchmarks/results/audit_results.md)
     import sys

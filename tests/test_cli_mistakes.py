@@ -67,12 +67,12 @@ def test_train_refuses_bad_options_before_starting_a_process(capsys, monkeypatch
 
 def test_every_option_has_help_and_a_readable_metavar():
     from dpcalib.commands.algorithms import SPECS
-    from dpcalib.commands.train import _parser
+    from dpcalib.commands.train import parser as train_parser
 
     parsers = [cli._algo_parser(c, a) for c in ("calibrate", "epsilon", "compare") for a in SPECS]
     from dpcalib.commands.account import account_parser
 
-    parsers = parsers + [account_parser(), _parser(ValueError)]
+    parsers = parsers + [account_parser(), train_parser(ValueError)]
     for p in parsers:
         for act in p._actions:
             if act.dest == "help":

@@ -51,9 +51,7 @@ def register_toy():
 
     register(Algorithm(
         NAME, ToyMechanism, "a test: DP-SGD with a damped step", ("one-run",), train="data-parallel",
-        clips={"clip": "C"}, engine=("poisson",), probe={"lr": 0.1, "clip": 1.0},
-        train_shape={"sampling_rate": "rate", "steps": "rounds"}, train_clips={"C": "c1"},
-        examples={"calibrate": f"dpcalib calibrate {NAME} --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150"}))
+        clips={"clip": "C"}, engine=("poisson",)))
     _, cls = _classes()
     return register_optimizer(NAME, cls)
 

@@ -4,7 +4,7 @@ The shape options are the mechanism dataclass's fields (flag ``--field-name``, t
 from the field, help from the class's ``field_help``); the calibration options are the
 ``calibrate`` keywords the class lists in ``calibrate_options`` (default from the signature); the
 noise levels are the positional parameters of the class's ``accountant`` (in that order).  Only
-the worked examples are written here.  Everything is computed on first use, so that importing
+the command line's own facts of each algorithm are written here: the worked examples.  Everything is computed on first use, so that importing
 the CLI stays cheap.
 """
 
@@ -42,6 +42,73 @@ def number(text: str) -> float:
         pass
     raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected a number, or a fraction a/b of two numbers "
                                      "with b != 0")
+
+
+# ---- the command line's facts of each algorithm (the registry, :mod:`dpcalib.mechanisms.registry`, holds
+# the math's) ----------------------------------------------------------------------------------------
+def _d2p(name: str) -> dict:
+    """The worked command lines of ClipD2P and ConstD2P: the paper's shape, a one-node audit, a probe."""
+    return dict(calibrate=f"dpcalib calibrate {name} --epsilon 1 --delta 1e-5 --samples-per-node 2500 --iterations 3500",
+                audit=f"dpcalib audit {name} --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 "
+                      "--relation replace-one --runs 300",
+                probe=f"dpcalib probe {name} --epsilon 1 --delta 1e-5 --samples-per-node 50 --iterations 20")
+
+
+#: algorithm -> command -> a worked command line (an algorithm without one gets "(no standard ...)")
+EXAMPLES = {
+    "dp-gd": dict(
+        calibrate="dpcalib calibrate dp-gd --epsilon 3 --delta 1e-5 --rounds 2000 --clients 10 --n-min 1651",
+        audit="dpcalib audit dp-gd --epsilon 2 --delta 1e-5 --rounds 4 --clients 2 --n-min 5 --runs 2000",
+        probe="dpcalib probe dp-gd --epsilon 3 --delta 1e-5 --rounds 20 --clients 4 --n-min 250"),
+    "diff2-gd": dict(
+        calibrate="dpcalib calibrate diff2-gd --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
+                  "--clients 10 --n-min 1651 --u 1.25 --method paper",
+        audit="dpcalib audit diff2-gd --epsilon 2 --delta 1e-5 --rounds 4 --restart-interval 2 --clients 2 "
+              "--n-min 5 --runs 2000",
+        probe="dpcalib probe diff2-gd --epsilon 3 --delta 1e-5 --rounds 40 --restart-interval 20 --clients 4 "
+              "--n-min 250 --c2 0.01"),
+    "diff2-bvr": dict(
+        calibrate="dpcalib calibrate diff2-bvr --epsilon 3 --delta 1e-5 --rounds 2000 --restart-interval 20 "
+                  "--clients 10 --n-min 1651 --local-steps 5 --batch-size 13",
+        audit="dpcalib audit diff2-bvr --epsilon 8 --delta 1e-5 --rounds 2 --restart-interval 2 --clients 2 "
+              "--n-min 4 --local-steps 3 --batch-size 2 --runs 1000",
+        probe="dpcalib probe diff2-bvr --epsilon 3 --delta 1e-5 --rounds 8 --restart-interval 4 --clients 2 "
+              "--n-min 500 --local-steps 3 --batch-size 50"),
+    "dp-sgd": dict(
+        calibrate="dpcalib calibrate dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.02 --steps 150",
+        audit="dpcalib audit dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --one-run",
+        probe="dpcalib probe dp-sgd --epsilon 2 --delta 1e-5 --sampling-rate 0.05 --steps 20"),
+    "dp-srm": dict(
+        calibrate="dpcalib calibrate dp-srm --epsilon 0.5 --delta 1e-5 --n 49990 --steps 100 --b0 256 --b 64",
+        audit="dpcalib audit dp-srm --epsilon 8 --delta 1e-5 --n 4 --steps 2 --b0 2 --b 2 --momentum 1 "
+              "--step-bound 1 --runs 200",
+        probe="dpcalib probe dp-srm --epsilon 0.5 --delta 1e-5 --n 2000 --steps 30 --b0 64 --b 16"),
+    "dicesgd": dict(
+        calibrate="dpcalib calibrate dicesgd --epsilon 2 --delta 1e-5 --n 50000 --batch-size 1000 "
+                  "--steps 150 --c1 1 --c2 1 --c 1 --method both",
+        audit="dpcalib audit dicesgd --epsilon 2 --delta 1e-5 --n 20 --batch-size 5 --steps 4 --c1 1 "
+              "--c2 0.1 --runs 500",
+        probe="dpcalib probe dicesgd --epsilon 2 --delta 1e-5 --n 1000 --batch-size 50 --steps 20 --c1 1 "
+              "--c2 1 --c 1"),
+    "clipd2p": _d2p("clipd2p"),
+    "constd2p": _d2p("constd2p"),
+    "adad2p": dict(
+        calibrate="dpcalib calibrate adad2p --epsilon 1 --delta 1e-5   (refused: no guarantee)",
+        audit="dpcalib audit adad2p --epsilon 2 --delta 1e-5 --samples-per-node 1 --iterations 1 --runs 300",
+        probe="dpcalib probe adad2p ...   (refused: AdaD2P claims no sensitivity)"),
+}
+
+def example(algorithm: str, command: str) -> str:
+    """The worked command line of ``command`` for ``algorithm``.
+
+    Args:
+        algorithm: a registered algorithm name.
+        command: a command (``"calibrate"``, ``"audit"``, ``"probe"``).
+
+    Returns:
+        The command line, or ``"(no standard COMMAND for ALGORITHM)"``.
+    """
+    return EXAMPLES.get(algorithm, {}).get(command, f"(no standard {command} for {algorithm})")
 
 
 _TYPES = {"int": int, "float": number, "str": str, "bool": bool}
@@ -123,9 +190,7 @@ def spec_of(cls) -> Spec:
     names = [f.name for f in dataclasses.fields(cls)]
     # the count that grows with training, for --curve (none for a mechanism without accountable releases)
     rounds = next((r for r in ROUNDS_FIELDS if r in names), None) if issubclass(cls, Mechanism) else None
-    from ..mechanisms import REGISTRY
-
-    return Spec(tuple(opts), noise, rounds, REGISTRY[cls.name].examples["calibrate"])
+    return Spec(tuple(opts), noise, rounds, example(cls.name, "calibrate"))
 
 
 class _Specs(Mapping):

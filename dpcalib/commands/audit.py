@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .algorithms import build as _build, dumps as _json, fmt as _fmt
 from .common import need_matplotlib, UsageError
+from ..mechanisms.registry import names
 from .limits import MAX_CANARIES, MAX_RUNS, check_int as _check_int, seed_line, training_limits as _training_limits
 
 __all__ = ["run"]
@@ -42,9 +43,9 @@ def run(algorithm: str, args) -> int:
         mech, split = _build(algorithm, args)
         if A.wor_claim(algorithm, mech):
             return _cmd_audit_wor(algorithm, mech, split, args)
-    if algorithm not in A.AUDITABLE:
+    if algorithm not in names(audit="llr"):
         raise UsageError(f"ALGORITHM={algorithm!r} is not allowed for an audit: expected one of "
-                         f"{', '.join(A.AUDITABLE)} (claims that rely on amplification by sampling: use --one-run "
+                         f"{', '.join(names(audit='llr'))} (claims that rely on amplification by sampling: use --one-run "
                          "for dp-sgd and dicesgd)")
     mech, split = _build(algorithm, args)
     entry = REGISTRY[algorithm]
@@ -140,8 +141,8 @@ def _cmd_audit_wor(algorithm: str, mech, split, args) -> int:
 def _cmd_one_run(algorithm: str, args) -> int:
     from ..optim import audit as A
 
-    if algorithm not in A.ONE_RUN:
-        raise UsageError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(A.ONE_RUN)} "
+    if algorithm not in names(audit="one-run"):
+        raise UsageError(f"--one-run is not allowed for {algorithm}: expected one of {', '.join(names(audit='one-run'))} "
                          "(Poisson-sampled optimizers on one dataset)")
     _check_int(args.canaries, "--canaries", 2, MAX_CANARIES, "each canary is a record of the one run")
     if args.plot:

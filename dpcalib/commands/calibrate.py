@@ -8,7 +8,7 @@ import math
 
 from .algorithms import fmt as _fmt
 
-__all__ = ["SIGMAS", "report_dict", "print_report", "run_shape", "ABOVE_TARGET_RTOL"]
+__all__ = ["report_dict", "print_report", "run_shape"]
 
 #: the noise levels of the DIFF2 family, always present in the JSON (null with the reason where unused)
 SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")

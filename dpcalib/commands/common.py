@@ -14,8 +14,9 @@ CONVERSION_REFUSAL = ("--conversion={} is not allowed without --accountant rdp: 
                       "to (eps, delta); the default (best) certifies with exact GDP, the PLD or RDP at the improved "
                       "conversion")
 
-__all__ = ["install_hint", "CONVERSION_REFUSAL", "UsageError", "Parser", "PLOT_FORMATS", "writable_plot", "EXACT",
-           "print_epsilon", "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon", "ProgressBar"]
+__all__ = ["install_hint", "CONVERSION_REFUSAL", "UsageError", "Parser", "writable_plot", "print_epsilon",
+           "need_matplotlib", "accountant_argument", "conversion_argument", "epsilon_of", "finite_epsilon",
+           "ProgressBar"]
 
 
 def install_hint(extra: str) -> str:

@@ -11,7 +11,8 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 
 from __future__ import annotations
 
-from .algorithms import dumps
+from .algorithms import build as build_mechanism, dumps
+from ..mechanisms.shape import POISSON
 from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, seed_help, seed_line, training_limits
 
 from ..accountant.validation import InputError
@@ -34,7 +35,7 @@ def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the papers' value for the algorithm)")
     from ..mechanisms import REGISTRY
 
-    defaults = REGISTRY[algorithm].probe or {}        # the clip options this algorithm's probe takes
+    defaults = REGISTRY[algorithm].clips            # the clip options this algorithm's probe takes
     if "c1" in defaults:
         p.add_argument("--c1", type=float, default=None, help="clip norm C1 of the gradient rounds (default 1)")
     if "c2" in defaults:
@@ -59,14 +60,13 @@ def _fmt(x) -> str:
     return f"{x:.8g}" if isinstance(x, float) else str(x)
 
 
-def run(algorithm: str, args, build_mechanism) -> int:
+def run(algorithm: str, args) -> int:
     """``dpcalib probe ALGORITHM ...``: calibrate, run the record probe and print each release's
     worst move against its claimed sensitivity.
 
     Args:
         algorithm: the registered algorithm name.
         args: the parsed command line.
-        build_mechanism: ``(algorithm, args) -> (mechanism, split)``.
 
     Returns:
         The exit status, 0.
@@ -79,14 +79,14 @@ def run(algorithm: str, args, build_mechanism) -> int:
 
     from ..mechanisms import REGISTRY
 
-    if REGISTRY[algorithm].probe is None:
+    if REGISTRY[algorithm].no_guarantee:
         raise InputError(P.refusal(algorithm))
     n = None
     if REGISTRY[algorithm].records is None:
         # the shape does not fix the records: --n is their number -- the shape of shuffled batches, or
         # (Poisson sampling) only the dataset's size
         n = args.n if getattr(args, "n", None) is not None else 1000
-        if getattr(args, "sampling", None) == "poisson":
+        if getattr(args, "sampling", None) == POISSON:
             args.n = None
     mech, split = build_mechanism(algorithm, args)
     choose_seed(args)

@@ -14,7 +14,7 @@ from .common import ProgressBar
 
 import argparse
 
-__all__ = ["add_arguments", "run_events", "run_algorithm", "ProgressBar", "EXAMPLE"]
+__all__ = ["add_arguments", "run_algorithm", "ProgressBar"]
 
 EXAMPLE = """examples:
   dpcalib report --poisson 0.01:1.0:10000 --delta 1e-5

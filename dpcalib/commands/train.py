@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .algorithms import dumps
 from ..mechanisms.registry import lookup, names
+from ..mechanisms.shape import POISSON
 
 import argparse
 import json
@@ -33,13 +34,21 @@ def _data_parallel() -> tuple:
 
 def _samplings() -> tuple:
     """The batch samplings of the data-parallel algorithms' mechanisms (``field_choices``), Poisson first."""
-    out = {"poisson": None}
+    out = {POISSON: None}
     for name in _data_parallel():
         out.update(dict.fromkeys(getattr(lookup(name).mechanism, "field_choices", {}).get("sampling", ())))
     return tuple(out)
 
 
-def _parser(error_cls):
+def parser(error_cls):
+    """``dpcalib train``'s parser.
+
+    Args:
+        error_cls: the exception class a parse error raises (the CLI's ``UsageError``).
+
+    Returns:
+        The ``argparse`` parser.
+    """
     class P(argparse.ArgumentParser):
         def error(self, message):
             raise error_cls(message)
@@ -60,7 +69,7 @@ def _parser(error_cls):
                    help="dp-sgd: expected Poisson batch B (q = B/N), the shuffled batch b, or the balls-in-bins "
                         "batch b (ceil(N/b) steps an epoch, N/(steps) records on average); dicesgd: B; dp-srm: b")
     p.add_argument("--b0", type=int, default=None, help="dp-srm: the first batch b0 (default 4 b)")
-    p.add_argument("--sampling", choices=_samplings(), default="poisson",
+    p.add_argument("--sampling", choices=_samplings(), default=POISSON,
                    help="dp-sgd's batches: poisson (default), shuffle (each epoch a random permutation cut into "
                         "batches of --batch-size) or balls-in-bins (each epoch every record in one of ceil(N/b) steps, "
                         "chosen at random)")
@@ -173,69 +182,72 @@ def _model(cfg, d_in):
     return nn.Sequential(nn.Linear(d_in, cfg["hidden"]), nn.Softplus(), nn.Linear(cfg["hidden"], 1))
 
 
-def _quantities(cfg, *, n=None, world=None, n_min=None) -> dict:
-    """What this run fixes, by the names of the registry's ``train_shape`` / ``train_clips`` (its
-    ``train_defaults`` fill what the command line left out)."""
-    b, shuffle = cfg["batch_size"], cfg["sampling"] != "poisson"      # shuffled or balls-in-bins epochs
-    q = {"rounds": cfg["rounds"], "restart_interval": cfg["restart_interval"], "world": world, "n_min": n_min,
-         "n": n, "batch_size": b, "sampling": cfg["sampling"], "epochs": cfg["epochs"], "c1": cfg["c1"],
-         "c2": cfg["c2"], "b0": cfg["b0"]}
-    if n is not None and b is not None:
-        q["b0"] = cfg["b0"] if cfg["b0"] is not None else min(n, 4 * b)
-        q["rate"] = None if shuffle else min(1.0, b / n)
-        q["shuffle_n"], q["shuffle_batch"] = (n, b) if shuffle else (None, None)
-    for name, value in lookup(cfg["algorithm"]).train_defaults.items():
-        if q.get(name) is None:
-            q[name] = value
-    return q
-
-
-def train_mechanism(cfg, **where):
-    """``(mechanism, quantities)`` of this run -- ``where``: ``n`` records (data-parallel) or ``world``
-    processes of ``n_min`` records each (one client per process); validates the shape.
+def train_run(cfg, *, n=None, world=None, n_min=None):
+    """The run's shape (:class:`~dpcalib.mechanisms.shape.Run`), typed once from the command line --
+    ``n`` records (data-parallel) or ``world`` processes of ``n_min`` records each (one client per
+    process) -- and its mechanism, built from it (which validates the shape).
 
     Args:
         cfg: the run's configuration (``algorithm`` and the shape options).
-        **where: ``n`` (records, data-parallel) or ``world`` and ``n_min`` (one client per
-            process).
+        n: the records of a data-parallel run, or None.
+        world: the clients (processes) of a one-client-per-process run, or None.
+        n_min: the smallest client's records, or None.
 
     Returns:
-        ``(mechanism, quantities)``: the mechanism instance and the run's quantities (name ->
-        value).
+        ``(mechanism, run)``.
+
+    Raises:
+        InputError: if the algorithm is unknown or the run's shape is out of range.
     """
-    entry, q = lookup(cfg["algorithm"]), _quantities(cfg, **where)
-    return entry.mechanism(**{f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}), q
-
-
-def _optimizer(cfg, model, data, mech, rep, q, O, D):
-    from ..optim.algorithms.registry import optimizer_class
+    from ..mechanisms.shape import Run, Sampling
 
     entry = lookup(cfg["algorithm"])
-    kw = {keyword: q[name] for keyword, name in entry.train_clips.items()}
+    b = cfg["batch_size"]
+    shape = dict(clip=cfg["c1"], clip2=cfg["c2"])
+    if n is None:
+        run = Run(None, cfg["rounds"], clients=world, n_min=n_min, restart_interval=cfg["restart_interval"], **shape)
+    else:
+        # the algorithm's own batches where the command line left Poisson, the default (dp-srm's: without
+        # replacement)
+        kind = cfg["sampling"] if cfg["sampling"] != POISSON else (entry.engine or (POISSON,))[0]
+        run = Run.of(Sampling(kind, n, b), steps=cfg["rounds"], epochs=cfg["epochs"],
+                     b0=cfg["b0"] if cfg["b0"] is not None else min(n, 4 * b), **shape)
+    return entry.mechanism.from_run(run), run
+
+
+def _optimizer(cfg, model, data, mech, rep, run, O, D):
+    from ..optim.algorithms.registry import optimizer_class
+    from ..optim.audit.probe import probe_defaults
+
+    entry = lookup(cfg["algorithm"])
+    # the run's clip norms by the optimizer's keywords; a second clip not given is the paper's (the probe's)
+    clips = {"c1": run.clip, "clip": run.clip,
+             "c2": run.clip2 if run.clip2 is not None else (probe_defaults(cfg["algorithm"]) or {}).get("c2")}
+    kw = {keyword: clips[option] for option, keyword in entry.clips.items()}
     return D.on_ranks(optimizer_class(cfg["algorithm"]))(model, O.squared_loss, data, mech, rep, lr=cfg["lr"],
                                                          seed=cfg["seed"], secure_mode=cfg["secure_mode"], **kw)
 
 
 def _one_dataset(cfg, data, D, O):
     x, y = data.train
-    mech, q = train_mechanism(cfg, n=x.shape[0])
+    mech, run = train_run(cfg, n=x.shape[0])
     rep = mech.calibrate(cfg["epsilon"], cfg["delta"], method="tight")
-    return _optimizer(cfg, _model(cfg, x.shape[1]), (x, y), mech, rep, q, O, D), rep
+    return _optimizer(cfg, _model(cfg, x.shape[1]), (x, y), mech, rep, run, O, D), rep
 
 
 def _clients(cfg, data, world, rank, O, D):
     shard = data.shards(world)[rank]
-    mech, q = train_mechanism(cfg, world=world, n_min=data.n_min(world))
+    mech, run = train_run(cfg, world=world, n_min=data.n_min(world))
     rep = mech.calibrate(cfg["epsilon"], cfg["delta"], method="tight")
-    return _optimizer(cfg, _model(cfg, shard[0].shape[1]), shard, mech, rep, q, O, D), rep
+    return _optimizer(cfg, _model(cfg, shard[0].shape[1]), shard, mech, rep, run, O, D), rep
 
 
-def run(argv, error_cls) -> int:
+def run(a, error_cls) -> int:
     """``dpcalib train ALGORITHM ...``: check the options and data, run ``--world-size`` local
     processes, print (or ``--json``) the noise, metrics and eps spent.
 
     Args:
-        argv: the arguments after ``dpcalib train``.
+        a: the parsed command line (:func:`parser`'s).
         error_cls: the exception class a refusal raises (the CLI's ``UsageError``).
 
     Returns:
@@ -245,16 +257,15 @@ def run(argv, error_cls) -> int:
         error_cls: if an option, the data or the run's shape is not allowed, or a worker process
             failed (the message names each rank's error).
     """
-    a = _parser(error_cls).parse_args(argv)
     if a.world_size < 1:
         raise error_cls(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
     if a.resume and not a.checkpoint:
         raise error_cls("--resume is not allowed without --checkpoint PATH")
     entry = lookup(a.algorithm)
-    if entry.train == "clients" and "restart_interval" not in entry.train_shape and a.restart_interval != 1:
+    if entry.train == "clients" and not _has(entry, "restart_interval") and a.restart_interval != 1:
         raise error_cls(f"--restart-interval={a.restart_interval} is not allowed for {a.algorithm}: expected 1")
     _check_shape_options(a, error_cls)
-    if "restart_interval" in entry.train_shape and a.restart_interval == 1:
+    if _has(entry, "restart_interval") and a.restart_interval == 1:
         raise error_cls(f"--restart-interval=1 is not allowed for {a.algorithm}: every round would be a restart, "
                         "i.e. the run would be dp-gd (dpcalib train dp-gd), so give an interval >= 2 (the paper: "
                         "0.01 R)")
@@ -293,12 +304,12 @@ def run(argv, error_cls) -> int:
         if a.batch_size is not None and a.batch_size > n_records:
             raise error_cls(f"--batch-size={a.batch_size} is not allowed: expected an integer in [1, {n_records}] "
                             f"(the training split of --data={a.data!r} holds {n_records} records)")
-        train_mechanism(cfg, n=n_records)
+        train_run(cfg, n=n_records)
     else:
         if n_records < a.world_size:
             raise error_cls(f"--world-size={a.world_size} is not allowed: expected at most {n_records} (one shard "
                             f"of --data={a.data!r} per client, {n_records} training records)")
-        train_mechanism(cfg, world=a.world_size, n_min=1)
+        train_run(cfg, world=a.world_size, n_min=1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -424,13 +435,13 @@ def _check_shape_options(a, error_cls) -> None:
         if a.batch_size is None:
             raise error_cls(f"--batch-size is required for {a.algorithm}")
         entry = lookup(a.algorithm)
-        shuffles = "sampling" in entry.train_shape      # its mechanism accounts other samplings than Poisson
+        shuffles = _has(entry, "sampling")      # its mechanism accounts other samplings than Poisson
         accounted = getattr(entry.mechanism, "field_choices", {}).get("sampling", ())
-        if a.sampling != "poisson" and a.sampling not in accounted:
+        if a.sampling != POISSON and a.sampling not in accounted:
             raise error_cls(f"--sampling {a.sampling} is not allowed for {a.algorithm}: only "
-                            f"{', '.join(n for n in names(train=True) if 'sampling' in lookup(n).train_shape)} "
+                            f"{', '.join(n for n in names(train=True) if _has(lookup(n), 'sampling'))} "
                             f"has a {a.sampling} accountant")
-        if shuffles and a.sampling != "poisson":
+        if shuffles and a.sampling != POISSON:
             if a.epochs is None or a.rounds is not None:
                 raise error_cls(f"--sampling {a.sampling} takes --epochs E and not --rounds (the steps follow from N, "
                                 "b, E)")
@@ -445,8 +456,15 @@ def _check_shape_options(a, error_cls) -> None:
         if getattr(a, name) is not None:
             raise error_cls(f"--{name.replace('_', '-')} is not allowed for {a.algorithm}: one client per process, "
                             "full batch")
-    if a.sampling != "poisson":
+    if a.sampling != POISSON:
         raise error_cls(f"--sampling is not allowed for {a.algorithm}")
+
+
+def _has(entry, field: str) -> bool:
+    """Whether the algorithm's mechanism has the shape field ``field``."""
+    import dataclasses
+
+    return field in {f.name for f in dataclasses.fields(entry.mechanism)}
 
 
 def _is_number(t: str) -> bool:

@@ -38,12 +38,11 @@ from ..clipping.per_example import PerExample
 from ..run.runner import Runner
 from ..tensors import flat
 from ..data.sampling import Sampler
-from ..randomness import (RunStreams, gaussian_release, is_secure, node_seeds, note_restored, standard_normal,
+from ..randomness import (RunStreams, gaussian_release, is_secure, note_restored, standard_normal,
                           stream_seeds, uniform)
 from ..run.transport import ONE_PROCESS
 
-__all__ = ["Release", "NoiseSource", "PrivateOptimizer", "squared_loss", "cross_entropy_loss", "accuracy", "split_public", "stream_seeds", "node_seeds",
-           "check_clip", "check_lr"]
+__all__ = ["Release", "NoiseSource", "split_public", "stream_seeds"]
 
 
 def squared_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -484,6 +483,9 @@ class PrivateOptimizer:
 
     #: does the update add a regulariser's gradient to its direction (see ``regularizer``)?
     supports_regularizer = False
+    #: the paper's learning rate and clip norms (by clip option: ``c1``, ``c2``, ``clip``) where they are not
+    #: 0.1 and 1
+    paper_values: dict = {}
 
     def __init__(self, model: nn.Module, loss_fn, *, mechanism, noise, seed: int | None = None,
                  secure_mode: bool = False, record: bool = False, record_noise: bool = True,

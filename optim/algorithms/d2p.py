@@ -39,7 +39,7 @@ from ..clipping.points import point_grads
 from ..clipping.precision import exact_float32
 from ..run.graph import VARIANTS
 
-__all__ = ["ClipD2P", "ConstD2P", "AdaD2P"]
+__all__ = []
 
 
 class _Decentralized(PrivateOptimizer):

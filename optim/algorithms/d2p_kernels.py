@@ -17,7 +17,7 @@ import torch
 from ..clipping.points import clipped_point_sums
 from .kernels import Kernel, Queries
 
-__all__ = ["NodeQueries", "D2PKernel"]
+__all__ = []
 
 
 class NodeQueries(Queries):

@@ -26,7 +26,7 @@ from ..randomness import uniform
 from .core import PrivateOptimizer, check_clip, check_lr
 from .diff2_kernels import DIFF2Kernel, LocalStepKernel, ShardQueries
 
-__all__ = ["DPGD", "DIFF2GD", "DIFF2BVR"]
+__all__ = ["DIFF2GD", "DIFF2BVR"]
 
 
 def _shards(shards, clients: int, here: list, n_min: int, to) -> dict:
@@ -100,6 +100,7 @@ class DIFF2GD(PrivateOptimizer):
     name = "diff2-gd"
     _mechanism_types = (M.DIFF2GD,)
     supports_regularizer = True
+    paper_values = {"lr": 0.125, "c2": 10.0}
     #: T = 1 makes every round a restart round: the run would silently be DP-GD
     refuses_dp_gd = True
 
@@ -235,6 +236,7 @@ class DPGD(DIFF2GD):
 
     refuses_dp_gd = False
     name = "dp-gd"
+    paper_values = {"lr": 0.125}
     _mechanism_types = (M.DPGD, M.DIFF2GD)
 
     def __init__(self, model, loss_fn, shards, mechanism, noise, *, C1: float, lr: float, **kwargs):

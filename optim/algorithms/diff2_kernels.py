@@ -21,7 +21,7 @@ from ...accountant.validation import InputError
 from ..tensors import flat
 from .kernels import Kernel, Queries
 
-__all__ = ["step_length", "ShardQueries", "DIFF2Kernel", "LocalStepKernel"]
+__all__ = []
 
 
 def step_length(cur: dict, before: dict, lr: float, r: int) -> float:

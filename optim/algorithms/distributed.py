@@ -21,9 +21,7 @@ from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD
 from .sgd import DPSGD, DPSRM, DiceSGD
 
-__all__ = ["init_process_group", "shutdown", "abandon", "DistributedRunError",  # the process helpers, for one import
-           "on_ranks", "DistributedDIFF2GD", "DistributedDIFF2BVR", "DistributedClipD2P", "DistributedConstD2P",
-           "DistributedAdaD2P", "DistributedDPSGD", "DistributedDPSRM", "DistributedDiceSGD"]
+__all__ = ["init_process_group", "shutdown", "abandon", "DistributedRunError", "on_ranks"]
 
 
 def _one_pair(data, name: str):

@@ -23,7 +23,7 @@ import torch
 
 from ..clipping.paths import clip_factors
 
-__all__ = ["Queries", "RecordQueries", "Kernel", "DPSGDKernel", "DiceSGDKernel", "DPSRMKernel"]
+__all__ = ["Queries"]
 
 
 class Queries:
@@ -215,16 +215,15 @@ class Kernel:
         raise NotImplementedError                                       # pragma: no cover - abstract
 
     @classmethod
-    def for_run(cls, mechanism, levels: dict, *, n: int, clip: float, dim: int, device, dtype) -> "Kernel":
-        """The kernel of a run of ``mechanism`` on ``n`` records at ``levels`` (``clip``: the
-        per-record clip norm the user asked for, where the mechanism does not fix it).
+    def for_run(cls, mechanism, levels: dict, *, run, dim: int, device, dtype) -> "Kernel":
+        """The kernel of ``run`` (:class:`dpcalib.mechanisms.shape.Run`, the shape ``mechanism`` was built
+        from) at ``levels``: its clip norm where the mechanism does not fix it, its public number of records
+        N (the engine's ``dataset_size``: a normaliser is read from it and the mechanism, never from the data).
 
         Args:
-            mechanism: the run's mechanism (of this kernel's algorithm).
+            mechanism: the run's mechanism (of this kernel's algorithm), ``from_run(run)``.
             levels: the noise levels, a dict as a calibration's ``noise``.
-            n: the run's public number of records N, >= 1 (the engine's ``dataset_size``): a normaliser is
-                read from it and the mechanism, never from the data.
-            clip: the per-record clip norm the user asked for.
+            run: the run's shape (``run.clip``: the per-record clip norm the user asked for).
             dim: the number of parameter coordinates.
             device: the device of the kernel's state.
             dtype: the dtype of the kernel's state.
@@ -275,21 +274,20 @@ class DPSGDKernel(Kernel):
         self.clip = self.C
 
     @classmethod
-    def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
-        """A DP-SGD kernel with ``C = clip`` and ``B`` the expected batch size: ``q n`` when Poisson (``b`` at
-        ``q = b / n``), else the mechanism's ``expected_batch_size``; ``n`` is the public N, so that ``B``, the
-        divisor of the noisy sum, is the same on neighbouring datasets.
+    def for_run(cls, mechanism, levels, *, run, dim, device, dtype):
+        """A DP-SGD kernel with ``C = run.clip`` and ``B`` the expected batch size: ``q N`` when Poisson (``b`` at
+        ``q = b / N``), else the mechanism's ``expected_batch_size``; ``N`` is the run's public N, so that ``B``,
+        the divisor of the noisy sum, is the same on neighbouring datasets.
 
         Args:
             mechanism: the run's mechanism (a DP-SGD mechanism).
-            clip: the per-record clip norm the user asked for, >= 0 (the kernel's C).
-            levels, n, dim, device, dtype: as :meth:`Kernel.for_run`.
+            levels, run, dim, device, dtype: as :meth:`Kernel.for_run`.
 
         Returns:
             The kernel.
         """
-        B = mechanism.expected_batch_size if mechanism.epoch_wise else mechanism.sampling_rate * n
-        return cls(mechanism, levels, C=clip, B=B)
+        B = mechanism.expected_batch_size if mechanism.epoch_wise else mechanism.sampling_rate * run.sampling.n
+        return cls(mechanism, levels, C=run.clip, B=B)
 
     def asks(self, first):
         """One clipped sum at C.
@@ -355,12 +353,12 @@ class DiceSGDKernel(Kernel):
         self.e = torch.zeros(dim, device=device, dtype=dtype)
 
     @classmethod
-    def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype, stabilizer: float = 0.01):
-        """A DiceSGD kernel at the mechanism's clips (``clip`` and ``n`` are not used: the calibration fixes them).
+    def for_run(cls, mechanism, levels, *, run, dim, device, dtype, stabilizer: float = 0.01):
+        """A DiceSGD kernel at the mechanism's clips (``C1`` is ``run.clip``, set by ``from_run``).
 
         Args:
             mechanism: the run's mechanism (a DiceSGD mechanism).
-            levels, n, clip, dim, device, dtype: as :meth:`Kernel.for_run` (``clip`` ignored).
+            levels, run, dim, device, dtype: as :meth:`Kernel.for_run`.
             stabilizer: the automatic clip's stabilizer, > 0 (used only when ``mechanism.automatic``).
 
         Returns:
@@ -436,12 +434,13 @@ class DPSRMKernel(Kernel):
         self.v = None
 
     @classmethod
-    def for_run(cls, mechanism, levels, *, n, clip, dim, device, dtype):
-        """A DP-SRM kernel at the mechanism's ``lipschitz`` and ``step_bound`` clips (``clip`` is not used).
+    def for_run(cls, mechanism, levels, *, run, dim, device, dtype):
+        """A DP-SRM kernel at the mechanism's ``lipschitz`` and ``step_bound`` clips (``run.clip`` and
+        ``run.clip2``, set by ``from_run``).
 
         Args:
             mechanism: the run's mechanism (a DP-SRM mechanism).
-            levels, n, clip, dim, device, dtype: as :meth:`Kernel.for_run` (``clip`` ignored).
+            levels, run, dim, device, dtype: as :meth:`Kernel.for_run`.
 
         Returns:
             The kernel, with no ``v`` yet.

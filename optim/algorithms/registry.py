@@ -14,8 +14,7 @@ from .d2p import AdaD2P, ClipD2P, ConstD2P
 from .diff2 import DIFF2BVR, DIFF2GD, DPGD
 from .sgd import DPSGD, DPSRM, DiceSGD
 
-__all__ = ["OPTIMIZERS", "optimizer_class", "register_optimizer", "squared_loss", "DPGD", "DIFF2GD",
-           "DIFF2BVR", "DPSGD", "DPSRM", "DiceSGD", "ClipD2P", "ConstD2P", "AdaD2P"]
+__all__ = ["optimizer_class", "squared_loss"]
 
 #: the papers' algorithms: registry name -> reference optimizer class (fixed)
 _BUILT_IN: dict = {cls.name: cls for cls in (DPGD, DIFF2GD, DIFF2BVR, DPSGD, DPSRM, DiceSGD,

@@ -22,7 +22,7 @@ from .kernels import DiceSGDKernel, DPSGDKernel, DPSRMKernel, RecordQueries
 from ..clipping.paths import clip_factors
 from ..data.sampling import bin_batches
 
-__all__ = ["DPSGD", "DPSRM", "DiceSGD"]
+__all__ = []
 
 
 class _OneDataset(PrivateOptimizer):

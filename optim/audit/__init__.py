@@ -20,10 +20,10 @@ from .bounds import (CONFIDENCE, AuditReport, CurveCheck, curve_check, epsilon_l
 from .canaries import GradientCanary, ManyCanaries, WORCoupling, plant
 from .drivers import (CANARY_NORM, DEFAULT_BATCH, OneRunReport, audit, audit_poisson, audit_wor, llr_samples,
                       one_run_audit, plot_audit, audit_figure, spent_tradeoff)
-from .harnesses import AUDITABLE, ONE_RUN, harness, one_run_harness, wor_claim, wor_harness
+from .harnesses import harness, one_run_harness, wor_claim, wor_harness
 from .lockstep import alternating, constant, pair_llr, release_llr, run_pair, wor_llr, zero
 from .noise_tests import NoiseKSTest, NoisePooledTest, NoiseStdTest, noise_ks_test, noise_pooled_test, noise_std_test
-from .probe import (PROBE_DEFAULTS, SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, measure, pairs, probe_harness,
+from .probe import (SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, measure, pairs, probe_harness,
                     record_probe, sensitivity_probe)
 from .replay import ReplaySource
 from .scores import ScoresAudit, epsilon_from_guesses, epsilon_from_scores
@@ -31,16 +31,6 @@ from .steps import (EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim
                     noise_test_step, probe_step, sampler_test)
 from ...accountant import TradeOffCurve
 
-__all__ = [
-    "CONFIDENCE", "AuditReport", "CurveCheck", "curve_check", "epsilon_lower_bounds", "gdp_thresholds", "heldout_curve_check",
-    "heldout_lower_bound", "one_run_epsilon", "one_run_p_value", "GradientCanary", "ManyCanaries", "WORCoupling",
-    "plant", "CANARY_NORM", "DEFAULT_BATCH", "OneRunReport", "ProbeReport", "audit", "audit_poisson", "audit_wor",
-    "llr_samples", "one_run_audit", "plot_audit", "audit_figure", "sensitivity_probe", "spent_tradeoff", "AUDITABLE", "ONE_RUN",
-    "harness", "one_run_harness", "wor_claim", "wor_harness", "alternating", "constant", "pair_llr", "release_llr",
-    "run_pair", "wor_llr", "zero", "NoiseKSTest", "NoiseStdTest", "noise_ks_test", "noise_std_test",
-    "NoisePooledTest", "noise_pooled_test",
-    "PROBE_DEFAULTS", "SLACK_ULPS", "Move", "measure", "Pair", "RecordProbeReport", "pairs", "probe_harness", "record_probe",
-    "ReplaySource", "TradeOffCurve", "ScoresAudit", "epsilon_from_scores", "epsilon_from_guesses", "PrivateStep",
-    "StepClaim", "FunctionStep", "EngineStep", "OpacusStep", "StepReport", "check_step", "probe_step", "noise_test_step",
-    "audit_step", "sampler_test",
-]
+__all__ = ["audit", "audit_wor", "one_run_audit", "plot_audit", "harness",
+           "one_run_harness", "wor_claim", "wor_harness", "noise_ks_test", "noise_std_test", "noise_pooled_test",
+           "PrivateStep", "StepClaim", "FunctionStep", "check_step", "probe_step", "audit_step", "sampler_test"]

@@ -37,7 +37,7 @@ import math
 import torch
 
 from ...accountant.validation import InputError
-from ...mechanisms.registry import Names
+from ...mechanisms.registry import names
 from ..algorithms.core import split_public, stream_seeds
 from ..algorithms.kernels import Queries
 from ..tensors import flat
@@ -47,10 +47,7 @@ from ..clipping.paths import clip_factors
 from ..clipping.points import clipped_point_sums, point_grads
 from ..clipping.precision import DIFFERENCE_DTYPE, widened
 
-__all__ = ["supports_batching", "batched_llr", "BATCHABLE"]
-
-#: optimizers whose audit runs can be batched (full-batch releases, no sampling)
-BATCHABLE = Names(batched=True)
+__all__ = ["supports_batching"]
 
 
 def supports_batching(opt) -> bool:
@@ -233,7 +230,7 @@ def batched_llr(build, canary_d, canary_dprime, seeds, truth_is_d, *, holder: in
             template = build(chunk[0])
             if not supports_batching(template):
                 raise InputError(f"the audited optimizer ({template.name}) is not allowed in a batched audit: "
-                                 f"expected one of {BATCHABLE} on one process (pass batch=None for the "
+                                 f"expected one of {names(batched=True)} on one process (pass batch=None for the "
                                  "sequential audit).")
             last = build(chunk[-1])
             if not all(torch.equal(x, y) for x, y in zip(template.params().values(), last.params().values())):

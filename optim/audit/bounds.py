@@ -20,8 +20,7 @@ def _stats():
     return stats
 
 
-__all__ = ["CONFIDENCE", "epsilon_lower_bounds", "audit_power", "AuditReport", "CurveCheck", "curve_check",
-           "gdp_thresholds", "heldout_lower_bound", "heldout_curve_check", "one_run_p_value", "one_run_epsilon"]
+__all__ = []
 
 #: the confidence of every audit's bounds unless told otherwise (many-run, without replacement, one-run, a step's,
 #: anyone's scores)

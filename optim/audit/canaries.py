@@ -33,7 +33,7 @@ from ..clipping.paths import clip_factors
 from ..clipping.per_example import PerExample
 from ..data.sampling import Sampler
 
-__all__ = ["GradientCanary", "ManyCanaries", "WORCoupling", "plant"]
+__all__ = []
 
 
 def _key(t: torch.Tensor) -> bytes:

@@ -50,12 +50,11 @@ from .bounds import (CONFIDENCE, AuditReport, curve_check, epsilon_lower_bounds,
                      heldout_lower_bound, one_run_epsilon)
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
-from .harnesses import ONE_RUN
+from ...mechanisms.registry import names
 from .lockstep import choose_seed, follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
 
-__all__ = ["LLRSamples", "llr_samples", "spent_tradeoff", "plot_audit", "audit_figure", "audit_wor",
-           "OneRunReport", "one_run_audit", "audit", "audit_poisson", "DEFAULT_BATCH", "CANARY_NORM"]
+__all__ = []
 
 
 def plot_audit(report: AuditReport, path) -> None:
@@ -522,7 +521,7 @@ def one_run_audit(build, *, canaries: int, claimed_epsilon: float, delta: float,
     seed = choose_seed(seed)
     opt = build(seed)
     d = sum(p.numel() for p in opt.model.parameters())
-    if opt.name not in ONE_RUN:
+    if opt.name not in names(audit="one-run"):
         raise InputError(f"the optimizer ({opt.name}) is not allowed for a one-run audit: expected a Poisson-sampled "
                          "optimizer on one dataset (dp-sgd, dicesgd).")
     integral = isinstance(canaries, numbers.Integral) and not isinstance(canaries, bool)

@@ -19,8 +19,7 @@ from .canaries import WORCoupling, plant
 from .replay import ReplaySource
 from ..randomness import check_seed
 
-__all__ = ["gaussian_llr", "zero", "constant", "alternating", "lead_run", "follow_run", "run_pair", "release_llr", "pair_llr", "wor_llr",
-           "logaddexp", "choose_seed"]
+__all__ = []
 
 
 # ---- canaries ----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from ...accountant.validation import InputError
 
-__all__ = ["NoiseStdTest", "noise_std_test", "NoiseKSTest", "noise_ks_test", "NoisePooledTest", "noise_pooled_test"]
+__all__ = []
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,13 @@ from dataclasses import dataclass
 import torch
 
 from ...accountant.validation import InputError
-from ...mechanisms import REGISTRY
+from ...mechanisms import REGISTRY, lookup
 from .lockstep import alternating, choose_seed, constant, run_pair, zero
 from .replay import ReplaySource
 from ..algorithms.d2p import NoGuarantee
 from ..data.sampling import ForcedRecord
 
-__all__ = ["Pair", "pairs", "record_probe", "sensitivity_probe", "RecordProbeReport", "ProbeReport", "Move", "measure",
-           "SLACK_ULPS", "PROBE_DEFAULTS", "probe_harness"]
+__all__ = ["record_probe", "SLACK_ULPS", "probe_defaults", "probe_harness"]
 
 #: the float slack of a move, in units of eps(dtype) * (||q_D|| + ||q_D'||)
 SLACK_ULPS = 64
@@ -433,9 +432,26 @@ def _relation(opt) -> str:
 
 
 # ---- the standard probe of each algorithm (CLI and docs) ---------------------------------------------
-#: per algorithm: the learning rate and the clip norms that are not shape options (the papers' values),
-#: from the one registry (``dpcalib.mechanisms.REGISTRY``)
-PROBE_DEFAULTS = {name: dict(a.probe) for name, a in REGISTRY.items() if a.probe is not None}
+def probe_defaults(algorithm: str) -> dict | None:
+    """The standard probe's defaults of ``algorithm`` (the papers' values): ``lr`` and each clip option of
+    its optimizer (``c1``, ``c2``, ``clip``; the registry's ``clips``): 0.1 and 1 unless the optimizer's
+    ``paper_values`` says otherwise.
+
+    Args:
+        algorithm: a registered algorithm name.
+
+    Returns:
+        ``{"lr": ..., clip option: ...}``, or None where the algorithm claims no sensitivity (no probe).
+
+    Raises:
+        InputError: if ``algorithm`` is not registered.
+    """
+    entry = lookup(algorithm)
+    if entry.no_guarantee:
+        return None
+    from ..algorithms.registry import optimizer_class
+
+    return {"lr": 0.1, **dict.fromkeys(entry.clips, 1.0), **optimizer_class(algorithm).paper_values}
 
 
 def refusal(algorithm: str) -> str:
@@ -451,7 +467,7 @@ def refusal(algorithm: str) -> str:
     if entry is not None and entry.no_guarantee:
         return (f"ALGORITHM={algorithm!r} is not allowed for a sensitivity probe: it claims no sensitivity "
                 f"({entry.no_guarantee})")
-    probed = ", ".join(name for name, a in REGISTRY.items() if a.probe is not None)
+    probed = ", ".join(name for name, a in REGISTRY.items() if not a.no_guarantee)
     return f"ALGORITHM={algorithm!r} is not allowed for a probe: expected one of {probed}"
 
 
@@ -519,9 +535,9 @@ def probe_harness(algorithm: str, mechanism, noise, *, n: int = 1000, hidden: in
     from ..algorithms.registry import optimizer_class, squared_loss
 
     entry = REGISTRY.get(algorithm) if isinstance(algorithm, str) else None
-    if entry is None or entry.probe is None:
+    if entry is None or entry.no_guarantee:
         raise InputError(refusal(algorithm))
-    opts = {**entry.probe, **{k: v for k, v in (clips or {}).items() if v is not None}}
+    opts = {**probe_defaults(algorithm), **{k: v for k, v in (clips or {}).items() if v is not None}}
     if lr is not None:
         opts["lr"] = lr
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:

@@ -15,7 +15,7 @@ import torch
 from ...accountant.validation import InputError
 from ..algorithms.core import NoiseSource, split_public
 
-__all__ = ["ReplaySource"]
+__all__ = []
 
 
 class ReplaySource(NoiseSource):

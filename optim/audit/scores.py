@@ -27,7 +27,7 @@ from ...accountant import gdp_mu
 from ...accountant.validation import InputError
 from .bounds import CONFIDENCE, audit_power, epsilon_lower_bounds, heldout_lower_bound, one_run_epsilon
 
-__all__ = ["ScoresAudit", "epsilon_from_scores", "epsilon_from_guesses", "STATISTICS"]
+__all__ = []
 
 STATISTICS = ("llr", "any")
 

@@ -33,17 +33,17 @@ import torch
 
 from ...accountant import gdp_epsilon
 from ...accountant.validation import InputError, integer
+from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR, SAMPLINGS as RUN_SAMPLINGS
 from ..algorithms.core import Release
 from .bounds import CONFIDENCE
 from .noise_tests import noise_ks_test, noise_std_test
 from .probe import measure
 from .scores import epsilon_from_scores
 
-__all__ = ["StepClaim", "PrivateStep", "FunctionStep", "EngineStep", "OpacusStep", "probe_step", "noise_test_step",
-           "audit_step", "sampler_test", "check_step", "StepReport", "SamplerReport", "RELATIONS", "SAMPLINGS"]
+__all__ = []
 
 RELATIONS = ("add/remove", "replace-one")
-SAMPLINGS = ("poisson", "wor", "shuffle", "balls-in-bins", "full batch")
+SAMPLINGS = (*RUN_SAMPLINGS, "full batch")
 #: the probe's added canaries: a record's features times these (their gradients' norms sweep
 #: orders of magnitude, so that some lands near any clip norm and some far above it)
 CANARY_SCALES = (1e3, -1e3, 1e2, -1e2, 10.0, -10.0, 3.0, -3.0, 0.3, -0.3, 0.1, -0.1, 0.03, 0.01)
@@ -73,7 +73,7 @@ class StepClaim:
     sensitivity: float
     noise_std: float
     relation: str = "add/remove"
-    sampling: str = "poisson"
+    sampling: str = POISSON
     sample_rate: float | None = None
     batch_size: int | None = None
 
@@ -86,7 +86,7 @@ class StepClaim:
             raise InputError(f"relation={self.relation!r} is not allowed: expected one of {', '.join(RELATIONS)}.")
         if self.sampling not in SAMPLINGS:
             raise InputError(f"sampling={self.sampling!r} is not allowed: expected one of {', '.join(SAMPLINGS)}.")
-        if self.sampling in ("poisson", "balls-in-bins") and self.sample_rate is not None \
+        if self.sampling in (POISSON, BALLS_IN_BINS) and self.sample_rate is not None \
                 and not 0.0 < self.sample_rate <= 1.0:
             raise InputError(f"sample_rate={self.sample_rate!r} is not allowed: expected a number in (0, 1].")
 
@@ -183,12 +183,12 @@ class EngineStep(PrivateStep):
         kind = k.kind(optimizer.round == 0)
         m = optimizer.mechanism
         spec = m.release(kind)
-        sampling = {"Poisson": "poisson", "fixed size without replacement": "wor"}.get(spec.sampling, "full batch")
+        sampling = {"Poisson": POISSON, "fixed size without replacement": WOR}.get(spec.sampling, "full batch")
         rate = getattr(m, "sampling_rate", None)
         if getattr(m, "shuffled", False):
-            sampling = "shuffle"
+            sampling = SHUFFLE
         if getattr(m, "balls_in_bins", False):
-            sampling, rate = "balls-in-bins", 1.0 / m.steps_per_epoch
+            sampling, rate = BALLS_IN_BINS, 1.0 / m.steps_per_epoch
         self.claim = StepClaim(float(m.sensitivity(kind, k.clip) if spec.scale == "clip" else m.sensitivity(kind)),
                                float(k.std(kind)), "add/remove" if spec.relation in ("add/remove", "zero-out")
                                else "replace-one", sampling, rate, getattr(m, "batch_size", None))
@@ -230,7 +230,7 @@ class OpacusStep(PrivateStep):
             raise InputError("optimizer is not allowed: expected Opacus's DPOptimizer.")
         self.module, self.optimizer, self.criterion = module, optimizer, criterion
         C, z = float(optimizer.max_grad_norm), float(optimizer.noise_multiplier)
-        self.claim = StepClaim(C, z * C, "add/remove", "poisson", sample_rate)
+        self.claim = StepClaim(C, z * C, "add/remove", POISSON, sample_rate)
 
     def release(self, batch, *, noise, generator):
         """Forward, backward and Opacus's ``pre_step`` on ``batch``; the noisy sum read back from ``.grad``.
@@ -530,7 +530,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
                 break
         if len(sizes) == before:
             raise InputError("data_loader is not allowed: it produced no batch.")
-    if claim.sampling in ("poisson", "balls-in-bins"):
+    if claim.sampling in (POISSON, BALLS_IN_BINS):
         q = claim.sample_rate
         if q is None:
             raise InputError(f"claim.sample_rate is required to test a {claim.sampling} claim.")
@@ -556,7 +556,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
             exp[-1] += acc_e
         p = float(stats.chisquare(obs, [e * sum(obs) / sum(exp) for e in exp]).pvalue) if len(obs) > 1 else 0.0
         passed = p >= level
-        note = f"{'Poisson' if claim.sampling == 'poisson' else 'balls-in-bins'}(q = {q:g}) claimed; sizes mean {sum(sizes) / len(sizes):.4g} (expected {n * q:.4g}), " \
+        note = f"{'Poisson' if claim.sampling == POISSON else BALLS_IN_BINS}(q = {q:g}) claimed; sizes mean {sum(sizes) / len(sizes):.4g} (expected {n * q:.4g}), " \
                f"{len(set(sizes))} distinct, chi-square p = {p:.3g}"
         if not passed and len(set(sizes)) == 1 and claim.noise_std > 0 and claim.sensitivity > 0:
             from ...mechanisms import DPSGD
@@ -564,7 +564,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
             b = sizes[0]
             z = claim.noise_std / claim.sensitivity
             steps = -(-n // b)
-            shuffled = DPSGD(sampling="shuffle", n=n, batch_size=b, epochs=1).epsilon_bracket(delta, z)
+            shuffled = DPSGD(sampling=SHUFFLE, n=n, batch_size=b, epochs=1).epsilon_bracket(delta, z)
             poisson = DPSGD(b / n, steps).epsilon(delta, z).epsilon
             note += (f"; every batch has {b} records: fixed-size or shuffled batches, not Poisson.  One epoch of "
                      f"{steps} such batches at noise {z:.4g} spends eps in [{shuffled.lower:.4g}, "
@@ -573,7 +573,7 @@ def sampler_test(data_loader, claim: StepClaim, *, n: int | None = None, batches
     b = claim.batch_size
     if b is None:
         raise InputError(f"claim.batch_size is required to test a {claim.sampling} claim.")
-    bad = [s for s in sizes if s != b and not (claim.sampling == "shuffle" and s == n % b)]
+    bad = [s for s in sizes if s != b and not (claim.sampling == SHUFFLE and s == n % b)]
     return SamplerReport(claim.sampling, sizes, 0.0 if bad else 1.0, not bad,
                          f"{claim.sampling} batches of {b} claimed; {len(bad)} of {len(sizes)} batches differ")
 

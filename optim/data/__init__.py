@@ -10,5 +10,4 @@ torch; nothing else of dpcalib.
 from .datasets import SHAPES, TabularData, encode_table, equal_shards, load_csv, prepare, synthetic
 from .sampling import ForcedRecord, Sampler, bin_batches
 
-__all__ = ["SHAPES", "TabularData", "prepare", "encode_table", "load_csv", "equal_shards", "synthetic", "Sampler", "ForcedRecord",
-           "bin_batches"]
+__all__ = ["SHAPES", "prepare", "load_csv", "synthetic"]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from ...accountant.validation import InputError
 
-__all__ = ["SHAPES", "TabularData", "prepare", "encode_table", "load_csv", "equal_shards", "synthetic"]
+__all__ = ["SHAPES"]
 
 #: name -> (rows, features, task, classes): the datasets of the papers (DIFF2 Sec. 6, DP-SRM and AdaD2P experiments).
 SHAPES = {

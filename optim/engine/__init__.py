@@ -20,6 +20,5 @@ from .memory import BatchMemoryManager
 from .module import Capture, MixedPrecisionWarning, PrivateModule
 from .optimizer import BudgetExceeded, DPOptimizer, OverspendWarning
 
-__all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS", "Ledger", "DPDataLoader", "PoissonBatchSampler",
-           "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler", "BatchMemoryManager", "PrivateModule", "Capture", "MixedPrecisionWarning",
-           "DPOptimizer", "BudgetExceeded", "OverspendWarning"]
+__all__ = ["PrivacyEngine", "DPLoss", "PrivateModule", "DPOptimizer", "DPDataLoader", "BatchMemoryManager",
+           "BudgetExceeded", "OverspendWarning", "MixedPrecisionWarning"]

@@ -38,7 +38,7 @@ import torch
 
 from ...accountant.validation import InputError
 
-__all__ = ["save", "load"]
+__all__ = []
 
 _KEYS = ("module_state_dict", "privacy_accountant_state_dict", "optimizer_state_dict", "noise_scheduler_state_dict",
          "grad_clip_scheduler_state_dict", "data_loader_state_dict")

@@ -28,6 +28,7 @@ ledger of what really ran with a budget, and the checks of :mod:`dpcalib.optim.a
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import numbers
 import warnings
@@ -35,10 +36,11 @@ import warnings
 import torch
 from torch.utils.data import RandomSampler
 
-from ...accountant import steps_per_epoch, validation
+from ...accountant import validation
 from ...accountant.validation import InputError, in_range
 from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
+from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SAMPLINGS, SHUFFLE, WOR, Run, Sampling
 
 from ..algorithms.core import NoiseSource
 from ..algorithms.registry import optimizer_class
@@ -51,20 +53,16 @@ from .errors import opacus_flavoured
 from .hooks import ModuleHooks
 from .ledger import Ledger, calibrate
 from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
-                     batches_per_pass, check_loader, loader_generator, notice_replaced, private_loader,
+                     check_loader, loader_generator, notice_replaced, private_loader,
                      uncovered_sampler)
 from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
 from .perlayer import PerLayerModule
 
-__all__ = ["PrivacyEngine", "DPLoss", "ACCOUNTANTS"]
+__all__ = []
 
 #: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
 ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
-_SAMPLERS = {"poisson": "Poisson", "wor": "fixed size without replacement", "shuffle": "shuffled epochs",
-             "balls-in-bins": "balls-in-bins epochs"}
-#: the samplings whose run is whole epochs, every record once an epoch
-_EPOCH_WISE = ("shuffle", "balls-in-bins")
 #: Opacus's grad_sample_mode values: every one is served by the same per-layer rules
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost", "ghost_fsdp")
 #: clipping= values: "flat" (one norm over every parameter), "per_layer" (one bound per trained parameter)
@@ -176,36 +174,6 @@ class PrivacyEngine:
         self.budget = None
 
     # -- the run's shape ------------------------------------------------------------------------------
-    def _mechanism(self, entry, *, n, batch_size, steps_per_pass, sampling, epochs, steps, max_grad_norm, C2, b0,
-                   momentum, drop_last):
-        if epochs is not None and steps is not None:
-            raise InputError("epochs and steps are not allowed together: give one.")
-        for name, val in (("epochs", epochs), ("steps", steps)):
-            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
-                raise InputError(f"{name}={val!r} is not allowed: expected an integer >= 1.")
-        shuffle = sampling in _EPOCH_WISE
-        if sampling == "balls-in-bins":
-            # the accountant's steps per epoch (one owner: what DPSGD(sampling="balls-in-bins") counts),
-            # whatever the user's loader would have dropped
-            steps_per_pass = steps_per_epoch(n, batch_size)
-        if shuffle and steps is not None and steps % steps_per_pass:
-            raise InputError(f"steps={steps} is not allowed with sampling={sampling!r}: expected whole epochs (a "
-                             f"multiple of {steps_per_pass} batches); give epochs.")
-        E = epochs if epochs is not None else (steps // steps_per_pass if steps is not None else 1)
-        T = steps if steps is not None else E * steps_per_pass
-        q = {"rounds": None if shuffle else T, "n": n, "batch_size": batch_size, "sampling": sampling,
-             "epochs": E if shuffle else None, "c1": max_grad_norm, "c2": C2, "b0": batch_size if b0 is None else b0,
-             "momentum": momentum,
-             "rate": None if shuffle else min(1.0, batch_size / n), "shuffle_n": n if shuffle else None,
-             "shuffle_batch": batch_size if shuffle else None}
-        for name, value in entry.train_defaults.items():
-            if q.get(name) is None:
-                q[name] = value
-        fields = {f: q[name] for f, name in entry.train_shape.items() if q.get(name) is not None}
-        if sampling == "shuffle" and "sampling" in entry.train_shape:
-            fields["drop_last"] = bool(drop_last)
-        return entry.mechanism(**fields)
-
     def _plan(self, module, data_loader, algorithm, sampling, poisson_sampling, epochs, steps, max_grad_norm, C2, b0,
               momentum, clipping, dataset_size=None):
         entry = lookup(algorithm)
@@ -216,18 +184,18 @@ class PrivacyEngine:
         if not isinstance(poisson_sampling, bool):
             raise InputError(f"poisson_sampling={poisson_sampling!r} is not allowed: expected True or False.")
         keep = sampling is None and not poisson_sampling
-        if sampling == "balls-in-bins" and not poisson_sampling:
+        if sampling == BALLS_IN_BINS and not poisson_sampling:
             raise InputError("poisson_sampling=False is not allowed with sampling='balls-in-bins': it keeps the "
                              "loader's own batches, and balls-in-bins draws its own; give one of them.")
-        if keep and "shuffle" not in entry.engine:
+        if keep and SHUFFLE not in entry.engine:
             raise InputError(f"poisson_sampling=False is not allowed for {algorithm}: its accountant covers "
-                             f"{', '.join(_SAMPLERS[k] for k in entry.engine)} batches only, not the loader's own.")
+                             f"{', '.join(SAMPLINGS[k] for k in entry.engine)} batches only, not the loader's own.")
         if sampling is None:
-            sampling = "shuffle" if keep else entry.engine[0]
+            sampling = SHUFFLE if keep else entry.engine[0]
         if sampling not in entry.engine:
-            known = sampling in _SAMPLERS
+            known = sampling in SAMPLINGS
             raise InputError(f"sampling={sampling!r} is not allowed for {algorithm}: " + (
-                f"its accountant covers {', '.join(entry.engine)} only ({_SAMPLERS[sampling]} batches would be "
+                f"its accountant covers {', '.join(entry.engine)} only ({SAMPLINGS[sampling]} batches would be "
                 "accounted as something they are not)." if known else f"expected one of {', '.join(entry.engine)}."))
         check_loader(data_loader)
         if clipping == "per_layer":
@@ -246,7 +214,7 @@ class PrivacyEngine:
         # size N -- never the sampler's length or, once N is stated, the private dataset's size
         n = len(data_loader.dataset)
         N = n if dataset_size is None else validation.records(dataset_size, "dataset_size")
-        if N != n and sampling in ("shuffle", "wor"):
+        if N != n and sampling in (SHUFFLE, WOR):
             raise InputError(f"dataset_size={dataset_size!r} is not allowed with sampling={sampling!r} over {n} "
                              "records: its neighbouring datasets have the same size (a record replaced, not "
                              "removed), so the size is public; leave dataset_size unset.")
@@ -255,13 +223,13 @@ class PrivacyEngine:
         if batch_size is None:
             raise InputError("data_loader is not allowed: its batch size is not known.")
         drop_last = getattr(bs, "drop_last", False)
-        steps_per_pass = batches_per_pass(N, batch_size, drop_last)
-        mech = self._mechanism(entry, n=N, batch_size=batch_size, steps_per_pass=steps_per_pass, sampling=sampling,
-                               epochs=epochs, steps=steps, max_grad_norm=float(c), C2=C2, b0=b0, momentum=momentum,
-                               drop_last=drop_last)
-        if sampling == "balls-in-bins":
-            steps_per_pass = mech.steps_per_epoch           # ceil(N / b) bins, whatever the loader would drop
-        if sampling == "balls-in-bins" and steps_per_pass > n:
+        # the run's shape, typed once here and handed to the mechanism (balls-in-bins: ceil(N / b) bins an
+        # epoch, whatever the loader would drop)
+        run = Run.of(Sampling(sampling, N, batch_size, drop_last), epochs=epochs, steps=steps, clip=float(c), clip2=C2,
+                     b0=b0, momentum=momentum)
+        mech = entry.mechanism.from_run(run)
+        steps_per_pass = run.sampling.steps_per_epoch
+        if sampling == BALLS_IN_BINS and steps_per_pass > n:
             raise InputError(f"dataset_size={dataset_size!r} is not allowed with sampling='balls-in-bins' over {n} "
                              f"records: its {steps_per_pass} steps an epoch (ceil(N/b)) exceed the records; "
                              "give a dataset size closer to the data's, or a larger batch_size.")
@@ -269,12 +237,12 @@ class PrivacyEngine:
         if law is not None:         # replaced (with poisson_sampling=False too: its law is not a partition)
             keep = False
             q = f"{batch_size}/{N}" if batch_size < N else "1"
-            by = {"poisson": f"Poisson batches at q = {q}, {steps_per_pass} a pass",
-                  "wor": f"{steps_per_pass} batches of {batch_size} without replacement a pass",
-                  "shuffle": f"shuffled epochs of {steps_per_pass} batches of {batch_size}",
-                  "balls-in-bins": f"balls-in-bins epochs of {steps_per_pass} steps"}[sampling]
+            by = {POISSON: f"Poisson batches at q = {q}, {steps_per_pass} a pass",
+                  WOR: f"{steps_per_pass} batches of {batch_size} without replacement a pass",
+                  SHUFFLE: f"shuffled epochs of {steps_per_pass} batches of {batch_size}",
+                  BALLS_IN_BINS: f"balls-in-bins epochs of {steps_per_pass} steps"}[sampling]
             notice_replaced(law, by, stacklevel=5)
-        return entry, mech, ("loader" if keep else sampling), n, N, batch_size, steps_per_pass, c
+        return run, mech, ("loader" if keep else sampling), n, batch_size, steps_per_pass, c
 
     # -- Opacus's entry points --------------------------------------------------------------------------
     def make_private(self, *, module, optimizer, data_loader, noise_multiplier=None, max_grad_norm, criterion=None,
@@ -430,9 +398,12 @@ class PrivacyEngine:
         if "noise_multiplier" in kwargs or "noise" in kwargs:
             raise InputError("noise_multiplier is not allowed here: make_private_with_epsilon calibrates it; use "
                              "make_private to give it.")
-        return self._make(module=module, optimizer=optimizer, data_loader=data_loader, noise_multiplier=None,
-                          max_grad_norm=max_grad_norm, epochs=epochs, steps=steps,
-                          target=(target_epsilon, target_delta), **_defaults(kwargs))
+        # make_private's keywords with its own defaults (one copy: its signature)
+        call = inspect.signature(self.make_private).bind(module=module, optimizer=optimizer, data_loader=data_loader,
+                                                          max_grad_norm=max_grad_norm, epochs=epochs, steps=steps,
+                                                          **kwargs)
+        call.apply_defaults()
+        return self._make(**call.arguments, target=(target_epsilon, target_delta))
 
     # -- Opacus's module checks (ModuleValidator's, dpcalib.optim.clipping.validator) ---------------------
     @classmethod
@@ -534,7 +505,7 @@ class PrivacyEngine:
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
             raise InputError(f"optimizer={type(optimizer).__name__} is not allowed: expected the torch.optim.Optimizer of "
                              "the module's parameters (not one make_private returned).")
-        entry, mech, sampling, n, N, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
+        run, mech, sampling, n, b, per_pass, c = self._plan(module, data_loader, algorithm, sampling,
                                                                  poisson_sampling, epochs, steps, max_grad_norm, C2,
                                                                  b0, momentum, clipping, dataset_size)
         budget = None
@@ -557,7 +528,7 @@ class PrivacyEngine:
             private = PrivateModule(module, loss_reduction=loss_reduction, batch_first=batch_first)
         first = next(module.parameters())
         dim = sum(p.numel() for _, p in private.named)
-        kernel = kernel_class.for_run(mech, levels, n=N, clip=float(c), dim=dim, device=first.device,
+        kernel = kernel_class.for_run(mech, levels, run=run, dim=dim, device=first.device,
                                       dtype=first.dtype)
         needs_prev = any(op == "clipped_diff_sum" for op, _ in kernel.asks(False))
         if needs_prev and criterion is None:
@@ -597,12 +568,12 @@ class PrivacyEngine:
                 # user's RandomSampler would draw a new order and skip a count of batches (a record twice an epoch)
                 sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=sampler.drop_last,
                                               replayable=data_replayable)
-        elif sampling == "poisson":
+        elif sampling == POISSON:
             sampler = PoissonBatchSampler(n, mech.sampling_rate, per_pass, gen, share, replayable=data_replayable)
-        elif sampling == "wor":
+        elif sampling == WOR:
             sampler = FixedSizeBatchSampler(n, b, per_pass, gen, share, b0=getattr(mech, "b0", None),
                                             replayable=data_replayable)
-        elif sampling == "balls-in-bins":
+        elif sampling == BALLS_IN_BINS:
             sampler = BallsInBinsBatchSampler(n, mech.steps_per_epoch, gen, share, replayable=data_replayable)
         else:
             sampler = ShuffleBatchSampler(n, b, gen, share, drop_last=getattr(data_loader.batch_sampler, "drop_last",
@@ -779,19 +750,6 @@ def _check_module(module) -> None:
     errors = ModuleValidator.validate(module)
     if errors:
         raise opacus_flavoured(errors[0])
-
-
-def _defaults(kwargs: dict) -> dict:
-    """make_private_with_epsilon's keywords, with make_private's defaults for those not given."""
-    out = dict(criterion=None, algorithm="dp-sgd", sampling=None, noise=None, loss_reduction="mean", seed=None, C2=None,
-               b0=None, momentum=None, poisson_sampling=True, allow_overspend=False, distributed=False,
-               clipping="flat", noise_generator=None, regularizer=None, grad_sample_mode="hooks", wrap_model=True,
-               dataset_size=None, keep_summed_grad=False)
-    rest = {}
-    for k, v in kwargs.items():
-        (out if k in out else rest).__setitem__(k, v)
-    out["kwargs"] = rest
-    return out
 
 
 def _engine_algorithms() -> list:

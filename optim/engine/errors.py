@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["opacus_flavoured", "OPACUS_NAMES"]
+__all__ = []
 
 #: dpcalib's error -> the dotted name of Opacus's class that means the same
 OPACUS_NAMES = {"UnsupportedModuleError": ("opacus.validators.errors", "UnsupportedModuleError")}

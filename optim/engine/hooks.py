@@ -21,7 +21,7 @@ import torch
 
 from ...accountant.validation import InputError
 
-__all__ = ["ModuleHooks", "engine_internal"]
+__all__ = []
 
 _STATE = threading.local()
 

@@ -25,7 +25,7 @@ from ...accountant import PrivacyAccountant
 from ...accountant.validation import InputError
 from ...mechanisms.registry import lookup
 
-__all__ = ["Ledger", "calibrate"]
+__all__ = []
 
 
 class Ledger:

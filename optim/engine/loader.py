@@ -42,14 +42,12 @@ from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomS
 from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data._utils.collate import default_collate
 
-from ...accountant import steps_per_epoch
 from ...accountant.validation import InputError
+from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR, Sampling
 from ..data.sampling import bin_batches
 from ..randomness import bins, note_restored, permutation, poisson_mask
 
-__all__ = ["PoissonBatchSampler", "FixedSizeBatchSampler", "ShuffleBatchSampler", "BallsInBinsBatchSampler",
-           "private_loader", "check_loader", "DPDataLoader", "loader_generator", "uncovered_sampler",
-           "batches_per_pass", "notice_replaced"]
+__all__ = []
 
 #: the batches handed out whose tensors :meth:`DPDataLoader.origin_of` looks among
 _RECENT = 8
@@ -202,7 +200,7 @@ class PoissonBatchSampler(_Batches):
         replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
-    sampling = "poisson"
+    sampling = POISSON
 
     def __init__(self, n, q: float, steps: int, generator, share=(0, 1), replayable: bool = True):
         super().__init__(n, generator, share, replayable)
@@ -225,7 +223,7 @@ class FixedSizeBatchSampler(_Batches):
         replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
-    sampling = "wor"
+    sampling = WOR
 
     def __init__(self, n, b: int, steps: int, generator, share=(0, 1), b0: int | None = None,
                  replayable: bool = True):
@@ -249,7 +247,7 @@ class ShuffleBatchSampler(_Batches):
         replayable: a checkpoint keeps the generator's state (a seeded run; see :class:`_Batches`).
     """
 
-    sampling = "shuffle"
+    sampling = SHUFFLE
     epoch_wise = True
 
     def __init__(self, n, b: int, generator, share=(0, 1), drop_last: bool = False, replayable: bool = True):
@@ -303,7 +301,7 @@ class BallsInBinsBatchSampler(_Batches):
         InputError: if ``t`` is not in ``[1, n]``.
     """
 
-    sampling = "balls-in-bins"
+    sampling = BALLS_IN_BINS
     epoch_wise = True
 
     def __init__(self, n, t: int, generator, share=(0, 1), replayable: bool = True):
@@ -673,10 +671,7 @@ def batches_per_pass(n: int, batch_size: int, drop_last: bool = False) -> int:
     Raises:
         InputError: if ``drop_last`` and ``batch_size > n`` (no whole batch), or a number is not an integer >= 1.
     """
-    if drop_last and batch_size > n:
-        raise InputError(f"batch_size={batch_size!r} is not allowed with drop_last=True over {n} records: no whole "
-                         "batch in a pass; give a smaller batch_size or drop_last=False.")
-    return steps_per_epoch(n, min(batch_size, n), drop_last)
+    return Sampling(SHUFFLE, n, batch_size, drop_last).steps_per_epoch     # the run shape's count
 
 
 def notice_replaced(sampler: str, by: str, stacklevel: int = 4) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 
 from ...accountant.validation import InputError
+from ...mechanisms.shape import BALLS_IN_BINS, POISSON
 
-__all__ = ["BatchMemoryManager"]
+__all__ = []
 
 
 def _rows(batch) -> int:
@@ -78,9 +79,9 @@ class BatchMemoryManager:
         (sizes vary from batch to batch), and for balls-in-bins batches ``int(len(loader) * (n / t) / size)``."""
         bs = getattr(self.data_loader, "batch_sampler", None)
         steps = len(self.data_loader)
-        if getattr(bs, "sampling", None) == "poisson":
+        if getattr(bs, "sampling", None) == POISSON:
             return int(steps * (bs.q * bs.n) / self.size)
-        if getattr(bs, "sampling", None) == "balls-in-bins":
+        if getattr(bs, "sampling", None) == BALLS_IN_BINS:
             return int(steps * bs.expected_batch_size / self.size)
         b = getattr(bs, "b", None) or getattr(bs, "batch_size", None) or getattr(self.data_loader, "batch_size", None)
         if b is None:

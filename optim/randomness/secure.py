@@ -45,8 +45,7 @@ import torch
 
 from ...accountant.validation import InputError
 
-__all__ = ["SecureGenerator", "GRID_BITS", "grid_exponent", "gaussian_release", "uniform_mask", "permutation",
-           "randint", "uniform"]
+__all__ = []
 
 #: the noise grid is 2^-GRID_BITS of the std's power of two (sigma / gamma in [2^12, 2^13))
 GRID_BITS = 12

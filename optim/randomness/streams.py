@@ -34,8 +34,7 @@ from ...accountant.validation import InputError
 from . import secure
 from .secure import SecureGenerator
 
-__all__ = ["RunStreams", "fresh_root", "check_seed", "same_on_ranks", "note_restored", "stream_seeds", "node_seeds", "poisson_mask", "permutation",
-           "randint", "bins", "uniform", "standard_normal", "is_secure", "ROOT_BYTES"]
+__all__ = []
 
 #: a run's root: 128 bits of entropy (a SeedSequence's) or a 256-bit secure key
 ROOT_BYTES = 32

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from ...accountant.validation import InputError
 
-__all__ = ["VARIANTS", "exponential_hops", "sgp_offsets", "send_offset", "mixing_matrix", "period"]
+__all__ = ["VARIANTS"]
 
 VARIANTS = ("paper", "sgp")
 

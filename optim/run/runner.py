@@ -30,7 +30,7 @@ from dataclasses import fields, is_dataclass
 import torch
 from ...accountant.validation import InputError, writable_file
 
-__all__ = ["Runner", "CHECKPOINT_FORMAT"]
+__all__ = ["Runner"]
 
 
 CHECKPOINT_FORMAT = "dpcalib-optimizer/2"      # /2: plain containers only (weights_only=True)

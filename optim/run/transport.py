@@ -33,7 +33,7 @@ import torch
 
 from .graph import mixing_matrix
 
-__all__ = ["OneProcess", "ONE_PROCESS"]
+__all__ = ["ONE_PROCESS"]
 
 
 class OneProcess:
