@@ -14,7 +14,7 @@ from torch import nn
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
 from dpcalib.accountant.validation import InputError
-from dpcalib.optim.engine.module import one_batch
+from dpcalib.optim.engine.capture import one_batch
 from dpcalib.optim.engine import (BudgetExceeded, FixedSizeBatchSampler, OverspendWarning, PoissonBatchSampler,
                                   ShuffleBatchSampler)
 from tests import engine_setup as S

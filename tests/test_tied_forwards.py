@@ -16,7 +16,7 @@ from torch import nn
 
 import dpcalib.optim as O
 from dpcalib.accountant.validation import InputError
-from dpcalib.optim.engine.module import one_batch
+from dpcalib.optim.engine.capture import one_batch
 
 C = 0.05
 N = 12

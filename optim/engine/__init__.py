@@ -17,7 +17,8 @@ from .ledger import Ledger
 from .loader import (BallsInBinsBatchSampler, DPDataLoader, FixedSizeBatchSampler, PoissonBatchSampler,
                      ShuffleBatchSampler)
 from .memory import BatchMemoryManager
-from .module import Capture, MixedPrecisionWarning, PrivateModule
+from .capture import Capture
+from .module import MixedPrecisionWarning, PrivateModule
 from .optimizer import BudgetExceeded, DPOptimizer, OverspendWarning
 
 __all__ = ["PrivacyEngine", "DPLoss", "PrivateModule", "DPOptimizer", "DPDataLoader", "BatchMemoryManager",

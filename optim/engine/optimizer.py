@@ -48,7 +48,7 @@ from torch.optim import Optimizer
 from ...accountant.validation import InputError
 from ..randomness import SecureGenerator, is_secure
 from .hooks import engine_internal
-from .module import one_batch
+from .capture import one_batch
 
 __all__ = ["DPOptimizer", "BudgetExceeded", "OverspendWarning"]
 

@@ -41,7 +41,8 @@ from ...accountant.validation import InputError
 from ..clipping.paths import clip_factors
 from ..clipping.precision import widened, widened_buffers
 from ..clipping.records import ProbeSchedule
-from .module import per_layer_bounds, refuse_accumulation
+from .capture import refuse_accumulation
+from .module import per_layer_bounds
 
 __all__ = ["PerLayerModule", "ALONE_RTOL"]
 
