@@ -166,3 +166,28 @@ def test_opacus_layers_and_cells_take_no_vmap_fallback_in_training(kind):
                 Fn.cross_entropy(m(x), y).backward()
                 opt.step()
         assert m.fast
+
+
+def test_a_packed_sequence_into_opacus_layers_is_refused_in_one_line():
+    """Opacus's layers step a PackedSequence with the sequences sorted by length, so a step's rows are not the
+    batch's records: the record probe refuses it (dpcalib's DPLSTM, an nn.LSTM, takes packed batches)."""
+    from dpcalib.accountant.validation import InputError
+
+    pytest.importorskip("opacus")
+    torch.manual_seed(0)
+    model = OpacusRNN("LSTM")
+    x = torch.randn(5, 4, 5)
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([4, 2, 3, 1, 4]), batch_first=True,
+                                               enforce_sorted=False)
+
+    class Last(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, p):
+            _, (h, _) = self.inner.rnn(p)
+            return self.inner.head(h[-1])
+    pm = _engine(Last(model))
+    with pytest.raises(InputError, match="RNNLinear"):
+        pm(packed)
