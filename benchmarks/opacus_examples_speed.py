@@ -83,8 +83,6 @@ RUNS = [
     {"name": "cifar10 --clip_per_layer", "script": "cifar10.py", "n": 2048, "test_n": 128,
      "args": ["--epochs", "2", "--batch-size", "128", "-b", "128", "-j", "0", "--print-freq", "1000",
               "--clip_per_layer"]},
-    {"name": "cifar10", "script": "cifar10.py", "n": 2048, "test_n": 128,
-     "args": ["--epochs", "2", "--batch-size", "128", "-b", "128", "-j", "0", "--print-freq", "1000"]},
 ] + [
     {"name": f"char-lstm --mode {mode}", "script": "char-lstm-classification.py", "names": (4, 640),
      "args": ["--device", "cpu", "--epochs", "2", "-b", "64", "--mode", mode]}
