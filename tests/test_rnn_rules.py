@@ -166,3 +166,48 @@ def test_opacus_layers_and_cells_take_no_vmap_fallback_in_training(kind):
                 Fn.cross_entropy(m(x), y).backward()
                 opt.step()
         assert m.fast
+
+
+def test_a_packed_sequence_into_opacus_layers_is_refused_in_one_line():
+    """Opacus's layers step a PackedSequence with the sequences sorted by length, so a step's rows are not the
+    batch's records: the record probe refuses it (dpcalib's DPLSTM, an nn.LSTM, takes packed batches)."""
+    from dpcalib.accountant.validation import InputError
+
+    pytest.importorskip("opacus")
+    torch.manual_seed(0)
+    model = OpacusRNN("LSTM")
+    x = torch.randn(5, 4, 5)
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([4, 2, 3, 1, 4]), batch_first=True,
+                                               enforce_sorted=False)
+
+    class Last(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, p):
+            _, (h, _) = self.inner.rnn(p)
+            return self.inner.head(h[-1])
+    pm = _engine(Last(model))
+    with pytest.raises(InputError, match="RNNLinear"):
+        pm(packed)
+
+
+@pytest.mark.parametrize("name", ["opacus LSTM 2 layers bidirectional state_init", "LSTMCell"])
+def test_per_layer_clipping_of_recurrent_layers_matches_single_record_backward_passes(name):
+    """clipping='per_layer' by the rules: each parameter's part of a record's gradient clipped to its own bound."""
+    torch.manual_seed(0)
+    model = MODELS[name]().double()
+    n = sum(1 for p in model.parameters() if p.requires_grad)
+    bounds = [0.05 * (1 + k % 3) for k in range(n)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClippingFallbackWarning)
+        pm = PrivateModule(model, loss_reduction="sum", bounds=bounds)
+    x, y = _data(model, 6, 5)
+    got = _clipped(pm, x, y, float(pm.bounds))
+    want = 0.0
+    for i in range(6):
+        loss = Fn.cross_entropy(model(x[i:i + 1]), y[i:i + 1], reduction="sum")
+        gs = torch.autograd.grad(loss, [p for _, p in pm.named])
+        want = want + torch.cat([(g * min(1.0, b / float(g.norm()))).reshape(-1) for g, b in zip(gs, bounds)])
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12 * float(want.norm()))
