@@ -199,3 +199,23 @@ def test_a_bad_seed_is_refused_in_one_line(bad):
         msg = str(e.value)
         assert msg.startswith(f"seed={bad!r} is not allowed") and ">= 0" in msg and "\n" not in msg, msg
     assert not build.seeds                       # refused before any run
+
+
+def test_the_step_checks_without_a_seed_draw_anew_and_their_report_repeats_them():
+    from dpcalib.optim.audit import FunctionStep, StepClaim, check_step
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, generator=g, dtype=torch.float64)
+    claim = StepClaim(sensitivity=1.0, noise_std=1.0, relation="add/remove")
+
+    def step(batch, noise, generator):
+        (xb,) = batch
+        clipped = (xb / torch.clamp(xb.norm(dim=1, keepdim=True), min=1.0)).sum(0)
+        return clipped + torch.randn(3, generator=generator, dtype=torch.float64) if noise else clipped
+
+    a = check_step(FunctionStep(step, claim), (x,), runs=20)
+    b = check_step(FunctionStep(step, claim), (x,), runs=20)
+    assert a.seed != b.seed and a.audit.seed == a.seed + 1
+    assert a.noise_std.statistic != b.noise_std.statistic
+    again = check_step(FunctionStep(step, claim), (x,), runs=20, seed=a.seed)
+    assert again.noise_std.statistic == a.noise_std.statistic and again.audit.epsilon_lo == a.audit.epsilon_lo

@@ -33,7 +33,7 @@ def test_check_step_on_a_secure_engine_tests_the_secure_sampler():
     m, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                                          data_loader=loader, noise_multiplier=1.3, max_grad_norm=0.7)
     step = EngineStep(m, opt, nn.CrossEntropyLoss())
-    rep = check_step(step, (x[:16], y[:16]), draws=40)
+    rep = check_step(step, (x[:16], y[:16]), draws=40, seed=1)
     assert rep.passed, rep.text()
     # the released noise is on the secure sampler's grid (the check drew through it)
     g = torch.Generator().manual_seed(1)

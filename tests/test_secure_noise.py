@@ -202,7 +202,7 @@ def _step(shape):
 
 @pytest.mark.parametrize("shape", ["laplace", "uniform", "mixture"])
 def test_the_pooled_test_flags_noise_of_another_shape_at_the_claimed_std(shape):
-    std, ks, _ = noise_test_step(_step(shape), None, draws=200)
+    std, ks, _ = noise_test_step(_step(shape), None, draws=200, seed=1)
     assert std.passed                                   # the std is right: the chi-square test cannot see it
     assert not ks.pooled.passed and not ks.passed
     assert ks.pooled.draws == 40_000 and ks.pooled.detectable < 0.021
@@ -210,7 +210,7 @@ def test_the_pooled_test_flags_noise_of_another_shape_at_the_claimed_std(shape):
 
 @pytest.mark.parametrize("shape", ["gaussian", "secure"])
 def test_the_pooled_test_passes_the_right_noise(shape):
-    std, ks, _ = noise_test_step(_step(shape), None, draws=200)
+    std, ks, _ = noise_test_step(_step(shape), None, draws=200, seed=1)
     assert std.passed and ks.pooled.passed and ks.passed
 
 

@@ -54,6 +54,7 @@ class ScoresAudit:
         threshold: the score threshold of the direct bound.
         claimed_epsilon: the claimed eps, >= 0, or None.
         max_epsilon_lo: the largest bound this many runs could give.
+        seed: the seed of the releases scored, where the caller drew them (:func:`~.steps.audit_step`), or None.
     """
 
     epsilon_lo: float
@@ -70,6 +71,7 @@ class ScoresAudit:
     threshold: float
     claimed_epsilon: float | None
     max_epsilon_lo: float
+    seed: int | None = None
 
     @property
     def verdict(self) -> str | None:

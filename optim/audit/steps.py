@@ -27,7 +27,7 @@ against what the accounting assumes), and :func:`check_step` (the first three in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -36,6 +36,7 @@ from ...accountant.validation import InputError, integer
 from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR, SAMPLINGS as RUN_SAMPLINGS
 from ..algorithms.core import Release
 from .bounds import CONFIDENCE
+from .lockstep import choose_seed
 from .noise_tests import noise_ks_test, noise_std_test
 from .probe import measure
 from .scores import epsilon_from_scores
@@ -376,7 +377,7 @@ class IndependenceTest:
         return self.p_value >= self.level
 
 
-def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1, level: float = 1e-3):
+def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int | None = None, level: float = 1e-3):
     """``(std test, KS test, independence test)`` of the released noise -- release minus the
     noiseless release on the same batch, from ``draws`` generators -- against the claimed std.
 
@@ -384,19 +385,22 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
         step: the step under test (a :class:`PrivateStep`).
         batch: the batch, a tuple of tensors with one row per record (e.g. ``(x, y)``).
         draws: the number of noisy releases, >= 1 (>= 2 for the independence test to run).
-        seed: the seed of the first draw's generator (draw k: ``seed + k``).
+        seed: the seed of the first draw's generator (draw k: ``seed + k``); None (the default): a fresh one
+            from the operating system's entropy (:func:`check_step` records the seed it passes).
         level: the tests' level, in (0, 1).
 
     Returns:
         ``(NoiseStdTest, NoiseKSTest, IndependenceTest)``.
 
     Raises:
-        InputError: if ``step`` is not a PrivateStep or ``draws`` is not an integer >= 1.
+        InputError: if ``step`` is not a PrivateStep, ``draws`` is not an integer >= 1 or ``seed`` is not None or an
+            integer >= 0.
     """
     from scipy import stats
 
     _check_step(step)
     draws = integer(draws, "draws", 1)
+    seed = choose_seed(seed)
     base = step.release(batch, noise=False, generator=_gen(0))
     std = step.claim.noise_std
     noise = [step.release(batch, noise=True, generator=_gen(seed + k)) - base for k in range(draws)]
@@ -415,7 +419,7 @@ def noise_test_step(step: PrivateStep, batch, *, draws: int = 20, seed: int = 1,
     return noise_std_test(rel, level), noise_ks_test(rel, level), ind
 
 
-def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, record: int = 0, seed: int = 2,
+def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, record: int = 0, seed: int | None = None,
                confidence: float = CONFIDENCE):
     """Many independent releases on the batch without record ``record`` (add/remove; replace-one: the
     record replaced by an all-zero one) and with it; score: the released value's projection on the
@@ -428,16 +432,18 @@ def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, reco
         delta: the delta of the eps bound, in (0, 1).
         runs: the number of releases on each of the two batches.
         record: the index of the record removed (or zeroed).
-        seed: the seed of the first release's generator.
+        seed: the seed of the first release's generator; None (the default): a fresh one from the operating
+            system's entropy, recorded on the result.
         confidence: the confidence of the lower bound, in (0, 1).
 
     Returns:
-        A :class:`~dpcalib.optim.audit.scores.ScoresAudit`.
+        A :class:`~dpcalib.optim.audit.scores.ScoresAudit` (its ``seed``: the seed used).
 
     Raises:
-        InputError: if ``step`` is not a PrivateStep.
+        InputError: if ``step`` is not a PrivateStep or ``seed`` is not None or an integer >= 0.
     """
     _check_step(step)
+    seed = choose_seed(seed)
     c = step.claim
     with_r = batch
     without = _without(batch, record) if c.relation == "add/remove" else _replaced(
@@ -455,8 +461,8 @@ def audit_step(step: PrivateStep, batch, *, delta: float, runs: int = 1000, reco
 
     s_in = [score(with_r, r1, 2 * k) for k in range(int(runs))]
     s_out = [score(without, r0, 2 * k + 1) for k in range(int(runs))]
-    return epsilon_from_scores(s_in, s_out, delta=delta, confidence=confidence, claimed_epsilon=c.epsilon(delta),
-                               statistic="llr")
+    return replace(epsilon_from_scores(s_in, s_out, delta=delta, confidence=confidence,
+                                       claimed_epsilon=c.epsilon(delta), statistic="llr"), seed=seed)
 
 
 @dataclass(frozen=True)
@@ -590,6 +596,8 @@ class StepReport:
         audit: the :class:`~dpcalib.optim.audit.scores.ScoresAudit`, or None without ``runs``.
         claimed_epsilon: the claimed eps of one release at ``delta``.
         delta: the delta of the claim and the audit.
+        seed: the seed of the noise tests' draws (the audit's is ``seed + 1``); passed back to
+            :func:`check_step`, it repeats the checks.
     """
 
     probe: ProbeResult
@@ -599,6 +607,7 @@ class StepReport:
     audit: object | None
     claimed_epsilon: float
     delta: float
+    seed: int | None = None
 
     @property
     def flagged(self) -> list:
@@ -648,7 +657,7 @@ class StepReport:
 
 
 def check_step(step: PrivateStep, batch, *, delta: float = 1e-5, records=(0,), draws: int = 20, runs: int = 0,
-               tolerance: float = 1e-5) -> StepReport:
+               tolerance: float = 1e-5, seed: int | None = None) -> StepReport:
     """The probe, the noise test and (``runs`` > 0) the audit of one step on ``batch``.
 
     Args:
@@ -659,14 +668,18 @@ def check_step(step: PrivateStep, batch, *, delta: float = 1e-5, records=(0,), d
         draws: the number of noisy releases of the noise tests.
         runs: the number of audit releases per batch; 0 for no audit.
         tolerance: the probe's relative tolerance, >= 0.
+        seed: the seed of the noise tests (the audit's: ``seed + 1``); None (the default): a fresh one from the
+            operating system's entropy, recorded on the report.
 
     Returns:
         A :class:`StepReport`.
 
     Raises:
-        InputError: if ``step`` is not a PrivateStep (raised by the checks).
+        InputError: if ``step`` is not a PrivateStep, or ``seed`` is not None or an integer >= 0 (raised by the
+            checks).
     """
+    seed = choose_seed(seed)
     probe = probe_step(step, batch, records=records, tolerance=tolerance)
-    std, ks, ind = noise_test_step(step, batch, draws=draws)
-    audit = audit_step(step, batch, delta=delta, runs=runs, record=int(records[0])) if runs else None
-    return StepReport(probe, std, ks, ind, audit, step.claim.epsilon(delta), delta)
+    std, ks, ind = noise_test_step(step, batch, draws=draws, seed=seed)
+    audit = audit_step(step, batch, delta=delta, runs=runs, record=int(records[0]), seed=seed + 1) if runs else None
+    return StepReport(probe, std, ks, ind, audit, step.claim.epsilon(delta), delta, seed)
