@@ -22,7 +22,7 @@ from torch.nn import functional as Fn
 
 from ...accountant.validation import InputError
 
-__all__ = ["LinearMultiheadAttention", "SequenceBias", "linear_attention"]
+__all__ = ["LinearMultiheadAttention", "SequenceBias"]
 
 
 class SequenceBias(nn.Module):

@@ -24,7 +24,7 @@ from torch import nn
 
 from .rules import rule_for
 
-__all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "delegated", "first_tensor"]
+__all__ = ["Call", "Recorder", "leaves", "rebuild", "owners", "first_tensor"]
 
 
 def leaves(obj) -> list:

@@ -22,7 +22,7 @@ from .numerics import in_work
 from .recurrent import step
 from .rules import ALL, Rule, block_rule, register_rule
 
-__all__ = ["RULE"]
+__all__ = []
 
 
 def _mode(mod) -> str:

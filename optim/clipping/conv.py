@@ -18,7 +18,7 @@ from .linear import outer_terms, wants
 from .numerics import formed_terms, gram_cheaper, in_work, record_sq64, rowdots64
 from .rules import ALL, Rule, register_rule
 
-__all__ = ["conv_padding", "conv_blocks", "conv_weight_grads", "conv_formed", "conv_backward_grads", "RULE"]
+__all__ = ["conv_weight_grads"]
 
 _TRANSPOSED = nn.modules.conv._ConvTransposeNd
 

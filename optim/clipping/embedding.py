@@ -11,7 +11,7 @@ from .linear import wants
 from .numerics import in_work
 from .rules import ALL, Rule, register_rule
 
-__all__ = ["RULE"]
+__all__ = []
 
 
 def _embedding_parts(mod, a, g):

@@ -27,7 +27,7 @@ from ...accountant.validation import InputError
 from .calls import leaves, rebuild
 from .numerics import row_sq64
 
-__all__ = ["call_per_record", "generic_terms", "autocast_of", "tolerance"]
+__all__ = []
 
 _CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its replay was checked at
 

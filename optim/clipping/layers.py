@@ -58,8 +58,7 @@ from .precision import widened, widened_buffers
 from .rules import rule_for
 from .units import add_sums, signal_terms
 
-__all__ = ["unsupported_layers", "why_not", "supports_layers", "layers_clipped", "SharedModule",
-           "signal_terms", "add_sums", "count_uses", "key_map", "uses_of", "place_uses"]
+__all__ = ["key_map", "place_uses"]
 
 
 def why_not(m: nn.Module) -> str | None:

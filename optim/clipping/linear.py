@@ -15,7 +15,7 @@ from torch import nn
 from .numerics import gram_block, in_work, row_sq64
 from .rules import ALL, Rule, register_rule
 
-__all__ = ["outer_terms", "linear_blocks", "wants", "RULE", "CONV1D_RULE", "is_hf_conv1d"]
+__all__ = []
 
 
 def wants(mod, name: str, want) -> bool:

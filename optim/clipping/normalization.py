@@ -14,7 +14,7 @@ from .linear import wants
 from .numerics import formed_terms, in_work
 from .rules import ALL, Rule, register_rule
 
-__all__ = ["RULE"]
+__all__ = []
 
 _INSTANCE = nn.modules.instancenorm._InstanceNorm
 _CHANNELS = (nn.GroupNorm, _INSTANCE)

@@ -11,9 +11,7 @@ import math
 
 import torch
 
-__all__ = ["ROW_BLOCK", "rowdots64", "UPPER_MAX_COLS", "row_sq_upper", "rows_sq_upper", "gram_cheaper", "gram_block",
-           "gram_norm_cheaper", "FORMED_ELEMS", "block_terms",
-           "CAST_ELEMS", "row_sq64", "record_sq64", "work_dtype", "in_work"]
+__all__ = ["UPPER_MAX_COLS", "row_sq_upper"]
 
 
 def work_dtype(*tensors) -> torch.dtype:

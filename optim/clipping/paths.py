@@ -54,7 +54,7 @@ from .layers import SharedModule, layers_clipped, supports_layers, unsupported_l
 from .numerics import rowdots64, rows_sq_upper
 from .precision import exact_float32, narrowed, widened, widened_buffers, widened_params
 
-__all__ = ["supports_ghost", "supports_layers", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
+__all__ = ["supports_ghost", "clipped_grad_sum", "clipped_grad_diff_sum", "clip_factors",
            "ClippingFallbackWarning", "clip_path", "ghost_clipped_sum", "ghost_clipped_diff_sum"]
 
 METHODS = ("auto", "ghost", "layers", "vmap")

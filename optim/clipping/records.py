@@ -31,8 +31,8 @@ from torch import nn
 from ...accountant.validation import InputError
 from .rules import rule_for
 
-__all__ = ["records_of", "perturbed", "candidates", "resolve", "check_rows", "layout_of", "last_record_loss", "moves", "only_at",
-           "advice", "mixed_output", "ProbeSchedule", "FORWARD_ULPS"]
+__all__ = ["records_of", "perturbed", "resolve", "check_rows", "layout_of", "last_record_loss", "mixed_output",
+           "ProbeSchedule", "FORWARD_ULPS"]
 
 #: a forward value moves when it changes by more than this many ulps of its dtype times the tensor's largest
 #: magnitude.  Both forwards of a probe run the same kernels on the same shapes, so on the CPU every record but

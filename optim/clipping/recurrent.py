@@ -26,7 +26,7 @@ from .generic import autocast_of, tolerance
 from .numerics import in_work
 from .rules import ALL, Rule, block_rule, register_rule
 
-__all__ = ["RULE", "replay", "step"]
+__all__ = []
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 _CHECKED = weakref.WeakKeyDictionary()     # module -> the output shapes its replay was checked at

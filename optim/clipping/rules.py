@@ -18,7 +18,7 @@ import torch
 
 from .numerics import block_terms
 
-__all__ = ["Rule", "RULES", "register_rule", "rule_for", "ALL", "block_rule"]
+__all__ = ["rule_for"]
 
 #: ``want`` meaning every parameter the module owns
 ALL = None

@@ -10,7 +10,7 @@ from .linear import wants
 from .numerics import formed_terms, in_work
 from .rules import ALL, Rule, register_rule
 
-__all__ = ["RULE"]
+__all__ = []
 
 
 def _per_record(mod, a, g, want=ALL) -> dict:

@@ -24,7 +24,7 @@ from .generic import call_per_record, generic_terms
 from .numerics import block_terms, row_sq64
 from .rules import rule_for
 
-__all__ = ["signal_terms", "add_sums", "rule_of", "units"]
+__all__ = ["signal_terms", "add_sums", "rule_of"]
 
 
 def rule_of(call):

@@ -34,7 +34,7 @@ from torch import nn
 from ...accountant.validation import InputError
 from .attention import LinearMultiheadAttention
 
-__all__ = ["ModuleValidator", "UnsupportedModuleError", "REPLACEMENTS"]
+__all__ = ["ModuleValidator"]
 
 _BATCHNORM = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 _INSTANCE = nn.modules.instancenorm._InstanceNorm
