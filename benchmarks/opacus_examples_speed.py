@@ -43,15 +43,19 @@ if engine == "opacus":
     from opacus import PrivacyEngine
 else:
     from dpcalib.optim import PrivacyEngine
-epochs, seen = [], []
+epochs, steps, seen = [], [], []
 
 
 def timed(loader):
     base = type(loader)
 
     def __iter__(self):
-        t0 = time.perf_counter()
-        yield from base.__iter__(self)
+        t0 = last = time.perf_counter()
+        for batch in base.__iter__(self):
+            yield batch
+            now = time.perf_counter()
+            steps.append(now - last)
+            last = now
         epochs.append(time.perf_counter() - t0)
     loader.__class__ = type("Timed" + base.__name__, (base,), {"__iter__": __iter__})
     return loader
@@ -75,7 +79,7 @@ try:
     runpy.run_path(script, run_name="__main__")
 finally:
     with open(out, "w") as f:
-        json.dump({"epochs": epochs, "warnings": sorted(set(seen))}, f)
+        json.dump({"epochs": epochs, "steps": steps, "warnings": sorted(set(seen))}, f)
 '''
 
 #: the runs timed: a name, the script, its options (two epochs, CPU), the synthetic data's size
@@ -112,7 +116,7 @@ def run_once(run: dict, engine: str, examples: Path, folder: Path, stub: Path) -
     out = folder / f"{engine}.json"
     proc = subprocess.run([sys.executable, str(folder / "runner.py"), str(out), engine, str(stub), str(script), *args],
                           cwd=folder, capture_output=True, text=True, env=env, timeout=3600)
-    got = json.loads(out.read_text()) if out.exists() else {"epochs": [], "warnings": []}
+    got = json.loads(out.read_text()) if out.exists() else {"epochs": [], "steps": [], "warnings": []}
     got["rc"] = proc.returncode
     got["tail"] = (proc.stdout + proc.stderr).strip().splitlines()[-3:] if proc.returncode else []
     return got
@@ -123,7 +127,7 @@ def measure(run: dict, examples: Path, work: Path, stub: Path, repeats: int) -> 
     folder = work / run["name"].replace(" ", "_").replace("-", "")
     folder.mkdir()
     (folder / "runner.py").write_text(RUNNER)
-    times = {"opacus": [], "dpcalib": []}
+    times, steps = {"opacus": [], "dpcalib": []}, {"opacus": [], "dpcalib": []}
     warns, failed = {"opacus": set(), "dpcalib": set()}, []
     for r in range(repeats):
         for engine in (("opacus", "dpcalib") if r % 2 == 0 else ("dpcalib", "opacus")):
@@ -131,6 +135,7 @@ def measure(run: dict, examples: Path, work: Path, stub: Path, repeats: int) -> 
             if got["rc"]:
                 failed.append((engine, got["tail"]))
             times[engine].append(got["epochs"])
+            steps[engine] += got["steps"]
             warns[engine] |= set(got["warnings"])
             print(f"{run['name']:26s} {engine:8s} epochs {['%.2f' % t for t in got['epochs']]} rc={got['rc']}",
                   flush=True)
@@ -138,6 +143,7 @@ def measure(run: dict, examples: Path, work: Path, stub: Path, repeats: int) -> 
     med = {e: [statistics.median(t[k] for t in times[e]) for k in range(n)] for e in times}
     return {"name": run["name"], "args": " ".join(run["args"]), "median": med, "raw": times,
             "ratio": [med["dpcalib"][k] / med["opacus"][k] for k in range(n)],
+            "step": {e: statistics.median(v) if v else float("nan") for e, v in steps.items()},
             "fallback": sorted(w for w in warns["dpcalib"] if w.startswith("ClippingFallbackWarning")),
             "failed": failed}
 
@@ -158,16 +164,19 @@ def report(rows: list, command: str, repeats: int) -> str:
         "epoch is timed (first batch to last). Synthetic data of the scripts' shapes (CIFAR-10: 2048 images, 16 "
         "Poisson batches of 128 expected; names: 4 languages x 640, 2048 for training, 32 batches of 64). Epoch 1 "
         "holds dpcalib's record probes (float64 forwards on the first batches and each larger one), epoch 2 is the "
-        "steady state. Ratio: dpcalib / Opacus median epoch time (below 1: dpcalib faster).", "",
+        "steady state. Ratio: dpcalib / Opacus median epoch time (below 1: dpcalib faster); the median step (over "
+        "every step of every run, a step from one batch to the next) leaves the few probed batches out.", "",
         "| script and options | Opacus epoch 1 / 2 (s) | dpcalib epoch 1 / 2 (s) | ratio epoch 1 | ratio epoch 2 "
-        "| vmap fallback warnings (dpcalib) |",
-        "|---|---|---|---|---|---|",
+        "| median step Opacus / dpcalib (ms) | ratio median step | vmap fallback warnings (dpcalib) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         o, d = r["median"]["opacus"], r["median"]["dpcalib"]
         fmt = " / ".join
         lines.append(f"| `{r['name']}` | {fmt('%.2f' % t for t in o)} | {fmt('%.2f' % t for t in d)} | "
-                     + " | ".join("%.2f" % x for x in r["ratio"]) + f" | {len(r['fallback']) or 'none'} |")
+                     + " | ".join("%.2f" % x for x in r["ratio"])
+                     + f" | {1000 * r['step']['opacus']:.0f} / {1000 * r['step']['dpcalib']:.0f} | "
+                     f"{r['step']['dpcalib'] / r['step']['opacus']:.2f} | {len(r['fallback']) or 'none'} |")
     for r in rows:
         for engine, tail in r["failed"]:
             lines += ["", f"`{r['name']}` failed under {engine}:", "", "```text", *tail, "```"]
