@@ -36,7 +36,9 @@ from .events import (
     total_variation_bound,
 )
 from .gdp import gdp_epsilon
+from .kinds import ROUTES, event_types, is_event
 from .roots import bounded_min
+from .tree_events import flatten, tree_relation
 
 __all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
 
@@ -44,8 +46,6 @@ __all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
 DEFAULT_ORDERS = tuple(float(a) for a in
                        list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
                                              320, 384, 448, 512, 640, 768, 1024])
-
-_EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)
 
 
 
@@ -151,22 +151,66 @@ class PrivacyAccountant:
             InputError: if ``event`` is of another type, ``count`` is not an integer >= 0, or the
                 event's neighbouring relation differs from the composed events'.
         """
-        if not isinstance(event, _EVENT_TYPES):
+        if not (is_event(event) or hasattr(event, "leaves")):
             raise InputError(f"event={event!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in _EVENT_TYPES)}.")
+                             f"{', '.join(t.__name__ for t in event_types())} or a tree node (ComposedEvent, ...).")
         k = validation.integer(count, "count", low=0)
+        leaves = [(e, m) for e, m in flatten(event, 1) if m]
+        rel = tree_relation(leaves)
         current = self.neighboring_relation
-        if event.neighboring_relation is not None and current is not None \
-                and event.neighboring_relation != current:
+        if rel is not None and current is not None and rel != current:
             raise InputError(f"event={event!r} is not allowed: its neighbouring relation "
-                             f"({event.neighboring_relation}) differs from the composed events' "
+                             f"({rel}) differs from the composed events' "
                              f"({current}); guarantees under different relations do not compose.")
-        if k:
+        if k and leaves:
             # a sampled event that uses every record is stored as the full-batch Gaussian it is
             # (exact GDP then answers); its relation is kept here
-            self._events.append((full_batch_form(event), k))
-            self._relation = event.neighboring_relation or current
+            self._events.extend((full_batch_form(e), m * k) for e, m in leaves)
+            self._relation = rel or current
         return self
+
+    def refusal(self, route: str, event=None):
+        """Why ``route`` cannot certify the composed events (or ``event``'s tree), in one line naming
+        the first event it refuses -- or None where it certifies them all (:meth:`~.kinds.EventKind.refuses`).
+
+        Args:
+            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
+            event: an event or tree, or None (the composed events).
+
+        Returns:
+            None, or the one-line refusal (a str).
+
+        Raises:
+            InputError: if ``route`` is unknown or ``event`` is not an event.
+        """
+        if route not in ROUTES:
+            raise InputError(f"route={route!r} is not allowed: expected one of {ROUTES}.")
+        pairs = self._events if event is None else [(full_batch_form(e), m) for e, m in flatten(event, 1)]
+        for e, _ in pairs:
+            why = e.refuses(route)
+            if why is not None:
+                return why
+        return None
+
+    def supports(self, route: str, event=None) -> bool:
+        """Whether ``route`` certifies every event composed (or every leaf of ``event``): :meth:`refusal` is None.
+
+        Args:
+            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
+            event: an event or tree, or None (the composed events).
+
+        Returns:
+            A bool.
+
+        Raises:
+            InputError: as :meth:`refusal`.
+        """
+        return self.refusal(route, event) is None
+
+    @property
+    def non_private(self) -> bool:
+        """True when a composed release is non-private (eps = inf on every route)."""
+        return any(getattr(e, "non_private", False) for e, _ in self._events)
 
     # -- analysis -----------------------------------------------------------------------------
     def rdp(self, orders=None) -> np.ndarray:
@@ -277,6 +321,12 @@ class PrivacyAccountant:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
+        if self.non_private:
+            return EpsilonReport(math.inf, d, "non-private", None, None, ("a non-private release is composed",))
+        if method == "auto" and not self.is_full_batch_gaussian and not self.supports("rdp"):
+            method = "best"                   # RDP refuses a kind: the PLD (or nothing) answers
+        if method in ("rdp", "pld") and not self.supports(method):
+            raise InputError(f"accountant={method!r} is not allowed: {self.refusal(method)}.")
         if method == "auto":                   # (pld and best: epsilon_bracket checks it)
             tv = self._tv_bracket(d)
             if tv is not None:
@@ -284,6 +334,10 @@ class PrivacyAccountant:
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
+        if method == "gdp" and not self.is_full_batch_gaussian and not all(
+                isinstance(e, (PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent))
+                for e, _ in self._events):
+            raise InputError(f"accountant='gdp' is not allowed: {self.refusal('gdp')}.")
         if method == "gdp" and not self.is_full_batch_gaussian:
             raise InputError("accountant='gdp' is not allowed for these events: exact Gaussian DP holds only "
                              "for compositions of full-batch GaussianEvents (these include subsampled "
@@ -335,6 +389,14 @@ class PrivacyAccountant:
                              f"('gdp', 'pld', 'rdp').")
         if not self._events:
             return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",), "none")
+        if self.non_private:
+            return EpsilonBracket(math.inf, math.inf, d, 0.0, True, ("a non-private release is composed",),
+                                  "non-private")
+        kept = tuple(m for m in methods if m == "gdp" or self.supports(m))
+        if not kept:
+            route = next(m for m in methods if m != "gdp") if set(methods) - {"gdp"} else "gdp"
+            raise InputError(f"accountant={'/'.join(methods)!r} is not allowed: {self.refusal(route)}.")
+        methods = kept
         if methods != ("rdp",):
             tv = self._tv_bracket(d)
             if tv is not None:
