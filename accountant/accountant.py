@@ -246,6 +246,15 @@ class PrivacyAccountant:
         # eps inf) and 1/z^2 to 0 above 1e154 (mu 0, eps 0) -- never a division by zero
         return math.sqrt(sum(k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events))
 
+    def _linear_rdp(self):
+        """``(slope, intercept)`` where every event's RDP is ``xi + rho alpha`` (``rdp_linear``), else None."""
+        parts = [(1.0 / (2.0 * e.noise_multiplier ** 2), 0.0) if type(e) is GaussianEvent
+                 else getattr(e, "rdp_linear", None) for e, _ in self._events]
+        if not parts or any(p is None for p in parts):
+            return None
+        return (sum(k * p[0] for (_, k), p in zip(self._events, parts)),
+                sum(k * p[1] for (_, k), p in zip(self._events, parts)))
+
     def _linear_slope(self) -> float:
         return sum(0.5 * k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events)
 
@@ -349,6 +358,11 @@ class PrivacyAccountant:
             eps, order = best_epsilon_linear(self._linear_slope(), d, conversion)
             return EpsilonReport(eps, d, "rdp", conversion, order,
                                  ("linear RDP curve: optimum over real orders",))
+        lin = self._linear_rdp()
+        if lin is not None:              # xi + rho alpha (zCDP, discrete Gaussian): the same optimum, shifted by xi
+            eps, order = best_epsilon_linear(lin[0], d, conversion)
+            return EpsilonReport(eps + lin[1], d, "rdp", conversion, order,
+                                 ("linear RDP curve: optimum over real orders",))
         key = (tuple(self._events), self._orders.tobytes(), d, conversion, refine)
         if key in _RDP_REPORTS:           # the same composition asked again (a calibration's checks)
             return _RDP_REPORTS[key]
@@ -441,7 +455,7 @@ class PrivacyAccountant:
         ``a < 1/delta`` (its derivative is ``log(delta a) / (a - 1)^2`` for the improved
         conversion, ``-log(1/delta) / (a - 1)^2`` for Mironov's).  Skipping never changes the
         bracket: the smaller of the two ends is ``upper`` either way."""
-        if not math.isfinite(upper) or self.is_full_batch_gaussian:
+        if not math.isfinite(upper) or self.is_full_batch_gaussian or self._linear_rdp() is not None:
             return False
         if any(e.integer_orders_only for e, _ in self._events):
             return False

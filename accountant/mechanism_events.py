@@ -168,6 +168,11 @@ class DiscreteGaussianEvent(EventKind):
         """``alpha s^2 / (2 sigma^2)``: CKS20 Prop. 5 (the discrete Gaussian is (s^2 / 2 sigma^2)-zCDP)."""
         return orders * self.sensitivity ** 2 / (2.0 * self.sigma ** 2)
 
+    @property
+    def rdp_linear(self) -> tuple:
+        """``(s^2 / (2 sigma^2), 0)``: the RDP is linear in the order."""
+        return self.sensitivity ** 2 / (2.0 * self.sigma ** 2), 0.0
+
     def pld_pairs(self, direction):
         """The pair on the integers within ``40 sigma + s`` of 0 (beyond: mass below 1e-300, charged
         at +inf under P).
@@ -306,6 +311,11 @@ class ZCDPEvent(EventKind):
 
     def _rdp(self, orders):
         return self.xi + self.rho * orders
+
+    @property
+    def rdp_linear(self) -> tuple:
+        """``(rho, xi)``: the RDP is linear in the order (the accountant optimises it over real orders)."""
+        return self.rho, self.xi
 
     def total_variation(self) -> float:
         """Pinsker: ``sqrt(KL / 2)`` with ``KL <= xi + rho``.
