@@ -211,6 +211,6 @@ class EventKind:
         maker = getattr(self, "_dp_event", None)
         if maker is None:
             raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no event of this kind.")
-        import dp_accounting
+        from dp_accounting import dp_event          # (every event class, DiscreteLaplace and RepeatAndSelect too)
 
-        return maker(dp_accounting)
+        return maker(dp_event)

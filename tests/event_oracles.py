@@ -99,7 +99,9 @@ def rr_delta(k: int, p: float, buckets: int, eps: float) -> float:
             continue
         c = c[keep]
         lw = lf(k + 1) - lf(a + 1) - lf(c + 1) - lf(k - a - c + 1)
-        with np.errstate(divide="ignore"):
-            logP = lw + a * math.log(hi) + c * math.log(lo) + (k - a - c) * (math.log(mid) if mid > 0 else -np.inf)
+        rest = k - a - c
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logP = lw + a * math.log(hi) + c * math.log(lo) + np.where(
+                rest == 0, 0.0, rest * (math.log(mid) if mid > 0 else -np.inf))
         tot += float(np.sum(np.exp(logP) * -np.expm1(eps - e0 * (a - c))))
     return tot

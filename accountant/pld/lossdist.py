@@ -385,10 +385,16 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
                 for l, p in pr.atoms():
                     if abs(l) > 0.0:
                         key = round(abs(l), 12)
-                        weight[key] = weight.get(key, 0.0) + k * p
+                        w, _ = weight.get(key, (0.0, abs(l)))
+                        weight[key] = (w + k * p, abs(l))
     if not weight:
         return h
-    a = max(weight, key=weight.get)
+    a = weight[max(weight, key=lambda x: weight[x][0])][1]
     if a < h / 8.0:
         return h
-    return a / math.ceil(a / h - 1e-9)
+    n = math.ceil(a / h - 1e-9)
+    step = a / n
+    for cand in (step, math.nextafter(step, 0.0), math.nextafter(step, math.inf)):
+        if cand * n == a:            # exactly: both +-a then sit on grid points in floats
+            return cand
+    return step
