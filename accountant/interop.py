@@ -171,7 +171,7 @@ def to_dp_event(accountant):
     """
     import dp_accounting
 
-    if not hasattr(accountant, "events"):          # a dpcalib event or tree: node for node
+    if not hasattr(accountant, "epsilon_bracket"):   # a dpcalib event or tree: node for node
         return accountant.to_dp_event()
     return dp_accounting.ComposedDpEvent(
         [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in accountant.events])
