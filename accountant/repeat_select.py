@@ -16,7 +16,7 @@ import numpy as np
 
 from .validation import InputError
 
-__all__ = ["repeat_and_select_rdp", "tnb_gamma", "rdp_delta", "GRID"]
+__all__ = ["repeat_and_select_rdp", "tnb_gamma", "rdp_delta", "GRID", "grid_of"]
 
 #: the orders the bounds minimise over: dp-accounting's default grid and dpcalib's
 GRID = np.unique(np.concatenate((1.0 + np.arange(1, 100) / 10.0, np.arange(2, 65), 2.0 ** np.arange(6, 13),
@@ -78,7 +78,20 @@ def rdp_delta(orders, rdp, epsilon: float) -> float:
     return float(min(1.0, math.exp(float(np.min(ld)))))
 
 
-def repeat_and_select_rdp(orders, inner, mean: float, shape: float, integer_only: bool = False) -> np.ndarray:
+def grid_of(integer_only: bool = False) -> np.ndarray:
+    """The orders the bounds minimise over (integers only where the inner curve needs them).
+
+    Args:
+        integer_only: keep the integer orders only.
+
+    Returns:
+        A sorted float array.
+    """
+    return GRID[GRID == np.round(GRID)] if integer_only else GRID
+
+
+def repeat_and_select_rdp(orders, inner, mean: float, shape: float, integer_only: bool = False,
+                          grid_values=None) -> np.ndarray:
     """RDP of the best of ``K`` runs, ``K`` as the module says, at ``orders``.
 
     Thm 2 (``shape < inf``): ``eps(a) + log(E[K]) / (a - 1) + (1 + eta) min_b ((1 - 1/b) eps(b) - log(gamma) / b)``;
@@ -91,6 +104,7 @@ def repeat_and_select_rdp(orders, inner, mean: float, shape: float, integer_only
         mean: ``E[K]``, >= 1.
         shape: ``eta`` in [0, inf].
         integer_only: the inner curve holds at integer orders only.
+        grid_values: ``(grid_of(integer_only), inner(grid))`` computed once (a caller's cache), or None.
 
     Returns:
         A float array shaped like ``orders``.
@@ -103,9 +117,14 @@ def repeat_and_select_rdp(orders, inner, mean: float, shape: float, integer_only
     if not shape >= 0.0:
         raise InputError(f"shape={shape!r} is not allowed: expected a number in [0, inf].")
     a = np.atleast_1d(np.asarray(orders, dtype=float))
-    grid = GRID[GRID == np.round(GRID)] if integer_only else GRID
-    grid = np.unique(np.concatenate((grid, a)))
-    r = np.asarray(inner(grid), dtype=float)
+    if grid_values is None:
+        grid_values = (grid_of(integer_only), np.asarray(inner(grid_of(integer_only)), dtype=float))
+    g0, r0 = grid_values
+    extra = np.setdiff1d(a, g0)
+    grid = np.concatenate((g0, extra))
+    r = np.concatenate((r0, np.asarray(inner(extra), dtype=float) if extra.size else np.zeros(0)))
+    order = np.argsort(grid, kind="stable")
+    grid, r = grid[order], r[order]
     lm = math.log(mean)
     if math.isinf(shape):
         out = np.array([r[i] + mean * rdp_delta(grid, r, math.log1p(1 / (g - 1))) + lm / (g - 1)

@@ -25,7 +25,7 @@ from . import validation
 from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from .gaussian import gaussian_rdp
 from .kinds import REPLACE_SPECIAL, EventKind, is_event, json_kinds, kind_named, register_kind
-from .repeat_select import repeat_and_select_rdp
+from .repeat_select import grid_of, repeat_and_select_rdp
 from .subsampling import subsampled_rdp_wor
 from .validation import InputError
 
@@ -398,7 +398,11 @@ class RepeatAndSelectEvent(EventKind):
 
     def _rdp(self, orders):
         inner = lambda a: sum(k * e.rdp(a) for e, k in self._inner)
-        return repeat_and_select_rdp(orders, inner, self.mean, self.shape, self.integer_orders_only)
+        if "_grid_values" not in self.__dict__:          # the inner curve on the bound's grid, once
+            g = grid_of(self.integer_orders_only)
+            object.__setattr__(self, "_grid_values", (g, np.asarray(inner(g), dtype=float)))
+        return repeat_and_select_rdp(orders, inner, self.mean, self.shape, self.integer_orders_only,
+                                     self._grid_values)
 
     def _dp_event(self, dpa):
         return dpa.RepeatAndSelectDpEvent(self.event.to_dp_event(), self.mean, self.shape)
