@@ -373,7 +373,8 @@ class PrivacyAccountant:
         _RDP_REPORTS[key] = rep
         return rep
 
-    def epsilon_bracket(self, delta, rtol: float | None = None, methods=("gdp", "pld", "rdp")):
+    def epsilon_bracket(self, delta, rtol: float | None = None, methods=("gdp", "pld", "rdp"),
+                        atol: float | None = None):
         """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.
 
         ``upper`` is the smallest of the sound answers in ``methods``: the exact GDP value (full
@@ -385,6 +386,8 @@ class PrivacyAccountant:
             delta: the target delta, in (0, 1).
             rtol: the PLD bracket's relative tolerance, in (0, 1], or None (``RTOL``).
             methods: a non-empty subset of ``("gdp", "pld", "rdp")``.
+            atol: the PLD bracket's absolute tolerance on the width, in [0, inf), or None (1e-5,
+                :func:`~.pld.queries.pld_epsilon`'s).
 
         Returns:
             The :class:`~.pld.pairs.EpsilonBracket`.
@@ -429,7 +432,8 @@ class PrivacyAccountant:
         b = None
         if "pld" in methods:
             try:
-                b = pld_epsilon(self._events, d, rtol=rtol)
+                b = pld_epsilon(self._events, d, rtol=rtol) if atol is None else \
+                    pld_epsilon(self._events, d, rtol=rtol, atol=atol)
             except ValueError as exc:          # no grid fits the memory cap: RDP answers
                 if methods == ("pld",):
                     raise

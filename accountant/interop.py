@@ -1,11 +1,12 @@
-"""dp-accounting interop: turn a dp-accounting ``DpEvent`` tree into dpcalib events.
+"""dp-accounting interop: turn a dp-accounting ``DpEvent`` tree into dpcalib events, and back.
 
-``from_dp_event(event)`` accepts the trees dp-accounting users build for Gaussian mechanisms --
-``GaussianDpEvent``, ``PoissonSampledDpEvent`` and ``SampledWithoutReplacementDpEvent`` around a
-Gaussian, ``SelfComposedDpEvent``, ``ComposedDpEvent`` and ``NoOpDpEvent`` -- and returns the
-``(event, count)`` pairs a :class:`~dpcalib.accountant.PrivacyAccountant` composes, so that a
-dp-accounting user gets dpcalib's certified bracket (and sampling without replacement, which
-dp-accounting's PLD accountant rejects) for their own mechanism:
+:func:`tree_from_dp_event` reads every tree dp-accounting 0.6's own PLD or RDP accountant takes --
+Gaussian, Laplace, discrete Laplace, randomized response, zCDP, mixture of Gaussians, Poisson and
+without-replacement sampling, composition, self-composition, repeat-and-select, single-epoch tree
+aggregation, non-private and no-op -- but the truncated subsampled Gaussian, node for node
+(:mod:`.tree_events`); ``from_dp_event(event)`` flattens it into the ``(event, count)`` pairs a
+:class:`~dpcalib.accountant.PrivacyAccountant` composes, so that a dp-accounting user gets dpcalib's
+certified bracket for their own mechanism:
 
     acc = PrivacyAccountant.from_dp_event(my_event)
     acc.epsilon_bracket(1e-5)

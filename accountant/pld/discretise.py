@@ -558,17 +558,22 @@ def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
     The profile is linear in the measure, so a lower measure of the rest plus the exact atoms is
     below the whole; :func:`lower_step` alone closes its top one grid point below an atom at the
     top of the loss (the profile is 0 there): eps one step low, an O(h) lower end."""
-    on = []                           # (grid index, its bin, mass, Q-mass) of the atoms at or just above j h
+    on = []                           # (grid index, mass) of the atoms at or just above j h
+    P, Q = b.P.copy(), b.Q.copy()
     for l, p in pair.atoms():
         j = math.floor(l / h + 1e-9)
-        if j * h <= l <= j * h + 1e-9 * h and b.i0 < j < b.i0 + b.P.size:
-            on.append((j, j - b.i0 - (1 if l == j * h else 0), p, p * math.exp(-l)))
+        if not (j * h <= l <= j * h + 1e-9 * h and b.i0 < j < b.i0 + b.P.size - 1):
+            continue
+        # the bin that holds it: ((j-1) h, j h], or the next one where the pair's own masses (a sampled
+        # pair's inverted loss) put it just above j h -- taken from a bin only where the bin holds it
+        i = next((i for i in (j - b.i0 - 1, j - b.i0) if P[i] >= p * (1.0 - 1e-9)), None)
+        if i is None:
+            continue
+        P[i] = max(0.0, P[i] - p)     # (the atom is moved down to j h by at most 1e-9 h: lower)
+        Q[i] = max(0.0, Q[i] - p * math.exp(-l))
+        on.append((j, p))
     if not on:
         return None
-    P, Q = b.P.copy(), b.Q.copy()
-    for j, i, p, pq in on:            # (the atom is moved down to j h by at most 1e-9 h: lower)
-        P[i] = max(0.0, P[i] - p)
-        Q[i] = max(0.0, Q[i] - pq)
     rest = Bins(b.i0, P, Q, b.p_below, b.p_above)
     if float(P.sum()) + b.p_above > 1e-300:
         st = lower_step(rest, h, count)
@@ -577,7 +582,7 @@ def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
     else:
         st = Step(b.i0, np.zeros(b.P.size + 1), 0.0, 0.0, count)
     m = np.concatenate((st.mass, np.zeros(max(0, b.P.size + 1 - st.mass.size))))
-    for j, _, p, _ in on:
+    for j, p in on:
         m[j - st.i0] += p * (1.0 - 1e-12)        # (a margin for the rounding of the masses)
     return Step(st.i0, m, 0.0, 0.0, count)
 

@@ -360,7 +360,7 @@ class SampledPair(LossPair):
 
 
 def aligned_step(events, h: float, direction: str = "remove") -> float:
-    """A grid step in ``(h/2, h]`` on which the heaviest atom of the events' pairs is a grid point (``h``
+    """A grid step in ``(h/2, h]`` on which the heaviest atom (mass times |loss|) of the events' pairs is a grid point (``h``
     itself where no pair has atoms, or the atom is within ``h/8`` of 0).
 
     An atom mid-bin costs both ends of a bracket O(h) (connect-the-dots splits it between two grid
@@ -386,7 +386,7 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
                     if abs(l) > 0.0:
                         key = round(abs(l), 12)
                         w, _ = weight.get(key, (0.0, abs(l)))
-                        weight[key] = (w + k * p, abs(l))
+                        weight[key] = (w + k * p * abs(l), abs(l))      # (far atoms decide eps most)
     if not weight:
         return h
     a = weight[max(weight, key=lambda x: weight[x][0])][1]
