@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 DELTA_RANGE = (-8.0, -3.0)
-MAX_COUNT = 400
+MAX_COUNT = 100
 #: dpcalib's bracket width: upper - lower <= RTOL * upper puts upper within 1e-4 of the truth, and the
 #: truth is at most dp-accounting's pessimistic upper bound -- the acceptance's 1 + 1e-4
 RTOL = 1e-4            # total releases of a tree (dp-accounting's PLD self-composes each event)
@@ -44,15 +44,16 @@ def _leaf(rng, dpa, family, rr):
         kinds = ["gauss", "laplace", "pgauss", "zcdp"]
     k = kinds[rng.integers(len(kinds))]
     if k == "gauss":
-        return dpa.GaussianDpEvent(float(rng.uniform(0.8, 6.0)))
+        return dpa.GaussianDpEvent(float(rng.uniform(1.0, 6.0)))
     if k == "laplace":
-        return dpa.LaplaceDpEvent(float(rng.uniform(0.8, 6.0)))
+        return dpa.LaplaceDpEvent(float(rng.uniform(1.0, 6.0)))
     if k == "dlap":
         return dpa.DiscreteLaplaceDpEvent(float(rng.uniform(0.2, 1.5)), int(rng.integers(1, 4)))
     if k == "pgauss":
-        return dpa.PoissonSampledDpEvent(float(10 ** rng.uniform(-2.5, -0.7)), dpa.GaussianDpEvent(float(rng.uniform(0.7, 3.0))))
+        # (z >= 1.5: dp-accounting's PLD of a Poisson-sampled Gaussian at 1e-4 takes 2-5 s below it)
+        return dpa.PoissonSampledDpEvent(float(10 ** rng.uniform(-2.5, -1)), dpa.GaussianDpEvent(float(rng.uniform(1.5, 5.0))))
     if k == "plap":
-        return dpa.PoissonSampledDpEvent(float(10 ** rng.uniform(-2.5, -0.7)), dpa.LaplaceDpEvent(float(rng.uniform(0.5, 3.0))))
+        return dpa.PoissonSampledDpEvent(float(10 ** rng.uniform(-2.5, -1)), dpa.LaplaceDpEvent(float(rng.uniform(1.0, 4.0))))
     return dpa.ZCDpEvent(float(10 ** rng.uniform(-4, -1.5)))
 
 
@@ -62,7 +63,7 @@ def random_tree(rng, dpa, family: str, depth: int = 4, rr=None):
     if depth <= 1 or r < 0.3:
         return _leaf(rng, dpa, family, rr)
     if r < 0.6:
-        return dpa.SelfComposedDpEvent(random_tree(rng, dpa, family, depth - 1, rr), int(rng.integers(1, 12)))
+        return dpa.SelfComposedDpEvent(random_tree(rng, dpa, family, depth - 1, rr), int(rng.integers(1, 9)))
     if family == "rdp" and r < 0.75:
         return dpa.RepeatAndSelectDpEvent(random_tree(rng, dpa, family, depth - 1, rr),
                                           float(rng.uniform(1.0, 20.0)), float(rng.choice([0.0, 1.0, 2.5, np.inf])))
@@ -109,7 +110,7 @@ def compare(tree, family: str, delta: float, rr=None) -> dict:
 
     t0 = time.perf_counter()
     acc = PrivacyAccountant.from_dp_event(tree)
-    br = acc.epsilon_bracket(delta, rtol=RTOL)
+    br = acc.epsilon_bracket(delta, rtol=RTOL, atol=0.0)
     ours_t = time.perf_counter() - t0
     nr = dp_accounting.NeighboringRelation
     rel = nr.REPLACE_ONE if family == "rr" else nr.ADD_OR_REMOVE_ONE
@@ -137,7 +138,7 @@ def compare(tree, family: str, delta: float, rr=None) -> dict:
     return out
 
 
-def run(n: int, seed: int, shares=(0.6, 0.15, 0.25)) -> list:
+def run(n: int, seed: int, shares=(0.6, 0.15, 0.25), every=None) -> list:
     """``n`` trees, split between the families by ``shares``; the rows of :func:`compare`."""
     from dp_accounting import dp_event as dpa
 
@@ -154,6 +155,8 @@ def run(n: int, seed: int, shares=(0.6, 0.15, 0.25)) -> list:
         rows.append(compare(tree, family, d, rr))
         if (i + 1) % 100 == 0:
             print(f"{i + 1} trees", file=sys.stderr, flush=True)
+            if every is not None:
+                every(rows)
     return rows
 
 
@@ -188,9 +191,15 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    rows = run(a.trees, a.seed)
-    text = summary(rows, f"python -m benchmarks.event_trees --trees {a.trees} --seed {a.seed}"
-                         + (f" --out {a.out}" if a.out else ""))
+    command = f"python -m benchmarks.event_trees --trees {a.trees} --seed {a.seed}" + (f" --out {a.out}" if a.out else "")
+
+    def write(rows):             # (the results so far, every 100 trees: a long run leaves a record)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write(summary(rows, command) + ("" if len(rows) >= a.trees else f"\n(partial: {len(rows)} of {a.trees} trees)\n"))
+
+    rows = run(a.trees, a.seed, every=write)
+    text = summary(rows, command)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
