@@ -118,7 +118,7 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
             # a pair with atoms off the grid (a sampled Laplace, randomized response) narrows only
             # ~linearly in h and unevenly (where its atoms fall): a floor is only a grid that does
             # not narrow the bracket at all; the heuristics below would stop far from it
-            slow = slow + 1 if prev_gap is not None and gap > 0.98 * prev_gap else 0
+            slow = slow + 1 if prev_gap is not None and gap > 0.98 * prev_gap and lo > 0.0 else 0
             prev_gap, prev_h = gap, h
             if slow >= 2:
                 notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g})")
