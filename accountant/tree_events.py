@@ -341,7 +341,7 @@ class WORSampledEvent(_SampledKind):
         if not hasattr(self.event, "refuses") or self.event.refuses("rdp"):
             return None
         ev = self.event
-        return lambda a: subsampled_rdp_wor(np.maximum(np.round(a), 2), self.use_probability, ev.rdp, ev.rdp_inf)
+        return lambda a: subsampled_rdp_wor(np.maximum(np.ceil(a), 2), self.use_probability, ev.rdp, ev.rdp_inf)
 
     def _dp_event(self, dpa):
         return dpa.SampledWithoutReplacementDpEvent(self.dataset_size, self.sample_size, self.event.to_dp_event())
