@@ -562,11 +562,11 @@ def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
     P, Q = b.P.copy(), b.Q.copy()
     for l, p in pair.atoms():
         j = math.floor(l / h + 1e-9)
-        if not (j * h <= l <= j * h + 1e-9 * h and b.i0 < j < b.i0 + b.P.size - 1):
+        if not (j * h <= l <= j * h + 1e-9 * h and b.i0 < j <= b.i0 + b.P.size):
             continue
         # the bin that holds it: ((j-1) h, j h], or the next one where the pair's own masses (a sampled
         # pair's inverted loss) put it just above j h -- taken from a bin only where the bin holds it
-        i = next((i for i in (j - b.i0 - 1, j - b.i0) if P[i] >= p * (1.0 - 1e-9)), None)
+        i = next((i for i in (j - b.i0 - 1, j - b.i0) if i < P.size and P[i] >= p * (1.0 - 1e-9)), None)
         if i is None:
             continue
         P[i] = max(0.0, P[i] - p)     # (the atom is moved down to j h by at most 1e-9 h: lower)

@@ -390,11 +390,19 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
     if not weight:
         return h
     a = weight[max(weight, key=lambda x: weight[x][0])][1]
+    # a lattice (discrete Laplace: a(2x - s); randomized response: 0, +-eps): its smallest atom, where
+    # the heaviest is a multiple of it, puts every atom of the lattice on the grid
+    u = min(v for _, v in weight.values())
+    ratio = a / u
+    if abs(ratio - round(ratio)) <= 1e-9 * ratio and all(
+            abs(v / u - round(v / u)) <= 1e-9 * (v / u) for _, v in weight.values()):
+        a = u
     if a < h / 8.0:
         return h
-    n = math.ceil(a / h - 1e-9)
-    step = a / n
-    for cand in (step, math.nextafter(step, 0.0), math.nextafter(step, math.inf)):
-        if cand * n == a:            # exactly: both +-a then sit on grid points in floats
-            return cand
-    return step
+    n0 = math.ceil(a / h - 1e-9)
+    for n in range(n0, n0 + 16):     # (a step a / n with n * step == a exactly: +-a on grid points in floats)
+        step = a / n
+        for cand in (step, math.nextafter(step, 0.0), math.nextafter(step, math.inf)):
+            if cand * n == a:
+                return cand
+    return a / n0

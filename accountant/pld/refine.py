@@ -64,6 +64,7 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
     h = _start(ev, d, h, cap)
     # events of the non-Gaussian kinds (their own pairs, :mod:`.lossdist`): atoms, width O(h)
     atomic = any(getattr(e, "pld_pairs", None) is not None for e, _ in ev)
+    no_lower = 0
     best = None
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller
@@ -118,7 +119,9 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
             # a pair with atoms off the grid (a sampled Laplace, randomized response) narrows only
             # ~linearly in h and unevenly (where its atoms fall): a floor is only a grid that does
             # not narrow the bracket at all; the heuristics below would stop far from it
-            slow = slow + 1 if prev_gap is not None and gap > 0.98 * prev_gap and lo > 0.0 else 0
+            # (a grid with no lower end yet is not a floor -- for its first few grids)
+            no_lower = no_lower + 1 if lo <= 0.0 else 0
+            slow = slow + 1 if prev_gap is not None and gap > 0.98 * prev_gap and (lo > 0.0 or no_lower > 2) else 0
             prev_gap, prev_h = gap, h
             if slow >= 2:
                 notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g})")
