@@ -19,6 +19,12 @@ from .events import (
     full_batch_form,
 )
 from .gaussian import gaussian_rdp
+from .kinds import EventKind, event_types, register_kind
+from .mechanism_events import (DiscreteGaussianEvent, DiscreteLaplaceEvent, EpsilonDeltaEvent, LaplaceEvent,
+                               MixtureOfGaussiansEvent, NonPrivateEvent, RandomizedResponseEvent, ZCDPEvent)
+from .tree_events import (ComposedEvent, PoissonSampledEvent, RepeatAndSelectEvent, SelfComposedEvent,
+                          TreeAggregationEvent, WORSampledEvent, event_from_json, event_to_json)
+from .tune import calibrate_parameter
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
 from .caches import clear_cache
@@ -57,6 +63,11 @@ __all__ = [
     "WORSampledGaussianEvent",
     "PoissonSampledGaussianEvent",
     "BallsInBinsGaussianEvent",
+    "EventKind", "event_types", "register_kind",
+    "LaplaceEvent", "DiscreteLaplaceEvent", "DiscreteGaussianEvent", "RandomizedResponseEvent", "EpsilonDeltaEvent",
+    "ZCDPEvent", "MixtureOfGaussiansEvent", "NonPrivateEvent",
+    "ComposedEvent", "SelfComposedEvent", "PoissonSampledEvent", "WORSampledEvent", "RepeatAndSelectEvent",
+    "TreeAggregationEvent", "event_from_json", "event_to_json", "calibrate_parameter",
     "full_batch_form",
     "REPLACE_ONE",
     "ADD_REMOVE",

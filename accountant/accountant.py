@@ -36,7 +36,9 @@ from .events import (
     total_variation_bound,
 )
 from .gdp import gdp_epsilon
+from .kinds import ROUTES, event_types, is_event
 from .roots import bounded_min
+from .tree_events import flatten, tree_relation
 
 __all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
 
@@ -44,8 +46,6 @@ __all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
 DEFAULT_ORDERS = tuple(float(a) for a in
                        list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
                                              320, 384, 448, 512, 640, 768, 1024])
-
-_EVENT_TYPES = (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)
 
 
 
@@ -151,22 +151,66 @@ class PrivacyAccountant:
             InputError: if ``event`` is of another type, ``count`` is not an integer >= 0, or the
                 event's neighbouring relation differs from the composed events'.
         """
-        if not isinstance(event, _EVENT_TYPES):
+        if not (is_event(event) or hasattr(event, "leaves")):
             raise InputError(f"event={event!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in _EVENT_TYPES)}.")
+                             f"{', '.join(t.__name__ for t in event_types())} or a tree node (ComposedEvent, ...).")
         k = validation.integer(count, "count", low=0)
+        leaves = [(e, m) for e, m in flatten(event, 1) if m]
+        rel = tree_relation(leaves)
         current = self.neighboring_relation
-        if event.neighboring_relation is not None and current is not None \
-                and event.neighboring_relation != current:
+        if rel is not None and current is not None and rel != current:
             raise InputError(f"event={event!r} is not allowed: its neighbouring relation "
-                             f"({event.neighboring_relation}) differs from the composed events' "
+                             f"({rel}) differs from the composed events' "
                              f"({current}); guarantees under different relations do not compose.")
-        if k:
+        if k and leaves:
             # a sampled event that uses every record is stored as the full-batch Gaussian it is
             # (exact GDP then answers); its relation is kept here
-            self._events.append((full_batch_form(event), k))
-            self._relation = event.neighboring_relation or current
+            self._events.extend((full_batch_form(e), m * k) for e, m in leaves)
+            self._relation = rel or current
         return self
+
+    def refusal(self, route: str, event=None):
+        """Why ``route`` cannot certify the composed events (or ``event``'s tree), in one line naming
+        the first event it refuses -- or None where it certifies them all (:meth:`~.kinds.EventKind.refuses`).
+
+        Args:
+            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
+            event: an event or tree, or None (the composed events).
+
+        Returns:
+            None, or the one-line refusal (a str).
+
+        Raises:
+            InputError: if ``route`` is unknown or ``event`` is not an event.
+        """
+        if route not in ROUTES:
+            raise InputError(f"route={route!r} is not allowed: expected one of {ROUTES}.")
+        pairs = self._events if event is None else [(full_batch_form(e), m) for e, m in flatten(event, 1)]
+        for e, _ in pairs:
+            why = e.refuses(route)
+            if why is not None:
+                return why
+        return None
+
+    def supports(self, route: str, event=None) -> bool:
+        """Whether ``route`` certifies every event composed (or every leaf of ``event``): :meth:`refusal` is None.
+
+        Args:
+            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
+            event: an event or tree, or None (the composed events).
+
+        Returns:
+            A bool.
+
+        Raises:
+            InputError: as :meth:`refusal`.
+        """
+        return self.refusal(route, event) is None
+
+    @property
+    def non_private(self) -> bool:
+        """True when a composed release is non-private (eps = inf on every route)."""
+        return any(getattr(e, "non_private", False) for e, _ in self._events)
 
     # -- analysis -----------------------------------------------------------------------------
     def rdp(self, orders=None) -> np.ndarray:
@@ -201,6 +245,15 @@ class PrivacyAccountant:
         # (1/z) * (1/z) rather than 1/z^2: z^2 underflows to 0 for z below 1e-162 (mu is then inf,
         # eps inf) and 1/z^2 to 0 above 1e154 (mu 0, eps 0) -- never a division by zero
         return math.sqrt(sum(k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events))
+
+    def _linear_rdp(self):
+        """``(slope, intercept)`` where every event's RDP is ``xi + rho alpha`` (``rdp_linear``), else None."""
+        parts = [(1.0 / (2.0 * e.noise_multiplier ** 2), 0.0) if type(e) is GaussianEvent
+                 else getattr(e, "rdp_linear", None) for e, _ in self._events]
+        if not parts or any(p is None for p in parts):
+            return None
+        return (sum(k * p[0] for (_, k), p in zip(self._events, parts)),
+                sum(k * p[1] for (_, k), p in zip(self._events, parts)))
 
     def _linear_slope(self) -> float:
         return sum(0.5 * k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events)
@@ -277,6 +330,12 @@ class PrivacyAccountant:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:
             return EpsilonReport(0.0, d, "none", None, None, ("no events composed",))
+        if self.non_private:
+            return EpsilonReport(math.inf, d, "non-private", None, None, ("a non-private release is composed",))
+        if method == "auto" and not self.is_full_batch_gaussian and not self.supports("rdp"):
+            method = "best"                   # RDP refuses a kind: the PLD (or nothing) answers
+        if method in ("rdp", "pld") and not self.supports(method):
+            raise InputError(f"accountant={method!r} is not allowed: {self.refusal(method)}.")
         if method == "auto":                   # (pld and best: epsilon_bracket checks it)
             tv = self._tv_bracket(d)
             if tv is not None:
@@ -284,6 +343,10 @@ class PrivacyAccountant:
         if method in ("pld", "best"):
             b = self.epsilon_bracket(d, methods=("pld",) if method == "pld" else ("gdp", "pld", "rdp"))
             return EpsilonReport.from_bracket(b)
+        if method == "gdp" and not self.is_full_batch_gaussian and not all(
+                isinstance(e, (PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent))
+                for e, _ in self._events):
+            raise InputError(f"accountant='gdp' is not allowed: {self.refusal('gdp')}.")
         if method == "gdp" and not self.is_full_batch_gaussian:
             raise InputError("accountant='gdp' is not allowed for these events: exact Gaussian DP holds only "
                              "for compositions of full-batch GaussianEvents (these include subsampled "
@@ -295,6 +358,11 @@ class PrivacyAccountant:
             eps, order = best_epsilon_linear(self._linear_slope(), d, conversion)
             return EpsilonReport(eps, d, "rdp", conversion, order,
                                  ("linear RDP curve: optimum over real orders",))
+        lin = self._linear_rdp()
+        if lin is not None:              # xi + rho alpha (zCDP, discrete Gaussian): the same optimum, shifted by xi
+            eps, order = best_epsilon_linear(lin[0], d, conversion)
+            return EpsilonReport(eps + lin[1], d, "rdp", conversion, order,
+                                 ("linear RDP curve: optimum over real orders",))
         key = (tuple(self._events), self._orders.tobytes(), d, conversion, refine)
         if key in _RDP_REPORTS:           # the same composition asked again (a calibration's checks)
             return _RDP_REPORTS[key]
@@ -305,7 +373,8 @@ class PrivacyAccountant:
         _RDP_REPORTS[key] = rep
         return rep
 
-    def epsilon_bracket(self, delta, rtol: float | None = None, methods=("gdp", "pld", "rdp")):
+    def epsilon_bracket(self, delta, rtol: float | None = None, methods=("gdp", "pld", "rdp"),
+                        atol: float | None = None):
         """``eps(delta)`` as a bracket: ``lower <= true eps <= upper``, ``upper`` certified.
 
         ``upper`` is the smallest of the sound answers in ``methods``: the exact GDP value (full
@@ -317,6 +386,8 @@ class PrivacyAccountant:
             delta: the target delta, in (0, 1).
             rtol: the PLD bracket's relative tolerance, in (0, 1], or None (``RTOL``).
             methods: a non-empty subset of ``("gdp", "pld", "rdp")``.
+            atol: the PLD bracket's absolute tolerance on the width, in [0, inf), or None (1e-5,
+                :func:`~.pld.queries.pld_epsilon`'s).
 
         Returns:
             The :class:`~.pld.pairs.EpsilonBracket`.
@@ -335,6 +406,14 @@ class PrivacyAccountant:
                              f"('gdp', 'pld', 'rdp').")
         if not self._events:
             return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",), "none")
+        if self.non_private:
+            return EpsilonBracket(math.inf, math.inf, d, 0.0, True, ("a non-private release is composed",),
+                                  "non-private")
+        kept = tuple(m for m in methods if m == "gdp" or self.supports(m))
+        if not kept:
+            route = next(m for m in methods if m != "gdp") if set(methods) - {"gdp"} else "gdp"
+            raise InputError(f"accountant={'/'.join(methods)!r} is not allowed: {self.refusal(route)}.")
+        methods = kept
         if methods != ("rdp",):
             tv = self._tv_bracket(d)
             if tv is not None:
@@ -353,7 +432,8 @@ class PrivacyAccountant:
         b = None
         if "pld" in methods:
             try:
-                b = pld_epsilon(self._events, d, rtol=rtol)
+                b = pld_epsilon(self._events, d, rtol=rtol) if atol is None else \
+                    pld_epsilon(self._events, d, rtol=rtol, atol=atol)
             except ValueError as exc:          # no grid fits the memory cap: RDP answers
                 if methods == ("pld",):
                     raise
@@ -379,7 +459,7 @@ class PrivacyAccountant:
         ``a < 1/delta`` (its derivative is ``log(delta a) / (a - 1)^2`` for the improved
         conversion, ``-log(1/delta) / (a - 1)^2`` for Mironov's).  Skipping never changes the
         bracket: the smaller of the two ends is ``upper`` either way."""
-        if not math.isfinite(upper) or self.is_full_batch_gaussian:
+        if not math.isfinite(upper) or self.is_full_batch_gaussian or self._linear_rdp() is not None:
             return False
         if any(e.integer_orders_only for e, _ in self._events):
             return False

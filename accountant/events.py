@@ -19,6 +19,7 @@ import numpy as np
 
 from .validation import InputError
 from . import validation
+from .kinds import register_kind
 from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
 from .subsampling import subsampled_gaussian_rdp_wor
@@ -56,6 +57,24 @@ class _GaussianRelease:
 
     #: ``(field, check)`` in the order they are checked at construction (each field becomes its checked value)
     CHECKED = (("noise_multiplier", validation.positive),)
+    #: eps(alpha -> inf): a Gaussian release is not pure DP
+    rdp_inf = math.inf
+    #: the name of the kind in a ``--events`` JSON file (:mod:`.tree_events`)
+    JSON_NAME = None
+
+    def refuses(self, route: str):
+        """Why ``route`` cannot certify this release, in one line, or None: RDP and the PLD take every
+        Gaussian kind; exact GDP only the full-batch one (:mod:`.kinds`).
+
+        Args:
+            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
+
+        Returns:
+            None, or the one-line refusal naming the event (a str).
+        """
+        if route == "gdp" and type(self) is not GaussianEvent:
+            return f"{self!r}: exact Gaussian DP holds only for full-batch Gaussian releases (this one is sampled)"
+        return None
 
     def __post_init__(self):
         for name, check in self.CHECKED:
@@ -100,6 +119,7 @@ class _GaussianRelease:
         return self._dp_event(dp_accounting)
 
 
+@register_kind
 @dataclass(frozen=True)
 class GaussianEvent(_GaussianRelease):
     """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6).
@@ -120,6 +140,7 @@ class GaussianEvent(_GaussianRelease):
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
 
+@register_kind
 @dataclass(frozen=True)
 class WORSampledGaussianEvent(_GaussianRelease):
     """Gaussian release on a subsample of fixed size drawn WITHOUT replacement (replace-one).
@@ -224,6 +245,7 @@ class _AddRemoveRelease(_GaussianRelease):
     neighboring_relation = ADD_REMOVE
 
 
+@register_kind
 @dataclass(frozen=True)
 class PoissonSampledGaussianEvent(_AddRemoveRelease):
     """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove).
@@ -256,6 +278,7 @@ class PoissonSampledGaussianEvent(_AddRemoveRelease):
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
 
+@register_kind
 @dataclass(frozen=True)
 class BallsInBinsGaussianEvent(_AddRemoveRelease):
     """One epoch of balls-in-bins batches (add/remove): each record is put in one of ``steps`` steps,
@@ -314,6 +337,8 @@ def full_batch_form(event):
     Returns:
         A :class:`GaussianEvent`, or ``event`` unchanged.
     """
+    if hasattr(event, "full_batch"):             # a kind of its own (:mod:`.tree_events`)
+        return event.full_batch()
     if isinstance(event, (PoissonSampledGaussianEvent, WORSampledGaussianEvent)) and event.use_probability >= 1.0:
         return GaussianEvent(event.noise_multiplier)
     if isinstance(event, BallsInBinsGaussianEvent) and event.steps == 1:
@@ -364,6 +389,8 @@ def total_variation_bound(events) -> float:
     from scipy import special
 
     def tv(ev):
+        if hasattr(ev, "total_variation"):      # a non-Gaussian kind: its own bound (:mod:`.kinds`)
+            return ev.total_variation()
         return min(1.0, float(ev.use_probability)
                    * float(special.erf(1.0 / (2.0 * math.sqrt(2.0) * float(ev.noise_multiplier)))))
 

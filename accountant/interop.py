@@ -1,11 +1,12 @@
-"""dp-accounting interop: turn a dp-accounting ``DpEvent`` tree into dpcalib events.
+"""dp-accounting interop: turn a dp-accounting ``DpEvent`` tree into dpcalib events, and back.
 
-``from_dp_event(event)`` accepts the trees dp-accounting users build for Gaussian mechanisms --
-``GaussianDpEvent``, ``PoissonSampledDpEvent`` and ``SampledWithoutReplacementDpEvent`` around a
-Gaussian, ``SelfComposedDpEvent``, ``ComposedDpEvent`` and ``NoOpDpEvent`` -- and returns the
-``(event, count)`` pairs a :class:`~dpcalib.accountant.PrivacyAccountant` composes, so that a
-dp-accounting user gets dpcalib's certified bracket (and sampling without replacement, which
-dp-accounting's PLD accountant rejects) for their own mechanism:
+:func:`tree_from_dp_event` reads every tree dp-accounting 0.6's own PLD or RDP accountant takes --
+Gaussian, Laplace, discrete Laplace, randomized response, zCDP, mixture of Gaussians, Poisson and
+without-replacement sampling, composition, self-composition, repeat-and-select, single-epoch tree
+aggregation, non-private and no-op -- but the truncated subsampled Gaussian, node for node
+(:mod:`.tree_events`); ``from_dp_event(event)`` flattens it into the ``(event, count)`` pairs a
+:class:`~dpcalib.accountant.PrivacyAccountant` composes, so that a dp-accounting user gets dpcalib's
+certified bracket for their own mechanism:
 
     acc = PrivacyAccountant.from_dp_event(my_event)
     acc.epsilon_bracket(1e-5)
@@ -22,48 +23,68 @@ import logging
 
 from .validation import InputError
 from . import validation
-from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent
+from .mechanism_events import (DiscreteLaplaceEvent, LaplaceEvent, MixtureOfGaussiansEvent, NonPrivateEvent,
+                               RandomizedResponseEvent, ZCDPEvent)
+from .tree_events import (ComposedEvent, PoissonSampledEvent, RepeatAndSelectEvent, SelfComposedEvent,
+                          TreeAggregationEvent, WORSampledEvent, flatten)
 
-__all__ = ["from_dp_event", "to_dp_event", "cross_check", "ANCHOR_MAX_EPSILON", "ANCHOR_MAX_COUNT"]
+__all__ = ["from_dp_event", "tree_from_dp_event", "to_dp_event", "cross_check", "ANCHOR_MAX_EPSILON", "ANCHOR_MAX_COUNT"]
 
 #: cross_check runs the PLD / PRV anchors only up to this eps and this many compositions
 ANCHOR_MAX_EPSILON = 64.0
 ANCHOR_MAX_COUNT = 10 ** 6
 
 
-_SUPPORTED = ("GaussianDpEvent", "PoissonSampledDpEvent", "SampledWithoutReplacementDpEvent",
-              "SelfComposedDpEvent", "ComposedDpEvent", "NoOpDpEvent")
+def _count(event) -> int:
+    if not isinstance(event.count, int) or isinstance(event.count, bool) or event.count < 0:
+        raise InputError(f"count={event.count!r} is not allowed: expected an integer >= 0.")
+    return event.count
 
 
-def _gaussian_z(event, where: str) -> float:
-    if type(event).__name__ != "GaussianDpEvent":
-        raise InputError(f"event={event!r} is not allowed: {where} must wrap a GaussianDpEvent "
-                         f"(dpcalib accounts Gaussian mechanisms only).")
-    return event.noise_multiplier
+#: dp-accounting event name -> its dpcalib tree (the children read by ``walk``); every tree dp-accounting
+#: 0.6's PLD or RDP accountant accepts is read, but its truncated subsampled Gaussian
+_READERS = {
+    "NoOpDpEvent": lambda e, walk: ComposedEvent(()),
+    "NonPrivateDpEvent": lambda e, walk: NonPrivateEvent(),
+    "GaussianDpEvent": lambda e, walk: GaussianEvent(e.noise_multiplier),
+    "LaplaceDpEvent": lambda e, walk: LaplaceEvent(e.noise_multiplier),
+    "DiscreteLaplaceDpEvent": lambda e, walk: DiscreteLaplaceEvent(e.noise_parameter, e.sensitivity),
+    "RandomizedResponseDpEvent": lambda e, walk: RandomizedResponseEvent(e.noise_parameter, e.num_buckets),
+    "ZCDpEvent": lambda e, walk: ZCDPEvent(e.rho, e.xi),
+    "MixtureOfGaussiansDpEvent": lambda e, walk: MixtureOfGaussiansEvent(
+        e.standard_deviation, tuple(e.sensitivities), tuple(e.sampling_probs)),
+    "SingleEpochTreeAggregationDpEvent": lambda e, walk: TreeAggregationEvent(e.noise_multiplier, e.step_counts),
+    "SelfComposedDpEvent": lambda e, walk: SelfComposedEvent(walk(e.event), _count(e)),
+    "ComposedDpEvent": lambda e, walk: ComposedEvent(tuple(walk(c) for c in e.events)),
+    "PoissonSampledDpEvent": lambda e, walk: PoissonSampledEvent(e.sampling_probability, walk(e.event)),
+    "SampledWithoutReplacementDpEvent": lambda e, walk: WORSampledEvent(e.sample_size, e.source_dataset_size,
+                                                                        walk(e.event)),
+    "RepeatAndSelectDpEvent": lambda e, walk: RepeatAndSelectEvent(walk(e.event), e.mean, e.shape),
+}
 
 
-def _walk(event, mult: int, out: list) -> None:
+def tree_from_dp_event(event):
+    """The dpcalib tree of a dp-accounting ``DpEvent`` tree, node for node (read by class name and
+    attributes: dp-accounting need not be installed); :func:`to_dp_event` inverts it.
+
+    Args:
+        event: a dp-accounting ``DpEvent``.
+
+    Returns:
+        A dpcalib event or tree node (:mod:`.tree_events`).
+
+    Raises:
+        InputError: if the tree holds an event dpcalib does not read (sampling with replacement, the
+            truncated subsampled Gaussian, an unsupported event), or a bad count.
+    """
     name = type(event).__name__
-    if name == "NoOpDpEvent":
-        return
-    if name == "GaussianDpEvent":
-        out.append((GaussianEvent(event.noise_multiplier), mult))
-    elif name == "PoissonSampledDpEvent":
-        z = _gaussian_z(event.event, "a PoissonSampledDpEvent")
-        out.append((PoissonSampledGaussianEvent(event.sampling_probability, z), mult))
-    elif name == "SampledWithoutReplacementDpEvent":
-        z = _gaussian_z(event.event, "a SampledWithoutReplacementDpEvent")
-        out.append((WORSampledGaussianEvent.from_sizes(event.sample_size, event.source_dataset_size, z), mult))
-    elif name == "SelfComposedDpEvent":
-        if not isinstance(event.count, int) or event.count < 0:
-            raise InputError(f"count={event.count!r} is not allowed: expected an integer >= 0.")
-        _walk(event.event, mult * event.count, out)
-    elif name == "ComposedDpEvent":
-        for e in event.events:
-            _walk(e, mult, out)
-    else:
-        raise InputError(f"event={name} is not allowed: expected one of {', '.join(_SUPPORTED)} "
-                         f"(dpcalib accounts Gaussian mechanisms, possibly subsampled, and their compositions).")
+    reader = _READERS.get(name)
+    if reader is None:
+        raise InputError(f"event={name} is not allowed: expected one of {', '.join(sorted(_READERS))} "
+                         f"(dpcalib reads every tree dp-accounting 0.6's PLD or RDP accountant takes, but "
+                         f"the truncated subsampled Gaussian).")
+    return reader(event, tree_from_dp_event)
 
 
 def from_dp_event(event) -> list:
@@ -83,8 +104,7 @@ def from_dp_event(event) -> list:
         InputError: if the tree holds an unsupported event, a sampled event that does not wrap a
             ``GaussianDpEvent``, or a ``SelfComposedDpEvent`` whose count is not an integer >= 0.
     """
-    out: list = []
-    _walk(event, 1, out)
+    out = flatten(tree_from_dp_event(event), 1)
     merged: list = []
     for ev, k in out:
         if k == 0:
@@ -152,6 +172,8 @@ def to_dp_event(accountant):
     """
     import dp_accounting
 
+    if not hasattr(accountant, "epsilon_bracket"):   # a dpcalib event or tree: node for node
+        return accountant.to_dp_event()
     return dp_accounting.ComposedDpEvent(
         [dp_accounting.SelfComposedDpEvent(e.to_dp_event(), k) for e, k in accountant.events])
 
@@ -167,6 +189,9 @@ def _opacus_prv(accountant, d, notes):
         notes.append("Opacus is not installed (pip install opacus) -- no PRV column")
         return None
     acc = PRVAccountant()
+    if not all(hasattr(e, "noise_multiplier") and not hasattr(e, "pld_pairs") for e, _ in accountant.events):
+        notes.append("Opacus's PRV accountant takes Gaussian events only")
+        return None
     for e, k in accountant.events:
         q = getattr(e, "sampling_probability", 1.0)
         acc.history.append((e.noise_multiplier, q, k))
@@ -201,7 +226,7 @@ def cross_check(accountant, delta) -> dict:
 
     d = validation.delta(delta)
     ours = accountant.epsilon_report(d, accountant="best")
-    ours_rdp = accountant.epsilon_report(d, accountant="rdp")
+    ours_rdp = accountant.epsilon_report(d, accountant="rdp" if accountant.supports("rdp") else "best")
     notes = []
     try:
         pld = accountant.epsilon_bracket(d, methods=("pld",))
@@ -247,7 +272,7 @@ def cross_check(accountant, delta) -> dict:
             # dp-accounting discretises each event's loss over about 20 / z in steps of the
             # interval (1e-4 by default), in Python: a small noise multiplier z would take
             # minutes, so the interval is widened to keep about 2e5 points per event.
-            z_min = min(e.noise_multiplier for e, _ in accountant.events)
+            z_min = min(getattr(e, "noise_multiplier", 1.0) for e, _ in accountant.events)
             interval = max(1e-4, 20.0 / (z_min * 2e5))
             if interval > 1e-4:
                 notes.append(f"dp-accounting's PLD at value_discretization_interval={interval:.3g} (noise "

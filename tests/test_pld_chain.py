@@ -13,7 +13,7 @@ PLD = ROOT / "accountant" / "pld"
 ACCOUNTANT = ROOT / "accountant"
 
 #: the declared order; the package's docstring draws it too
-CHAIN = ("pairs", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
+CHAIN = ("pairs", "lossdist", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
          "bracket", "blocks", "profile", "grid", "refine", "queries")
 
 

@@ -551,6 +551,42 @@ def _anchored_lower_step(pair: Pair, h: float, tau: float, count: int, cap_bytes
     return step
 
 
+def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
+    """The lower step of a pair with atoms (:mod:`.lossdist`): the atoms that sit on grid points kept
+    exactly, :func:`lower_step` of the rest (None where it has no rest and no atom is on the grid).
+
+    The profile is linear in the measure, so a lower measure of the rest plus the exact atoms is
+    below the whole; :func:`lower_step` alone closes its top one grid point below an atom at the
+    top of the loss (the profile is 0 there): eps one step low, an O(h) lower end."""
+    on = []                           # (grid index, mass) of the atoms at or just above j h
+    P, Q = b.P.copy(), b.Q.copy()
+    for l, p in pair.atoms():
+        j = math.floor(l / h + 1e-9)
+        if not (j * h <= l <= j * h + 1e-9 * h and b.i0 < j <= b.i0 + b.P.size):
+            continue
+        # the bin that holds it: ((j-1) h, j h], or the next one where the pair's own masses (a sampled
+        # pair's inverted loss) put it just above j h -- taken from a bin only where the bin holds it
+        i = next((i for i in (j - b.i0 - 1, j - b.i0) if i < P.size and P[i] >= p * (1.0 - 1e-9)), None)
+        if i is None:
+            continue
+        P[i] = max(0.0, P[i] - p)     # (the atom is moved down to j h by at most 1e-9 h: lower)
+        Q[i] = max(0.0, Q[i] - p * math.exp(-l))
+        on.append((j, p))
+    if not on:
+        return None
+    rest = Bins(b.i0, P, Q, b.p_below, b.p_above)
+    if float(P.sum()) + b.p_above > 1e-300:
+        st = lower_step(rest, h, count)
+        if st is None:
+            return None
+    else:
+        st = Step(b.i0, np.zeros(b.P.size + 1), 0.0, 0.0, count)
+    m = np.concatenate((st.mass, np.zeros(max(0, b.P.size + 1 - st.mass.size))))
+    for j, p in on:
+        m[j - st.i0] += p * (1.0 - 1e-12)        # (a margin for the rounding of the masses)
+    return Step(st.i0, m, 0.0, 0.0, count)
+
+
 #: lower steps of single Poisson pairs are built on the grid anchored at the edge atom
 ANCHORED = True
 
@@ -594,5 +630,7 @@ def discretised_steps(events, h, tau, direction, cap, lower=False, delta=None, l
             b = _symmetrised_bins(*bins) if lower else None
         if lower:
             a = _anchored_lower_step(pairs[0], h, tau, k, cap, cut, level) if ANCHORED and len(pairs) == 1 else None
+            if a is None and len(pairs) == 1 and hasattr(pairs[0], "atoms"):
+                a = _atoms_lower_step(pairs[0], b, h, k)
             los.append(a if a is not None else lower_step(b, h, k))
     return (ups, los) if lower else ups

@@ -16,6 +16,7 @@ from .pairs import (ALIAS, MEMORY_CAP, OverCap, TAIL, aligned_grid, beyond, dire
                     on_ladder)
 from . import pairs
 from .allocation import discretised_steps
+from .lossdist import aligned_step
 from .blocks import bracket_steps as _steps
 
 
@@ -46,6 +47,7 @@ def epsilon_at(ev, d: float, h: float, cap: int = MEMORY_CAP, side: str = "both"
         A tuple ``(lower, upper)`` of floats (``upper = inf`` for ``side="lower"``), or
         ``(None, None)`` where a composition would exceed ``cap``.
     """
+    h = aligned_step(ev, h)        # the heaviest atom of a non-Gaussian kind on a grid point (else h)
     key = (ev, d, h, cap, cut_level(ev, d, cap))
     if side == "lower":         # every value below is a function of the key alone (no cache state)
         lows = _lower_ends(key, None)

@@ -16,13 +16,13 @@ import numpy as np
 from scipy import special
 
 from ..events import BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
+from ..kinds import event_types
 from ..validation import InputError
 
-__all__ = ["EVENTS", "MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
+__all__ = ["MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
            "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
            "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "directions"]
 
-EVENTS = (GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent, BallsInBinsGaussianEvent)
 #: default memory cap of one composition (bytes)
 MEMORY_CAP = 1 << 30
 #: smallest delta the PLD answers (the tilted composition keeps every charge relative to
@@ -528,6 +528,12 @@ def dominating_pairs(event, direction: str) -> tuple:
     Raises:
         InputError: if ``event`` is of another type.
     """
+    own = getattr(event, "pld_pairs", None)
+    if own is not None:                 # a kind of its own (:mod:`..kinds`): its pairs, or None (refused)
+        pairs = own(direction)
+        if pairs is None:
+            raise InputError(f"accountant='pld' is not allowed: {event.refuses('pld')}.")
+        return tuple(pairs)
     z = event.noise_multiplier
     if isinstance(event, BallsInBinsGaussianEvent):
         return ()
@@ -540,7 +546,7 @@ def dominating_pairs(event, direction: str) -> tuple:
         g = event.sampling_ratio
         return () if g == 0.0 else (RemovePair(z, g), AddPair(z, g))
     raise InputError(f"event={event!r} is not allowed: the PLD accountant has no dominating pair for "
-                     f"{type(event).__name__}; expected one of {', '.join(t.__name__ for t in EVENTS)}.")
+                     f"{type(event).__name__}; expected one of {', '.join(t.__name__ for t in event_types())}.")
 
 
 @dataclass
@@ -635,6 +641,7 @@ def directions(events):
     Returns:
         ``("remove", "add")`` or ``("remove",)``.
     """
-    if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) for e, _ in events):
+    if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) or getattr(e, "both_directions", False)
+           for e, _ in events):
         return ("remove", "add")
     return ("remove",)

@@ -19,7 +19,8 @@ from .. import validation
 from ..caches import clear_cache
 from ..events import full_batch_form
 from ..validation import InputError
-from .pairs import EVENTS, EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
+from ..kinds import event_types, is_event
+from .pairs import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
 from .profile import delta_bracket, upper_bounds, upper_profiles
 from .grid import epsilon_at, first_grid_of, window_points_of
 from .refine import refined
@@ -48,7 +49,7 @@ def checked_events(events):
     """
     out = []
     for item in events:
-        if isinstance(item, EVENTS):
+        if is_event(item):
             ev, k = item, 1
         else:
             try:
@@ -56,9 +57,9 @@ def checked_events(events):
             except (TypeError, ValueError):
                 raise InputError(f"events: {item!r} is not allowed: expected an event or an "
                                  f"(event, count) pair.") from None
-        if not isinstance(ev, EVENTS):
+        if not is_event(ev):
             raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in EVENTS)}.")
+                             f"{', '.join(t.__name__ for t in event_types())}.")
         k = validation.integer(k, "count", low=0)
         if k:
             out.append((ev, k))

@@ -62,6 +62,9 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
         return EpsilonBracket(lo, up, d, h, done(lo, up), ())
     h = first_grid_of(ev, d)
     h = _start(ev, d, h, cap)
+    # events of the non-Gaussian kinds (their own pairs, :mod:`.lossdist`): atoms, width O(h)
+    atomic = any(getattr(e, "pld_pairs", None) is not None for e, _ in ev)
+    no_lower = 0
     best = None
     notes = []
     trace = []                     # (grid, its own upper end), for a prediction's caller
@@ -112,6 +115,21 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
         # a finer grid narrows the bracket ~4x per halving; twice in a row less than 1.5x (3/4 of
         # a shorter last step's ratio) means a floor refining does not move: stop there
         slow = slow + 1 if prev_gap is not None and gap > prev_gap / min(1.5, 0.75 * prev_h / h) else 0
+        if atomic:
+            # a pair with atoms off the grid (a sampled Laplace, randomized response) narrows only
+            # ~linearly in h and unevenly (where its atoms fall): a floor is only a grid that does
+            # not narrow the bracket at all; the heuristics below would stop far from it
+            # (a grid with no lower end yet is not a floor -- for its first few grids)
+            no_lower = no_lower + 1 if lo <= 0.0 else 0
+            slow = slow + 1 if prev_gap is not None and gap > 0.98 * prev_gap and (lo > 0.0 or no_lower > 2) else 0
+            prev_gap, prev_h = gap, h
+            if slow >= 2:
+                notes.append(f"the bracket stopped narrowing at discretization {h:.3g} (width {gap:.3g})")
+                best = EpsilonBracket(lo, up, d, h, False, tuple(notes))
+                break
+            fac = (0.7 * tol(lo, up) / gap) if gap > 0 else 0.5
+            h = on_ladder(h * min(LAST_STEP, max(1.0 / 6, fac)))
+            continue
         # a finer grid whose own bracket is no narrower than the coarser one's: the round-off
         # charge, which grows with the number of grid points, already dominates (tiny delta, an
         # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later

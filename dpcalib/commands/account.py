@@ -39,6 +39,10 @@ ACCOUNT_EXAMPLE = """example:
       eps of 10 000 Poisson-subsampled Gaussian steps (q = 0.01, noise multiplier 1.0)
   dpcalib account --gaussian 10:100 --delta 1e-5 --json
       100 full-batch Gaussian releases, noise multiplier 10: exact (GDP) eps
+  dpcalib account --events tree.json --delta 1e-5
+      any event tree, e.g. [{"kind": "laplace", "noise_multiplier": 2},
+      {"kind": "self_composed", "count": 100, "event": {"kind": "poisson", "sampling_probability": 0.01,
+       "event": {"kind": "gaussian", "noise_multiplier": 1}}}]
 """
 
 
@@ -65,6 +69,10 @@ def account_parser(command: str = "account", description: str = "eps(delta) of a
     acc.add_argument("--wor", action="append", default=[], type=_event_spec("wor", 3),
                      metavar="GAMMA:Z:COUNT", help="Gaussian on a subsample without replacement (replace-one): "
                                                    "GAMMA = b/n in [0, 1], Z > 0, COUNT times (repeatable)")
+    acc.add_argument("--events", default=None, metavar="FILE",
+                     help="an event tree in JSON (docs/accounting.md, 'Event trees'): {\"kind\": NAME, ...}, children "
+                          "under \"event\" / \"events\"; a list is a composition (Laplace, randomized response, "
+                          "zCDP, sampling, repeat-and-select, ...)")
     acc.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
     accountant_argument(acc)
     if command == "account":
@@ -115,16 +123,22 @@ def event_flags(args) -> list:
     Returns:
         A list of ``(flag, value text)`` pairs.
     """
-    return [(f"--{kind}", ":".join(f"{x:g}" for x in v)) for kind in ("gaussian", "poisson", "wor")
-            for v in getattr(args, kind)]
+    out = [(f"--{kind}", ":".join(f"{x:g}" for x in v)) for kind in ("gaussian", "poisson", "wor")
+           for v in getattr(args, kind)]
+    if getattr(args, "events", None):
+        out.append(("--events", args.events))
+    return out
 
 
 def _compose_events(args):
     from ..accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 
-    if not (args.gaussian or args.poisson or args.wor):
-        raise UsageError(f"{args.command_name}: at least one of --gaussian, --poisson, --wor is required")
+    events = getattr(args, "events", None)
+    if not (args.gaussian or args.poisson or args.wor or events):
+        raise UsageError(f"{args.command_name}: at least one of --gaussian, --poisson, --wor, --events is required")
     acc = PrivacyAccountant()
+    if events:
+        acc.compose(_read_events(events))
     for z, k in args.gaussian:
         acc.compose(GaussianEvent(z), k)
     for q, z, k in args.poisson:
@@ -132,6 +146,22 @@ def _compose_events(args):
     for g, z, k in args.wor:
         acc.compose(WORSampledGaussianEvent(g, z), k)
     return acc
+
+
+def _read_events(path: str):
+    """The event tree of the JSON file ``path`` (:func:`~dpcalib.accountant.event_from_json`)."""
+    import json
+
+    from ..accountant import event_from_json
+
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--events={path!r} is not allowed: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--events={path!r} is not allowed: not JSON ({exc})") from None
+    return event_from_json(obj)
 
 
 def run_report(rest) -> int:

@@ -1,0 +1,408 @@
+"""Dominating pairs given by their privacy-loss distributions: the pairs of the non-Gaussian kinds.
+
+The discretiser (:mod:`.discretise`) reads a pair through :meth:`~.pairs.Pair.bins` (the P- and
+Q-masses of the loss on each bin, and P's tails) and :meth:`~.pairs.Pair.loss_range` alone.  A
+:class:`LossPair` computes both from the exact masses of ``{L <= l}``, ``{L < l}``, ``{L >= l}`` and
+``{L > l}`` under P and Q (:meth:`LossPair.mass`), so every pair here is exact -- no quadrature:
+
+* :class:`FinitePair`: finitely many losses (randomized response, (eps, delta)-DP, discrete Laplace,
+  the discrete Gaussian truncated where its mass leaves the double range); losses may be +-inf
+  (the (eps, delta) pair's ``delta`` at +inf);
+* :class:`LaplacePair`: ``Lap(1, b)`` vs ``Lap(0, b)`` -- atoms at ``+-1/b`` (mass 1/2 and
+  ``e^(-1/b)/2`` under P) and a density between (Koskela et al. 2021; dp-accounting's
+  ``LaplacePrivacyLoss``);
+* :class:`SampledPair`: any of them under Poisson sampling with probability ``q``: remove
+  ``((1 - q) Q + q P, Q)``, add ``(Q, (1 - q) Q + q P)`` (Zhu, Dong & Wang 2022, Thm 11; for sampling
+  without replacement under replace-one the two are symmetrised, as for the Gaussian).  The
+  loss is ``+-log(1 - q + q e^L)`` of the base loss ``L``, monotone, so its masses are the base's
+  at the inverse image.
+
+Connect-the-dots (the upper step) and the lower step are exact for any distribution given its bin
+masses, so every bracket over these pairs is certified.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .pairs import Pair
+
+__all__ = ["LossPair", "FinitePair", "LaplacePair", "SampledPair", "rr_pair", "eps_delta_pair", "aligned_step"]
+
+
+class LossPair(Pair):
+    """A pair given by the masses of its loss: subclasses implement :meth:`mass`."""
+
+    q = 1.0          # never cut (the cut of :func:`~.pairs._cut` is for subsampled Gaussian pairs)
+    z = 1.0
+    edge = None
+    decreasing = False
+
+    def mass(self, side: str, l, how: str):
+        """The ``side``-mass of ``{L how l}`` at each ``l``.
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values (an array; +-inf allowed).
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            A float array shaped like ``l``.
+        """
+        raise NotImplementedError
+
+    def bins(self, eps_edges):
+        """P and Q masses of ``L`` in ``(e_i, e_(i+1)]``, plus ``P(L <= e_0)`` and ``P(L > e_last)``.
+
+        Args:
+            eps_edges: non-decreasing finite loss edges.
+
+        Returns:
+            A tuple ``(P, Q, p_below, p_above)`` (:meth:`~.pairs.Pair.bins`).
+        """
+        e = np.asarray(eps_edges, dtype=float)
+        out = []
+        for side in ("P", "Q"):
+            le, gt = self.mass(side, e, "le"), self.mass(side, e, "gt")
+            # upper-tail differences right of 0, lower-tail ones left of it: both stay accurate
+            m = np.where(e[:-1] >= 0.0, gt[:-1] - gt[1:], le[1:] - le[:-1])
+            out.append((np.maximum(m, 0.0), float(le[0]), float(gt[-1])))
+        (P, p_below, p_above), (Q, _, _) = out
+        return P, Q, p_below, p_above
+
+    def support(self):
+        """The smallest and largest finite loss carrying mass (``(lo, hi)``), or None (none finite).
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, or None.
+        """
+        raise NotImplementedError
+
+    def loss_range(self, tau, cut_mass=None, level=None):
+        """The finite losses outside of which P has at most ``tau`` of mass on each side.
+
+        Args:
+            tau: the largest P-mass of each tail beyond the range, > 0.
+            cut_mass: ignored (these pairs are never cut).
+            level: ignored.
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats.
+        """
+        s = self.support()
+        if s is None:
+            return 0.0, 0.0
+        return float(s[0]), float(s[1])
+
+    def atoms(self) -> list:
+        """``[(loss, P-mass), ...]`` of the pair's finite atoms (none by default).
+
+        Returns:
+            A list of ``(loss, mass)`` pairs.
+        """
+        return []
+
+    def total_variation(self) -> float:
+        """``P(L > 0) - Q(L > 0)``: the total variation of the pair.
+
+        Returns:
+            A float in [0, 1].
+        """
+        z0 = np.zeros(1)
+        return float(min(1.0, max(0.0, self.mass("P", z0, "gt")[0] - self.mass("Q", z0, "gt")[0])))
+
+
+def _masses_from_atoms(losses, m, l, how):
+    idx = np.searchsorted(losses, l, side="right" if how in ("le", "gt") else "left")
+    if how in ("le", "lt"):
+        cum = np.concatenate(([0.0], np.cumsum(m)))
+        return cum[idx]
+    rev = np.concatenate((np.cumsum(m[::-1])[::-1], [0.0]))
+    return rev[idx]
+
+
+@dataclass(frozen=True)
+class FinitePair(LossPair):
+    """Finitely many losses with their P- and Q-masses (sorted by loss; +-inf allowed).
+
+    Attributes:
+        losses: the losses, non-decreasing (a tuple of floats).
+        p: P's masses (a tuple of floats, summing to 1).
+        qm: Q's masses (a tuple of floats, summing to 1).
+    """
+
+    losses: tuple
+    p: tuple
+    qm: tuple
+
+    def mass(self, side, l, how):
+        """The ``side``-mass of ``{L how l}`` (:meth:`LossPair.mass`), summed over the atoms.
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values.
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            A float array.
+        """
+        m = np.asarray(self.p if side == "P" else self.qm, dtype=float)
+        return _masses_from_atoms(np.asarray(self.losses, dtype=float), m, np.asarray(l, dtype=float), how)
+
+    def support(self):
+        """The finite losses' ends with mass, or None.
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, or None.
+        """
+        L = np.asarray(self.losses, dtype=float)
+        keep = np.isfinite(L) & ((np.asarray(self.p) > 0) | (np.asarray(self.qm) > 0))
+        return (float(L[keep].min()), float(L[keep].max())) if keep.any() else None
+
+    def atoms(self) -> list:
+        """The finite atoms with P-mass.
+
+        Returns:
+            A list of ``(loss, mass)`` pairs.
+        """
+        return [(l, p) for l, p in zip(self.losses, self.p) if math.isfinite(l) and p > 0]
+
+    def renyi(self, alpha) -> np.ndarray:
+        """``max(D_alpha(P || Q), D_alpha(Q || P))`` exactly (inf where a side has mass the other lacks).
+
+        Args:
+            alpha: orders > 1 (an array).
+
+        Returns:
+            A float array.
+        """
+        a = np.asarray(alpha, dtype=float)[..., None]
+        p, q = np.asarray(self.p, dtype=float), np.asarray(self.qm, dtype=float)
+        out = []
+        for x, y in ((p, q), (q, p)):
+            k = x > 0
+            if np.any(k & (y <= 0)):
+                out.append(np.full(a.shape[:-1], np.inf))
+                continue
+            t = a * np.log(x[k]) + (1.0 - a) * np.log(y[k])
+            mx = t.max(axis=-1, keepdims=True)
+            lse = (mx + np.log(np.exp(t - mx).sum(axis=-1, keepdims=True)))[..., 0]
+            out.append(np.maximum(lse, 0.0) / (a[..., 0] - 1.0))
+        return np.maximum(*out)
+
+
+def rr_pair(eps: float, other: float = 0.0) -> FinitePair:
+    """The pair ``(p_hi at eps, p_lo at -eps, other at 0)`` with ``p_hi = e^eps p_lo``: randomized
+    response and the pure-DP pair (Kairouz, Oh & Viswanath 2015, Thm 2.1).
+
+    Args:
+        eps: the loss of the two atoms, >= 0.
+        other: the mass at loss 0, in [0, 1).
+
+    Returns:
+        The :class:`FinitePair`.
+    """
+    p_lo = (1.0 - other) / (1.0 + math.exp(eps))
+    p_hi = (1.0 - other) - p_lo
+    return FinitePair((-eps, 0.0, eps), (p_lo, other, p_hi), (p_hi, other, p_lo))
+
+
+def eps_delta_pair(eps: float, delta: float) -> FinitePair:
+    """The dominating pair of every ``(eps, delta)``-DP mechanism (Kairouz, Oh & Viswanath 2015, Thm 2.1):
+    ``delta`` at ``+inf`` (under P; at ``-inf`` under Q) and ``(1 - delta)`` times the eps pair.
+
+    Args:
+        eps: >= 0.
+        delta: in [0, 1].
+
+    Returns:
+        The :class:`FinitePair`.
+    """
+    lo = (1.0 - delta) / (1.0 + math.exp(eps))
+    hi = (1.0 - delta) - lo
+    return FinitePair((-math.inf, -eps, eps, math.inf), (0.0, lo, hi, delta), (delta, hi, lo, 0.0))
+
+
+@dataclass(frozen=True)
+class LaplacePair(LossPair):
+    """``P = Lap(1, b)`` vs ``Q = Lap(0, b)``: the Laplace mechanism of sensitivity 1, scale ``b``.
+    ``L(x) = (|x| - |x - 1|) / b``: ``-1/b`` for ``x <= 0``, ``(2x - 1)/b`` between, ``1/b`` for ``x >= 1``.
+
+    Attributes:
+        b: the scale over the sensitivity, > 0.
+    """
+
+    b: float
+
+    def mass(self, side, l, how):
+        """Closed forms of ``{L how l}`` (:meth:`LossPair.mass`).
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values.
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            A float array.
+        """
+        l = np.asarray(l, dtype=float)
+        lam = 1.0 / self.b
+        x = np.clip((l / lam + 1.0) / 2.0, 0.0, 1.0)
+        # lower tail {L <= l} strictly inside (-lam, lam); atoms at the ends
+        low = 0.5 * np.exp((x - 1.0) / self.b) if side == "P" else -0.5 * np.expm1(-x / self.b) + 0.5
+        high = 1.0 - low if side == "P" else 0.5 * np.exp(-x / self.b)       # {L > l} inside
+        if how in ("le", "gt"):
+            below = np.where(l < -lam, 0.0, np.where(l >= lam, 1.0, low))
+            above = np.where(l < -lam, 1.0, np.where(l >= lam, 0.0, high))
+        else:                                   # strict below / closed above: the atoms flip sides
+            below = np.where(l <= -lam, 0.0, np.where(l > lam, 1.0, low))
+            above = np.where(l <= -lam, 1.0, np.where(l > lam, 0.0, high))
+        return below if how in ("le", "lt") else above
+
+    def atoms(self) -> list:
+        """``(-1/b, e^(-1/b) / 2)`` and ``(1/b, 1/2)``.
+
+        Returns:
+            A list of ``(loss, mass)`` pairs.
+        """
+        return [(-1.0 / self.b, 0.5 * math.exp(-1.0 / self.b)), (1.0 / self.b, 0.5)]
+
+    def support(self):
+        """``(-1/b, 1/b)``.
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, or None.
+        """
+        return -1.0 / self.b, 1.0 / self.b
+
+
+@dataclass(frozen=True)
+class SampledPair(LossPair):
+    """A :class:`LossPair` under Poisson sampling with probability ``q`` (see the module).
+
+    Attributes:
+        base: the mechanism's pair (a :class:`LossPair`).
+        q: the sampling probability, in (0, 1).
+        direction: ``"remove"`` (loss ``log(1 - q + q e^L)``) or ``"add"`` (its negative; P and Q
+            swapped as the module says).
+    """
+
+    base: LossPair
+    q: float
+    direction: str = "remove"
+
+    def _inverse(self, l):
+        """The base loss whose sampled (remove) loss is ``l``: ``log((e^l - (1 - q)) / q)``
+        (-inf at ``l = log(1 - q)``, nan below)."""
+        l = np.asarray(l, dtype=float)
+        q = self.q
+        big = l > 1.0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            small = np.log(np.expm1(np.where(big, 0.0, l)) + q)
+            large = l + np.log1p(-(1.0 - q) * np.exp(-np.where(big, l, 1.0)))
+        return np.where(big, large, small) - math.log(q)
+
+    def mass(self, side, l, how):
+        """Masses of ``{L' how l}`` from the base's at the inverse image (:meth:`LossPair.mass`).
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values.
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            A float array.
+        """
+        l = np.asarray(l, dtype=float)
+        q, b = self.q, self.base
+        if self.direction == "remove":
+            g, how_b, below = self._inverse(l), how, l < math.log1p(-q)
+            mix = side == "P"                # P' = (1 - q) Q + q P, Q' = Q
+        else:                                # L' = -f(L): {L' <= l} = {L >= g(-l)}
+            g = self._inverse(-l)
+            how_b = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}[how]
+            below = -l < math.log1p(-q)      # {L' <= l} is everything there
+            mix = side == "Q"                # P' = Q, Q' = (1 - q) Q + q P
+        g = np.where(below, -np.inf, g)
+        val = (1.0 - q) * b.mass("Q", g, how_b) + q * b.mass("P", g, how_b) if mix else b.mass("Q", g, how_b)
+        whole = 1.0 if how in ("ge", "gt") else 0.0
+        if self.direction == "add":
+            whole = 1.0 - whole
+        return np.where(below, whole, val)
+
+    def atoms(self) -> list:
+        """The base's atoms, moved by the sampled loss (their masses mixed as the direction says).
+
+        Returns:
+            A list of ``(loss, mass)`` pairs.
+        """
+        q, out = self.q, []
+        for l, p in self.base.atoms():
+            pq = float(p * math.exp(-l))                       # the base's Q-mass there
+            f = float(np.logaddexp(math.log1p(-q), math.log(q) + l))
+            out.append((f, q * p + (1 - q) * pq) if self.direction == "remove" else (-f, pq))
+        return out
+
+    def support(self):
+        """The finite losses' ends: ``[log(1 - q), f(hi)]`` for remove (``f(v) = log(1 - q + q e^v)``;
+        the base's ``-inf`` losses land on ``log(1 - q)``), negated for add.
+
+        Returns:
+            A tuple ``(lo, hi)`` of floats, or None.
+        """
+        s = self.base.support()
+        lo = math.log1p(-self.q)
+        hi = lo if s is None else float(np.logaddexp(lo, math.log(self.q) + s[1]))
+        return (lo, hi) if self.direction == "remove" else (-hi, -lo)
+
+
+def aligned_step(events, h: float, direction: str = "remove") -> float:
+    """A grid step in ``(h/2, h]`` on which the heaviest atom (mass times |loss|) of the events' pairs is a grid point (``h``
+    itself where no pair has atoms, or the atom is within ``h/8`` of 0).
+
+    An atom mid-bin costs both ends of a bracket O(h) (connect-the-dots splits it between two grid
+    points, and the lower step's chord gap is linear in its mass); on a grid point it costs nothing,
+    and the lattice of randomized response, the pure-DP pairs, discrete Laplace (``+-eps``, ``a(2x - s)``)
+    and Laplace's two atoms (``+-1/b``) is then wholly on the grid: only the continuous parts' O(h^2)
+    remain.  Any grid gives a certified bracket; this one a narrow one.
+
+    Args:
+        events: ``(event, count)`` pairs.
+        h: the grid step, > 0.
+        direction: the direction whose pairs are read.
+
+    Returns:
+        The step (a float).
+    """
+    weight: dict = {}
+    for ev, k in events:
+        own = getattr(ev, "pld_pairs", None)
+        for pr in (own(direction) or ()) if own is not None else ():
+            if isinstance(pr, LossPair):
+                for l, p in pr.atoms():
+                    if abs(l) > 0.0:
+                        key = round(abs(l), 12)
+                        w, _ = weight.get(key, (0.0, abs(l)))
+                        weight[key] = (w + k * p * abs(l), abs(l))      # (far atoms decide eps most)
+    if not weight:
+        return h
+    a = weight[max(weight, key=lambda x: weight[x][0])][1]
+    # a lattice (discrete Laplace: a(2x - s); randomized response: 0, +-eps): its smallest atom, where
+    # the heaviest is a multiple of it, puts every atom of the lattice on the grid
+    u = min(v for _, v in weight.values())
+    ratio = a / u
+    if abs(ratio - round(ratio)) <= 1e-9 * ratio and all(
+            abs(v / u - round(v / u)) <= 1e-9 * (v / u) for _, v in weight.values()):
+        a = u
+    if a < h / 8.0:
+        return h
+    n0 = math.ceil(a / h - 1e-9)
+    for n in range(n0, n0 + 16):     # (a step a / n with n * step == a exactly: +-a on grid points in floats)
+        step = a / n
+        for cand in (step, math.nextafter(step, 0.0), math.nextafter(step, math.inf)):
+            if cand * n == a:
+                return cand
+    return a / n0
