@@ -40,7 +40,7 @@ from .kinds import ROUTES, event_types, is_event
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
 
-__all__ = ["PrivacyAccountant", "EpsilonReport", "DEFAULT_ORDERS"]
+__all__ = ["PrivacyAccountant", "EpsilonReport"]
 
 #: Integer orders used by default (fractional orders are reached by refinement).
 DEFAULT_ORDERS = tuple(float(a) for a in

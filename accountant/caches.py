@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-__all__ = ["clear_cache", "register", "cached", "Memo"]
+__all__ = ["clear_cache"]
 
 _CLEARERS: list[Callable[[], None]] = []
 

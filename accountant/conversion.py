@@ -21,7 +21,7 @@ from .validation import InputError
 from . import validation
 from .roots import golden_min
 
-__all__ = ["rdp_to_dp", "best_epsilon", "best_epsilon_linear", "CONVERSIONS"]
+__all__ = []
 
 CONVERSIONS = ("improved", "mironov")
 

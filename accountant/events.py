@@ -24,17 +24,7 @@ from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
 from .subsampling import subsampled_gaussian_rdp_wor
 
-__all__ = [
-    "GaussianEvent",
-    "WORSampledGaussianEvent",
-    "PoissonSampledGaussianEvent",
-    "BallsInBinsGaussianEvent",
-    "REPLACE_ONE",
-    "ADD_REMOVE",
-    "never_used_probability",
-    "full_batch_form",
-    "total_variation_bound",
-]
+__all__ = ["PoissonSampledGaussianEvent", "never_used_probability", "total_variation_bound"]
 
 REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add/remove"

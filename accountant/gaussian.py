@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import validation
 
-__all__ = ["gaussian_rdp"]
+__all__ = []
 
 
 def gaussian_rdp(alpha, noise_multiplier):

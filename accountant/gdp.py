@@ -21,7 +21,7 @@ from scipy import special
 from . import validation
 from .roots import brentq
 
-__all__ = ["gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_log_delta"]
+__all__ = []
 
 
 def gdp_log_delta(eps: float, mu: float) -> float:

@@ -29,7 +29,7 @@ from .mechanism_events import (DiscreteLaplaceEvent, LaplaceEvent, MixtureOfGaus
 from .tree_events import (ComposedEvent, PoissonSampledEvent, RepeatAndSelectEvent, SelfComposedEvent,
                           TreeAggregationEvent, WORSampledEvent, flatten)
 
-__all__ = ["from_dp_event", "tree_from_dp_event", "to_dp_event", "cross_check", "ANCHOR_MAX_EPSILON", "ANCHOR_MAX_COUNT"]
+__all__ = ["tree_from_dp_event", "to_dp_event"]
 
 #: cross_check runs the PLD / PRV anchors only up to this eps and this many compositions
 ANCHOR_MAX_EPSILON = 64.0

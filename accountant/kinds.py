@@ -20,8 +20,7 @@ import numpy as np
 
 from .validation import InputError
 
-__all__ = ["EventKind", "register_kind", "event_types", "is_event", "kind_named", "ROUTES", "REPLACE_SPECIAL",
-           "json_kinds"]
+__all__ = []
 
 #: the accountant routes every kind answers :meth:`EventKind.refuses` for
 ROUTES = ("rdp", "pld", "gdp")

@@ -20,8 +20,7 @@ from .events import REPLACE_ONE
 from .kinds import EventKind, register_kind
 from .validation import InputError
 
-__all__ = ["LaplaceEvent", "DiscreteLaplaceEvent", "DiscreteGaussianEvent", "RandomizedResponseEvent",
-           "EpsilonDeltaEvent", "ZCDPEvent", "MixtureOfGaussiansEvent", "NonPrivateEvent", "laplace_rdp"]
+__all__ = []
 
 
 def laplace_rdp(orders, scale: float) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 from . import validation
 from .logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
-__all__ = ["poisson_gaussian_rdp"]
+__all__ = []
 
 
 def _log_a_minus_1_int(orders: np.ndarray, q: float, z: float) -> np.ndarray:

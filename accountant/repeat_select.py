@@ -16,7 +16,7 @@ import numpy as np
 
 from .validation import InputError
 
-__all__ = ["repeat_and_select_rdp", "tnb_gamma", "rdp_delta", "GRID", "grid_of"]
+__all__ = []
 
 #: the orders the bounds minimise over: dp-accounting's default grid and dpcalib's
 GRID = np.unique(np.concatenate((1.0 + np.arange(1, 100) / 10.0, np.arange(2, 65), 2.0 ** np.arange(6, 13),

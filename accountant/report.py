@@ -26,8 +26,7 @@ from . import validation
 from .validation import InputError
 from .tradeoff import attack_risk
 
-__all__ = ["PrivacyReport", "privacy_report", "event_assumptions", "relation_text", "delta_text", "DEFAULT_FPRS",
-           "DEFAULT_DELTAS", "CURVE_FPRS"]
+__all__ = ["privacy_report", "relation_text", "delta_text", "DEFAULT_FPRS", "DEFAULT_DELTAS"]
 
 #: the false-positive rates of the attack-risk terms (a membership attack is judged at low FPR:
 #: Carlini, Chien, Nasr, Song, Terzis & Tramer 2022)

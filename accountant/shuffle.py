@@ -61,8 +61,7 @@ from .validation import InputError
 from .caches import cached
 from .gdp import gdp_epsilon
 
-__all__ = ["ZERO_OUT", "SHUFFLE_RELATIONS", "check_relation", "steps_per_epoch", "shuffle_mu", "shuffle_upper_epsilon",
-           "shuffle_lower_epsilon", "shuffle_epsilon_bracket"]
+__all__ = ["check_relation"]
 
 ZERO_OUT = "zero-out"
 #: the relations shuffled batches are analysed under (add/remove is refused: see the module text)

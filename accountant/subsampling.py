@@ -24,15 +24,7 @@ from . import validation
 from .caches import cached
 from .logmath import log1p_exp, log_binomial_sums, log_expm1, logsumexp
 
-__all__ = [
-    "subsampled_rdp_wor",
-    "subsampled_rdp_wor_simple",
-    "lemma_b8_conditions",
-    "LemmaB8Conditions",
-    "SubsamplingConditionWarning",
-    "subsampled_gaussian_rdp_wor",
-    "THM27_MAX_FORWARD_DIFFERENCE",
-]
+__all__ = []
 
 #: Highest forward-difference order used by Thm 27; terms of higher index fall back to the
 #: Thm 9 term (a valid, looser bound).  256 is also dp-accounting's choice.

@@ -28,8 +28,7 @@ from scipy import special
 from .validation import InputError
 from . import validation
 
-__all__ = ["TradeOffCurve", "gdp_tradeoff", "profile_tradeoff", "claimed_tradeoff", "certified_tpr",
-           "certified_advantage", "tpr_from_profiles", "gdp_tpr", "gdp_advantage", "attack_risk"]
+__all__ = ["profile_tradeoff", "tpr_from_profiles"]
 
 
 def gdp_tradeoff(mu: float, alpha) -> np.ndarray:

@@ -29,8 +29,7 @@ from .repeat_select import grid_of, repeat_and_select_rdp
 from .subsampling import subsampled_rdp_wor
 from .validation import InputError
 
-__all__ = ["ComposedEvent", "SelfComposedEvent", "PoissonSampledEvent", "WORSampledEvent", "RepeatAndSelectEvent",
-           "TreeAggregationEvent", "flatten", "tree_relation", "event_from_json", "event_to_json"]
+__all__ = []
 
 
 def flatten(event, count: int = 1) -> list:

@@ -16,7 +16,7 @@ from . import validation
 from .accountant import PrivacyAccountant
 from .validation import InputError
 
-__all__ = ["calibrate_parameter", "Calibration"]
+__all__ = []
 
 
 @dataclass(frozen=True)

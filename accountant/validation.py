@@ -15,22 +15,7 @@ import numbers
 
 import numpy as np
 
-__all__ = [
-    "InputError",
-    "real",
-    "in_range",
-    "integer",
-    "orders_array",
-    "probability",
-    "positive",
-    "delta",
-    "writable_file",
-    "run_length",
-    "records",
-    "CountCheck",
-    "MAX_RUN_LENGTH",
-    "MAX_RECORDS",
-]
+__all__ = ["InputError", "in_range", "integer", "delta", "writable_file", "MAX_RUN_LENGTH"]
 
 #: the longest run a mechanism describes (steps, rounds, iterations, epochs, local steps): longer
 #: than any training run, and the privacy-loss distribution of 1e9 steps already takes 10-40 s and

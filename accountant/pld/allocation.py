@@ -46,7 +46,7 @@ from .discretise import Bins, lower_step, upper_step
 from .discretise import discretised_steps as plain_steps
 from .pairs import OverCap, Step
 
-__all__ = ["KAPPA", "discretised_steps", "epoch_step", "plan"]
+__all__ = ["epoch_step"]
 
 _U = float(np.finfo(float).eps)
 #: the bulk's grid is ``KAPPA * h * sqrt(t)``: its spread adds ~``step^2 / (4 t)`` to the variance of one

@@ -34,7 +34,7 @@ from scipy import special
 from .discretise import convexify
 from .pairs import GaussianPair
 
-__all__ = ["cells", "above", "bulk_law", "tail_laws", "pooled", "convolved"]
+__all__ = ["bulk_law", "tail_laws"]
 
 _U = float(np.finfo(float).eps)
 

@@ -16,7 +16,7 @@ from scipy import fft as sfft
 from .compose import LAMBDAS, Composed, charges, cyclic, fft_length, log_mgfs, loss_window, power, read_window, tilted
 from .pairs import Step
 
-__all__ = ["binomial_composition", "split_composition"]
+__all__ = []
 
 
 def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap_bytes, lam=0.0):

@@ -47,7 +47,7 @@ from .allocation import discretised_steps
 from .discretise import Bins, bins_of, edge_anchor, lower_step, upper_step
 from .pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
 
-__all__ = ["BLOCKS", "BLOCK_MIN", "DEFAULT_BLOCK_MIN", "block_plan", "blocked_steps", "bracket_steps"]
+__all__ = ["BLOCKS", "BLOCK_MIN"]
 
 #: the fewest steps of one pair composed in blocks (a module setting: the soundness fuzz lowers it
 #: to put blocks under its oracles)

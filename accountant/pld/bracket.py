@@ -16,8 +16,7 @@ from .compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
 from .decay import decay_block, decayed_suffix
 from .pairs import ALIAS, LOWER_RETILT, RETILT, RTOL
 
-__all__ = ["lower_one", "lower_usable", "rounding_gap", "sum_error", "upper_info", "upper_one",
-           "suffix_rounding", "suffix_sums", "SPLIT"]
+__all__ = ["lower_one", "upper_one"]
 
 
 def suffix_sums(mass: np.ndarray, lo: int, h: float):

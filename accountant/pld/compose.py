@@ -17,9 +17,7 @@ from scipy import fft as sfft
 
 from .pairs import Step
 
-__all__ = ["LAMBDAS", "Composed", "charges", "compose_powers", "compose_steps", "cyclic", "delta_tilt", "fft_length",
-           "log_mgfs",
-           "loss_window", "power", "read_window", "tilted", "untilt"]
+__all__ = ["LAMBDAS"]
 
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..caches import cached
 
-__all__ = ["decayed_rounding", "decay_block", "decayed_suffix"]
+__all__ = []
 
 
 def decayed_rounding(n: int, h: float) -> float:

@@ -15,8 +15,7 @@ from ..caches import register
 from .decay import decay_block, decayed_rounding, decayed_suffix
 from .pairs import OverCap, Pair, Step, dominating_pairs
 
-__all__ = ["Bins", "bins_of", "convexify", "discretised_steps", "decay_block", "decayed_suffix", "edge_anchor",
-           "lower_step", "upper_step"]
+__all__ = []
 
 @dataclass
 class Bins:

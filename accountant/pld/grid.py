@@ -20,8 +20,7 @@ from .lossdist import aligned_step
 from .blocks import bracket_steps as _steps
 
 
-__all__ = ["epsilon_at", "cut_level", "first_grid_of", "window_points_of",
-           "CUT_MARGIN", "ADAPT_FROM", "CUT_PROBE_GRID", "HINT_POINTS"]
+__all__ = []
 
 
 def epsilon_at(ev, d: float, h: float, cap: int = MEMORY_CAP, side: str = "both"):

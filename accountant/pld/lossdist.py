@@ -30,7 +30,7 @@ import numpy as np
 
 from .pairs import Pair
 
-__all__ = ["LossPair", "FinitePair", "LaplacePair", "SampledPair", "rr_pair", "eps_delta_pair", "aligned_step"]
+__all__ = ["rr_pair"]
 
 
 class LossPair(Pair):

@@ -19,9 +19,7 @@ from ..events import BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaus
 from ..kinds import event_types
 from ..validation import InputError
 
-__all__ = ["MEMORY_CAP", "MIN_DELTA", "RTOL", "LAST_STEP", "on_ladder", "RETILT", "LOWER_RETILT", "TAIL", "ALIAS",
-           "EpsilonBracket", "Pair", "GaussianPair", "RemovePair", "AddPair", "PAIRS", "pair", "dominating_pairs",
-           "Step", "OverCap", "aligned_grid", "LOSS_CUT", "MAX_DISCRETIZATION", "directions"]
+__all__ = ["MEMORY_CAP", "TAIL", "RemovePair", "AddPair", "dominating_pairs", "Step"]
 
 #: default memory cap of one composition (bytes)
 MEMORY_CAP = 1 << 30

@@ -20,7 +20,7 @@ from .compose import compose_steps
 from .allocation import discretised_steps
 from .bracket import lower_usable, rounding_gap, suffix_rounding, suffix_sums, sum_error
 
-__all__ = ["delta_bracket", "upper_bounds", "upper_profiles"]
+__all__ = []
 
 
 def _delta_fin(mass: np.ndarray, lo: int, h: float, eps: float) -> float:

@@ -25,9 +25,7 @@ from .profile import delta_bracket, upper_bounds, upper_profiles
 from .grid import epsilon_at, first_grid_of, window_points_of
 from .refine import refined
 
-__all__ = ["EpsilonBracket", "first_grid", "window_points", "pld_epsilon", "pld_epsilon_at", "report_grid",
-           "pld_delta", "pld_profile", "pld_upper_profiles", "clear_cache", "checked_events", "checked_delta",
-           "grid_step", "MAX_DISCRETIZATION", "MEMORY_CAP", "MIN_DELTA", "RTOL", "MIN_MEMORY_CAP"]
+__all__ = ["checked_events"]
 
 #: the smallest memory cap a query accepts (bytes): 1 MiB
 MIN_MEMORY_CAP = 1 << 20

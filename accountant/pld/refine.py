@@ -15,7 +15,7 @@ from .pairs import EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, on_ladder
 from .grid import epsilon_at, first_grid_of, window_points_of
 
 
-__all__ = ["refined", "HUGE_EPS", "HUGE_RTOL", "BIG_WINDOW", "PROBE_POINTS", "BIG_REFINE", "BIG_AIM", "BIG_JUMP"]
+__all__ = []
 
 
 @cached(maxsize=256)
