@@ -150,7 +150,7 @@ class _TwoLayers(torch.nn.Module):
 @pytest.mark.parametrize("net", ["sequential", "module"])
 def test_the_engines_sums_run_exact_and_the_users_loop_keeps_its_settings(user_precision, monkeypatch, net):
     """The user's own loop under "medium": their forward and backward keep it, the release's sums do not."""
-    from dpcalib.optim.engine import module as EM
+    from dpcalib.optim.engine import capture as EM
     from tests import engine_setup as S
 
     inside = []
