@@ -402,3 +402,30 @@ def test_make_private_given_the_distributed_wrapper_runs_on_the_ranks():
         assert opt.transport.name == "torch.distributed" and opt.transport.world == 1
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_a_dp_data_loader_handed_to_make_private_runs_as_opacus_runs_it():
+    """Opacus's scripts may build ``DPDataLoader.from_data_loader(loader)`` (or ``DPDataLoader(dataset,
+    sample_rate=q)``) themselves and hand it to ``make_private``, whose Poisson batches are drawn again at
+    ``1 / len(loader)``: the engine takes the expected batch ``n / len(loader)`` (10 of 105 records here, the
+    plain loader's batch size) and charges what it draws, the plain loader's epsilon, without a notice."""
+    ds = TensorDataset(torch.randn(105, 4), torch.randint(0, 2, (105,)))
+    plain = DataLoader(ds, batch_size=10)
+    eps, steps = [], []
+    for dl in (plain, DPDataLoader.from_data_loader(plain), DPDataLoader(ds, sample_rate=1 / 11)):
+        m = nn.Linear(4, 2)
+        pe = PrivacyEngine()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            m, opt, loader = pe.make_private(module=m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1),
+                                             data_loader=dl, noise_multiplier=1.0, max_grad_norm=1.0)
+        k = 0
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+            k += 1
+        eps.append(pe.get_epsilon(1e-5))
+        steps.append(k)
+    assert steps == [11, 11, 11]
+    assert eps[0] == eps[1] == eps[2] and 0 < eps[0] < 10

@@ -220,6 +220,10 @@ class PrivacyEngine:
                              "removed), so the size is public; leave dataset_size unset.")
         bs = data_loader.batch_sampler
         batch_size = getattr(bs, "b", None) or data_loader.batch_size
+        if batch_size is None and isinstance(bs, PoissonBatchSampler):
+            # an Opacus-style DPDataLoader: Opacus's make_private re-draws its Poisson batches at 1 / len(loader),
+            # n / len(loader) records expected; this engine's sampler and accountant both take that batch size
+            batch_size = max(1, round(n / len(bs)))
         if batch_size is None:
             raise InputError("data_loader is not allowed: its batch size is not known.")
         drop_last = getattr(bs, "drop_last", False)
@@ -234,7 +238,9 @@ class PrivacyEngine:
                              f"records: its {steps_per_pass} steps an epoch (ceil(N/b)) exceed the records; "
                              "give a dataset size closer to the data's, or a larger batch_size.")
         law = uncovered_sampler(data_loader)
-        if law is not None:         # replaced (with poisson_sampling=False too: its law is not a partition)
+        # replaced (with poisson_sampling=False too: its law is not a partition); a DPDataLoader's Poisson batches
+        # re-drawn as Poisson batches (Opacus's make_private does the same) need no notice
+        if law is not None and not (sampling == POISSON and isinstance(bs, PoissonBatchSampler)):
             keep = False
             q = f"{batch_size}/{N}" if batch_size < N else "1"
             by = {POISSON: f"Poisson batches at q = {q}, {steps_per_pass} a pass",
