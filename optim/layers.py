@@ -44,16 +44,8 @@ class _Recurrent:
         """Check Opacus's options, then build torch's module.
 
         Args:
-            input_size: the features of each input step.
-            hidden_size: the features of the hidden state.
-            num_layers: the stacked layers.
-            bias: whether the layers have biases.
-            batch_first: inputs and outputs are ``[B, T, F]`` (else ``[T, B, F]``).
-            dropout: dropout on each layer's output but the last, a probability in [0, 1].
-            bidirectional: run each layer in both directions.
-            proj_size: 0 (Opacus's signature; projections are refused).
-            device: the parameters' device (None: the default).
-            dtype: the parameters' dtype (None: the default).
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size, device,
+                dtype: as :class:`DPLSTM`, :class:`DPGRU` and :class:`DPRNN` document them.
             **mode: ``nonlinearity`` (``"tanh"`` or ``"relu"``) for an RNN; nothing else.
 
         Raises:
