@@ -313,6 +313,45 @@ def _flat(net):
     return torch.cat([q.detach().reshape(-1).clone() for q in net.parameters()])
 
 
+def _open_session(sessions, live=None, parent=None, start=0, history=(), structure=((False, 0),), warned=None,
+                  fork=False) -> dict:
+    """A new session of a program (the first, or one loaded from a checkpoint), appended to ``sessions``.
+
+    Args:
+        sessions: the program's sessions so far.
+        live: an engine session's objects (:func:`_engine_session`); None for a reference optimizer's.
+        parent: the checkpoint it was loaded from (None: the first session).
+        start: the virtual round it resumes at.
+        history: the entries of its lineage before ``start``.
+        structure: its lineage's segments ``[[restart, steps], ...]`` (copied).
+        warned: the warnings its load raised.
+        fork: whether its checkpoint was loaded before (a second branch from one file).
+
+    Returns:
+        The session: the trace's keys (:func:`_traces`), ``entries`` still empty and ``epsilon`` None, and
+        the engine's working keys (``live``, ``sid``: its index, ``pass``: the pass of its last step).
+    """
+    sess = {"parent": parent, "start": start, "history": list(history), "entries": [],
+            "structure": [list(x) for x in structure], "warned": warned, "epsilon": None, "fork": fork,
+            "live": live, "sid": len(sessions), "pass": None}
+    sessions.append(sess)
+    return sess
+
+
+def _traces(sessions) -> list:
+    """The sessions as a program's trace: each one's ``parent``, ``start``, ``history``, ``entries``,
+    ``structure``, ``warned``, ``epsilon`` and ``fork`` (what the checks compare).
+
+    Args:
+        sessions: the sessions of :func:`_open_session`.
+
+    Returns:
+        One dict per session.
+    """
+    return [{k: sess[k] for k in ("parent", "start", "history", "entries", "structure", "warned", "epsilon", "fork")}
+            for sess in sessions]
+
+
 def _path(workdir, name, rank, world, shared):
     base = os.path.join(workdir, name)
     return base if world == 1 or shared else f"{base}.rank{rank}"
@@ -345,15 +384,7 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
             return {"sessions": [], "refused": str(exc)[:200]}
         return {"sessions": [], "refused": None}
     sessions, meta = [], {}
-
-    def new_session(parent=None, start=0, history=(), structure=((False, 0),), warned=None, s=None):
-        sess = {"parent": parent, "start": start, "history": list(history), "entries": [], "structure":
-                [list(x) for x in structure], "warned": warned, "epsilon": None, "live": s, "sid": len(sessions),
-                "pass": None, "fork": False}
-        sessions.append(sess)
-        return sess
-
-    cur = new_session(s=_engine_session(p, rank, world))
+    cur = _open_session(sessions, _engine_session(p, rank, world))
     for op in p["ops"]:
         s = cur["live"]
         if op[0] == "step":
@@ -391,19 +422,15 @@ def run_engine_program(p: dict, workdir: str, rank: int = 0, world: int = 1) -> 
             m["loaded"] += 1
             cont = True         # the optimizer's state carries its loader's position, with or without data_loader=
             structure = copy.deepcopy(m["structure"]) + [[not cont, 0]]
-            cur = new_session(parent=name, start=m["round"], history=m["history"], structure=structure,
-                              warned=[f"{w.category.__name__}: {w.message}" for w in caught
-                                      if issubclass(w.category, UserWarning)], s=fresh)
-            cur["fork"] = m["loaded"] > 1
+            cur = _open_session(sessions, fresh, parent=name, start=m["round"], history=m["history"],
+                                structure=structure, warned=[f"{w.category.__name__}: {w.message}" for w in caught
+                                                             if issubclass(w.category, UserWarning)],
+                                fork=m["loaded"] > 1)
             # the saved pass goes on (its key, and the batches it has had), else a new pass begins
             cur["pass"] = (m["pass"][0], m["pass"][1], None) if cont and m["pass"] is not None else None
     cur["epsilon"] = cur["live"]["engine"].get_epsilon(DELTA)
     cur["live"] = None
-    out = []
-    for sess in sessions:
-        out.append({k: sess.get(k) for k in ("parent", "start", "history", "entries", "structure", "warned",
-                                             "epsilon", "fork")})
-    return {"sessions": out, "refused": None}
+    return {"sessions": _traces(sessions), "refused": None}
 
 
 def _pass_of(sess, pid, length):
@@ -599,9 +626,7 @@ def run_reference_program(p: dict, workdir: str, rank: int = 0, world: int = 1) 
 
     sessions, meta = [], {}
     opt, sampler = _reference_optimizer(p, world=world)
-    cur = {"parent": None, "start": 0, "history": [], "entries": [], "structure": [[False, 0]], "warned": None,
-           "fork": False}
-    sessions.append(cur)
+    cur = _open_session(sessions)
 
     def close():
         cur["epsilon"] = _ref_epsilon(opt, p["accountant"])
@@ -626,12 +651,10 @@ def run_reference_program(p: dict, workdir: str, rank: int = 0, world: int = 1) 
             opt, sampler = _reference_optimizer(p, world=world)
             opt.load_checkpoint(os.path.join(workdir, op[1]))
             m["loaded"] += 1
-            cur = {"parent": op[1], "start": m["round"], "history": m["history"], "entries": [],
-                   "structure": copy.deepcopy(m["structure"]) + [[False, 0]], "warned": None,
-                   "fork": m["loaded"] > 1}
-            sessions.append(cur)
+            cur = _open_session(sessions, parent=op[1], start=m["round"], history=m["history"],
+                                structure=m["structure"] + [[False, 0]], fork=m["loaded"] > 1)
     close()
-    return {"sessions": sessions, "refused": None}
+    return {"sessions": _traces(sessions), "refused": None}
 
 
 def reference_reference(p: dict, rounds: int, ends=()) -> list:

@@ -46,7 +46,8 @@ def main(argv=None):
     if a.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = "cuda" if a.backend == "nccl" else "cpu"
-    data = O.data.prepare(*O.data.synthetic("california"))
+    # seed 0: every rank must build the same data and split (no seed would draw fresh data per rank)
+    data = O.data.prepare(*O.data.synthetic("california", seed=0), seed=0)
     shard = data.shards(world)[rank]
     mech = M.DIFF2GD(a.rounds, a.restart_interval, world, data.n_min(world))
     rep = mech.calibrate(a.epsilon, a.delta, method="tight")

@@ -34,21 +34,57 @@ from .clipping.attention import LinearMultiheadAttention, SequenceBias
 __all__ = ["DPLSTM", "DPGRU", "DPRNN", "DPMultiheadAttention", "SequenceBias"]
 
 
-def _recurrent_options(name: str, dropout, proj_size) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
-        raise InputError(f"dropout={dropout!r} is not allowed: expected a probability in [0, 1].")
-    if proj_size != 0:
-        raise InputError(f"proj_size={proj_size!r} is not allowed: expected 0 ({name} has no projections, as "
-                         "Opacus's has none).")
+class _Recurrent:
+    """What DPLSTM, DPGRU and DPRNN add to torch's module (put before it in the bases): Opacus's checks of
+    the constructor's options, and the call that takes Opacus's ``state_init`` or torch's ``hx``."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0, bidirectional: bool = False, proj_size: int = 0,
+                 device=None, dtype=None, **mode):
+        """Check Opacus's options, then build torch's module.
+
+        Args:
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size, device,
+                dtype: as :class:`DPLSTM`, :class:`DPGRU` and :class:`DPRNN` document them.
+            **mode: ``nonlinearity`` (``"tanh"`` or ``"relu"``) for an RNN; nothing else.
+
+        Raises:
+            InputError: if ``dropout`` is not in [0, 1], ``proj_size`` is not 0 or ``nonlinearity`` is neither
+                ``"tanh"`` nor ``"relu"``.
+        """
+        torch_cls = next(c for c in type(self).__mro__ if c in (nn.LSTM, nn.GRU, nn.RNN))
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+            raise InputError(f"dropout={dropout!r} is not allowed: expected a probability in [0, 1].")
+        if proj_size != 0:
+            raise InputError(f"proj_size={proj_size!r} is not allowed: expected 0 (DP{torch_cls.__name__} has no "
+                             "projections, as Opacus's has none).")
+        if mode.get("nonlinearity", "tanh") not in ("tanh", "relu"):
+            raise InputError(f"nonlinearity={mode['nonlinearity']!r} is not allowed: expected 'tanh' or 'relu'.")
+        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                         dropout=float(dropout), bidirectional=bidirectional, device=device, dtype=dtype, **mode)
+
+    def forward(self, input, state_init=None, hx=None):
+        """Run the sequences, as torch's module's ``forward``.
+
+        Args:
+            input: ``[T, B, input_size]`` (``[B, T, input_size]`` when ``batch_first``), ``[T, input_size]``, or a
+                ``PackedSequence``.
+            state_init: the initial state, each part ``[num_layers * directions, B, hidden_size]``: ``(h_0, c_0)``
+                for an LSTM, ``h_0`` for a GRU or an RNN; or None (zeros).
+            hx: torch's name of ``state_init`` (give one of them).
+
+        Returns:
+            As torch's module: ``(output, (h_n, c_n))`` for an LSTM, ``(output, h_n)`` for a GRU or an RNN.
+
+        Raises:
+            InputError: if both ``state_init`` and ``hx`` are given.
+        """
+        if state_init is not None and hx is not None:
+            raise InputError("state_init and hx are not allowed together: they are the same initial state (give one).")
+        return super().forward(input, state_init if state_init is not None else hx)
 
 
-def _state(state_init, hx):
-    if state_init is not None and hx is not None:
-        raise InputError("state_init and hx are not allowed together: they are the same initial state (give one).")
-    return state_init if state_init is not None else hx
-
-
-class DPLSTM(nn.LSTM):
+class DPLSTM(_Recurrent, nn.LSTM):
     """Opacus's ``DPLSTM``: an ``nn.LSTM`` (fused forward, torch's parameters) that dpcalib's recurrent rule clips.
 
     Args:
@@ -67,32 +103,8 @@ class DPLSTM(nn.LSTM):
         InputError: if ``dropout`` is not in [0, 1] or ``proj_size`` is not 0.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0, bidirectional: bool = False, proj_size: int = 0,
-                 device=None, dtype=None):
-        _recurrent_options("DPLSTM", dropout, proj_size)
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, batch_first=batch_first,
-                         dropout=float(dropout), bidirectional=bidirectional, device=device, dtype=dtype)
 
-    def forward(self, input, state_init=None, hx=None):
-        """Run the sequences, as ``nn.LSTM.forward``.
-
-        Args:
-            input: ``[T, B, input_size]`` (``[B, T, input_size]`` when ``batch_first``), ``[T, input_size]``, or a
-                ``PackedSequence``.
-            state_init: ``(h_0, c_0)``, each ``[num_layers * directions, B, hidden_size]``, or None (zeros).
-            hx: torch's name of ``state_init`` (give one of them).
-
-        Returns:
-            ``(output, (h_n, c_n))``, as ``nn.LSTM``.
-
-        Raises:
-            InputError: if both ``state_init`` and ``hx`` are given.
-        """
-        return super().forward(input, _state(state_init, hx))
-
-
-class DPGRU(nn.GRU):
+class DPGRU(_Recurrent, nn.GRU):
     """Opacus's ``DPGRU``: an ``nn.GRU`` (fused forward, torch's parameters) that dpcalib's recurrent rule clips.
 
     Args:
@@ -111,32 +123,8 @@ class DPGRU(nn.GRU):
         InputError: if ``dropout`` is not in [0, 1] or ``proj_size`` is not 0.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0, bidirectional: bool = False, proj_size: int = 0,
-                 device=None, dtype=None):
-        _recurrent_options("DPGRU", dropout, proj_size)
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, batch_first=batch_first,
-                         dropout=float(dropout), bidirectional=bidirectional, device=device, dtype=dtype)
 
-    def forward(self, input, state_init=None, hx=None):
-        """Run the sequences, as ``nn.GRU.forward``.
-
-        Args:
-            input: ``[T, B, input_size]`` (``[B, T, input_size]`` when ``batch_first``), ``[T, input_size]``, or a
-                ``PackedSequence``.
-            state_init: ``h_0`` ``[num_layers * directions, B, hidden_size]``, or None (zeros).
-            hx: torch's name of ``state_init`` (give one of them).
-
-        Returns:
-            ``(output, h_n)``, as ``nn.GRU``.
-
-        Raises:
-            InputError: if both ``state_init`` and ``hx`` are given.
-        """
-        return super().forward(input, _state(state_init, hx))
-
-
-class DPRNN(nn.RNN):
+class DPRNN(_Recurrent, nn.RNN):
     """Opacus's ``DPRNN``: an ``nn.RNN`` (fused forward, torch's parameters) that dpcalib's recurrent rule clips.
 
     Args:
@@ -160,29 +148,9 @@ class DPRNN(nn.RNN):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0, bidirectional: bool = False, proj_size: int = 0,
                  nonlinearity: str = "tanh", device=None, dtype=None):
-        _recurrent_options("DPRNN", dropout, proj_size)
-        if nonlinearity not in ("tanh", "relu"):
-            raise InputError(f"nonlinearity={nonlinearity!r} is not allowed: expected 'tanh' or 'relu'.")
-        super().__init__(input_size, hidden_size, num_layers=num_layers, nonlinearity=nonlinearity, bias=bias,
-                         batch_first=batch_first, dropout=float(dropout), bidirectional=bidirectional, device=device,
-                         dtype=dtype)
-
-    def forward(self, input, state_init=None, hx=None):
-        """Run the sequences, as ``nn.RNN.forward``.
-
-        Args:
-            input: ``[T, B, input_size]`` (``[B, T, input_size]`` when ``batch_first``), ``[T, input_size]``, or a
-                ``PackedSequence``.
-            state_init: ``h_0`` ``[num_layers * directions, B, hidden_size]``, or None (zeros).
-            hx: torch's name of ``state_init`` (give one of them).
-
-        Returns:
-            ``(output, h_n)``, as ``nn.RNN``.
-
-        Raises:
-            InputError: if both ``state_init`` and ``hx`` are given.
-        """
-        return super().forward(input, _state(state_init, hx))
+        # Opacus's positional order: nonlinearity after proj_size
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size,
+                         device, dtype, nonlinearity=nonlinearity)
 
 
 class DPMultiheadAttention(LinearMultiheadAttention):

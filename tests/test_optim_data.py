@@ -24,9 +24,9 @@ def test_prepare_standardises_scales_target_and_splits_80_20():
 
 
 def test_equal_shards_of_the_california_shape():
-    x, y = D.synthetic("california")
+    x, y = D.synthetic("california", seed=0)
     assert x.shape == (20640, 8) and y.shape == (20640,)
-    d = D.prepare(x, y)
+    d = D.prepare(x, y, seed=0)
     shards = d.shards(10)
     sizes = [len(s[0]) for s in shards]
     assert sum(sizes) == 16512 and min(sizes) == 1651 and max(sizes) == 1652
@@ -35,12 +35,31 @@ def test_equal_shards_of_the_california_shape():
 
 
 def test_synthetic_shapes_are_the_papers_and_deterministic():
-    x, y = D.synthetic("covtype", n=500)
+    x, y = D.synthetic("covtype", n=500, seed=0)
     assert x.shape == (500, 54) and set(np.unique(y)) <= set(range(7))
     a, b = D.synthetic("gas_turbine", n=300, seed=4), D.synthetic("gas_turbine", n=300, seed=4)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-    d = D.prepare(*D.synthetic("ijcnn1", n=200), task="classification")
+    d = D.prepare(*D.synthetic("ijcnn1", n=200, seed=0), task="classification", seed=0)
     assert d.y_train.dtype == torch.long
+
+
+def test_no_default_seed_is_a_constant_and_a_given_seed_repeats():
+    """The secrets standard: without ``seed=`` the data and the split come from fresh operating-system
+    entropy (two calls differ); ``seed=s`` gives the same data and split again."""
+    a, b = D.synthetic("gas_turbine", n=300), D.synthetic("gas_turbine", n=300)
+    assert not np.array_equal(a[0], b[0]) and not np.array_equal(a[1], b[1])
+    c, e = D.synthetic("gas_turbine", n=300, seed=7), D.synthetic("gas_turbine", n=300, seed=7)
+    assert np.array_equal(c[0], e[0]) and np.array_equal(c[1], e[1])
+    x, y = np.arange(2000.0).reshape(1000, 2), np.arange(1000.0)
+    one, two = D.prepare(x, y), D.prepare(x, y)
+    assert not torch.equal(one.x_train, two.x_train) and not torch.equal(one.y_test, two.y_test)
+    one, two = D.prepare(x, y, seed=7), D.prepare(x, y, seed=7)
+    assert torch.equal(one.x_train, two.x_train) and torch.equal(one.y_test, two.y_test)
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(ValueError, match="seed="):
+            D.synthetic("gas_turbine", n=300, seed=bad)
+        with pytest.raises(ValueError, match="seed="):
+            D.prepare(x, y, seed=bad)
 
 
 def test_load_csv_reads_a_local_table(tmp_path):
@@ -48,7 +67,7 @@ def test_load_csv_reads_a_local_table(tmp_path):
     rng = np.random.default_rng(2)
     a = rng.normal(size=(50, 3))
     np.savetxt(p, a, delimiter=",", header="a,b,y", comments="")
-    d = D.load_csv(p, target=-1, skip_header=1, test_fraction=0.2)
+    d = D.load_csv(p, target=-1, skip_header=1, test_fraction=0.2, seed=0)
     assert d.x_train.shape == (40, 2)
     assert float(torch.cat([d.y_train, d.y_test]).abs().max()) == pytest.approx(1.0)
 

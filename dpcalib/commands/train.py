@@ -171,7 +171,7 @@ def _load(cfg):
 
     if os.path.exists(cfg["data"]):
         return O.data.load_csv(cfg["data"], skip_header=cfg["skip_header"], seed=cfg["init_seed"])
-    return O.data.prepare(*O.data.synthetic(cfg["data"], seed=0), seed=cfg["init_seed"])
+    return O.data.prepare(*O.data.synthetic(cfg["data"], seed=cfg["init_seed"]), seed=cfg["init_seed"])
 
 
 def _model(cfg, d_in):

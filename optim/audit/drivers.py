@@ -24,7 +24,7 @@ both requested stds at the state actually visited.
 * Batched runs of DP-GD / DIFF2-GD: :mod:`dpcalib.optim.audit.batched` (``audit(..., batch=...)``).
 
 **Seeds.** Every driver takes ``seed``, default None: a fresh seed drawn from the operating
-system's entropy (:func:`~dpcalib.optim.audit.lockstep.choose_seed`), so that a second audit is a
+system's entropy (:func:`~dpcalib.optim.randomness.choose_seed`), so that a second audit is a
 new experiment, as ``dpcalib audit`` without ``--seed``.  The seed used is recorded on the result
 (``report.seed``, ``as_dict()["seed"]``): passed back as ``seed=``, it repeats the audit number for
 number.  The runs simulate the adversary, who knows the seed, so it is no secret; tests and
@@ -51,8 +51,9 @@ from .bounds import (CONFIDENCE, AuditReport, curve_check, epsilon_lower_bounds,
 from .batched import batched_llr, supports_batching
 from .canaries import ManyCanaries
 from ...mechanisms.registry import names
-from .lockstep import choose_seed, follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
+from .lockstep import follow_run, lead_run, logaddexp, pair_llr, release_llr, wor_llr, zero
 from ..data.sampling import ForcedRecord
+from ..randomness import choose_seed
 
 __all__ = []
 

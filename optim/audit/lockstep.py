@@ -17,7 +17,6 @@ import torch
 
 from .canaries import WORCoupling, plant
 from .replay import ReplaySource
-from ..randomness import check_seed
 
 __all__ = []
 
@@ -74,26 +73,6 @@ def alternating(d: int, norm: float, direction=None, sign: float = 1.0):
 
 
 # ---- lockstep runs -----------------------------------------------------------------------------
-def choose_seed(seed) -> int:
-    """The seed of an audit or a probe: ``seed`` checked, or (None) a fresh one drawn from the
-    operating system's entropy.  32 bits, as ``dpcalib audit`` and ``dpcalib probe`` draw theirs:
-    a seed drawn here, recorded on the report, is one ``--seed`` takes back.
-
-    Args:
-        seed: None (draw a fresh seed) or an integer >= 0.
-
-    Returns:
-        The seed, an int >= 0.
-
-    Raises:
-        InputError: if ``seed`` is neither None nor an integer >= 0 (one line naming it).
-    """
-    import secrets
-
-    seed = check_seed(seed)
-    return secrets.randbits(32) if seed is None else seed
-
-
 def lead_run(build, seed, canary, holder=0):
     """A run that records its releases with their values (the truth of an experiment); record 0 of
     the ``holder`` is the gradient canary (:func:`dpcalib.optim.audit.canaries.plant`).

@@ -29,7 +29,7 @@ magnitude, never to the claim).  The noise stds of D and D' must be equal too (t
 depend on private data).  Algorithms that claim no sensitivity (AdaD2P) are refused.
 
 Every probe here takes ``seed``, default None: a fresh seed drawn from the operating system's
-entropy (:func:`~dpcalib.optim.audit.lockstep.choose_seed`), as ``dpcalib probe`` without ``--seed``
+entropy (:func:`~dpcalib.optim.randomness.choose_seed`), as ``dpcalib probe`` without ``--seed``
 draws one.  The seed used is recorded (the report's ``seed``, ``as_dict()["seed"]``; the standard
 harness's ``build.seed``): passed back as ``seed=``, it repeats the probe.  The probe plays the
 adversary, who knows the seed: it is no secret; tests and recorded results give it.
@@ -50,10 +50,11 @@ import torch
 
 from ...accountant.validation import InputError
 from ...mechanisms import REGISTRY, lookup
-from .lockstep import alternating, choose_seed, constant, run_pair, zero
+from .lockstep import alternating, constant, run_pair, zero
 from .replay import ReplaySource
 from ..algorithms.d2p import NoGuarantee
 from ..data.sampling import ForcedRecord
+from ..randomness import choose_seed
 
 __all__ = ["record_probe", "SLACK_ULPS", "probe_defaults", "probe_harness"]
 

@@ -35,8 +35,8 @@ from ...accountant import gdp_epsilon
 from ...accountant.validation import InputError, integer
 from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR, SAMPLINGS as RUN_SAMPLINGS
 from ..algorithms.core import Release
+from ..randomness import choose_seed
 from .bounds import CONFIDENCE
-from .lockstep import choose_seed
 from .noise_tests import noise_ks_test, noise_std_test
 from .probe import measure
 from .scores import epsilon_from_scores

@@ -6,7 +6,12 @@ the training set cut into P equal i.i.d. shards (sizes differ by at most one rec
 
 Tables with text (categorical) columns are coded by :func:`encode_table` (ordinal or one-hot).
 Nothing is downloaded: :func:`load_csv` reads a local file, :func:`synthetic` draws data with the
-shape of a paper's dataset (:data:`SHAPES`) from a fixed random "teacher" network.
+shape of a paper's dataset (:data:`SHAPES`) from a random "teacher" network.
+
+No default seed is a constant: without ``seed=`` the split of :func:`prepare` and the data of
+:func:`synthetic` come from fresh operating-system entropy
+(:func:`~dpcalib.optim.randomness.choose_seed`), so two calls differ; pass ``seed=`` wherever the
+same data must come back (tests, docs, the ranks of one run, a resumed run).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from ...accountant.validation import InputError
+from ..randomness import choose_seed
 
 __all__ = ["SHAPES"]
 
@@ -255,7 +261,7 @@ def _labels(y) -> tuple[np.ndarray, tuple]:
     return codes.astype(np.int64), tuple(c.item() if hasattr(c, "item") else c for c in classes)
 
 
-def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed: int = 0,
+def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed: int | None = None,
             standardize: bool = True, scale_target: bool = True, dtype=torch.float32,
             categorical: str = "ordinal", categories: dict | None = None) -> TabularData:
     """The papers' preprocessing of a table ``x`` (n x d: an array, a pandas DataFrame or a dict of
@@ -269,7 +275,8 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
         y: the targets, shape (n,).
         task: ``"regression"`` or ``"classification"``.
         test_fraction: the test share, in [0, 1).
-        seed: seed of the split's permutation.
+        seed: seed of the split's permutation, an integer >= 0; None (the default): a fresh seed from
+            the operating system's entropy, so the split differs from call to call.
         standardize: standardise the numeric and ordinal columns.
         scale_target: regression: divide y by max abs(y).
         dtype: the features' torch dtype (and the regression targets').
@@ -282,7 +289,8 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
     Raises:
         InputError: if the task is unknown, the shapes do not match or n < 2, ``test_fraction``
             is not in [0, 1), x or a regression y is not finite or y is not numeric for
-            regression, labels are missing, or :func:`encode_table` refuses the table.
+            regression, labels are missing, ``seed`` is neither None nor an integer >= 0, or
+            :func:`encode_table` refuses the table.
     """
     if task not in ("regression", "classification"):
         raise InputError(f"task={task!r} is not allowed: expected 'regression' or 'classification'.")
@@ -320,7 +328,7 @@ def prepare(x, y, *, task: str = "regression", test_fraction: float = 0.2, seed:
             y = y / (m if m > 0 else 1.0)
     else:
         y, classes = _labels(y)
-    perm = np.random.default_rng(seed).permutation(len(x))
+    perm = np.random.default_rng(choose_seed(seed)).permutation(len(x))
     n_test = int(round(len(x) * float(test_fraction)))
     test, train = perm[:n_test], perm[n_test:]
     ty = dtype if task == "regression" else torch.long
@@ -353,18 +361,20 @@ def load_csv(path, target: int = -1, *, delimiter: str = ",", skip_header: int =
     return prepare(np.delete(a, t, axis=1), a[:, t], **kwargs)
 
 
-def synthetic(name: str = "california", *, n: int | None = None, seed: int = 0, noise: float = 0.1,
+def synthetic(name: str = "california", *, n: int | None = None, seed: int | None = None, noise: float = 0.1,
               hidden: int = 16):
     """``(x, y)`` numpy arrays shaped like a paper's dataset (:data:`SHAPES`; ``n`` overrides the rows).
 
     Features: correlated Gaussians with skewed marginals (like housing data); target: a fixed
     random tanh network of the features plus Gaussian noise (regression), or the argmax of its
-    logits (classification).  Deterministic given ``seed``.
+    logits (classification), all drawn from ``seed``: the same seed gives the same data, no seed
+    (the default) fresh data each call.
 
     Args:
         name: a key of :data:`SHAPES`.
         n: rows, >= 2 (None: the dataset's).
-        seed: the random seed.
+        seed: the random seed, an integer >= 0; None (the default): a fresh seed from the operating
+            system's entropy.
         noise: std of the Gaussian noise on the target (or the logits).
         hidden: width of the teacher network.
 
@@ -372,7 +382,7 @@ def synthetic(name: str = "california", *, n: int | None = None, seed: int = 0, 
         ``(x, y)``: float features (rows, d) and targets (floats, or class indices).
 
     Raises:
-        InputError: if ``name`` is unknown or ``n`` < 2.
+        InputError: if ``name`` is unknown, ``n`` < 2 or ``seed`` is neither None nor an integer >= 0.
     """
     if name not in SHAPES:
         raise InputError(f"name={name!r} is not allowed: expected one of {sorted(SHAPES)}.")
@@ -380,7 +390,7 @@ def synthetic(name: str = "california", *, n: int | None = None, seed: int = 0, 
     rows = rows if n is None else int(n)
     if rows < 2:
         raise InputError(f"n={n!r} is not allowed: expected an integer >= 2.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(choose_seed(seed))
     mix = rng.normal(size=(d, d)) / np.sqrt(d)
     x = rng.normal(size=(rows, d)) @ (np.eye(d) + mix)
     x[:, : d // 2] = np.sign(x[:, : d // 2]) * np.abs(x[:, : d // 2]) ** 1.3   # skewed marginals

@@ -235,7 +235,21 @@ class FixedSizeBatchSampler(_Batches):
         return permutation(self.generator, self.n)[:size]
 
 
-class ShuffleBatchSampler(_Batches):
+class _Epoch:
+    """What the epoch-wise samplers share (put before :class:`_Batches` in the bases): a pass deals every
+    record once, and a resumed unseeded pass deals its unused records into its remaining steps; how the
+    records are dealt is the sampler's ``_deal(first, records)``."""
+
+    def _draws(self):
+        """The pass's batches: every record, dealt into the epoch's steps."""
+        return self._deal(0, torch.arange(self.n))
+
+    def _rest(self, consumed: int, unused):
+        """The pass's batches from ``consumed`` on: its ``unused`` records, dealt afresh into the steps left."""
+        return self._deal(consumed, unused)
+
+
+class ShuffleBatchSampler(_Epoch, _Batches):
     """One epoch per pass: a random permutation cut into batches of ``b``.
 
     Args:
@@ -257,16 +271,12 @@ class ShuffleBatchSampler(_Batches):
     def __len__(self):
         return self.n // self.b if self.drop_last else -(-self.n // self.b)
 
-    def _cut(self, first: int, order: torch.Tensor):
+    def _deal(self, first: int, records: torch.Tensor):
+        """Batches ``first, first + 1, ...`` of the epoch: ``records`` in a random order, cut into batches of ``b``."""
+        order = records[permutation(self.generator, records.numel())]
         self.current = (first, order)
         for j in range(first, len(self)):
             yield order[(j - first) * self.b:(j - first + 1) * self.b]
-
-    def _draws(self):
-        return self._cut(0, permutation(self.generator, self.n))
-
-    def _rest(self, consumed: int, unused):
-        return self._cut(consumed, unused[permutation(self.generator, unused.numel())])
 
     def unused(self, done: int):
         """The records of the epoch not in its first ``done`` batches (in the pass's order).
@@ -281,7 +291,7 @@ class ShuffleBatchSampler(_Batches):
         return order[(done - first) * self.b:].clone()
 
 
-class BallsInBinsBatchSampler(_Batches):
+class BallsInBinsBatchSampler(_Epoch, _Batches):
     """One epoch per pass: every record put in one of ``t`` steps uniformly at random (the run's secret
     data stream: :func:`~dpcalib.optim.randomness.bins`), the ``t`` batches in step order.
 
@@ -318,17 +328,12 @@ class BallsInBinsBatchSampler(_Batches):
     def __len__(self):
         return self.t
 
-    def _throw(self, first: int, records: torch.Tensor):
+    def _deal(self, first: int, records: torch.Tensor):
+        """Steps ``first, first + 1, ...`` of the epoch: each of ``records`` thrown into one of them uniformly."""
         where = first + bins(self.generator, records.numel(), self.t - first)
         self.current = (records, where)
-        for k, part in enumerate(bin_batches(where - first, self.t - first)):
+        for part in bin_batches(where - first, self.t - first):
             yield records[part]
-
-    def _draws(self):
-        return self._throw(0, torch.arange(self.n))
-
-    def _rest(self, consumed: int, unused):
-        return self._throw(consumed, unused)
 
     def unused(self, done: int):
         """The records of the epoch whose step is ``done`` or later.

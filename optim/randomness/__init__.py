@@ -8,9 +8,9 @@ never branches on the mode.
 May import: the accountant layer's validation (numpy, torch, cryptography and mpmath otherwise)."""
 
 from .secure import SecureGenerator, gaussian_release
-from .streams import (RunStreams, bins, check_seed, fresh_root, is_secure, node_seeds, note_restored, permutation,
-                      poisson_mask, randint, same_on_ranks, standard_normal, stream_seeds, uniform)
+from .streams import (RunStreams, bins, check_seed, choose_seed, fresh_root, is_secure, node_seeds, note_restored,
+                      permutation, poisson_mask, randint, same_on_ranks, standard_normal, stream_seeds, uniform)
 
-__all__ = ["SecureGenerator", "gaussian_release", "RunStreams", "bins", "check_seed", "is_secure", "node_seeds",
-           "note_restored", "permutation", "poisson_mask", "same_on_ranks", "randint", "standard_normal",
+__all__ = ["SecureGenerator", "gaussian_release", "RunStreams", "bins", "check_seed", "choose_seed", "is_secure",
+           "node_seeds", "note_restored", "permutation", "poisson_mask", "same_on_ranks", "randint", "standard_normal",
            "stream_seeds", "uniform"]

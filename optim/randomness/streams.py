@@ -59,6 +59,26 @@ def check_seed(seed) -> int | None:
     return int(seed)
 
 
+def choose_seed(seed) -> int:
+    """A seed that is never a constant default: ``seed`` checked, or (None) a fresh one drawn from
+    the operating system's entropy (``secrets.randbits``).  32 bits, as ``dpcalib audit`` and
+    ``dpcalib probe`` draw theirs: a seed drawn here, recorded on a report, is one ``--seed`` takes
+    back.  The audits, the probes and the data (:func:`dpcalib.optim.data.synthetic`,
+    :func:`dpcalib.optim.data.prepare`) take their default seed from here.
+
+    Args:
+        seed: None (draw a fresh seed) or an integer >= 0.
+
+    Returns:
+        The seed, an int >= 0.
+
+    Raises:
+        InputError: if ``seed`` is neither None nor an integer >= 0 (one line naming it).
+    """
+    seed = check_seed(seed)
+    return secrets.randbits(32) if seed is None else seed
+
+
 def fresh_root() -> bytes:
     """32 bytes of fresh operating-system entropy (``secrets.token_bytes``): a run's root when no
     seed is given.
