@@ -87,6 +87,11 @@ RUNS = [
     {"name": "cifar10 --clip_per_layer", "script": "cifar10.py", "n": 2048, "test_n": 128,
      "args": ["--epochs", "2", "--batch-size", "128", "-b", "128", "-j", "0", "--print-freq", "1000",
               "--clip_per_layer"]},
+    # one epoch of CIFAR-10's own size (50 000 training images, 390 Poisson batches of 128 expected): the probes'
+    # share of a real epoch (their count grows as log2 of the steps)
+    {"name": "cifar10 --clip_per_layer, 50000 images", "script": "cifar10.py", "n": 50000, "test_n": 128,
+     "args": ["--epochs", "1", "--batch-size", "128", "-b", "128", "-j", "0", "--print-freq", "100000",
+              "--clip_per_layer"]},
 ] + [
     {"name": f"char-lstm --mode {mode}", "script": "char-lstm-classification.py", "names": (4, 640),
      "args": ["--device", "cpu", "--epochs", "2", "-b", "64", "--mode", mode]}
