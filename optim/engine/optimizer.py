@@ -547,7 +547,7 @@ class DPOptimizer(Optimizer):
                              "or replace the parameters before make_private and build the optimizer from them.")
 
     def _release(self, value, std, **kw):
-        return self.transport.release(self.privatizer, value, std, **kw)
+        return self.transport.release(lambda: self.privatizer.privatize(value, std, **kw))
 
     def attach_step_hook(self, fn) -> None:
         """``fn(optimizer)`` after each private step's release, before the wrapped optimizer's step.
