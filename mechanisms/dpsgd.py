@@ -26,11 +26,11 @@ from ..accountant import (ADD_REMOVE, BallsInBinsGaussianEvent, GaussianEvent, P
 from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, Run, Sampling
 from .report import CalibrationReport, paper_warning
-from .search import smallest_scale, start_rtol
-from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .search import smallest_scale, start_rtol, tight_scale
+from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text
 from .shared import ABADI_ORDERS, abadi_multiplier, check_calibration
 
 __all__ = []
@@ -487,9 +487,9 @@ class DPSGD(Mechanism):
             while certify(self.accountant(z), d, accountant)[0].epsilon > e:    # rounding: the feasible side
                 z *= 1.0 + 1e-12
         else:
-            z0 = z = rdp_start(lambda: self.level("step", calibrate_poisson(
-                self.sampling_rate, self.steps, e, d, conversion="improved", refine=True,
-                rtol=start_rtol(accountant, rtol), exact=accountant == "rdp")), accountant)
+            # the RDP-tight start on the run's own events (the level is the multiplier: std z C, sensitivity C)
+            z0 = z = rdp_start(lambda: tight_scale(self.accountant, e, d, "improved", rtol=start_rtol(accountant, rtol),
+                                                   exact=accountant == "rdp"), accountant)
             if accountant == "pld":
                 z, _, z_lo, cap = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}
