@@ -194,6 +194,9 @@ class Mechanism:
     releases: tuple = ()
     #: what one record is (the report's assumptions)
     record = "one training example"
+    #: how the accounting reads a run given by its shape, in one sentence (the ``run`` line of the command line);
+    #: None where the run is given by the numbers its accounting takes
+    shape_note: str | None = None
 
     @classmethod
     def noise_names(cls) -> tuple:
