@@ -417,7 +417,7 @@ COMMANDS = {
     "calibrate": "the noise levels for a target (epsilon, delta)",
     "epsilon": "epsilon spent for given noise levels (--curve, --plot)",
     "compare": "paper closed form, best certified eps, RDP conversions and dp-accounting side by side",
-    "account": "epsilon of a raw composition of Gaussian events",
+    "account": "epsilon of a raw composition of events (Gaussian, Laplace, zCDP, ... or a JSON event tree)",
     "report": "what eps means: brackets at several delta, trade-off curve, attack risk (TPR at low FPR), assumptions",
     "audit": "run the reference optimizer with its calibrated noise and lower-bound its epsilon",
     "probe": "run it on real neighbouring records and measure each release's move against its claimed sensitivity",
