@@ -234,8 +234,8 @@ def _cmd_calibrate(args) -> int:
     extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
     # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
     with ProgressBar(f"calibrate {algorithm}") as bar, watching(bar.note):
-        reports = [report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra), mech)
-                   for m in methods]
+        reports = [report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra),
+                               mech.shape_note) for m in methods]
     if args.json:
         print(_json(reports if len(reports) > 1 else reports[0]))
     else:
@@ -257,7 +257,6 @@ def _noise_flags(algorithm: str, args) -> list:
 def _cmd_epsilon(args) -> int:
     algorithm = args.algorithm
     from .accountant import watching
-    from .commands.calibrate import run_shape
     from .commands.common import ProgressBar
 
     mech, _ = build(algorithm, args)
@@ -268,8 +267,8 @@ def _cmd_epsilon(args) -> int:
     # grid composed on the way shown (10^8 steps: tens of seconds a bracket, minutes a curve)
     with ProgressBar(f"epsilon {algorithm}", total=parts) as bar, watching(bar.note):
         out, (rep, lower, own) = _epsilon_numbers(algorithm, args, mech, noise)
-        if run_shape(mech):
-            out["run_shape"] = run_shape(mech)
+        if mech.shape_note:
+            out["run_shape"] = mech.shape_note
         if points:
             field, counts = points
 
@@ -418,7 +417,7 @@ COMMANDS = {
     "calibrate": "the noise levels for a target (epsilon, delta)",
     "epsilon": "epsilon spent for given noise levels (--curve, --plot)",
     "compare": "paper closed form, best certified eps, RDP conversions and dp-accounting side by side",
-    "account": "epsilon of a raw composition of Gaussian events",
+    "account": "epsilon of a raw composition of events (Gaussian, Laplace, zCDP, ... or a JSON event tree)",
     "report": "what eps means: brackets at several delta, trade-off curve, attack risk (TPR at low FPR), assumptions",
     "audit": "run the reference optimizer with its calibrated noise and lower-bound its epsilon",
     "probe": "run it on real neighbouring records and measure each release's move against its claimed sensitivity",

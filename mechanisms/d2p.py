@@ -16,10 +16,10 @@ from ..accountant.validation import InputError
 from ..accountant import PoissonSampledGaussianEvent, PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .tighten import certify, pld_tighten, rdp_start, rdp_tight_text
 from .shared import check_calibration
 from .tighten import calibrate_poisson
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from ..accountant import GaussianEvent, PrivacyAccountant, gdp_mu
 from ..accountant import validation as v
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .report import CalibrationReport, paper_warning
 from .shared import abadi_multiplier, check_calibration
 from .search import smallest_scale
-from .tighten import calibrate_poisson, meets_accountant
+from .tighten import calibrate_poisson
 
 __all__ = []
 

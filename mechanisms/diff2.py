@@ -19,11 +19,11 @@ from ..accountant import GaussianEvent, PrivacyAccountant, WORSampledGaussianEve
 from ..accountant import validation as v
 from ..accountant import gdp_mu, subsampled_rdp_wor
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .report import CalibrationReport, paper_warning
 from .shared import check_calibration, check_target as _check_target, paper_order
 from .search import smallest_scale, start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text
 
 __all__ = []
 

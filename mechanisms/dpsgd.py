@@ -26,11 +26,11 @@ from ..accountant import (ADD_REMOVE, BallsInBinsGaussianEvent, GaussianEvent, P
 from ..accountant import validation as v
 from ..accountant.shuffle import check_relation
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .shape import BALLS_IN_BINS, POISSON, SHUFFLE, Run, Sampling
 from .report import CalibrationReport, paper_warning
-from .search import smallest_scale, start_rtol
-from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .search import smallest_scale, start_rtol, tight_scale
+from .tighten import calibrate_poisson, certify, pld_tighten, rdp_start, rdp_tight_text
 from .shared import ABADI_ORDERS, abadi_multiplier, check_calibration
 
 __all__ = []
@@ -209,14 +209,25 @@ class DPSGD(Mechanism):
 
     @property
     def shape_note(self) -> str | None:
-        """How Poisson sampling was read from ``n``, ``batch_size`` and ``epochs`` (None otherwise): the
-        ``q`` and ``T`` the accounting uses and the rounding convention."""
-        if self.sampling != POISSON or self.n is None:
+        """How the accounting reads a run given by its shape (``n``, ``batch_size``, ``epochs``): the batches and
+        ``T`` with its rounding, one sentence for every sampling (the ``run`` line every command prints); None
+        where the run was given by ``q`` and ``T``."""
+        if self.n is None:
             return None
-        t = steps_per_epoch(self.n, self.batch_size)
-        return (f"Poisson sampling from the run's shape: q = b/N = {self.batch_size}/{self.n} = {self.sampling_rate:.6g}, "
-                f"T = E * ceil(N/b) = {self.epochs} * {t} = {self.steps} steps (an epoch's last, partial batch "
-                "counted as a step)")
+        if self.sampling == POISSON:
+            t = steps_per_epoch(self.n, self.batch_size)
+            return (f"Poisson sampling from the run's shape: q = b/N = {self.batch_size}/{self.n} = "
+                    f"{self.sampling_rate:.6g}, T = E * ceil(N/b) = {self.epochs} * {t} = {self.steps} steps (an "
+                    "epoch's last, partial batch counted as a step)")
+        n, b, e, t = self.n, self.batch_size, self.epochs, self.steps_per_epoch
+        rounding = "floor" if self.drop_last else "ceil"
+        steps = f"T = E * {rounding}(N/b) = {e} * {t} = {e * t} steps"
+        if self.balls_in_bins:
+            return (f"balls-in-bins batches from the run's shape: each epoch every record in one of ceil(N/b) = {t} "
+                    f"steps at random, expected batch N/{t} = {n}/{t} = {n / t:.6g}, {steps}")
+        last = "dropped" if rounding == "floor" else "counted as a step"
+        return (f"shuffled batches from the run's shape: each epoch a permutation of the N = {n} records cut into "
+                f"batches of b = {b}, {steps} (an epoch's last, partial batch {last})")
 
     @property
     def shuffled(self) -> bool:
@@ -487,9 +498,9 @@ class DPSGD(Mechanism):
             while certify(self.accountant(z), d, accountant)[0].epsilon > e:    # rounding: the feasible side
                 z *= 1.0 + 1e-12
         else:
-            z0 = z = rdp_start(lambda: self.level("step", calibrate_poisson(
-                self.sampling_rate, self.steps, e, d, conversion="improved", refine=True,
-                rtol=start_rtol(accountant, rtol), exact=accountant == "rdp")), accountant)
+            # the RDP-tight start on the run's own events (the level is the multiplier: std z C, sensitivity C)
+            z0 = z = rdp_start(lambda: tight_scale(self.accountant, e, d, "improved", rtol=start_rtol(accountant, rtol),
+                                                   exact=accountant == "rdp"), accountant)
             if accountant == "pld":
                 z, _, z_lo, cap = pld_tighten(self.accountant, e, d, z0)
                 lower_noise = None if z_lo is None else {"noise_multiplier": z_lo}

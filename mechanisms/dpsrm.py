@@ -15,10 +15,10 @@ from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant, WORSampledGaussianEvent
 from ..accountant import validation as v
 
-from .releases import Mechanism, ReleaseSpec
+from .releases import Mechanism, ReleaseSpec, meets_accountant
 from .report import CalibrationReport, paper_warning
 from .search import start_rtol, tight_scale
-from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text, meets_accountant
+from .tighten import WOR_START_LABEL, WOR_START_SUFFIX, certify, pld_tighten, rdp_start, rdp_tight_text
 from .shared import check_calibration, check_target as _check_target, paper_order
 
 __all__ = []

@@ -20,6 +20,8 @@ from typing import Mapping
 from ..accountant.validation import InputError
 from ..accountant import PrivacyAccountant
 
+from .search import smallest_scale
+
 __all__ = []
 
 
@@ -92,6 +94,87 @@ class ReleaseSpec:
     per_run: str
 
 
+#: what a tight calibration solves on (``calibrate(..., accountant=...)``), with the meaning every eps
+#: query gives the same name: ``"best"`` (the default) the smallest certified eps of exact GDP, the
+#: PLD upper bound and RDP; ``"pld"`` the PLD bracket's upper end alone; ``"rdp"`` RDP alone; ``"gdp"``
+#: exact GDP (full-batch runs only)
+ACCOUNTANTS = ("best", "pld", "rdp", "gdp")
+
+
+def check_accountant(accountant: str) -> str:
+    """The route a calibration takes internally: ``"pld"`` (the best certified eps) or ``"rdp"``; a
+    calibration on ``"pld"`` or ``"gdp"`` alone takes the best route and is then met by
+    :func:`meets_accountant`.
+
+    Args:
+        accountant: one of :data:`ACCOUNTANTS`.
+
+    Returns:
+        ``"pld"`` for ``"best"``, ``"pld"`` and ``"gdp"``; ``"rdp"`` for ``"rdp"``.
+
+    Raises:
+      InputError: ``accountant`` is not one of :data:`ACCOUNTANTS`.
+    """
+    if accountant in ("best", "pld", "gdp"):
+        return "pld"
+    if accountant != "rdp":
+        raise InputError(f"accountant={accountant!r} is not allowed: expected one of 'best' (the best certified "
+                         "eps: exact GDP, the privacy-loss-distribution upper bound or RDP), 'pld' (the PLD upper "
+                         "bound alone), 'rdp' (RDP alone) or 'gdp' (exact GDP, full-batch runs).")
+    return accountant
+
+
+def meets_accountant(calibrate):
+    """Wrap a mechanism's ``calibrate`` so that ``accountant=X`` means what it means in every eps query:
+    the smallest noise (same split) whose eps under ``X`` alone meets the target.
+
+    ``"best"`` is the calibration itself.  For ``"pld"``, ``"rdp"`` and ``"gdp"`` the calibration's noise
+    (``"best"``'s or RDP's route) is kept when ``X``'s eps of it meets the target, else every noise level
+    is scaled up by the smallest common factor that makes it so (eps is non-increasing in each level, so
+    the split keeps its shares and the answer stays on the feasible side).  ``"gdp"`` on a run that is not
+    full-batch Gaussians is refused by the accountant in one line.  ``method="paper"`` is the paper's
+    calibration and ignores ``accountant``.
+
+    Args:
+        calibrate: the mechanism's ``calibrate`` method (returns a :class:`CalibrationReport`).
+
+    Returns:
+        The wrapped method; it raises ``InputError`` for an ``accountant`` not in
+        :data:`ACCOUNTANTS`.
+    """
+    import dataclasses
+    import functools
+
+    @functools.wraps(calibrate)
+    def wrapper(self, epsilon, delta, method="tight", accountant="best", *args, **kwargs):
+        if accountant not in ACCOUNTANTS:
+            check_accountant(accountant)
+        rep = calibrate(self, epsilon, delta, method, accountant, *args, **kwargs)
+        if accountant == "best" or rep.method != "tight":
+            return rep
+        names = [k for k, v in rep.noise.items() if v is not None]
+
+        def eps_of(scale):
+            return self.epsilon(delta, **{k: scale * rep.noise[k] for k in names}, accountant=accountant).epsilon
+
+        own = eps_of(1.0)
+        scale = 1.0 if own <= rep.epsilon else smallest_scale(eps_of, rep.epsilon, start=1.0, rtol=1e-9)
+        noise = {k: (scale * v if v is not None else None) for k, v in rep.noise.items()}
+        named = {k: noise[k] for k in names}
+        best = self.epsilon(delta, **named, accountant="best").epsilon
+        accounting = rep.accounting if scale == 1.0 else \
+            f"{accountant} alone: the noise of {rep.accounting} raised x{scale:.9g} until {accountant} alone meets it"
+        lower = rep.epsilon_lower
+        if scale != 1.0 and lower is not None:
+            lower = self.epsilon_bracket(delta, *[named[k] for k in names]).lower
+        return dataclasses.replace(rep, noise=noise, achieved_epsilon=eps_of(scale), certified_epsilon=best,
+                                   accounting=accounting, order=None if accountant != "rdp" else rep.order,
+                                   epsilon_lower=lower)
+
+    return wrapper
+
+
+
 class Mechanism:
     """Base of the mechanism dataclasses: one run's shape, and the same API for every algorithm.
 
@@ -111,6 +194,9 @@ class Mechanism:
     releases: tuple = ()
     #: what one record is (the report's assumptions)
     record = "one training example"
+    #: how the accounting reads a run given by its shape, in one sentence (the ``run`` line of the command line);
+    #: None where the run is given by the numbers its accounting takes
+    shape_note: str | None = None
 
     @classmethod
     def noise_names(cls) -> tuple:

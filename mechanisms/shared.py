@@ -10,7 +10,8 @@ from ..accountant.validation import InputError
 from ..accountant import validation as v
 
 from .report import METHODS
-from .tighten import calibrate_poisson, check_accountant
+from .releases import check_accountant
+from .tighten import calibrate_poisson
 
 __all__ = []
 
@@ -59,11 +60,11 @@ def check_calibration(epsilon, delta, method, accountant):
         accountant: what tight mode meets: ``"best"``, ``"pld"``, ``"rdp"`` or ``"gdp"``.
 
     Returns:
-        ``(route, epsilon, delta)``: the route the calibration takes (:func:`~.tighten.check_accountant`)
+        ``(route, epsilon, delta)``: the route the calibration takes (:func:`~.releases.check_accountant`)
         and the target as floats (:func:`check_target`).
 
     Raises:
-        InputError: as :func:`~.tighten.check_accountant` and :func:`check_target`.
+        InputError: as :func:`~.releases.check_accountant` and :func:`check_target`.
     """
     route = check_accountant(accountant)
     return (route, *check_target(epsilon, delta, method))

@@ -52,9 +52,9 @@ class _Elsewhere(T.OneProcess):
         self.calls["aggregate"] += 1
         return super().aggregate(part)
 
-    def release(self, noise, value, std, **kw):
+    def release(self, draw):
         self.calls["release"] += 1
-        return super().release(noise, value, std, **kw)
+        return super().release(draw)
 
     def run_on(self, p, fn, like):
         self.calls["run_on"] += 1

@@ -1,6 +1,5 @@
-"""``dpcalib calibrate``: the noise for a target (epsilon, delta), as a table or JSON; and the ``run``
-line that every command prints for a DP-SGD run given by its shape (``--n --batch-size --epochs``),
-whatever its ``--sampling``: how the accounting reads the batches and the steps."""
+"""``dpcalib calibrate``: the noise for a target (epsilon, delta), as a table or JSON (with the ``run`` line
+of a run given by its shape, the mechanism's ``shape_note``)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import math
 
 from .algorithms import fmt as _fmt
 
-__all__ = ["report_dict", "print_report", "run_shape"]
+__all__ = ["report_dict", "print_report"]
 
 #: the noise levels of the DIFF2 family, always present in the JSON (null with the reason where unused)
 SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
@@ -17,36 +16,13 @@ SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
 ABOVE_TARGET_RTOL = 1e-6
 
 
-def run_shape(mech) -> str | None:
-    """How the accounting reads a run given by its shape (``n``, ``batch_size``, ``epochs``): the
-    batches, and ``T`` with its rounding, in one sentence the same for every sampling.
-
-    Args:
-        mech: the mechanism (any; only DP-SGD's samplings from the shape have a run line).
-
-    Returns:
-        The sentence, or None where the run was not given by its shape.
-    """
-    note = getattr(mech, "shape_note", None)
-    if note or not getattr(mech, "epoch_wise", False):
-        return note or None
-    n, b, e, t = mech.n, mech.batch_size, mech.epochs, mech.steps_per_epoch
-    rounding = "floor" if getattr(mech, "drop_last", False) else "ceil"
-    steps = f"T = E * {rounding}(N/b) = {e} * {t} = {e * t} steps"
-    if getattr(mech, "balls_in_bins", False):
-        return (f"balls-in-bins batches from the run's shape: each epoch every record in one of ceil(N/b) = {t} steps "
-                f"at random, expected batch N/{t} = {n}/{t} = {n / t:.6g}, {steps}")
-    last = "dropped" if rounding == "floor" else "counted as a step"
-    return (f"shuffled batches from the run's shape: each epoch a permutation of the N = {n} records cut into "
-            f"batches of b = {b}, {steps} (an epoch's last, partial batch {last})")
-
-
-def report_dict(rep, mech=None) -> dict:
+def report_dict(rep, run_shape: str | None = None) -> dict:
     """A calibration as the command line's JSON: stable keys, the four sigmas always present.
 
     Args:
         rep: the mechanism's ``CalibrationReport``.
-        mech: the mechanism (its :func:`run_shape` joins ``notes`` as ``run_shape``), or None.
+        run_shape: the mechanism's ``shape_note`` (joins ``notes`` as ``run_shape`` where they have none), or
+            None.
 
     Returns:
         The dict (``algorithm``, ``method``, ``epsilon``, ``delta``, ``sigma1``..``sigma4``,
@@ -54,8 +30,8 @@ def report_dict(rep, mech=None) -> dict:
         ``notes``).
     """
     notes = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in rep.notes.items()}
-    if mech is not None and not notes.get("run_shape") and run_shape(mech):
-        notes["run_shape"] = run_shape(mech)
+    if run_shape and not notes.get("run_shape"):
+        notes["run_shape"] = run_shape
     out = {"algorithm": rep.algorithm, "method": rep.method, "epsilon": rep.epsilon, "delta": rep.delta}
     for s in SIGMAS:
         out[s] = rep.noise.get(s)

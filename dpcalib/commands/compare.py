@@ -37,9 +37,7 @@ def run(algorithm: str, args) -> int:
         rows = _compare_rows(algorithm, mech, args, paper, tight, bar)
     finally:
         bar.close()
-    from .calibrate import run_shape
-
-    return _print_compare(algorithm, args, paper, rows, run_shape(mech))
+    return _print_compare(algorithm, args, paper, rows, mech.shape_note)
 
 
 def _compare_rows(algorithm, mech, args, paper, tight, bar) -> list:

@@ -136,11 +136,9 @@ def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None)
     pe = getattr(mech, "poisson_epsilon", None)
     if pe is not None:
         extra["poisson_epsilon"] = pe(args.delta, *noise)
-    from .calibrate import run_shape
-
-    if run_shape(mech):
-        extra["run_shape"] = run_shape(mech)
+    if mech.shape_note:
+        extra["run_shape"] = mech.shape_note
     levels = ", ".join(f"{k}={v:g}" for k, v in extra["noise"].items())
-    title = f"algorithm   {algorithm} ({levels})" + (f"\nrun         {extra['run_shape']}" if run_shape(mech) else "")
+    title = f"algorithm   {algorithm} ({levels})" + (f"\nrun         {extra['run_shape']}" if mech.shape_note else "")
     return _emit(rep, args, title, extra,
                  plot_title=f"{algorithm} ({levels}): epsilon {rep.epsilon_upper:.4g} at delta {rep.delta:g}")

@@ -591,7 +591,7 @@ class PrivateOptimizer:
         Returns:
             The released tensor.
         """
-        return self.transport.release(self.privatizer, value, std, **kwargs)
+        return self.transport.release(lambda: self.privatizer.privatize(value, std, **kwargs))
 
     def _offer_output(self, candidate: dict) -> None:
         """Reservoir sampling of one candidate iterate (uniform over all offered so far)."""

@@ -107,6 +107,21 @@ def _check_number(name: str, value, allowed: str, *, optional: bool = True) -> N
 
 
 def _levels(mechanism, noise_multiplier, noise) -> dict:
+    """The noise levels a run starts at, checked against the algorithm's names of them.
+
+    Args:
+        mechanism: the algorithm's mechanism class (its ``name`` and ``noise_names()``: the algorithm's, not
+            the run's, which this check never reads).
+        noise_multiplier: DP-SGD's level, or None.
+        noise: a dict of levels or a ``CalibrationReport``, or None.
+
+    Returns:
+        ``{name: level}`` in the algorithm's order, each a finite float >= 0.
+
+    Raises:
+        InputError: both or neither of ``noise_multiplier`` and ``noise`` given, a level missing, unknown, not a
+            finite number >= 0, or a calibration of another algorithm.
+    """
     names = mechanism.noise_names()
     if noise is not None and noise_multiplier is not None:
         raise InputError("noise_multiplier and noise are not allowed together: give one.")
@@ -518,12 +533,12 @@ class PrivacyEngine:
         if target is not None:
             eps, delta = target
             rep = calibrate(mech, eps, delta, self.accountant_kind)     # get_epsilon's accountant meets the target
-            levels = _levels(mech, None, rep.noise)
+            levels = _levels(type(mech), None, rep.noise)
             budget = {"mechanism": mech, "levels": levels, "epsilon": float(eps), "delta": float(delta),
                       "calibration": rep, "accountant": self.accountant_kind}
             self.budget = budget
         else:
-            levels = _levels(mech, noise_multiplier, noise)
+            levels = _levels(type(mech), noise_multiplier, noise)
         kernel_class = getattr(optimizer_class(algorithm), "kernel_class", None)
         if kernel_class is None:
             raise InputError(f"algorithm={algorithm!r} is not allowed here: its optimizer has no kernel that takes a "
@@ -588,7 +603,7 @@ class PrivacyEngine:
         privatizer = NoiseSource(noise_gen if noise_generator is None else noise_generator, first.device, first.dtype)
         privatizer.replayable = seed is not None or noise_generator is not None
         wrapped = DPLoss(criterion, private) if criterion is not None else None
-        opt = DPOptimizer(optimizer, module=private, kernel=kernel, mechanism=mech, ledger=self.ledger,
+        opt = DPOptimizer(optimizer, module=private, kernel=kernel, ledger=self.ledger,
                           privatizer=privatizer, transport=transport, budget=budget, allow_overspend=allow_overspend,
                           criterion=wrapped, regularizer=regularizer, loader=loader,
                           per_layer=c if clipping == "per_layer" else None, keep_summed_grad=keep_summed_grad)

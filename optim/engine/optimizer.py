@@ -114,8 +114,8 @@ class DPOptimizer(Optimizer):
     Args:
         optimizer: the user's ``torch.optim.Optimizer`` of the module's parameters.
         module: the :class:`~.module.PrivateModule` (or :class:`~.perlayer.PerLayerModule`) whose batches it steps on.
-        kernel: the algorithm's kernel (its release, noise levels and clip).
-        mechanism: the run's mechanism, charged to ``ledger``.
+        kernel: the algorithm's kernel (its release, noise levels and clip; its mechanism is the run's,
+            charged to ``ledger``).
         ledger: the engine's :class:`~.ledger.Ledger`.
         privatizer: the noise source.
         transport: how the terms are reduced and the noise released (one process, or ranks).
@@ -132,7 +132,7 @@ class DPOptimizer(Optimizer):
             parameters that are not the module's, or a release's std does not fit the model's dtype.
     """
 
-    def __init__(self, optimizer: Optimizer, *, module, kernel, mechanism, ledger, privatizer, transport, budget=None,
+    def __init__(self, optimizer: Optimizer, *, module, kernel, ledger, privatizer, transport, budget=None,
                  allow_overspend: bool = False, criterion=None, regularizer=None, loader=None, per_layer=None,
                  keep_summed_grad: bool = False):
         if not isinstance(optimizer, Optimizer):
@@ -148,7 +148,7 @@ class DPOptimizer(Optimizer):
         self.original_optimizer = optimizer
         self.dtype = module.named[0][1].dtype
         _check_stds(kernel, dict(kernel.levels), self.dtype)
-        self.module, self.kernel, self.mechanism, self.ledger = module, kernel, mechanism, ledger
+        self.module, self.kernel, self.ledger = module, kernel, ledger
         self.privatizer, self.transport = privatizer, transport
         self.budget, self.allow_overspend, self.criterion = budget, bool(allow_overspend), criterion
         self.round = 0                      # logical steps taken
@@ -173,6 +173,11 @@ class DPOptimizer(Optimizer):
     param_groups = _wrapped("param_groups")
     state = _wrapped("state")
     defaults = _wrapped("defaults")
+
+    @property
+    def mechanism(self):
+        """The run's mechanism, charged to the ledger: the kernel's (its one holder)."""
+        return self.kernel.mechanism
 
     def __repr__(self):
         return f"DPOptimizer({self.kernel.name}, noise={self.noise}, {self.original_optimizer!r})"
@@ -547,7 +552,7 @@ class DPOptimizer(Optimizer):
                              "or replace the parameters before make_private and build the optimizer from them.")
 
     def _release(self, value, std, **kw):
-        return self.transport.release(self.privatizer, value, std, **kw)
+        return self.transport.release(lambda: self.privatizer.privatize(value, std, **kw))
 
     def attach_step_hook(self, fn) -> None:
         """``fn(optimizer)`` after each private step's release, before the wrapped optimizer's step.

@@ -191,11 +191,11 @@ class _ServerSums(_Ranks):
         _guard(f"all_reduce of the {self._summed}", dist.all_reduce, out, op=dist.ReduceOp.SUM)
         return out
 
-    def release(self, privatizer, value: torch.Tensor, std: float, **kw) -> torch.Tensor:
+    def release(self, draw) -> torch.Tensor:
         # every rank draws the same noise from the stream it shares with the server (one root, one seed), so
         # that every rank's noise stream -- and so every rank's checkpoint -- is where the server's is; the
         # server's release is the one broadcast
-        vt = privatizer.privatize(value, std, **kw)
+        vt = draw()
         _guard("broadcast of the release", dist.broadcast, vt, src=self.src)
         return vt
 

@@ -11,7 +11,7 @@ operation                        :class:`OneProcess` (simulation)           torc
 ``share(idx)``                   every record of the batch                  records rank, rank + W, ... of it
 ``total(count)``                 ``count``                                  the world size
 ``aggregate(t)``                 ``t`` (all clients already summed in it)   ``all_reduce(SUM)``
-``release(privatizer, v, std)``  ``privatizer.privatize(v, std)``           the server draws, ``broadcast``
+``release(draw)``                ``draw()``                                 the server's ``draw()``, ``broadcast``
 ``run_on(p, fn, like)``          ``fn()``                                   client p runs, ``broadcast``
 ``mix(X, w, k, graph)``          ``P^k X``, ``P^k w`` (one matrix product)  push-sum ``isend``/``irecv``
 ``average(X)``                   ``X.mean(0)``                              ``all_reduce`` / n
@@ -86,19 +86,18 @@ class OneProcess:
         """
         return part
 
-    def release(self, privatizer, value: torch.Tensor, std: float, **kw) -> torch.Tensor:
-        """The server's ``privatizer`` adds the noise; every client gets the released value.
+    def release(self, draw) -> torch.Tensor:
+        """The server makes the release (``draw()``: the noise source adds the noise); every client gets it.
+        The transport says who draws and how the others receive it, never what is drawn: the std, the
+        record and the noise source stay with the caller.
 
         Args:
-            privatizer: the server's noise source (has ``privatize(value, std, **kw)``).
-            value: the tensor to privatize.
-            std: the noise std per coordinate, >= 0.
-            **kw: passed to ``privatizer.privatize``.
+            draw: ``draw() -> Tensor``, the release (e.g. ``lambda: privatizer.privatize(value, std, ...)``).
 
         Returns:
             The released (noisy) tensor.
         """
-        return privatizer.privatize(value, std, **kw)
+        return draw()
 
     def run_on(self, p: int, fn, like: dict):
         """Run client p's local phase ``fn() -> (x_K, x_out)``; every process gets its result.
