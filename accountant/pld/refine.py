@@ -132,15 +132,19 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
             continue
         # a finer grid whose own bracket is no narrower than the coarser one's: the round-off
         # charge, which grows with the number of grid points, already dominates (tiny delta, an
-        # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later
-        if prev_own is not None and own >= prev_own:
+        # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later.
+        # Not where the width is still half the grid or more: that width is the grid's own (a grid
+        # as coarse as eps -- one sampled step at eps 0.05 on 0.05 then 0.0074, widths 0.0057 then
+        # h exactly -- narrows on the next grids: 1e-4 relative at 1e-4), not a floor
+        grid_bound = own >= 0.5 * h
+        if prev_own is not None and own >= prev_own and not grid_bound:
             slow = 2
         # a refinement by f in the grid narrows the width by f^2 (both ends O(h^2)) or at least f
         # (a Hoeffding lower end, O(h)); by less than 3/4 of f, with both ends already positive
         # and within 10 %, a floor that does not move with h (round-off against a flat delta(eps):
         # few steps at a small eps) has taken over -- the next grid would only cost more
         if (prev_own is not None and own_lo > 0.0 and prev_lo > 0.0 and prev_own <= 0.1 * up
-                and own * 0.75 * (prev_h / h) > prev_own):
+                and own * 0.75 * (prev_h / h) > prev_own and not grid_bound):
             slow = 2
         # the width's order in h on the last refinement: 2 (both ends O(h^2)) down to ~1 where the
         # lower end's error dominates (small q: 0.9 seen); taken in [1.5, 2] -- between the
