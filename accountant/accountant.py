@@ -447,7 +447,9 @@ class PrivacyAccountant:
             h, conv = b.discretization, b.converged
         else:
             lower, upper, method, notes, h, conv = 0.0, math.inf, "rdp", skipped, 0.0, False
-        if "rdp" in methods and not self._rdp_cannot_beat(upper, d):
+        # (RDP is at least the true eps, so at least ``lower``: a bracket within 1e-9 -- exact, from
+        # finite pairs on one lattice -- leaves it nothing to gain)
+        if "rdp" in methods and upper > lower * (1.0 + 1e-9) and not self._rdp_cannot_beat(upper, d):
             r = self.epsilon_report(d, accountant="rdp").epsilon
             if r < upper:
                 upper, method = r, "rdp"

@@ -345,6 +345,7 @@ class MixtureOfGaussiansEvent(EventKind):
 
     JSON_NAME = "mixture_of_gaussians"
     WORDS = "{count} mixture-of-Gaussians release(s), sigma {e.standard_deviation:g}"
+    NO_PLD = "dpcalib has no certified PLD pair for a mixture of Gaussians yet"
 
     def __post_init__(self):
         validation.positive(self.standard_deviation, "standard_deviation")
@@ -363,19 +364,6 @@ class MixtureOfGaussiansEvent(EventKind):
         c2 = np.asarray(self.sensitivities) ** 2 / (2 * self.standard_deviation ** 2)
         t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
         return np.logaddexp.reduce(t, axis=-1) / (a[..., 0] - 1)
-
-    def refuses(self, route):
-        """PLD refused (no certified pair yet); see :meth:`~.kinds.EventKind.refuses`.
-
-        Args:
-            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
-
-        Returns:
-            None, or the one-line refusal.
-        """
-        if route == "pld":
-            return f"{self!r}: dpcalib has no certified PLD pair for a mixture of Gaussians yet"
-        return super().refuses(route)
 
     def _dp_event(self, dpa):
         return dpa.MixtureOfGaussiansDpEvent(self.standard_deviation, list(self.sensitivities),

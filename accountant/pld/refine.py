@@ -133,10 +133,10 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
         # a finer grid whose own bracket is no narrower than the coarser one's: the round-off
         # charge, which grows with the number of grid points, already dominates (tiny delta, an
         # atom of most of the mass) -- finer grids only widen it: stop now, not one grid later.
-        # Not where the width is still half the grid or more: that width is the grid's own (a grid
-        # as coarse as eps -- one sampled step at eps 0.05 on 0.05 then 0.0074, widths 0.0057 then
-        # h exactly -- narrows on the next grids: 1e-4 relative at 1e-4), not a floor
-        grid_bound = own >= 0.5 * h
+        # Not where the grid is coarser than a tenth of eps and the width still half the grid or
+        # more: that width is the grid's own (one sampled step at eps 0.05 on grids 0.05 then
+        # 0.0074, widths 0.0057 then h exactly, narrows on the next grids: 1e-4 relative at 2e-4)
+        grid_bound = own >= 0.5 * h and h > 0.1 * up
         if prev_own is not None and own >= prev_own and not grid_bound:
             slow = 2
         # a refinement by f in the grid narrows the width by f^2 (both ends O(h^2)) or at least f
