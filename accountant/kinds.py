@@ -147,6 +147,9 @@ class EventKind(Release):
     #: compose both add and remove directions in the PLD (a Poisson-sampled kind)
     both_directions = False
     _rdp = None
+    #: the dp-accounting event as ``(class name, fields passed in order)``, or None: the kind's own
+    #: ``_dp_event(dp_event)`` (a tree's), or none in dp-accounting
+    DPA = None
     #: why the PLD refuses a kind with no pairs (``pld_pairs`` None), in words after the event
     NO_PLD = "no certified dominating pair is known for this kind"
 
@@ -217,8 +220,11 @@ class EventKind(Release):
             ImportError: if dp-accounting is not installed.
         """
         maker = getattr(self, "_dp_event", None)
-        if maker is None:
+        if maker is None and self.DPA is None:
             raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no event of this kind.")
         from dp_accounting import dp_event          # (every event class, DiscreteLaplace and RepeatAndSelect too)
 
+        if maker is None:
+            name, fields = self.DPA
+            return getattr(dp_event, name)(*(getattr(self, f) for f in fields))
         return maker(dp_event)

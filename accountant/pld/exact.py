@@ -143,7 +143,7 @@ def _root(losses, p, p_inf: float, target: float, side: str) -> float:
     left, right = (float(lp[lo]) if lo >= 0 else 0.0), float(lp[hi])
     A, B = p_inf + float(np.sum(pp[hi:])), float(np.sum(pp[hi:] * np.exp(-lp[hi:])))
     c = min(max(math.log((A - target) / B), left), right) if A > target and B > 0.0 else right
-    c = min(c * (1.0 + 1e-12) + 1e-300, right) if side == "upper" else max(c * (1.0 - 1e-12), left)
+    c = min(c * (1.0 + 2.0 ** -50) + 1e-300, right) if side == "upper" else max(c * (1.0 - 2.0 ** -50), left)
     ok = (lambda x: _delta(losses, p, p_inf, x) <= target) if side == "upper" else \
         (lambda x: _delta(losses, p, p_inf, x) >= target)
     if ok(c):

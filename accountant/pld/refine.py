@@ -13,6 +13,7 @@ from ..validation import InputError
 from ..caches import cached
 from .pairs import EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, on_ladder
 from .grid import epsilon_at, first_grid_of, window_points_of
+from .lossdist import aligned_step
 
 
 __all__ = []
@@ -86,6 +87,11 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
             notes.append(f"memory cap of {cap} bytes reached at discretization {h:.3g}; the bracket "
                          f"is from the finest grid that fits")
             break
+        if atomic and best is not None and aligned_step(ev, h) == aligned_step(ev, best.discretization):
+            # the grid the last one was, once aligned on the heaviest atom (an atom between h/2 and
+            # both grids: a sampled Laplace at eps 0.006 on 0.05 and 0.0074): nothing new -- finer
+            h = on_ladder(0.5 * h)
+            continue
         lo, up = epsilon_at(ev, d, h, cap)
         if lo is None:
             h_fail = max(h_fail, h)
