@@ -27,8 +27,8 @@ __all__ = []
 MAX_POINTS = 1 << 13
 #: the relative slack of each end's delta (round-off is below 1e-12 for MAX_POINTS-point compositions)
 SLACK = 1e-9
-#: the relative error allowed each composed loss (16 ulp)
-LOSS_ULPS = 2.0 ** -48
+#: the error allowed each unit loss (absolute) and each product ``n u`` (relative): 16 ulp of 1
+LOSS_ERR = 2.0 ** -48
 
 
 def lattice_bracket(ev, d: float):
@@ -47,18 +47,19 @@ def lattice_bracket(ev, d: float):
         pm = _composed(ev, direction)
         if pm is None:
             return None
-        losses, p, p_inf = pm
-        # each loss is known to a few ulp (the pair's own round-off, then n u): moved out by LOSS_ULPS
-        # (at a delta of 1e-8 a single randomized response's root sits 2e-8 below its atom, where
-        # one ulp of the atom is 1e-8 of delta)
-        shift = np.abs(losses) * LOSS_ULPS
+        losses, p, p_inf, u = pm
+        # each loss is known to LOSS_ERR: the unit's own log(p / q) to LOSS_ERR absolute (relative where
+        # p / q is near 1: a unit of 0.001 is known to ~1e-16, 500 of its ulps), times the n units of
+        # the loss, and the product n u to LOSS_ERR relative; moved out by that (at a delta of 1e-8 a
+        # single randomized response's root sits 2e-8 below its atom, where 1e-16 is 1e-8 of delta)
+        shift = np.abs(losses) * (1.0 / u + 1.0) * LOSS_ERR
         lower = max(lower, _root(losses - shift, p, p_inf, d * (1.0 + SLACK), "lower"))
         upper = max(upper, _root(losses + shift, p, p_inf, d * (1.0 - SLACK), "upper"))
     return EpsilonBracket(lower, upper, d, 0.0, True, ("exact: finite pairs composed on their lattice",))
 
 
 def _composed(ev, direction):
-    """``(losses, P-masses, P(L = +inf))`` of the composition on the lattice, or None."""
+    """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None."""
     pairs = []
     for e, k in ev:
         ps = dominating_pairs(e, direction)
@@ -90,7 +91,7 @@ def _composed(ev, direction):
     for m, lo, k in parts:
         total, start = np.convolve(total, _power(m, k)), start + lo * k
     keep = total > 0.0
-    return (start + np.flatnonzero(keep)) * u, total[keep], -math.expm1(log_fin)
+    return (start + np.flatnonzero(keep)) * u, total[keep], -math.expm1(log_fin), u
 
 
 def _power(m, k: int):
