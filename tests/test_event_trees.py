@@ -99,3 +99,14 @@ def test_discrete_laplace_exact_bracket_lies_inside_the_grids(a, s, k, delta):
     assert exact.discretization == 0.0 and exact.upper - exact.lower <= 1e-8 * max(exact.upper, 1e-300)
     tol = 1e-12 * max(1.0, exact.upper)                                  # (the exact ends: 16 ulp of each loss)
     assert grid.lower - tol <= exact.lower <= exact.upper <= grid.upper + tol
+
+
+def test_exact_lattice_bracket_takes_infinite_losses():
+    from dpcalib.accountant import pld
+    from dpcalib.accountant.mechanism_events import EpsilonDeltaEvent, NonPrivateEvent, RandomizedResponseEvent
+
+    assert pld.pld_epsilon([(NonPrivateEvent(), 1)], 1e-5).upper == float("inf")
+    assert pld.pld_epsilon([(EpsilonDeltaEvent(0.5, 1e-3), 2)], 1e-5).lower == float("inf")   # P(+inf) 2e-3
+    # randomized response at p = 1/2 (eps0 = log 3) beside (log 3, 1e-7)-DP pairs: one lattice
+    b = pld.pld_epsilon([(RandomizedResponseEvent(0.5, 2), 3), (EpsilonDeltaEvent(np.log(3.0), 1e-7), 2)], 1e-5)
+    assert b.discretization == 0.0 and b.lower <= b.upper <= 5 * np.log(3.0)

@@ -78,7 +78,7 @@ def _composed(ev, direction):
         if np.any(np.abs(l / u - n) > 1e-12 * np.maximum(1.0, np.abs(n))):
             return None                          # not on the lattice
         n = n.astype(np.int64)
-        lo, hi = int(n.min()), int(n.max())
+        lo, hi = (int(n.min()), int(n.max())) if n.size else (0, 0)     # (no finite atom: all at +inf)
         span += k * (hi - lo)
         if span >= MAX_POINTS:
             return None
