@@ -42,10 +42,14 @@ from .tree_events import flatten, tree_relation
 
 __all__ = ["PrivacyAccountant", "EpsilonReport"]
 
-#: Integer orders used by default (fractional orders are reached by refinement).
-DEFAULT_ORDERS = tuple(float(a) for a in
-                       list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
-                                             320, 384, 448, 512, 640, 768, 1024])
+#: The orders used by default: dpcalib's integers and dp-accounting 0.6's default grid (``1 + x / 10``
+#: for x in 1..99, 11..63, 128..1024), so the grid's minimum is at most dp-accounting's wherever the RDP
+#: curve is (issue 74: a repeat-and-select curve, not unimodal within an integer cell, was refined to a
+#: local minimum above dp-accounting's value at 5.6).  Other real orders are reached by refinement.
+DEFAULT_ORDERS = tuple(sorted({float(a) for a in
+                               list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
+                                                     320, 384, 448, 512, 640, 768, 1024]}
+                              | {1 + x / 10.0 for x in range(1, 100)}))
 
 
 
@@ -443,7 +447,9 @@ class PrivacyAccountant:
             h, conv = b.discretization, b.converged
         else:
             lower, upper, method, notes, h, conv = 0.0, math.inf, "rdp", skipped, 0.0, False
-        if "rdp" in methods and not self._rdp_cannot_beat(upper, d):
+        # (RDP is at least the true eps, so at least ``lower``: a bracket within 1e-9 -- exact, from
+        # finite pairs on one lattice -- leaves it nothing to gain)
+        if "rdp" in methods and upper > lower * (1.0 + 1e-9) and not self._rdp_cannot_beat(upper, d):
             r = self.epsilon_report(d, accountant="rdp").epsilon
             if r < upper:
                 upper, method = r, "rdp"

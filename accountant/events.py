@@ -19,7 +19,7 @@ import numpy as np
 
 from .validation import InputError
 from . import validation
-from .kinds import register_kind
+from .kinds import Release, register_kind
 from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
 from .subsampling import subsampled_gaussian_rdp_wor
@@ -30,11 +30,11 @@ REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add/remove"
 
 
-class _GaussianRelease:
-    """What every event kind shares: its RDP as a float array, its words in the privacy report and
-    its dp-accounting event.  A kind states its own RDP bound (``_rdp``: the un-amplified Gaussian
-    one here), its sentence (``WORDS``, formatted with ``count`` and the event ``e``) and its
-    dp-accounting event (``_dp_event``)."""
+class _GaussianRelease(Release):
+    """What every Gaussian kind shares (beside :class:`~.kinds.Release`'s checks and words): its RDP as
+    a float array and its dp-accounting event.  A kind states its own RDP bound (``_rdp``: the
+    un-amplified Gaussian one here), its sentence (``WORDS``, formatted with ``count`` and the event
+    ``e``) and its dp-accounting event (``_dp_event``)."""
 
     #: the report's sentence for ``count`` releases of the event ``e`` (``str.format`` fields)
     WORDS = ""
@@ -66,10 +66,6 @@ class _GaussianRelease:
             return f"{self!r}: exact Gaussian DP holds only for full-batch Gaussian releases (this one is sampled)"
         return None
 
-    def __post_init__(self):
-        for name, check in self.CHECKED:
-            object.__setattr__(self, name, check(getattr(self, name), name))
-
     def _rdp(self, orders):
         return gaussian_rdp(orders, self.noise_multiplier)
 
@@ -83,17 +79,6 @@ class _GaussianRelease:
             The RDP value(s) as a float array, shaped like ``orders``.
         """
         return np.asarray(self._rdp(orders), dtype=float)
-
-    def describe(self, count: int) -> str:
-        """``count`` of these releases (steps, epochs) in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of releases, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return self.WORDS.format(count=count, e=self)
 
     def to_dp_event(self):
         """The dp-accounting event of this release (imports dp_accounting; the kind's own, see the class).

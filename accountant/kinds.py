@@ -96,7 +96,33 @@ def json_kinds() -> dict:
     return {c.JSON_NAME: c for c in _KINDS.values() if getattr(c, "JSON_NAME", None)}
 
 
-class EventKind:
+class Release:
+    """What every event shares, Gaussian (:mod:`.events`) or not (:class:`EventKind`): its ``CHECKED``
+    fields validated at construction (each replaced by its checked value) and its sentence in the
+    privacy report (``WORDS``, formatted with ``count`` and the event ``e``)."""
+
+    #: ``(field, check)`` run at construction, each field replaced by its checked value
+    CHECKED = ()
+    #: the report's sentence (``str.format`` fields ``count`` and ``e``)
+    WORDS = "{count} release(s) of {e!r}"
+
+    def __post_init__(self):
+        for name, check in self.CHECKED:
+            object.__setattr__(self, name, check(getattr(self, name), name))
+
+    def describe(self, count: int) -> str:
+        """``count`` of these releases (steps, epochs) in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of releases, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
+        return self.WORDS.format(count=count, e=self)
+
+
+class EventKind(Release):
     """What every non-Gaussian kind shares (the Gaussian events of :mod:`.events` answer the same
     questions their own way): validation of ``CHECKED`` fields at construction, an RDP curve,
     dominating pairs, the route refusals, words and the dp-accounting event.
@@ -112,12 +138,8 @@ class EventKind:
     integer_orders_only = False
     #: the chance the differing record takes part (:func:`~.events.never_used_probability`)
     use_probability = 1.0
-    #: the report's sentence (``str.format`` fields ``count`` and ``e``)
-    WORDS = "{count} release(s) of {e!r}"
     #: the name in a ``--events`` JSON file (None: not readable from JSON)
     JSON_NAME = None
-    #: ``(field, check)`` run at construction, each field replaced by its checked value
-    CHECKED = ()
     #: eps(alpha -> inf), the pure-DP level (inf: none)
     rdp_inf = math.inf
     #: a non-private release (eps = inf on every route)
@@ -125,10 +147,11 @@ class EventKind:
     #: compose both add and remove directions in the PLD (a Poisson-sampled kind)
     both_directions = False
     _rdp = None
-
-    def __post_init__(self):
-        for name, check in self.CHECKED:
-            object.__setattr__(self, name, check(getattr(self, name), name))
+    #: the dp-accounting event as ``(class name, fields passed in order)``, or None: the kind's own
+    #: ``_dp_event(dp_event)`` (a tree's), or none in dp-accounting
+    DPA = None
+    #: why the PLD refuses a kind with no pairs (``pld_pairs`` None), in words after the event
+    NO_PLD = "no certified dominating pair is known for this kind"
 
     def pld_pairs(self, direction: str):
         """The event's dominating pairs for the PLD, or None where the PLD refuses the kind.
@@ -153,7 +176,7 @@ class EventKind:
         if route == "rdp" and self._rdp is None:
             return f"{self!r}: no RDP bound is known for this kind"
         if route == "pld" and self.pld_pairs("remove") is None:
-            return f"{self!r}: no certified dominating pair is known for this kind"
+            return f"{self!r}: {self.NO_PLD}"
         if route == "gdp":
             return f"{self!r}: exact Gaussian DP holds only for full-batch Gaussian releases"
         return None
@@ -186,17 +209,6 @@ class EventKind:
             return 1.0 if pairs is None else 0.0
         return min(1.0, max(p.total_variation() for p in pairs))
 
-    def describe(self, count: int) -> str:
-        """``count`` of these releases in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of releases, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return self.WORDS.format(count=count, e=self)
-
     def to_dp_event(self):
         """The dp-accounting event of this release (imports dp_accounting).
 
@@ -208,8 +220,11 @@ class EventKind:
             ImportError: if dp-accounting is not installed.
         """
         maker = getattr(self, "_dp_event", None)
-        if maker is None:
+        if maker is None and self.DPA is None:
             raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no event of this kind.")
         from dp_accounting import dp_event          # (every event class, DiscreteLaplace and RepeatAndSelect too)
 
+        if maker is None:
+            name, fields = self.DPA
+            return getattr(dp_event, name)(*(getattr(self, f) for f in fields))
         return maker(dp_event)

@@ -53,6 +53,7 @@ class LaplaceEvent(EventKind):
 
     CHECKED = (("noise_multiplier", validation.positive),)
     JSON_NAME = "laplace"
+    DPA = ("LaplaceDpEvent", ("noise_multiplier",))
     WORDS = "{count} Laplace release(s), scale / L1 sensitivity {e.noise_multiplier:g}"
 
     @property
@@ -76,8 +77,6 @@ class LaplaceEvent(EventKind):
 
         return (LaplacePair(self.noise_multiplier),)
 
-    def _dp_event(self, dpa):
-        return dpa.LaplaceDpEvent(self.noise_multiplier)
 
 
 class _FiniteKind(EventKind):
@@ -117,6 +116,7 @@ class DiscreteLaplaceEvent(_FiniteKind):
     CHECKED = (("noise_parameter", validation.positive),
                ("sensitivity", lambda v, n: validation.integer(v, n, low=1, high=10 ** 6)))
     JSON_NAME = "discrete_laplace"
+    DPA = ("DiscreteLaplaceDpEvent", ("noise_parameter", "sensitivity"))
     WORDS = "{count} discrete Laplace release(s), parameter {e.noise_parameter:g}, sensitivity {e.sensitivity}"
 
     @property
@@ -140,8 +140,6 @@ class DiscreteLaplaceEvent(_FiniteKind):
             p[:], q[:] = 1.0, 1.0
         return FinitePair(tuple(a * (2 * x - s)), tuple(p), tuple(q))
 
-    def _dp_event(self, dpa):
-        return dpa.DiscreteLaplaceDpEvent(self.noise_parameter, self.sensitivity)
 
 
 @register_kind
@@ -215,6 +213,7 @@ class RandomizedResponseEvent(_FiniteKind):
     CHECKED = (("noise_parameter", validation.probability),
                ("num_buckets", lambda v, n: validation.integer(v, n, low=1, high=10 ** 12)))
     JSON_NAME = "randomized_response"
+    DPA = ("RandomizedResponseDpEvent", ("noise_parameter", "num_buckets"))
     neighboring_relation = REPLACE_ONE
     WORDS = "{count} randomized-response release(s), noise {e.noise_parameter:g}, {e.num_buckets} buckets"
 
@@ -244,8 +243,6 @@ class RandomizedResponseEvent(_FiniteKind):
         p, k = self.noise_parameter, self.num_buckets
         return rr_pair(self.epsilon, (k - 2) * p / k if k > 1 else 1.0)
 
-    def _dp_event(self, dpa):
-        return dpa.RandomizedResponseDpEvent(self.noise_parameter, self.num_buckets)
 
 
 @register_kind
@@ -306,6 +303,7 @@ class ZCDPEvent(EventKind):
     CHECKED = (("rho", lambda v, n: validation.in_range(v, n, 0.0, math.inf, high_open=True)),
                ("xi", lambda v, n: validation.in_range(v, n, 0.0, math.inf, high_open=True)))
     JSON_NAME = "zcdp"
+    DPA = ("ZCDpEvent", ("rho", "xi"))
     WORDS = "{count} ({e.xi:g}, {e.rho:g})-zCDP release(s)"
 
     def _rdp(self, orders):
@@ -324,8 +322,6 @@ class ZCDPEvent(EventKind):
         """
         return min(1.0, math.sqrt((self.xi + self.rho) / 2.0))
 
-    def _dp_event(self, dpa):
-        return dpa.ZCDpEvent(self.rho, self.xi)
 
 
 @register_kind
@@ -345,6 +341,7 @@ class MixtureOfGaussiansEvent(EventKind):
 
     JSON_NAME = "mixture_of_gaussians"
     WORDS = "{count} mixture-of-Gaussians release(s), sigma {e.standard_deviation:g}"
+    NO_PLD = "dpcalib has no certified PLD pair for a mixture of Gaussians yet"
 
     def __post_init__(self):
         validation.positive(self.standard_deviation, "standard_deviation")
@@ -364,19 +361,6 @@ class MixtureOfGaussiansEvent(EventKind):
         t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
         return np.logaddexp.reduce(t, axis=-1) / (a[..., 0] - 1)
 
-    def refuses(self, route):
-        """PLD refused (no certified pair yet); see :meth:`~.kinds.EventKind.refuses`.
-
-        Args:
-            route: ``"rdp"``, ``"pld"`` or ``"gdp"``.
-
-        Returns:
-            None, or the one-line refusal.
-        """
-        if route == "pld":
-            return f"{self!r}: dpcalib has no certified PLD pair for a mixture of Gaussians yet"
-        return super().refuses(route)
-
     def _dp_event(self, dpa):
         return dpa.MixtureOfGaussiansDpEvent(self.standard_deviation, list(self.sensitivities),
                                              list(self.sampling_probs))
@@ -388,6 +372,7 @@ class NonPrivateEvent(EventKind):
     """A release with no privacy guarantee: eps = inf on every route."""
 
     JSON_NAME = "non_private"
+    DPA = ("NonPrivateDpEvent", ())
     WORDS = "{count} non-private release(s)"
     non_private = True
     rdp_inf = math.inf
@@ -416,5 +401,3 @@ class NonPrivateEvent(EventKind):
         """
         return 1.0
 
-    def _dp_event(self, dpa):
-        return dpa.NonPrivateDpEvent()

@@ -57,25 +57,28 @@ def tnb_gamma(shape: float, mean: float) -> float:
     return lo
 
 
-def rdp_delta(orders, rdp, epsilon: float) -> float:
+def rdp_delta(orders, rdp, epsilon):
     """The smallest delta at ``epsilon`` the RDP curve gives (Canonne, Kamath & Steinke 2020 Prop. 12,
-    and ``sqrt(1 - e^(-KL))`` with ``KL <= rdp``): dp-accounting's ``compute_delta``.
+    and ``sqrt(1 - e^(-KL))`` with ``KL <= rdp``): dp-accounting's ``compute_delta``, at one epsilon
+    or at each of an array of them (one pass: Thm 6 asks it at every order of the grid).
 
     Args:
         orders: orders >= 1.
         rdp: the RDP at them.
-        epsilon: >= 0.
+        epsilon: >= 0, a float or an array.
 
     Returns:
-        delta in [0, 1].
+        delta in [0, 1]: a float for a float ``epsilon``, else an array shaped like it.
     """
     a = np.asarray(orders, dtype=float)
     r = np.asarray(rdp, dtype=float)
+    e = np.asarray(epsilon, dtype=float)[..., None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         kl = np.where(r > 0, 0.5 * np.log1p(-np.exp(-r)), -np.inf)
-        b = np.where(a > 1.01, (a - 1) * (r - epsilon + np.log1p(-1 / a)) - np.log(a), np.inf)
+        b = np.where(a > 1.01, (a - 1) * (r - e + np.log1p(-1 / a)) - np.log(a), np.inf)
     ld = np.nan_to_num(np.minimum(kl, b), nan=0.0)
-    return float(min(1.0, math.exp(float(np.min(ld)))))
+    out = np.minimum(1.0, np.exp(np.min(ld, axis=-1)))
+    return float(out) if np.ndim(epsilon) == 0 else out
 
 
 def grid_of(integer_only: bool = False) -> np.ndarray:
@@ -127,8 +130,7 @@ def repeat_and_select_rdp(orders, inner, mean: float, shape: float, integer_only
     grid, r = grid[order], r[order]
     lm = math.log(mean)
     if math.isinf(shape):
-        out = np.array([r[i] + mean * rdp_delta(grid, r, math.log1p(1 / (g - 1))) + lm / (g - 1)
-                        for i, g in enumerate(grid)])
+        out = r + mean * rdp_delta(grid, r, np.log1p(1 / (grid - 1))) + lm / (grid - 1)
     else:
         gamma = tnb_gamma(shape, mean)
         c = (1 + shape) * float(np.min((1 - 1 / grid) * r - math.log(gamma) / grid))

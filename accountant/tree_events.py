@@ -363,6 +363,7 @@ class RepeatAndSelectEvent(EventKind):
     shape: float
 
     JSON_NAME = "repeat_and_select"
+    NO_PLD = "repeat-and-select has an RDP bound only (Papernot-Steinke 2022)"
     WORDS = "{count} best-of-K selection(s) (E[K] = {e.mean:g}, shape {e.shape:g}) over {e.event!r}"
 
     def __post_init__(self):
@@ -389,8 +390,6 @@ class RepeatAndSelectEvent(EventKind):
         Returns:
             None, or the one-line refusal.
         """
-        if route == "pld":
-            return f"{self!r}: repeat-and-select has an RDP bound only (Papernot-Steinke 2022)"
         if route == "rdp":
             return next((e.refuses("rdp") for e, _ in self._inner if e.refuses("rdp")), None)
         return super().refuses(route)

@@ -14,7 +14,7 @@ ACCOUNTANT = ROOT / "accountant"
 
 #: the declared order; the package's docstring draws it too
 CHAIN = ("pairs", "lossdist", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
-         "bracket", "blocks", "profile", "grid", "refine", "queries")
+         "bracket", "blocks", "profile", "grid", "refine", "exact", "queries")
 
 
 def _imports(path: pathlib.Path, package: tuple) -> list:

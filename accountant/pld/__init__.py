@@ -6,7 +6,7 @@ The modules form one chain, and each imports only modules before it (tests/test_
 the imports from the source)::
 
     pairs -> lossdist -> decay -> discretise -> compose -> binomial -> allocation_terms -> allocation
-          -> bracket -> blocks -> profile -> grid -> refine -> queries
+          -> bracket -> blocks -> profile -> grid -> refine -> exact -> queries
 
 * :mod:`.pairs`: each event's dominating pair, the discretised ``Step``, the constants;
 * :mod:`.lossdist`: the exact pairs of the non-Gaussian kinds (Laplace, finite loss distributions, and
@@ -19,6 +19,8 @@ the imports from the source)::
 * :mod:`.profile`: ``delta(eps)`` read off the composed masses;
 * :mod:`.grid`: the bracket on one grid (the loss cut, the first grid, the window size);
 * :mod:`.refine`: the grids refined until the bracket is narrow enough;
+* :mod:`.exact`: no grid where every event is a finite pair on one lattice (randomized response,
+  discrete Laplace): the composition's atoms exactly, and the bracket's ends from their sum;
 * :mod:`.queries`: the entrance, where every input (events, delta, epsilon, rtol, atol, memory_cap,
   discretization) is checked once; every module before it trusts its arguments.
 

@@ -139,16 +139,7 @@ class FinitePair(LossPair):
     qm: tuple
 
     def mass(self, side, l, how):
-        """The ``side``-mass of ``{L how l}`` (:meth:`LossPair.mass`), summed over the atoms.
-
-        Args:
-            side: ``"P"`` or ``"Q"``.
-            l: loss values.
-            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
-
-        Returns:
-            A float array.
-        """
+        """The ``side``-mass of ``{L how l}``, summed over the atoms (Args, Returns: :meth:`LossPair.mass`)."""
         m = np.asarray(self.p if side == "P" else self.qm, dtype=float)
         return _masses_from_atoms(np.asarray(self.losses, dtype=float), m, np.asarray(l, dtype=float), how)
 
@@ -238,16 +229,7 @@ class LaplacePair(LossPair):
     b: float
 
     def mass(self, side, l, how):
-        """Closed forms of ``{L how l}`` (:meth:`LossPair.mass`).
-
-        Args:
-            side: ``"P"`` or ``"Q"``.
-            l: loss values.
-            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
-
-        Returns:
-            A float array.
-        """
+        """Closed forms of the ``side``-mass of ``{L how l}`` (Args, Returns: :meth:`LossPair.mass`)."""
         l = np.asarray(l, dtype=float)
         lam = 1.0 / self.b
         x = np.clip((l / lam + 1.0) / 2.0, 0.0, 1.0)
@@ -306,16 +288,8 @@ class SampledPair(LossPair):
         return np.where(big, large, small) - math.log(q)
 
     def mass(self, side, l, how):
-        """Masses of ``{L' how l}`` from the base's at the inverse image (:meth:`LossPair.mass`).
-
-        Args:
-            side: ``"P"`` or ``"Q"``.
-            l: loss values.
-            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
-
-        Returns:
-            A float array.
-        """
+        """The ``side``-masses of ``{L' how l}`` from the base's at the inverse image (Args, Returns:
+        :meth:`LossPair.mass`)."""
         l = np.asarray(l, dtype=float)
         q, b = self.q, self.base
         if self.direction == "remove":

@@ -23,6 +23,7 @@ from ..kinds import event_types, is_event
 from .pairs import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
 from .profile import delta_bracket, upper_bounds, upper_profiles
 from .grid import epsilon_at, first_grid_of, window_points_of
+from .exact import lattice_bracket
 from .refine import refined
 
 __all__ = ["checked_events"]
@@ -151,7 +152,8 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     ev = checked_events(events)
     if not ev:
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
-    return refined(tuple(ev), d, r, cap, h, a_tol)
+    exact = lattice_bracket(tuple(ev), d) if h is None else None      # (finite pairs on one lattice)
+    return exact if exact is not None else refined(tuple(ev), d, r, cap, h, a_tol)
 
 
 def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
