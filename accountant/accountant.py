@@ -36,7 +36,7 @@ from .events import (
     total_variation_bound,
 )
 from .gdp import gdp_epsilon
-from .kinds import ROUTES, event_types, is_event
+from .kinds import ROUTES, event_types
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
 
@@ -144,8 +144,8 @@ class PrivacyAccountant:
         raises ``ValueError`` and leaves the accountant as it was.
 
         Args:
-            event: a :class:`GaussianEvent`, :class:`WORSampledGaussianEvent`,
-                :class:`PoissonSampledGaussianEvent` or :class:`BallsInBinsGaussianEvent`.
+            event: an event of a registered kind (:class:`GaussianEvent`, :class:`LaplaceEvent`, ...;
+                :func:`~.kinds.event_types`) or a tree node (:class:`ComposedEvent`, ...).
             count: the number of repetitions, an integer >= 0 (0 composes nothing).
 
         Returns:
@@ -155,11 +155,15 @@ class PrivacyAccountant:
             InputError: if ``event`` is of another type, ``count`` is not an integer >= 0, or the
                 event's neighbouring relation differs from the composed events'.
         """
-        if not (is_event(event) or hasattr(event, "leaves")):
+        if hasattr(event, "leaves"):                     # a tree node: its (leaf, count) pairs
+            leaves = event.leaves(1)
+        elif isinstance(event, event_types()):
+            leaves = [(event, 1)]
+        else:
             raise InputError(f"event={event!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in event_types())} or a tree node (ComposedEvent, ...).")
         k = validation.integer(count, "count", low=0)
-        leaves = [(e, m) for e, m in flatten(event, 1) if m]
+        leaves = [(e, m) for e, m in leaves if m]
         rel = tree_relation(leaves)
         current = self.neighboring_relation
         if rel is not None and current is not None and rel != current:

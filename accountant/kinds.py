@@ -57,18 +57,6 @@ def event_types() -> tuple:
     return tuple(_KINDS.values())
 
 
-def is_event(obj) -> bool:
-    """Whether ``obj`` is an event of a registered kind.
-
-    Args:
-        obj: anything.
-
-    Returns:
-        A bool.
-    """
-    return isinstance(obj, event_types())
-
-
 def kind_named(name: str):
     """The registered kind called ``name`` (its class name or its ``JSON_NAME``).
 

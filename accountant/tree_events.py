@@ -24,7 +24,7 @@ import numpy as np
 from . import validation
 from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from .gaussian import gaussian_rdp
-from .kinds import REPLACE_SPECIAL, EventKind, is_event, json_kinds, kind_named, register_kind
+from .kinds import REPLACE_SPECIAL, EventKind, event_types, json_kinds, kind_named, register_kind
 from .repeat_select import grid_of, repeat_and_select_rdp
 from .subsampling import subsampled_rdp_wor
 from .validation import InputError
@@ -47,7 +47,7 @@ def flatten(event, count: int = 1) -> list:
     """
     if hasattr(event, "leaves"):
         return event.leaves(count)
-    if not is_event(event):
+    if not isinstance(event, event_types()):
         raise InputError(f"event={event!r} is not allowed: expected an event of a registered kind or a tree node.")
     return [(event, count)]
 

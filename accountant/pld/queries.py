@@ -19,7 +19,7 @@ from .. import validation
 from ..caches import clear_cache
 from ..events import full_batch_form
 from ..validation import InputError
-from ..kinds import event_types, is_event
+from ..kinds import event_types
 from .pairs import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
 from .profile import delta_bracket, upper_bounds, upper_profiles
 from .grid import epsilon_at, first_grid_of, window_points_of
@@ -48,7 +48,7 @@ def checked_events(events):
     """
     out = []
     for item in events:
-        if is_event(item):
+        if isinstance(item, event_types()):
             ev, k = item, 1
         else:
             try:
@@ -56,7 +56,7 @@ def checked_events(events):
             except (TypeError, ValueError):
                 raise InputError(f"events: {item!r} is not allowed: expected an event or an "
                                  f"(event, count) pair.") from None
-        if not is_event(ev):
+        if not isinstance(ev, event_types()):
             raise InputError(f"event={ev!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in event_types())}.")
         k = validation.integer(k, "count", low=0)
