@@ -139,7 +139,16 @@ class FinitePair(LossPair):
     qm: tuple
 
     def mass(self, side, l, how):
-        """The ``side``-mass of ``{L how l}``, summed over the atoms (Args, Returns: :meth:`LossPair.mass`)."""
+        """The ``side``-mass of ``{L how l}``, summed over the atoms (:meth:`LossPair.mass`).
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values (an array; +-inf allowed).
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            The masses, an array shaped like ``l``.
+        """
         m = np.asarray(self.p if side == "P" else self.qm, dtype=float)
         return _masses_from_atoms(np.asarray(self.losses, dtype=float), m, np.asarray(l, dtype=float), how)
 
@@ -229,7 +238,16 @@ class LaplacePair(LossPair):
     b: float
 
     def mass(self, side, l, how):
-        """Closed forms of the ``side``-mass of ``{L how l}`` (Args, Returns: :meth:`LossPair.mass`)."""
+        """Closed forms of the ``side``-mass of ``{L how l}`` (:meth:`LossPair.mass`).
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values (an array; +-inf allowed).
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            The masses, an array shaped like ``l``.
+        """
         l = np.asarray(l, dtype=float)
         lam = 1.0 / self.b
         x = np.clip((l / lam + 1.0) / 2.0, 0.0, 1.0)
@@ -288,8 +306,16 @@ class SampledPair(LossPair):
         return np.where(big, large, small) - math.log(q)
 
     def mass(self, side, l, how):
-        """The ``side``-masses of ``{L' how l}`` from the base's at the inverse image (Args, Returns:
-        :meth:`LossPair.mass`)."""
+        """The ``side``-masses of ``{L' how l}`` from the base's at the inverse image (:meth:`LossPair.mass`).
+
+        Args:
+            side: ``"P"`` or ``"Q"``.
+            l: loss values (an array; +-inf allowed).
+            how: ``"le"``, ``"lt"``, ``"ge"`` or ``"gt"``.
+
+        Returns:
+            The masses, an array shaped like ``l``.
+        """
         l = np.asarray(l, dtype=float)
         q, b = self.q, self.base
         if self.direction == "remove":
