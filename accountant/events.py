@@ -7,6 +7,9 @@ Noise multipliers are always ``noise std / L2-sensitivity`` of the released vect
 event's neighbouring relation (replace-one for sampling without replacement, add/remove for
 Poisson sampling; a full-batch Gaussian only needs its sensitivity to be the one of the
 relation the user reports under).
+
+:class:`Release` (what every event shares: its construction checks and words) is here; the registry of
+kinds (:mod:`.kinds`) imports this module, subclasses it and registers the Gaussian kinds first.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import numpy as np
 
 from .validation import InputError
 from . import validation
-from .kinds import Release, register_kind
 from .gaussian import gaussian_rdp
 from .poisson import poisson_gaussian_rdp
 from .subsampling import subsampled_gaussian_rdp_wor
@@ -30,8 +32,34 @@ REPLACE_ONE = "replace-one"
 ADD_REMOVE = "add/remove"
 
 
+class Release:
+    """What every event shares, Gaussian (this module's) or not (:class:`~.kinds.EventKind`): its ``CHECKED``
+    fields validated at construction (each replaced by its checked value) and its sentence in the
+    privacy report (``WORDS``, formatted with ``count`` and the event ``e``)."""
+
+    #: ``(field, check)`` run at construction, each field replaced by its checked value
+    CHECKED = ()
+    #: the report's sentence (``str.format`` fields ``count`` and ``e``)
+    WORDS = "{count} release(s) of {e!r}"
+
+    def __post_init__(self):
+        for name, check in self.CHECKED:
+            object.__setattr__(self, name, check(getattr(self, name), name))
+
+    def describe(self, count: int) -> str:
+        """``count`` of these releases (steps, epochs) in words (the privacy report's assumptions).
+
+        Args:
+            count: the number of releases, >= 1.
+
+        Returns:
+            The sentence (a str).
+        """
+        return self.WORDS.format(count=count, e=self)
+
+
 class _GaussianRelease(Release):
-    """What every Gaussian kind shares (beside :class:`~.kinds.Release`'s checks and words): its RDP as
+    """What every Gaussian kind shares (beside :class:`Release`'s checks and words): its RDP as
     a float array and its dp-accounting event.  A kind states its own RDP bound (``_rdp``: the
     un-amplified Gaussian one here), its sentence (``WORDS``, formatted with ``count`` and the event
     ``e``) and its dp-accounting event (``_dp_event``)."""
@@ -94,7 +122,6 @@ class _GaussianRelease(Release):
         return self._dp_event(dp_accounting)
 
 
-@register_kind
 @dataclass(frozen=True)
 class GaussianEvent(_GaussianRelease):
     """One full-batch Gaussian release, noise multiplier ``z`` (DIFF2 Lemma B.6).
@@ -115,7 +142,6 @@ class GaussianEvent(_GaussianRelease):
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
 
-@register_kind
 @dataclass(frozen=True)
 class WORSampledGaussianEvent(_GaussianRelease):
     """Gaussian release on a subsample of fixed size drawn WITHOUT replacement (replace-one).
@@ -220,7 +246,6 @@ class _AddRemoveRelease(_GaussianRelease):
     neighboring_relation = ADD_REMOVE
 
 
-@register_kind
 @dataclass(frozen=True)
 class PoissonSampledGaussianEvent(_AddRemoveRelease):
     """Gaussian release on a Poisson subsample (each record kept with probability ``q``; add/remove).
@@ -253,7 +278,6 @@ class PoissonSampledGaussianEvent(_AddRemoveRelease):
             self.sampling_probability, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
 
-@register_kind
 @dataclass(frozen=True)
 class BallsInBinsGaussianEvent(_AddRemoveRelease):
     """One epoch of balls-in-bins batches (add/remove): each record is put in one of ``steps`` steps,

@@ -9,7 +9,8 @@ of :mod:`.pld.lossdist`), decorate it with :func:`register_kind`, and every rout
 of ``dpcalib account --events`` and the calibration of :mod:`.tune` take it (tests/test_event_kinds.py
 adds a toy kind from a test module).
 
-This module imports nothing of the package but :mod:`.validation`: the event modules import it.
+This module imports :mod:`.validation` and :mod:`.events` (the base :class:`~.events.Release` of every
+kind, and the Gaussian kinds, registered here first); the other event modules import it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import math
 
 import numpy as np
 
+from .events import (BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, Release,
+                     WORSampledGaussianEvent)
 from .validation import InputError
 
 __all__ = []
@@ -27,7 +30,10 @@ ROUTES = ("rdp", "pld", "gdp")
 #: dp-accounting's "replace special" relation (a record replaced by a fixed special one: tree aggregation)
 REPLACE_SPECIAL = "replace-special"
 
-_KINDS: dict = {}
+#: the registry, name -> class; the Gaussian kinds of :mod:`.events` come first (that module cannot import
+#: this one: its :class:`~.events.Release` is :class:`EventKind`'s base)
+_KINDS: dict = {cls.__name__: cls for cls in (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent,
+                                              BallsInBinsGaussianEvent)}
 
 
 def register_kind(cls):
@@ -82,32 +88,6 @@ def json_kinds() -> dict:
         A dict.
     """
     return {c.JSON_NAME: c for c in _KINDS.values() if getattr(c, "JSON_NAME", None)}
-
-
-class Release:
-    """What every event shares, Gaussian (:mod:`.events`) or not (:class:`EventKind`): its ``CHECKED``
-    fields validated at construction (each replaced by its checked value) and its sentence in the
-    privacy report (``WORDS``, formatted with ``count`` and the event ``e``)."""
-
-    #: ``(field, check)`` run at construction, each field replaced by its checked value
-    CHECKED = ()
-    #: the report's sentence (``str.format`` fields ``count`` and ``e``)
-    WORDS = "{count} release(s) of {e!r}"
-
-    def __post_init__(self):
-        for name, check in self.CHECKED:
-            object.__setattr__(self, name, check(getattr(self, name), name))
-
-    def describe(self, count: int) -> str:
-        """``count`` of these releases (steps, epochs) in words (the privacy report's assumptions).
-
-        Args:
-            count: the number of releases, >= 1.
-
-        Returns:
-            The sentence (a str).
-        """
-        return self.WORDS.format(count=count, e=self)
 
 
 class EventKind(Release):
