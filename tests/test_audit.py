@@ -133,6 +133,7 @@ class _Shrunk(NoiseSource):
         return 0.7 * super().standard(shape, generator)
 
 
+@pytest.mark.slow
 def test_audit_catches_noise_secretly_scaled_by_0_7(monkeypatch):
     monkeypatch.setattr("dpcalib.optim.algorithms.core.NoiseSource", _Shrunk)
     b, rep = _full_batch("dp-gd")
@@ -240,6 +241,7 @@ def _dpsgd(q=0.5):
     return b
 
 
+@pytest.mark.slow
 def test_poisson_audit_of_dp_sgd_is_consistent():
     r = A.audit_poisson(_dpsgd(), A.constant(3, 1e6), rate=0.5, runs=400, claimed_epsilon=2.0, delta=1e-5,
                         progress=False, seed=0)
@@ -270,6 +272,7 @@ class _Tiny(NoiseSource):
         return 0.2 * super().standard(shape, generator)
 
 
+@pytest.mark.slow
 def test_poisson_audit_catches_a_dp_sgd_with_a_fifth_of_its_noise(monkeypatch):
     monkeypatch.setattr("dpcalib.optim.algorithms.core.NoiseSource", _Tiny)
     r = A.audit_poisson(_dpsgd(), A.constant(3, 1e6), rate=0.5, runs=400, claimed_epsilon=2.0, delta=1e-5,

@@ -96,6 +96,7 @@ def test_curve_check_on_exact_gaussian_statistics():
     assert leaky.violation
 
 
+@pytest.mark.slow
 def test_noise_times_0_8_is_caught_by_the_curve_at_fewer_runs_than_by_the_eps_bound(monkeypatch):
     """Curve: violation at 8 000 runs per dataset.  eps lower bound at delta = 1e-5 (direct, valid for
     any mechanism): no violation even at 64 000 runs (benchmarks/audit_curve.py: not within 256 000)."""

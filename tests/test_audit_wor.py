@@ -51,6 +51,7 @@ def test_mixture_llr_closed_forms():
     assert lockstep._mixture_llr(o, q0, qa, qb, s, 1.0) == pytest.approx(math.log(dens(qa) / dens(qb)), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup", [_dpsrm, _clipd2p, _diff2bvr], ids=["dp-srm", "clipd2p", "diff2-bvr"])
 def test_wor_audits_at_the_tight_calibration_are_consistent(setup):
     r = audit(setup(), 150)
@@ -59,6 +60,7 @@ def test_wor_audits_at_the_tight_calibration_are_consistent(setup):
     assert r.curve.curve.kind == "profile"
 
 
+@pytest.mark.slow
 def test_dpsrm_whose_claim_has_half_the_sampling_rate_is_caught():
     # (a sweep, benchmarks/audit_wor.py's setups: consistent at 300 runs, caught at 500 and 700)
     r = audit(_dpsrm(claim_n=8), 500)
@@ -66,6 +68,7 @@ def test_dpsrm_whose_claim_has_half_the_sampling_rate_is_caught():
     assert r.epsilon_lo_direct <= EPS             # the eps bound at 1e-5 alone does not see it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup, runs", [(_clipd2p, 300), (_diff2bvr, 300)], ids=["clipd2p", "diff2-bvr"])
 def test_wor_audits_catch_half_the_noise(setup, runs, monkeypatch):
     # (a sweep caught both at every count tried: clipd2p at 200, 300, 400, diff2-bvr at 150, 250,

@@ -188,6 +188,7 @@ def test_a_dead_worker_stops_the_others_with_a_clear_error(tmp_path):
         assert "peer process died" in errs[r] and f"rank {r}" in errs[r]
 
 
+@pytest.mark.slow
 def test_distributed_resume_equals_an_uninterrupted_run(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     full.mkdir()

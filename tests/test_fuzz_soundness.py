@@ -59,6 +59,7 @@ def test_a_planted_bug_is_caught():
     assert bib and sum(r["outcome"] == "under-report" for r in bib) >= len(bib) // 2
 
 
+@pytest.mark.slow
 def test_a_slice_of_random_configurations_never_under_reports():
     res = F.fuzz(80, seed=0, workers=2)           # the two cores of a CI machine (the long runs: docs/testing.md)
     counts = {k: sum(r["outcome"] == k for r in res) for k in ("ok", "under-report", "error", "oracle-failed")}

@@ -152,6 +152,7 @@ def test_a_repeating_entropy_source_is_caught(monkeypatch):
     assert "shared-noise" in {c for c, _ in out["failures"]}, out
 
 
+@pytest.mark.slow
 def test_a_slice_of_random_programs_finds_nothing():
     """200 programs (13 on two gloo ranks), derandomised by FUZZ_SEED; the failures are reported with
     their op lists, the first three shrunk to a minimal op list."""
