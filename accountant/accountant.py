@@ -47,7 +47,9 @@ __all__ = ["PrivacyAccountant", "EpsilonReport"]
 DEFAULT_ORDERS = tuple(float(a) for a in
                        list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
                                              320, 384, 448, 512, 640, 768, 1024])
-
+#: DEFAULT_ORDERS as the accountants' grid (sorted, unique), shared read-only: checked once, not per accountant
+_DEFAULT_GRID = np.unique(validation.orders_array(DEFAULT_ORDERS, "orders"))
+_DEFAULT_GRID.setflags(write=False)
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,8 @@ class PrivacyAccountant:
     """
 
     def __init__(self, orders=None):
-        if orders is None:
-            orders = DEFAULT_ORDERS
-        self._orders = np.unique(validation.orders_array(orders, "orders").ravel())
+        self._orders = _DEFAULT_GRID if orders is None else \
+            np.unique(validation.orders_array(orders, "orders").ravel())
         self._events: list[tuple[object, int]] = []
         self._relation: str | None = None
 
