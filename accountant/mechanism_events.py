@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -80,10 +81,16 @@ class LaplaceEvent(EventKind):
 
 
 class _FiniteKind(EventKind):
-    """A kind whose pair is a :class:`~.pld.lossdist.FinitePair`: its RDP is the pair's Rényi divergence."""
+    """A kind whose pair is a :class:`~.pld.lossdist.FinitePair`: its RDP is the pair's Rényi divergence.
+    The pair is built once per event (the events are frozen; the routes, the total variation and the
+    refusals each ask for it)."""
 
     def _pair(self):
         raise NotImplementedError
+
+    @cached_property
+    def _pairs(self) -> tuple:
+        return (self._pair(),)
 
     def pld_pairs(self, direction):
         """``(the finite pair,)``: exact, symmetric.
@@ -94,10 +101,10 @@ class _FiniteKind(EventKind):
         Returns:
             A tuple of pairs.
         """
-        return (self._pair(),)
+        return self._pairs
 
     def _rdp(self, orders):
-        return self._pair().renyi(orders)
+        return self._pairs[0].renyi(orders)
 
 
 @register_kind
