@@ -59,47 +59,46 @@ def lattice_bracket(ev, d: float):
 
 
 def _composed(ev, direction):
-    """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None."""
+    """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None.  The
+    few atoms of each pair are read in Python (exact: a minimum, roundings, comparisons); the
+    compositions are numpy's convolutions."""
     pairs = []
     for e, k in ev:
         ps = dominating_pairs(e, direction)
         if len(ps) != 1 or not isinstance(ps[0], FinitePair):
             return None
         pairs.append((ps[0], k))
-    finite = [np.isfinite(np.asarray(pr.losses, dtype=float)) for pr, _ in pairs]
-    ls = np.concatenate([np.asarray(pr.losses, dtype=float)[f] for (pr, _), f in zip(pairs, finite)])
-    nz = np.abs(ls[ls != 0.0])
-    u = float(nz.min()) if nz.size else 1.0
-    span, parts, log_fin = 0, [], 0.0
-    for (pr, k), f in zip(pairs, finite):
-        l = np.asarray(pr.losses, dtype=float)[f]
-        p = np.asarray(pr.p, dtype=float)[f]
-        n = np.round(l / u)
-        if np.any(np.abs(l / u - n) > 1e-12 * np.maximum(1.0, np.abs(n))):
+    u = min((abs(l) for pr, _ in pairs for l in pr.losses if l != 0.0 and math.isfinite(l)), default=1.0)
+    span, total, start, log_fin = 0, None, 0, 0.0
+    for pr, k in pairs:
+        atoms = [(l / u, p) for l, p in zip(pr.losses, pr.p) if math.isfinite(l)]
+        if not all(math.isfinite(x) for x, _ in atoms):
+            return None                          # (a loss beyond the lattice's range)
+        n = [round(x) for x, _ in atoms]
+        if any(abs(x - j) > 1e-12 * max(1.0, abs(j)) for (x, _), j in zip(atoms, n)):
             return None                          # not on the lattice
-        n = n.astype(np.int64)
-        lo, hi = (int(n.min()), int(n.max())) if n.size else (0, 0)     # (no finite atom: all at +inf)
+        lo, hi = (min(n), max(n)) if n else (0, 0)     # (no finite atom: all at +inf)
         span += k * (hi - lo)
         if span >= MAX_POINTS:
             return None
         m = np.zeros(hi - lo + 1)
-        np.add.at(m, n - lo, p)
-        parts.append((m, lo, k))
-        p_inf = float(np.sum(np.asarray(pr.p, dtype=float)[np.asarray(pr.losses, dtype=float) == math.inf]))
+        for j, (_, p) in zip(n, atoms):
+            m[j - lo] += p
+        power = _power(m, k)
+        total, start = (power if total is None else np.convolve(total, power)), start + lo * k
+        p_inf = float(np.add.reduce(np.array([p for l, p in zip(pr.losses, pr.p) if l == math.inf])))
         log_fin += k * math.log1p(-min(p_inf, 1.0)) if p_inf < 1.0 else -math.inf
-    total, start = np.ones(1), 0
-    for m, lo, k in parts:
-        total, start = np.convolve(total, _power(m, k)), start + lo * k
     keep = total > 0.0
     return (start + np.flatnonzero(keep)) * u, total[keep], -math.expm1(log_fin), u
 
 
 def _power(m, k: int):
-    """``m`` convolved with itself ``k`` times (direct convolutions by squaring: non-negative terms)."""
-    out, base = np.ones(1), m
+    """``m`` convolved with itself ``k`` times, ``k >= 1`` (direct convolutions by squaring:
+    non-negative terms)."""
+    out, base = None, m
     while k:
         if k & 1:
-            out = np.convolve(out, base)
+            out = base if out is None else np.convolve(out, base)
         k >>= 1
         if k:
             base = np.convolve(base, base)
@@ -107,46 +106,49 @@ def _power(m, k: int):
 
 
 def _delta(losses, p, p_inf: float, eps: float) -> float:
-    """``delta(eps)`` of the composed pair: a sum of non-negative terms."""
-    above = losses > eps
-    return p_inf + float(np.sum(p[above] * -np.expm1(eps - losses[above])))
+    """``delta(eps)`` of the composed pair: a sum of non-negative terms (``losses`` increasing: those
+    above ``eps`` are a suffix; the sum of ``p (e^(eps - l) - 1)`` is subtracted, the sum of the
+    negated terms exactly)."""
+    i = losses.searchsorted(eps, "right")
+    return p_inf - float(np.add.reduce(p[i:] * np.expm1(eps - losses[i:])))
 
 
 def _root(losses, p, p_inf: float, target: float, side: str) -> float:
     """The root of ``delta(eps) = target`` over ``eps >= 0``: for ``side="upper"`` a point where the sum
     confirms ``delta <= target``, for ``"lower"`` one where it confirms ``delta >= target`` (0 where
-    ``delta(0) <= target``; inf where ``P(L = +inf) > target``).
+    ``delta(0) <= target``; inf where ``P(L = +inf) > target``).  ``losses`` increasing.
 
     Between two atoms ``delta(eps) = A - e^eps B`` (``A``, ``B`` the sums of ``p`` and ``p e^(-l)``
     above them): the root is ``log((A - target) / B)``, confirmed by the sum, else bisected."""
     if p_inf > target:
         return math.inf
-    if _delta(losses, p, p_inf, 0.0) <= target:
+    pos = losses.searchsorted(0.0, "right")
+    lp, pp = losses[pos:], p[pos:]          # the positive losses: every delta below is at eps >= 0
+    if _delta(lp, pp, p_inf, 0.0) <= target:
         return 0.0
-    pos = losses > 0.0
-    lp, pp = losses[pos], p[pos]
     # the atoms around the root: delta at each atom from suffix sums (A - e^l B: a guess near a
     # cancellation), confirmed by the sum at the two atoms, else bisected over the atoms by the sum
-    A_s = p_inf + np.cumsum(pp[::-1])[::-1]
-    B_s = np.cumsum((pp * np.exp(-lp))[::-1])[::-1]
-    guess = np.concatenate((A_s[1:] - np.exp(lp[:-1]) * B_s[1:], [p_inf]))   # delta(lp[j])
-    hi = int(np.argmax(guess <= target))
+    A_s = p_inf + pp[::-1].cumsum()[::-1]
+    B_s = (pp * np.exp(-lp))[::-1].cumsum()[::-1]
+    guess = A_s[1:] - np.exp(lp[:-1]) * B_s[1:]                  # delta(lp[j]), j < last; delta(last) = p_inf
+    below = np.flatnonzero(guess <= target)
+    hi = int(below[0]) if below.size else lp.size - 1
     lo = hi - 1
-    if not (_delta(losses, p, p_inf, float(lp[hi])) <= target
-            and (lo < 0 or _delta(losses, p, p_inf, float(lp[lo])) > target)):
+    if not (_delta(lp, pp, p_inf, float(lp[hi])) <= target
+            and (lo < 0 or _delta(lp, pp, p_inf, float(lp[lo])) > target)):
         lo, hi = -1, lp.size - 1          # delta(lp[lo]) > target (lo = -1: at 0); delta(lp[hi]) = p_inf <= target
         while hi - lo > 1:                # (delta is non-increasing)
             mid = (lo + hi) // 2
-            if _delta(losses, p, p_inf, float(lp[mid])) > target:
+            if _delta(lp, pp, p_inf, float(lp[mid])) > target:
                 lo = mid
             else:
                 hi = mid
     left, right = (float(lp[lo]) if lo >= 0 else 0.0), float(lp[hi])
-    A, B = p_inf + float(np.sum(pp[hi:])), float(np.sum(pp[hi:] * np.exp(-lp[hi:])))
+    A, B = p_inf + float(np.add.reduce(pp[hi:])), float(np.add.reduce(pp[hi:] * np.exp(-lp[hi:])))
     c = min(max(math.log((A - target) / B), left), right) if A > target and B > 0.0 else right
     c = min(c * (1.0 + 2.0 ** -50) + 1e-300, right) if side == "upper" else max(c * (1.0 - 2.0 ** -50), left)
-    ok = (lambda x: _delta(losses, p, p_inf, x) <= target) if side == "upper" else \
-        (lambda x: _delta(losses, p, p_inf, x) >= target)
+    ok = (lambda x: _delta(lp, pp, p_inf, x) <= target) if side == "upper" else \
+        (lambda x: _delta(lp, pp, p_inf, x) >= target)
     if ok(c):
         return c
     a, b = (c, right) if side == "upper" else (left, c)    # ok(b) for upper, ok(a) for lower
@@ -154,7 +156,7 @@ def _root(losses, p, p_inf: float, target: float, side: str) -> float:
         mid = 0.5 * (a + b)
         if mid <= a or mid >= b:
             break
-        if (_delta(losses, p, p_inf, mid) <= target) == (side == "upper"):
+        if (_delta(lp, pp, p_inf, mid) <= target) == (side == "upper"):
             b, a = (mid, a) if side == "upper" else (b, mid)
         else:
             a, b = (mid, b) if side == "upper" else (a, mid)
