@@ -37,6 +37,7 @@ from .events import (
 )
 from .gdp import gdp_epsilon
 from .kinds import ROUTES, event_types
+from .pld import MIN_DELTA, RTOL, EpsilonBracket, pld_epsilon
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
 
@@ -281,8 +282,6 @@ class PrivacyAccountant:
         tv = self.total_variation_bound()
         if tv > d:
             return None
-        from .pld import EpsilonBracket
-
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, (f"exact: the two runs' outputs are within total variation "
                                                         f"{tv:.3g} <= delta, so (0, delta)-DP holds",), "tv")
 
@@ -402,8 +401,6 @@ class PrivacyAccountant:
             InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an
                 unknown name, or ``methods == ("pld",)`` and the PLD cannot answer.
         """
-        from .pld import RTOL, EpsilonBracket, pld_epsilon
-
         d = validation.delta(delta)
         rtol = RTOL if rtol is None else rtol
         bad = set(methods) - {"gdp", "pld", "rdp"}
@@ -428,8 +425,6 @@ class PrivacyAccountant:
             e = gdp_epsilon(self.gdp_mu(), d)
             # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12
             return EpsilonBracket(e * (1.0 - 1e-12), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
-        from .pld import MIN_DELTA
-
         if "pld" in methods and d < MIN_DELTA and methods != ("pld",):
             methods = tuple(m for m in methods if m != "pld")
             skipped = (f"PLD skipped: delta below {MIN_DELTA:g}",)
@@ -456,7 +451,7 @@ class PrivacyAccountant:
             if r < upper:
                 upper, method = r, "rdp"
                 notes = notes + ("RDP gave the smaller certified eps",)
-        return EpsilonBracket(lower, upper, d, h, conv, notes, method)
+        return b if method == "pld" else EpsilonBracket(lower, upper, d, h, conv, notes, method)
 
     def _rdp_cannot_beat(self, upper: float, d: float) -> bool:
         """True when the refined RDP eps (:meth:`epsilon_report`) is certainly not below ``upper``,
