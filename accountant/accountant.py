@@ -40,6 +40,7 @@ from .kinds import ROUTES, event_types
 from .pld import MIN_DELTA, RTOL, EpsilonBracket, pld_epsilon
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
+from . import interop      # (after .tree_events: the kinds register in the order of every import of the package)
 
 __all__ = ["PrivacyAccountant", "EpsilonReport"]
 
@@ -615,10 +616,8 @@ class PrivacyAccountant:
         Raises:
             InputError: as :func:`~.interop.from_dp_event`, or if the tree mixes neighbouring relations.
         """
-        from .interop import from_dp_event
-
         acc = cls(orders)
-        for ev, k in from_dp_event(event):
+        for ev, k in interop.from_dp_event(event):
             acc.compose(ev, k)
         return acc
 
@@ -632,9 +631,7 @@ class PrivacyAccountant:
             InputError: if an event has no dp-accounting equivalent (balls-in-bins).
             ImportError: if dp-accounting is not installed.
         """
-        from .interop import to_dp_event
-
-        return to_dp_event(self)
+        return interop.to_dp_event(self)
 
     def cross_check(self, delta) -> dict:
         """Our eps beside dp-accounting's (RDP, and PLD where it supports the events) and Opacus's PRV
@@ -650,6 +647,4 @@ class PrivacyAccountant:
             InputError: if ``delta`` is out of range.
             ImportError: if dp-accounting is not installed.
         """
-        from .interop import cross_check
-
-        return cross_check(self, delta)
+        return interop.cross_check(self, delta)
