@@ -37,8 +37,10 @@ from .events import (
 )
 from .gdp import gdp_epsilon
 from .kinds import ROUTES, event_types
+from .pld import MIN_DELTA, RTOL, EpsilonBracket, pld_epsilon
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
+from . import interop      # (after .tree_events: the kinds register in the order of every import of the package)
 
 __all__ = ["PrivacyAccountant", "EpsilonReport"]
 
@@ -47,7 +49,9 @@ __all__ = ["PrivacyAccountant", "EpsilonReport"]
 DEFAULT_ORDERS = tuple(float(a) for a in
                        list(range(2, 65)) + [72, 80, 96, 112, 128, 160, 192, 224, 256,
                                              320, 384, 448, 512, 640, 768, 1024])
-
+#: DEFAULT_ORDERS as the accountants' grid (sorted, unique), shared read-only: checked once, not per accountant
+_DEFAULT_GRID = np.unique(validation.orders_array(DEFAULT_ORDERS, "orders"))
+_DEFAULT_GRID.setflags(write=False)
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,8 @@ class PrivacyAccountant:
     """
 
     def __init__(self, orders=None):
-        if orders is None:
-            orders = DEFAULT_ORDERS
-        self._orders = np.unique(validation.orders_array(orders, "orders").ravel())
+        self._orders = _DEFAULT_GRID if orders is None else \
+            np.unique(validation.orders_array(orders, "orders").ravel())
         self._events: list[tuple[object, int]] = []
         self._relation: str | None = None
 
@@ -280,8 +283,6 @@ class PrivacyAccountant:
         tv = self.total_variation_bound()
         if tv > d:
             return None
-        from .pld import EpsilonBracket
-
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, (f"exact: the two runs' outputs are within total variation "
                                                         f"{tv:.3g} <= delta, so (0, delta)-DP holds",), "tv")
 
@@ -401,8 +402,6 @@ class PrivacyAccountant:
             InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an
                 unknown name, or ``methods == ("pld",)`` and the PLD cannot answer.
         """
-        from .pld import RTOL, EpsilonBracket, pld_epsilon
-
         d = validation.delta(delta)
         rtol = RTOL if rtol is None else rtol
         bad = set(methods) - {"gdp", "pld", "rdp"}
@@ -427,8 +426,6 @@ class PrivacyAccountant:
             e = gdp_epsilon(self.gdp_mu(), d)
             # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12
             return EpsilonBracket(e * (1.0 - 1e-12), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
-        from .pld import MIN_DELTA
-
         if "pld" in methods and d < MIN_DELTA and methods != ("pld",):
             methods = tuple(m for m in methods if m != "pld")
             skipped = (f"PLD skipped: delta below {MIN_DELTA:g}",)
@@ -455,7 +452,7 @@ class PrivacyAccountant:
             if r < upper:
                 upper, method = r, "rdp"
                 notes = notes + ("RDP gave the smaller certified eps",)
-        return EpsilonBracket(lower, upper, d, h, conv, notes, method)
+        return b if method == "pld" else EpsilonBracket(lower, upper, d, h, conv, notes, method)
 
     def _rdp_cannot_beat(self, upper: float, d: float) -> bool:
         """True when the refined RDP eps (:meth:`epsilon_report`) is certainly not below ``upper``,
@@ -619,10 +616,8 @@ class PrivacyAccountant:
         Raises:
             InputError: as :func:`~.interop.from_dp_event`, or if the tree mixes neighbouring relations.
         """
-        from .interop import from_dp_event
-
         acc = cls(orders)
-        for ev, k in from_dp_event(event):
+        for ev, k in interop.from_dp_event(event):
             acc.compose(ev, k)
         return acc
 
@@ -636,9 +631,7 @@ class PrivacyAccountant:
             InputError: if an event has no dp-accounting equivalent (balls-in-bins).
             ImportError: if dp-accounting is not installed.
         """
-        from .interop import to_dp_event
-
-        return to_dp_event(self)
+        return interop.to_dp_event(self)
 
     def cross_check(self, delta) -> dict:
         """Our eps beside dp-accounting's (RDP, and PLD where it supports the events) and Opacus's PRV
@@ -654,6 +647,4 @@ class PrivacyAccountant:
             InputError: if ``delta`` is out of range.
             ImportError: if dp-accounting is not installed.
         """
-        from .interop import cross_check
-
-        return cross_check(self, delta)
+        return interop.cross_check(self, delta)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from . import validation
 from .events import REPLACE_ONE
 from .kinds import EventKind, register_kind
+from .pld.lossdist import FinitePair, LaplacePair, eps_delta_pair, rr_pair
 from .validation import InputError
 
 __all__ = []
@@ -73,17 +75,21 @@ class LaplaceEvent(EventKind):
         Returns:
             A tuple of pairs.
         """
-        from .pld.lossdist import LaplacePair
-
         return (LaplacePair(self.noise_multiplier),)
 
 
 
 class _FiniteKind(EventKind):
-    """A kind whose pair is a :class:`~.pld.lossdist.FinitePair`: its RDP is the pair's Rényi divergence."""
+    """A kind whose pair is a :class:`~.pld.lossdist.FinitePair`: its RDP is the pair's Rényi divergence.
+    The pair is built once per event (the events are frozen; the routes, the total variation and the
+    refusals each ask for it)."""
 
     def _pair(self):
         raise NotImplementedError
+
+    @cached_property
+    def _pairs(self) -> tuple:
+        return (self._pair(),)
 
     def pld_pairs(self, direction):
         """``(the finite pair,)``: exact, symmetric.
@@ -94,10 +100,10 @@ class _FiniteKind(EventKind):
         Returns:
             A tuple of pairs.
         """
-        return (self._pair(),)
+        return self._pairs
 
     def _rdp(self, orders):
-        return self._pair().renyi(orders)
+        return self._pairs[0].renyi(orders)
 
 
 @register_kind
@@ -126,8 +132,6 @@ class DiscreteLaplaceEvent(_FiniteKind):
 
     def _pair(self):
         """Atoms ``a(2x - s)``, x = 0..s: P = DLap(s), Q = DLap(0) (the end atoms hold the tails)."""
-        from .pld.lossdist import FinitePair
-
         a, s = self.noise_parameter, self.sensitivity
         x = np.arange(s + 1, dtype=float)
         c = math.tanh(a / 2.0)
@@ -180,8 +184,6 @@ class DiscreteGaussianEvent(EventKind):
         Returns:
             A tuple of pairs.
         """
-        from .pld.lossdist import FinitePair
-
         s, sg = self.sensitivity, self.sigma
         T = int(math.ceil(40.0 * sg)) + s + 1
         x = np.arange(-T, T + s + 1, dtype=float)
@@ -236,8 +238,6 @@ class RandomizedResponseEvent(_FiniteKind):
         return self.epsilon
 
     def _pair(self):
-        from .pld.lossdist import FinitePair, rr_pair
-
         if self.non_private:
             return FinitePair((math.inf,), (1.0,), (0.0,))
         p, k = self.noise_parameter, self.num_buckets
@@ -269,8 +269,6 @@ class EpsilonDeltaEvent(_FiniteKind):
         return self.epsilon if self.delta == 0.0 else math.inf
 
     def _pair(self):
-        from .pld.lossdist import eps_delta_pair
-
         return eps_delta_pair(self.epsilon, self.delta)
 
     def refuses(self, route):
@@ -389,8 +387,6 @@ class NonPrivateEvent(EventKind):
         Returns:
             A tuple of pairs.
         """
-        from .pld.lossdist import FinitePair
-
         return (FinitePair((math.inf,), (1.0,), (0.0,)),)
 
     def total_variation(self) -> float:

@@ -51,7 +51,8 @@ def real(value, name: str) -> float:
     Raises:
         InputError: if ``value`` is a bool, not a real number, or NaN.
     """
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    if type(value) is not float and (isinstance(value, bool) or      # (a float: no ABC check, the common case)
+                                     not isinstance(value, (numbers.Real, np.floating, np.integer))):
         raise _fail(name, value, "a real number")
     x = float(value)
     if math.isnan(x):
@@ -153,7 +154,7 @@ def integer(value, name: str, low: int = 0, high: float = math.inf) -> int:
     """
     if isinstance(value, bool):
         raise _fail(name, value, f"an integer in [{low}, {_fmt(high)}]")
-    if isinstance(value, (numbers.Integral, np.integer)):
+    if type(value) is int or isinstance(value, (numbers.Integral, np.integer)):     # (an int: no ABC check)
         k = int(value)
     elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(float(value)) \
             and float(value).is_integer():

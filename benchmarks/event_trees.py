@@ -166,6 +166,11 @@ def summary(rows, command: str) -> str:
              f"Command: `{command}`", "",
              "| family | trees | pass | median ours (s) | median dp-accounting (s) | median ratio ours/theirs "
              "| worst upper / oracle | notes |", "|---|---|---|---|---|---|---|---|"]
+
+    def times(r):                 # the three median columns of rows r
+        return (f"{statistics.median(x['ours_s'] for x in r):.4f} | {statistics.median(x['theirs_s'] for x in r):.4f} | "
+                f"{statistics.median(x['ours_s'] / x['theirs_s'] for x in r):.3f}")
+
     for fam in ("pld", "rr", "rdp"):
         r = [x for x in rows if x["family"] == fam]
         if not r:
@@ -175,10 +180,10 @@ def summary(rows, command: str) -> str:
         if fam == "rr":
             note = f"dp-accounting's PLD below the closed form's lower end on {sum(x['dpa_low'] for x in r)} trees"
         oracle = "closed form" if fam == "rr" else ("PLD 1e-4" if fam == "pld" else "RDP")
-        lines.append(f"| {fam} ({oracle}) | {len(r)} | {sum(x['ok'] for x in r)} | "
-                     f"{statistics.median(x['ours_s'] for x in r):.4f} | {statistics.median(x['theirs_s'] for x in r):.4f} | "
-                     f"{statistics.median(x['ours_s'] / x['theirs_s'] for x in r):.3f} | "
+        lines.append(f"| {fam} ({oracle}) | {len(r)} | {sum(x['ok'] for x in r)} | {times(r)} | "
                      f"{max(ratio) if ratio else float('nan'):.6f} | {note} |")
+    if rows:
+        lines.append(f"| all trees | {len(rows)} | {sum(x['ok'] for x in rows)} | {times(rows)} |  |  |")
     bad = [x for x in rows if not x["ok"]]
     lines += ["", f"Failures: {len(bad)}"] + [f"- {x}" for x in bad[:20]]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,12 @@ MAX_POINTS = 1 << 13
 SLACK = 1e-9
 #: the error allowed each unit loss (absolute) and each product ``n u`` (relative): 16 ulp of 1
 LOSS_ERR = 2.0 ** -48
+#: a composition with fewer positive losses than this is bracketed over Python floats, lists in place
+#: of arrays: the same operations in the same order (numpy's sum is the sequential one below 8 terms;
+#: its float64 ``exp`` and ``expm1`` are the C library's, as ``math``'s, but on AVX-512 builds, where
+#: they may differ in the last bit: far below SLACK), without numpy's fixed cost per call, which is
+#: most of the time at a few atoms
+FEW = 8
 
 
 def lattice_bracket(ev, d: float):
@@ -47,106 +53,162 @@ def lattice_bracket(ev, d: float):
         pm = _composed(ev, direction)
         if pm is None:
             return None
-        losses, p, p_inf, u = pm
-        # each loss is known to LOSS_ERR: the unit's own log(p / q) to LOSS_ERR absolute (relative where
-        # p / q is near 1: a unit of 0.001 is known to ~1e-16, 500 of its ulps), times the n units of
-        # the loss, and the product n u to LOSS_ERR relative; moved out by that (at a delta of 1e-8 a
-        # single randomized response's root sits 2e-8 below its atom, where 1e-16 is 1e-8 of delta)
-        shift = np.abs(losses) * (1.0 / u + 1.0) * LOSS_ERR
-        lower = max(lower, _root(losses - shift, p, p_inf, d * (1.0 + SLACK), "lower"))
-        upper = max(upper, _root(losses + shift, p, p_inf, d * (1.0 - SLACK), "upper"))
+        lower = max(lower, _root(*pm, d * (1.0 + SLACK), "lower"))
+        upper = max(upper, _root(*pm, d * (1.0 - SLACK), "upper"))
     return EpsilonBracket(lower, upper, d, 0.0, True, ("exact: finite pairs composed on their lattice",))
 
 
 def _composed(ev, direction):
-    """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None."""
+    """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None: its
+    positive losses carrying mass, increasing (every delta of :func:`_root` is at ``eps >= 0``), as
+    lists where they are fewer than ``FEW``.  The few atoms of each pair are read in Python (exact: a
+    minimum, roundings, comparisons); the compositions are numpy's convolutions."""
     pairs = []
     for e, k in ev:
         ps = dominating_pairs(e, direction)
         if len(ps) != 1 or not isinstance(ps[0], FinitePair):
             return None
         pairs.append((ps[0], k))
-    finite = [np.isfinite(np.asarray(pr.losses, dtype=float)) for pr, _ in pairs]
-    ls = np.concatenate([np.asarray(pr.losses, dtype=float)[f] for (pr, _), f in zip(pairs, finite)])
-    nz = np.abs(ls[ls != 0.0])
-    u = float(nz.min()) if nz.size else 1.0
-    span, parts, log_fin = 0, [], 0.0
-    for (pr, k), f in zip(pairs, finite):
-        l = np.asarray(pr.losses, dtype=float)[f]
-        p = np.asarray(pr.p, dtype=float)[f]
-        n = np.round(l / u)
-        if np.any(np.abs(l / u - n) > 1e-12 * np.maximum(1.0, np.abs(n))):
-            return None                          # not on the lattice
-        n = n.astype(np.int64)
-        lo, hi = (int(n.min()), int(n.max())) if n.size else (0, 0)     # (no finite atom: all at +inf)
+    u = min((abs(l) for pr, _ in pairs for l in pr.losses if l != 0.0 and math.isfinite(l)), default=1.0)
+    span, total, start, log_fin = 0, None, 0, 0.0
+    for pr, k in pairs:
+        n, mass, inf_mass = [], [], []
+        for l, p in zip(pr.losses, pr.p):
+            if l == math.inf:
+                inf_mass.append(p)
+            elif math.isfinite(l):
+                x = l / u
+                j = round(x) if math.isfinite(x) else None      # (beyond the lattice's range: None)
+                if j is None or abs(x - j) > 1e-12 * max(1.0, abs(j)):
+                    return None                  # not on the lattice
+                n.append(j)
+                mass.append(p)
+        lo, hi = (min(n), max(n)) if n else (0, 0)     # (no finite atom: all at +inf)
         span += k * (hi - lo)
         if span >= MAX_POINTS:
             return None
-        m = np.zeros(hi - lo + 1)
-        np.add.at(m, n - lo, p)
-        parts.append((m, lo, k))
-        p_inf = float(np.sum(np.asarray(pr.p, dtype=float)[np.asarray(pr.losses, dtype=float) == math.inf]))
+        m = [0.0] * (hi - lo + 1)
+        for j, p in zip(n, mass):
+            m[j - lo] += p
+        power = _power(np.array(m), k)
+        total, start = (power if total is None else np.convolve(total, power)), start + lo * k
+        p_inf = _sum(inf_mass)
         log_fin += k * math.log1p(-min(p_inf, 1.0)) if p_inf < 1.0 else -math.inf
-    total, start = np.ones(1), 0
-    for m, lo, k in parts:
-        total, start = np.convolve(total, _power(m, k)), start + lo * k
-    keep = total > 0.0
-    return (start + np.flatnonzero(keep)) * u, total[keep], -math.expm1(log_fin), u
+    p_inf = -math.expm1(log_fin)
+    first = max(0, 1 - start)                    # the first positive lattice point, (start + j) u > 0
+    if total.size - first < FEW:
+        t = total.tolist()
+        keep = [j for j in range(first, len(t)) if t[j] > 0.0]
+        return [(start + j) * u for j in keep], [t[j] for j in keep], p_inf, u
+    keep = first + (total[first:] > 0.0).nonzero()[0]
+    return (start + keep) * u, total[keep], p_inf, u
 
 
 def _power(m, k: int):
-    """``m`` convolved with itself ``k`` times (direct convolutions by squaring: non-negative terms)."""
-    out, base = np.ones(1), m
+    """``m`` convolved with itself ``k`` times, ``k >= 1`` (direct convolutions by squaring:
+    non-negative terms)."""
+    out, base = None, m
     while k:
         if k & 1:
-            out = np.convolve(out, base)
+            out = base if out is None else np.convolve(out, base)
         k >>= 1
         if k:
             base = np.convolve(base, base)
     return out
 
 
-def _delta(losses, p, p_inf: float, eps: float) -> float:
-    """``delta(eps)`` of the composed pair: a sum of non-negative terms."""
-    above = losses > eps
-    return p_inf + float(np.sum(p[above] * -np.expm1(eps - losses[above])))
+def _exp(x: float) -> float:
+    """``e^x`` as numpy's: inf beyond the float range (``math.exp`` raises there)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
-def _root(losses, p, p_inf: float, target: float, side: str) -> float:
-    """The root of ``delta(eps) = target`` over ``eps >= 0``: for ``side="upper"`` a point where the sum
-    confirms ``delta <= target``, for ``"lower"`` one where it confirms ``delta >= target`` (0 where
-    ``delta(0) <= target``; inf where ``P(L = +inf) > target``).
+def _sum(x) -> float:
+    """``np.add.reduce(x)`` of an array; of a list (fewer than ``FEW`` floats) the sequential sum,
+    which is numpy's below 8 terms."""
+    if type(x) is not list:
+        return float(np.add.reduce(x))
+    s = -0.0
+    for v in x:
+        s += v
+    return s
 
-    Between two atoms ``delta(eps) = A - e^eps B`` (``A``, ``B`` the sums of ``p`` and ``p e^(-l)``
-    above them): the root is ``log((A - target) / B)``, confirmed by the sum, else bisected."""
+
+def _delta(lp, pp, p_inf: float, eps: float) -> float:
+    """``delta(eps)``, ``eps >= 0``, of the composed pair from its positive losses ``lp`` (increasing:
+    those above ``eps`` are a suffix) and their masses: a sum of non-negative terms (the sum of
+    ``p (e^(eps - l) - 1)`` is subtracted: the sum of the negated terms, exactly)."""
+    if type(lp) is list:                  # (the sequential sum of _sum, in one loop)
+        s = -0.0
+        for l, p in zip(lp, pp):
+            if l > eps:
+                s += p * math.expm1(eps - l)
+        return p_inf - s
+    i = lp.searchsorted(eps, "right")
+    return p_inf - _sum(pp[i:] * np.expm1(eps - lp[i:]))
+
+
+def _first_below(lp, pp, w, p_inf: float, target: float) -> int:
+    """The first atom ``j`` whose delta, from suffix sums (``A - e^l B``, with ``A``, ``B`` the sums of
+    ``pp`` and of ``w = pp e^(-lp)`` above it: a guess near a cancellation), is at most ``target``
+    (the last atom's delta is ``p_inf``, at most ``target``)."""
+    if type(lp) is list:                  # (the suffix sums are running sums from the end, as numpy's cumsum)
+        hi, a, b = len(lp) - 1, 0.0, 0.0
+        for j in range(len(lp) - 2, -1, -1):
+            a, b = a + pp[j + 1], b + w[j + 1]
+            if (p_inf + a) - _exp(lp[j]) * b <= target:
+                hi = j
+        return hi
+    A_s = p_inf + pp[::-1].cumsum()[::-1]
+    B_s = w[::-1].cumsum()[::-1]
+    below = np.flatnonzero(A_s[1:] - np.exp(lp[:-1]) * B_s[1:] <= target)
+    return int(below[0]) if below.size else lp.size - 1
+
+
+def _root(lp, pp, p_inf: float, u: float, target: float, side: str) -> float:
+    """The root of ``delta(eps) = target`` over ``eps >= 0`` of the composition of :func:`_composed`:
+    for ``side="upper"`` a point where the sum confirms ``delta <= target``, for ``"lower"`` one where
+    it confirms ``delta >= target`` (0 where ``delta(0) <= target``; inf where ``P(L = +inf) > target``).
+
+    Each loss is known to LOSS_ERR: the unit's own ``log(p / q)`` to LOSS_ERR absolute (relative where
+    ``p / q`` is near 1: a unit of 0.001 is known to ~1e-16, 500 of its ulps), times the n units of the
+    loss, and the product ``n u`` to LOSS_ERR relative; so each is moved out by that, down for the lower
+    end and up for the upper (at a delta of 1e-8 a single randomized response's root sits 2e-8 below
+    its atom, where 1e-16 is 1e-8 of delta).  Between two atoms ``delta(eps) = A - e^eps B`` (``A``,
+    ``B`` the sums of ``p`` and ``p e^(-l)`` above them): the root is ``log((A - target) / B)``,
+    confirmed by the sum, else bisected."""
     if p_inf > target:
         return math.inf
-    if _delta(losses, p, p_inf, 0.0) <= target:
+    g = 1.0 / u + 1.0
+    if type(lp) is list:
+        lp = [l - l * g * LOSS_ERR for l in lp] if side == "lower" else [l + l * g * LOSS_ERR for l in lp]
+        w = [q * math.exp(-l) for l, q in zip(lp, pp)]
+    else:
+        lp = lp - lp * g * LOSS_ERR if side == "lower" else lp + lp * g * LOSS_ERR
+        w = pp * np.exp(-lp)
+    if _delta(lp, pp, p_inf, 0.0) <= target:
         return 0.0
-    pos = losses > 0.0
-    lp, pp = losses[pos], p[pos]
-    # the atoms around the root: delta at each atom from suffix sums (A - e^l B: a guess near a
-    # cancellation), confirmed by the sum at the two atoms, else bisected over the atoms by the sum
-    A_s = p_inf + np.cumsum(pp[::-1])[::-1]
-    B_s = np.cumsum((pp * np.exp(-lp))[::-1])[::-1]
-    guess = np.concatenate((A_s[1:] - np.exp(lp[:-1]) * B_s[1:], [p_inf]))   # delta(lp[j])
-    hi = int(np.argmax(guess <= target))
+    # the atoms around the root: the guess of _first_below, confirmed by the sum at the two atoms,
+    # else bisected over the atoms by the sum
+    hi = _first_below(lp, pp, w, p_inf, target)
     lo = hi - 1
-    if not (_delta(losses, p, p_inf, float(lp[hi])) <= target
-            and (lo < 0 or _delta(losses, p, p_inf, float(lp[lo])) > target)):
-        lo, hi = -1, lp.size - 1          # delta(lp[lo]) > target (lo = -1: at 0); delta(lp[hi]) = p_inf <= target
+    if not (_delta(lp, pp, p_inf, float(lp[hi])) <= target
+            and (lo < 0 or _delta(lp, pp, p_inf, float(lp[lo])) > target)):
+        lo, hi = -1, len(lp) - 1          # delta(lp[lo]) > target (lo = -1: at 0); delta(lp[hi]) = p_inf <= target
         while hi - lo > 1:                # (delta is non-increasing)
             mid = (lo + hi) // 2
-            if _delta(losses, p, p_inf, float(lp[mid])) > target:
+            if _delta(lp, pp, p_inf, float(lp[mid])) > target:
                 lo = mid
             else:
                 hi = mid
     left, right = (float(lp[lo]) if lo >= 0 else 0.0), float(lp[hi])
-    A, B = p_inf + float(np.sum(pp[hi:])), float(np.sum(pp[hi:] * np.exp(-lp[hi:])))
+    A, B = p_inf + _sum(pp[hi:]), _sum(w[hi:])
     c = min(max(math.log((A - target) / B), left), right) if A > target and B > 0.0 else right
     c = min(c * (1.0 + 2.0 ** -50) + 1e-300, right) if side == "upper" else max(c * (1.0 - 2.0 ** -50), left)
-    ok = (lambda x: _delta(losses, p, p_inf, x) <= target) if side == "upper" else \
-        (lambda x: _delta(losses, p, p_inf, x) >= target)
+    ok = (lambda x: _delta(lp, pp, p_inf, x) <= target) if side == "upper" else \
+        (lambda x: _delta(lp, pp, p_inf, x) >= target)
     if ok(c):
         return c
     a, b = (c, right) if side == "upper" else (left, c)    # ok(b) for upper, ok(a) for lower
@@ -154,7 +216,7 @@ def _root(losses, p, p_inf: float, target: float, side: str) -> float:
         mid = 0.5 * (a + b)
         if mid <= a or mid >= b:
             break
-        if (_delta(losses, p, p_inf, mid) <= target) == (side == "upper"):
+        if (_delta(lp, pp, p_inf, mid) <= target) == (side == "upper"):
             b, a = (mid, a) if side == "upper" else (b, mid)
         else:
             a, b = (mid, b) if side == "upper" else (a, mid)

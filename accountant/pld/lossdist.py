@@ -170,6 +170,20 @@ class FinitePair(LossPair):
         """
         return [(l, p) for l, p in zip(self.losses, self.p) if math.isfinite(l) and p > 0]
 
+    def total_variation(self) -> float:
+        """``P(L > 0) - Q(L > 0)`` (:meth:`LossPair.total_variation`), each summed from the largest
+        loss down as :meth:`mass` sums it, over the few atoms in Python.
+
+        Returns:
+            A float in [0, 1].
+        """
+        p_gt = q_gt = 0.0
+        for l, p, q in zip(reversed(self.losses), reversed(self.p), reversed(self.qm)):
+            if not l > 0.0:
+                break
+            p_gt, q_gt = p_gt + p, q_gt + q
+        return float(min(1.0, max(0.0, p_gt - q_gt)))
+
     def renyi(self, alpha) -> np.ndarray:
         """``max(D_alpha(P || Q), D_alpha(Q || P))`` exactly (inf where a side has mass the other lacks).
 

@@ -46,9 +46,9 @@ def checked_events(events):
         InputError: if an item is neither an event nor a pair, an event is of an unsupported type,
             a count is not an integer >= 0, or the events mix neighbouring relations.
     """
-    out = []
+    kinds, out = event_types(), []
     for item in events:
-        if isinstance(item, event_types()):
+        if isinstance(item, kinds):
             ev, k = item, 1
         else:
             try:
@@ -56,9 +56,9 @@ def checked_events(events):
             except (TypeError, ValueError):
                 raise InputError(f"events: {item!r} is not allowed: expected an event or an "
                                  f"(event, count) pair.") from None
-        if not isinstance(ev, event_types()):
+        if not isinstance(ev, kinds):
             raise InputError(f"event={ev!r} is not allowed: expected one of "
-                             f"{', '.join(t.__name__ for t in event_types())}.")
+                             f"{', '.join(t.__name__ for t in kinds)}.")
         k = validation.integer(k, "count", low=0)
         if k:
             out.append((ev, k))
