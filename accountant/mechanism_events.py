@@ -361,7 +361,8 @@ class MixtureOfGaussiansEvent(EventKind):
         ``e^((a-1) D_a)`` over the mixture, in either argument (van Erven & Harremoës 2014, Thm 13)."""
         a = np.asarray(orders, dtype=float)[..., None]
         c2 = np.asarray(self.sensitivities) ** 2 / (2 * self.standard_deviation ** 2)
-        t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
+        with np.errstate(divide="ignore"):                  # (a probability of 0: log 0 = -inf, no term)
+            t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
         return np.logaddexp.reduce(t, axis=-1) / (a[..., 0] - 1)
 
     def _one_sign(self):
