@@ -339,7 +339,10 @@ class MixtureOfGaussiansEvent(EventKind):
 
     JSON_NAME = "mixture_of_gaussians"
     WORDS = "{count} mixture-of-Gaussians release(s), sigma {e.standard_deviation:g}"
-    NO_PLD = "dpcalib has no certified PLD pair for a mixture of Gaussians yet"
+    NO_PLD = ("the PLD needs sensitivities of one sign (with mixed signs the mixture's privacy loss is not "
+              "monotone; dp-accounting's PLD refuses them too)")
+    #: add-or-remove: the mixture against N(0, sigma^2) and N(0, sigma^2) against the mixture differ
+    both_directions = True
 
     def __post_init__(self):
         validation.positive(self.standard_deviation, "standard_deviation")
@@ -356,8 +359,57 @@ class MixtureOfGaussiansEvent(EventKind):
         ``e^((a-1) D_a)`` over the mixture, in either argument (van Erven & Harremoës 2014, Thm 13)."""
         a = np.asarray(orders, dtype=float)[..., None]
         c2 = np.asarray(self.sensitivities) ** 2 / (2 * self.standard_deviation ** 2)
-        t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
+        with np.errstate(divide="ignore"):                  # (a probability of 0: log 0 = -inf, no term)
+            t = np.log(np.asarray(self.sampling_probs)) + (a - 1) * a * c2
         return np.logaddexp.reduce(t, axis=-1) / (a[..., 0] - 1)
+
+    def _one_sign(self):
+        """The ``|c_i|`` with ``p_i > 0`` where those ``c_i`` share a sign (mirroring x changes no
+        divergence), else None."""
+        c = [v for v, p in zip(self.sensitivities, self.sampling_probs) if p > 0.0]
+        if any(v > 0.0 for v in c) and any(v < 0.0 for v in c):
+            return None
+        return tuple(abs(v) for v in self.sensitivities)
+
+    @property
+    def use_probability(self) -> float:
+        """The chance of a nonzero sensitivity: with the rest the two outputs coincide."""
+        return min(1.0, math.fsum(p for c, p in zip(self.sensitivities, self.sampling_probs) if c != 0.0))
+
+    def pld_pairs(self, direction):
+        """``(MixturePair(sigma, |c|, p, direction),)``: the remove pair ``(sum_i p_i N(c_i, sigma^2),
+        N(0, sigma^2))`` or the add pair (the two swapped) of dp-accounting's ``MixtureGaussianPrivacyLoss``
+        (``privacy_loss_mechanism.py``, REMOVE / ADD; both directions are composed, as its PLD accountant
+        does under add-or-remove); ``()`` where every sensitivity with positive probability is 0; None
+        (refused, :attr:`NO_PLD`) for sensitivities of mixed signs.
+
+        Args:
+            direction: ``"remove"`` or ``"add"``.
+
+        Returns:
+            A tuple of pairs, or None.
+        """
+        from .pld.pairs import MixturePair
+
+        c = self._one_sign()
+        if c is None:
+            return None
+        if not any(v > 0.0 and p > 0.0 for v, p in zip(c, self.sampling_probs)):
+            return ()
+        return (MixturePair.of(self.standard_deviation, c, self.sampling_probs, direction),)
+
+    def total_variation(self) -> float:
+        """``sum_i p_i erf(|c_i| / (2 sqrt(2) sigma))``: each component's Gaussian total variation, mixed
+        (the total variation is jointly convex; exact for one nonzero sensitivity, the Poisson case).
+
+        Returns:
+            A float in [0, 1].
+        """
+        from scipy import special
+
+        t = math.fsum(p * float(special.erf(abs(c) / (2.0 * math.sqrt(2.0) * self.standard_deviation)))
+                      for c, p in zip(self.sensitivities, self.sampling_probs))
+        return min(1.0, t)
 
     def _dp_event(self, dpa):
         return dpa.MixtureOfGaussiansDpEvent(self.standard_deviation, list(self.sensitivities),

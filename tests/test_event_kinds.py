@@ -85,7 +85,8 @@ def test_a_new_kind_calibrates_and_reads_from_the_cli(tmp_path, capsys):
 
 
 def test_each_route_refuses_an_unsupported_node_in_one_line():
-    cases = [(ZCDPEvent(0.1), "pld", "ZCDPEvent"), (MixtureOfGaussiansEvent(1.0, (1.0,), (1.0,)), "pld", "mixture"),
+    cases = [(ZCDPEvent(0.1), "pld", "ZCDPEvent"),
+             (MixtureOfGaussiansEvent(1.0, (1.0, -1.0), (0.5, 0.5)), "pld", "mixed signs"),
              (RepeatAndSelectEvent(GaussianEvent(2.0), 5.0, 1.0), "pld", "repeat-and-select"),
              (PoissonSampledEvent(0.1, LaplaceEvent(1.0)), "rdp", "LaplaceEvent"),
              (LaplaceEvent(1.0), "gdp", "LaplaceEvent")]
