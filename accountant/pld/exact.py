@@ -79,7 +79,7 @@ def _composed(ev, direction):
             elif math.isfinite(l):
                 x = l / u
                 j = round(x) if math.isfinite(x) else None      # (beyond the lattice's range: None)
-                if j is None or abs(x - j) > 1e-12 * max(1.0, abs(j)):
+                if j is None or abs(x - j) > 1e-12 * (abs(j) or 1):
                     return None                  # not on the lattice
                 n.append(j)
                 mass.append(p)
@@ -193,8 +193,8 @@ def _root(lp, pp, p_inf: float, u: float, target: float, side: str) -> float:
         return 0.0
     # the atoms around the root: the guess of _first_below, confirmed by the sum at the two atoms,
     # else bisected over the atoms by the sum
-    # (the last atom's delta is p_inf <= target: no sum confirms it)
-    hi = _first_below(lp, pp, w, p_inf, target)
+    # (the last atom's delta is p_inf <= target: no sum confirms it, and one atom is the last)
+    hi = _first_below(lp, pp, w, p_inf, target) if len(lp) > 1 else 0
     lo = hi - 1
     if not ((hi == len(lp) - 1 or _delta(lp, pp, p_inf, float(lp[hi])) <= target)
             and (lo < 0 or _delta(lp, pp, p_inf, float(lp[lo])) > target)):
