@@ -37,7 +37,8 @@ from .events import (
 )
 from .gdp import gdp_epsilon
 from .kinds import ROUTES, event_types
-from .pld import MIN_DELTA, RTOL, EpsilonBracket, pld_epsilon
+from .pld import MIN_DELTA, RTOL, EpsilonBracket
+from .pld.queries import checked_pairs_epsilon
 from .roots import bounded_min
 from .tree_events import flatten, tree_relation
 from . import interop      # (after .tree_events: the kinds register in the order of every import of the package)
@@ -434,8 +435,9 @@ class PrivacyAccountant:
         b = None
         if "pld" in methods:
             try:
-                b = pld_epsilon(self._events, d, rtol=rtol) if atol is None else \
-                    pld_epsilon(self._events, d, rtol=rtol, atol=atol)
+                # (the events were checked as they were composed: only the numbers are checked again)
+                b = checked_pairs_epsilon(tuple(self._events), d, rtol) if atol is None else \
+                    checked_pairs_epsilon(tuple(self._events), d, rtol, atol)
             except ValueError as exc:          # no grid fits the memory cap: RDP answers
                 if methods == ("pld",):
                     raise

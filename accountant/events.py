@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from scipy import special
 
 from .validation import InputError
 from . import validation
@@ -385,8 +386,6 @@ def total_variation_bound(events) -> float:
     Returns:
         The bound (a float in [0, 1]).
     """
-    from scipy import special
-
     def tv(ev):
         if hasattr(ev, "total_variation"):      # a non-Gaussian kind: its own bound (:mod:`.kinds`)
             return ev.total_variation()

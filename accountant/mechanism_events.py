@@ -105,6 +105,14 @@ class _FiniteKind(EventKind):
     def _rdp(self, orders):
         return self._pairs[0].renyi(orders)
 
+    def total_variation(self) -> float:
+        """The pair's total variation (:meth:`~.kinds.EventKind.total_variation`, of its one pair).
+
+        Returns:
+            A float in [0, 1].
+        """
+        return min(1.0, self._pairs[0].total_variation())
+
 
 @register_kind
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def _composed(ev, direction):
             elif math.isfinite(l):
                 x = l / u
                 j = round(x) if math.isfinite(x) else None      # (beyond the lattice's range: None)
-                if j is None or abs(x - j) > 1e-12 * max(1.0, abs(j)):
+                if j is None or abs(x - j) > 1e-12 * (abs(j) or 1):
                     return None                  # not on the lattice
                 n.append(j)
                 mass.append(p)
@@ -90,16 +90,17 @@ def _composed(ev, direction):
         m = [0.0] * (hi - lo + 1)
         for j, p in zip(n, mass):
             m[j - lo] += p
-        power = _power(np.array(m), k)
+        power = m if k == 1 else _power(np.array(m), k)      # (one release: its masses, as a list)
         total, start = (power if total is None else np.convolve(total, power)), start + lo * k
         p_inf = _sum(inf_mass)
         log_fin += k * math.log1p(-min(p_inf, 1.0)) if p_inf < 1.0 else -math.inf
     p_inf = -math.expm1(log_fin)
     first = max(0, 1 - start)                    # the first positive lattice point, (start + j) u > 0
-    if total.size - first < FEW:
-        t = total.tolist()
+    if len(total) - first < FEW:
+        t = total if type(total) is list else total.tolist()
         keep = [j for j in range(first, len(t)) if t[j] > 0.0]
         return [(start + j) * u for j in keep], [t[j] for j in keep], p_inf, u
+    total = np.asarray(total)
     keep = first + (total[first:] > 0.0).nonzero()[0]
     return (start + keep) * u, total[keep], p_inf, u
 
@@ -192,9 +193,10 @@ def _root(lp, pp, p_inf: float, u: float, target: float, side: str) -> float:
         return 0.0
     # the atoms around the root: the guess of _first_below, confirmed by the sum at the two atoms,
     # else bisected over the atoms by the sum
-    hi = _first_below(lp, pp, w, p_inf, target)
+    # (the last atom's delta is p_inf <= target: no sum confirms it, and one atom is the last)
+    hi = _first_below(lp, pp, w, p_inf, target) if len(lp) > 1 else 0
     lo = hi - 1
-    if not (_delta(lp, pp, p_inf, float(lp[hi])) <= target
+    if not ((hi == len(lp) - 1 or _delta(lp, pp, p_inf, float(lp[hi])) <= target)
             and (lo < 0 or _delta(lp, pp, p_inf, float(lp[lo])) > target)):
         lo, hi = -1, len(lp) - 1          # delta(lp[lo]) > target (lo = -1: at 0); delta(lp[hi]) = p_inf <= target
         while hi - lo > 1:                # (delta is non-increasing)
@@ -207,9 +209,8 @@ def _root(lp, pp, p_inf: float, u: float, target: float, side: str) -> float:
     A, B = p_inf + _sum(pp[hi:]), _sum(w[hi:])
     c = min(max(math.log((A - target) / B), left), right) if A > target and B > 0.0 else right
     c = min(c * (1.0 + 2.0 ** -50) + 1e-300, right) if side == "upper" else max(c * (1.0 - 2.0 ** -50), left)
-    ok = (lambda x: _delta(lp, pp, p_inf, x) <= target) if side == "upper" else \
-        (lambda x: _delta(lp, pp, p_inf, x) >= target)
-    if ok(c):
+    d_c = _delta(lp, pp, p_inf, c)
+    if (d_c <= target) if side == "upper" else (d_c >= target):
         return c
     a, b = (c, right) if side == "upper" else (left, c)    # ok(b) for upper, ok(a) for lower
     for _ in range(200):

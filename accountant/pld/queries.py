@@ -26,7 +26,7 @@ from .grid import epsilon_at, first_grid_of, window_points_of
 from .exact import lattice_bracket
 from .refine import refined
 
-__all__ = ["checked_events"]
+__all__ = ["checked_events", "checked_pairs_epsilon"]
 
 #: the smallest memory cap a query accepts (bytes): 1 MiB
 MIN_MEMORY_CAP = 1 << 20
@@ -152,8 +152,36 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     ev = checked_events(events)
     if not ev:
         return EpsilonBracket(0.0, 0.0, d, 0.0, True, ("no events composed",))
-    exact = lattice_bracket(tuple(ev), d) if h is None else None      # (finite pairs on one lattice)
-    return exact if exact is not None else refined(tuple(ev), d, r, cap, h, a_tol)
+    return _bracket(tuple(ev), d, r, cap, h, a_tol)
+
+
+def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: float = 1e-5) -> EpsilonBracket:
+    """:func:`pld_epsilon` of pairs already checked -- the output of :func:`checked_events`, or an
+    accountant's events, which its ``compose`` checked the same way -- on the automatic grid under the
+    default memory cap: only ``delta`` and the tolerances are checked here.
+
+    Args:
+        pairs: a non-empty tuple of checked ``(event, count)`` pairs.
+        delta: the target delta, in [``MIN_DELTA``, 1).
+        rtol: the relative tolerance, in (0, 1].
+        atol: the absolute tolerance on the width, in [0, inf).
+
+    Returns:
+        The :class:`EpsilonBracket` of :func:`pld_epsilon`.
+
+    Raises:
+        InputError: if ``delta`` or a tolerance is out of range.
+    """
+    d = checked_delta(delta)
+    r, a_tol = _tolerances(rtol, atol)
+    return _bracket(pairs, d, r, MEMORY_CAP, None, a_tol)
+
+
+def _bracket(ev: tuple, d: float, r: float, cap: int, h, a_tol: float) -> EpsilonBracket:
+    """The bracket of checked pairs: exact for finite pairs on one lattice (on the automatic grid),
+    else the refinement."""
+    exact = lattice_bracket(ev, d) if h is None else None
+    return exact if exact is not None else refined(ev, d, r, cap, h, a_tol)
 
 
 def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
