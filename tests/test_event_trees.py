@@ -6,7 +6,7 @@
 * randomized response: dp-accounting's PLD drops the count of a self-composed randomized response
   (p = 0.8055, 2 buckets, twice: 0.394 where the truth is 0.788); the closed form is the oracle there;
 * repeat-and-select (which dp-accounting's PLD refuses): dpcalib's eps is at most dp-accounting's RDP
-  eps at 50 settings.
+  eps at 50 settings; so are trees sampled without replacement (replace-one, its RDP only).
 """
 
 import numpy as np
@@ -24,6 +24,17 @@ def test_random_trees_are_at_most_dp_accountings_pld(seed):
     tree = draw(rng, dpa, "pld")
     row = compare(tree, "pld", float(10 ** rng.uniform(-8, -3)))
     assert row["ok"], row
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_trees_sampled_without_replacement_are_at_most_dp_accountings_rdp(seed):
+    # replace-one: fixed-size batches of m of n records around Gaussians, which dp-accounting takes
+    # with its RDP accountant only
+    rng = np.random.default_rng(3000 + seed)
+    tree = draw(rng, dpa, "wor")
+    row = compare(tree, "wor", float(10 ** rng.uniform(-8, -3)))
+    assert row["ok"], row
+    assert row["upper"] <= row["theirs"] and row["lower"] <= row["upper"]
 
 
 def test_self_composed_randomized_response_follows_the_closed_form_not_dp_accounting():
