@@ -166,8 +166,7 @@ class PrivacyAccountant:
         return self._add(event, leaves, validation.integer(count, "count", low=0))
 
     def _add(self, event, leaves, k: int) -> "PrivacyAccountant":
-        """:meth:`compose` of ``k`` times checked ``(leaf, count)`` pairs of ``event`` (leaves of
-        registered kinds, counts integers >= 0): only their relation is checked here."""
+        """:meth:`compose` of ``k`` times ``event``'s checked ``(leaf, count)`` pairs: only their relation is checked."""
         leaves = [(e, m) for e, m in leaves if m]
         rel = tree_relation(leaves)
         current = self._relation
@@ -622,8 +621,7 @@ class PrivacyAccountant:
         Raises:
             InputError: as :func:`~.interop.from_dp_event`, or if the tree mixes neighbouring relations.
         """
-        # (interop.from_dp_event's leaves are of registered kinds, checked as they were built, and its
-        # counts are checked integers: one step, as compose's, checks their relation)
+        # (leaves of registered kinds, checked as built, and checked counts: only the relation is left)
         return cls(orders)._add(event, interop.from_dp_event(event), 1)
 
     def to_dp_event(self):
