@@ -163,10 +163,13 @@ class PrivacyAccountant:
         else:
             raise InputError(f"event={event!r} is not allowed: expected one of "
                              f"{', '.join(t.__name__ for t in event_types())} or a tree node (ComposedEvent, ...).")
-        k = validation.integer(count, "count", low=0)
+        return self._add(event, leaves, validation.integer(count, "count", low=0))
+
+    def _add(self, event, leaves, k: int) -> "PrivacyAccountant":
+        """:meth:`compose` of ``k`` times ``event``'s checked ``(leaf, count)`` pairs: only their relation is checked."""
         leaves = [(e, m) for e, m in leaves if m]
         rel = tree_relation(leaves)
-        current = self.neighboring_relation
+        current = self._relation
         if rel is not None and current is not None and rel != current:
             raise InputError(f"event={event!r} is not allowed: its neighbouring relation "
                              f"({rel}) differs from the composed events' "
@@ -618,10 +621,8 @@ class PrivacyAccountant:
         Raises:
             InputError: as :func:`~.interop.from_dp_event`, or if the tree mixes neighbouring relations.
         """
-        acc = cls(orders)
-        for ev, k in interop.from_dp_event(event):
-            acc.compose(ev, k)
-        return acc
+        # (leaves of registered kinds, checked as built, and checked counts: only the relation is left)
+        return cls(orders)._add(event, interop.from_dp_event(event), 1)
 
     def to_dp_event(self):
         """The composition as a dp-accounting ``ComposedDpEvent`` (:func:`.interop.to_dp_event`).

@@ -34,6 +34,8 @@ REPLACE_SPECIAL = "replace-special"
 #: this one: its :class:`~.events.Release` is :class:`EventKind`'s base)
 _KINDS: dict = {cls.__name__: cls for cls in (GaussianEvent, WORSampledGaussianEvent, PoissonSampledGaussianEvent,
                                               BallsInBinsGaussianEvent)}
+#: ``tuple(_KINDS.values())``, kept by :func:`register_kind` (every compose and flatten asks for it)
+_TYPES: tuple = tuple(_KINDS.values())
 
 
 def register_kind(cls):
@@ -50,7 +52,9 @@ def register_kind(cls):
     """
     if not isinstance(cls, type):
         raise InputError(f"cls={cls!r} is not allowed: expected an event class.")
+    global _TYPES
     _KINDS[cls.__name__] = cls
+    _TYPES = tuple(_KINDS.values())
     return cls
 
 
@@ -60,7 +64,7 @@ def event_types() -> tuple:
     Returns:
         A tuple of classes.
     """
-    return tuple(_KINDS.values())
+    return _TYPES
 
 
 def kind_named(name: str):

@@ -227,9 +227,10 @@ class RandomizedResponseEvent(_FiniteKind):
     neighboring_relation = REPLACE_ONE
     WORDS = "{count} randomized-response release(s), noise {e.noise_parameter:g}, {e.num_buckets} buckets"
 
-    @property
+    @cached_property
     def epsilon(self) -> float:
-        """``log((1 - p + p/k) / (p/k))``: the pure-DP level (0 for one bucket, inf for ``p = 0``)."""
+        """``log((1 - p + p/k) / (p/k))``: the pure-DP level (0 for one bucket, inf for ``p = 0``; computed
+        once: the pair, the non-private check and the RDP each ask for it)."""
         p, k = self.noise_parameter, self.num_buckets
         if k == 1 or p == 1.0:
             return 0.0

@@ -69,17 +69,20 @@ def _composed(ev, direction):
         if len(ps) != 1 or not isinstance(ps[0], FinitePair):
             return None
         pairs.append((ps[0], k))
-    u = min((abs(l) for pr, _ in pairs for l in pr.losses if l != 0.0 and math.isfinite(l)), default=1.0)
+    inf = math.inf                               # (-inf < l < inf: l is finite)
+    u = min([abs(l) for pr, _ in pairs for l in pr.losses if l != 0.0 and -inf < l < inf], default=1.0)
     span, total, start, log_fin = 0, None, 0, 0.0
     for pr, k in pairs:
-        n, mass, inf_mass = [], [], []
+        n, mass, p_inf = [], [], -0.0            # (p_inf: the sequential sum of _sum)
         for l, p in zip(pr.losses, pr.p):
-            if l == math.inf:
-                inf_mass.append(p)
-            elif math.isfinite(l):
+            if l == inf:
+                p_inf += p
+            elif l > -inf:
                 x = l / u
-                j = round(x) if math.isfinite(x) else None      # (beyond the lattice's range: None)
-                if j is None or abs(x - j) > 1e-12 * (abs(j) or 1):
+                if not -inf < x < inf:           # beyond the lattice's range
+                    return None
+                j = round(x)
+                if abs(x - j) > 1e-12 * (abs(j) or 1):
                     return None                  # not on the lattice
                 n.append(j)
                 mass.append(p)
@@ -92,8 +95,8 @@ def _composed(ev, direction):
             m[j - lo] += p
         power = m if k == 1 else _power(np.array(m), k)      # (one release: its masses, as a list)
         total, start = (power if total is None else np.convolve(total, power)), start + lo * k
-        p_inf = _sum(inf_mass)
-        log_fin += k * math.log1p(-min(p_inf, 1.0)) if p_inf < 1.0 else -math.inf
+        if p_inf:                                # (a zero adds log1p(0) = 0: nothing)
+            log_fin += k * math.log1p(-p_inf) if p_inf < 1.0 else -inf
     p_inf = -math.expm1(log_fin)
     first = max(0, 1 - start)                    # the first positive lattice point, (start + j) u > 0
     if len(total) - first < FEW:

@@ -172,7 +172,8 @@ def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: 
     Raises:
         InputError: if ``delta`` or a tolerance is out of range.
     """
-    d = checked_delta(delta)
+    # (a float in range -- the accountant's, checked by validation.delta -- is what checked_delta returns)
+    d = delta if type(delta) is float and MIN_DELTA <= delta < 1.0 else checked_delta(delta)
     r, a_tol = _tolerances(rtol, atol)
     return _bracket(pairs, d, r, MEMORY_CAP, None, a_tol)
 
