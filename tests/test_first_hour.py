@@ -144,9 +144,6 @@ class Shell:
         self.clone, self.activate = clone, activate
         self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
         self.env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), self.env.get("PATH", "")])
-        # pip does not byte-compile what it installs (as .ci/run): the lines and what they print are
-        # the same, and Python compiles the modules a command imports when it imports them
-        self.env["PIP_COMPILE"] = "0"
 
     def __call__(self, line: str, cwd: pathlib.Path | None = None, timeout: int = 900) -> str:
         where = shlex.quote(str(cwd or self.clone))
