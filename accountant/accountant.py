@@ -417,6 +417,12 @@ class PrivacyAccountant:
         if self.non_private:
             return EpsilonBracket(math.inf, math.inf, d, 0.0, True, ("a non-private release is composed",),
                                   "non-private")
+        if "pld" in methods and d >= MIN_DELTA and self.supports("pld"):
+            # finite pairs on one lattice: their exact bracket, the answer of the routes below
+            # wherever eps > 0 (no total-variation answer) and RDP is not asked or has no room
+            b = checked_pairs_epsilon(tuple(self._events), d, rtol, atol, exact_only=True)
+            if b is not None and b.lower > 0.0 and ("rdp" not in methods or b.upper <= b.lower * (1.0 + 1e-9)):
+                return b
         kept = tuple(m for m in methods if m == "gdp" or self.supports(m))
         if not kept:
             route = next(m for m in methods if m != "gdp") if set(methods) - {"gdp"} else "gdp"
@@ -439,8 +445,7 @@ class PrivacyAccountant:
         if "pld" in methods:
             try:
                 # (the events were checked as they were composed: only the numbers are checked again)
-                b = checked_pairs_epsilon(tuple(self._events), d, rtol) if atol is None else \
-                    checked_pairs_epsilon(tuple(self._events), d, rtol, atol)
+                b = checked_pairs_epsilon(tuple(self._events), d, rtol, atol)
             except ValueError as exc:          # no grid fits the memory cap: RDP answers
                 if methods == ("pld",):
                     raise

@@ -155,7 +155,8 @@ def pld_epsilon(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMO
     return _bracket(tuple(ev), d, r, cap, h, a_tol)
 
 
-def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: float = 1e-5) -> EpsilonBracket:
+def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: float | None = None,
+                          exact_only: bool = False) -> EpsilonBracket | None:
     """:func:`pld_epsilon` of pairs already checked -- the output of :func:`checked_events`, or an
     accountant's events, which its ``compose`` checked the same way -- on the automatic grid under the
     default memory cap: only ``delta`` and the tolerances are checked here.
@@ -164,18 +165,21 @@ def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: 
         pairs: a non-empty tuple of checked ``(event, count)`` pairs.
         delta: the target delta, in [``MIN_DELTA``, 1).
         rtol: the relative tolerance, in (0, 1].
-        atol: the absolute tolerance on the width, in [0, inf).
+        atol: the absolute tolerance on the width, in [0, inf), or None (1e-5, :func:`pld_epsilon`'s).
+        exact_only: only the exact bracket of finite pairs on one lattice (:mod:`.exact`), the
+            grid's refinement left out.
 
     Returns:
-        The :class:`EpsilonBracket` of :func:`pld_epsilon`.
+        The :class:`EpsilonBracket` of :func:`pld_epsilon`; with ``exact_only``, the exact one or
+        None (an event of another pair, or a lattice too long).
 
     Raises:
         InputError: if ``delta`` or a tolerance is out of range.
     """
     # (a float in range -- the accountant's, checked by validation.delta -- is what checked_delta returns)
     d = delta if type(delta) is float and MIN_DELTA <= delta < 1.0 else checked_delta(delta)
-    r, a_tol = _tolerances(rtol, atol)
-    return _bracket(pairs, d, r, MEMORY_CAP, None, a_tol)
+    r, a_tol = _tolerances(rtol, 1e-5 if atol is None else atol)
+    return lattice_bracket(pairs, d) if exact_only else _bracket(pairs, d, r, MEMORY_CAP, None, a_tol)
 
 
 def _bracket(ev: tuple, d: float, r: float, cap: int, h, a_tol: float) -> EpsilonBracket:
