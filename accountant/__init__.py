@@ -27,6 +27,7 @@ from .tree_events import (ComposedEvent, PoissonSampledEvent, RepeatAndSelectEve
 from .tune import calibrate_parameter
 from .gdp import gdp_delta, gdp_epsilon, gdp_log_delta, gdp_mu
 from .interop import from_dp_event
+from .truncated import TruncatedPoissonGaussianEvent
 from .caches import clear_cache
 from .progress import watching
 from .pld import EpsilonBracket, pld_epsilon
@@ -65,7 +66,7 @@ __all__ = [
     "BallsInBinsGaussianEvent",
     "EventKind", "event_types", "register_kind",
     "LaplaceEvent", "DiscreteLaplaceEvent", "DiscreteGaussianEvent", "RandomizedResponseEvent", "EpsilonDeltaEvent",
-    "ZCDPEvent", "MixtureOfGaussiansEvent", "NonPrivateEvent",
+    "ZCDPEvent", "MixtureOfGaussiansEvent", "NonPrivateEvent", "TruncatedPoissonGaussianEvent",
     "ComposedEvent", "SelfComposedEvent", "PoissonSampledEvent", "WORSampledEvent", "RepeatAndSelectEvent",
     "TreeAggregationEvent", "event_from_json", "event_to_json", "calibrate_parameter",
     "full_batch_form",

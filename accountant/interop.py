@@ -2,8 +2,8 @@
 
 :func:`tree_from_dp_event` reads every tree dp-accounting 0.6's own PLD or RDP accountant takes --
 Gaussian, Laplace, discrete Laplace, randomized response, zCDP, mixture of Gaussians, Poisson and
-without-replacement sampling, composition, self-composition, repeat-and-select, single-epoch tree
-aggregation, non-private and no-op -- but the truncated subsampled Gaussian, node for node
+without-replacement sampling, the truncated subsampled Gaussian, composition, self-composition,
+repeat-and-select, single-epoch tree aggregation, non-private and no-op -- node for node
 (:mod:`.tree_events`); ``from_dp_event(event)`` flattens it into the ``(event, count)`` pairs a
 :class:`~dpcalib.accountant.PrivacyAccountant` composes, so that a dp-accounting user gets dpcalib's
 certified bracket for their own mechanism:
@@ -26,6 +26,7 @@ from . import validation
 from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent
 from .mechanism_events import (DiscreteLaplaceEvent, LaplaceEvent, MixtureOfGaussiansEvent, NonPrivateEvent,
                                RandomizedResponseEvent, ZCDPEvent)
+from .truncated import TruncatedPoissonGaussianEvent
 from .tree_events import (ComposedEvent, PoissonSampledEvent, RepeatAndSelectEvent, SelfComposedEvent,
                           TreeAggregationEvent, WORSampledEvent, flatten)
 
@@ -42,8 +43,19 @@ def _count(event) -> int:
     return event.count
 
 
+def _truncated(e):
+    """dp-accounting's truncated subsampled Gaussian as its PLD accountant reads it: nothing where ``q``,
+    ``B`` or ``n`` is 0, a non-private release at noise 0, else :class:`~.truncated.TruncatedPoissonGaussianEvent`."""
+    if e.sampling_probability == 0 or e.truncated_batch_size == 0 or e.dataset_size == 0:
+        return ComposedEvent(())
+    if e.noise_multiplier == 0:
+        return NonPrivateEvent()
+    return TruncatedPoissonGaussianEvent(e.dataset_size, e.sampling_probability, e.truncated_batch_size,
+                                         e.noise_multiplier)
+
+
 #: dp-accounting event name -> its dpcalib tree (the children read by ``walk``); every tree dp-accounting
-#: 0.6's PLD or RDP accountant accepts is read, but its truncated subsampled Gaussian
+#: 0.6's PLD or RDP accountant accepts is read
 _READERS = {
     "NoOpDpEvent": lambda e, walk: ComposedEvent(()),
     "NonPrivateDpEvent": lambda e, walk: NonPrivateEvent(),
@@ -61,6 +73,7 @@ _READERS = {
     "SampledWithoutReplacementDpEvent": lambda e, walk: WORSampledEvent(e.sample_size, e.source_dataset_size,
                                                                         walk(e.event)),
     "RepeatAndSelectDpEvent": lambda e, walk: RepeatAndSelectEvent(walk(e.event), e.mean, e.shape),
+    "TruncatedSubsampledGaussianDpEvent": lambda e, walk: _truncated(e),
 }
 
 
@@ -75,15 +88,14 @@ def tree_from_dp_event(event):
         A dpcalib event or tree node (:mod:`.tree_events`).
 
     Raises:
-        InputError: if the tree holds an event dpcalib does not read (sampling with replacement, the
-            truncated subsampled Gaussian, an unsupported event), or a bad count.
+        InputError: if the tree holds an event dpcalib does not read (sampling with replacement, an
+            unsupported event), or a bad count.
     """
     name = type(event).__name__
     reader = _READERS.get(name)
     if reader is None:
         raise InputError(f"event={name} is not allowed: expected one of {', '.join(sorted(_READERS))} "
-                         f"(dpcalib reads every tree dp-accounting 0.6's PLD or RDP accountant takes, but "
-                         f"the truncated subsampled Gaussian).")
+                         f"(dpcalib reads every tree dp-accounting 0.6's PLD or RDP accountant takes).")
     return reader(event, tree_from_dp_event)
 
 

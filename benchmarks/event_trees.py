@@ -17,6 +17,11 @@ Three families of trees, each over the kinds both libraries take under one neigh
   accountant only.  Oracle and pass: as ``rdp``.  Not in the default shares (the 2000-tree runs predate
   it): ``run(n, seed, shares=(0, 0, 0, 1))``.
 
+* ``tsg`` (add/remove): truncated Poisson-sampled Gaussians (dp-accounting's
+  ``TruncatedSubsampledGaussianDpEvent``: a Poisson batch cut to at most B records), with full-batch and
+  Poisson-sampled Gaussians, composed and self-composed.  Oracle and pass: as ``pld``.  Not in the
+  default shares: ``run(n, seed, shares=(0, 0, 0, 0, 1))``.
+
 Not here, though both libraries take it: the mixture of Gaussians (dp-accounting's PLD of one takes
 40-200 s; tests/test_mixture_pld.py holds its figures for six trees).
 
@@ -52,6 +57,15 @@ def _leaf(rng, dpa, family, rr):
         n = int(10 ** rng.uniform(1, 5))
         return dpa.SampledWithoutReplacementDpEvent(n, int(rng.integers(1, max(2, n // 10) + 1)),
                                                     dpa.GaussianDpEvent(float(rng.uniform(0.8, 5.0))))
+    if family == "tsg":
+        u = rng.random()
+        if u < 0.15:
+            return dpa.GaussianDpEvent(float(rng.uniform(1.0, 6.0)))
+        q, z = float(10 ** rng.uniform(-2.5, -1)), float(rng.uniform(1.5, 5.0))
+        if u < 0.3:
+            return dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z))
+        n = int(10 ** rng.uniform(2, 5))
+        return dpa.TruncatedSubsampledGaussianDpEvent(n, q, max(1, int(q * n * rng.uniform(0.7, 1.4))), z)
     kinds = ["gauss", "laplace", "dlap", "pgauss", "plap"] + (["zcdp"] if family == "rdp" else [])
     if family == "rdp":
         kinds = ["gauss", "laplace", "pgauss", "zcdp"]
@@ -112,6 +126,8 @@ def draw(rng, dpa, family: str, rr=None):
             continue
         if family == "wor" and not _has(t, "SampledWithoutReplacementDpEvent"):
             continue
+        if family == "tsg" and not _has(t, "TruncatedSubsampledGaussianDpEvent"):
+            continue
         return t
 
 
@@ -139,7 +155,7 @@ def compare(tree, family: str, delta: float, rr=None) -> dict:
     their_t = time.perf_counter() - t0
     out = {"family": family, "delta": delta, "lower": br.lower, "upper": br.upper, "method": br.method,
            "theirs": theirs, "ours_s": ours_t, "theirs_s": their_t, "count": _count(tree)}
-    if family == "pld":
+    if family in ("pld", "tsg"):
         out["ok"] = br.upper <= theirs * (1 + 1e-4) and br.lower <= theirs
     elif family in ("rdp", "wor"):
         out["ok"] = br.upper <= theirs * (1 + 1e-9)
@@ -153,7 +169,7 @@ def compare(tree, family: str, delta: float, rr=None) -> dict:
     return out
 
 
-FAMILIES = ("pld", "rr", "rdp", "wor")
+FAMILIES = ("pld", "rr", "rdp", "wor", "tsg")
 
 
 def run(n: int, seed: int, shares=(0.6, 0.15, 0.25, 0.0), every=None) -> list:
@@ -197,7 +213,7 @@ def summary(rows, command: str) -> str:
         note = ""
         if fam == "rr":
             note = f"dp-accounting's PLD below the closed form's lower end on {sum(x['dpa_low'] for x in r)} trees"
-        oracle = {"rr": "closed form", "pld": "PLD 1e-4"}.get(fam, "RDP")
+        oracle = {"rr": "closed form", "pld": "PLD 1e-4", "tsg": "PLD 1e-4"}.get(fam, "RDP")
         lines.append(f"| {fam} ({oracle}) | {len(r)} | {sum(x['ok'] for x in r)} | {times(r)} | "
                      f"{max(ratio) if ratio else float('nan'):.6f} | {note} |")
     if rows:

@@ -72,7 +72,7 @@ CUT_PROBE_GRID = 0.05
 
 @cached(maxsize=256)
 def cut_level(ev, d: float, cap: int) -> float | None:
-    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pairs._cut`):
+    """Where a bracket of ``eps(d)`` cuts its subsampled pairs' losses (:func:`~.pairs.cut_range`):
     ``min(LOSS_CUT, eps_up + CUT_MARGIN)`` with ``eps_up`` the certified upper end of the bracket on
     the grid CUT_PROBE_GRID (cut at LOSS_CUT), where some pair's losses reach past ADAPT_FROM with P-mass
     beyond ADAPT_FROM at most ``d / k`` (else None: LOSS_CUT, and nothing is composed here).

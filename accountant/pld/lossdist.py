@@ -36,7 +36,7 @@ __all__ = ["rr_pair"]
 class LossPair(Pair):
     """A pair given by the masses of its loss: subclasses implement :meth:`mass`."""
 
-    q = 1.0          # never cut (the cut of :func:`~.pairs._cut` is for subsampled Gaussian pairs)
+    q = 1.0          # never cut (the cut of :func:`~.pairs.cut_range` is for subsampled Gaussian pairs)
     z = 1.0
     edge = None
     decreasing = False

@@ -121,7 +121,7 @@ def _edge_masses(t):
 
 
 #: a subsampled pair's grid ends at losses of +-LOSS_CUT (where the mass beyond is small against
-#: delta, :func:`_cut`): the P-mass beyond goes to +infinity in the
+#: delta, :func:`cut_range`): the P-mass beyond goes to +infinity in the
 #: upper steps (or up to the lowest grid point below) and to an atom at the cut in the lower steps
 #: (:mod:`.discretise`).  Both stay bounds at any cut (moving a loss up only raises the
 #: profile of every composition, moving it down only lowers it: delta(eps) = E_P[(1 - e^(eps -
@@ -271,7 +271,7 @@ class Pair:
     def loss_range(self, tau, cut_mass=None, level=None):
         """Losses beyond which each tail of P has mass at most tau, within the loss's hard edge
         (a subsampled pair's ``log(1 - q)``: the remove pair's minimum, ``-log(1 - q)`` the add
-        pair's maximum) and cut as :func:`_cut` allows (a subsampled pair's: at ``+-level`` where
+        pair's maximum) and cut as :func:`cut_range` allows (a subsampled pair's: at ``+-level`` where
         the mass beyond is at most ``cut_mass``; a full-batch pair is never cut).
 
         Args:
@@ -288,7 +288,7 @@ class Pair:
             hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)    # the loss is <= -log(1 - q)
         else:
             lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)    # the loss is >= log(1 - q)
-        return _cut(self, cut_mass, float(lo), float(hi), level)
+        return cut_range(self, cut_mass, float(lo), float(hi), level)
 
 
 @dataclass(frozen=True)
@@ -701,13 +701,24 @@ class MixturePair(Pair):
         return star - (1e-13 + 1e-12 * abs(star))
 
 
-def _cut(pair, cut_mass, lo: float, hi: float, level: float | None = None) -> tuple:
+def cut_range(pair, cut_mass, lo: float, hi: float, level: float | None = None) -> tuple:
     """A subsampled pair's loss range, cut at ``+-LOSS_CUT`` (:data:`LOSS_CUT`) on each side whose P-mass
     beyond the cut is at most ``cut_mass`` (the discretiser passes ``delta / count``: the step kind's
     cut mass, all its steps together, at most delta).  Where more lies beyond, eps itself is near or
     past the cut and cutting would only loosen the upper end (to +inf: that mass alone exceeds
     delta): the range is kept.  ``cut_mass`` None (the callers that compose in blocks) and a
-    full-batch Gaussian (q = 1: all of its mass at one loss) are never cut."""
+    full-batch Gaussian (q = 1: all of its mass at one loss) are never cut.
+
+    Args:
+        pair: the pair (its ``q`` and :func:`beyond`'s masses are read).
+        cut_mass: the largest P-mass a cut may drop, or None (never cut).
+        lo: the range's lower loss.
+        hi: the range's upper loss.
+        level: the cut level, or None (``LOSS_CUT``).
+
+    Returns:
+        The range ``(lo, hi)``, cut where allowed (a tuple of floats).
+    """
     level = LOSS_CUT if level is None else level
     if cut_mass is None or pair.q >= 1.0 or not (hi > level or lo < -level):
         return lo, hi
