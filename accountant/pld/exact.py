@@ -53,7 +53,8 @@ def lattice_bracket(ev, d: float):
         pm = _composed(ev, direction)
         if pm is None:
             return None
-        lo, up = _root(*pm, d * (1.0 + SLACK), "lower"), _root(*pm, d * (1.0 - SLACK), "upper")
+        root = _root_few if type(pm[0]) is list else _root
+        lo, up = root(*pm, d * (1.0 + SLACK), "lower"), root(*pm, d * (1.0 - SLACK), "upper")
         lower, upper = lo if lo > lower else lower, up if up > upper else upper     # (max's values)
     return EpsilonBracket(lower, upper, d, 0.0, True, ("exact: finite pairs composed on their lattice",))
 
@@ -189,9 +190,7 @@ def _root(lp, pp, p_inf: float, u: float, target: float, side: str) -> float:
     end and up for the upper (at a delta of 1e-8 a single randomized response's root sits 2e-8 below
     its atom, where 1e-16 is 1e-8 of delta).  Between two atoms ``delta(eps) = A - e^eps B`` (``A``,
     ``B`` the sums of ``p`` and ``p e^(-l)`` above them): the root is ``log((A - target) / B)``,
-    confirmed by the sum, else bisected."""
-    if type(lp) is list:
-        return _root_few(lp, pp, p_inf, u, target, side)
+    confirmed by the sum, else bisected.  Arrays (:func:`_root_few`: the lists of fewer than ``FEW`` atoms)."""
     if p_inf > target:
         return math.inf
     g = 1.0 / u + 1.0
@@ -232,6 +231,8 @@ def _root_few(lp, pp, p_inf: float, u: float, target: float, side: str) -> float
     if p_inf - s <= target:
         return 0.0
     n = len(ls)                           # the atoms around the root: as _root's
+    if n == 1:                            # (one atom: hi = 0, lo = -1, no guess or confirmation, one-term sums)
+        return _end(ls, pp, p_inf, target, side, 0.0, float(ls[0]), p_inf + (-0.0 + pp[0]), -0.0 + w[0])
     hi, a, b = n - 1, 0.0, 0.0
     for j in range(n - 2, -1, -1):        # (_first_below's guess)
         a, b = a + pp[j + 1], b + w[j + 1]
