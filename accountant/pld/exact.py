@@ -63,9 +63,9 @@ def _composed(ev, direction):
     """``(losses, P-masses, P(L = +inf), unit)`` of the composition on the lattice, or None: its
     positive losses carrying mass, increasing (every delta of :func:`_root` is at ``eps >= 0``), as
     lists where they are fewer than ``FEW``.  The few atoms of each pair are read in Python (exact: a
-    minimum, roundings, comparisons); the compositions are numpy's convolutions (a Python one is not
-    the same in floating point: numpy's dot products are BLAS's, fused multiply-adds where the CPU has
-    them)."""
+    minimum, roundings, comparisons); the compositions are numpy's convolutions (a sequential Python one
+    is not the same in floating point: numpy's dot product per output is BLAS's, measured to differ in
+    the last bit for ~9 % of the outputs of short random vectors)."""
     pairs = []
     for e, k in ev:
         ps = dominating_pairs(e, direction)
