@@ -177,7 +177,7 @@ class PrivacyAccountant:
         if k and leaves:
             # a sampled event that uses every record is stored as the full-batch Gaussian it is
             # (exact GDP then answers); its relation is kept here
-            self._events.extend((full_batch_form(e), m * k) for e, m in leaves)
+            self._events += [(full_batch_form(e), m * k) for e, m in leaves]
             self._relation = rel or current
         return self
 
@@ -406,9 +406,9 @@ class PrivacyAccountant:
             InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an
                 unknown name, or ``methods == ("pld",)`` and the PLD cannot answer.
         """
-        d = validation.delta(delta)
+        d = delta if type(delta) is float and 0.0 < delta < 1.0 else validation.delta(delta)   # (a float in range: as is)
         rtol = RTOL if rtol is None else rtol
-        bad = set(methods) - {"gdp", "pld", "rdp"}
+        bad = () if methods == ("gdp", "pld", "rdp") else set(methods) - {"gdp", "pld", "rdp"}
         if not methods or bad:
             raise InputError(f"methods={methods!r} is not allowed: expected a non-empty subset of "
                              f"('gdp', 'pld', 'rdp').")

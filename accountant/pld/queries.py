@@ -111,6 +111,8 @@ def _cap(memory_cap) -> int:
 
 def _tolerances(rtol, atol) -> tuple:
     """``(rtol, atol)`` checked: rtol in (0, 1], atol in [0, inf)."""
+    if type(rtol) is float and type(atol) is float and 0.0 < rtol <= 1.0 and 0.0 <= atol < math.inf:
+        return rtol, atol                 # (floats in range: what the checks return, without them)
     return (validation.in_range(rtol, "rtol", 0.0, 1.0, low_open=True),
             validation.in_range(atol, "atol", 0.0, math.inf, high_open=True))
 
