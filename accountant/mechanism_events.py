@@ -398,7 +398,7 @@ class MixtureOfGaussiansEvent(EventKind):
         Returns:
             A tuple of pairs, or None.
         """
-        from .pld.pairs import MixturePair
+        from .pld.mixture import MixturePair
 
         c = self._one_sign()
         if c is None:

@@ -1,4 +1,4 @@
-"""The mixture of Gaussians' PLD pair (:class:`~dpcalib.accountant.pld.pairs.MixturePair`): its bracket
+"""The mixture of Gaussians' PLD pair (:class:`~dpcalib.accountant.pld.mixture.MixturePair`): its bracket
 against dpcalib's Poisson-sampled Gaussian (the mixture ``((0, 1), (1 - q, q))`` is that event), against
 dp-accounting's PLD accountant (value_discretization_interval 1e-4, pessimistic; its mixture accounting
 takes minutes a tree, so the references are recorded below and one cheap tree is checked live), and
@@ -20,7 +20,8 @@ from dpcalib.accountant import (
     PrivacyAccountant,
 )
 from dpcalib.accountant.pld import pld_delta
-from dpcalib.accountant.pld.pairs import MixturePair, dominating_pairs
+from dpcalib.accountant.pld.mixture import MixturePair
+from dpcalib.accountant.pld.pairs import dominating_pairs
 from dpcalib.accountant.validation import InputError
 
 #: the acceptance of benchmarks/event_trees.py: upper <= dp-accounting's pessimistic eps * (1 + 1e-4)
