@@ -217,7 +217,8 @@ def cross_check(accountant, delta) -> dict:
     """``accountant``'s eps beside dp-accounting's (RDP, and PLD where it supports the events).
 
     Returns a dict with keys ``ours`` (the ``epsilon_report(accountant="best")`` value),
-    ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion),
+    ``ours_method``, ``ours_rdp`` (our RDP answer with the improved conversion; None, with a note, where
+    RDP refuses an event),
     ``ours_pld_lower``/``ours_pld_upper`` (our PLD bracket), ``dp_accounting_rdp``,
     ``dp_accounting_pld``, ``opacus_prv`` (Opacus's PRV accountant, Poisson/full-batch
     add/remove only, None where unsupported or not installed) and ``notes``.
@@ -238,8 +239,12 @@ def cross_check(accountant, delta) -> dict:
 
     d = validation.delta(delta)
     ours = accountant.epsilon_report(d, accountant="best")
-    ours_rdp = accountant.epsilon_report(d, accountant="rdp" if accountant.supports("rdp") else "best")
     notes = []
+    if accountant.supports("rdp"):
+        ours_rdp = accountant.epsilon_report(d, accountant="rdp").epsilon
+    else:
+        ours_rdp = None
+        notes.append(f"no RDP answer of ours: {accountant.refusal('rdp')}")
     try:
         pld = accountant.epsilon_bracket(d, methods=("pld",))
         pld_lower, pld_upper = pld.lower, pld.upper
@@ -254,7 +259,7 @@ def cross_check(accountant, delta) -> dict:
     except InputError as exc:           # balls-in-bins: no anchor accounts for it
         notes.append(f"no second opinion: {exc} (neither dp-accounting's accountants nor Opacus's PRV "
                      "accountant take this sampling)")
-        return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
+        return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp,
                 "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper, "dp_accounting_rdp": None,
                 "dp_accounting_pld": None, "opacus_prv": None, "delta": d,
                 "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}
@@ -296,7 +301,7 @@ def cross_check(accountant, delta) -> dict:
     if caught.messages:
         notes.append(f"dp-accounting warned {len(caught.messages)} time(s), e.g.: {caught.messages[0]}")
     prv = _opacus_prv(accountant, d, notes) if heavy is None else None
-    return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp.epsilon,
+    return {"ours": ours.epsilon, "ours_method": ours.method, "ours_rdp": ours_rdp,
             "ours_pld_lower": pld_lower, "ours_pld_upper": pld_upper,
             "dp_accounting_rdp": dpa_rdp, "dp_accounting_pld": dpa_pld, "opacus_prv": prv,
             "delta": d, "neighboring_relation": rel or ADD_REMOVE, "notes": tuple(notes)}

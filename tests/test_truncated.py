@@ -222,3 +222,11 @@ def test_the_flag_and_a_calibration_of_the_noise(capsys):
     assert eps <= 8.0
     assert PrivacyAccountant().compose(TruncatedPoissonGaussianEvent(1000, 0.1, 120, z * (1 - 1e-3)), 100) \
         .get_epsilon(1e-5) > 8.0 * (1 - 1e-3)
+
+
+def test_cross_check_gives_no_rdp_answer_where_rdp_refuses():
+    pytest.importorskip("dp_accounting")
+    cc = PrivacyAccountant().compose(TruncatedPoissonGaussianEvent(1000, 0.1, 120, 1.0), 10).cross_check(1e-5)
+    assert cc["ours_rdp"] is None and cc["dp_accounting_rdp"] is None
+    assert any("no RDP answer of ours" in n for n in cc["notes"])
+    assert cc["ours_pld_lower"] <= cc["dp_accounting_pld"] <= cc["ours_pld_upper"] * (1 + 1e-4)
