@@ -35,12 +35,16 @@ from scipy import special, stats
 from . import validation
 from .events import ADD_REMOVE
 from .kinds import EventKind, register_kind
+from .pld.lossdist import eps_delta_pair
 from .pld.pairs import AddPair, Pair, RemovePair, cut_range
 
 __all__ = ["TruncatedPoissonGaussianEvent"]
 
 #: double-precision unit round-off, the scale of :class:`ReplacePair`'s one-sided margins
 _EPS = float(np.finfo(float).eps)
+#: noise multipliers outside this range take the (0, TV) pair (``z^2`` of the pairs' inverses would leave
+#: the double range near 1e154 and 1e-162; the step is nearly that pair there anyway)
+NOISE_RANGE = (1e-100, 1e100)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class ReplacePair(Pair):
         z2 = self.z * self.z
         if self.q >= 1.0:
             x = 0.5 * z2 * ell
-            return x, 8.0 * _EPS * np.abs(x)
+            return x, 8.0 * _EPS * np.abs(x) + 5e-324
         lb, lk = math.log1p(-self.q), math.log(self.q) - 0.5 / z2
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             lm = np.log(-np.expm1(-ell))                  # log(1 - e^-ell): -inf at ell = 0
@@ -116,7 +120,8 @@ class ReplacePair(Pair):
         a = np.abs(e)
         fin = np.isfinite(a)
         xa, m = self._x_of(np.where(fin, a, 0.0))
-        x = np.where(fin, np.sign(e) * xa - m, e)          # (+-inf stays +-inf)
+        with np.errstate(invalid="ignore"):
+            x = np.where(fin, np.sign(e) * xa - m, e)      # (+-inf stays +-inf)
         return np.minimum.accumulate(x[::-1])[::-1]
 
     def loss_range(self, tau, cut_mass=None, level=None):
@@ -199,7 +204,9 @@ class TruncatedPoissonGaussianEvent(EventKind):
     (dp-accounting's ``TruncatedSubsampledGaussianDpEvent``; add-or-remove, both directions composed).
 
     Attributes:
-        dataset_size: ``n``, the number of records, an integer >= 1.
+        dataset_size: ``n``, the number of records of the dataset that holds the differing record, an
+            integer >= 1 (dp-accounting's convention): under add/remove the larger of the two neighbours, so
+            a run over N records is covered for both of its neighbours by ``n = N + 1``.
         sampling_probability: ``q``, each record's chance to be drawn, in [0, 1].
         truncated_batch_size: ``B``, the most records a batch keeps, an integer >= 1.
         noise_multiplier: ``sigma``, noise std / L2 sensitivity, in (0, inf).
@@ -240,7 +247,9 @@ class TruncatedPoissonGaussianEvent(EventKind):
     def pld_pairs(self, direction):
         """``(DisjointPair(((1 - t, Poisson pair), (t, ReplacePair(sigma / 2, q')))),)``: the pair of the module's
         docstring in ``direction`` (the Poisson part's; the replace part is symmetric); the Poisson pair alone
-        where ``t = 0``; ``()`` where ``q = 0``.
+        where ``t = 0``, the replace pair alone where ``t = 1``; ``()`` where ``q = 0``; outside
+        :data:`NOISE_RANGE`, the (0, TV)-DP pair of Kairouz, Oh & Viswanath (Thm 2.1), TV the step's
+        :meth:`total_variation`.
 
         Args:
             direction: ``"remove"`` or ``"add"``.
@@ -251,10 +260,15 @@ class TruncatedPoissonGaussianEvent(EventKind):
         q, z = self.sampling_probability, self.noise_multiplier
         if q == 0.0:
             return ()
+        if not NOISE_RANGE[0] <= z <= NOISE_RANGE[1]:
+            # every mechanism whose outputs are within total variation TV is (0, TV)-DP, dominated by KOV's pair
+            return (eps_delta_pair(0.0, self.total_variation()),)
         first = (RemovePair if direction == "remove" else AddPair)(z, q)
         t, q2 = self.weights
         if t == 0.0 or q2 == 0.0:
             return (first,)
+        if t == 1.0:
+            return (ReplacePair(0.5 * z, q2),)
         return (DisjointPair(((1.0 - t, first), (t, ReplacePair(0.5 * z, q2)))),)
 
     def total_variation(self) -> float:

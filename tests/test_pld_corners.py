@@ -266,3 +266,16 @@ def test_refinement_stops_where_a_floor_shows(monkeypatch):
     now = pld_epsilon([(ev, 37)], 1.1545065346121449e-10)
     assert now.converged and now.discretization > 1e-3 and now.width <= 3e-5 * now.upper
     assert b.lower <= now.upper and now.lower <= b.upper
+
+
+
+@pytest.mark.parametrize("z", [2e154, 1e300])
+def test_a_poisson_step_whose_noise_squared_overflows_never_hides_the_gaussian_beside_it(z):
+    # the remove pair's inverse overflows past z ~ 1.3e154: its NaN masses were read as no mass (eps = 0 for
+    # the whole composition); now that pair is over the cap and RDP answers, at or above the Gaussian's eps
+    from dpcalib.accountant import GaussianEvent, PoissonSampledGaussianEvent, PrivacyAccountant, gdp_epsilon
+
+    acc = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.1, z), 10).compose(GaussianEvent(1.0))
+    br = acc.epsilon_bracket(1e-5)
+    assert br.upper >= gdp_epsilon(1.0, 1e-5) * (1 - 1e-9)
+    assert acc.get_epsilon(1e-5) >= gdp_epsilon(1.0, 1e-5) * (1 - 1e-9)

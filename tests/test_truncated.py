@@ -81,13 +81,14 @@ def _delta_part(kind, z, q, eps):
 
 
 def _weights(n, q, B):
-    """(t, q') by exact binomial sums (mpmath), independent of scipy."""
-    q = mp.mpf(q)
+    """(t, q') by exact binomial sums (mpmath, 40 digits), independent of scipy."""
+    with mp.workdps(40):
+        q = mp.mpf(q)
 
-    def sf(k, m):                                     # P(Binom(m, q) > k)
-        return mp.fsum(mp.binomial(m, j) * q ** j * (1 - q) ** (m - j) for j in range(k + 1, m + 1))
-    t = sf(B - 1, n - 1)
-    return t, (sf(B, n) * B / t / n if t > 0 else mp.mpf(0))
+        def sf(k, m):                                 # P(Binom(m, q) > k)
+            return mp.fsum(mp.binomial(m, j) * q ** j * (1 - q) ** (m - j) for j in range(k + 1, m + 1))
+        t = sf(B - 1, n - 1)
+        return t, (sf(B, n) * B / t / n if t > 0 else mp.mpf(0))
 
 
 def _delta_step(n, q, B, sigma, eps):
@@ -160,6 +161,7 @@ def test_dp_accountings_degenerate_steps_read_as_its_pld_reads_them():
     dpa = pytest.importorskip("dp_accounting")
     assert from_dp_event(dpa.TruncatedSubsampledGaussianDpEvent(1000, 0.0, 10, 1.0)) == []
     assert from_dp_event(dpa.TruncatedSubsampledGaussianDpEvent(1000, 0.1, 0, 1.0)) == []
+    assert from_dp_event(dpa.TruncatedSubsampledGaussianDpEvent(0, 0.1, 10, 1.0)) == []
     acc = PrivacyAccountant.from_dp_event(dpa.TruncatedSubsampledGaussianDpEvent(1000, 0.1, 10, 0.0))
     assert acc.get_epsilon(1e-5) == math.inf
 
@@ -230,3 +232,47 @@ def test_cross_check_gives_no_rdp_answer_where_rdp_refuses():
     assert cc["ours_rdp"] is None and cc["dp_accounting_rdp"] is None
     assert any("no RDP answer of ours" in n for n in cc["notes"])
     assert cc["ours_pld_lower"] <= cc["dp_accounting_pld"] <= cc["ours_pld_upper"] * (1 + 1e-4)
+
+
+
+@pytest.mark.parametrize("n,q,B,sigma", [(1000, 0.1, 120, 1.0), (200, 0.3, 50, 2.0), (64, 0.5, 1, 3.0)])
+def test_one_step_against_dp_accountings_analytic_parts(n, q, B, sigma):
+    # dp-accounting's own analytic delta of each part (its GaussianPrivacyLoss, REMOVE / ADD at sigma and
+    # rate q, REPLACE at sigma / 2 and rate q'), mixed with the weights: an oracle of the pair's definition
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
+
+    ev = TruncatedPoissonGaussianEvent(n, q, B, sigma)
+    t, q2 = ev.weights
+
+    def delta(eps):
+        rep = GaussianPrivacyLoss(sigma / 2, sampling_prob=q2, adjacency_type=AdjacencyType.REPLACE)
+        return max((1 - t) * GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adj).get_delta_for_epsilon(eps)
+                   + t * rep.get_delta_for_epsilon(eps) for adj in (AdjacencyType.REMOVE, AdjacencyType.ADD))
+    br = PrivacyAccountant().compose(ev).epsilon_bracket(1e-5, rtol=1e-6)
+    assert delta(br.upper) <= 1e-5 * (1 + 1e-6)
+    assert delta(br.lower) >= 1e-5 * (1 - 1e-6)
+
+
+def test_total_variation_bounds_delta_at_zero_and_answers_eps_zero():
+    # the total variation is delta(0) of the step's pair (the closed form, mpmath); where it is at most delta
+    # the answer is eps = 0 exactly
+    for n, q, B, sigma in [(1000, 0.1, 120, 1.0), (64, 0.5, 1, 3.0), (500, 0.02, 8, 1.2)]:
+        tv = TruncatedPoissonGaussianEvent(n, q, B, sigma).total_variation()
+        assert tv >= float(_delta_step(n, q, B, sigma, 0.0)) * (1 - 1e-12)
+    ev = TruncatedPoissonGaussianEvent(1000, 1e-9, 5, 1.0)
+    br = PrivacyAccountant().compose(ev, 10).epsilon_bracket(1e-5)
+    assert (br.lower, br.upper, br.method) == (0.0, 0.0, "tv")
+
+
+@pytest.mark.parametrize("sigma", [1e-300, 1e-120, 1e120, 3e154, 1e300])
+def test_extreme_noise_is_never_below_the_gaussian_beside_it(sigma):
+    # z^2 leaves the double range near 1e154 and 1e-162: the (0, TV) pair takes over, so a Gaussian composed
+    # beside the step is never reported below its own exact eps (NaN masses once read as eps = 0)
+    from dpcalib.accountant import GaussianEvent, gdp_epsilon
+
+    acc = PrivacyAccountant().compose(TruncatedPoissonGaussianEvent(1000, 0.1, 50, sigma), 10).compose(GaussianEvent(1.0))
+    br = acc.epsilon_bracket(1e-5)
+    assert br.upper >= gdp_epsilon(1.0, 1e-5) * (1 - 1e-9) and br.lower <= br.upper
+    if sigma > 1.0:
+        assert br.upper <= gdp_epsilon(1.0, 1e-5) * (1 + 1e-4)

@@ -76,6 +76,10 @@ def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, lev
     i1 = math.ceil(hi / h) + 1
     edges = np.arange(i0, i1 + 1, dtype=float) * h
     P, Q, p_below, p_above = pair.bins(edges)
+    # (a pair whose masses are not numbers -- its inverse overflowed, noise past ~1e154 -- is not
+    # discretised: over the cap, another route answers; NaN masses read as no mass gave eps = 0)
+    if not (np.isfinite(P).all() and np.isfinite(Q).all() and math.isfinite(p_below) and math.isfinite(p_above)):
+        raise OverCap
     b = Bins(i0, P, Q, p_below, p_above)        # never modified by its users
     size = P.nbytes + Q.nbytes
     if size <= _BINS_BYTES // 2:

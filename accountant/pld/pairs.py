@@ -168,12 +168,14 @@ class Pair:
             small = np.log(np.maximum(np.expm1(np.where(big, 0.0, ell)) + self.q, 0.0))
             large = ell + np.log1p(-(1.0 - self.q) * np.exp(-np.where(big, ell, 1.0)))
         inner = np.where(big, large, small) - math.log(self.q)
-        return self.z * self.z * inner + 0.5
+        with np.errstate(invalid="ignore", over="ignore"):     # (z^2 past the double range: NaN, refused by bins_of)
+            return self.z * self.z * inner + 0.5
 
     def _mix_loss(self, x):
         """``log(1 - q + q e^s(x))``, ``s = (x - 1/2) / z^2``: the loss of the remove pair."""
         x = np.asarray(x, dtype=float)
-        s = (x - 0.5) / (self.z * self.z)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            s = (x - 0.5) / (self.z * self.z)
         with np.errstate(divide="ignore"):
             return np.logaddexp(math.log1p(-self.q) if self.q < 1 else -np.inf, math.log(self.q) + s)
 
