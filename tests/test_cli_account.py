@@ -76,6 +76,8 @@ FLAGS = {
                              "2:0,1:0.5:10", "summing to 1"),
     "tree-aggregation": ("2:3,1:5", ("TreeAggregationEvent", 2.0, (3, 1)), 5, "2:0:5", "not all 0"),
     "non-private": ("1", ("NonPrivateEvent",), 1, "x", "integer count"),
+    "truncated-subsampled-gaussian": ("1000:0.1:120:1:20", ("TruncatedPoissonGaussianEvent", 1000, 0.1, 120, 1.0), 20,
+                                      "1000:0.1:0:1:20", "[1, inf]"),
 }
 
 
