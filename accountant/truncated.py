@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from . import validation
 from .events import ADD_REMOVE
@@ -238,6 +238,8 @@ class TruncatedPoissonGaussianEvent(EventKind):
     def weights(self) -> tuple:
         """``(t, q')``: the chance of truncation given the record is drawn, ``P(Binom(n - 1, q) >= B)``, and the
         record's chance to be kept given truncation, ``P(Binom(n, q) > B) B / (t n)`` (``q' = 0`` where ``t = 0``)."""
+        from scipy import stats          # (here: scipy.stats costs every command line's start ~0.3 s)
+
         n, q, b = self.dataset_size, self.sampling_probability, self.truncated_batch_size
         t = float(stats.binom.sf(b - 1, n - 1, q)) if q > 0.0 else 0.0
         if t <= 0.0:

@@ -13,7 +13,7 @@ PLD = ROOT / "accountant" / "pld"
 ACCOUNTANT = ROOT / "accountant"
 
 #: the declared order; the package's docstring draws it too
-CHAIN = ("pairs", "lossdist", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
+CHAIN = ("pairs", "mixture", "lossdist", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
          "bracket", "blocks", "profile", "grid", "refine", "exact", "queries")
 
 
@@ -108,11 +108,12 @@ def test_what_the_chain_leans_on_never_imports_it_back():
 
 def test_inputs_are_checked_only_at_the_entrance():
     """Only queries.py imports the validation helpers (pairs.py raises InputError for an event kind its
-    dispatch does not know, and refine.py for a memory cap no grid fits: outcomes, not checks)."""
+    dispatch does not know, mixture.py for sensitivities its pair cannot take, and refine.py for a memory
+    cap no grid fits: outcomes, not checks)."""
     users = {name for name in CHAIN
              if any(t == "dpcalib.accountant.validation" for t, _ in _imports(PLD / f"{name}.py",
                                                                               ("dpcalib", "accountant", "pld")))}
-    assert users <= {"queries", "pairs", "refine"}, users
+    assert users <= {"queries", "pairs", "mixture", "refine"}, users
     for name in CHAIN[:-1]:
         src = (PLD / f"{name}.py").read_text()
         assert "validation." not in src and "checked_events(" not in src, name
