@@ -36,7 +36,7 @@ from . import validation
 from .events import ADD_REMOVE
 from .kinds import EventKind, register_kind
 from .pld.lossdist import eps_delta_pair
-from .pld.pairs import AddPair, Pair, RemovePair, cut_range
+from .pld.pairs import AddPair, Pair, RemovePair
 
 __all__ = ["TruncatedPoissonGaussianEvent"]
 
@@ -55,7 +55,8 @@ class ReplacePair(Pair):
 
         ``L(x) = log(1 - q + q e^((x - 1/2) / z^2)) - log(1 - q + q e^((-x - 1/2) / z^2))``
 
-    is increasing and odd (``L(-x) = -L(x)``), unbounded both ways: no hard edge.
+    is increasing and odd (``L(-x) = -L(x)``), unbounded both ways: no hard edge (:meth:`~.pld.pairs.Pair.loss_range`
+    cuts no side).
 
     Attributes:
         z: the noise multiplier, noise std / L2 sensitivity of one record's part, > 0.
@@ -123,21 +124,6 @@ class ReplacePair(Pair):
         with np.errstate(invalid="ignore"):
             x = np.where(fin, np.sign(e) * xa - m, e)      # (+-inf stays +-inf)
         return np.minimum.accumulate(x[::-1])[::-1]
-
-    def loss_range(self, tau, cut_mass=None, level=None):
-        """Losses beyond which each tail of P has mass at most ``tau``, cut as :func:`~.pld.pairs.cut_range`
-        allows (no hard edge: the loss is unbounded both ways).
-
-        Args:
-            tau: the largest P-mass of each tail beyond the range, > 0.
-            cut_mass: the largest P-mass a cut at ``+-level`` may drop (None: never cut).
-            level: the cut level (None: ``LOSS_CUT``).
-
-        Returns:
-            A tuple ``(lo, hi)`` of floats.
-        """
-        lo, hi = self._tails(tau)
-        return cut_range(self, cut_mass, float(lo), float(hi), level)
 
     def total_variation(self) -> float:
         """``q erf(1 / (sqrt(2) z))``: the two Gaussians' total variation times ``q`` (joint convexity).

@@ -272,8 +272,8 @@ class Pair:
 
     def loss_range(self, tau, cut_mass=None, level=None):
         """Losses beyond which each tail of P has mass at most tau, within the loss's hard edge
-        (a subsampled pair's ``log(1 - q)``: the remove pair's minimum, ``-log(1 - q)`` the add
-        pair's maximum) and cut as :func:`cut_range` allows (a subsampled pair's: at ``+-level`` where
+        (:attr:`edge`: a subsampled pair's ``log(1 - q)``, the remove pair's minimum, ``-log(1 - q)`` the
+        add pair's maximum; None, no edge) and cut as :func:`cut_range` allows (a subsampled pair's: at ``+-level`` where
         the mass beyond is at most ``cut_mass``; a full-batch pair is never cut).
 
         Args:
@@ -287,9 +287,8 @@ class Pair:
         lo, hi = self._tails(tau)
         if self.decreasing:
             lo, hi = hi, lo                                                 # the loss decreases in x
-            hi = min(hi, -math.log1p(-self.q) if self.q < 1 else np.inf)    # the loss is <= -log(1 - q)
-        else:
-            lo = max(lo, math.log1p(-self.q) if self.q < 1 else -np.inf)    # the loss is >= log(1 - q)
+        if self.edge is not None:                   # the loss is >= the edge (remove), <= it (add)
+            lo, hi = (lo, min(hi, self.edge)) if self.decreasing else (max(lo, self.edge), hi)
         return cut_range(self, cut_mass, float(lo), float(hi), level)
 
 
