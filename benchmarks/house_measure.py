@@ -81,13 +81,18 @@ def size() -> dict:
             "package_surface": surface}
 
 
-def _holds(value, marks, depth=1) -> bool:
+#: the typed sampling values a sampling trace follows by their type's name: the names the issue's plan
+#: guessed before they existed, and the two that exist (``mechanisms/shape.py``'s ``Sampling`` and ``Run``)
+SAMPLING_TYPES = ("Poisson", "Shuffle", "BallsInBins", "FixedSize", "FullBatch", "RunShape", "Sampling", "Run")
+
+
+def _holds(value, marks, depth=1, types=()) -> bool:
     try:
         if any(type(value) is type(m) and value == m for m in marks):
             return True
     except Exception:  # noqa: BLE001 -- a value whose == is not a bool (a tensor)
         pass
-    if type(value).__name__ in ("Poisson", "Shuffle", "BallsInBins", "FixedSize", "FullBatch", "RunShape"):
+    if type(value).__name__ in types:
         return True
     if depth == 0:
         return False
@@ -101,11 +106,12 @@ def _holds(value, marks, depth=1) -> bool:
         items = list(vars(value).values())
     else:
         return False
-    return any(_holds(v, marks, depth - 1) for v in items[:64])
+    return any(_holds(v, marks, depth - 1, types) for v in items[:64])
 
 
-def trace(run, marks) -> dict:
-    """Run ``run()`` under ``sys.settrace``; the package files whose calls carry one of ``marks``."""
+def trace(run, marks, types=()) -> dict:
+    """Run ``run()`` under ``sys.settrace``; the package files whose calls carry one of ``marks`` or a value of one
+    of the ``types`` (by name)."""
     seq = []
     roots = tuple(str(ROOT / top) + os.sep for top in PACKAGE)
 
@@ -117,7 +123,7 @@ def trace(run, marks) -> dict:
             return None
         code = frame.f_code
         args = [frame.f_locals.get(name) for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]]
-        if any(_holds(a, marks) for a in args):
+        if any(_holds(a, marks, types=types) for a in args):
             rel = os.path.relpath(f, ROOT)
             if not seq or seq[-1] != rel:
                 seq.append(rel)
@@ -166,8 +172,8 @@ def measure() -> dict:
     out = size()
     calib = ["calibrate", "dp-sgd", "--epsilon", "2", "--delta", "1e-5", "--sampling-rate", str(RATE), "--steps", "150"]
     out["noise_multiplier_engine"] = trace(_engine, (NOISE,))
-    out["sampling_cli"] = trace(lambda: _cli(calib), (RATE, "poisson"))
-    out["sampling_engine"] = trace(_engine, (RATE, "poisson"))
+    out["sampling_cli"] = trace(lambda: _cli(calib), (RATE, "poisson"), SAMPLING_TYPES)
+    out["sampling_engine"] = trace(_engine, (RATE, "poisson"), SAMPLING_TYPES)
     return out
 
 
