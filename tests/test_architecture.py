@@ -17,7 +17,8 @@ from tests.builders import build, mlp  # noqa: E402
 
 OPTIM = Path(O.__file__).resolve().parent
 #: the files that define an optimizer update (and the shared base of the updates)
-UPDATE_FILES = ("algorithms/core.py", "algorithms/sgd.py", "algorithms/diff2.py", "algorithms/d2p.py")
+UPDATE_FILES = ("algorithms/core.py", "algorithms/noise.py", "algorithms/sgd.py", "algorithms/diff2.py",
+                "algorithms/d2p.py")
 #: what belongs to the checks, never to an update
 CHECK_WORDS = ("canary", "canaries", "set_canary", "canary_forced", "wor_coupling", "FollowerSource",
                "ReplaySource", "GradientCanary", "ForcedRecord", "WORCoupling", "audit", "probe")

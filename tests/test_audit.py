@@ -13,7 +13,7 @@ import dpcalib.mechanisms as M
 import dpcalib.optim as O
 from dpcalib.optim import audit as A
 from dpcalib.optim.audit import bounds as audit_bounds
-from dpcalib.optim.algorithms.core import NoiseSource
+from dpcalib.optim.algorithms.noise import NoiseSource
 
 from tests import oracles
 from tests.builders import NAMES, build, mlp

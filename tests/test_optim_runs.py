@@ -9,7 +9,7 @@ import torch
 
 import dpcalib.mechanisms as M
 import dpcalib.optim as O
-from dpcalib.optim.algorithms.core import NoiseSource
+from dpcalib.optim.algorithms.noise import NoiseSource
 
 from tests.builders import DELTA, NAMES, build, data, mlp, shards  # noqa: F401
 

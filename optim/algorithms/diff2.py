@@ -314,7 +314,7 @@ class DIFF2BVR(DIFF2GD):
         """The noise source the clients' local releases are drawn from (a check may override it).
 
         Returns:
-            The run's :class:`~dpcalib.optim.algorithms.core.NoiseSource` (row p: client p's stream).
+            The run's :class:`~dpcalib.optim.algorithms.noise.NoiseSource` (row p: client p's stream).
         """
         return self.privatizer
 

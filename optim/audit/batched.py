@@ -20,7 +20,7 @@ and on D', draws the noise and scores the release.  What this module adds:
   and std, ``mechanism.std`` being the one owner of the rule), the clipping rule from
   :func:`optim.clipping.clip_factors`;
 * the noise of run i from run i's own generator, seeded exactly as the sequential run with the
-  same seed seeds its :class:`~dpcalib.optim.algorithms.core.NoiseSource`, drawn in the same order with the same
+  same seed seeds its :class:`~dpcalib.optim.algorithms.noise.NoiseSource`, drawn in the same order with the same
   shape and dtype: the sequential path is the oracle, and both give the same statistic per run
   (up to floating-point reassociation of the clipped sums; tests: float64 to 1e-9).
 
@@ -38,7 +38,7 @@ import torch
 
 from ...accountant.validation import InputError
 from ...mechanisms.registry import names
-from ..algorithms.core import split_public, stream_seeds
+from ..algorithms.noise import split_public
 from ..algorithms.kernels import Queries
 from ..tensors import flat
 from .canaries import plant
@@ -46,6 +46,7 @@ from .lockstep import gaussian_llr
 from ..clipping.paths import clip_factors
 from ..clipping.points import clipped_point_sums, point_grads
 from ..clipping.precision import DIFFERENCE_DTYPE, widened
+from ..randomness import stream_seeds
 
 __all__ = ["supports_batching"]
 
@@ -66,7 +67,7 @@ def supports_batching(opt) -> bool:
 
 def _noise_sources(template, seeds) -> list:
     """Run i's noise source: the template's NoiseSource class, seeded as the sequential run with
-    ``seeds[i]`` seeds its own (``core.stream_seeds``), so every draw goes through the same code."""
+    ``seeds[i]`` seeds its own (:func:`~dpcalib.optim.randomness.stream_seeds`), so every draw goes through the same code."""
     cls = type(template.privatizer)
     return [cls(stream_seeds(s)[1], template.device, template.dtype) for s in seeds]
 

@@ -64,7 +64,7 @@ def noise_std_test(releases, level: float = 1e-3) -> NoiseStdTest:
     the interval on the ratio is at confidence ``1 - level``.
 
     Args:
-        releases: recorded :class:`~dpcalib.optim.algorithms.core.Release` objects, with their noise.
+        releases: recorded :class:`~dpcalib.optim.algorithms.noise.Release` objects, with their noise.
         level: the significance, in (0, 1).
 
     Returns:
@@ -140,7 +140,7 @@ def noise_pooled_test(releases, level: float = 1e-3, power: float = 0.999) -> No
     """Kolmogorov-Smirnov test of all recorded noise coordinates, pooled, against N(0, 1).
 
     Args:
-        releases: recorded :class:`~dpcalib.optim.algorithms.core.Release` objects (std 0 skipped).
+        releases: recorded :class:`~dpcalib.optim.algorithms.noise.Release` objects (std 0 skipped).
         level: significance alpha, in (0, 1) (a correct sampler fails one run in 1/alpha).
         power: 1 - beta, in (0, 1), for the ``detectable`` distance (see the module text).
 

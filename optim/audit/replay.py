@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...accountant.validation import InputError
-from ..algorithms.core import NoiseSource, split_public
+from ..algorithms.noise import NoiseSource, split_public
 
 __all__ = []
 

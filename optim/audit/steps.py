@@ -34,7 +34,7 @@ import torch
 from ...accountant import gdp_epsilon
 from ...accountant.validation import InputError, integer
 from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SHUFFLE, WOR, SAMPLINGS as RUN_SAMPLINGS
-from ..algorithms.core import Release
+from ..algorithms.noise import Release
 from ..randomness import choose_seed
 from .bounds import CONFIDENCE
 from .noise_tests import noise_ks_test, noise_std_test

@@ -42,7 +42,7 @@ from ...mechanisms import CalibrationReport, PerLayerClip
 from ...mechanisms.registry import lookup
 from ...mechanisms.shape import BALLS_IN_BINS, POISSON, SAMPLINGS, SHUFFLE, WOR, Run, Sampling
 
-from ..algorithms.core import NoiseSource
+from ..algorithms.noise import NoiseSource
 from ..algorithms.registry import optimizer_class
 from ..clipping.paths import ClippingFallbackWarning
 from ..clipping.validator import ModuleValidator

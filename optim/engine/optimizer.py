@@ -568,7 +568,7 @@ class DPOptimizer(Optimizer):
 
         The wrapped optimizer's state, the round, the previous point, the kernel's state, the noise levels,
         the noise source's state (its generator's only for a seeded run or the user's own generator:
-        :meth:`~dpcalib.optim.algorithms.core.NoiseSource.state_dict`), the epoch charged so far and the
+        :meth:`~dpcalib.optim.algorithms.noise.NoiseSource.state_dict`), the epoch charged so far and the
         private loader's position.
 
         Returns:
