@@ -18,7 +18,7 @@ from torch.utils.data import (BatchSampler, DataLoader, RandomSampler, Sequentia
 import dpcalib.mechanisms as M
 from dpcalib.accountant.validation import InputError
 from dpcalib.optim import DPDataLoader, PrivacyEngine
-from dpcalib.optim.engine.loader import FixedSizeBatchSampler, ShuffleBatchSampler
+from dpcalib.optim.engine.samplers import FixedSizeBatchSampler, ShuffleBatchSampler
 
 
 def _ds(n, seed=0):

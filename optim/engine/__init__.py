@@ -5,8 +5,9 @@ Job: :mod:`.engine` (:class:`PrivacyEngine`: ``make_private``, ``make_private_wi
 ``get_epsilon``, checkpoints), :mod:`.module` (the wrapped module whose forward and backward leave
 each record's signals), :mod:`.optimizer` (the wrapped optimizer whose ``step`` runs the
 algorithm's kernel and hands its private direction to the user's optimizer), :mod:`.loader` (the
-batch samplers the accountant assumes), :mod:`.memory` (logical batches in physical chunks) and
-:mod:`.ledger` (what really ran, charged step by step).
+user's loader with the run's batches), :mod:`.samplers` (the batch samplers the accountant
+assumes), :mod:`.memory` (logical batches in physical chunks) and :mod:`.ledger` (what really ran,
+charged step by step).
 
 May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms`, and the sub-packages below it
 (``algorithms``, ``run``, ``clipping``, ``data``, ``tensors``); never a check (``audit``).
@@ -14,8 +15,8 @@ May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms`, and the sub-pa
 
 from .engine import ACCOUNTANTS, DPLoss, PrivacyEngine
 from .ledger import Ledger
-from .loader import (BallsInBinsBatchSampler, DPDataLoader, FixedSizeBatchSampler, PoissonBatchSampler,
-                     ShuffleBatchSampler)
+from .loader import DPDataLoader
+from .samplers import BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler
 from .memory import BatchMemoryManager
 from .capture import Capture
 from .module import MixedPrecisionWarning, PrivateModule

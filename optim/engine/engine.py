@@ -52,9 +52,8 @@ from . import checkpoint
 from .errors import opacus_flavoured
 from .hooks import ModuleHooks
 from .ledger import Ledger, calibrate
-from .loader import (BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler,
-                     check_loader, loader_generator, notice_replaced, private_loader,
-                     uncovered_sampler)
+from .loader import check_loader, loader_generator, notice_replaced, private_loader, uncovered_sampler
+from .samplers import BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler
 from .module import REDUCTIONS, PrivateModule
 from .optimizer import DPOptimizer
 from .perlayer import PerLayerModule
@@ -291,7 +290,7 @@ class PrivacyEngine:
         record once a pass" (a ``RandomSampler`` with replacement or ``num_samples``) is replaced by shuffled
         epochs, with a one-line notice, as it is by the batches of any other ``sampling``.  ``sampling="balls-in-bins"``
         (DP-SGD): each pass is an epoch of ``t = ceil(n / batch_size)`` steps, every record in one of them
-        chosen uniformly from the secret data stream (:class:`~.loader.BallsInBinsBatchSampler`: batches of
+        chosen uniformly from the secret data stream (:class:`~.samplers.BallsInBinsBatchSampler`: batches of
         ``Binomial(n, 1/t)`` records, empty ones included), the noisy sum divided by the expected batch
         ``n / t``, and each epoch charged as one ``BallsInBinsGaussianEvent`` -- ``get_epsilon`` is
         ``DPSGD(sampling="balls-in-bins", n=n, batch_size=batch_size, epochs=E).epsilon``.  ``clipping="per_layer"``
