@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from dpcalib.optim.audit.steps import FunctionStep, StepClaim, audit_step
+from dpcalib.optim.audit.contract import FunctionStep, StepClaim
+from dpcalib.optim.audit.steps import audit_step
 
 
 def gaussian_step(C: float, z: float):

@@ -24,7 +24,8 @@ import dpcalib.mechanisms as M
 import dpcalib.optim as O
 from dpcalib.accountant import steps_per_epoch
 from dpcalib.accountant.validation import InputError
-from dpcalib.optim.audit.steps import StepClaim, sampler_test
+from dpcalib.optim.audit.contract import StepClaim
+from dpcalib.optim.audit.steps import sampler_test
 from dpcalib.optim.data.sampling import ForcedRecord, Sampler, bin_batches
 from dpcalib.optim.engine import BallsInBinsBatchSampler, BatchMemoryManager
 from dpcalib.optim.randomness import RunStreams, bins

@@ -11,8 +11,8 @@ from torch import nn
 
 import dpcalib.optim as O
 from dpcalib.accountant.validation import InputError
-from dpcalib.optim.audit.steps import (EngineStep, FunctionStep, OpacusStep, StepClaim, audit_step, check_step,
-                                       noise_test_step, probe_step, sampler_test)
+from dpcalib.optim.audit.contract import EngineStep, FunctionStep, OpacusStep, StepClaim
+from dpcalib.optim.audit.steps import audit_step, check_step, noise_test_step, probe_step, sampler_test
 
 C, Z, N = 0.1, 3.0, 12
 

@@ -6,8 +6,8 @@ one-run audits), the lockstep leader/twin runs (:mod:`.lockstep`) with the twin'
 (:mod:`.replay`), the canaries and sampler couplings (:mod:`.canaries`), batched audit runs
 (:mod:`.batched`), the statistics that turn scores into eps lower bounds (:mod:`.bounds`), the
 noise tests (:mod:`.noise_tests`), the standard audit setups (:mod:`.harnesses`), the checks of
-anyone's private step behind one small contract (:mod:`.steps`) and the statistics for anyone's
-scores (:mod:`.scores`).
+anyone's private step (:mod:`.steps`) behind one small contract (:mod:`.contract`) and the
+statistics for anyone's scores (:mod:`.scores`).
 
 May import: :mod:`dpcalib.accountant`, :mod:`dpcalib.mechanisms` and every other sub-package of
 :mod:`dpcalib.optim` (``algorithms``, ``run``, ``clipping``, ``data``, ``tensors``); nothing
@@ -27,8 +27,8 @@ from .probe import (SLACK_ULPS, Move, Pair, ProbeReport, RecordProbeReport, meas
                     record_probe, sensitivity_probe)
 from .replay import ReplaySource
 from .scores import ScoresAudit, epsilon_from_guesses, epsilon_from_scores
-from .steps import (EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim, StepReport, audit_step, check_step,
-                    noise_test_step, probe_step, sampler_test)
+from .contract import EngineStep, FunctionStep, OpacusStep, PrivateStep, StepClaim
+from .steps import StepReport, audit_step, check_step, noise_test_step, probe_step, sampler_test
 from ...accountant import TradeOffCurve
 
 __all__ = ["audit", "audit_wor", "one_run_audit", "plot_audit", "harness",
