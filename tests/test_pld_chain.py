@@ -13,8 +13,8 @@ PLD = ROOT / "accountant" / "pld"
 ACCOUNTANT = ROOT / "accountant"
 
 #: the declared order; the package's docstring draws it too
-CHAIN = ("pairs", "mixture", "lossdist", "decay", "discretise", "compose", "binomial", "allocation_terms", "allocation",
-         "bracket", "blocks", "profile", "grid", "refine", "exact", "queries")
+CHAIN = ("pairs", "mixture", "lossdist", "decay", "convex", "discretise", "compose", "binomial", "allocation_terms",
+         "allocation", "bracket", "blocks", "profile", "grid", "refine", "exact", "queries")
 
 
 def _imports(path: pathlib.Path, package: tuple) -> list:

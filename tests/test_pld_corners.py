@@ -223,12 +223,12 @@ def test_an_atom_between_grid_points_gets_lower_steps_without_the_anchor(monkeyp
 def test_convexify_gives_up_at_once_on_a_kink_no_block_can_absorb():
     # a concave kink of a whole unit at the bottom with only 1e-9 above (the mid-bin atom): the
     # block would have to span the whole step; it gives up at that kink's vertex
-    from dpcalib.accountant.pld.discretise import _MAX_BLOCK, _convexify
+    from dpcalib.accountant.pld.convex import _MAX_BLOCK, convexify
 
     m = np.concatenate(([0.0, 2.0, -1.0], np.full(4 * _MAX_BLOCK, 1e-9)))
-    assert _convexify(m.copy(), 1e-4) == 2
+    assert convexify(m.copy(), 1e-4) == 2
     ok = np.array([0.0, 1.0, -0.5, 0.6, 0.1])             # absorbed by the next atom
-    assert _convexify(ok, 1e-4) is None and np.all(ok[1:] >= 0.0)
+    assert convexify(ok, 1e-4) is None and np.all(ok[1:] >= 0.0)
 
 
 def test_refinement_stops_where_a_floor_shows(monkeypatch):

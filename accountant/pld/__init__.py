@@ -5,14 +5,16 @@ profile ``delta(eps)`` of a composition of Gaussian events.  The public queries 
 The modules form one chain, and each imports only modules before it (tests/test_pld_chain.py reads
 the imports from the source)::
 
-    pairs -> mixture -> lossdist -> decay -> discretise -> compose -> binomial -> allocation_terms
-          -> allocation -> bracket -> blocks -> profile -> grid -> refine -> exact -> queries
+    pairs -> mixture -> lossdist -> decay -> convex -> discretise -> compose -> binomial
+          -> allocation_terms -> allocation -> bracket -> blocks -> profile -> grid -> refine -> exact
+          -> queries
 
 * :mod:`.pairs`: each event's dominating pair, the discretised ``Step``, the constants;
 * :mod:`.mixture`: the mixture of Gaussians' pair (its loss inverted by Newton's step and the chord);
 * :mod:`.lossdist`: the exact pairs of the non-Gaussian kinds (Laplace, finite loss distributions, and
   either under Poisson sampling), and the grid step that puts their atoms on grid points;
-* :mod:`.decay`, :mod:`.discretise`: the pairs on a grid, upper (connect-the-dots) and lower steps;
+* :mod:`.decay`, :mod:`.convex`, :mod:`.discretise`: the pairs on a grid, upper (connect-the-dots) and
+  lower steps (the lowered profile kept convex by its greatest convex minorant);
 * :mod:`.compose`, :mod:`.binomial`: the FFT composition, tilted, with its charged masses, and the
   split (binomial) composition of a step's atoms;
 * :mod:`.allocation_terms`, :mod:`.allocation`: the balls-in-bins epoch's steps;

@@ -31,7 +31,7 @@ import math
 import numpy as np
 from scipy import special
 
-from .discretise import convexify
+from .convex import convexify
 from .pairs import GaussianPair
 
 __all__ = ["bulk_law", "tail_laws"]
