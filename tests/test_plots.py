@@ -72,11 +72,11 @@ def test_the_audit_plot_has_no_overlapping_text(tmp_path, monkeypatch, capsys):
     import matplotlib.pyplot as plt
 
     from dpcalib.cli import main
-    from dpcalib.optim.audit import drivers
+    from dpcalib.optim.audit import figures
 
     figs = []
-    make = drivers.audit_figure
-    monkeypatch.setattr(drivers, "audit_figure", lambda rep: figs.append(make(rep)) or figs[-1])
+    make = figures.audit_figure
+    monkeypatch.setattr(figures, "audit_figure", lambda rep: figs.append(make(rep)) or figs[-1])
     rc = main(["audit", "dp-gd", "--epsilon", "2", "--delta", "1e-5", "--rounds", "2", "--clients", "2",
                "--n-min", "3", "--runs", "200", "--seed", "0", "--no-progress", "--plot", str(tmp_path / "a.png")])
     capsys.readouterr()
