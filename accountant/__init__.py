@@ -7,7 +7,7 @@ imported only inside :mod:`.interop`'s ``cross_check`` and ``to_dp_event``, the 
 the lemma behind every function.
 """
 
-from .accountant import DEFAULT_ORDERS, EpsilonReport, PrivacyAccountant
+from .accountant import ACCOUNTANTS, DEFAULT_ORDERS, EpsilonReport, PrivacyAccountant
 from .conversion import CONVERSIONS, best_epsilon, best_epsilon_linear, rdp_to_dp
 from .events import (
     ADD_REMOVE,
@@ -74,6 +74,7 @@ __all__ = [
     "ADD_REMOVE",
     "PrivacyAccountant",
     "EpsilonReport",
+    "ACCOUNTANTS",
     "DEFAULT_ORDERS",
     "EpsilonBracket",
     "pld_epsilon",

@@ -43,7 +43,13 @@ from .roots import bounded_min
 from .tree_events import flatten, tree_relation
 from . import interop      # (after .tree_events: the kinds register in the order of every import of the package)
 
-__all__ = ["PrivacyAccountant", "EpsilonReport"]
+__all__ = ["PrivacyAccountant", "EpsilonReport", "ACCOUNTANTS"]
+
+#: the accountants an eps query and a calibration name, each certified: ``"best"`` (the default) the
+#: smallest certified eps of exact GDP, the PLD bracket's upper end and RDP; ``"pld"`` the PLD bracket's
+#: upper end alone; ``"rdp"`` RDP alone; ``"gdp"`` exact GDP (full-batch Gaussian runs only).  An eps
+#: query also takes ``"auto"`` (GDP where exact, else RDP: fast, :meth:`PrivacyAccountant.epsilon_report`)
+ACCOUNTANTS = ("best", "pld", "rdp", "gdp")
 
 #: Integer orders used by default (fractional orders are reached by refinement; a kind whose curve
 #: needs more names them in ``grid_orders``, :meth:`PrivacyAccountant._grid_then_refine`).
@@ -333,7 +339,7 @@ class PrivacyAccountant:
         """
         method = accountant
         d = validation.delta(delta)
-        if method not in ("auto", "gdp", "rdp", "pld", "best"):
+        if method not in ("auto", *ACCOUNTANTS):
             raise InputError(f"accountant={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
                              f"'pld' or 'best'.")
         if conversion not in CONVERSIONS:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..accountant.validation import InputError
-from ..accountant import PrivacyAccountant
+from ..accountant import ACCOUNTANTS, PrivacyAccountant
 
 from .search import smallest_scale
 
@@ -94,11 +94,6 @@ class ReleaseSpec:
     per_run: str
 
 
-#: what a tight calibration solves on (``calibrate(..., accountant=...)``), with the meaning every eps
-#: query gives the same name: ``"best"`` (the default) the smallest certified eps of exact GDP, the
-#: PLD upper bound and RDP; ``"pld"`` the PLD bracket's upper end alone; ``"rdp"`` RDP alone; ``"gdp"``
-#: exact GDP (full-batch runs only)
-ACCOUNTANTS = ("best", "pld", "rdp", "gdp")
 
 
 def check_accountant(accountant: str) -> str:
@@ -107,13 +102,13 @@ def check_accountant(accountant: str) -> str:
     :func:`meets_accountant`.
 
     Args:
-        accountant: one of :data:`ACCOUNTANTS`.
+        accountant: one of :data:`~dpcalib.accountant.ACCOUNTANTS`.
 
     Returns:
         ``"pld"`` for ``"best"``, ``"pld"`` and ``"gdp"``; ``"rdp"`` for ``"rdp"``.
 
     Raises:
-      InputError: ``accountant`` is not one of :data:`ACCOUNTANTS`.
+      InputError: ``accountant`` is not one of :data:`~dpcalib.accountant.ACCOUNTANTS`.
     """
     if accountant in ("best", "pld", "gdp"):
         return "pld"
@@ -140,7 +135,7 @@ def meets_accountant(calibrate):
 
     Returns:
         The wrapped method; it raises ``InputError`` for an ``accountant`` not in
-        :data:`ACCOUNTANTS`.
+        :data:`~dpcalib.accountant.ACCOUNTANTS`.
     """
     import dataclasses
     import functools

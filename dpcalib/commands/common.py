@@ -195,8 +195,10 @@ def accountant_argument(p, solves: bool = False) -> None:
         p: the (sub)parser to add the option to.
         solves: use calibrate's wording and default (``best``).
     """
+    from ..accountant import ACCOUNTANTS
+
     what = "the accountant the calibration meets the target with: " if solves else "which bound answers: "
-    p.add_argument("--accountant", choices=["best", "pld", "rdp", "gdp"], default="best" if solves else None,
+    p.add_argument("--accountant", choices=list(ACCOUNTANTS), default="best" if solves else None,
                    help=what + ACCOUNTANT_HELP + (".  The certified line is the best certified eps either way"
                                                   if solves else ""))
 

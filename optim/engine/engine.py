@@ -36,6 +36,7 @@ import warnings
 import torch
 from torch.utils.data import RandomSampler
 
+from ...accountant import ACCOUNTANTS as _CERTIFIED
 from ...accountant import validation
 from ...accountant.validation import InputError, in_range
 from ...mechanisms import CalibrationReport, PerLayerClip
@@ -60,8 +61,8 @@ from .perlayer import PerLayerModule
 
 __all__ = []
 
-#: what ``get_epsilon`` reports: the best certified eps (default), or one accountant's bound
-ACCOUNTANTS = ("best", "auto", "gdp", "rdp", "pld")
+#: what ``get_epsilon`` reports: the accountants of every eps query, and ``"auto"`` (GDP where exact, else RDP)
+ACCOUNTANTS = (*_CERTIFIED, "auto")
 #: Opacus's grad_sample_mode values: every one is served by the same per-layer rules
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost", "ghost_fsdp")
 #: clipping= values: "flat" (one norm over every parameter), "per_layer" (one bound per trained parameter)
