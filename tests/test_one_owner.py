@@ -165,6 +165,30 @@ def test_eps_queries_choose_their_bound_with_accountant():
     assert m.epsilon(1e-5, 1.0).epsilon == acc.get_epsilon(1e-5) < rdp.epsilon      # best by default
 
 
+def test_every_route_takes_the_accountant_names_from_their_owner(capsys):
+    """dpcalib.accountant.ACCOUNTANTS is the one list: the command line offers exactly it, the engine it and
+    "auto", and each name is answered by an eps query and by a calibration (an unknown one refused in one line)."""
+    from dpcalib.accountant import ACCOUNTANTS, GaussianEvent, PrivacyAccountant
+    from dpcalib.accountant.validation import InputError
+
+    assert ACCOUNTANTS == ("best", "pld", "rdp", "gdp")
+    with pytest.raises(SystemExit) as e:
+        main(["epsilon", "dp-gd", "--help"])
+    assert e.value.code == 0 and "--accountant {" + ",".join(ACCOUNTANTS) + "}" in capsys.readouterr().out
+    pytest.importorskip("torch")
+    from dpcalib.optim import PrivacyEngine
+
+    for name in (*ACCOUNTANTS, "auto"):
+        assert PrivacyEngine(accountant=name).accountant.mechanism() == name
+    with pytest.raises(InputError, match=r"^accountant='exact' is not allowed: expected one of best, pld, rdp, gdp, auto\.$"):
+        PrivacyEngine(accountant="exact")
+    acc = PrivacyAccountant().compose(GaussianEvent(2.0), 3)
+    eps = {name: acc.get_epsilon(1e-5, name) for name in ACCOUNTANTS}
+    assert eps["best"] == pytest.approx(eps["gdp"], rel=1e-9) and eps["best"] <= min(eps.values()) + 1e-12
+    for name in ("best", "pld", "rdp"):                   # "gdp": full-batch runs only
+        assert DPSGD(0.01, 100).calibrate(2.0, 1e-5, accountant=name).certified_epsilon <= 2.0
+
+
 @pytest.mark.parametrize("mech, noise", [
     (DPSGD(0.01, 100), (1.0,)),
     (DPSGD(sampling="shuffle", n=1000, batch_size=100, epochs=3), (2.0,)),
