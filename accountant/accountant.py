@@ -340,8 +340,8 @@ class PrivacyAccountant:
         method = accountant
         d = validation.delta(delta)
         if method not in ("auto", *ACCOUNTANTS):
-            raise InputError(f"accountant={method!r} is not allowed: expected 'auto', 'gdp', 'rdp', "
-                             f"'pld' or 'best'.")
+            raise InputError(f"accountant={method!r} is not allowed: expected one of "
+                             f"{', '.join(map(repr, ('auto', *ACCOUNTANTS)))}.")
         if conversion not in CONVERSIONS:
             raise InputError(f"conversion={conversion!r} is not allowed: expected one of {CONVERSIONS}.")
         if not self._events:

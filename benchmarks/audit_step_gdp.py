@@ -1,4 +1,4 @@
-"""A GDP audit of one full-batch Gaussian step through the step contract (dpcalib.optim.audit.steps):
+"""A GDP audit of one full-batch Gaussian step through the step contract (dpcalib.optim.audit.contract):
 ``runs`` releases per neighbouring batch of a plain-PyTorch step that sums the records' values clipped
 to C and adds N(0, (z C)^2) noise from the generator it is handed; the statistic is the release's
 log-likelihood ratio; the 95 %-confidence GDP lower bound on eps against the claimed eps of the step.

@@ -94,8 +94,6 @@ class ReleaseSpec:
     per_run: str
 
 
-
-
 def check_accountant(accountant: str) -> str:
     """The route a calibration takes internally: ``"pld"`` (the best certified eps) or ``"rdp"``; a
     calibration on ``"pld"`` or ``"gdp"`` alone takes the best route and is then met by

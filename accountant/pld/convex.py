@@ -27,7 +27,8 @@ def convexify(m, h, max_pools: int = 4096) -> int | None:
     Args:
         m: the kinks times ``t`` at the grid points (float64, changed in place).
         h: the grid step (``t_k = e^(k h)``; 0: equal steps).
-        max_pools: the most concave kinks it pools before giving up.
+        max_pools: the most concave kinks it takes on (more: it gives up at once); the pooling's step
+            and work budgets are 5 and 5000 times it.
 
     Returns:
         None when done, or the vertex where it gave up (``m`` unusable) when more than ``max_pools``

@@ -1,9 +1,9 @@
 """The noise of every release and its record: :class:`NoiseSource` adds Gaussian noise to an update's
-queries from the run's dedicated noise stream (nothing else draws from it), and keeps a :class:`Release`
-for each release when asked.  The stream is a secret: fresh entropy unless the run is seeded, a ChaCha20
-generator and a floating-point-safe sampler in secure mode
-(:func:`~dpcalib.optim.randomness.gaussian_release`); its state travels in a checkpoint only where a
-resume may replay it (:attr:`NoiseSource.replayable`).
+queries from the run's dedicated noise stream (the run draws nothing else from it), and keeps a
+:class:`Release` for each release when asked.  The stream is a secret: fresh entropy unless the run is
+seeded or given its own generator, a ChaCha20 generator and a floating-point-safe sampler in secure
+mode (:func:`~dpcalib.optim.randomness.gaussian_release`); its state travels in a checkpoint only where
+a resume may replay it (:attr:`NoiseSource.replayable`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ In the user's own loop::
 
 ``make_private`` returns the three objects of Opacus -- a :class:`~.module.PrivateModule`, a
 :class:`~.optimizer.DPOptimizer` around the user's ``torch.optim`` optimizer and a data loader
-whose batch sampler is the one the accountant assumes (:mod:`.loader`) -- plus, when a
+whose batch sampler is the one the accountant assumes (:mod:`.loader`, :mod:`.samplers`) -- plus, when a
 ``criterion`` is given, the criterion to call in the loop (first after the optimizer, as Opacus's
 ghost mode returns it).  What is new against Opacus: ``algorithm=`` (``"dp-sgd"``, ``"dicesgd"``,
 ``"dp-srm"``: every registered algorithm with an ``engine`` entry), ``sampling=`` (``"poisson"``,

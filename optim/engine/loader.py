@@ -24,7 +24,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from ...accountant.validation import InputError
 from ...mechanisms.shape import SHUFFLE, Sampling
-from .samplers import BallsInBinsBatchSampler, FixedSizeBatchSampler, PoissonBatchSampler, ShuffleBatchSampler
+from .samplers import BATCH_SAMPLERS, PoissonBatchSampler, ShuffleBatchSampler
 
 __all__ = []
 
@@ -83,7 +83,7 @@ class DPDataLoader(DataLoader):
             batch_sampler = PoissonBatchSampler(n, q, int(1 / q), generator if generator is not None else
                                                 _fresh_generator())
             collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
-        if isinstance(batch_sampler, _RUN_SAMPLERS) and not isinstance(collate_fn, _Collate):
+        if isinstance(batch_sampler, BATCH_SAMPLERS) and not isinstance(collate_fn, _Collate):
             # its batches may be empty (Poisson, balls-in-bins): zero-row tensors, as make_private's loader
             collate_fn = _Collate(collate_fn if collate_fn is not None else default_collate, dataset)
         if collate_fn is not None:
@@ -304,7 +304,7 @@ def check_loader(data_loader) -> None:
     if n == 0:
         raise InputError("data_loader is not allowed: its dataset is empty.")
     bs = data_loader.batch_sampler
-    if bs is not None and type(bs) is not BatchSampler and not isinstance(bs, _RUN_SAMPLERS):
+    if bs is not None and type(bs) is not BatchSampler and not isinstance(bs, BATCH_SAMPLERS):
         raise InputError(f"data_loader is not allowed: its batch_sampler {type(bs).__name__} decides the batches, "
                          "and the accountant could not follow it; give a plain DataLoader(dataset, batch_size=...).")
     inner = bs.sampler if type(bs) is BatchSampler else None
@@ -312,7 +312,7 @@ def check_loader(data_loader) -> None:
         raise InputError(f"data_loader is not allowed: its sampler {type(inner).__name__} draws records in a way the "
                          "accountant does not cover (it would be replaced by the run's own sampling, changing what "
                          "you asked for); give a plain DataLoader(dataset, batch_size=...).")
-    if data_loader.batch_size is None and not isinstance(bs, _RUN_SAMPLERS):
+    if data_loader.batch_size is None and not isinstance(bs, BATCH_SAMPLERS):
         raise InputError("data_loader is not allowed: it has batch_size=None (records one at a time); give a "
                          "batch_size.")
 
@@ -331,7 +331,7 @@ def uncovered_sampler(data_loader) -> str | None:
         ``"FixedSizeBatchSampler"``).
     """
     bs = data_loader.batch_sampler
-    if isinstance(bs, _RUN_SAMPLERS):
+    if isinstance(bs, BATCH_SAMPLERS):
         return None if isinstance(bs, ShuffleBatchSampler) else type(bs).__name__
     inner, n = bs.sampler, len(data_loader.dataset)
     name = type(inner).__name__
@@ -388,7 +388,3 @@ def private_loader(data_loader, batch_sampler) -> DataLoader:
     d = data_loader
     return DPDataLoader(d.dataset, batch_sampler=batch_sampler, collate_fn=_Collate(d.collate_fn, d.dataset),
                         **_settings(d))
-
-
-#: the batch samplers a loader may already carry (a loader this module built)
-_RUN_SAMPLERS = (PoissonBatchSampler, FixedSizeBatchSampler, ShuffleBatchSampler, BallsInBinsBatchSampler)

@@ -327,3 +327,8 @@ class BallsInBinsBatchSampler(_Epoch, _Batches):
         """
         records, where = self.current
         return records[where >= done].clone()
+
+
+#: every batch sampler above: the ones a loader may already carry and keep (a loader built with one,
+#: Opacus's ``DPDataLoader`` among them)
+BATCH_SAMPLERS = (PoissonBatchSampler, FixedSizeBatchSampler, ShuffleBatchSampler, BallsInBinsBatchSampler)
