@@ -272,3 +272,29 @@ def build(algorithm: str, args):
     split = {o.field: getattr(args, o.field) for o in SPECS[algorithm].options
              if o.target == "split" and hasattr(args, o.field)}     # (epsilon and report take no split)
     return cls(**shape), split
+
+
+def noise_args(algorithm: str, args) -> list:
+    """The noise levels the command line was given, in the algorithm's order (``SPECS[algorithm].noise``).
+
+    Args:
+        algorithm: a registered algorithm name.
+        args: the parsed command line (its ``noise_*`` options).
+
+    Returns:
+        The list of values.
+    """
+    return [getattr(args, "noise_" + n) for n in SPECS[algorithm].noise]
+
+
+def noise_flags(algorithm: str, args) -> list:
+    """``(flag, value)`` of each noise level given (``--sigma1``, ...), for the messages that name them.
+
+    Args:
+        algorithm: a registered algorithm name.
+        args: the parsed command line.
+
+    Returns:
+        The list of pairs.
+    """
+    return [("--" + n.replace("_", "-"), v) for n, v in zip(SPECS[algorithm].noise, noise_args(algorithm, args))]
