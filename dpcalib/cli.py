@@ -22,9 +22,8 @@ import sys
 import warnings
 
 from .commands.algorithms import SPECS, build, dumps as _json, fmt, noise_args, noise_flags
-from .commands.common import (CONVERSION_REFUSAL, accountant_argument, conversion_argument, install_hint,
-                              finite_epsilon, need_matplotlib, Parser, writable_plot, UsageError)
-from .commands.limits import MAX_CANARIES, MAX_RUNS, choose_seed, seed_help
+from .commands.common import (CONVERSION_REFUSAL, accountant_argument, install_hint, finite_epsilon, need_matplotlib,
+                              Parser, writable_plot, UsageError)
 
 __all__ = ["main"]
 
@@ -67,28 +66,9 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
     if command == "compare" and _takes_accountant(algorithm):
         accountant_argument(p, solves=True)
     if command == "audit":
-        p.add_argument("--method", choices=["paper", "tight"], default="tight",
-                       help="which calibration drives the audited runs (default tight)")
-        p.add_argument("--runs", type=int, default=None,
-                       help=f"runs per neighbouring dataset, an integer in [1, {MAX_RUNS:.0e}] (at least 2 for the "
-                            "without-replacement audit; required unless --one-run)")
-        p.add_argument("--one-run", action="store_true",
-                       help="one training run with --canaries gradient canaries, each included with probability 1/2 "
-                            "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")
-        p.add_argument("--canaries", type=int, default=None,
-                       help=f"canaries of the one-run audit, an integer in [2, {MAX_CANARIES:.0e}] (default 1000; "
-                            "--one-run only)")
-        p.add_argument("--seed", type=int, default=None, help=seed_help("audit", "the runs' sampling, noise and "
-                                                                                  "canaries (run i: seed + i)"))
-        p.add_argument("--batch", type=int, default=None, metavar="RUNS",
-                       help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; an "
-                            "integer >= 1, default 4096; not with --sequential)")
-        p.add_argument("--sequential", action="store_true",
-                       help="one run after another (the reference path; slow)")
-        p.add_argument("--plot", metavar="FILE.png", type=writable_plot,
-                       help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib; "
-                            "not with --one-run)")
-        p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+        from .commands.audit import add_arguments
+
+        add_arguments(p, writable_plot)
     if command in ("epsilon", "report"):
         for name in spec.noise:
             p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
@@ -99,10 +79,9 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
         add_arguments(p, writable_plot)
         accountant_argument(p)
     if command == "epsilon":
-        accountant_argument(p)
-        conversion_argument(p)
-        p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
-        p.add_argument("--plot", metavar="FILE.png", type=writable_plot, help="draw the curve (needs matplotlib)")
+        from .commands.epsilon import add_arguments
+
+        add_arguments(p, writable_plot)
     if command == "probe":
         from .commands.probe import add_arguments
 
@@ -125,21 +104,9 @@ def _check_applicable(command: str, args) -> None:
     if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
     if command == "audit":
-        if args.one_run:
-            for flag, given in (("--runs", args.runs is not None), ("--batch", args.batch is not None),
-                                ("--sequential", args.sequential)):
-                if given:
-                    raise UsageError(f"{flag} is not allowed with --one-run: the one-run audit is one training run "
-                                      "with --canaries canaries")
-            args.canaries = 1000 if args.canaries is None else args.canaries
-        elif args.canaries is not None:
-            raise UsageError("--canaries is not allowed without --one-run: the many-run audit (--runs) has one "
-                              "differing record, not canaries")
-        if args.sequential and args.batch is not None:
-            raise UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
-                              "dimension, --sequential runs them one after another")
-        args.batch = 4096 if args.batch is None else args.batch
-        choose_seed(args)
+        from .commands.audit import check_applicable
+
+        check_applicable(args)
 
 
 def _example(command: str, algorithm: str) -> str:

@@ -6,9 +6,70 @@ from __future__ import annotations
 from .algorithms import build as _build, dumps as _json, fmt as _fmt
 from .common import need_matplotlib, UsageError
 from ..mechanisms.registry import names
-from .limits import MAX_CANARIES, MAX_RUNS, check_int as _check_int, seed_line, training_limits as _training_limits
+from .limits import (MAX_CANARIES, MAX_RUNS, check_int as _check_int, choose_seed, seed_help, seed_line,
+                     training_limits as _training_limits)
 
-__all__ = ["run"]
+__all__ = ["run", "add_arguments", "check_applicable"]
+
+
+def add_arguments(p, plot_path) -> None:
+    """The audit's own options (the algorithm's shape and ``--epsilon``, ``--delta`` come from the algorithm's
+    parser).
+
+    Args:
+        p: the parser to add them to.
+        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
+    """
+    p.add_argument("--method", choices=["paper", "tight"], default="tight",
+                   help="which calibration drives the audited runs (default tight)")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"runs per neighbouring dataset, an integer in [1, {MAX_RUNS:.0e}] (at least 2 for the "
+                        "without-replacement audit; required unless --one-run)")
+    p.add_argument("--one-run", action="store_true",
+                   help="one training run with --canaries gradient canaries, each included with probability 1/2 "
+                        "(Steinke, Nasr & Jagielski 2023; dp-sgd, dicesgd)")
+    p.add_argument("--canaries", type=int, default=None,
+                   help=f"canaries of the one-run audit, an integer in [2, {MAX_CANARIES:.0e}] (default 1000; "
+                        "--one-run only)")
+    p.add_argument("--seed", type=int, default=None, help=seed_help("audit", "the runs' sampling, noise and "
+                                                                              "canaries (run i: seed + i)"))
+    p.add_argument("--batch", type=int, default=None, metavar="RUNS",
+                   help="runs stacked along a tensor dimension at a time, to bound memory (dp-gd, diff2-gd; an "
+                        "integer >= 1, default 4096; not with --sequential)")
+    p.add_argument("--sequential", action="store_true",
+                   help="one run after another (the reference path; slow)")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path,
+                   help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib; "
+                        "not with --one-run)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def check_applicable(args) -> None:
+    """Refuse the audit's options that were given but do not apply (one line, exit 2), never ignore them;
+    fill the defaults that depend on the others (``--canaries``, ``--batch``) and the seed.
+
+    Args:
+        args: the parsed command line (changed in place).
+
+    Raises:
+        UsageError: ``--runs``, ``--batch`` or ``--sequential`` with ``--one-run``; ``--canaries`` without it;
+            ``--batch`` with ``--sequential``.
+    """
+    if args.one_run:
+        for flag, given in (("--runs", args.runs is not None), ("--batch", args.batch is not None),
+                            ("--sequential", args.sequential)):
+            if given:
+                raise UsageError(f"{flag} is not allowed with --one-run: the one-run audit is one training run "
+                                 "with --canaries canaries")
+        args.canaries = 1000 if args.canaries is None else args.canaries
+    elif args.canaries is not None:
+        raise UsageError("--canaries is not allowed without --one-run: the many-run audit (--runs) has one "
+                         "differing record, not canaries")
+    if args.sequential and args.batch is not None:
+        raise UsageError("--batch is not allowed with --sequential: --batch stacks runs along a tensor "
+                         "dimension, --sequential runs them one after another")
+    args.batch = 4096 if args.batch is None else args.batch
+    choose_seed(args)
 
 
 def run(algorithm: str, args) -> int:

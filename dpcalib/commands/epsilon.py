@@ -7,9 +7,24 @@ from __future__ import annotations
 import argparse
 
 from .algorithms import SPECS, build, dumps, fmt as _fmt, noise_args, noise_flags
-from .common import ProgressBar, UsageError, epsilon_of, finite_epsilon, install_hint, print_epsilon
+from .common import (ProgressBar, UsageError, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
+                     install_hint, print_epsilon)
 
-__all__ = ["run"]
+__all__ = ["run", "add_arguments"]
+
+
+def add_arguments(p, plot_path) -> None:
+    """The epsilon command's own options (the noise levels and the algorithm's shape come from the algorithm's
+    parser).
+
+    Args:
+        p: the parser to add ``--accountant``, ``--conversion``, ``--curve`` and ``--plot`` to.
+        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
+    """
+    accountant_argument(p)
+    conversion_argument(p)
+    p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path, help="draw the curve (needs matplotlib)")
 
 
 def run(algorithm: str, args) -> int:
