@@ -21,16 +21,14 @@ import math
 import sys
 import warnings
 
-from .commands.algorithms import SPECS, build, dumps as _json, fmt, noise_args, noise_flags
+from .commands.algorithms import SPECS, build, dumps as _json, noise_args, noise_flags
 from .commands.common import (CONVERSION_REFUSAL, accountant_argument, install_hint, finite_epsilon, need_matplotlib,
                               Parser, writable_plot, UsageError)
 
 __all__ = ["main"]
 
+
 # ---- helpers ---------------------------------------------------------------------------------
-_fmt = fmt
-
-
 def _takes_accountant(algorithm: str) -> bool:
     """Does this algorithm's calibrate() choose between the RDP and the PLD accountant?"""
     import inspect

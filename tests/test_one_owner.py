@@ -165,28 +165,51 @@ def test_eps_queries_choose_their_bound_with_accountant():
     assert m.epsilon(1e-5, 1.0).epsilon == acc.get_epsilon(1e-5) < rdp.epsilon      # best by default
 
 
-def test_every_route_takes_the_accountant_names_from_their_owner(capsys):
-    """dpcalib.accountant.ACCOUNTANTS is the one list: the command line offers exactly it, the engine it and
-    "auto", and each name is answered by an eps query and by a calibration (an unknown one refused in one line)."""
+def test_every_route_takes_the_accountant_names_from_their_owner(monkeypatch):
+    """dpcalib.accountant.ACCOUNTANTS is the one list: the command line builds its --accountant choices from it
+    (a name added there is offered), each name is answered by an eps query and by a calibration, and an
+    unknown one is refused in one line naming the list."""
+    import re
+
+    import dpcalib.accountant as accountant
+    from dpcalib import cli
     from dpcalib.accountant import ACCOUNTANTS, GaussianEvent, PrivacyAccountant
     from dpcalib.accountant.validation import InputError
+    from dpcalib.mechanisms import DPGD
 
     assert ACCOUNTANTS == ("best", "pld", "rdp", "gdp")
-    with pytest.raises(SystemExit) as e:
-        main(["epsilon", "dp-gd", "--help"])
-    assert e.value.code == 0 and "--accountant {" + ",".join(ACCOUNTANTS) + "}" in capsys.readouterr().out
+    with monkeypatch.context() as m:
+        m.setattr(accountant, "ACCOUNTANTS", (*ACCOUNTANTS, "toy"))
+        for command in ("epsilon", "calibrate"):
+            parser = cli._algo_parser(command, "dp-gd")
+            offered = next(a.choices for a in parser._actions if "--accountant" in a.option_strings)
+            assert list(offered) == [*ACCOUNTANTS, "toy"], command
+    acc = PrivacyAccountant().compose(GaussianEvent(2.0), 3)
+    eps = {name: acc.get_epsilon(1e-5, name) for name in ACCOUNTANTS}
+    assert eps["best"] == pytest.approx(eps["gdp"], rel=1e-9) and eps["best"] <= min(eps.values()) + 1e-12
+    expected = "accountant='exact' is not allowed: expected one of " + ", ".join(map(repr, ("auto", *ACCOUNTANTS)))
+    with pytest.raises(InputError, match="^" + re.escape(expected + ".") + "$"):
+        acc.get_epsilon(1e-5, "exact")
+    mech = DPGD(20, 2, 50)                                # full batch: every name applies, "gdp" included
+    for name in ACCOUNTANTS:
+        assert mech.calibrate(2.0, 1e-5, accountant=name).certified_epsilon <= 2.0
+    with pytest.raises(InputError, match="^accountant='exact' is not allowed: expected one of 'best'"):
+        mech.calibrate(2.0, 1e-5, accountant="exact")
+
+
+def test_the_engine_takes_the_accountant_names_and_auto():
+    import re
+
     pytest.importorskip("torch")
+    from dpcalib.accountant import ACCOUNTANTS
+    from dpcalib.accountant.validation import InputError
     from dpcalib.optim import PrivacyEngine
 
     for name in (*ACCOUNTANTS, "auto"):
         assert PrivacyEngine(accountant=name).accountant.mechanism() == name
-    with pytest.raises(InputError, match=r"^accountant='exact' is not allowed: expected one of best, pld, rdp, gdp, auto\.$"):
+    expected = "accountant='exact' is not allowed: expected one of " + ", ".join((*ACCOUNTANTS, "auto")) + "."
+    with pytest.raises(InputError, match="^" + re.escape(expected) + "$"):
         PrivacyEngine(accountant="exact")
-    acc = PrivacyAccountant().compose(GaussianEvent(2.0), 3)
-    eps = {name: acc.get_epsilon(1e-5, name) for name in ACCOUNTANTS}
-    assert eps["best"] == pytest.approx(eps["gdp"], rel=1e-9) and eps["best"] <= min(eps.values()) + 1e-12
-    for name in ("best", "pld", "rdp"):                   # "gdp": full-batch runs only
-        assert DPSGD(0.01, 100).calibrate(2.0, 1e-5, accountant=name).certified_epsilon <= 2.0
 
 
 @pytest.mark.parametrize("mech, noise", [

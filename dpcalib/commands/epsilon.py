@@ -43,7 +43,6 @@ def run(algorithm: str, args) -> int:
     """
     from ..accountant import watching
 
-
     mech, _ = build(algorithm, args)
     noise = noise_args(algorithm, args)
     points = _curve_points(algorithm, args) if args.curve or args.plot else None

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import tempfile
 import traceback
 
@@ -163,7 +162,9 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str, parent: int |
     except Exception as exc:  # noqa: BLE001 -- reported to the parent as one line
         with open(f"{out}.err{rank}", "w") as f:
             f.write(" ".join(str(exc).split()) or traceback.format_exc().splitlines()[-1])
-        sys.exit(2)
+        # the group is up (a refusal raises on every rank): an interpreter exit could abort inside gloo and
+        # print "terminate called without an active exception" beside the one-line error
+        D.abandon(2)
 
 
 def _load(cfg):

@@ -90,8 +90,9 @@ def shutdown() -> None:
 
 
 def abandon(code: int = 1) -> NoReturn:
-    """Leave this process after a failed run (a :class:`DistributedRunError`): flush stdout and
-    stderr, then ``os._exit(code)``.  Once a peer has died the process group cannot be torn down
+    """Leave this process after a failed run (a :class:`DistributedRunError`, or an error every rank
+    raises at once, such as a refusal of per-rank seeds): flush stdout and stderr, then
+    ``os._exit(code)``.  Once a peer has died or is going away the process group cannot be torn down
     cleanly -- destroying it, or letting the interpreter exit normally, can abort the process
     inside gloo ("terminate called without an active exception", exit -6) instead of exiting
     with ``code``.  Write any error report (and close its file) before calling this.
