@@ -158,3 +158,26 @@ def test_shuffled_forced_record_joins_or_leaves_the_batch_and_keeps_the_others()
     assert ForcedRecord(0, 2, True).shuffled(perm, 0, 4).tolist() == [9, 8, 7, 6, 2]      # joins, nobody displaced
     assert ForcedRecord(0, 8, False).shuffled(perm, 0, 4).tolist() == [9, 7, 6]           # leaves
     assert ForcedRecord(0, 8, True).shuffled(perm, 0, 4).tolist() == [9, 7, 6, 8]
+
+
+def test_a_move_past_the_double_range_prints_as_overflow_and_null_in_json(capsys):
+    """Found by the CLI fuzz: ConstD2P (unclipped) at --seed 1 overflows its canary's release; the text printed
+    "inf" and --json stopped on an internal error (JSON has no infinity).  Now: "overflow" in the text, null
+    with a note in the JSON, exit 0, the verdict unchanged."""
+    from dpcalib.commands.probe import _overflow_as_null
+
+    out, flag = _overflow_as_null({"worst_ratio": float("inf"), "tol": 1.0,
+                                   "rows": [{"worst_ratio": float("nan")}, {"worst_ratio": 2.0}]})
+    assert flag and out == {"worst_ratio": None, "tol": 1.0, "rows": [{"worst_ratio": None}, {"worst_ratio": 2.0}]}
+    assert _overflow_as_null({"worst_ratio": 3.0, "rows": []}) == ({"worst_ratio": 3.0, "rows": []}, False)
+
+    argv = ["probe", "constd2p", "--epsilon", "1", "--delta", "1e-5", "--samples-per-node", "7", "--iterations",
+            "20", "--no-progress", "--seed", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "EXCEEDS the claimed sensitivity" in text
+    assert not {"inf", "nan", "-inf"} & set(text.replace("(", " ").replace(")", " ").split())
+    assert main(argv + ["--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["exceeded"] > 0
+    assert (rep["worst_ratio"] is None) == ("notes" in rep)

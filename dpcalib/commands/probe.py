@@ -11,6 +11,8 @@ sensitivity.  Exit 0 whatever the verdict; bad input exits 2 with one line.
 
 from __future__ import annotations
 
+import math
+
 from .algorithms import build as build_mechanism, dumps
 from ..mechanisms.shape import POISSON
 from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, seed_help, seed_line, training_limits
@@ -18,6 +20,27 @@ from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, se
 from ..accountant.validation import InputError
 
 __all__ = ["add_arguments", "run"]
+
+#: what stands for a move or a tolerance past the double range (an unclipped run whose values overflowed)
+OVERFLOW = "overflow"
+
+
+def _overflow_as_null(obj):
+    """``obj`` with every number past the double range made None (JSON has no infinity); True beside it when any
+    was."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None, True
+    if isinstance(obj, dict):
+        pairs = {k: _overflow_as_null(v) for k, v in obj.items()}
+        return {k: v for k, (v, _) in pairs.items()}, any(f for _, f in pairs.values())
+    if isinstance(obj, list):
+        pairs = [_overflow_as_null(v) for v in obj]
+        return [v for v, _ in pairs], any(f for _, f in pairs)
+    return obj, False
+
+
+def _ratio(x: float, spec: str) -> str:
+    return format(x, spec) if math.isfinite(x) else OVERFLOW
 
 #: the widest MLP the probe builds (two hidden layers: H^2 weights per example and step)
 MAX_HIDDEN = 4096
@@ -104,7 +127,10 @@ def run(algorithm: str, args) -> int:
     r = P.record_probe(build, data, held, seed=args.seed, progress=None if args.progress else False)
     noise = {k: v for k, v in rep.noise.items() if v is not None}
     if args.json:
-        print(dumps({**r.as_dict(), "epsilon": args.epsilon, "delta": args.delta, "method": args.method,
+        out, overflowed = _overflow_as_null(r.as_dict())
+        if overflowed:          # the verdict stands: a move past the double range exceeds any claim
+            out["notes"] = ["null: a move or tolerance past the double range (the run's values overflowed)"]
+        print(dumps({**out, "epsilon": args.epsilon, "delta": args.delta, "method": args.method,
                      "noise": noise, "seed": args.seed, "seed_drawn": args.seed_drawn}))
         return 0
     w = r.worst()
@@ -119,9 +145,11 @@ def run(algorithm: str, args) -> int:
     print(seed_line(args, "probe"))
     print(f"{'release':18s} {'neighbouring pair':42s} {'worst move/claim':>16s} {'releases':>8s}")
     for row in sorted(r.rows, key=lambda x: (x["release"], -x["worst_ratio"])):
-        print(f"{row['release']:18s} {row['pair']:42s} {row['worst_ratio']:16.8f} {row['releases']:8d}")
-    print(f"worst       {_fmt(r.worst_ratio)} ({w['release']}, {w['pair']})")
-    print(f"tol         {r.tol:.3g} (float rounding: {P.SLACK_ULPS} ulps of the queries' norms, over the claim)")
+        print(f"{row['release']:18s} {row['pair']:42s} {_ratio(row['worst_ratio'], '16.8f'):>16s} {row['releases']:8d}")
+    worst = _fmt(r.worst_ratio) if math.isfinite(r.worst_ratio) else OVERFLOW + ", past the double range,"
+    print(f"worst       {worst} ({w['release']}, {w['pair']})")
+    print(f"tol         {_ratio(r.tol, '.3g')} (float rounding: {P.SLACK_ULPS} ulps of the queries' norms, over the "
+          "claim)")
     print(f"exceeded    {r.exceeded} of {r.releases} releases over claim (1 + tol); std mismatches {r.std_mismatches}")
     print(f"verdict     {'within the claimed sensitivity' if r.passed else 'EXCEEDS the claimed sensitivity'}")
     return 0
