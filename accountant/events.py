@@ -42,6 +42,9 @@ class Release:
     CHECKED = ()
     #: the report's sentence (``str.format`` fields ``count`` and ``e``)
     WORDS = "{count} release(s) of {e!r}"
+    #: one of this module's Gaussian kinds (full batch, Poisson, without replacement, balls-in-bins):
+    #: the PLD's smooth-loss grid rule and Opacus's PRV column take these only
+    gaussian = False
 
     def __post_init__(self):
         for name, check in self.CHECKED:
@@ -80,6 +83,9 @@ class _GaussianRelease(Release):
     rdp_inf = math.inf
     #: the name of the kind in a ``--events`` JSON file (:mod:`.tree_events`)
     JSON_NAME = None
+    #: compose both the add and the remove direction in the PLD (the add/remove sampled kinds)
+    both_directions = False
+    gaussian = True
 
     def refuses(self, route: str):
         """Why ``route`` cannot certify this release, in one line, or None: RDP and the PLD take every
@@ -97,6 +103,19 @@ class _GaussianRelease(Release):
 
     def _rdp(self, orders):
         return gaussian_rdp(orders, self.noise_multiplier)
+
+    def pld_pairs(self, direction: str) -> tuple:
+        """The release's dominating pairs for the PLD, named (this module sits below the PLD chain, which
+        builds them: :func:`~.pld.pairs.dominating_pairs`): the full-batch Gaussian pair ``(N(1, z^2),
+        N(0, z^2))`` here; a sampled kind states its own.
+
+        Args:
+            direction: ``"remove"`` or ``"add"`` (one pair serves both here).
+
+        Returns:
+            A tuple of ``(name, z, q)``, each a pair of :data:`~.pld.pairs.PAIRS`.
+        """
+        return (("gauss", self.noise_multiplier, 1.0),)
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         """The release's RDP at ``orders`` (the kind's bound: see the class).
@@ -224,6 +243,19 @@ class WORSampledGaussianEvent(_GaussianRelease):
         interpolated, WBK19 Cor. 10)."""
         return subsampled_gaussian_rdp_wor(orders, self.sampling_ratio, self.noise_multiplier, self.bound)
 
+    def pld_pairs(self, direction: str) -> tuple:
+        """The remove and the add pair at ratio ``gamma`` (replace-one: the discretiser symmetrises them; Zhu,
+        Dong & Wang 2022, Sec. 5, sampling without replacement); ``()`` at ``gamma = 0`` (never used).
+
+        Args:
+            direction: ``"remove"`` or ``"add"`` (both pairs serve either).
+
+        Returns:
+            A tuple of zero or two ``(name, z, gamma)``.
+        """
+        g = self.sampling_ratio
+        return () if g == 0.0 else (("remove", self.noise_multiplier, g), ("add", self.noise_multiplier, g))
+
     WORDS = ("{count} Gaussian step(s) on a fixed-size sample drawn without replacement "
              "(fraction {e.sampling_ratio:g}), noise multiplier {e.noise_multiplier:g}")
 
@@ -245,6 +277,7 @@ class _AddRemoveRelease(_GaussianRelease):
     one out of its range."""
 
     neighboring_relation = ADD_REMOVE
+    both_directions = True
 
 
 @dataclass(frozen=True)
@@ -272,6 +305,19 @@ class PoissonSampledGaussianEvent(_AddRemoveRelease):
 
     WORDS = ("{count} Poisson-subsampled Gaussian step(s) (each record in with probability "
              "{e.sampling_probability:g}, independently), noise multiplier {e.noise_multiplier:g}")
+
+    def pld_pairs(self, direction: str) -> tuple:
+        """The pair of ``direction`` at rate ``q``: removing ``((1-q) N(0, z^2) + q N(1, z^2), N(0, z^2))``, adding
+        its mirror (Zhu, Dong & Wang 2022, Sec. 5, Poisson subsampling); ``()`` at ``q = 0`` (never used).
+
+        Args:
+            direction: ``"remove"`` or ``"add"``.
+
+        Returns:
+            A tuple of zero or one ``(name, z, q)``.
+        """
+        q = self.sampling_probability
+        return () if q == 0.0 else ((direction, self.noise_multiplier, q),)
 
     def _dp_event(self, dp_accounting):
         """A ``PoissonSampledDpEvent`` around a ``GaussianDpEvent``."""
@@ -309,6 +355,17 @@ class BallsInBinsGaussianEvent(_AddRemoveRelease):
     # independently of the record), so this bounds it -- with no amplification
     WORDS = ("{count} epoch(s) of balls-in-bins batches (each record in one of {e.steps} steps, "
              "chosen uniformly at random and independently), noise multiplier {e.noise_multiplier:g}")
+
+    def pld_pairs(self, direction: str) -> tuple:
+        """``()``: an epoch's pair is not one-dimensional; :mod:`.pld.allocation` discretises it.
+
+        Args:
+            direction: ``"remove"`` or ``"add"``.
+
+        Returns:
+            The empty tuple.
+        """
+        return ()
 
     def to_dp_event(self):
         """Refused: dp-accounting has no balls-in-bins accountant.

@@ -201,7 +201,7 @@ def _opacus_prv(accountant, d, notes):
         notes.append("Opacus is not installed (pip install opacus) -- no PRV column")
         return None
     acc = PRVAccountant()
-    if not all(hasattr(e, "noise_multiplier") and not hasattr(e, "pld_pairs") for e, _ in accountant.events):
+    if not all(getattr(e, "gaussian", False) for e, _ in accountant.events):
         notes.append("Opacus's PRV accountant takes Gaussian events only")
         return None
     for e, k in accountant.events:

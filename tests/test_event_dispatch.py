@@ -73,3 +73,25 @@ def test_every_known_kind_has_its_own_words_in_the_report(event, words):
     sampling = report.assumptions["sampling"]
     assert sampling.startswith("2 ") and words in sampling, sampling
     assert np.isfinite(report.epsilon) and report.epsilon > 0
+
+
+def test_each_gaussian_kind_states_its_own_pairs_and_directions():
+    """The four Gaussian kinds name their dominating pairs as every other kind states its own (no dispatch on
+    their classes in the PLD chain): the pair of each, its parameters and the directions composed."""
+    from dpcalib.accountant.pld.pairs import AddPair, GaussianPair, RemovePair, directions
+
+    z, q = 1.3, 0.02
+    cases = [(GaussianEvent(z), {"remove": (GaussianPair(z),), "add": (GaussianPair(z),)}, ("remove",)),
+             (PoissonSampledGaussianEvent(q, z), {"remove": (RemovePair(z, q),), "add": (AddPair(z, q),)},
+              ("remove", "add")),
+             (WORSampledGaussianEvent(q, z), {d: (RemovePair(z, q), AddPair(z, q)) for d in ("remove", "add")},
+              ("remove",)),
+             (BallsInBinsGaussianEvent(10, z), {"remove": (), "add": ()}, ("remove", "add")),
+             (PoissonSampledGaussianEvent(0.0, z), {"remove": (), "add": ()}, ("remove", "add")),
+             (WORSampledGaussianEvent(0.0, z), {"remove": (), "add": ()}, ("remove",))]
+    for ev, pairs, dirs in cases:
+        for d, want in pairs.items():
+            got = dominating_pairs(ev, d)
+            assert got == want and [type(p) for p in got] == [type(p) for p in want], (ev, d, got)
+        assert directions([(ev, 3)]) == dirs, ev
+        assert ev.gaussian

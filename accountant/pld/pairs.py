@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from ..events import BallsInBinsGaussianEvent, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
 from ..kinds import event_types
 from ..validation import InputError
 
@@ -522,41 +521,32 @@ def pair(kind: str, z: float, q: float = 1.0) -> Pair:
 
 
 def dominating_pairs(event, direction: str) -> tuple:
-    """The dominating pairs of one event, in the order the discretiser composes them: one pair, or --
-    sampling without replacement under replace-one -- the remove and the add pair, whose discretised
-    steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0) and for a
-    balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).
-    ``direction``: "remove" or "add", the direction a Poisson event's pair takes.
+    """The dominating pairs of one event, as its kind states them (``event.pld_pairs(direction)``: pairs,
+    or ``(name, z, q)`` naming one of :data:`PAIRS`), in the order the discretiser composes them: one
+    pair, or -- sampling without replacement under replace-one -- the remove and the add pair, whose
+    discretised steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0)
+    and for a balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).  ``direction``: "remove" or "add", the direction a Poisson
+    event's pair takes (:func:`directions`).
 
     Args:
-        event: a Gaussian, Poisson-sampled, without-replacement-sampled or balls-in-bins event.
+        event: an event of a registered kind (:func:`~dpcalib.accountant.kinds.event_types`).
         direction: ``"remove"`` or ``"add"``.
 
     Returns:
-        A tuple of zero, one or two :class:`Pair` objects.
+        A tuple of zero, one or two :class:`Pair` objects (a tree kind's may be other pairs).
 
     Raises:
-        InputError: if ``event`` is of another type.
+        InputError: if ``event`` states no pairs, or its kind refuses the PLD (the kind's own line).
     """
     own = getattr(event, "pld_pairs", None)
-    if own is not None:                 # a kind of its own (:mod:`..kinds`): its pairs, or None (refused)
-        pairs = own(direction)
-        if pairs is None:
-            raise InputError(f"accountant='pld' is not allowed: {event.refuses('pld')}.")
-        return tuple(pairs)
-    z = event.noise_multiplier
-    if isinstance(event, BallsInBinsGaussianEvent):
-        return ()
-    if isinstance(event, GaussianEvent):
-        return (GaussianPair(z),)
-    if isinstance(event, PoissonSampledGaussianEvent):
-        q = event.sampling_probability
-        return () if q == 0.0 else (PAIRS[direction](z, q),)
-    if isinstance(event, WORSampledGaussianEvent):
-        g = event.sampling_ratio
-        return () if g == 0.0 else (RemovePair(z, g), AddPair(z, g))
-    raise InputError(f"event={event!r} is not allowed: the PLD accountant has no dominating pair for "
-                     f"{type(event).__name__}; expected one of {', '.join(t.__name__ for t in event_types())}.")
+    if own is None:
+        raise InputError(f"event={event!r} is not allowed: the PLD accountant has no dominating pair for "
+                         f"{type(event).__name__}; expected one of {', '.join(t.__name__ for t in event_types())}.")
+    pairs = own(direction)              # the kind's own (every kind states them), or None (refused)
+    if pairs is None:
+        raise InputError(f"accountant='pld' is not allowed: {event.refuses('pld')}.")
+    # a kind below the chain (the Gaussian kinds of ..events) names its pairs: (name of PAIRS, z, q)
+    return tuple(PAIRS[p[0]](*p[1:]) if isinstance(p, tuple) else p for p in pairs)
 
 
 @dataclass
@@ -651,7 +641,6 @@ def directions(events):
     Returns:
         ``("remove", "add")`` or ``("remove",)``.
     """
-    if any(isinstance(e, (PoissonSampledGaussianEvent, BallsInBinsGaussianEvent)) or getattr(e, "both_directions", False)
-           for e, _ in events):
+    if any(getattr(e, "both_directions", False) for e, _ in events):
         return ("remove", "add")
     return ("remove",)

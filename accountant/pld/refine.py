@@ -64,7 +64,7 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
     h = first_grid_of(ev, d)
     h = _start(ev, d, h, cap)
     # events of the non-Gaussian kinds (their own pairs, :mod:`.lossdist`): atoms, width O(h)
-    atomic = any(getattr(e, "pld_pairs", None) is not None for e, _ in ev)
+    atomic = any(not getattr(e, "gaussian", False) for e, _ in ev)
     no_lower = 0
     best = None
     notes = []
