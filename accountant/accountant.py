@@ -406,7 +406,7 @@ class PrivacyAccountant:
                 :func:`~.pld.queries.pld_epsilon`'s).
 
         Returns:
-            The :class:`~.pld.pairs.EpsilonBracket`.
+            The :class:`~.pld.shared.EpsilonBracket`.
 
         Raises:
             InputError: if ``delta`` or ``rtol`` is out of range, ``methods`` is empty or holds an

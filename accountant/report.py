@@ -46,7 +46,7 @@ class PrivacyReport:
         epsilon_lower: the lower end of eps at ``delta`` (None where only an RDP upper bound exists).
         epsilon_upper: the certified upper end of eps at ``delta``.
         method: the method that certified ``epsilon_upper`` (``"pld"``, ``"gdp"``, ``"rdp"``,
-            ``"tv"`` or ``"none"``; as :class:`~.pld.pairs.EpsilonBracket`).
+            ``"tv"`` or ``"none"``; as :class:`~.pld.shared.EpsilonBracket`).
         epsilons: ``((delta, lower or None, upper), ...)``, delta decreasing.
         mu: the GDP parameter where the composition is exactly Gaussian DP, else None.
         tpr_at_fpr: ``((fpr, tpr), ...)``: the largest true-positive rate at each FPR.

@@ -205,7 +205,7 @@ MAX_SLICES = 4_000_000
 def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: float, E: int,
                 log_tail: float):
     """One epoch of the max statistic as a lower PLD step (grid ``h``; masses under ``P``)."""
-    from .pld.pairs import Step
+    from .pld.shared import Step
 
     # the cube range: below lo_c, P(max <= lo_c) <= e^log_tail; above hi_c, P(max > hi_c) <= e^log_tail
     lo_c = z * float(special.ndtri(math.exp(log_tail / T))) + min(lo_mean, 0.0)
@@ -241,7 +241,7 @@ def _epoch_step(z: float, T: int, pi: float, hi_mean: float, lo_mean: float, h: 
 @cached(64)
 def _lower_cached(z: float, T: int, pi: float, E: int, d: float, relation: str, h: float) -> float:
     from .pld.bracket import lower_one
-    from .pld.pairs import MEMORY_CAP
+    from .pld.shared import MEMORY_CAP
 
     hi_mean, lo_mean = (2.0, 1.0) if relation == ZERO_OUT else (2.0, 0.0)
     log_tail = math.log(1e-6 * d / E)
@@ -294,12 +294,12 @@ def shuffle_epsilon_bracket(noise_multiplier, n, batch_size, epochs, delta, rela
         drop_last: drop the last, partial batch of each epoch (only the notes' step count changes).
 
     Returns:
-        The :class:`~.pld.pairs.EpsilonBracket` (``method="gdp"``, grid 1e-3, ``converged=True``).
+        The :class:`~.pld.shared.EpsilonBracket` (``method="gdp"``, grid 1e-3, ``converged=True``).
 
     Raises:
         InputError: as :func:`shuffle_lower_epsilon` and :func:`shuffle_upper_epsilon`.
     """
-    from .pld.pairs import EpsilonBracket
+    from .pld.shared import EpsilonBracket
 
     T = steps_per_epoch(n, batch_size, drop_last)
     up = shuffle_upper_epsilon(noise_multiplier, epochs, delta, relation)

@@ -36,7 +36,7 @@ SETTINGS = settings(max_examples=200, derandomize=True, deadline=None, database=
 #: the oracles are exact to ~1e-9 relative (gammaln at k = 1e6); the upper end is held to that
 SLACK = 1e-9
 #: the lower end is not certified to the last digit: the PLD lets its round-off charge reach a fraction
-#: LOWER_RETILT = 1e-3 of delta before re-composing (accountant/pld/pairs.py); 1e-6 is asked here
+#: LOWER_RETILT = 1e-3 of delta before re-composing (accountant/pld/shared.py); 1e-6 is asked here
 SLACK_LOWER = 1e-6
 
 

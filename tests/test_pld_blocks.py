@@ -16,7 +16,7 @@ from dpcalib.accountant.pld import binomial as PB_
 from dpcalib.accountant.pld import compose as PC
 from dpcalib.accountant.caches import clear_cache
 from dpcalib.accountant.events import PoissonSampledGaussianEvent
-from dpcalib.accountant.pld.pairs import Step
+from dpcalib.accountant.pld.shared import Step
 
 
 @pytest.fixture
@@ -132,7 +132,8 @@ SMALL = [(1e-4, 0.6, 4096, 1e-5), (1e-3, 1.0, 2048, 1e-6), (0.02, 3.0, 2048, 1e-
 def test_blocked_bracket_intersects_the_tight_plain_bracket(q, z, K, delta, blocks_from, monkeypatch):
     """Blocks forced from 256 steps; the plain composition refined to 1e-5.  Both brackets are
     certified: the blocked one must reach the plain one from each side."""
-    from dpcalib.accountant.pld.pairs import RemovePair, TAIL
+    from dpcalib.accountant.pld.pairs import RemovePair
+    from dpcalib.accountant.pld.shared import TAIL
 
     ev = [(PoissonSampledGaussianEvent(q, z), K)]
     plain = _plain(ev, delta, monkeypatch)
@@ -154,7 +155,8 @@ def test_a_million_steps_bracket_intersects_prv_accountants():
     0.9999810929725276]) -- and as narrow as a calibration asks."""
     prv = pytest.importorskip("prv_accountant")
     q, z, K, delta = 1e-4, 0.6945241030691184, 10**6, 1e-5
-    from dpcalib.accountant.pld.pairs import RemovePair, TAIL
+    from dpcalib.accountant.pld.pairs import RemovePair
+    from dpcalib.accountant.pld.shared import TAIL
 
     ev = [(PoissonSampledGaussianEvent(q, z), K)]
     h = 4.8828125e-05
@@ -170,13 +172,15 @@ def test_a_million_steps_bracket_intersects_prv_accountants():
 
 def test_heavy_tails_fall_back_to_the_plain_steps():
     """z = 0.4 at q = 1e-4: the loss reaches 15, no cut up to 0.1 leaves few terms -- plain steps."""
-    from dpcalib.accountant.pld.pairs import RemovePair, TAIL
+    from dpcalib.accountant.pld.pairs import RemovePair
+    from dpcalib.accountant.pld.shared import TAIL
     K, d = 10**6, 1e-6
     assert PB.blocked_steps(RemovePair(0.3957, 1e-4), 1e-4, TAIL * d / K, K, d, 1 << 30, False) is None
 
 
 def test_blocked_upper_composition_reads_no_hoeffding_end():
-    from dpcalib.accountant.pld.pairs import RemovePair, TAIL
+    from dpcalib.accountant.pld.pairs import RemovePair
+    from dpcalib.accountant.pld.shared import TAIL
     ev = [(PoissonSampledGaussianEvent(1e-4, 0.7), 20_000)]
     d = 1e-5
     assert PB.blocked_steps(RemovePair(0.7, 1e-4), 1e-4, TAIL * d / 20_000, 20_000, d, 1 << 30, False) is not None

@@ -13,7 +13,7 @@ PLD = ROOT / "accountant" / "pld"
 ACCOUNTANT = ROOT / "accountant"
 
 #: the declared order; the package's docstring draws it too
-CHAIN = ("pairs", "mixture", "lossdist", "decay", "convex", "discretise", "compose", "binomial", "allocation_terms",
+CHAIN = ("shared", "pairs", "mixture", "lossdist", "decay", "convex", "discretise", "compose", "binomial", "allocation_terms",
          "allocation", "bracket", "blocks", "profile", "grid", "refine", "exact", "queries")
 
 

@@ -18,7 +18,8 @@ from dpcalib.accountant import PoissonSampledGaussianEvent, pld_epsilon
 from dpcalib.accountant.pld import pld_epsilon_at
 from dpcalib.accountant import pld
 from dpcalib.accountant.pld import bracket as pld_bracket, discretise as D
-from dpcalib.accountant.pld.pairs import AddPair, MEMORY_CAP, RemovePair
+from dpcalib.accountant.pld.pairs import AddPair, RemovePair
+from dpcalib.accountant.pld.shared import MEMORY_CAP
 from tests import oracles
 
 
@@ -147,7 +148,7 @@ def test_the_split_point_is_the_first_prefix_whose_bound_fails(seed):
     # running log-sum over every atom: the same split on steps with gaps of no mass, pooled atoms
     # (more than 65 536), every chunk boundary and no failing prefix at all
     from dpcalib.accountant.pld import binomial as PB
-    from dpcalib.accountant.pld.pairs import Step
+    from dpcalib.accountant.pld.shared import Step
 
     rng = np.random.default_rng(seed)
     n = int(rng.choice([1, 255, 256, 257, 3000, 70_001]))

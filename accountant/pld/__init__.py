@@ -5,11 +5,13 @@ profile ``delta(eps)`` of a composition of Gaussian events.  The public queries 
 The modules form one chain, and each imports only modules before it (tests/test_pld_chain.py reads
 the imports from the source)::
 
-    pairs -> mixture -> lossdist -> decay -> convex -> discretise -> compose -> binomial
-          -> allocation_terms -> allocation -> bracket -> blocks -> profile -> grid -> refine -> exact
-          -> queries
+    shared -> pairs -> mixture -> lossdist -> decay -> convex -> discretise -> compose -> binomial
+           -> allocation_terms -> allocation -> bracket -> blocks -> profile -> grid -> refine -> exact
+           -> queries
 
-* :mod:`.pairs`: each event's dominating pair, the discretised ``Step``, the constants;
+* :mod:`.shared`: what every link shares: the constants, the grid ladder, the discretised ``Step``, the
+  ``EpsilonBracket``;
+* :mod:`.pairs`: each event's dominating pair (as its kind states it);
 * :mod:`.mixture`: the mixture of Gaussians' pair (its loss inverted by Newton's step and the chord);
 * :mod:`.lossdist`: the exact pairs of the non-Gaussian kinds (Laplace, finite loss distributions, and
   either under Poisson sampling), and the grid step that puts their atoms on grid points;
@@ -85,7 +87,7 @@ the best certified answer is returned with a note): :mod:`.refine`; the bracket 
 :mod:`.grid`'s.  ``delta(eps)`` -- the profile the same compositions give -- is read in :mod:`.profile`.
 """
 
-from .pairs import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL
+from .shared import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, RTOL
 from .queries import (clear_cache, first_grid, pld_delta, pld_epsilon, pld_epsilon_at, pld_profile, pld_upper_profiles,
                       report_grid, window_points)
 

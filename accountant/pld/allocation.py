@@ -44,7 +44,7 @@ from ..gdp import gdp_epsilon
 from .compose import compose_powers, log_mgfs
 from .discretise import Bins, lower_step, upper_step
 from .discretise import discretised_steps as plain_steps
-from .pairs import OverCap, Step
+from .shared import OverCap, Step
 
 __all__ = ["epoch_step"]
 
@@ -480,7 +480,7 @@ def epoch_step(z: float, t: int, K: int, h: float, tau: float, direction: str, l
 
     Args: ``z`` noise multiplier, ``t`` steps an epoch, ``K`` epochs composed, ``h`` loss grid, ``tau``
     truncation budget, ``direction`` "remove"/"add", ``lower``, ``cap`` memory cap (bytes), ``delta``.
-    Returns: the :class:`~.pairs.Step` (a block: no Hoeffding end), or None (a lower step that failed).
+    Returns: the :class:`~.shared.Step` (a block: no Hoeffding end), or None (a lower step that failed).
     Raises: OverCap over the memory cap or where no grid holds the loss."""
     # (a budget below 1e-280 -- delta near 1e-300 -- is taken as 1e-280: every truncation is charged in full,
     # so a larger budget only loosens the bound; below it the windows' Chernoff masses underflow)

@@ -14,7 +14,7 @@ import numpy as np
 from scipy import fft as sfft
 
 from .compose import LAMBDAS, Composed, charges, cyclic, fft_length, log_mgfs, loss_window, power, read_window, tilted
-from .pairs import Step
+from .shared import Step
 
 __all__ = []
 
@@ -33,8 +33,8 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     The Chernoff window takes the measure's own moment bound ``sum_j w_j M_a^(n-j) M_b^j``.
 
     Args:
-        a: the first part of the step (a :class:`~.pairs.Step`, sub-probability).
-        b: the second part of the step (a :class:`~.pairs.Step`, sub-probability).
+        a: the first part of the step (a :class:`~.shared.Step`, sub-probability).
+        b: the second part of the step (a :class:`~.shared.Step`, sub-probability).
         n: the number of steps composed here, >= 1.
         K: the total number of steps (the binomial coefficients are ``C(K, j)``), >= ``n``.
         J: the largest number of ``b`` factors kept, in ``[0, n]``.
@@ -215,7 +215,7 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     most ``alpha``) are charged too.
 
     Args:
-        step: the step kind (a :class:`~.pairs.Step` with its ``count`` ``K``).
+        step: the step kind (a :class:`~.shared.Step` with its ``count`` ``K``).
         h: the grid step, > 0.
         alpha: the mass allowed to wrap around on each side, in (0, 1).
         cap_bytes: the memory the transforms may use, in bytes.

@@ -29,7 +29,7 @@ the lower steps from measures whose profiles are at or below them: the anchored 
 the fine grid (:func:`~.discretise._anchored_lower_step`'s construction), round-off taken
 off, then :func:`~.discretise.lower_step` on the grid ``h`` applied to the block's own bins.
 What a window wraps around (at most its Chernoff ``alpha``) is a constant in profile: it rides
-along as the step's :attr:`~.pairs.Step.charge`, which every composition charges.  A block's
+along as the step's :attr:`~.shared.Step.charge`, which every composition charges.  A block's
 atoms are not within ``h`` of the true loss, so no Hoeffding end is read from an upper block.
 The chain: pairs <- discretise <- compose <- binomial <- blocks <- bracket <- pld.
 """
@@ -45,7 +45,8 @@ from .binomial import binomial_composition
 from .compose import compose_powers, delta_tilt, log_mgfs
 from .allocation import discretised_steps
 from .discretise import Bins, bins_of, edge_anchor, lower_step, upper_step
-from .pairs import ALIAS, AddPair, OverCap, Pair, RemovePair, Step, dominating_pairs
+from .pairs import AddPair, Pair, RemovePair, dominating_pairs
+from .shared import ALIAS, OverCap, Step
 
 __all__ = ["BLOCKS", "BLOCK_MIN"]
 
@@ -80,7 +81,7 @@ def bracket_steps(ev, h, tau, direction, cap, delta, lower=False, level=None):
         level: the cut level of the plain steps (None: ``LOSS_CUT``).
 
     Returns:
-        A list of :class:`~.pairs.Step` (lower steps may be None where their construction failed).
+        A list of :class:`~.shared.Step` (lower steps may be None where their construction failed).
 
     Raises:
         OverCap: if a plain step's bins would exceed ``cap``.
@@ -138,7 +139,7 @@ def blocked_steps(pair: Pair, h: float, tau: float, K: int, delta: float, cap: i
         lower: build lower steps instead of upper ones.
 
     Returns:
-        A list of :class:`~.pairs.Step` (the block and ``X``), or None (remembered).
+        A list of :class:`~.shared.Step` (the block and ``X``), or None (remembered).
     """
     plan = block_plan(K)
     if plan is None or not isinstance(pair, (RemovePair, AddPair)) or not 0.0 < pair.q < 1.0:
@@ -280,7 +281,7 @@ def _resolved(comp, total: float, upper: bool):
 
 def _block(b: Step, m: int, hf: float, alpha: float, cap: int, lam: float):
     """One block: the fine step ``b`` composed ``m`` times on its grid ``hf`` (wrapped-around mass
-    ``alpha`` on each side), the :class:`~.compose.Composed`; :class:`~.pairs.OverCap` over the cap."""
+    ``alpha`` on each side), the :class:`~.compose.Composed`; :class:`~.shared.OverCap` over the cap."""
     comp = compose_powers(Step(b.i0, b.mass, 0.0, 0.0, 1), [m], hf, alpha, cap, lam)
     if comp is None:
         raise OverCap

@@ -14,7 +14,7 @@ import numpy as np
 from .binomial import split_composition
 from .compose import LAMBDAS, log_mgfs, delta_tilt, compose_steps, loss_window
 from .decay import decay_block, decayed_suffix
-from .pairs import ALIAS, LOWER_RETILT, RETILT, RTOL
+from .shared import ALIAS, LOWER_RETILT, RETILT, RTOL
 
 __all__ = ["lower_one", "upper_one"]
 
@@ -289,7 +289,7 @@ def lower_usable(lower_steps) -> bool:
     """Lower steps exist for every event and none is empty (an empty one bounds nothing).
 
     Args:
-        lower_steps: a sequence of lower steps (:class:`~.pairs.Step` or None).
+        lower_steps: a sequence of lower steps (:class:`~.shared.Step` or None).
 
     Returns:
         True when the sequence is non-empty and every step has positive finite mass.

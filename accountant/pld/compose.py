@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import fft as sfft
 
-from .pairs import Step
+from .shared import Step
 
 __all__ = ["LAMBDAS"]
 
@@ -97,7 +97,7 @@ def loss_window(steps, h, log_alpha, lam=0.0, logm=None, r_min=None):
     to the top and damped there by un-tilting, stays at most ``alpha`` (never above ``r_min``).
 
     Args:
-        steps: the discretised steps (:class:`~.pairs.Step`) to compose.
+        steps: the discretised steps (:class:`~.shared.Step`) to compose.
         h: the grid step, > 0.
         log_alpha: ``log alpha``, the log of the mass allowed below and (wrapped) above the window.
         lam: the tilt, >= 0.
@@ -232,7 +232,7 @@ def charges(steps) -> float:
     steps' masses, at least 1 each).
 
     Args:
-        steps: the discretised steps (:class:`~.pairs.Step`).
+        steps: the discretised steps (:class:`~.shared.Step`).
 
     Returns:
         The offset (a float, >= 0).
@@ -445,7 +445,7 @@ def compose_steps(steps, h, alpha, cap_bytes, lam=0.0, r_min=None):
     read, and the window is sized so that this is at most ``alpha`` (:func:`loss_window`).
 
     Args:
-        steps: the discretised steps (:class:`~.pairs.Step`) to compose.
+        steps: the discretised steps (:class:`~.shared.Step`) to compose.
         h: the grid step, > 0.
         alpha: the mass allowed to wrap around on each side, in (0, 1).
         cap_bytes: the memory the transforms may use, in bytes.

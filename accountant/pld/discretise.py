@@ -14,7 +14,8 @@ import numpy as np
 from ..caches import register
 from .convex import convexify
 from .decay import decay_block, decayed_rounding, decayed_suffix
-from .pairs import OverCap, Pair, Step, dominating_pairs
+from .pairs import Pair, dominating_pairs
+from .shared import OverCap, Step
 
 __all__ = []
 
@@ -100,7 +101,7 @@ def upper_step(b: Bins, h: float, count: int) -> Step:
         count: how many times the step is composed, >= 1.
 
     Returns:
-        The upper :class:`~.pairs.Step` (``n + 1`` atoms from ``b.i0``).
+        The upper :class:`~.shared.Step` (``n + 1`` atoms from ``b.i0``).
     """
     i0, P, Q = b.i0, b.P, b.Q
     # r = (P - e^(jh) Q) / (1 - e^-h), in log space (e^(jh) overflows for large losses); a bin
@@ -154,7 +155,7 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
         count: how many times the step is composed, >= 1.
 
     Returns:
-        The lower :class:`~.pairs.Step`, or None (no bins, or the repair cannot be paid for).
+        The lower :class:`~.shared.Step`, or None (no bins, or the repair cannot be paid for).
     """
     P = b.P
     Q = b.Q
@@ -186,7 +187,7 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
     plain = np.maximum(gp[:-1], gp[1:])           # d_i = max(gap_(i-1), gap_i), i = 0..n
     # the bottom rule first; where its polyline cannot be made a measure, the plain rule.  (A
     # bin holding nearly all the mass at its lower end -- an atom on a grid point, see
-    # :func:`~.pairs.aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
+    # :func:`~.shared.aligned_grid` -- has frac ~ 0 and gap ~ 0: the bottom rule, which keeps its lower
     # vertex in place, must then lower the upper one by ~h times that mass, a concave kink the
     # thin tail above cannot repay; the plain rule lowers both by the gap, ~0.)
     best = None

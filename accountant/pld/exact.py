@@ -19,7 +19,8 @@ import math
 import numpy as np
 
 from .lossdist import FinitePair
-from .pairs import EpsilonBracket, directions, dominating_pairs
+from .pairs import directions, dominating_pairs
+from .shared import EpsilonBracket
 
 __all__ = []
 
@@ -45,7 +46,7 @@ def lattice_bracket(ev, d: float):
         d: the target delta (checked).
 
     Returns:
-        An :class:`~.pairs.EpsilonBracket` (``discretization`` 0.0, converged), or None where an event
+        An :class:`~.shared.EpsilonBracket` (``discretization`` 0.0, converged), or None where an event
         has another pair or the lattice would span more than ``MAX_POINTS`` points.
     """
     lower = upper = 0.0

@@ -12,8 +12,8 @@ from ..caches import Memo, cached
 from ..progress import tell
 from .compose import loss_window
 from .bracket import lower_one, lower_usable, upper_info, upper_one
-from .pairs import (ALIAS, MEMORY_CAP, OverCap, TAIL, aligned_grid, beyond, directions, dominating_pairs,
-                    on_ladder)
+from .pairs import beyond, directions, dominating_pairs
+from .shared import ALIAS, MEMORY_CAP, OverCap, TAIL, aligned_grid, on_ladder
 from . import pairs
 from .allocation import discretised_steps
 from .lossdist import aligned_step
@@ -221,7 +221,7 @@ def _lower_ends(key, ups):
         if not lower_usable(lsteps):
             # a bin holding nearly all the mass mid-way between two grid points (below a thin
             # tail: small q and noise) breaks the lower steps; on a grid that puts that atom on
-            # a grid point they usually exist (:func:`~.pairs.aligned_grid`) -- else Hoeffding's end
+            # a grid point they usually exist (:func:`~.shared.aligned_grid`) -- else Hoeffding's end
             ha = aligned_grid(ev, h)
             if ha is not None:
                 try:

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from .pairs import OverCap, directions
+from .pairs import directions
+from .shared import OverCap
 from .compose import compose_steps
 from .allocation import discretised_steps
 from .bracket import lower_usable, rounding_gap, suffix_rounding, suffix_sums, sum_error

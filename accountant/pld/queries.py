@@ -20,7 +20,7 @@ from ..caches import clear_cache
 from ..events import full_batch_form
 from ..validation import InputError
 from ..kinds import event_types
-from .pairs import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
+from .shared import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
 from .profile import delta_bracket, upper_bounds, upper_profiles
 from .grid import epsilon_at, first_grid_of, window_points_of
 from .exact import lattice_bracket

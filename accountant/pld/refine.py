@@ -11,7 +11,7 @@ import math
 
 from ..validation import InputError
 from ..caches import cached
-from .pairs import EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, on_ladder
+from .shared import EpsilonBracket, LAST_STEP, MAX_DISCRETIZATION, on_ladder
 from .grid import epsilon_at, first_grid_of, window_points_of
 from .lossdist import aligned_step
 
@@ -40,7 +40,7 @@ def refined(ev, d, r, cap, h_fixed, a_tol, predict=False):
         predict: return the predicted last grid and the ``(grid, upper)`` pairs instead.
 
     Returns:
-        An :class:`~.pairs.EpsilonBracket`, or with ``predict`` a tuple ``(grid, ((h, upper), ...))``.
+        An :class:`~.shared.EpsilonBracket`, or with ``predict`` a tuple ``(grid, ((h, upper), ...))``.
 
     Raises:
         InputError: if the fixed grid ``h_fixed`` or (automatic) even the coarsest grid needs more
