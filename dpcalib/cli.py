@@ -17,33 +17,53 @@ and ``train`` do.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import warnings
 
-from .commands.algorithms import SPECS, build, dumps as _json, noise_args, noise_flags
-from .commands.common import (CONVERSION_REFUSAL, accountant_argument, install_hint, finite_epsilon, need_matplotlib,
-                              Parser, writable_plot, UsageError)
+from .commands.algorithms import SPECS
+from .commands.common import CONVERSION_REFUSAL, install_hint, Parser, UsageError
 
 __all__ = ["main"]
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def _takes_accountant(algorithm: str) -> bool:
-    """Does this algorithm's calibrate() choose between the RDP and the PLD accountant?"""
-    import inspect
-
-    from .mechanisms import ALGORITHMS
-
-    return "accountant" in inspect.signature(ALGORITHMS[algorithm][0].calibrate).parameters
-
-
 #: the commands that calibrate the noise for (--epsilon, --delta) and so take the calibration's options
 #: (--method, the budget split); epsilon and report take the noise levels instead
 CALIBRATING = ("calibrate", "compare", "audit", "probe")
 
 
+def _command(command: str):
+    """The module of ``command`` (:mod:`dpcalib.commands`), imported on use (one command's start pays for its
+    own imports only): its ``run(args)`` (every command), its ``add_arguments(parser, algorithm)`` on an
+    algorithm (and, where some options exclude others, ``check_applicable(args)``); ``list``, ``account`` and
+    ``train`` build their parsers whole."""
+    if command == "list":
+        from .commands import list as module
+    elif command == "calibrate":
+        from .commands import calibrate as module
+    elif command == "epsilon":
+        from .commands import epsilon as module
+    elif command == "compare":
+        from .commands import compare as module
+    elif command == "account":
+        from .commands import account as module
+    elif command == "report":
+        from .commands import report as module
+    elif command == "audit":
+        from .commands import audit as module
+    elif command == "probe":
+        from .commands import probe as module
+    elif command == "train":
+        from .commands import train as module
+    else:
+        raise KeyError(f"no module for the command {command!r}")   # a command of COMMANDS without its module
+    return module
+
+
 def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
+    """``dpcalib COMMAND ALGORITHM``'s parser: what the commands on an algorithm share (``--epsilon`` where
+    the command calibrates, ``--delta``, the algorithm's shape options, ``--json``) around the command's own
+    options, which its module adds."""
     spec = SPECS[algorithm]
     from .mechanisms import ALGORITHMS
 
@@ -55,35 +75,7 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
                        help="target epsilon, a number > 0" + (" (the claim the audit tests)" if command == "audit"
                                                               else ""))
     p.add_argument("--delta", type=float, required=True, help="target delta, a number in (0, 1)")
-    if command == "calibrate":
-        p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
-                       help="paper: the paper's closed form as printed; tight: the smallest noise, same split; "
-                            "both: paper and tight, one after the other.  Default: tight")
-        if _takes_accountant(algorithm):
-            accountant_argument(p, solves=True)
-    if command == "compare" and _takes_accountant(algorithm):
-        accountant_argument(p, solves=True)
-    if command == "audit":
-        from .commands.audit import add_arguments
-
-        add_arguments(p, writable_plot)
-    if command in ("epsilon", "report"):
-        for name in spec.noise:
-            p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
-                           metavar=name.upper(), help=f"noise level {name}, a number > 0")
-    if command == "report":
-        from .commands.report import add_arguments
-
-        add_arguments(p, writable_plot)
-        accountant_argument(p)
-    if command == "epsilon":
-        from .commands.epsilon import add_arguments
-
-        add_arguments(p, writable_plot)
-    if command == "probe":
-        from .commands.probe import add_arguments
-
-        add_arguments(p, algorithm, {o.flag for o in spec.options})
+    _command(command).add_arguments(p, algorithm)
     for o in spec.options:
         if o.target == "split" and command not in CALIBRATING:
             continue                # a calibration's budget split: epsilon and report take the noise itself
@@ -98,13 +90,13 @@ def _algo_parser(command: str, algorithm: str) -> argparse.ArgumentParser:
 
 def _check_applicable(command: str, args) -> None:
     """Options that were given but do not apply to what the command will do are refused, never
-    silently ignored (one line, exit 2)."""
+    silently ignored (one line, exit 2): ``--conversion`` without the RDP accountant here, the command's
+    own rules in its module."""
     if getattr(args, "conversion", None) is not None and getattr(args, "accountant", None) != "rdp":
         raise UsageError(CONVERSION_REFUSAL.format(args.conversion))
-    if command == "audit":
-        from .commands.audit import check_applicable
-
-        check_applicable(args)
+    check = getattr(_command(command), "check_applicable", None)
+    if check is not None:
+        check(args)
 
 
 def _example(command: str, algorithm: str) -> str:
@@ -131,113 +123,6 @@ def _example(command: str, algorithm: str) -> str:
     return " ".join(out) + " " + noise
 
 
-
-
-# ---- commands --------------------------------------------------------------------------------
-def _cmd_audit(args) -> int:
-    algorithm = args.algorithm
-    from .commands.audit import run
-
-    return run(algorithm, args)
-
-
-def _cmd_probe(args) -> int:
-    algorithm = args.algorithm
-    from .commands.probe import run
-
-    return run(algorithm, args)
-
-
-def _list_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="dpcalib list", description=COMMANDS["list"])
-    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
-    return p
-
-
-def _cmd_account(args) -> int:
-    from .commands.account import run_account
-
-    return run_account(args)
-
-
-def _cmd_train(args) -> int:
-    from .commands.train import run
-
-    return run(args, UsageError)
-
-
-def _cmd_list(args) -> int:
-    from .mechanisms import ALGORITHMS
-
-    rows = []
-    for name, (cls, source) in ALGORITHMS.items():
-        spec = SPECS[name]
-        rows.append({"algorithm": name, "source": source, "noise": list(spec.noise),
-                     "options": [{"flag": o.flag, "required": o.required,
-                                  "default": repr(o.default) if isinstance(o.default, float)
-                                  and not math.isfinite(o.default) else o.default,
-                                  "calibration": o.target == "split", "help": o.help} for o in spec.options]})
-    if args.json:
-        print(_json(rows))
-        return 0
-    for r in rows:
-        opts = " ".join(o["flag"] + ("" if o["default"] is None else f"[={o['default']}]") for o in r["options"])
-        print(f"{r['algorithm']:10s} {r['source']}")
-        print(f"{'':10s} options: {opts}")
-        print(f"{'':10s} noise:   {', '.join(r['noise'])}")
-    return 0
-
-
-def _cmd_calibrate(args) -> int:
-    algorithm = args.algorithm
-    from .accountant import watching
-    from .commands.calibrate import print_report, report_dict
-    from .commands.common import ProgressBar
-
-    mech, split = build(algorithm, args)
-    methods = ["paper", "tight"] if args.method == "both" else [args.method]
-    extra = {"accountant": args.accountant} if _takes_accountant(algorithm) else {}
-    # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
-    with ProgressBar(f"calibrate {algorithm}") as bar, watching(bar.note):
-        reports = [report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra),
-                               mech.shape_note) for m in methods]
-    if args.json:
-        print(_json(reports if len(reports) > 1 else reports[0]))
-    else:
-        for i, d in enumerate(reports):
-            if i:
-                print()
-            print_report(d, args.printed_warnings)
-    return 0
-
-
-def _cmd_epsilon(args) -> int:
-    algorithm = args.algorithm
-    from .commands.epsilon import run
-
-    return run(algorithm, args)
-
-
-def _cmd_compare(args) -> int:
-    algorithm = args.algorithm
-    from .commands.compare import run
-
-    return run(algorithm, args)
-
-
-def _cmd_report(args) -> int:
-    algorithm = args.algorithm
-    from .accountant import watching
-    from .commands.report import ProgressBar, run_algorithm
-
-    if args.plot:
-        need_matplotlib()
-    mech, _ = build(algorithm, args)
-    noise = noise_args(algorithm, args)
-    # (the bar from the start: the check's bracket at --delta is the report's first long part)
-    with ProgressBar(f"report {algorithm}") as bar, watching(bar.note):
-        finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, noise_flags(algorithm, args))
-        return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args, progress=bar)
 
 
 def _show_warnings(caught, printed=()) -> None:
@@ -373,26 +258,19 @@ def _main(argv: list, printed: list) -> int:
     args = _parse(command, rest, printed)
     if args is None:
         return 0                            # help printed
-    # every command through one signature: handler(parsed arguments) -> exit status
-    return {"list": _cmd_list, "account": _cmd_account, "train": _cmd_train, "calibrate": _cmd_calibrate,
-            "epsilon": _cmd_epsilon, "compare": _cmd_compare, "audit": _cmd_audit, "probe": _cmd_probe,
-            "report": _cmd_report}[command](args)
+    return _command(command).run(args)      # every command through one signature: run(parsed arguments)
 
 
 def _parse(command: str, rest: list, printed: list):
     """The parsed arguments of ``command``'s line (None: the help was printed); an algorithm's command
     line is checked here, before any work (:func:`_check_applicable`)."""
     if command == "list":
-        return _list_parser().parse_args(rest)
+        return _command("list").parser(COMMANDS["list"]).parse_args(rest)
     if command == "account":
-        from .commands.account import account_parser
-
-        return account_parser().parse_args(rest)
+        return _command("account").account_parser().parse_args(rest)
     if command == "train":
         _require_torch("train")
-        from .commands.train import parser
-
-        return parser(UsageError).parse_args(rest)
+        return _command("train").parser().parse_args(rest)
     if not rest or rest[0].startswith("-"):
         if any(a in ("-h", "--help") for a in rest):
             print(f"usage: dpcalib {command} ALGORITHM [options]\n\nalgorithms: {', '.join(SPECS)}\n\n"

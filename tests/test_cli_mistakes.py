@@ -26,10 +26,12 @@ def _one_line_exit_2(capsys, argv, *needles):
 
 
 def _no_work(monkeypatch):
+    import importlib
+
     def refuse(*a, **k):
         raise AssertionError("work started")
-    for name in ("_cmd_epsilon", "_cmd_audit", "_cmd_calibrate", "_cmd_compare"):
-        monkeypatch.setattr(cli, name, refuse)
+    for name in ("epsilon", "audit", "calibrate", "compare"):
+        monkeypatch.setattr(importlib.import_module(f"dpcalib.commands.{name}"), "run", refuse)
 
 
 @pytest.mark.parametrize("argv", [EPS_ARGS, AUDIT_ARGS], ids=["epsilon", "audit"])
@@ -72,7 +74,7 @@ def test_every_option_has_help_and_a_readable_metavar():
     parsers = [cli._algo_parser(c, a) for c in ("calibrate", "epsilon", "compare") for a in SPECS]
     from dpcalib.commands.account import account_parser
 
-    parsers = parsers + [account_parser(), train_parser(ValueError)]
+    parsers = parsers + [account_parser(), train_parser()]
     for p in parsers:
         for act in p._actions:
             if act.dest == "help":
@@ -134,3 +136,16 @@ def test_the_exit_code_follows_the_type_of_the_error(capsys, monkeypatch):
     assert main(args) == 2 and "dpcalib: error: x=1 is not allowed" in capsys.readouterr().err
     monkeypatch.setattr(DPSGD, "calibrate", lambda *a, **k: (_ for _ in ()).throw(ValueError("math domain error")))
     assert main(args) == 1 and "internal error" in capsys.readouterr().err
+
+
+def test_every_command_has_its_module_and_one_run_signature():
+    """Each command of the top-level table is one module of dpcalib.commands, run through run(args); the
+    commands on an algorithm add their own options (add_arguments(parser, algorithm))."""
+    import inspect
+
+    for command in cli.COMMANDS:
+        module = cli._command(command)
+        assert module.__name__ == f"dpcalib.commands.{command}", (command, module.__name__)
+        assert len(inspect.signature(module.run).parameters) == 1, command
+        if command not in ("list", "account", "train"):
+            assert list(inspect.signature(module.add_arguments).parameters) == ["p", "algorithm"], command

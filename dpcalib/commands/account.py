@@ -10,9 +10,9 @@ import argparse
 from .algorithms import dumps as _json
 from ..accountant import watching
 from .common import (CONVERSION_REFUSAL, ProgressBar, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
-                      need_matplotlib, Parser, writable_plot, print_epsilon, UsageError)
+                      need_matplotlib, Parser, print_epsilon, UsageError)
 
-__all__ = ["ACCOUNT_EXAMPLE", "account_parser", "run_account", "run_report", "event_flags", "event_kinds"]
+__all__ = ["ACCOUNT_EXAMPLE", "account_parser", "run", "run_report", "event_flags", "event_kinds"]
 
 
 #: the Gaussian events' flags, older than the registry's JSON names: flag -> (event class name, the fields the
@@ -155,7 +155,7 @@ def account_parser(command: str = "account", description: str = "eps(delta) of a
     return acc
 
 
-def run_account(args) -> int:
+def run(args) -> int:
     """``dpcalib account``: eps(delta) of the composed events, as text or JSON.
 
     Args:
@@ -251,11 +251,11 @@ def run_report(rest) -> int:
     Returns:
         The exit status, 0.
     """
-    from .report import EXAMPLE, add_arguments, run_events
+    from .report import EXAMPLE, report_arguments, run_events
 
     p = account_parser("report", "what eps means for a composition of events, or for an ALGORITHM's "
                                   "run ('dpcalib report ALGORITHM --help')", EXAMPLE)
-    add_arguments(p, writable_plot)
+    report_arguments(p)
     args = p.parse_args(rest)
     args.command_name = "report"
     if args.plot:

@@ -298,3 +298,30 @@ def noise_flags(algorithm: str, args) -> list:
         The list of pairs.
     """
     return [("--" + n.replace("_", "-"), v) for n, v in zip(SPECS[algorithm].noise, noise_args(algorithm, args))]
+
+
+def noise_arguments(p, algorithm: str) -> None:
+    """The algorithm's noise levels as required options (``--noise-multiplier``, ``--sigma1``, ...): the
+    commands that take the noise itself (``epsilon``, ``report``) rather than calibrate it.
+
+    Args:
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name.
+    """
+    for name in SPECS[algorithm].noise:
+        p.add_argument("--" + name.replace("_", "-"), dest="noise_" + name, type=float, required=True,
+                       metavar=name.upper(), help=f"noise level {name}, a number > 0")
+
+
+def takes_accountant(algorithm: str) -> bool:
+    """Whether the algorithm's ``calibrate`` chooses between the accountants (its ``accountant=`` keyword).
+
+    Args:
+        algorithm: a registered algorithm name.
+
+    Returns:
+        True where ``calibrate`` and ``compare`` take ``--accountant``.
+    """
+    from ..mechanisms import REGISTRY
+
+    return "accountant" in inspect.signature(REGISTRY[algorithm].mechanism.calibrate).parameters

@@ -4,7 +4,7 @@ and lower-bound its eps (many runs, sampling without replacement, or one run wit
 from __future__ import annotations
 
 from .algorithms import build as _build, dumps as _json, fmt as _fmt
-from .common import need_matplotlib, UsageError
+from .common import need_matplotlib, UsageError, writable_plot
 from ..mechanisms.registry import names
 from .limits import (MAX_CANARIES, MAX_RUNS, check_int as _check_int, choose_seed, seed_help, seed_line,
                      training_limits as _training_limits)
@@ -12,13 +12,13 @@ from .limits import (MAX_CANARIES, MAX_RUNS, check_int as _check_int, choose_see
 __all__ = ["run", "add_arguments", "check_applicable"]
 
 
-def add_arguments(p, plot_path) -> None:
+def add_arguments(p, algorithm: str) -> None:
     """The audit's own options (the algorithm's shape and ``--epsilon``, ``--delta`` come from the algorithm's
     parser).
 
     Args:
-        p: the parser to add them to.
-        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name (every one takes the same options).
     """
     p.add_argument("--method", choices=["paper", "tight"], default="tight",
                    help="which calibration drives the audited runs (default tight)")
@@ -38,7 +38,7 @@ def add_arguments(p, plot_path) -> None:
                         "integer >= 1, default 4096; not with --sequential)")
     p.add_argument("--sequential", action="store_true",
                    help="one run after another (the reference path; slow)")
-    p.add_argument("--plot", metavar="FILE.png", type=plot_path,
+    p.add_argument("--plot", metavar="FILE.png", type=writable_plot,
                    help="draw the claimed trade-off curve and the measured (FPR, FNR) regions (needs matplotlib; "
                         "not with --one-run)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -72,14 +72,13 @@ def check_applicable(args) -> None:
     choose_seed(args)
 
 
-def run(algorithm: str, args) -> int:
+def run(args) -> int:
     """``dpcalib audit ALGORITHM ...``: calibrate, run the reference optimizer on neighbouring
     datasets (many runs, or ``--one-run`` with canaries) and print the lower bound on eps, with the
     seed of the runs (``--seed``, or one drawn fresh: :func:`~dpcalib.commands.limits.choose_seed`).
 
     Args:
-        algorithm: the registered algorithm name.
-        args: the parsed command line.
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
 
     Returns:
         The exit status, 0.
@@ -89,6 +88,7 @@ def run(algorithm: str, args) -> int:
             audited this way, or ``--method=paper`` is asked where the paper's claim rests on
             amplification by sampling.
     """
+    algorithm = args.algorithm
     from ..mechanisms import REGISTRY
     from ..optim import audit as A
 

@@ -1,19 +1,66 @@
 """``dpcalib calibrate``: the noise for a target (epsilon, delta), as a table or JSON (with the ``run`` line
-of a run given by its shape, the mechanism's ``shape_note``)."""
+of a run given by its shape, the mechanism's ``shape_note``): its options and the command."""
 
 from __future__ import annotations
 
 import math
 
-from .algorithms import fmt as _fmt
+from .algorithms import build, dumps, fmt as _fmt, takes_accountant
+from .common import accountant_argument
 
-__all__ = ["report_dict", "print_report"]
+__all__ = ["add_arguments", "run", "report_dict", "print_report"]
 
 #: the noise levels of the DIFF2 family, always present in the JSON (null with the reason where unused)
 SIGMAS = ("sigma1", "sigma2", "sigma3", "sigma4")
 
 #: an achieved eps this far above the target (relative) is marked: a paper's noise that misses it
 ABOVE_TARGET_RTOL = 1e-6
+
+
+def add_arguments(p, algorithm: str) -> None:
+    """The calibrate command's own options (``--epsilon``, ``--delta`` and the algorithm's shape come from the
+    algorithm's parser): ``--method``, and ``--accountant`` where the algorithm's calibration chooses one.
+
+    Args:
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name.
+    """
+    p.add_argument("--method", choices=["paper", "tight", "both"], default="tight",
+                   help="paper: the paper's closed form as printed; tight: the smallest noise, same split; "
+                        "both: paper and tight, one after the other.  Default: tight")
+    if takes_accountant(algorithm):
+        accountant_argument(p, solves=True)
+
+
+def run(args) -> int:
+    """``dpcalib calibrate ALGORITHM ...``: the noise for (``--epsilon``, ``--delta``) by ``--method``, as the
+    table or JSON, with a progress bar on a terminal once it has run a second.
+
+    Args:
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
+
+    Returns:
+        The exit status, 0.
+    """
+    algorithm = args.algorithm
+    from ..accountant import watching
+    from .common import ProgressBar
+
+    mech, split = build(algorithm, args)
+    methods = ["paper", "tight"] if args.method == "both" else [args.method]
+    extra = {"accountant": args.accountant} if takes_accountant(algorithm) else {}
+    # a bar on a terminal once the calibration has run a second: the accountants built, the grids composed
+    with ProgressBar(f"calibrate {algorithm}") as bar, watching(bar.note):
+        reports = [report_dict(mech.calibrate(args.epsilon, args.delta, method=m, **split, **extra),
+                               mech.shape_note) for m in methods]
+    if args.json:
+        print(dumps(reports if len(reports) > 1 else reports[0]))
+    else:
+        for i, d in enumerate(reports):
+            if i:
+                print()
+            print_report(d, args.printed_warnings)
+    return 0
 
 
 def report_dict(rep, run_shape: str | None = None) -> dict:

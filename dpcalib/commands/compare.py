@@ -5,22 +5,35 @@ from __future__ import annotations
 
 import math
 
-from .algorithms import dumps, SPECS, build as _build, fmt as _fmt
+from .algorithms import dumps, SPECS, build as _build, fmt as _fmt, takes_accountant
+from .common import accountant_argument
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
 
 
-def run(algorithm: str, args) -> int:
+def add_arguments(p, algorithm: str) -> None:
+    """The compare command's own option: ``--accountant``, where the algorithm's calibration chooses one
+    (``--epsilon``, ``--delta`` and the algorithm's shape come from the algorithm's parser).
+
+    Args:
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name.
+    """
+    if takes_accountant(algorithm):
+        accountant_argument(p, solves=True)
+
+
+def run(args) -> int:
     """``dpcalib compare ALGORITHM ...``: the paper's and the tight calibrations, the RDP conversions
     and the anchors side by side.
 
     Args:
-        algorithm: the registered algorithm name.
-        args: the parsed command line.
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
 
     Returns:
         The exit status, 0.
     """
+    algorithm = args.algorithm
     from tqdm.auto import tqdm
 
     mech, split = _build(algorithm, args)

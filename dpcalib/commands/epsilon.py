@@ -6,34 +6,34 @@ from __future__ import annotations
 
 import argparse
 
-from .algorithms import SPECS, build, dumps, fmt as _fmt, noise_args, noise_flags
+from .algorithms import SPECS, build, dumps, fmt as _fmt, noise_args, noise_arguments, noise_flags
 from .common import (ProgressBar, UsageError, accountant_argument, conversion_argument, epsilon_of, finite_epsilon,
-                     install_hint, print_epsilon)
+                     install_hint, print_epsilon, writable_plot)
 
 __all__ = ["run", "add_arguments"]
 
 
-def add_arguments(p, plot_path) -> None:
-    """The epsilon command's own options (the noise levels and the algorithm's shape come from the algorithm's
-    parser).
+def add_arguments(p, algorithm: str) -> None:
+    """The epsilon command's own options: the noise levels, ``--accountant``, ``--conversion``, ``--curve`` and
+    ``--plot`` (``--delta`` and the algorithm's shape come from the algorithm's parser).
 
     Args:
-        p: the parser to add ``--accountant``, ``--conversion``, ``--curve`` and ``--plot`` to.
-        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name.
     """
+    noise_arguments(p, algorithm)
     accountant_argument(p)
     conversion_argument(p)
     p.add_argument("--curve", action="store_true", help="print eps as the rounds grow")
-    p.add_argument("--plot", metavar="FILE.png", type=plot_path, help="draw the curve (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png", type=writable_plot, help="draw the curve (needs matplotlib)")
 
 
-def run(algorithm: str, args) -> int:
+def run(args) -> int:
     """``dpcalib epsilon ALGORITHM ...``: eps of the given noise levels, the headline and (``--curve``,
     ``--plot``) the curve over the run's length, as text or JSON.
 
     Args:
-        algorithm: a registered algorithm name.
-        args: the parsed command line.
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
 
     Returns:
         The exit status, 0.
@@ -41,6 +41,7 @@ def run(algorithm: str, args) -> int:
     Raises:
         UsageError: if eps is not finite at the given noise, or ``--plot`` lacks matplotlib.
     """
+    algorithm = args.algorithm
     from ..accountant import watching
 
     mech, _ = build(algorithm, args)

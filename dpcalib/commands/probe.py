@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .algorithms import build as build_mechanism, dumps
+from .algorithms import SPECS, build as build_mechanism, dumps
 from ..mechanisms.shape import POISSON
 from .limits import MAX_TRAINING_RECORDS, check_int, check_real, choose_seed, seed_help, seed_line, training_limits
 
@@ -45,13 +45,13 @@ def _ratio(x: float, spec: str) -> str:
 #: the widest MLP the probe builds (two hidden layers: H^2 weights per example and step)
 MAX_HIDDEN = 4096
 
-def add_arguments(p, algorithm: str, shape_flags: set) -> None:
-    """The probe's own options (the shape options and --epsilon/--delta/--json come from the CLI).
+def add_arguments(p, algorithm: str) -> None:
+    """The probe's own options (the shape options and ``--epsilon``, ``--delta``, ``--json`` come from the
+    algorithm's parser; ``--n`` is added only where the shape has none).
 
     Args:
         p: the algorithm's ``probe`` parser.
         algorithm: the registered algorithm name (its probe defaults choose the clip options).
-        shape_flags: the shape options already on the parser (``--n`` is added only if absent).
     """
     p.add_argument("--method", choices=["paper", "tight"], default="tight",
                    help="which calibration drives the probed run (default tight)")
@@ -67,7 +67,7 @@ def add_arguments(p, algorithm: str, shape_flags: set) -> None:
     if "clip" in defaults:
         p.add_argument("--clip", type=float, default=None,
                        help="clip norm C (constd2p: the assumed gradient bound G; default 1)")
-    if "--n" not in shape_flags:
+    if "--n" not in {o.flag for o in SPECS[algorithm].options}:
         p.add_argument("--n", type=int, default=1000,
                        help="records in the dataset, where the shape does not fix it (default 1000)")
     p.add_argument("--hidden", type=int, default=64,
@@ -83,13 +83,12 @@ def _fmt(x) -> str:
     return f"{x:.8g}" if isinstance(x, float) else str(x)
 
 
-def run(algorithm: str, args) -> int:
+def run(args) -> int:
     """``dpcalib probe ALGORITHM ...``: calibrate, run the record probe and print each release's
     worst move against its claimed sensitivity.
 
     Args:
-        algorithm: the registered algorithm name.
-        args: the parsed command line.
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
 
     Returns:
         The exit status, 0.
@@ -98,6 +97,7 @@ def run(algorithm: str, args) -> int:
         InputError: if the algorithm has no probe (it claims no sensitivity), or an option is out
             of range.
     """
+    algorithm = args.algorithm
     from ..optim.audit import probe as P
 
     from ..mechanisms import REGISTRY

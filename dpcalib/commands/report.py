@@ -9,12 +9,12 @@ advantage), all from the certified side, with the assumptions in words.
 
 from __future__ import annotations
 
-from .algorithms import dumps, fmt
-from .common import ProgressBar
-
 import argparse
 
-__all__ = ["add_arguments", "run_algorithm", "ProgressBar"]
+from .algorithms import SPECS, build, dumps, fmt, noise_args, noise_arguments, noise_flags
+from .common import ProgressBar, accountant_argument, finite_epsilon, need_matplotlib, writable_plot
+
+__all__ = ["add_arguments", "report_arguments", "run", "run_algorithm", "ProgressBar"]
 
 EXAMPLE = """examples:
   dpcalib report --poisson 0.01:1.0:10000 --delta 1e-5
@@ -38,12 +38,24 @@ def _numbers(flag: str, low: float, high: float):
     return parse
 
 
-def add_arguments(p, plot_path) -> None:
-    """The report's own options (both forms).
+def add_arguments(p, algorithm: str) -> None:
+    """The report's own options on an algorithm's run: the noise levels, the report's options
+    (:func:`report_arguments`) and ``--accountant`` (``--delta`` and the shape come from the algorithm's parser).
+
+    Args:
+        p: the algorithm's parser.
+        algorithm: a registered algorithm name.
+    """
+    noise_arguments(p, algorithm)
+    report_arguments(p)
+    accountant_argument(p)
+
+
+def report_arguments(p) -> None:
+    """The report's options of both forms (an algorithm's run, a raw composition of events).
 
     Args:
         p: the parser to add ``--deltas``, ``--fprs`` and ``--plot`` to.
-        plot_path: the ``--plot`` type (checks the file name, e.g. ``writable_plot``).
     """
     from ..accountant.report import DEFAULT_DELTAS, DEFAULT_FPRS
 
@@ -53,7 +65,7 @@ def add_arguments(p, plot_path) -> None:
     p.add_argument("--fprs", type=_numbers("--fprs", 0.0, 1.0), default=DEFAULT_FPRS, metavar="A1,A2,...",
                    help="false-positive rates of the attack-risk terms (default "
                         + ",".join(f"{a:g}" for a in DEFAULT_FPRS) + ")")
-    p.add_argument("--plot", metavar="FILE.png", type=plot_path,
+    p.add_argument("--plot", metavar="FILE.png", type=writable_plot,
                    help="draw the certified trade-off curve and the ROC bound with the attack points (needs matplotlib)")
 
 
@@ -110,6 +122,32 @@ def run_events(acc, args) -> int:
         extra = _chosen_accountant(args, lambda x: acc.get_epsilon(args.delta, x))
         rep = acc.report(args.delta, args.deltas, args.fprs, progress=bar)
     return _emit(rep, args, "", extra)
+
+
+def run(args) -> int:
+    """``dpcalib report ALGORITHM ...``: the run's eps checked finite at ``--delta``, then its report
+    (:func:`run_algorithm`), with a progress bar on a terminal from the start.
+
+    Args:
+        args: the parsed command line (``args.algorithm``: the registered algorithm name).
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        InputError: if ``--plot`` is given and matplotlib is not installed, or eps is not finite.
+    """
+    algorithm = args.algorithm
+    from ..accountant import watching
+
+    if args.plot:
+        need_matplotlib()
+    mech, _ = build(algorithm, args)
+    noise = noise_args(algorithm, args)
+    # (the bar from the start: the check's bracket at --delta is the report's first long part)
+    with ProgressBar(f"report {algorithm}") as bar, watching(bar.note):
+        finite_epsilon(mech.epsilon(args.delta, *noise).epsilon, args, noise_flags(algorithm, args))
+        return run_algorithm(algorithm, mech, noise, SPECS[algorithm].noise, args, progress=bar)
 
 
 def run_algorithm(algorithm: str, mech, noise: list, names, args, progress=None) -> int:

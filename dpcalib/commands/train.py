@@ -13,6 +13,7 @@ shape, or a local CSV prepared as in the DIFF2 paper; the calibration is the tig
 from __future__ import annotations
 
 from .algorithms import dumps
+from .common import Parser, UsageError
 from ..mechanisms.registry import lookup, names
 from ..mechanisms.shape import POISSON
 
@@ -39,22 +40,15 @@ def _samplings() -> tuple:
     return tuple(out)
 
 
-def parser(error_cls):
-    """``dpcalib train``'s parser.
-
-    Args:
-        error_cls: the exception class a parse error raises (the CLI's ``UsageError``).
+def parser():
+    """``dpcalib train``'s parser (a refusal is one line: :class:`~.common.UsageError`).
 
     Returns:
         The ``argparse`` parser.
     """
-    class P(argparse.ArgumentParser):
-        def error(self, message):
-            raise error_cls(message)
-
-    p = P(prog="dpcalib train", description=__doc__.splitlines()[0].replace("``", ""), allow_abbrev=False,
-          epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
-                 "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="dpcalib train", description=__doc__.splitlines()[0].replace("``", ""),
+               epilog="example:\n  dpcalib train diff2-gd --epsilon 3 --delta 1e-5 --rounds 200 --restart-interval 20 "
+                      "--world-size 4", formatter_class=argparse.RawDescriptionHelpFormatter)
     from ..mechanisms.registry import names
 
     p.add_argument("algorithm", choices=names(train=True),
@@ -243,43 +237,42 @@ def _clients(cfg, data, world, rank, O, D):
     return _optimizer(cfg, _model(cfg, shard[0].shape[1]), shard, mech, rep, run, O, D), rep
 
 
-def run(a, error_cls) -> int:
+def run(a) -> int:
     """``dpcalib train ALGORITHM ...``: check the options and data, run ``--world-size`` local
     processes, print (or ``--json``) the noise, metrics and eps spent.
 
     Args:
         a: the parsed command line (:func:`parser`'s).
-        error_cls: the exception class a refusal raises (the CLI's ``UsageError``).
 
     Returns:
         The exit status, 0.
 
     Raises:
-        error_cls: if an option, the data or the run's shape is not allowed, or a worker process
+        UsageError: if an option, the data or the run's shape is not allowed, or a worker process
             failed (the message names each rank's error).
     """
     if a.world_size < 1:
-        raise error_cls(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
+        raise UsageError(f"--world-size={a.world_size} is not allowed: expected an integer >= 1")
     if a.resume and not a.checkpoint:
-        raise error_cls("--resume is not allowed without --checkpoint PATH")
+        raise UsageError("--resume is not allowed without --checkpoint PATH")
     entry = lookup(a.algorithm)
     if entry.train == "clients" and not _has(entry, "restart_interval") and a.restart_interval != 1:
-        raise error_cls(f"--restart-interval={a.restart_interval} is not allowed for {a.algorithm}: expected 1")
-    _check_shape_options(a, error_cls)
+        raise UsageError(f"--restart-interval={a.restart_interval} is not allowed for {a.algorithm}: expected 1")
+    _check_shape_options(a)
     if _has(entry, "restart_interval") and a.restart_interval == 1:
-        raise error_cls(f"--restart-interval=1 is not allowed for {a.algorithm}: every round would be a restart, "
+        raise UsageError(f"--restart-interval=1 is not allowed for {a.algorithm}: every round would be a restart, "
                         "i.e. the run would be dp-gd (dpcalib train dp-gd), so give an interval >= 2 (the paper: "
                         "0.01 R)")
     import multiprocessing as mp
 
     from ..optim.data.datasets import SHAPES
 
-    _check_before_spawning(a, error_cls)
+    _check_before_spawning(a)
     if not os.path.exists(a.data) and a.data not in SHAPES:
-        raise error_cls(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
+        raise UsageError(f"--data={a.data!r} is not allowed: expected an existing CSV file or one of "
                          f"{sorted(SHAPES)}")
     if os.path.isdir(a.data):
-        raise error_cls(f"--data={a.data!r} is not allowed: it is a folder; expected a CSV file")
+        raise UsageError(f"--data={a.data!r} is not allowed: it is a folder; expected a CSV file")
 
     cfg = {k: getattr(a, k) for k in ("algorithm", "epsilon", "delta", "rounds", "restart_interval", "data", "hidden",
                                       "c1", "c2", "lr", "seed", "timeout", "checkpoint", "checkpoint_every",
@@ -295,20 +288,20 @@ def run(a, error_cls) -> int:
             with open(a.data) as f:
                 first = f.readline()
         except (OSError, UnicodeDecodeError) as exc:
-            raise error_cls(f"--data={a.data!r} is not allowed: it cannot be read as text ({exc})") from None
+            raise UsageError(f"--data={a.data!r} is not allowed: it cannot be read as text ({exc})") from None
         cfg["skip_header"] = 0 if all(_is_number(t) for t in first.strip().split(",")) else 1
     # the data and the run's shape, checked here before spawning (the workers would refuse them
     # later, one per process, after seconds of start-up)
-    data = _load_checked(cfg, error_cls)
+    data = _load_checked(cfg)
     n_records = data.train[0].shape[0]
     if a.algorithm in _data_parallel():
         if a.batch_size is not None and a.batch_size > n_records:
-            raise error_cls(f"--batch-size={a.batch_size} is not allowed: expected an integer in [1, {n_records}] "
+            raise UsageError(f"--batch-size={a.batch_size} is not allowed: expected an integer in [1, {n_records}] "
                             f"(the training split of --data={a.data!r} holds {n_records} records)")
         train_run(cfg, n=n_records)
     else:
         if n_records < a.world_size:
-            raise error_cls(f"--world-size={a.world_size} is not allowed: expected at most {n_records} (one shard "
+            raise UsageError(f"--world-size={a.world_size} is not allowed: expected at most {n_records} (one shard "
                             f"of --data={a.data!r} per client, {n_records} training records)")
         train_run(cfg, world=a.world_size, n_min=1)
     with socket.socket() as s:
@@ -346,7 +339,7 @@ def run(a, error_cls) -> int:
                 if msg.split(": ", 1)[-1] not in [e.split(": ", 1)[-1] for e in errs]:
                     errs.append(msg)
         if errs or not os.path.exists(out):
-            raise error_cls("the run stopped: " + ("; ".join(errs) if errs else
+            raise UsageError("the run stopped: " + ("; ".join(errs) if errs else
                                                    f"exit codes {[p.exitcode for p in procs]}"))
         with open(out) as f:
             res = json.load(f)
@@ -375,7 +368,7 @@ def max_world_size() -> int:
 MAX_TRAIN_ROUNDS = 10 ** 7
 
 
-def _load_checked(cfg, error_cls):
+def _load_checked(cfg):
     """The run's data, loaded in the parent: a file that is not a numeric table is refused naming
     --data, before any process starts."""
     import warnings
@@ -386,11 +379,11 @@ def _load_checked(cfg, error_cls):
             return _load(cfg)
         except (ValueError, OSError, IndexError) as exc:
             msg = " ".join(str(exc).split())
-            raise error_cls(f"--data={cfg['data']!r} is not allowed: expected a numeric CSV with at least two rows "
+            raise UsageError(f"--data={cfg['data']!r} is not allowed: expected a numeric CSV with at least two rows "
                             f"and two columns, the last one the target ({msg})") from None
 
 
-def _check_before_spawning(a, error_cls) -> None:
+def _check_before_spawning(a) -> None:
     """Every option a worker would refuse, refused here -- one line, exit 2, before any process
     starts (the workers' own checks stay: they guard the Python API)."""
     import math
@@ -405,21 +398,21 @@ def _check_before_spawning(a, error_cls) -> None:
                             ("restart_interval", 1, MAX_TRAIN_ROUNDS)):
         x = getattr(a, name)
         if x is not None and not low <= x <= high:
-            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer in [{low}, {high}]"
+            raise UsageError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer in [{low}, {high}]"
                             + (" (local processes: 4 per CPU core, at least 16; several machines: torchrun)"
                                if name == "world_size" else ""))
     if a.timeout is not None and not (0 < a.timeout <= 86400):
-        raise error_cls(f"--timeout={a.timeout!r} is not allowed: expected a number of seconds in (0, 86400]")
+        raise UsageError(f"--timeout={a.timeout!r} is not allowed: expected a number of seconds in (0, 86400]")
     for name in ("lr", "c1", "c2", "timeout"):
         x = getattr(a, name)
         if x is None:
             continue
         if not (x > 0) or math.isinf(x):
-            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
+            raise UsageError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected a finite number > 0")
     for name, low in (("hidden", 1), ("checkpoint_every", 1), ("log_every", 1)):
         x = getattr(a, name)
         if x is not None and x < low:
-            raise error_cls(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
+            raise UsageError(f"--{name.replace('_', '-')}={x!r} is not allowed: expected an integer >= {low}")
     if a.checkpoint:
         for r in range(a.world_size):           # what the workers write: PATH.rank<r>
             v.writable_file(f"{a.checkpoint}.rank{r}", "--checkpoint")
@@ -427,38 +420,38 @@ def _check_before_spawning(a, error_cls) -> None:
             missing = [f"{a.checkpoint}.rank{r}" for r in range(a.world_size)
                        if not os.path.exists(f"{a.checkpoint}.rank{r}")]
             if missing:
-                raise error_cls(f"--resume is not allowed: no checkpoint {missing[0]!r}")
+                raise UsageError(f"--resume is not allowed: no checkpoint {missing[0]!r}")
 
 
-def _check_shape_options(a, error_cls) -> None:
+def _check_shape_options(a) -> None:
     """The options each kind of run takes (one line, before any process starts)."""
     if a.algorithm in _data_parallel():
         if a.batch_size is None:
-            raise error_cls(f"--batch-size is required for {a.algorithm}")
+            raise UsageError(f"--batch-size is required for {a.algorithm}")
         entry = lookup(a.algorithm)
         shuffles = _has(entry, "sampling")      # its mechanism accounts other samplings than Poisson
         accounted = getattr(entry.mechanism, "field_choices", {}).get("sampling", ())
         if a.sampling != POISSON and a.sampling not in accounted:
-            raise error_cls(f"--sampling {a.sampling} is not allowed for {a.algorithm}: only "
+            raise UsageError(f"--sampling {a.sampling} is not allowed for {a.algorithm}: only "
                             f"{', '.join(n for n in names(train=True) if _has(lookup(n), 'sampling'))} "
                             f"has a {a.sampling} accountant")
         if shuffles and a.sampling != POISSON:
             if a.epochs is None or a.rounds is not None:
-                raise error_cls(f"--sampling {a.sampling} takes --epochs E and not --rounds (the steps follow from N, "
+                raise UsageError(f"--sampling {a.sampling} takes --epochs E and not --rounds (the steps follow from N, "
                                 "b, E)")
         elif a.rounds is None:
-            raise error_cls(f"--rounds is required for {a.algorithm}")
+            raise UsageError(f"--rounds is required for {a.algorithm}")
         if a.restart_interval != 1:
-            raise error_cls(f"--restart-interval is not allowed for {a.algorithm} (a DIFF2 option)")
+            raise UsageError(f"--restart-interval is not allowed for {a.algorithm} (a DIFF2 option)")
         return
     if a.rounds is None:
-        raise error_cls(f"--rounds is required for {a.algorithm}")
+        raise UsageError(f"--rounds is required for {a.algorithm}")
     for name in ("batch_size", "b0", "epochs"):
         if getattr(a, name) is not None:
-            raise error_cls(f"--{name.replace('_', '-')} is not allowed for {a.algorithm}: one client per process, "
+            raise UsageError(f"--{name.replace('_', '-')} is not allowed for {a.algorithm}: one client per process, "
                             "full batch")
     if a.sampling != POISSON:
-        raise error_cls(f"--sampling is not allowed for {a.algorithm}")
+        raise UsageError(f"--sampling is not allowed for {a.algorithm}")
 
 
 def _has(entry, field: str) -> bool:
