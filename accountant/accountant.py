@@ -433,7 +433,7 @@ class PrivacyAccountant:
         if not kept:
             route = next(m for m in methods if m != "gdp") if set(methods) - {"gdp"} else "gdp"
             raise InputError(f"accountant={'/'.join(methods)!r} is not allowed: {self.refusal(route)}.")
-        methods = kept
+        asked, methods = methods, kept
         if methods != ("rdp",):
             tv = self._tv_bracket(d)
             if tv is not None:
@@ -442,6 +442,10 @@ class PrivacyAccountant:
             e = gdp_epsilon(self.gdp_mu(), d)
             # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12
             return EpsilonBracket(e * (1.0 - 1e-12), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
+        if not any(m != "gdp" and self.supports(m) for m in methods):
+            # exact GDP did not answer and no other route certifies the events: refuse, never a silent inf
+            route = next((m for m in asked if m != "gdp"), "gdp")
+            raise InputError(f"accountant={'/'.join(asked)!r} is not allowed: {self.refusal(route)}.")
         if "pld" in methods and d < MIN_DELTA and methods != ("pld",):
             methods = tuple(m for m in methods if m != "pld")
             skipped = (f"PLD skipped: delta below {MIN_DELTA:g}",)

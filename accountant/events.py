@@ -66,7 +66,8 @@ class _GaussianRelease(Release):
     """What every Gaussian kind shares (beside :class:`Release`'s checks and words): its RDP as
     a float array and its dp-accounting event.  A kind states its own RDP bound (``_rdp``: the
     un-amplified Gaussian one here), its sentence (``WORDS``, formatted with ``count`` and the event
-    ``e``) and its dp-accounting event (``_dp_event``)."""
+    ``e``), its dp-accounting event (``_dp_event``) and its PLD pairs (``pld_pairs``, named: a kind
+    without them is refused by the PLD) with their directions (``both_directions``)."""
 
     #: the report's sentence for ``count`` releases of the event ``e`` (``str.format`` fields)
     WORDS = ""
@@ -85,6 +86,7 @@ class _GaussianRelease(Release):
     JSON_NAME = None
     #: compose both the add and the remove direction in the PLD (the add/remove sampled kinds)
     both_directions = False
+    #: one of this module's Gaussian kinds (:attr:`Release.gaussian`)
     gaussian = True
 
     def refuses(self, route: str):
@@ -103,19 +105,6 @@ class _GaussianRelease(Release):
 
     def _rdp(self, orders):
         return gaussian_rdp(orders, self.noise_multiplier)
-
-    def pld_pairs(self, direction: str) -> tuple:
-        """The release's dominating pairs for the PLD, named (this module sits below the PLD chain, which
-        builds them: :func:`~.pld.pairs.dominating_pairs`): the full-batch Gaussian pair ``(N(1, z^2),
-        N(0, z^2))`` here; a sampled kind states its own.
-
-        Args:
-            direction: ``"remove"`` or ``"add"`` (one pair serves both here).
-
-        Returns:
-            A tuple of ``(name, z, q)``, each a pair of :data:`~.pld.pairs.PAIRS`.
-        """
-        return (("gauss", self.noise_multiplier, 1.0),)
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         """The release's RDP at ``orders`` (the kind's bound: see the class).
@@ -157,6 +146,19 @@ class GaussianEvent(_GaussianRelease):
 
     # either relation, real orders, always used, RDP alpha / (2 z^2) (DIFF2 Lemma B.6): the base class's
     WORDS = "{count} full-batch Gaussian release(s), noise multiplier {e.noise_multiplier:g}"
+
+    def pld_pairs(self, direction: str) -> tuple:
+        """The release's dominating pair for the PLD, named (this module sits below the PLD chain, which
+        builds it: :func:`~.pld.pairs.dominating_pairs`): the full-batch Gaussian pair ``(N(1, z^2),
+        N(0, z^2))`` (DIFF2 Lemma B.6's release).
+
+        Args:
+            direction: ``"remove"`` or ``"add"`` (one pair serves both here).
+
+        Returns:
+            A tuple of ``(name, z, q)``, each a pair of :data:`~.pld.pairs.PAIRS`.
+        """
+        return (("gauss", self.noise_multiplier, 1.0),)
 
     def _dp_event(self, dp_accounting):
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)

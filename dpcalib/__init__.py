@@ -2,7 +2,7 @@
 
 The layers are the subpackages ``dpcalib.accountant`` (numpy/scipy only), ``dpcalib.mechanisms``
 and ``dpcalib.optim`` (torch); this folder holds the command line: ``dpcalib.cli`` (parsing and
-dispatch) and ``dpcalib.commands`` (one module per command that needs more than a few lines).  In the source
+dispatch) and ``dpcalib.commands`` (one module per command).  In the source
 tree the layers are the folders beside this one (``pyproject.toml`` maps them), so in a clone
 ``dpcalib.__path__`` also covers the clone's root: ``import dpcalib.accountant`` works from the
 clone's root whether or not (and however) the package is installed, where this folder would

@@ -95,3 +95,31 @@ def test_each_gaussian_kind_states_its_own_pairs_and_directions():
             assert got == want and [type(p) for p in got] == [type(p) for p in want], (ev, d, got)
         assert directions([(ev, 3)]) == dirs, ev
         assert ev.gaussian
+
+
+def test_a_tree_no_route_certifies_is_refused_in_one_line_never_a_silent_inf(capsys, tmp_path):
+    """Poisson sampling around a Poisson-sampled Gaussian or around zCDP: no RDP bound, no exact pair to
+    sample, not exact GDP.  The best route (and auto) refuse naming the node, where they returned eps = inf
+    (the command line then spoke of a loss past the double range); a supported tree still answers."""
+    import json
+
+    from dpcalib.accountant.mechanism_events import ZCDPEvent
+    from dpcalib.accountant.tree_events import PoissonSampledEvent
+    from dpcalib.cli import main
+
+    for inner in (PoissonSampledGaussianEvent(0.2, 1.0), ZCDPEvent(0.5)):
+        acc = PrivacyAccountant().compose(PoissonSampledEvent(0.1, inner), 10)
+        for method in ("best", "auto"):
+            with pytest.raises(InputError) as exc:
+                acc.get_epsilon(1e-5, method)
+            text = str(exc.value)
+            assert "\n" not in text and "PoissonSampledEvent" in text and "is not allowed" in text, text
+    ok = PrivacyAccountant().compose(PoissonSampledGaussianEvent(0.1, 1.0), 10).get_epsilon(1e-5)
+    assert 0.0 < ok < 10.0
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps({"kind": "poisson", "sampling_probability": 0.1,
+                                "event": {"kind": "poisson_gaussian", "sampling_probability": 0.2,
+                                          "noise_multiplier": 1.0}}))
+    assert main(["account", "--events", str(path), "--delta", "1e-5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no exact dominating pair to sample" in err, err

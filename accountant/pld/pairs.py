@@ -59,7 +59,7 @@ LOSS_CUT = 1000.0
 class Pair:
     """A dominating pair ``(P, Q)`` of one-dimensional Gaussian mixtures ``sum w N(m, z^2)`` whose
     privacy loss ``L = log P/Q`` is monotone in x: :class:`GaussianPair`, :class:`RemovePair`,
-    :class:`AddPair`.  :func:`dominating_pairs` chooses an event's; the discretiser
+    :class:`AddPair`.  An event's kind states its pairs (:func:`dominating_pairs`); the discretiser
     (:mod:`.discretise`) reads every pair through :meth:`bins` and :meth:`loss_range` alone."""
 
     z: float
@@ -449,8 +449,8 @@ def dominating_pairs(event, direction: str) -> tuple:
     or ``(name, z, q)`` naming one of :data:`PAIRS`), in the order the discretiser composes them: one
     pair, or -- sampling without replacement under replace-one -- the remove and the add pair, whose
     discretised steps are symmetrised; ``()`` for an event that never uses the record (sampling rate 0)
-    and for a balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).  ``direction``: "remove" or "add", the direction a Poisson
-    event's pair takes (:func:`directions`).
+    and for a balls-in-bins epoch (no one-dimensional pair: :mod:`.allocation` discretises it).
+    ``direction``: "remove" or "add", the direction a Poisson event's pair takes (:func:`directions`).
 
     Args:
         event: an event of a registered kind (:func:`~dpcalib.accountant.kinds.event_types`).
