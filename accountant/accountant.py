@@ -35,6 +35,7 @@ from .events import (
     full_batch_form,
     total_variation_bound,
 )
+from .gaussian import gaussian_rdp, inverse_noise
 from .gdp import gdp_epsilon
 from .kinds import ROUTES, event_types
 from .pld import MIN_DELTA, RTOL, EpsilonBracket
@@ -260,13 +261,16 @@ class PrivacyAccountant:
         """
         if not self.is_full_batch_gaussian:
             raise InputError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
-        # (1/z) * (1/z) rather than 1/z^2: z^2 underflows to 0 for z below 1e-162 (mu is then inf,
-        # eps inf) and 1/z^2 to 0 above 1e154 (mu 0, eps 0) -- never a division by zero
-        return math.sqrt(sum(k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events))
+        # 1/z twice, never 1/z^2: z^2 underflows to 0 below z = 1e-162 (mu inf, eps inf); 1/z is raised to
+        # 1.5e-154 above z = 7e153, where its square would round mu down to 0 (inverse_noise)
+        return math.sqrt(sum(k * inverse_noise(e.noise_multiplier) * inverse_noise(e.noise_multiplier)
+                             for e, k in self._events))
 
     def _linear_rdp(self):
         """``(slope, intercept)`` where every event's RDP is ``xi + rho alpha`` (``rdp_linear``), else None."""
-        parts = [(1.0 / (2.0 * e.noise_multiplier ** 2), 0.0) if type(e) is GaussianEvent
+        # (a Gaussian's RDP is alpha / (2 z^2): its slope is its value at order 2, halved -- one owner of
+        # the extremes, gaussian_rdp)
+        parts = [(gaussian_rdp(2.0, e.noise_multiplier) / 2.0, 0.0) if type(e) is GaussianEvent
                  else getattr(e, "rdp_linear", None) for e, _ in self._events]
         if not parts or any(p is None for p in parts):
             return None
@@ -274,7 +278,8 @@ class PrivacyAccountant:
                 sum(k * p[1] for (_, k), p in zip(self._events, parts)))
 
     def _linear_slope(self) -> float:
-        return sum(0.5 * k * (1.0 / e.noise_multiplier) * (1.0 / e.noise_multiplier) for e, k in self._events)
+        return sum(0.5 * k * inverse_noise(e.noise_multiplier) * inverse_noise(e.noise_multiplier)
+                   for e, k in self._events)
 
     def total_variation_bound(self) -> float:
         """An upper bound on ``delta(0)``, the total variation distance between the outputs of two

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import sys
+
 from . import validation
 
 __all__ = []
@@ -30,5 +33,27 @@ def gaussian_rdp(alpha, noise_multiplier):
     """
     z = validation.positive(noise_multiplier, "noise_multiplier")
     a = validation.orders_array(alpha, "alpha")
-    out = a / (2.0 * z * z)
+    den = 2.0 * z * z
+    # outside the normal range 2 z^2 is 0 (z below 1e-154: a division by zero) or rounds the curve down
+    # (z above 1e154): the curve from the upper bound on 1/z instead, inf or tiny, never below the truth
+    out = a / den if sys.float_info.min <= den < math.inf else a * (0.5 * inverse_noise(z) * inverse_noise(z))
     return float(out) if out.ndim == 0 else out
+
+
+#: the smallest 1/z whose square is a normal double (about 1.5e-154)
+_FLOOR = math.sqrt(sys.float_info.min)
+
+
+def inverse_noise(z: float) -> float:
+    """``1 / z`` of a noise multiplier, raised to about 1.5e-154 where it is smaller (z above about 7e153), so
+    that its square -- ``1 / z^2``, the Gaussian's RDP slope and GDP's mu squared -- is never a subnormal or 0
+    below the true value; inf for z below about 5.6e-309 (never a division by zero).
+
+    Args:
+        z: the noise multiplier, a float > 0.
+
+    Returns:
+        A float in ``[1.5e-154, inf]``, at least ``1 / z``.
+    """
+    r = 1.0 / z
+    return r if r >= _FLOOR else _FLOOR

@@ -11,6 +11,7 @@ changes one record's bucket (replace-one), as dp-accounting's does.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -173,14 +174,22 @@ class DiscreteGaussianEvent(EventKind):
     JSON_NAME = "discrete_gaussian"
     WORDS = "{count} discrete Gaussian release(s), sigma {e.sigma:g}, sensitivity {e.sensitivity}"
 
+    @property
+    def _point_mass(self) -> bool:
+        """``2 sigma^2`` below the normal doubles (sigma under about 1e-154): the noise is 0 at every integer
+        but 0 to double precision, the release is the query itself, and eps is inf on every route."""
+        return 2.0 * self.sigma * self.sigma < sys.float_info.min
+
     def _rdp(self, orders):
         """``alpha s^2 / (2 sigma^2)``: CKS20 Prop. 5 (the discrete Gaussian is (s^2 / 2 sigma^2)-zCDP)."""
+        if self._point_mass:
+            return orders * math.inf
         return orders * self.sensitivity ** 2 / (2.0 * self.sigma ** 2)
 
     @property
     def rdp_linear(self) -> tuple:
         """``(s^2 / (2 sigma^2), 0)``: the RDP is linear in the order."""
-        return self.sensitivity ** 2 / (2.0 * self.sigma ** 2), 0.0
+        return (math.inf if self._point_mass else self.sensitivity ** 2 / (2.0 * self.sigma ** 2)), 0.0
 
     def pld_pairs(self, direction):
         """The pair on the integers within ``40 sigma + s`` of 0 (beyond: mass below 1e-300, charged
@@ -193,6 +202,8 @@ class DiscreteGaussianEvent(EventKind):
             A tuple of pairs.
         """
         s, sg = self.sensitivity, self.sigma
+        if self._point_mass:             # P all at +inf loss (x = s), Q all at -inf (x = 0): total variation 1
+            return (FinitePair((-math.inf, math.inf), (0.0, 1.0), (1.0, 0.0)),)
         T = int(math.ceil(40.0 * sg)) + s + 1
         x = np.arange(-T, T + s + 1, dtype=float)
         logw = -x * x / (2 * sg * sg)

@@ -79,3 +79,54 @@ def test_diff2_bvr_paper_calibration_at_a_billion_records_is_quick():
 
     rep = DIFF2BVR(2000, 20, 10, 10 ** 9, 5, 13).calibrate(3, 1e-5, method="paper")
     assert 0 < rep.certified_epsilon < 3
+
+
+@pytest.mark.parametrize("z", [1e-300, 5e-324, 1e300, 1.7e308])
+def test_a_gaussian_event_beside_a_linear_rdp_kind_is_defined_at_the_noise_extremes(z):
+    """A full-batch Gaussian beside a zCDP release takes the linear-RDP route, whose slope was
+    1 / (2 z^2): a division by zero below z = 1e-162 and an OverflowError above 1e154 (dpcalib epsilon
+    diff2-bvr --sigma1 1e-300 stopped on an internal error; found by the CLI fuzz).  Now inf below, and
+    above an answer no smaller than the Gaussian's own (never below the truth)."""
+    from dpcalib.accountant.gaussian import gaussian_rdp, inverse_noise
+    from dpcalib.accountant.mechanism_events import ZCDPEvent
+
+    acc = PrivacyAccountant().compose(GaussianEvent(z), 10).compose(ZCDPEvent(0.01), 1)
+    eps = acc.get_epsilon(1e-5, "rdp")
+    alone = PrivacyAccountant().compose(ZCDPEvent(0.01), 1).get_epsilon(1e-5, "rdp")
+    assert (eps == math.inf) if z < 1.0 else (alone <= eps < alone * (1 + 1e-12))
+    assert z < 1e-154 or inverse_noise(z) * inverse_noise(z) >= float(mpmath.mpf(1) / mpmath.mpf(z) ** 2)
+    assert gaussian_rdp(2.0, z) >= float(mpmath.mpf(2) / (2 * mpmath.mpf(z) ** 2)) or z < 1e-154
+
+
+def test_the_linear_rdp_route_at_a_billion_steps_of_huge_noise_is_never_below_the_truth():
+    """Where 1 / z^2 is below the smallest normal double (z = 1e300), the route takes that smallest double
+    instead of 0 or a subnormal: at delta = 1e-300 and 1e9 steps eps is positive, as the truth is
+    (delta(0) = erf(mu / (2 sqrt 2)) > delta for mu = sqrt(1e9) / 1e300)."""
+    acc = PrivacyAccountant().compose(GaussianEvent(1e300), 10 ** 9)
+    assert acc.get_epsilon(1e-300, "rdp") > 0.0
+    with mpmath.workdps(60):
+        mu = mpmath.sqrt(mpmath.mpf(10) ** 9) / mpmath.mpf(10) ** 300
+        assert mpmath.erf(mu / (2 * mpmath.sqrt(2))) > mpmath.mpf(10) ** -300
+
+
+@pytest.mark.parametrize("sigma", [1e-300, 1e-170, 1e-155])
+def test_a_discrete_gaussian_of_vanishing_noise_is_inf_on_every_route_never_zero(sigma):
+    """sigma^2 below the doubles made the discrete Gaussian's pair NaN, read as a total variation of 0:
+    auto answered eps = 0 for a release with no noise, and RDP stopped on a ZeroDivisionError."""
+    from dpcalib.accountant.mechanism_events import DiscreteGaussianEvent
+
+    ev = DiscreteGaussianEvent(sigma, 1)
+    assert ev.total_variation() == 1.0
+    acc = PrivacyAccountant().compose(ev, 3)
+    for accountant in ("best", "auto", "rdp", "pld"):
+        assert acc.get_epsilon(1e-5, accountant) == math.inf, accountant
+
+
+def test_a_finite_pair_refuses_a_nan_rather_than_reading_it_as_no_mass():
+    from dpcalib.accountant.pld.lossdist import FinitePair
+
+    assert FinitePair((0.0, 1.0), (0.5, 0.5), (0.5, 0.5)).total_variation() == 0.0
+    for bad in (((math.nan, 1.0), (0.5, 0.5), (0.5, 0.5)), ((0.0, 1.0), (math.nan, 1.0), (0.5, 0.5)),
+                ((0.0, 1.0), (0.5, 0.5), (-0.5, 1.5))):
+        with pytest.raises(ArithmeticError):
+            FinitePair(*bad)

@@ -138,6 +138,13 @@ class FinitePair(LossPair):
     p: tuple
     qm: tuple
 
+    def __post_init__(self):
+        # a NaN loss or mass (a kind's formula out of the double range) would read as no mass: a total
+        # variation of 0 and eps = 0 -- stop on it instead (an internal error, never an optimistic answer)
+        if np.isnan(np.asarray(self.losses, dtype=float)).any() or not (
+                np.all(np.asarray(self.p, dtype=float) >= 0.0) and np.all(np.asarray(self.qm, dtype=float) >= 0.0)):
+            raise ArithmeticError(f"a finite pair with a NaN loss or a mass not in [0, inf]: {self!r}"[:300])
+
     def mass(self, side, l, how):
         """The ``side``-mass of ``{L how l}``, summed over the atoms (:meth:`LossPair.mass`).
 
