@@ -34,8 +34,9 @@ def gaussian_rdp(alpha, noise_multiplier):
     z = validation.positive(noise_multiplier, "noise_multiplier")
     a = validation.orders_array(alpha, "alpha")
     den = 2.0 * z * z
-    # outside the normal range 2 z^2 is 0 (z below 1e-154: a division by zero) or rounds the curve down
-    # (z above 1e154): the curve from the upper bound on 1/z instead, inf or tiny, never below the truth
+    # outside the normal range 2 z^2 is subnormal or 0 (z below about 1e-154; 0, a division by zero, below
+    # 1.5e-162) or rounds the curve down to a subnormal or 0 (z above about 1e154): there the curve comes
+    # from the floored 1/z instead, inf or tiny, never below the truth
     out = a / den if sys.float_info.min <= den < math.inf else a * (0.5 * inverse_noise(z) * inverse_noise(z))
     return float(out) if out.ndim == 0 else out
 
@@ -45,15 +46,32 @@ _FLOOR = math.sqrt(sys.float_info.min)
 
 
 def inverse_noise(z: float) -> float:
-    """``1 / z`` of a noise multiplier, raised to about 1.5e-154 where it is smaller (z above about 7e153), so
-    that its square -- ``1 / z^2``, the Gaussian's RDP slope and GDP's mu squared -- is never a subnormal or 0
-    below the true value; inf for z below about 5.6e-309 (never a division by zero).
+    """``1 / z`` of a noise multiplier (rounded to nearest), raised to ``2^-511`` (about 1.5e-154) where it
+    is smaller (z above about 7e153), so that its square -- ``1 / z^2``, the Gaussian's RDP slope and GDP's
+    mu squared -- is never a subnormal or 0 below the true value; inf for z below about 5.6e-309 (never a
+    division by zero).
 
     Args:
         z: the noise multiplier, a float > 0.
 
     Returns:
-        A float in ``[1.5e-154, inf]``, at least ``1 / z``.
+        A float in ``[2^-511, inf]``.
     """
     r = 1.0 / z
     return r if r >= _FLOOR else _FLOOR
+
+
+def inverse_square(z: float) -> float:
+    """``1 / z^2`` of a noise multiplier: ``(1/z) ** 2`` for z in [1e-150, 1e150] (as it always was), else
+    :func:`inverse_noise` squared -- inf below (never an OverflowError), and never a subnormal or 0 below
+    the true value above.
+
+    Args:
+        z: the noise multiplier, a float > 0.
+
+    Returns:
+        A float in ``[2.2e-308, inf]``.
+    """
+    if 1e-150 <= z <= 1e150:
+        return (1.0 / z) ** 2
+    return inverse_noise(z) * inverse_noise(z)

@@ -8,12 +8,15 @@ with (Balle & Wang 2018, Thm 8)::
 
 This is the exact privacy profile: no RDP conversion can give a smaller eps.  All three
 functions work in log space (``scipy.special.log_ndtr``), so deltas down to 1e-300 and mu up to
-several hundred are handled without underflow.
+several hundred are handled without underflow; below mu = 0.01 the two terms agree to all but their
+last digits, and their log-ratio is integrated instead (:func:`gdp_log_delta`), so that mu down to the
+smallest doubles keeps its eps (checked against mpmath in tests/test_extremes.py).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 from scipy import special
@@ -24,8 +27,34 @@ from .roots import brentq
 __all__ = []
 
 
+#: below this mu the two tails of the profile, ``log Phi(a)`` and ``eps + log Phi(b)``, agree to all but their
+#: last digits (they differ by about ``mu / s``, ``s = eps / mu``): their difference is integrated instead
+SMALL_MU = 1e-2
+#: 8-point Gauss-Legendre nodes and weights on [-1, 1] (the integrand is smooth over a width below 0.01)
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
+
+
+def _mills_excess(x: np.ndarray) -> np.ndarray:
+    """``phi(x) / Phi(x) + x`` (> 0), to double precision at every x: from ``erfcx`` where the two terms
+    do not cancel (``x >= -3 sqrt 2``), else from the Laplace continued fraction of ``erfcx`` (A&S 7.1.14),
+    ``sqrt 2 * (1/2) / (y + 1 / (y + (3/2) / (y + ...)))`` with ``y = -x / sqrt 2``, which has no cancellation."""
+    x = np.asarray(x, dtype=float)
+    y = -x / math.sqrt(2.0)
+    out = np.empty_like(x)
+    near = y <= 3.0
+    out[near] = math.sqrt(2.0 / math.pi) / special.erfcx(y[near]) + x[near]
+    far, t = y[~near], np.zeros(int(np.count_nonzero(~near)))
+    for k in range(60, 0, -1):
+        t = (k / 2.0) / (far + t)
+    out[~near] = math.sqrt(2.0) * t
+    return out
+
+
 def gdp_log_delta(eps: float, mu: float) -> float:
-    """``log delta(eps)`` of ``mu``-GDP (no validation; eps >= 0, mu > 0).
+    """``log delta(eps)`` of ``mu``-GDP (no validation; eps >= 0, mu > 0).  ``delta = Phi(a) (1 - e^-D)`` with
+    ``D = log Phi(a) - log Phi(b) - eps``; below :data:`SMALL_MU` the subtraction would cancel (and at
+    ``mu`` below 1e-16 round to 0: delta 0, eps 0, where eps > 0), so ``D`` is the integral of
+    ``phi/Phi + x`` over ``[b, a]`` (``d/dx log Phi = phi/Phi``; ``x`` integrates to ``-eps``).
 
     Args:
         eps: the privacy parameter epsilon, >= 0 (not checked).
@@ -37,6 +66,9 @@ def gdp_log_delta(eps: float, mu: float) -> float:
     a = -eps / mu + mu / 2.0
     b = -eps / mu - mu / 2.0
     la = float(special.log_ndtr(a))
+    if mu < SMALL_MU:
+        D = mu / 2.0 * float(np.dot(_GL_W, _mills_excess((a + b) / 2.0 + mu / 2.0 * _GL_X)))
+        return la + math.log(-math.expm1(-D)) if D > 0.0 else -math.inf
     lb = float(special.log_ndtr(b))
     diff = eps + lb - la  # log of e^eps Phi(b) / Phi(a), always < 0
     if diff >= 0.0:  # rounding at the resolution limit: delta ~ 0 relative to Phi(a)
@@ -89,7 +121,9 @@ def gdp_epsilon(mu, delta):
     if gdp_log_delta(0.0, m) <= ld:
         return 0.0
     f = lambda e: gdp_log_delta(e, m) - ld  # noqa: E731  (decreasing in e)
-    hi = m * m / 2.0 + m * math.sqrt(2.0 * -ld) + 1.0
+    # above: the RDP conversion's eps, mu^2/2 + mu sqrt(2 log(1/delta)) (+1 where mu >= SMALL_MU, as it always
+    # was; below, +1 would leave Brent hundreds of halvings from a root near 1e-148 and it stopped far above)
+    hi = m * m / 2.0 + m * math.sqrt(2.0 * -ld) + (1.0 if m >= SMALL_MU else 0.0)
     while f(hi) > 0:
         hi *= 2.0
     root = brentq(f, 0.0, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
@@ -138,7 +172,8 @@ def _conservative_side(f, root: float, direction: float) -> float:
     returned point satisfies the privacy constraint.  Steps grow geometrically, so this ends in
     a few iterations even where the function is flat or the root is at 0.
     """
-    step = max(abs(root), 1e-12) * np.finfo(float).eps
+    # (relative steps from the root's own size: a floor of 1e-12 moved a root near 1e-148 to 2e-28)
+    step = (abs(root) if root != 0.0 else sys.float_info.min) * np.finfo(float).eps
     x = root
     while f(x) > 0:
         x = root + direction * step

@@ -348,7 +348,7 @@ class MixtureOfGaussiansEvent(EventKind):
     """``N(0, sigma^2)`` against ``sum_i p_i N(c_i, sigma^2)`` (dp-accounting's mixture of Gaussians).
 
     Attributes:
-        standard_deviation: ``sigma``, in (0, inf).
+        standard_deviation: ``sigma``, in [1e-150, 1e150].
         sensitivities: the ``c_i`` (a tuple of finite numbers).
         sampling_probs: the ``p_i`` (a tuple of probabilities summing to 1).
     """
@@ -365,7 +365,8 @@ class MixtureOfGaussiansEvent(EventKind):
     both_directions = True
 
     def __post_init__(self):
-        validation.positive(self.standard_deviation, "standard_deviation")
+        # (beyond [1e-150, 1e150] sigma^2 leaves the doubles: its RDP overflowed and its pair divided by 0)
+        validation.in_range(self.standard_deviation, "standard_deviation", 1e-150, 1e150)
         c = tuple(validation.real(v, "sensitivities") for v in self.sensitivities)
         p = tuple(validation.probability(v, "sampling_probs") for v in self.sampling_probs)
         if len(c) != len(p) or not c or abs(sum(p) - 1.0) > 1e-9:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import validation
 from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
-from .gaussian import gaussian_rdp
+from .gaussian import gaussian_rdp, inverse_square
 from .kinds import REPLACE_SPECIAL, EventKind, event_types, json_kinds, kind_named, register_kind
 from .repeat_select import grid_of, repeat_and_select_rdp
 from .subsampling import subsampled_rdp_wor
@@ -151,8 +152,13 @@ def _gaussian_z(leaves):
         return None
     if len(leaves) == 1 and leaves[0][1] == 1:
         return leaves[0][0].noise_multiplier              # (exactly: no round trip through 1/z^2)
-    s = sum(k * (1.0 / e.noise_multiplier) ** 2 for e, k in leaves)
-    return math.inf if s == 0 else 1.0 / math.sqrt(s)
+    # (inverse_square: never a subnormal below the truth, never an OverflowError; the sum is at least the true
+    # one, so the noise multiplier returned is at most the true one)
+    s = sum(k * inverse_square(e.noise_multiplier) for e, k in leaves)
+    if s == 0:
+        return math.inf
+    z = 1.0 / math.sqrt(s)
+    return z if z > 0.0 else sys.float_info.min * sys.float_info.epsilon      # (s = inf: no noise to speak of)
 
 
 class _SampledKind(EventKind):

@@ -255,7 +255,7 @@ def _fmt(x: float) -> str:
         return "inf"
     if x == -math.inf:
         return "-inf"
-    if float(x).is_integer():
+    if float(x).is_integer() and abs(x) < 1e16:
         return str(int(x))
     return repr(float(x))
 

@@ -94,8 +94,10 @@ def test_a_gaussian_event_beside_a_linear_rdp_kind_is_defined_at_the_noise_extre
     eps = acc.get_epsilon(1e-5, "rdp")
     alone = PrivacyAccountant().compose(ZCDPEvent(0.01), 1).get_epsilon(1e-5, "rdp")
     assert (eps == math.inf) if z < 1.0 else (alone <= eps < alone * (1 + 1e-12))
-    assert z < 1e-154 or inverse_noise(z) * inverse_noise(z) >= float(mpmath.mpf(1) / mpmath.mpf(z) ** 2)
-    assert gaussian_rdp(2.0, z) >= float(mpmath.mpf(2) / (2 * mpmath.mpf(z) ** 2)) or z < 1e-154
+    with mpmath.workdps(40):                    # (compared in mpmath: the truth at 1e300 is below every double)
+        truth = 1 / mpmath.mpf(z) ** 2
+        assert z < 1e-154 or mpmath.mpf(inverse_noise(z)) * mpmath.mpf(inverse_noise(z)) >= truth * (1 - 1e-15)
+        assert z < 1e-154 or mpmath.mpf(gaussian_rdp(2.0, z)) >= truth * (1 - 1e-15)
 
 
 def test_the_linear_rdp_route_at_a_billion_steps_of_huge_noise_is_never_below_the_truth():
@@ -130,3 +132,54 @@ def test_a_finite_pair_refuses_a_nan_rather_than_reading_it_as_no_mass():
                 ((0.0, 1.0), (0.5, 0.5), (-0.5, 1.5))):
         with pytest.raises(ArithmeticError):
             FinitePair(*bad)
+
+
+def _gdp_delta_mp(eps, mu):
+    eps, mu = mpmath.mpf(eps), mpmath.mpf(mu)
+    return mpmath.ncdf(-eps / mu + mu / 2) - mpmath.exp(eps) * mpmath.ncdf(-eps / mu - mu / 2)
+
+
+@pytest.mark.parametrize("mu,delta", [(1e-17, 1e-20), (1e-14, 1e-300), (1e-12, 1e-300), (1e-10, 1e-300),
+                                      (1e-8, 1e-100), (1e-6, 1e-10), (1e-4, 1e-12), (5e-3, 1e-5)])
+def test_gdp_epsilon_of_a_tiny_mu_is_the_exact_root_never_below_it(mu, delta):
+    """Below mu = 0.01 the profile's two log-tails cancel: the answer was 0 at mu = 1e-17 (delta(0) =
+    4e-18 > 1e-20), 69 % short at mu = 1e-14 and 2e-5 short at 1e-10 (delta 1e-300).  Now their difference
+    is integrated; mpmath's exact profile at the answer is at most delta, and the answer is the root."""
+    eps = gdp_epsilon(mu, delta)
+    with mpmath.workdps(80):
+        assert _gdp_delta_mp(0, mu) > delta and eps > 0.0
+        assert _gdp_delta_mp(eps, mu) <= mpmath.mpf(delta) * (1 + 1e-12)
+        assert _gdp_delta_mp(eps * (1 - 1e-9), mu) > delta          # (and no more than 1e-9 above the root)
+
+
+def test_the_gdp_route_of_huge_noise_answers_a_positive_eps_where_the_truth_is_positive():
+    for z, k, delta in ((1e17, 1, 1e-20), (1e300, 10 ** 9, 1e-300)):
+        acc = PrivacyAccountant().compose(GaussianEvent(z), k)
+        for accountant in ("best", "gdp", "auto", "rdp"):
+            assert acc.get_epsilon(delta, accountant) > 0.0, (z, accountant)
+
+
+@pytest.mark.parametrize("z", [1e-200, 1e-155, 3e161, 1e200])
+def test_sampling_around_composed_gaussians_is_defined_at_the_noise_extremes(z):
+    """The tree's composed noise multiplier took (1/z)^2: an OverflowError below z = 7.5e-155, inf (a
+    refusal) above 1.3e154, and in between a subnormal that overstated the noise (3e161 twice gave
+    2.249e161 for 2.121e161).  Now never above the true multiplier."""
+    from dpcalib.accountant.tree_events import PoissonSampledEvent, SelfComposedEvent
+
+    ev = PoissonSampledEvent(0.01, SelfComposedEvent(GaussianEvent(z), 2))
+    (leaf, _), = ev.leaves()
+    assert leaf.noise_multiplier <= z / math.sqrt(2) * (1 + 1e-15)
+    acc = PrivacyAccountant().compose(ev, 10)
+    for accountant in ("best", "rdp", "auto"):
+        eps = acc.get_epsilon(1e-5, accountant)
+        assert eps == math.inf if z < 1.0 else eps >= 0.0
+
+
+@pytest.mark.parametrize("sd", [1e-200, 1e-151, 1e151, 1e200])
+def test_a_mixture_of_gaussians_past_the_doubles_is_refused_in_one_line(sd):
+    from dpcalib.accountant.mechanism_events import MixtureOfGaussiansEvent
+    from dpcalib.accountant.validation import InputError
+
+    with pytest.raises(InputError) as exc:
+        MixtureOfGaussiansEvent(sd, (1.0,), (1.0,))
+    assert str(exc.value).startswith("standard_deviation=") and "[1e-150, 1e+150]" in str(exc.value)
