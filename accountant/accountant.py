@@ -445,8 +445,9 @@ class PrivacyAccountant:
                 return tv
         if "gdp" in methods and self.is_full_batch_gaussian:
             e = gdp_epsilon(self.gdp_mu(), d)
-            # the root is solved to ~1e-15 and its upper end returned: widen the lower end by 1e-12
-            return EpsilonBracket(e * (1.0 - 1e-12), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
+            # the root is solved to ~1e-15 and its upper end returned, the profile raised by its rounding (up to
+            # ~1e-11 of eps at delta = 1e-300, gdp.gdp_log_delta): the lower end is 1e-10 below
+            return EpsilonBracket(e * (1.0 - 1e-10), e, d, 0.0, True, ("exact: Gaussian DP",), "gdp")
         if not any(m != "gdp" and self.supports(m) for m in methods):
             # exact GDP did not answer and no other route certifies the events: refuse, never a silent inf
             route = next((m for m in asked if m != "gdp"), "gdp")

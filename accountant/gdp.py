@@ -8,7 +8,7 @@ with (Balle & Wang 2018, Thm 8)::
 
 This is the exact privacy profile: no RDP conversion can give a smaller eps.  All three
 functions work in log space (``scipy.special.log_ndtr``), so deltas down to 1e-300 and mu up to
-several hundred are handled without underflow; below mu = 0.01 the two terms agree to all but their
+several hundred are handled without underflow; below mu = 0.1 the two terms agree to all but their
 last digits, and their log-ratio is integrated instead (:func:`gdp_log_delta`), so that mu down to the
 smallest doubles keeps its eps (checked against mpmath in tests/test_extremes.py).
 """
@@ -29,8 +29,9 @@ __all__ = []
 
 #: below this mu the two tails of the profile, ``log Phi(a)`` and ``eps + log Phi(b)``, agree to all but their
 #: last digits (they differ by about ``mu / s``, ``s = eps / mu``): their difference is integrated instead
-SMALL_MU = 1e-2
-#: 8-point Gauss-Legendre nodes and weights on [-1, 1] (the integrand is smooth over a width below 0.01)
+SMALL_MU = 0.1
+_EPS = float(np.finfo(float).eps)
+#: 8-point Gauss-Legendre nodes and weights on [-1, 1] (the integrand is smooth over a width below 0.1)
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 
 
@@ -68,11 +69,12 @@ def gdp_log_delta(eps: float, mu: float) -> float:
     la = float(special.log_ndtr(a))
     if mu < SMALL_MU:
         D = mu / 2.0 * float(np.dot(_GL_W, _mills_excess((a + b) / 2.0 + mu / 2.0 * _GL_X)))
+        D *= 1.0 + 64.0 * _EPS                # (the quadrature's and the integrand's rounding, upward)
         return la + math.log(-math.expm1(-D)) if D > 0.0 else -math.inf
     lb = float(special.log_ndtr(b))
-    diff = eps + lb - la  # log of e^eps Phi(b) / Phi(a), always < 0
-    if diff >= 0.0:  # rounding at the resolution limit: delta ~ 0 relative to Phi(a)
-        return -math.inf
+    # log of e^eps Phi(b) / Phi(a), < 0, lowered by the rounding of its three terms (4 ulps of each):
+    # delta grows as it falls, so delta is never below the computed profile by its rounding
+    diff = eps + lb - la - 4.0 * _EPS * (abs(la) + abs(lb) + eps)
     return la + (math.log(-math.expm1(diff)) if diff > -0.6931 else math.log1p(-math.exp(diff)))
 
 

@@ -183,3 +183,18 @@ def test_a_mixture_of_gaussians_past_the_doubles_is_refused_in_one_line(sd):
     with pytest.raises(InputError) as exc:
         MixtureOfGaussiansEvent(sd, (1.0,), (1.0,))
     assert str(exc.value).startswith("standard_deviation=") and "[1e-150, 1e+150]" in str(exc.value)
+
+
+@pytest.mark.parametrize("mu", [0.01, 0.03125, 0.1, 0.5, 1.0, 5.0, 30.0])
+def test_exact_gdp_is_never_below_the_exact_profile_at_any_delta(mu):
+    """The profile's log-space evaluation rounds by a few units of its largest term: uncounted, the answer
+    sat up to 3e-13 (relative) below the root at delta = 1e-100 (mpmath's profile at it exceeded delta by
+    1e-10).  Counted now, in eps and in gdp_mu's inverse."""
+    from dpcalib.accountant.gdp import gdp_mu
+
+    with mpmath.workdps(80):
+        for delta in (1e-300, 1e-100, 1e-10, 1e-5, 0.3):
+            eps = gdp_epsilon(mu, delta)
+            assert eps == 0.0 and _gdp_delta_mp(0, mu) <= delta or _gdp_delta_mp(eps, mu) <= delta, (mu, delta)
+            m = gdp_mu(mu, delta)                   # (mu read as an eps here: the largest mu it allows)
+            assert _gdp_delta_mp(mu, m) <= delta, (mu, delta)
