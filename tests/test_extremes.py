@@ -198,3 +198,45 @@ def test_exact_gdp_is_never_below_the_exact_profile_at_any_delta(mu):
             assert eps == 0.0 and _gdp_delta_mp(0, mu) <= delta or _gdp_delta_mp(eps, mu) <= delta, (mu, delta)
             m = gdp_mu(mu, delta)                   # (mu read as an eps here: the largest mu it allows)
             assert _gdp_delta_mp(mu, m) <= delta, (mu, delta)
+
+
+@pytest.mark.parametrize("b", [1e-300, 1e-20, 1e-3, 1.4e-3])
+def test_a_laplace_release_of_tiny_scale_answers_alone_and_sampled(b):
+    """An atom of the Laplace pair sits at loss -1/b; its Q-mass p e^(1/b) overflowed below b = 1.4e-3 (an
+    internal error on every route), and an atom at an infinite loss broke the grid's alignment.  Alone, 10
+    releases are 10/b-DP: the answer is that (up to the grid), never less."""
+    from dpcalib.accountant.mechanism_events import LaplaceEvent
+    from dpcalib.accountant.tree_events import PoissonSampledEvent
+
+    for d in (1e-5, 1e-300):
+        eps = PrivacyAccountant().compose(LaplaceEvent(b), 10).get_epsilon(d)
+        assert 10 / b * (1 - 1e-5) <= eps <= 10 / b * (1 + 1e-3), (b, d, eps)
+        for q in (0.01, 1e-12):
+            sampled = PrivacyAccountant().compose(PoissonSampledEvent(q, LaplaceEvent(b)), 10).get_epsilon(d)
+            # (below b = 1e-10 a sampled loss of 1/b is past every grid and past RDP's reach: inf, sound and
+            # loose -- sampling never costs more than the release alone)
+            assert 0.0 <= sampled <= eps * (1 + 1e-9) or (b < 1e-10 and sampled == math.inf), (b, q, d, sampled)
+
+
+def test_the_pld_never_answers_zero_where_the_total_variation_exceeds_a_tiny_delta():
+    """At noise 1e20 the grid's masses near loss 0 fall below double precision: the PLD answered eps = 0
+    at delta = 1e-300 though delta(0) = 4e-21 (for one release, exactly the total variation).  For the
+    Gaussian kinds its upper end is now exact GDP of the dominating full-batch releases; another kind
+    (Laplace, whose total variation also read -0 there) is refused and the best route answers by RDP."""
+    from dpcalib.accountant import pld_epsilon
+    from dpcalib.accountant.mechanism_events import LaplaceEvent
+    from dpcalib.accountant.validation import InputError
+
+    b = pld_epsilon([(GaussianEvent(1e20), 1)], 1e-300)
+    assert b.upper == gdp_epsilon(1e-20, 1e-300) > 0.0 and b.lower == 0.0
+    with pytest.raises(InputError, match="delta=1e-300"):
+        pld_epsilon([(LaplaceEvent(1e20), 1)], 1e-300)
+    with mpmath.workdps(40):
+        assert PrivacyAccountant().compose(LaplaceEvent(1e20), 1).total_variation_bound() == pytest.approx(
+            float(1 - mpmath.exp(-1 / (2 * mpmath.mpf(1e20)))), rel=1e-12)
+    for ev in (GaussianEvent(1e20), PoissonSampledGaussianEvent(1e-12, 1e20), WORSampledGaussianEvent(0.01, 1e20),
+               LaplaceEvent(1e20)):
+        acc = PrivacyAccountant().compose(ev, 1)
+        assert acc.total_variation_bound() > 1e-300
+        assert acc.get_epsilon(1e-300) > 0.0 and acc.get_epsilon(1e-300, "auto") > 0.0
+        assert acc.get_epsilon(1e-5) == 0.0                 # (total variation <= delta: exactly 0)

@@ -14,6 +14,7 @@ import numpy as np
 from ..caches import register
 from .convex import convexify
 from .decay import decay_block, decayed_rounding, decayed_suffix
+from .lossdist import q_mass
 from .pairs import Pair, dominating_pairs
 from .shared import OverCap, Step
 
@@ -511,7 +512,7 @@ def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
         if i is None:
             continue
         P[i] = max(0.0, P[i] - p)     # (the atom is moved down to j h by at most 1e-9 h: lower)
-        Q[i] = max(0.0, Q[i] - p * math.exp(-l))
+        Q[i] = max(0.0, Q[i] - q_mass(p, l))
         on.append((j, p))
     if not on:
         return None

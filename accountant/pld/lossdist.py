@@ -124,6 +124,22 @@ def _masses_from_atoms(losses, m, l, how):
     return rev[idx]
 
 
+def q_mass(p: float, l: float) -> float:
+    """``p e^-l``, the Q-mass of an atom of P-mass ``p`` at loss ``l`` (at most 1): in log form where
+    ``e^-l`` overflows (a loss below -700, a Laplace scale under 1.4e-3), never an OverflowError.
+
+    Args:
+        p: the atom's P-mass, >= 0.
+        l: its loss (a float; -inf gives 0 where p is 0).
+
+    Returns:
+        The Q-mass (a float).
+    """
+    if p <= 0.0:
+        return 0.0
+    return float(p * math.exp(-l)) if l > -700.0 else math.exp(math.log(p) - l)
+
+
 @dataclass(frozen=True)
 class FinitePair(LossPair):
     """Finitely many losses with their P- and Q-masses (sorted by loss; +-inf allowed).
@@ -258,6 +274,15 @@ class LaplacePair(LossPair):
 
     b: float
 
+    def total_variation(self) -> float:
+        """``1 - e^(-1/(2b))`` in closed form: the difference of the two masses above loss 0 cancels to 0
+        (or -0) for a scale above about 1e16, which read as eps = 0 at any delta.
+
+        Returns:
+            A float in [0, 1].
+        """
+        return -math.expm1(-0.5 / self.b)
+
     def mass(self, side, l, how):
         """Closed forms of the ``side``-mass of ``{L how l}`` (:meth:`LossPair.mass`).
 
@@ -362,7 +387,7 @@ class SampledPair(LossPair):
         """
         q, out = self.q, []
         for l, p in self.base.atoms():
-            pq = float(p * math.exp(-l))                       # the base's Q-mass there
+            pq = q_mass(p, l)                                  # the base's Q-mass there
             f = float(np.logaddexp(math.log1p(-q), math.log(q) + l))
             out.append((f, q * p + (1 - q) * pq) if self.direction == "remove" else (-f, pq))
         return out
@@ -404,7 +429,7 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
         for pr in (own(direction) or ()) if own is not None else ():
             if isinstance(pr, LossPair):
                 for l, p in pr.atoms():
-                    if abs(l) > 0.0:
+                    if 0.0 < abs(l) < math.inf:                   # (an atom at +-inf sits on no grid)
                         key = round(abs(l), 12)
                         w, _ = weight.get(key, (0.0, abs(l)))
                         weight[key] = (w + k * p * abs(l), abs(l))      # (far atoms decide eps most)
@@ -415,10 +440,10 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
     # the heaviest is a multiple of it, puts every atom of the lattice on the grid
     u = min(v for _, v in weight.values())
     ratio = a / u
-    if abs(ratio - round(ratio)) <= 1e-9 * ratio and all(
+    if math.isfinite(ratio) and abs(ratio - round(ratio)) <= 1e-9 * ratio and all(
             abs(v / u - round(v / u)) <= 1e-9 * (v / u) for _, v in weight.values()):
         a = u
-    if a < h / 8.0:
+    if a < h / 8.0 or not math.isfinite(a / h):
         return h
     n0 = math.ceil(a / h - 1e-9)
     for n in range(n0, n0 + 16):     # (a step a / n with n * step == a exactly: +-a on grid points in floats)

@@ -17,7 +17,9 @@ import numpy as np
 
 from .. import validation
 from ..caches import clear_cache
-from ..events import full_batch_form
+from ..events import full_batch_form, total_variation_bound
+from ..gaussian import inverse_noise
+from ..gdp import gdp_epsilon
 from ..validation import InputError
 from ..kinds import event_types
 from .shared import EpsilonBracket, MAX_DISCRETIZATION, MEMORY_CAP, MIN_DELTA, OverCap, RTOL
@@ -186,9 +188,31 @@ def checked_pairs_epsilon(pairs: tuple, delta: float, rtol: float = RTOL, atol: 
 
 def _bracket(ev: tuple, d: float, r: float, cap: int, h, a_tol: float) -> EpsilonBracket:
     """The bracket of checked pairs: exact for finite pairs on one lattice (on the automatic grid),
-    else the refinement."""
+    else the refinement.
+
+    A grid's upper end of 0 claims ``delta(0) <= d``, and ``delta(0)`` is the composition's total variation.
+    Where the total variation bound (exact for one event) says otherwise at a delta below 1e-10, the grid
+    has lost the mass near loss 0 below double precision (noise above about 1e16 at a delta below 1e-18:
+    the answer was 0 where eps > 0): for Gaussian kinds the upper end is then exact GDP of the full-batch
+    releases that dominate them, for other kinds the PLD refuses (the best route falls back to RDP)."""
     exact = lattice_bracket(ev, d) if h is None else None
-    return exact if exact is not None else refined(ev, d, r, cap, h, a_tol)
+    if exact is not None:
+        return exact
+    b = refined(ev, d, r, cap, h, a_tol)
+    # (the masses near loss 0 are good to ~1e-16 absolute: far below a delta of 1e-10, never near it)
+    if b.upper == 0.0 and d < 1e-10 and total_variation_bound(ev) > d:
+        if all(getattr(e, "gaussian", False) for e, _ in ev):
+            # each Gaussian kind is dominated by its full-batch release (sampling never costs more): their
+            # composition's exact GDP eps is a certified upper end
+            mu = math.sqrt(sum(k * inverse_noise(e.noise_multiplier) * inverse_noise(e.noise_multiplier)
+                               for e, k in ev))
+            return EpsilonBracket(0.0, gdp_epsilon(mu, d), d, b.discretization, False, b.notes + (
+                "the grid lost the mass near loss 0 below double precision: the upper end is exact GDP of "
+                "the full-batch releases that dominate these",))
+        raise InputError(f"accountant='pld' is not allowed at delta={d!r} here: the pairs' mass near loss 0 is "
+                         f"below double precision (total variation {total_variation_bound(ev):.3g} > delta), so "
+                         "the grid cannot certify eps; give a larger delta or accountant='rdp'.")
+    return b
 
 
 def report_grid(events, delta: float, rtol: float = RTOL, memory_cap: int = MEMORY_CAP,
