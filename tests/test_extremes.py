@@ -240,3 +240,14 @@ def test_the_pld_never_answers_zero_where_the_total_variation_exceeds_a_tiny_del
         assert acc.total_variation_bound() > 1e-300
         assert acc.get_epsilon(1e-300) > 0.0 and acc.get_epsilon(1e-300, "auto") > 0.0
         assert acc.get_epsilon(1e-5) == 0.0                 # (total variation <= delta: exactly 0)
+
+
+@pytest.mark.parametrize("eps,dlt", [(1e300, 0.0), (1e300, 0.1), (800.0, 0.0)])
+def test_an_epsilon_delta_release_past_e_to_the_709_answers(eps, dlt):
+    """Its pair's mass at -eps, (1 - delta) / (1 + e^eps), overflowed past eps = 709 (found by the grid over
+    every kind's extremes): an internal error on every route.  Pure DP composes to k eps; with delta > 0
+    three releases already exceed delta = 1e-5 in total variation, so eps = inf."""
+    from dpcalib.accountant.mechanism_events import EpsilonDeltaEvent
+
+    got = PrivacyAccountant().compose(EpsilonDeltaEvent(eps, dlt), 3).get_epsilon(1e-5)
+    assert got == (math.inf if dlt > 0 else pytest.approx(3 * eps, rel=1e-12)) and got >= (3 * eps if dlt == 0 else 0)

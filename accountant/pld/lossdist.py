@@ -258,7 +258,8 @@ def eps_delta_pair(eps: float, delta: float) -> FinitePair:
     Returns:
         The :class:`FinitePair`.
     """
-    lo = (1.0 - delta) / (1.0 + math.exp(eps))
+    # (e^eps overflows past eps = 709: there the mass at -eps is (1 - delta) e^-eps / (1 + e^-eps), ~0)
+    lo = (1.0 - delta) / (1.0 + math.exp(eps)) if eps <= 700.0 else (1.0 - delta) * math.exp(-eps) / (1.0 + math.exp(-eps))
     hi = (1.0 - delta) - lo
     return FinitePair((-math.inf, -eps, eps, math.inf), (0.0, lo, hi, delta), (delta, hi, lo, 0.0))
 
