@@ -35,7 +35,7 @@ from .events import (
     full_batch_form,
     total_variation_bound,
 )
-from .gaussian import gaussian_rdp, inverse_noise
+from .gaussian import composed_mu, gaussian_rdp, inverse_noise
 from .gdp import gdp_epsilon
 from .kinds import ROUTES, event_types
 from .pld import MIN_DELTA, RTOL, EpsilonBracket
@@ -261,10 +261,7 @@ class PrivacyAccountant:
         """
         if not self.is_full_batch_gaussian:
             raise InputError("gdp_mu is only defined when every event is a full-batch GaussianEvent.")
-        # 1/z twice, never 1/z^2: z^2 underflows to 0 below z = 1e-162 (mu inf, eps inf); 1/z is raised to
-        # 1.5e-154 above z = 7e153, where its square would round mu down to 0 (inverse_noise)
-        return math.sqrt(sum(k * inverse_noise(e.noise_multiplier) * inverse_noise(e.noise_multiplier)
-                             for e, k in self._events))
+        return composed_mu((e.noise_multiplier, k) for e, k in self._events)
 
     def _linear_rdp(self):
         """``(slope, intercept)`` where every event's RDP is ``xi + rho alpha`` (``rdp_linear``), else None."""

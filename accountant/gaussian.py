@@ -61,17 +61,14 @@ def inverse_noise(z: float) -> float:
     return r if r >= _FLOOR else _FLOOR
 
 
-def inverse_square(z: float) -> float:
-    """``1 / z^2`` of a noise multiplier: ``(1/z) ** 2`` for z in [1e-150, 1e150] (as it always was), else
-    :func:`inverse_noise` squared -- inf below (never an OverflowError), and never a subnormal or 0 below
-    the true value above.
+def composed_mu(releases) -> float:
+    """``mu = sqrt(sum_i k_i / z_i^2)`` of full-batch Gaussian releases (exact GDP of their composition,
+    Dong, Roth & Su 2019), from :func:`inverse_noise` twice: inf below z = 1e-162, never rounded to 0 above.
 
     Args:
-        z: the noise multiplier, a float > 0.
+        releases: ``(z, k)`` pairs, each a noise multiplier > 0 and a count.
 
     Returns:
-        A float in ``[2.2e-308, inf]``.
+        ``mu`` (a float, 0.0 for none, possibly inf).
     """
-    if 1e-150 <= z <= 1e150:
-        return (1.0 / z) ** 2
-    return inverse_noise(z) * inverse_noise(z)
+    return math.sqrt(sum(k * inverse_noise(z) * inverse_noise(z) for z, k in releases))

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import validation
 from .events import ADD_REMOVE, REPLACE_ONE, GaussianEvent, PoissonSampledGaussianEvent, WORSampledGaussianEvent
-from .gaussian import gaussian_rdp, inverse_square
+from .gaussian import gaussian_rdp, inverse_noise
 from .kinds import REPLACE_SPECIAL, EventKind, event_types, json_kinds, kind_named, register_kind
 from .repeat_select import grid_of, repeat_and_select_rdp
 from .subsampling import subsampled_rdp_wor
@@ -152,9 +152,10 @@ def _gaussian_z(leaves):
         return None
     if len(leaves) == 1 and leaves[0][1] == 1:
         return leaves[0][0].noise_multiplier              # (exactly: no round trip through 1/z^2)
-    # (inverse_square: never a subnormal below the truth, never an OverflowError; the sum is at least the true
+    # ((1/z)^2 as it always was, else 1/z floored twice: never a subnormal below the truth, never an OverflowError; the sum is at least the true
     # one, so the noise multiplier returned is at most the true one)
-    s = sum(k * inverse_square(e.noise_multiplier) for e, k in leaves)
+    s = sum(k * ((1.0 / z) ** 2 if 1e-150 <= z <= 1e150 else inverse_noise(z) * inverse_noise(z))
+            for z, k in ((e.noise_multiplier, k) for e, k in leaves))
     if s == 0:
         return math.inf
     z = 1.0 / math.sqrt(s)

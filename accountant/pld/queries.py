@@ -18,7 +18,7 @@ import numpy as np
 from .. import validation
 from ..caches import clear_cache
 from ..events import full_batch_form, total_variation_bound
-from ..gaussian import inverse_noise
+from ..gaussian import composed_mu
 from ..gdp import gdp_epsilon
 from ..validation import InputError
 from ..kinds import event_types
@@ -204,8 +204,7 @@ def _bracket(ev: tuple, d: float, r: float, cap: int, h, a_tol: float) -> Epsilo
         if all(getattr(e, "gaussian", False) for e, _ in ev):
             # each Gaussian kind is dominated by its full-batch release (sampling never costs more): their
             # composition's exact GDP eps is a certified upper end
-            mu = math.sqrt(sum(k * inverse_noise(e.noise_multiplier) * inverse_noise(e.noise_multiplier)
-                               for e, k in ev))
+            mu = composed_mu((e.noise_multiplier, k) for e, k in ev)
             return EpsilonBracket(0.0, gdp_epsilon(mu, d), d, b.discretization, False, b.notes + (
                 "the grid lost the mass near loss 0 below double precision: the upper end is exact GDP of "
                 "the full-batch releases that dominate these",))
