@@ -18,6 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from . import validation
+from .caches import cached
 from .events import REPLACE_ONE
 from .kinds import EventKind, register_kind
 from .pld.lossdist import FinitePair, LaplacePair, eps_delta_pair, rr_pair
@@ -201,20 +202,26 @@ class DiscreteGaussianEvent(EventKind):
         Returns:
             A tuple of pairs.
         """
-        s, sg = self.sensitivity, self.sigma
         if self._point_mass:             # P all at +inf loss (x = s), Q all at -inf (x = 0): total variation 1
             return (FinitePair((-math.inf, math.inf), (0.0, 1.0), (1.0, 0.0)),)
-        T = int(math.ceil(40.0 * sg)) + s + 1
-        x = np.arange(-T, T + s + 1, dtype=float)
-        logw = -x * x / (2 * sg * sg)
-        logz = float(np.logaddexp.reduce(logw))
-        q = np.exp(logw - logz)
-        p = np.exp(-(x - s) ** 2 / (2 * sg * sg) - logz)
-        L = (2 * x * s - s * s) / (2 * sg * sg)
-        return (FinitePair(tuple(L) + (math.inf,), tuple(p) + (1e-300,), tuple(q) + (0.0,)),)
+        return (_discrete_gaussian_pair(self.sigma, self.sensitivity),)
 
     def _dp_event(self, dpa):
         raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no discrete Gaussian event.")
+
+
+@cached(maxsize=2)
+def _discrete_gaussian_pair(sg: float, s: int) -> FinitePair:
+    """:meth:`DiscreteGaussianEvent.pld_pairs`' pair, made once per ``(sigma, s)``: ``80 sigma`` atoms, asked for
+    by every grid and bracket of a query."""
+    T = int(math.ceil(40.0 * sg)) + s + 1
+    x = np.arange(-T, T + s + 1, dtype=float)
+    logw = -x * x / (2 * sg * sg)
+    logz = float(np.logaddexp.reduce(logw))
+    q = np.exp(logw - logz)
+    p = np.exp(-(x - s) ** 2 / (2 * sg * sg) - logz)
+    L = (2 * x * s - s * s) / (2 * sg * sg)
+    return FinitePair(tuple(L.tolist()) + (math.inf,), tuple(p.tolist()) + (1e-300,), tuple(q.tolist()) + (0.0,))
 
 
 @register_kind

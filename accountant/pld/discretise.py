@@ -502,10 +502,11 @@ def _atoms_lower_step(pair, b: Bins, h: float, count: int) -> Step | None:
     top of the loss (the profile is 0 there): eps one step low, an O(h) lower end."""
     on = []                           # (grid index, mass) of the atoms at or just above j h
     P, Q = b.P.copy(), b.Q.copy()
-    for l, p in pair.atoms():
-        j = math.floor(l / h + 1e-9)
-        if not (j * h <= l <= j * h + 1e-9 * h and b.i0 < j <= b.i0 + b.P.size):
-            continue
+    L, ps = pair.atom_arrays()
+    js = np.floor(L / h + 1e-9)
+    near = (js * h <= L) & (L <= js * h + 1e-9 * h) & (b.i0 < js) & (js <= b.i0 + b.P.size)
+    for l, p, j in zip(L[near].tolist(), ps[near].tolist(), js[near].tolist()):
+        j = int(j)
         # the bin that holds it: ((j-1) h, j h], or the next one where the pair's own masses (a sampled
         # pair's inverted loss) put it just above j h -- taken from a bin only where the bin holds it
         i = next((i for i in (j - b.i0 - 1, j - b.i0) if i < P.size and P[i] >= p * (1.0 - 1e-9)), None)

@@ -72,6 +72,10 @@ def _composed(ev, direction):
         ps = dominating_pairs(e, direction)
         if len(ps) != 1 or not isinstance(ps[0], FinitePair):
             return None
+        if len(ps[0].losses) > MAX_POINTS + 2:       # (a discrete Gaussian: more points than any lattice holds)
+            L = ps[0].arrays[0]
+            if np.unique(L[np.isfinite(L)]).size > MAX_POINTS + 1:
+                return None
         pairs.append((ps[0], k))
     inf = u = math.inf                           # (-inf < l < inf: l is finite)
     for pr, _ in pairs:                          # the unit: the smallest finite non-zero |loss|

@@ -23,14 +23,19 @@ masses, so every bracket over these pairs is certified.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..caches import cached
 from .pairs import Pair
 
 __all__ = ["rr_pair"]
+
+#: above this many atoms a finite pair is checked with numpy (below, Python is faster: ~1 us against 15 us)
+_FEW_ATOMS = 64
 
 
 class LossPair(Pair):
@@ -105,6 +110,15 @@ class LossPair(Pair):
         """
         return []
 
+    def atom_arrays(self) -> tuple:
+        """:meth:`atoms` as two float arrays, the losses and their P-masses, in the same order.
+
+        Returns:
+            A tuple ``(losses, masses)`` of 1-d float arrays.
+        """
+        a = self.atoms()
+        return np.array([l for l, _ in a], dtype=float), np.array([p for _, p in a], dtype=float)
+
     def total_variation(self) -> float:
         """``P(L > 0) - Q(L > 0)``: the total variation of the pair.
 
@@ -159,8 +173,23 @@ class FinitePair(LossPair):
         # variation of 0 and eps = 0 -- stop on it instead (an internal error, never an optimistic answer)
         # (in Python: ~1 us for the few atoms of randomized response, where numpy's conversions took 15 us;
         # a NaN fails every comparison)
-        if not (all(l == l for l in self.losses) and all(m >= 0.0 for m in self.p) and all(m >= 0.0 for m in self.qm)):
+        if len(self.losses) > _FEW_ATOMS:
+            L, p, q = self.arrays
+            ok = not (np.isnan(L).any() or (~(p >= 0.0)).any() or (~(q >= 0.0)).any())
+        else:
+            ok = all(l == l for l in self.losses) and all(m >= 0.0 for m in self.p) and all(m >= 0.0 for m in self.qm)
+        if not ok:
             raise ArithmeticError(f"a finite pair with a NaN loss or a mass not in [0, inf]: {self!r}"[:300])
+
+    @functools.cached_property
+    def arrays(self) -> tuple:
+        """The losses, P-masses and Q-masses as float arrays (made once: a discrete Gaussian has ~10^5 atoms).
+
+        Returns:
+            A tuple of three 1-d float arrays.
+        """
+        return (np.asarray(self.losses, dtype=float), np.asarray(self.p, dtype=float),
+                np.asarray(self.qm, dtype=float))
 
     def mass(self, side, l, how):
         """The ``side``-mass of ``{L how l}``, summed over the atoms (:meth:`LossPair.mass`).
@@ -173,8 +202,8 @@ class FinitePair(LossPair):
         Returns:
             The masses, an array shaped like ``l``.
         """
-        m = np.asarray(self.p if side == "P" else self.qm, dtype=float)
-        return _masses_from_atoms(np.asarray(self.losses, dtype=float), m, np.asarray(l, dtype=float), how)
+        L, p, q = self.arrays
+        return _masses_from_atoms(L, p if side == "P" else q, np.asarray(l, dtype=float), how)
 
     def support(self):
         """The finite losses' ends with mass, or None.
@@ -193,6 +222,16 @@ class FinitePair(LossPair):
             A list of ``(loss, mass)`` pairs.
         """
         return [(l, p) for l, p in zip(self.losses, self.p) if math.isfinite(l) and p > 0]
+
+    def atom_arrays(self) -> tuple:
+        """:meth:`atoms` as two float arrays (:meth:`LossPair.atom_arrays`), without a Python loop.
+
+        Returns:
+            A tuple ``(losses, masses)`` of 1-d float arrays.
+        """
+        L, p, _ = self.arrays
+        keep = np.isfinite(L) & (p > 0)
+        return L[keep], p[keep]
 
     def total_variation(self) -> float:
         """``P(L > 0) - Q(L > 0)`` (:meth:`LossPair.total_variation`), each summed from the largest
@@ -382,17 +421,31 @@ class SampledPair(LossPair):
         return np.where(below, whole, val)
 
     def atoms(self) -> list:
-        """The base's atoms, moved by the sampled loss (their masses mixed as the direction says).
+        """The base's atoms, moved by the sampled loss (their masses mixed as the direction says):
+        :meth:`atom_arrays` as a list.
 
         Returns:
             A list of ``(loss, mass)`` pairs.
         """
-        q, out = self.q, []
-        for l, p in self.base.atoms():
-            pq = q_mass(p, l)                                  # the base's Q-mass there
-            f = float(np.logaddexp(math.log1p(-q), math.log(q) + l))
-            out.append((f, q * p + (1 - q) * pq) if self.direction == "remove" else (-f, pq))
-        return out
+        L, m = self.atom_arrays()
+        return list(zip(L.tolist(), m.tolist()))
+
+    def atom_arrays(self) -> tuple:
+        """The base's atoms moved by the sampled loss ``f(l) = log(1 - q + q e^l)``, with the P-masses
+        ``q p + (1 - q) p e^-l`` (remove) or, at ``-f(l)``, ``p e^-l`` (add); ``p e^-l`` in log form below
+        ``l = -700`` (:func:`q_mass`).
+
+        Returns:
+            A tuple ``(losses, masses)`` of 1-d float arrays.
+        """
+        q = self.q
+        L, p = self.base.atom_arrays()
+        with np.errstate(over="ignore", divide="ignore"):
+            pq = np.where(L > -700.0, p * np.exp(-np.maximum(L, -700.0)), np.exp(np.log(p) - L))
+            f = np.logaddexp(math.log1p(-q), math.log(q) + L)
+        if self.direction == "remove":
+            return f, q * p + (1 - q) * pq
+        return -f, pq
 
     def support(self):
         """The finite losses' ends: ``[log(1 - q), f(hi)]`` for remove (``f(v) = log(1 - q + q e^v)``;
@@ -425,27 +478,8 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
     Returns:
         The step (a float).
     """
-    weight: dict = {}
-    for ev, k in events:
-        own = getattr(ev, "pld_pairs", None)
-        for pr in (own(direction) or ()) if own is not None else ():
-            if isinstance(pr, LossPair):
-                for l, p in pr.atoms():
-                    if 0.0 < abs(l) < math.inf:                   # (an atom at +-inf sits on no grid)
-                        key = round(abs(l), 12)
-                        w, _ = weight.get(key, (0.0, abs(l)))
-                        weight[key] = (w + k * p * abs(l), abs(l))      # (far atoms decide eps most)
-    if not weight:
-        return h
-    a = weight[max(weight, key=lambda x: weight[x][0])][1]
-    # a lattice (discrete Laplace: a(2x - s); randomized response: 0, +-eps): its smallest atom, where
-    # the heaviest is a multiple of it, puts every atom of the lattice on the grid
-    u = min(v for _, v in weight.values())
-    ratio = a / u
-    if math.isfinite(ratio) and abs(ratio - round(ratio)) <= 1e-9 * ratio and all(
-            abs(v / u - round(v / u)) <= 1e-9 * (v / u) for _, v in weight.values()):
-        a = u
-    if a < h / 8.0 or not math.isfinite(a / h):
+    a = _anchor(tuple(events), direction)
+    if a is None or a < h / 8.0 or not math.isfinite(a / h):
         return h
     n0 = math.ceil(a / h - 1e-9)
     for n in range(n0, n0 + 16):     # (a step a / n with n * step == a exactly: +-a on grid points in floats)
@@ -454,3 +488,43 @@ def aligned_step(events, h: float, direction: str = "remove") -> float:
             if cand * n == a:
                 return cand
     return a / n0
+
+
+@cached(maxsize=256)
+def _anchor(events: tuple, direction: str):
+    """The loss :func:`aligned_step` puts on a grid point, or None (no atom): the heaviest atom's |loss|, or the
+    lattice's unit where every atom is on one.  It does not depend on the step, and a query asks for a dozen
+    steps: made once per composition (with numpy: a discrete Gaussian's pair has 80 sigma atoms)."""
+    ls, ws = [], []
+    for ev, k in events:
+        own = getattr(ev, "pld_pairs", None)
+        for pr in (own(direction) or ()) if own is not None else ():
+            if isinstance(pr, LossPair):
+                L, p = pr.atom_arrays()
+                a = np.abs(L)
+                keep = (0.0 < a) & (a < math.inf)              # (an atom at +-inf sits on no grid)
+                ls.append(a[keep])
+                ws.append(k * p[keep] * a[keep])               # (far atoms decide eps most)
+    absl = np.concatenate(ls) if ls else np.zeros(0)
+    if not absl.size:
+        return None
+    # the atoms grouped by |loss| to 12 decimals, each group's weight summed in the atoms' order, named
+    # by its last atom's |loss|; the heaviest group, the first met among equals
+    # (from 1e4 up a double has no 12th decimal: the key is the |loss| itself, and 1e12 |loss| cannot overflow)
+    keys = np.where(absl < 1e4, np.round(np.minimum(absl, 1e4), 12), absl)
+    keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    weight = np.bincount(inverse, weights=np.concatenate(ws), minlength=keys.size)
+    last = np.zeros(keys.size, dtype=np.int64)
+    np.maximum.at(last, inverse, np.arange(inverse.size))
+    named = absl[last]
+    heaviest = np.flatnonzero(weight == weight.max())
+    a = float(named[heaviest[np.argmin(first[heaviest])]])
+    # a lattice (discrete Laplace: a(2x - s); randomized response: 0, +-eps): its smallest atom, where
+    # the heaviest is a multiple of it, puts every atom of the lattice on the grid
+    u = float(named.min())
+    ratio = a / u
+    if math.isfinite(ratio) and abs(ratio - round(ratio)) <= 1e-9 * ratio:
+        r = named / u
+        if bool(np.all(np.abs(r - np.round(r)) <= 1e-9 * r)):
+            a = u
+    return a
