@@ -267,3 +267,40 @@ def test_per_layer_clipping_refuses_a_weak_mixer_and_one_that_mixes_only_larger_
         forward(pm, 10, 3)
     with pytest.raises(InputError, match="mixed"):
         forward(pm, 6, 4)
+
+
+def test_the_one_pass_answer_is_the_elementwise_one():
+    """The probe's comparison first asks whether the other records are bit for bit the same (one pass); it must
+    answer as the elementwise rule (moved by more than FORWARD_ULPS ulps of the largest value) on every case:
+    unchanged, changed at record 0 only, a move below and above the margin elsewhere, NaN and infinities, in
+    float64, float32 and integers, along each dimension."""
+    from dpcalib.optim.clipping.records import FORWARD_ULPS, moved_only_at_first, moves, only_at
+
+    g = torch.Generator().manual_seed(3)
+    cases = 0
+    for dtype in (torch.float64, torch.float32, torch.int64):
+        for d in (0, 1, 2):
+            for change in ("none", "first", "tiny", "large", "nan", "inf", "nan-both"):
+                t0 = (torch.randn(4, 5, 6, generator=g) * 10).to(dtype)
+                t1 = t0.clone()
+                at_first = [slice(None)] * 3
+                at_first[d] = 0
+                other = [slice(None)] * 3
+                other[d] = 2
+                if change == "first":
+                    t1[tuple(at_first)] += 7
+                elif change == "tiny" and dtype.is_floating_point:
+                    eps = torch.finfo(dtype).eps
+                    t1[tuple(other)] += float(t0.abs().max()) * eps * FORWARD_ULPS / 4
+                elif change == "large":
+                    t1[tuple(other)] += 3
+                elif change in ("nan", "nan-both") and dtype.is_floating_point:
+                    t1[tuple(other)] = float("nan")
+                    if change == "nan-both":
+                        t0[tuple(other)] = float("nan")
+                elif change == "inf" and dtype.is_floating_point:
+                    t0[tuple(other)] = t1[tuple(other)] = float("inf")
+                want = only_at(moves(t0, t1), d, 0)
+                assert moved_only_at_first(t0, t1, d) == want, (dtype, d, change)
+                cases += 1
+    assert cases == 63

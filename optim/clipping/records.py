@@ -140,6 +140,26 @@ def only_at(mask, d: int, index: int) -> bool:
     return not bool(per.any())
 
 
+def moved_only_at_first(t0, t1, d: int) -> bool:
+    """No value of ``t1`` moved from ``t0`` (:func:`moves`) at an index along ``d`` but 0: :func:`only_at` of
+    :func:`moves`, answered in one pass where the other records are bit for bit the same -- the common case (on
+    the CPU every model of tests/test_models_matrix.py: 0 ulps), and then exact, since a value that did not
+    change did not move.
+
+    Args:
+        t0: the value in the base forward.
+        t1: the same value in the forward of the changed batch.
+        d: the record dimension to look along.
+
+    Returns:
+        A bool.
+    """
+    if t0.shape == t1.shape and 0 <= d < t0.dim() and t0.shape[d] > 1 and t0.dtype == t1.dtype \
+            and torch.equal(t0.narrow(d, 1, t0.shape[d] - 1), t1.narrow(d, 1, t1.shape[d] - 1)):
+        return True
+    return only_at(moves(t0, t1), d, 0)
+
+
 def candidates(t, rows: int, prefer: int, fixed=None) -> list:
     """The dims of ``t`` of size ``rows`` (``fixed``: that one only), ``prefer`` first.
 
@@ -291,7 +311,8 @@ def resolve(base: list, moved, probe: dict | None, rows: int, prefer: int, optio
                 m = moved[k]
                 if call.broadcast and bool(moves(x, m.input()).any()):
                     continue
-                if not (only_at(moves(x, m.input()), d, 0) and (not m.outs or only_at(moves(z0, m.outs[0]), d, 0))):
+                if not (moved_only_at_first(x, m.input(), d)
+                        and (not m.outs or moved_only_at_first(z0, m.outs[0], d))):
                     spread = d if spread is None else spread
                     continue
             g0 = probe.get((k, 0)) if probe is not None else None
@@ -347,8 +368,7 @@ def mixed_output(out, moved, rows: int, dim: int):
     for j, (t0, t1) in enumerate(zip(_unpacked(out), _unpacked(moved))):
         cands = candidates(t0, rows, dim) if t0.is_floating_point() and t0.shape == t1.shape else []
         if cands:
-            m = moves(t0, t1)
-            if not any(only_at(m, d, 0) for d in cands):
+            if not any(moved_only_at_first(t0, t1, d) for d in cands):
                 return j, tuple(t0.shape)
     return None
 

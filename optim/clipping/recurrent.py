@@ -231,7 +231,7 @@ def records(call, moved, probe, rows: int, option: str):
         InputError: if the layer's input does not hold ``rows`` sequences, or a probe shows one record
             reaching several of its sequences.
     """
-    from .records import advice, moves, only_at
+    from .records import advice, moved_only_at_first, only_at
 
     X, _, _, _ = _inputs(call)
     mod = call.module
@@ -240,7 +240,7 @@ def records(call, moved, probe, rows: int, option: str):
                          f"input holds {X.shape[0]} sequences, the batch {rows} records; {advice(option)}.")
     if rows > 1 and moved is not None:
         Xm, _, _, _ = _inputs(moved)
-        if not only_at(moves(X, Xm), 0, 0):
+        if not moved_only_at_first(X, Xm, 0):
             raise InputError(f"{_name(call)} is not allowed with {option}: changing one record of the batch changes "
                              f"several of this layer's sequences; {advice(option)}.")
     if rows > 1 and probe:
