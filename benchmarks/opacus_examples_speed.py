@@ -179,7 +179,7 @@ def report(rows: list, command: str, repeats: int) -> str:
         o, d = r["median"]["opacus"], r["median"]["dpcalib"]
         fmt = " / ".join
         lines.append(f"| `{r['name']}` | {fmt('%.2f' % t for t in o)} | {fmt('%.2f' % t for t in d)} | "
-                     + " | ".join("%.2f" % x for x in r["ratio"])
+                     + " | ".join(["%.2f" % x for x in r["ratio"]] + ["--"] * (2 - len(r["ratio"])))   # (one epoch)
                      + f" | {1000 * r['step']['opacus']:.0f} / {1000 * r['step']['dpcalib']:.0f} | "
                      f"{r['step']['dpcalib'] / r['step']['opacus']:.2f} | {len(r['fallback']) or 'none'} |")
     for r in rows:
