@@ -210,10 +210,10 @@ class DiscreteGaussianEvent(EventKind):
         raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no discrete Gaussian event.")
 
 
-@cached(maxsize=2)
+@cached(maxsize=1)
 def _discrete_gaussian_pair(sg: float, s: int) -> FinitePair:
     """:meth:`DiscreteGaussianEvent.pld_pairs`' pair, made once per ``(sigma, s)``: ``80 sigma`` atoms, asked for
-    by every grid and bracket of a query."""
+    by every grid and bracket of a query (the last one kept: ~100 MB at sigma 1e4; ``clear_cache`` forgets it)."""
     T = int(math.ceil(40.0 * sg)) + s + 1
     x = np.arange(-T, T + s + 1, dtype=float)
     logw = -x * x / (2 * sg * sg)

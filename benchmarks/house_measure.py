@@ -185,8 +185,11 @@ def measure() -> dict:
     noise multiplier's trace had run, 15 alone)."""
     out = size()
     for name in TRACES:
-        run = subprocess.run([sys.executable, __file__, "--trace", name], capture_output=True, text=True, check=True,
-                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        run = subprocess.run([sys.executable, __file__, "--trace", name], capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": path})
+        if run.returncode:
+            raise RuntimeError(f"the {name} trace failed:\n{run.stderr}")
         out[name] = json.loads(run.stdout.strip().splitlines()[-1])
     return out
 

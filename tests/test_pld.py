@@ -758,7 +758,8 @@ def _aligned_step_naive(events, h, direction="remove"):
 
 def test_the_grid_step_is_anchored_as_a_naive_loop_over_the_atoms_anchors_it():
     """:func:`aligned_step` groups the atoms with numpy (a discrete Gaussian's pair has 80 sigma of them); on
-    400 random compositions of atom kinds, sampled or not, it picks the step a dict over every atom picks."""
+    400 random compositions of atom kinds, sampled or not, and where numpy's rounding to 12 decimals is not Python's,
+    it picks the step a dict over every atom picks."""
     from dpcalib.accountant import (DiscreteGaussianEvent, DiscreteLaplaceEvent, EpsilonDeltaEvent, LaplaceEvent,
                                     PoissonSampledEvent, RandomizedResponseEvent)
     from dpcalib.accountant.pld.lossdist import aligned_step
@@ -769,6 +770,12 @@ def test_the_grid_step_is_anchored_as_a_naive_loop_over_the_atoms_anchors_it():
              lambda: RandomizedResponseEvent(float(rng.uniform(0.05, 0.95)), int(rng.choice([2, 3, 5]))),
              lambda: EpsilonDeltaEvent(float(rng.choice([0.5, 1.0, 0.5 * 3])), 1e-6),
              lambda: DiscreteGaussianEvent(float(rng.choice([0.7, 3.0])), 1))
+    # near a half-way point of the 12th decimal Python's round and numpy's differ: the first two are one group
+    near = [(EpsilonDeltaEvent(5.5645432265245, 1e-6), 1), (EpsilonDeltaEvent(5.5645432265249, 1e-6), 1),
+            (EpsilonDeltaEvent(7.3, 1e-6), 1)]
+    for h in (1e-3, 0.05):
+        step = aligned_step(near, h)
+        assert step == _aligned_step_naive(near, h) and round(5.5645432265249 / step) * step == 5.5645432265249
     for _ in range(400):
         events = []
         for _ in range(int(rng.integers(1, 4))):

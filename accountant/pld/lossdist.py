@@ -36,6 +36,8 @@ __all__ = ["rr_pair"]
 
 #: above this many atoms a finite pair is checked with numpy (below, Python is faster: ~1 us against 15 us)
 _FEW_ATOMS = 64
+#: up to this many atoms the grid's anchor groups them by Python's rounding (:func:`_anchor`)
+_PYTHON_KEYS = 1 << 16
 
 
 class LossPair(Pair):
@@ -188,8 +190,10 @@ class FinitePair(LossPair):
         Returns:
             A tuple of three 1-d float arrays.
         """
-        return (np.asarray(self.losses, dtype=float), np.asarray(self.p, dtype=float),
-                np.asarray(self.qm, dtype=float))
+        out = tuple(np.array(v, dtype=float) for v in (self.losses, self.p, self.qm))
+        for a in out:
+            a.setflags(write=False)          # (a frozen pair's, kept: read only)
+        return out
 
     def mass(self, side, l, how):
         """The ``side``-mass of ``{L how l}``, summed over the atoms (:meth:`LossPair.mass`).
@@ -509,9 +513,15 @@ def _anchor(events: tuple, direction: str):
     if not absl.size:
         return None
     # the atoms grouped by |loss| to 12 decimals, each group's weight summed in the atoms' order, named
-    # by its last atom's |loss|; the heaviest group, the first met among equals
-    # (from 1e4 up a double has no 12th decimal: the key is the |loss| itself, and 1e12 |loss| cannot overflow)
-    keys = np.where(absl < 1e4, np.round(np.minimum(absl, 1e4), 12), absl)
+    # by its last atom's |loss|; the heaviest group, the first met among equals.  The keys are Python's
+    # correctly rounded decimals, as the grid always took them; numpy's (x 1e12, rint, / 1e12) differ near a
+    # half-way point and could pick another anchor (a certified bracket still, a last digit apart): numpy's only
+    # past _PYTHON_KEYS atoms (a discrete Gaussian of sigma above ~800, whose numpy scalars were always rounded
+    # so); from 1e4 up a double has no 12th decimal, the key is the |loss| itself (and 1e12 |loss| cannot overflow)
+    if absl.size <= _PYTHON_KEYS:
+        keys = np.array([round(v, 12) for v in absl.tolist()])
+    else:
+        keys = np.where(absl < 1e4, np.round(np.minimum(absl, 1e4), 12), absl)
     keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     weight = np.bincount(inverse, weights=np.concatenate(ws), minlength=keys.size)
     last = np.zeros(keys.size, dtype=np.int64)
