@@ -18,7 +18,6 @@ from functools import cached_property
 import numpy as np
 
 from . import validation
-from .caches import cached
 from .events import REPLACE_ONE
 from .kinds import EventKind, register_kind
 from .pld.lossdist import FinitePair, LaplacePair, eps_delta_pair, rr_pair
@@ -204,16 +203,23 @@ class DiscreteGaussianEvent(EventKind):
         """
         if self._point_mass:             # P all at +inf loss (x = s), Q all at -inf (x = 0): total variation 1
             return (FinitePair((-math.inf, math.inf), (0.0, 1.0), (1.0, 0.0)),)
-        return (_discrete_gaussian_pair(self.sigma, self.sensitivity),)
+        return (self._pair,)
+
+    @cached_property
+    def _pair(self) -> FinitePair:
+        """The pair of :meth:`pld_pairs`, made once per event (80 sigma atoms, ~100 MB at sigma 1e4, asked for by
+        every grid and bracket of a query; kept with the event, so a composition of several is never rebuilt)."""
+        return _discrete_gaussian_pair(self.sigma, self.sensitivity)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_pair"}     # (made again where needed)
 
     def _dp_event(self, dpa):
         raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no discrete Gaussian event.")
 
 
-@cached(maxsize=1)
 def _discrete_gaussian_pair(sg: float, s: int) -> FinitePair:
-    """:meth:`DiscreteGaussianEvent.pld_pairs`' pair, made once per ``(sigma, s)``: ``80 sigma`` atoms, asked for
-    by every grid and bracket of a query (the last one kept: ~100 MB at sigma 1e4; ``clear_cache`` forgets it)."""
+    """:meth:`DiscreteGaussianEvent.pld_pairs`' pair: the integers within ``40 sigma + s`` of 0."""
     T = int(math.ceil(40.0 * sg)) + s + 1
     x = np.arange(-T, T + s + 1, dtype=float)
     logw = -x * x / (2 * sg * sg)

@@ -276,3 +276,19 @@ def test_a_discrete_gaussian_at_the_top_of_its_range_is_bracketed_around_the_dir
                                                                                          methods=("pld",))
     assert b.lower <= truth * (1 + 1e-9) and truth * (1 - 1e-9) <= b.upper, (b, truth)
     assert b.upper <= truth * (1 + 2e-4)
+
+
+def test_a_discrete_gaussian_makes_its_pair_once_and_does_not_pickle_it():
+    """The pair (80 sigma atoms) is kept with the event, so a composition of several is not rebuilt at every grid,
+    and left out of a pickle (made again where needed): the same eps after a round trip."""
+    import pickle
+
+    from dpcalib.accountant.mechanism_events import DiscreteGaussianEvent
+
+    a, b = DiscreteGaussianEvent(300.0, 1), DiscreteGaussianEvent(200.0, 2)
+    acc = PrivacyAccountant().compose(a, 2).compose(b, 3)
+    eps = acc.get_epsilon(1e-5)
+    assert a.pld_pairs("remove")[0] is a.pld_pairs("add")[0] is a._pair
+    assert len(a._pair.losses) > 24000 and len(pickle.dumps(a)) < 1000
+    again = pickle.loads(pickle.dumps(acc))
+    assert again.get_epsilon(1e-5) == eps and 0.0 < eps < math.inf
