@@ -183,6 +183,15 @@ class FinitePair(LossPair):
         if not ok:
             raise ArithmeticError(f"a finite pair with a NaN loss or a mass not in [0, inf]: {self!r}"[:300])
 
+    def __hash__(self):
+        # (the fields' hash, made once: a discrete Gaussian's pair has 80 sigma atoms, and the caches of its
+        # bins are keyed by the pair)
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.losses, self.p, self.qm))
+
     @functools.cached_property
     def arrays(self) -> tuple:
         """The losses, P-masses and Q-masses as float arrays (made once: a discrete Gaussian has ~10^5 atoms).
