@@ -224,8 +224,8 @@ class FinitePair(LossPair):
         Returns:
             A tuple ``(lo, hi)`` of floats, or None.
         """
-        L = np.asarray(self.losses, dtype=float)
-        keep = np.isfinite(L) & ((np.asarray(self.p) > 0) | (np.asarray(self.qm) > 0))
+        L, p, q = self.arrays
+        keep = np.isfinite(L) & ((p > 0) | (q > 0))
         return (float(L[keep].min()), float(L[keep].max())) if keep.any() else None
 
     def atoms(self) -> list:
