@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -207,15 +208,24 @@ class DiscreteGaussianEvent(EventKind):
 
     @cached_property
     def _pair(self) -> FinitePair:
-        """The pair of :meth:`pld_pairs`, made once per event (80 sigma atoms, ~100 MB at sigma 1e4, asked for by
-        every grid and bracket of a query; kept with the event, so a composition of several is never rebuilt)."""
-        return _discrete_gaussian_pair(self.sigma, self.sensitivity)
+        """The pair of :meth:`pld_pairs` (80 sigma atoms, ~100 MB at sigma 1e4, asked for by every grid and bracket
+        of a query): kept with the event, so a composition of several is never rebuilt, and shared by equal events
+        while one is alive, so the caches that key on events or pairs never hold two copies."""
+        key = (self.sigma, self.sensitivity)
+        pair = _PAIRS.get(key)
+        if pair is None:
+            pair = _PAIRS[key] = _discrete_gaussian_pair(*key)
+        return pair
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_pair"}     # (made again where needed)
 
     def _dp_event(self, dpa):
         raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no discrete Gaussian event.")
+
+
+#: the discrete Gaussians' pairs alive, by ``(sigma, s)`` (:attr:`DiscreteGaussianEvent._pair`)
+_PAIRS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _discrete_gaussian_pair(sg: float, s: int) -> FinitePair:

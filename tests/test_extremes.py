@@ -280,7 +280,7 @@ def test_a_discrete_gaussian_at_the_top_of_its_range_is_bracketed_around_the_dir
 
 def test_a_discrete_gaussian_makes_its_pair_once_and_does_not_pickle_it():
     """The pair (80 sigma atoms) is kept with the event, so a composition of several is not rebuilt at every grid,
-    and left out of a pickle (made again where needed): the same eps after a round trip."""
+    shared by equal events, and left out of a pickle (made again where needed): the same eps after a round trip."""
     import pickle
 
     from dpcalib.accountant.mechanism_events import DiscreteGaussianEvent
@@ -289,6 +289,7 @@ def test_a_discrete_gaussian_makes_its_pair_once_and_does_not_pickle_it():
     acc = PrivacyAccountant().compose(a, 2).compose(b, 3)
     eps = acc.get_epsilon(1e-5)
     assert a.pld_pairs("remove")[0] is a.pld_pairs("add")[0] is a._pair
+    assert DiscreteGaussianEvent(300.0, 1)._pair is a._pair          # equal events share it: the caches hold one
     assert len(a._pair.losses) > 24000 and len(pickle.dumps(a)) < 1000
     again = pickle.loads(pickle.dumps(acc))
     assert again.get_epsilon(1e-5) == eps and 0.0 < eps < math.inf
