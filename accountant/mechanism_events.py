@@ -211,10 +211,18 @@ class DiscreteGaussianEvent(EventKind):
         """The pair of :meth:`pld_pairs` (80 sigma atoms, ~100 MB at sigma 1e4, asked for by every grid and bracket
         of a query): kept with the event, so a composition of several is never rebuilt, and shared by equal events
         while one is alive, so the caches that key on events or pairs never hold two copies."""
-        key = (self.sigma, self.sensitivity)
-        pair = _PAIRS.get(key)
-        if pair is None:
-            pair = _PAIRS[key] = _discrete_gaussian_pair(*key)
+        sg, s = self.sigma, self.sensitivity
+        pair = _PAIRS.get((sg, s))
+        if pair is None:                 # the integers within 40 sigma + s of 0
+            T = int(math.ceil(40.0 * sg)) + s + 1
+            x = np.arange(-T, T + s + 1, dtype=float)
+            logw = -x * x / (2 * sg * sg)
+            logz = float(np.logaddexp.reduce(logw))
+            q = np.exp(logw - logz)
+            p = np.exp(-(x - s) ** 2 / (2 * sg * sg) - logz)
+            L = (2 * x * s - s * s) / (2 * sg * sg)
+            pair = _PAIRS[(sg, s)] = FinitePair(tuple(L.tolist()) + (math.inf,), tuple(p.tolist()) + (1e-300,),
+                                                tuple(q.tolist()) + (0.0,))
         return pair
 
     def __getstate__(self):
@@ -226,18 +234,6 @@ class DiscreteGaussianEvent(EventKind):
 
 #: the discrete Gaussians' pairs alive, by ``(sigma, s)`` (:attr:`DiscreteGaussianEvent._pair`)
 _PAIRS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def _discrete_gaussian_pair(sg: float, s: int) -> FinitePair:
-    """:meth:`DiscreteGaussianEvent.pld_pairs`' pair: the integers within ``40 sigma + s`` of 0."""
-    T = int(math.ceil(40.0 * sg)) + s + 1
-    x = np.arange(-T, T + s + 1, dtype=float)
-    logw = -x * x / (2 * sg * sg)
-    logz = float(np.logaddexp.reduce(logw))
-    q = np.exp(logw - logz)
-    p = np.exp(-(x - s) ** 2 / (2 * sg * sg) - logz)
-    L = (2 * x * s - s * s) / (2 * sg * sg)
-    return FinitePair(tuple(L.tolist()) + (math.inf,), tuple(p.tolist()) + (1e-300,), tuple(q.tolist()) + (0.0,))
 
 
 @register_kind
