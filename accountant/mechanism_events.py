@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import sys
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -21,7 +20,7 @@ import numpy as np
 from . import validation
 from .events import REPLACE_ONE
 from .kinds import EventKind, register_kind
-from .pld.lossdist import FinitePair, LaplacePair, eps_delta_pair, rr_pair
+from .pld.lossdist import FEW_ATOMS, FinitePair, LaplacePair, MadePair, eps_delta_pair, rr_pair
 from .validation import InputError
 
 __all__ = []
@@ -141,18 +140,25 @@ class DiscreteLaplaceEvent(_FiniteKind):
         return self.noise_parameter * self.sensitivity
 
     def _pair(self):
-        """Atoms ``a(2x - s)``, x = 0..s: P = DLap(s), Q = DLap(0) (the end atoms hold the tails)."""
-        a, s = self.noise_parameter, self.sensitivity
-        x = np.arange(s + 1, dtype=float)
-        c = math.tanh(a / 2.0)
-        p = c * np.exp(-a * (s - x))
-        q = c * np.exp(-a * x)
-        tail = math.exp(-a * s) / (1.0 + math.exp(-a))
-        p[0], q[0] = tail, 1.0 / (1.0 + math.exp(-a))
-        p[-1], q[-1] = q[0], tail
-        if s == 0:
-            p[:], q[:] = 1.0, 1.0
-        return FinitePair(tuple(a * (2 * x - s)), tuple(p), tuple(q))
+        """:func:`_discrete_laplace_atoms`' pair (a :class:`~.pld.lossdist.MadePair` past a few atoms)."""
+        args = (self.noise_parameter, self.sensitivity)
+        if self.sensitivity + 1 > FEW_ATOMS:
+            return MadePair(_discrete_laplace_atoms, args)
+        return FinitePair(*(tuple(v) for v in _discrete_laplace_atoms(*args)))
+
+
+def _discrete_laplace_atoms(a: float, s: int) -> tuple:
+    """Atoms ``a(2x - s)``, x = 0..s: P = DLap(s), Q = DLap(0) (the end atoms hold the tails)."""
+    x = np.arange(s + 1, dtype=float)
+    c = math.tanh(a / 2.0)
+    p = c * np.exp(-a * (s - x))
+    q = c * np.exp(-a * x)
+    tail = math.exp(-a * s) / (1.0 + math.exp(-a))
+    p[0], q[0] = tail, 1.0 / (1.0 + math.exp(-a))
+    p[-1], q[-1] = q[0], tail
+    if s == 0:
+        p[:], q[:] = 1.0, 1.0
+    return a * (2 * x - s), p, q
 
 
 
@@ -204,36 +210,24 @@ class DiscreteGaussianEvent(EventKind):
         """
         if self._point_mass:             # P all at +inf loss (x = s), Q all at -inf (x = 0): total variation 1
             return (FinitePair((-math.inf, math.inf), (0.0, 1.0), (1.0, 0.0)),)
-        return (self._pair,)
-
-    @cached_property
-    def _pair(self) -> FinitePair:
-        """The pair of :meth:`pld_pairs` (80 sigma atoms, ~100 MB at sigma 1e4, asked for by every grid and bracket
-        of a query): kept with the event, so a composition of several is never rebuilt, and shared by equal events
-        while one is alive, so the caches that key on events or pairs never hold two copies."""
-        sg, s = self.sigma, self.sensitivity
-        pair = _PAIRS.get((sg, s))
-        if pair is None:                 # the integers within 40 sigma + s of 0
-            T = int(math.ceil(40.0 * sg)) + s + 1
-            x = np.arange(-T, T + s + 1, dtype=float)
-            logw = -x * x / (2 * sg * sg)
-            logz = float(np.logaddexp.reduce(logw))
-            q = np.exp(logw - logz)
-            p = np.exp(-(x - s) ** 2 / (2 * sg * sg) - logz)
-            L = (2 * x * s - s * s) / (2 * sg * sg)
-            pair = _PAIRS[(sg, s)] = FinitePair(tuple(L.tolist()) + (math.inf,), tuple(p.tolist()) + (1e-300,),
-                                                tuple(q.tolist()) + (0.0,))
-        return pair
-
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_pair"}     # (made again where needed)
+        return (MadePair(_discrete_gaussian_atoms, (self.sigma, self.sensitivity)),)
 
     def _dp_event(self, dpa):
         raise InputError(f"event={self!r} is not allowed: dp-accounting 0.6 has no discrete Gaussian event.")
 
 
-#: the discrete Gaussians' pairs alive, by ``(sigma, s)`` (:attr:`DiscreteGaussianEvent._pair`)
-_PAIRS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+def _discrete_gaussian_atoms(sigma: float, s: int) -> tuple:
+    """The pair of :meth:`DiscreteGaussianEvent.pld_pairs`: the integers ``x`` within ``40 sigma + s`` of 0,
+    loss ``(2 x s - s^2) / (2 sigma^2)``, P = N_Z(s, sigma^2), Q = N_Z(0, sigma^2), and P's mass beyond
+    (below 1e-300) charged at loss +inf."""
+    T = int(math.ceil(40.0 * sigma)) + s + 1
+    x = np.arange(-T, T + s + 1, dtype=float)
+    logw = -x * x / (2 * sigma * sigma)
+    logz = float(np.logaddexp.reduce(logw))
+    q = np.exp(logw - logz)
+    p = np.exp(-(x - s) ** 2 / (2 * sigma * sigma) - logz)
+    L = (2 * x * s - s * s) / (2 * sigma * sigma)
+    return np.append(L, math.inf), np.append(p, 1e-300), np.append(q, 0.0)
 
 
 @register_kind

@@ -278,7 +278,7 @@ class PoissonSampledEvent(_SampledKind):
             return lambda a: np.zeros(np.shape(a))
         if not isinstance(b, FinitePair) or q >= 1.0:
             return None
-        L, p, qq = (np.asarray(v, dtype=float) for v in (b.losses, b.p, b.qm))
+        L, p, qq = b.arrays
         with np.errstate(divide="ignore"):
             f = np.logaddexp(math.log1p(-q), math.log(q) + L)
         mix = tuple((1 - q) * qq + q * p)

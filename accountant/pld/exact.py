@@ -72,7 +72,7 @@ def _composed(ev, direction):
         ps = dominating_pairs(e, direction)
         if len(ps) != 1 or not isinstance(ps[0], FinitePair):
             return None
-        if len(ps[0].losses) > MAX_POINTS + 2:       # (a discrete Gaussian: more points than any lattice holds)
+        if ps[0].atom_count > MAX_POINTS + 2:        # (a discrete Gaussian: more points than any lattice holds)
             L = ps[0].arrays[0]
             if np.unique(L[np.isfinite(L)]).size > MAX_POINTS + 1:
                 return None

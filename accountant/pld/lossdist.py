@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..caches import cached
+from ..caches import Memo, cached
 from .pairs import Pair
 
 __all__ = ["rr_pair"]
 
 #: above this many atoms a finite pair is checked with numpy (below, Python is faster: ~1 us against 15 us)
-_FEW_ATOMS = 64
+FEW_ATOMS = 64
 #: up to this many atoms the grid's anchor groups them by Python's rounding (:func:`_anchor`)
 _PYTHON_KEYS = 1 << 16
 
@@ -156,6 +156,20 @@ def q_mass(p: float, l: float) -> float:
     return float(p * math.exp(-l)) if l > -700.0 else math.exp(math.log(p) - l)
 
 
+def _checked(pair, L, p, q):
+    """``(L, p, q)``, or ArithmeticError where a loss is NaN or a mass is not in [0, inf]: such an atom would
+    read as no mass -- a total variation of 0 and eps = 0 -- so stop on it (an internal error, never an
+    optimistic answer).  In Python for a few atoms (~1 us for randomized response, where numpy's
+    conversions took 15 us; a NaN fails every comparison), else with numpy."""
+    if len(L) > FEW_ATOMS:
+        ok = not (np.isnan(L).any() or (~(p >= 0.0)).any() or (~(q >= 0.0)).any())
+    else:
+        ok = all(l == l for l in L) and all(m >= 0.0 for m in p) and all(m >= 0.0 for m in q)
+    if not ok:
+        raise ArithmeticError(f"a finite pair with a NaN loss or a mass not in [0, inf]: {pair!r}"[:300])
+    return L, p, q
+
+
 @dataclass(frozen=True)
 class FinitePair(LossPair):
     """Finitely many losses with their P- and Q-masses (sorted by loss; +-inf allowed).
@@ -171,21 +185,10 @@ class FinitePair(LossPair):
     qm: tuple
 
     def __post_init__(self):
-        # a NaN loss or mass (a kind's formula out of the double range) would read as no mass: a total
-        # variation of 0 and eps = 0 -- stop on it instead (an internal error, never an optimistic answer)
-        # (in Python: ~1 us for the few atoms of randomized response, where numpy's conversions took 15 us;
-        # a NaN fails every comparison)
-        if len(self.losses) > _FEW_ATOMS:
-            L, p, q = self.arrays
-            ok = not (np.isnan(L).any() or (~(p >= 0.0)).any() or (~(q >= 0.0)).any())
-        else:
-            ok = all(l == l for l in self.losses) and all(m >= 0.0 for m in self.p) and all(m >= 0.0 for m in self.qm)
-        if not ok:
-            raise ArithmeticError(f"a finite pair with a NaN loss or a mass not in [0, inf]: {self!r}"[:300])
+        _checked(self, *(self.arrays if len(self.losses) > FEW_ATOMS else (self.losses, self.p, self.qm)))
 
     def __hash__(self):
-        # (the fields' hash, made once: a discrete Gaussian's pair has 80 sigma atoms, and the caches of its
-        # bins are keyed by the pair)
+        # (the fields' hash, made once: the caches of a pair's bins and tails are keyed by the pair)
         return self._hash
 
     @functools.cached_property
@@ -194,15 +197,21 @@ class FinitePair(LossPair):
 
     @functools.cached_property
     def arrays(self) -> tuple:
-        """The losses, P-masses and Q-masses as float arrays (made once: a discrete Gaussian has ~10^5 atoms).
+        """The losses, P-masses and Q-masses as float arrays (made once; read only).
 
         Returns:
             A tuple of three 1-d float arrays.
         """
-        out = tuple(np.array(v, dtype=float) for v in (self.losses, self.p, self.qm))
-        for a in out:
-            a.setflags(write=False)          # (a frozen pair's, kept: read only)
-        return out
+        return _read_only(self.losses, self.p, self.qm)
+
+    @property
+    def atom_count(self) -> int:
+        """The number of atoms, finite losses or not.
+
+        Returns:
+            An int >= 1.
+        """
+        return len(self.losses)
 
     def mass(self, side, l, how):
         """The ``side``-mass of ``{L how l}``, summed over the atoms (:meth:`LossPair.mass`).
@@ -234,7 +243,8 @@ class FinitePair(LossPair):
         Returns:
             A list of ``(loss, mass)`` pairs.
         """
-        return [(l, p) for l, p in zip(self.losses, self.p) if math.isfinite(l) and p > 0]
+        L, p = self.atom_arrays()
+        return list(zip(L.tolist(), p.tolist()))
 
     def atom_arrays(self) -> tuple:
         """:meth:`atoms` as two float arrays (:meth:`LossPair.atom_arrays`), without a Python loop.
@@ -248,16 +258,22 @@ class FinitePair(LossPair):
 
     def total_variation(self) -> float:
         """``P(L > 0) - Q(L > 0)`` (:meth:`LossPair.total_variation`), each summed from the largest
-        loss down as :meth:`mass` sums it, over the few atoms in Python.
+        loss down as :meth:`mass` sums it: over a few atoms in Python, over many by numpy's running sum
+        (the same additions in the same order).
 
         Returns:
             A float in [0, 1].
         """
-        p_gt = q_gt = 0.0
-        for l, p, q in zip(reversed(self.losses), reversed(self.p), reversed(self.qm)):
-            if not l > 0.0:
-                break
-            p_gt, q_gt = p_gt + p, q_gt + q
+        if self.atom_count > FEW_ATOMS:
+            L, p, q = self.arrays
+            top = L.size - int(np.searchsorted(L, 0.0, side="right"))      # the atoms of loss > 0
+            p_gt, q_gt = ((float(np.add.accumulate(m[::-1][:top])[-1]) if top else 0.0) for m in (p, q))
+        else:
+            p_gt = q_gt = 0.0
+            for l, p, q in zip(reversed(self.losses), reversed(self.p), reversed(self.qm)):
+                if not l > 0.0:
+                    break
+                p_gt, q_gt = p_gt + p, q_gt + q
         return float(min(1.0, max(0.0, p_gt - q_gt)))
 
     def renyi(self, alpha) -> np.ndarray:
@@ -270,7 +286,7 @@ class FinitePair(LossPair):
             A float array.
         """
         a = np.asarray(alpha, dtype=float)[..., None]
-        p, q = np.asarray(self.p, dtype=float), np.asarray(self.qm, dtype=float)
+        _, p, q = self.arrays
         out = []
         for x, y in ((p, q), (q, p)):
             k = x > 0
@@ -282,6 +298,85 @@ class FinitePair(LossPair):
             lse = (mx + np.log(np.exp(t - mx).sum(axis=-1, keepdims=True)))[..., 0]
             out.append(np.maximum(lse, 0.0) / (a[..., 0] - 1.0))
         return np.maximum(*out)
+
+
+def _read_only(*values) -> tuple:
+    out = tuple(np.array(v, dtype=float) for v in values)
+    for a in out:
+        a.setflags(write=False)          # (a frozen pair's, shared: read only)
+    return out
+
+
+#: the atoms of the made pairs asked for last, by ``(make, args)`` (:class:`MadePair`): at most this many
+_MADE = Memo(8)
+
+
+class MadePair(FinitePair):
+    """A finite pair named by how it is made: ``make(*args)`` returns its losses, P- and Q-masses (three
+    arrays).  A discrete Gaussian's pair has 80 sigma atoms (19 MB of arrays at sigma 1e4), a discrete
+    Laplace's s + 1; the caches keyed by pairs (bins, tails, compositions) and by events each hold one per
+    query asked, and held as tuples they held ~120 MB a query at sigma 1e4.  This pair holds ``make`` and
+    ``args`` alone, equal and hashed by them; its atoms are made where asked and kept in a small cache of
+    their own (the last few pairs': remade when asked again, ~30 ms at sigma 1e4).
+
+    Args:
+        make: a module-level function (pickled by its name).
+        args: its arguments, a tuple of numbers.
+    """
+
+    def __init__(self, make, args: tuple):
+        object.__setattr__(self, "make", make)
+        object.__setattr__(self, "args", tuple(args))
+
+    def __eq__(self, other):
+        return type(other) is MadePair and self.make is other.make and self.args == other.args
+
+    def __hash__(self):
+        return hash((self.make.__qualname__, self.args))
+
+    def __repr__(self):
+        return f"MadePair({self.make.__qualname__}{self.args!r})"
+
+    def __reduce__(self):
+        return MadePair, (self.make, self.args)
+
+    @property
+    def arrays(self) -> tuple:
+        """The losses, P-masses and Q-masses as read-only float arrays, made by ``make(*args)`` (and checked)
+        where not in the cache.
+
+        Returns:
+            A tuple of three 1-d float arrays.
+        """
+        key = (self.make, self.args)
+        out = _MADE.get(key)
+        if out is None:
+            out = _MADE.remember(key, _checked(self, *_read_only(*self.make(*self.args))))
+        return out
+
+    @property
+    def losses(self) -> tuple:
+        """The losses as a tuple of floats (made from :attr:`arrays` at each call)."""
+        return tuple(self.arrays[0].tolist())
+
+    @property
+    def p(self) -> tuple:
+        """P's masses as a tuple of floats (made from :attr:`arrays` at each call)."""
+        return tuple(self.arrays[1].tolist())
+
+    @property
+    def qm(self) -> tuple:
+        """Q's masses as a tuple of floats (made from :attr:`arrays` at each call)."""
+        return tuple(self.arrays[2].tolist())
+
+    @property
+    def atom_count(self) -> int:
+        """The number of atoms.
+
+        Returns:
+            An int >= 1.
+        """
+        return len(self.arrays[0])
 
 
 def rr_pair(eps: float, other: float = 0.0) -> FinitePair:
