@@ -269,8 +269,11 @@ class PoissonSampledEvent(_SampledKind):
 
     @property
     def _rdp(self):
-        """Exact Rényi divergence of the two sampled pairs where the mechanism's pair is finite."""
-        from .pld.lossdist import FinitePair
+        """Exact Rényi divergence of the two sampled pairs where the mechanism's pair is finite: remove
+        ``((1 - q) Q + q P, Q)`` and add ``(Q, (1 - q) Q + q P)``, whose divergences both ways are the same two
+        (:func:`~.pld.lossdist.renyi_of`); the mixture is made at each call, not kept with the event (a discrete
+        Laplace's pair may have a million atoms, and the caches keyed by events keep them)."""
+        from .pld.lossdist import FinitePair, renyi_of
 
         b = self._base_pair()
         q = self.sampling_probability
@@ -278,12 +281,11 @@ class PoissonSampledEvent(_SampledKind):
             return lambda a: np.zeros(np.shape(a))
         if not isinstance(b, FinitePair) or q >= 1.0:
             return None
-        L, p, qq = b.arrays
-        with np.errstate(divide="ignore"):
-            f = np.logaddexp(math.log1p(-q), math.log(q) + L)
-        mix = tuple((1 - q) * qq + q * p)
-        rem, add = FinitePair(tuple(f), mix, tuple(qq)), FinitePair(tuple(-f), tuple(qq), mix)
-        return lambda a: np.maximum(rem.renyi(a), add.renyi(a))
+
+        def rdp(a):
+            _, p, qq = b.arrays
+            return renyi_of((1 - q) * qq + q * p, qq, a)
+        return rdp
 
     def _dp_event(self, dpa):
         return dpa.PoissonSampledDpEvent(self.sampling_probability, self.event.to_dp_event())

@@ -285,19 +285,45 @@ class FinitePair(LossPair):
         Returns:
             A float array.
         """
-        a = np.asarray(alpha, dtype=float)[..., None]
         _, p, q = self.arrays
-        out = []
-        for x, y in ((p, q), (q, p)):
-            k = x > 0
-            if np.any(k & (y <= 0)):
-                out.append(np.full(a.shape[:-1], np.inf))
-                continue
-            t = a * np.log(x[k]) + (1.0 - a) * np.log(y[k])
+        return renyi_of(p, q, alpha)
+
+
+#: the most elements of one order-by-atom block of :func:`renyi_of` (32 MB of doubles)
+_BLOCK = 1 << 22
+
+
+def renyi_of(p, q, alpha) -> np.ndarray:
+    """``max(D_alpha(P || Q), D_alpha(Q || P))`` of two finite distributions on the same atoms, exactly (inf
+    where a side has mass the other lacks): a log-sum-exp over the atoms per order, computed a block of orders at
+    a time (79 orders of a million atoms took 2 GB at once).
+
+    Args:
+        p: P's masses (a 1-d float array).
+        q: Q's masses, on the same atoms.
+        alpha: orders > 1 (an array of any shape).
+
+    Returns:
+        A float array shaped like ``alpha``.
+    """
+    a = np.asarray(alpha, dtype=float)
+    flat = a.reshape(-1, 1)
+    rows = max(1, _BLOCK // max(1, p.size))
+    out = []
+    for x, y in ((p, q), (q, p)):
+        k = x > 0
+        if np.any(k & (y <= 0)):
+            out.append(np.full(a.shape, np.inf))
+            continue
+        lx, ly = np.log(x[k]), np.log(y[k])
+        lse = np.empty(flat.shape[0])
+        for i in range(0, flat.shape[0], rows):
+            b = flat[i:i + rows]
+            t = b * lx + (1.0 - b) * ly
             mx = t.max(axis=-1, keepdims=True)
-            lse = (mx + np.log(np.exp(t - mx).sum(axis=-1, keepdims=True)))[..., 0]
-            out.append(np.maximum(lse, 0.0) / (a[..., 0] - 1.0))
-        return np.maximum(*out)
+            lse[i:i + rows] = (mx + np.log(np.exp(t - mx).sum(axis=-1, keepdims=True)))[..., 0]
+        out.append((np.maximum(lse, 0.0) / (flat[:, 0] - 1.0)).reshape(a.shape))
+    return np.maximum(*out)
 
 
 def _read_only(*values) -> tuple:
