@@ -74,6 +74,54 @@ class Memo(dict):
         return value
 
 
+class SizedMemo(dict):
+    """A dict of answers taking at most ``budget`` bytes in all, the least recently used first out (an
+    answer over half the budget is not kept), emptied by :func:`clear_cache`: for answers whose size
+    varies by orders of magnitude (a discretised step, a pair's atoms).
+
+    Args:
+        budget: the most bytes kept, >= 1.
+        size: ``size(value)``, the bytes an answer takes.
+    """
+
+    def __init__(self, budget: int, size: Callable):
+        super().__init__()
+        self.budget, self.size = budget, size
+        register(self.clear)
+
+    def recall(self, key):
+        """The answer under ``key``, now the most recently used, or None.
+
+        Args:
+            key: a hashable key.
+
+        Returns:
+            The answer, or None.
+        """
+        if key not in self:
+            return None
+        value = self[key] = self.pop(key)
+        return value
+
+    def remember(self, key, value):
+        """Keep ``value`` under ``key``, dropping the least recently used answers until it fits (not kept if it
+        takes over half the budget); returns ``value``.
+
+        Args:
+            key: a hashable key.
+            value: the answer to keep.
+
+        Returns:
+            ``value``, unchanged.
+        """
+        n = self.size(value)
+        if n <= self.budget // 2:
+            while self and n + sum(self.size(v) for v in self.values()) > self.budget:
+                self.pop(next(iter(self)))
+            self[key] = value
+        return value
+
+
 def clear_cache() -> None:
     """Forget every remembered answer: brackets, composition ends, discretised steps, RDP reports."""
     for clear in _CLEARERS:

@@ -2,6 +2,7 @@
 two runs is at most delta (an upper bound on delta(0), checked against exact GDP), eps = inf (never a
 crash) where the noise underflows, and every accountant defined from 1e-320 to 1e300."""
 
+import dataclasses
 import math
 
 import mpmath
@@ -295,11 +296,28 @@ def test_a_discrete_gaussian_pair_is_named_by_its_parameters_and_its_atoms_are_k
     assert hash(pa) == hash(DiscreteGaussianEvent(300.0, 1).pld_pairs("add")[0])
     assert pa.atom_count == len(pa.losses) > 24000 and len(pickle.dumps(a)) < 1000 and len(pickle.dumps(pa)) < 1000
     assert pickle.loads(pickle.dumps(pa)) == pa
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pa.args = (1.0, 1)                                           # (a cache key)
     again = pickle.loads(pickle.dumps(acc))
     assert again.get_epsilon(1e-5) == eps and 0.0 < eps < math.inf
-    for sigma in range(9000, 9000 + 2 * lossdist._MADE.size):        # a sweep: the atoms' cache stays bounded
+    for sigma in range(9000, 9020):          # a sweep of 20 (17 MB of atoms each): the atoms' cache stays bounded
         DiscreteGaussianEvent(float(sigma), 1).pld_pairs("remove")[0].support()
-    assert len(lossdist._MADE) <= lossdist._MADE.size
+    assert 8 <= len(lossdist._MADE) < 20
+    assert sum(lossdist._MADE.size(v) for v in lossdist._MADE.values()) <= lossdist._MADE.budget
+
+
+def test_a_sized_memo_keeps_the_most_recently_used_answers_within_its_budget():
+    """SizedMemo (the bins' and the made pairs' caches): least recently used out first, a recall counts as a
+    use, an answer over half the budget is returned but not kept."""
+    from dpcalib.accountant.caches import SizedMemo
+
+    memo = SizedMemo(100, len)
+    for key in "abc":
+        memo.remember(key, "x" * 30)
+    assert memo.recall("a") == "x" * 30 and memo.recall("z") is None
+    memo.remember("d", "y" * 30)                 # 120 > 100: b, the least recently used, goes
+    assert sorted(memo) == ["a", "c", "d"]
+    assert memo.remember("e", "z" * 51) == "z" * 51 and "e" not in memo
 
 
 def test_a_made_pair_reads_as_the_finite_pair_of_its_atoms():
@@ -381,3 +399,23 @@ def test_renyi_of_a_block_of_orders_at_a_time_is_the_one_block_answer():
         rem, add = FinitePair(tuple(f), mix, tuple(qq)), FinitePair(tuple(-f), tuple(qq), mix)
         alpha = np.array([1.5, 2.0, 8.0, 256.0])
         assert np.array_equal(PoissonSampledEvent(0.01, ev).rdp(alpha), np.maximum(rem.renyi(alpha), add.renyi(alpha)))
+
+
+def test_a_sampled_pair_of_losses_millions_apart_gets_a_bracket_not_an_overflow():
+    """A discrete Laplace of parameter 10 and sensitivity 1e6 (pure eps0 = 1e7) or a discrete Gaussian of
+    sigma 1 and sensitivity 1e4, sampled 10 of 1000 without replacement: the lower step's chord spanned more
+    than e^709 in t = e^eps and raised OverflowError through epsilon_bracket and get_epsilon.  Now the lower
+    step gives up there (the other lower bound answers).  Oracles: sampling never costs more than the mechanism
+    alone; and the sampled pair's top atom, at L* = log(1 - q + q e^eps0) = eps0 + log q, holds P-mass ~q, so
+    delta(eps) ~ q (1 - e^(eps - L*)) puts the truth within 0.01 below L*."""
+    from dpcalib.accountant import DiscreteGaussianEvent, DiscreteLaplaceEvent
+    from dpcalib.accountant.tree_events import WORSampledEvent
+
+    b = PrivacyAccountant().compose(WORSampledEvent(10, 1000, DiscreteLaplaceEvent(10.0, 10 ** 6)), 1) \
+        .epsilon_bracket(1e-5)
+    top = 1e7 + math.log(0.01)
+    assert 1e7 - 100.0 <= b.lower <= top and top - 0.01 <= b.upper <= 1e7
+    alone = PrivacyAccountant().compose(DiscreteGaussianEvent(1.0, 10 ** 4), 1).get_epsilon(1e-5)
+    b = PrivacyAccountant().compose(WORSampledEvent(10, 1000, DiscreteGaussianEvent(1.0, 10 ** 4)), 1) \
+        .epsilon_bracket(1e-5)
+    assert 0.0 < b.lower <= b.upper <= alone < math.inf

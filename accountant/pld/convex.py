@@ -6,6 +6,7 @@ on its segment slopes), which :func:`~.discretise.lower_step` needs to keep a lo
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -53,6 +54,8 @@ def convexify(m, h, max_pools: int = 4096) -> int | None:
             # _MAX_BLOCK segments cost a Python iteration and an O(length) sum per segment);
             # a candidate within round-off of a tie is decided by the block's own sums, as before
             hi = max(min(J, a + min(width, _MAX_BLOCK + 1)), min(b, J))
+            if (hi - 1 - a) * h > _LOG_MAX:       # its weights e^((i - a) h) past the doubles: give up
+                return j
             bs = np.arange(min(b, J), hi + 1)
             rel, sw, w = _block_sums(m, h, a, hi)
             pooled = np.cumsum(sw)[bs - a - 1] / np.cumsum(w)[bs - a - 1]
@@ -118,17 +121,19 @@ def _grows_left_to(m, h, a: int, b: int) -> int:
     span = _MAX_BLOCK if h <= 0.0 else min(_MAX_BLOCK, int(500.0 / h))
     A = max(a - span, 0)
     k = np.arange(A + 1, b + 1)
-    t = m[A + 1:b + 1] * np.exp((A - k) * h)
-    R = np.concatenate(([0.0], np.cumsum(t)))                   # t_A (s_i - s_A), i = A..b
-    aR = np.concatenate(([0.0], np.cumsum(np.abs(t))))
-    e = np.exp((np.arange(A, b) - A) * h)                       # e^((i - A) h), i = A..b-1
-    den = np.cumsum(e[::-1])[::-1]
-    mean = np.cumsum((R[:-1] * e)[::-1])[::-1] / den            # chord of a'..b, i = a' = A..b-1
-    amean = np.cumsum((aR[:-1] * e)[::-1])[::-1] / den
-    ap = np.arange(a, max(A, 1) - 1, -1)                        # candidates a, a-1, .., max(A, 1)
-    scale = np.exp((ap - A) * h)
-    kink = m[ap] + scale * (mean[ap - A] - R[ap - A])
-    err = 1e-9 * (np.abs(m[ap]) + scale * (amean[ap - A] + aR[ap - A]))
+    # (weights past the doubles -- a grid step of hundreds -- give inf and NaN sums: a NaN kink is not sure)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = m[A + 1:b + 1] * np.exp((A - k) * h)
+        R = np.concatenate(([0.0], np.cumsum(t)))               # t_A (s_i - s_A), i = A..b
+        aR = np.concatenate(([0.0], np.cumsum(np.abs(t))))
+        e = np.exp((np.arange(A, b) - A) * h)                   # e^((i - A) h), i = A..b-1
+        den = np.cumsum(e[::-1])[::-1]
+        mean = np.cumsum((R[:-1] * e)[::-1])[::-1] / den        # chord of a'..b, i = a' = A..b-1
+        amean = np.cumsum((aR[:-1] * e)[::-1])[::-1] / den
+        ap = np.arange(a, max(A, 1) - 1, -1)                    # candidates a, a-1, .., max(A, 1)
+        scale = np.exp((ap - A) * h)
+        kink = m[ap] + scale * (mean[ap - A] - R[ap - A])
+        err = 1e-9 * (np.abs(m[ap]) + scale * (amean[ap - A] + aR[ap - A]))
     sure = (m[ap] == 0.0) | (kink < -err)
     stop = np.flatnonzero(~sure)
     return int(ap[stop[0]]) if stop.size else int(ap[-1]) - 1
@@ -141,6 +146,9 @@ def _chord(m, h, a: int, b: int):
     pooled = float(np.sum(sw) / np.sum(w))
     return m[a] + pooled, math.exp((b - a) * h) * (rel[-1] - pooled), pooled
 
+
+#: the largest exponent whose e^x is a double: a block's weights beyond it are infinite, and its chord NaN
+_LOG_MAX = math.log(sys.float_info.max)
 
 #: the longest block :func:`convexify` pools (the longest seen in the benchmark settings is
 #: ~1300 segments); a concave kink that needs more -- an atom's chord gap at the bottom of a

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..caches import register
+from ..caches import SizedMemo
 from .convex import convexify
 from .decay import decay_block, decayed_rounding, decayed_suffix
 from .lossdist import q_mass
@@ -40,10 +40,8 @@ class Bins:
 
 
 #: the last few steps' bins (a bracket's upper and lower steps, and a calibration's report
-#: after its search, discretise the same step on the same grid); at most this many bytes
-_BINS_BYTES = 128 << 20
-_BINS: dict = {}
-register(_BINS.clear)
+#: after its search, discretise the same step on the same grid): 128 MB at most
+_BINS = SizedMemo(128 << 20, lambda b: b.P.nbytes + b.Q.nbytes)
 
 
 def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, level=None) -> Bins:
@@ -72,9 +70,9 @@ def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, lev
             or 10 * 8 * (hi - lo) / h > cap_bytes:
         raise OverCap
     key = (pair, h, tau, lo, hi)
-    if key in _BINS:
-        _BINS[key] = _BINS.pop(key)                # most recently used last
-        return _BINS[key]
+    b = _BINS.recall(key)
+    if b is not None:
+        return b
     i0 = math.floor(lo / h) - 1
     i1 = math.ceil(hi / h) + 1
     edges = np.arange(i0, i1 + 1, dtype=float) * h
@@ -83,13 +81,7 @@ def bins_of(pair: Pair, h: float, tau: float, cap_bytes: int, cut_mass=None, lev
     # discretised: over the cap, another route answers; NaN masses read as no mass gave eps = 0)
     if not (np.isfinite(P).all() and np.isfinite(Q).all() and math.isfinite(p_below) and math.isfinite(p_above)):
         raise OverCap
-    b = Bins(i0, P, Q, p_below, p_above)        # never modified by its users
-    size = P.nbytes + Q.nbytes
-    if size <= _BINS_BYTES // 2:
-        while _BINS and size + sum(v.P.nbytes + v.Q.nbytes for v in _BINS.values()) > _BINS_BYTES:
-            _BINS.pop(next(iter(_BINS)))
-        _BINS[key] = b
-    return b
+    return _BINS.remember(key, Bins(i0, P, Q, p_below, p_above))      # (never modified by its users)
 
 
 def upper_step(b: Bins, h: float, count: int) -> Step:
@@ -163,7 +155,10 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
     n = P.size
     if n == 0:
         return None
-    eh1 = math.expm1(h)
+    try:
+        eh1 = math.expm1(h)
+    except OverflowError:                         # a grid step past e^709: none on it (the caller's other bound)
+        return None
     with np.errstate(divide="ignore", invalid="ignore"):
         loglam = np.log(P) - np.log(Q) - (b.i0 + np.arange(n)) * h
     ok = (P > 0.0) & (Q > 0.0) & np.isfinite(loglam)
@@ -207,7 +202,10 @@ def lower_step(b: Bins, h: float, count: int) -> Step | None:
         # the highest admissible J first; if the repair of negative atoms cannot be paid for
         # (a steep tail just below J), close lower down
         for J in okJ[::-1][:4]:
-            m, fail = _lower_masses(Pe, rho, d, f, int(J), h)
+            try:
+                m, fail = _lower_masses(Pe, rho, d, f, int(J), h)
+            except OverflowError:                 # a chord across more than e^709 in t: not repaired here
+                break
             if m is None and fail < J - 64:
                 break               # a kink far below the top: closing lower down does not help
             if m is not None:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import functools
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..caches import Memo, cached
+from ..caches import SizedMemo, cached
 from .pairs import Pair
 
 __all__ = ["rr_pair"]
@@ -333,8 +334,9 @@ def _read_only(*values) -> tuple:
     return out
 
 
-#: the atoms of the made pairs asked for last, by ``(make, args)`` (:class:`MadePair`): at most this many
-_MADE = Memo(8)
+#: the atoms of the made pairs asked for last, by ``(make, args)`` (:class:`MadePair`): 256 MB at most (13
+#: discrete Gaussians at sigma 1e4: a composition of more distinct ones remakes their atoms at every grid)
+_MADE = SizedMemo(256 << 20, lambda arrays: sum(a.nbytes for a in arrays))
 
 
 class MadePair(FinitePair):
@@ -342,8 +344,8 @@ class MadePair(FinitePair):
     arrays).  A discrete Gaussian's pair has 80 sigma atoms (19 MB of arrays at sigma 1e4), a discrete
     Laplace's s + 1; the caches keyed by pairs (bins, tails, compositions) and by events each hold one per
     query asked, and held as tuples they held ~120 MB a query at sigma 1e4.  This pair holds ``make`` and
-    ``args`` alone, equal and hashed by them; its atoms are made where asked and kept in a small cache of
-    their own (the last few pairs': remade when asked again, ~30 ms at sigma 1e4).
+    ``args`` alone, equal and hashed by them, frozen; its atoms are made where asked and kept in a cache of
+    their own bounded in bytes (the last pairs asked: remade when asked again, ~30 ms at sigma 1e4).
 
     Args:
         make: a module-level function (pickled by its name).
@@ -353,6 +355,12 @@ class MadePair(FinitePair):
     def __init__(self, make, args: tuple):
         object.__setattr__(self, "make", make)
         object.__setattr__(self, "args", tuple(args))
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")     # (a cache key)
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __eq__(self, other):
         return type(other) is MadePair and self.make is other.make and self.args == other.args
@@ -375,7 +383,7 @@ class MadePair(FinitePair):
             A tuple of three 1-d float arrays.
         """
         key = (self.make, self.args)
-        out = _MADE.get(key)
+        out = _MADE.recall(key)
         if out is None:
             out = _MADE.remember(key, _checked(self, *_read_only(*self.make(*self.args))))
         return out
