@@ -104,7 +104,9 @@ class _FiniteKind(EventKind):
         return self._pairs
 
     def _rdp(self, orders):
-        return self._pairs[0].renyi(orders)
+        # (at most the pure-DP level, D_alpha <= D_inf: where a side's mass underflows -- a discrete Laplace of
+        # eps 1e7 -- the divergence reads inf; raised by a few ulps for the level's own rounding)
+        return np.minimum(self._pairs[0].renyi(orders), self.rdp_inf * (1.0 + 2.0 ** -50))
 
     def total_variation(self) -> float:
         """The pair's total variation (:meth:`~.kinds.EventKind.total_variation`, of its one pair).

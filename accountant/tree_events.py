@@ -282,9 +282,15 @@ class PoissonSampledEvent(_SampledKind):
         if not isinstance(b, FinitePair) or q >= 1.0:
             return None
 
+        # at most the sampled pure-DP level log(1 + q (e^eps0 - 1)) both ways (D_alpha <= D_inf; the divergence
+        # reads inf where a mass underflows), raised by a few ulps for its own rounding
+        e0 = getattr(self.event, "rdp_inf", math.inf)
+        top = math.inf if e0 == math.inf else \
+            (math.log1p(q * math.expm1(e0)) if e0 < 700.0 else e0 + math.log(q)) * (1.0 + 2.0 ** -50)
+
         def rdp(a):
             _, p, qq = b.arrays
-            return renyi_of((1 - q) * qq + q * p, qq, a)
+            return np.minimum(renyi_of((1 - q) * qq + q * p, qq, a), top)
         return rdp
 
     def _dp_event(self, dpa):

@@ -419,3 +419,21 @@ def test_a_sampled_pair_of_losses_millions_apart_gets_a_bracket_not_an_overflow(
     b = PrivacyAccountant().compose(WORSampledEvent(10, 1000, DiscreteGaussianEvent(1.0, 10 ** 4)), 1) \
         .epsilon_bracket(1e-5)
     assert 0.0 < b.lower <= b.upper <= alone < math.inf
+
+
+def test_a_pure_dp_kind_whose_masses_underflow_keeps_a_finite_rdp():
+    """A discrete Laplace of eps0 = a s = 1e7: its Q-mass at the top atom underflows, so the exact Rényi
+    divergence read inf and the RDP route answered inf (and, sampled k = 1000 times, where the PLD is over its
+    memory cap, so did best).  D_alpha <= D_inf = eps0, and Poisson-sampled log(1 + q (e^eps0 - 1)), cap it.
+    Oracles: pure composition (k eps0, and k times the sampled level) bounds every answer; unsampled, the top
+    atom has P-mass 1 - 5e-5 a step, so the truth is k eps0 within a part in 1e12."""
+    from dpcalib.accountant import DiscreteLaplaceEvent
+    from dpcalib.accountant.tree_events import PoissonSampledEvent
+
+    k, e0, q = 1000, 1e7, 0.01
+    acc = PrivacyAccountant().compose(DiscreteLaplaceEvent(10.0, 10 ** 6), k)
+    assert k * e0 * (1 - 1e-12) <= acc.get_epsilon(1e-5) <= k * e0 <= acc.get_epsilon(1e-5, accountant="rdp") \
+        <= k * e0 + 0.01
+    top = e0 + math.log(q)                         # log(1 + q (e^eps0 - 1)), e^-eps0 below the doubles
+    sampled = PrivacyAccountant().compose(PoissonSampledEvent(q, DiscreteLaplaceEvent(10.0, 10 ** 6)), k)
+    assert 0.0 < sampled.get_epsilon(1e-5, accountant="rdp") <= k * top * (1 + 1e-12)

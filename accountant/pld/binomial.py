@@ -70,7 +70,10 @@ def binomial_composition(a: Step, b: Step, n: int, K: int, J: int, h, alpha, cap
     bound = Step(lo_all, np.zeros(hi_all - lo_all + 1), 0.0, 0.0, 1)
     lo, hi = loss_window([bound], h, math.log(alpha), lam, (up, dn))
     nw = hi - lo + 1
-    N = fft_length(nw, cap_bytes, arrays=8)
+    # the arrays held at once, in float arrays of N points (a spectrum, N / 2 complex points: one; its real
+    # companions: half): the parts' spectra, the sum, the running power and the loop's products (six), their real
+    # companions (five), and the J + 1 powers of b with theirs (1.5 each) -- a flat 8 undercounted them
+    N = fft_length(nw, cap_bytes, arrays=11 + (3 * (J + 1) + 1) // 2)
     if N is None:
         return None
     # tilt both parts by one normaliser (the step a + b)
@@ -261,7 +264,10 @@ def split_composition(step: Step, h: float, alpha: float, cap_bytes: int, lam: f
     logm = log_mgfs([step], h)
     lo, hi = loss_window([step], h, log_alpha, lam, logm, r_min)
     nw = hi - lo + 1
-    N = fft_length(nw, cap_bytes, arrays=8)
+    # the arrays held at once, in float arrays of N points: the two parts' spectra, the sum, the running power
+    # and a product (complex, N / 2 points: one each) and their nine real companions (half each), with the
+    # powers of b kept for the terms (1.5 each): 8 flat counted ~1.5 kmax + 8.5 (4.7 GB under a 1 GB cap)
+    N = fft_length(nw, cap_bytes, arrays=9 + (3 * kmax + 1) // 2)
     if N is None:
         return None
     w, log_norm = tilted(mass, step.i0, h, lam)

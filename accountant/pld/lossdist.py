@@ -37,6 +37,8 @@ __all__ = ["rr_pair"]
 
 #: above this many atoms a finite pair is checked with numpy (below, Python is faster: ~1 us against 15 us)
 FEW_ATOMS = 64
+#: the edges :meth:`LossPair.bins` reads at once
+_EDGES = 1 << 20
 #: up to this many atoms the grid's anchor groups them by Python's rounding (:func:`_anchor`)
 _PYTHON_KEYS = 1 << 16
 
@@ -72,14 +74,17 @@ class LossPair(Pair):
             A tuple ``(P, Q, p_below, p_above)`` (:meth:`~.pairs.Pair.bins`).
         """
         e = np.asarray(eps_edges, dtype=float)
-        out = []
-        for side in ("P", "Q"):
-            le, gt = self.mass(side, e, "le"), self.mass(side, e, "gt")
-            # upper-tail differences right of 0, lower-tail ones left of it: both stay accurate
-            m = np.where(e[:-1] >= 0.0, gt[:-1] - gt[1:], le[1:] - le[:-1])
-            out.append((np.maximum(m, 0.0), float(le[0]), float(gt[-1])))
-        (P, p_below, p_above), (Q, _, _) = out
-        return P, Q, p_below, p_above
+        P, Q = np.empty(max(e.size - 1, 0)), np.empty(max(e.size - 1, 0))
+        # (a block of edges at a time: a sampled pair's masses take a dozen arrays of the edges, 2 GB at the
+        # 13 million edges a 1 GB cap allows; every mass is a function of its own edge, so the same bits)
+        for i in range(0, max(e.size - 1, 1), _EDGES):
+            part = e[i:i + _EDGES + 1]
+            for side, out in (("P", P), ("Q", Q)):
+                le, gt = self.mass(side, part, "le"), self.mass(side, part, "gt")
+                # upper-tail differences right of 0, lower-tail ones left of it: both stay accurate
+                m = np.where(part[:-1] >= 0.0, gt[:-1] - gt[1:], le[1:] - le[:-1])
+                out[i:i + part.size - 1] = np.maximum(m, 0.0)
+        return P, Q, float(self.mass("P", e[:1], "le")[0]), float(self.mass("P", e[-1:], "gt")[0])
 
     def support(self):
         """The smallest and largest finite loss carrying mass (``(lo, hi)``), or None (none finite).
