@@ -283,10 +283,14 @@ class PoissonSampledEvent(_SampledKind):
             return None
 
         # at most the sampled pure-DP level log(1 + q (e^eps0 - 1)) both ways (D_alpha <= D_inf; the divergence
-        # reads inf where a mass underflows), raised by a few ulps for its own rounding
+        # reads inf where a mass underflows), raised for its rounding and eps0's (log-sum-exp past e^700, where
+        # q e^eps0 may still be small: eps0 + log q alone is below the level)
         e0 = getattr(self.event, "rdp_inf", math.inf)
-        top = math.inf if e0 == math.inf else \
-            (math.log1p(q * math.expm1(e0)) if e0 < 700.0 else e0 + math.log(q)) * (1.0 + 2.0 ** -50)
+        top = math.inf
+        if e0 < math.inf:
+            level = math.log1p(q * math.expm1(e0)) if e0 < 700.0 else \
+                float(np.logaddexp(math.log1p(-q), math.log(q) + e0))
+            top = max(0.0, level) * (1.0 + 2.0 ** -50) + 4.0 * math.ulp(e0)
 
         def rdp(a):
             _, p, qq = b.arrays

@@ -434,6 +434,24 @@ def test_a_pure_dp_kind_whose_masses_underflow_keeps_a_finite_rdp():
     acc = PrivacyAccountant().compose(DiscreteLaplaceEvent(10.0, 10 ** 6), k)
     assert k * e0 * (1 - 1e-12) <= acc.get_epsilon(1e-5) <= k * e0 <= acc.get_epsilon(1e-5, accountant="rdp") \
         <= k * e0 + 0.01
-    top = e0 + math.log(q)                         # log(1 + q (e^eps0 - 1)), e^-eps0 below the doubles
+    top = e0 + math.log(q) + 1e-12                 # log(1 + q (e^eps0 - 1)): (1 - q) e^-eps0 / q is below 1e-12
     sampled = PrivacyAccountant().compose(PoissonSampledEvent(q, DiscreteLaplaceEvent(10.0, 10 ** 6)), k)
     assert 0.0 < sampled.get_epsilon(1e-5, accountant="rdp") <= k * top * (1 + 1e-12)
+    # where q e^eps0 is small the level is not eps0 + log q: log(1 + q (e^eps0 - 1)) itself, never below it
+    from dpcalib.accountant import EpsilonDeltaEvent
+
+    mpmath.mp.dps = 60
+    try:
+        for q, e0 in ((5e-324, 746.0), (1e-305, 700.0), (1e-300, 720.0), (0.5, 800.0), (1e-3, 30.0)):
+            level = mpmath.log(1 + mpmath.mpf(q) * mpmath.expm1(e0))
+            orders = np.array([2.0, 64.0, 1e4])
+            got = PoissonSampledEvent(q, EpsilonDeltaEvent(e0)).rdp(orders)
+            hi, lo = 1 / (1 + mpmath.exp(-e0)), 1 / (1 + mpmath.exp(e0))   # the pure pair: P (lo, hi), Q (hi, lo)
+            m = [(1 - q) * hi + q * lo, (1 - q) * lo + q * hi]
+            for a, g in zip(orders, got):
+                a = mpmath.mpf(a)
+                truth = max(mpmath.log(sum(x ** a * y ** (1 - a) for x, y in zip(u, v))) / (a - 1)
+                            for u, v in ((m, (hi, lo)), ((hi, lo), m)))
+                assert truth * (1 - 1e-12) <= g <= level * (1 + 1e-12), (q, e0, float(a), g, truth, level)
+    finally:
+        mpmath.mp.dps = 15
