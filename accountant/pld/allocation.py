@@ -258,7 +258,8 @@ def _composed(bulk: np.ndarray, counts, step: float, alpha: float, cap: int, lam
     if comps is None:
         raise OverCap
     out = []
-    for c, comp in zip(counts, comps):
+    for i, c in enumerate(counts):
+        comp, comps[i] = comps[i], None      # (each released once read: the bounds replace it)
         up = np.clip(comp.mass + comp.err, 0.0, None)
         lo = np.clip(comp.mass - comp.err, 0.0, None)
         i0 = comp.lo

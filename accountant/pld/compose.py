@@ -530,7 +530,8 @@ def compose_powers(step: Step, counts, h, alpha, cap_bytes, lam=0.0):
     logm = log_mgfs([one], h)
     wins = [loss_window([dataclasses.replace(one, count=c)], h, math.log(alpha), lam, (c * logm[0], c * logm[1]))
             for c in counts]
-    N = fft_length(max(hi - lo + 1 for lo, hi in wins), cap_bytes)
+    # (each count's answer keeps its masses and their error bounds, two arrays of its window: counted)
+    N = fft_length(max(hi - lo + 1 for lo, hi in wins), cap_bytes, arrays=6 + 2 * len(counts))
     if N is None:
         return None
     w, big1 = tilted(step.mass, step.i0, h, lam)
