@@ -189,11 +189,10 @@ def test_blocked_upper_composition_reads_no_hoeffding_end():
 
 
 def test_compositions_keep_within_their_memory_cap():
-    """The powers of one step (balls-in-bins' epoch counts: up to 17), the binomial and the split compositions
-    each sized their transforms for a fixed count of arrays and then kept one per count or per binomial term:
-    17 counts at the smallest cap that admitted them peaked at 6.4 times it, a thousand WOR-sampled randomized
-    responses on 10^12 buckets at 4.7 GB under 1 GB.  Each now counts what it keeps: at every cap, the peak
-    stays within the cap (a fifth over for the transforms' scratch), or the answer is None."""
+    """The powers of one step (balls-in-bins' epoch counts: up to 17) sized its transforms for six arrays and then
+    kept two per count: 17 counts at the smallest cap that admitted them peaked at 6.4 times it (the binomial
+    and split compositions did the same per binomial term).  It now counts what it keeps: at every cap, the
+    peak stays within the cap (a fifth over for the transforms' scratch), or the answer is None."""
     import dataclasses
     import tracemalloc
 
