@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 
 import numpy as np
 
@@ -362,10 +361,10 @@ class MadePair(FinitePair):
         object.__setattr__(self, "args", tuple(args))
 
     def __setattr__(self, name, value):
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")     # (a cache key)
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")     # (a cache key)
 
     def __delattr__(self, name):
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __eq__(self, other):
         return type(other) is MadePair and self.make is other.make and self.args == other.args
